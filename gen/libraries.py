@@ -1,0 +1,175 @@
+"""Models the three wrapped libraries (driver, cuBLAS, cuRAND) from a CUDA include directory."""
+
+import os
+import re
+
+import clang.cindex as ci
+
+from model import (Function, GenError, Library, Skip, VERSION_SUFFIX, build_function, enums,
+                   function_decls, macro_aliases, macro_int, parse, public_names, _walk,
+                   _in_files)
+
+PFN_NAME = re.compile(r"^PFN_(\w+?)_v(\d+)(_ptds|_ptsz)?$")
+
+
+def _fn_sig(cursor_type):
+    return cursor_type.get_canonical().spelling
+
+
+def _pfn_versions(include_dir):
+    """Map (base name, per-thread suffix) -> [(version, canonical signature)] from cudaTypedefs.h."""
+    path = os.path.join(include_dir, "cudaTypedefs.h")
+    if not os.path.isfile(path):
+        return {}
+    tu = parse(path, include_dir)
+    out = {}
+    for c in _walk(tu.cursor):
+        if c.kind != ci.CursorKind.TYPEDEF_DECL or not _in_files(c, {"cudaTypedefs.h"}):
+            continue
+        m = PFN_NAME.match(c.spelling)
+        if not m:
+            continue
+        ptr = c.underlying_typedef_type.get_canonical()
+        if ptr.kind != ci.TypeKind.POINTER:
+            continue
+        sig = ptr.get_pointee().get_canonical().spelling
+        out.setdefault((m.group(1), m.group(3) or ""), []).append((int(m.group(2)), sig))
+    for v in out.values():
+        v.sort()
+    return out
+
+
+def _suffix_num(name):
+    m = VERSION_SUFFIX.search(name)
+    return int(m.group(0)[2:]) if m else 1
+
+
+def _assign_driver_versions(lib, decls, pfn, cuda_version):
+    """Give each driver function the ABI version cuGetProcAddress needs (cudaTypedefs.h)."""
+    bases = {}
+    for d, cur in decls.items():
+        bases.setdefault(VERSION_SUFFIX.sub("", d), []).append(d)
+    chosen = {}
+    for base, siblings in bases.items():
+        for pt in ("", "_ptds", "_ptsz"):
+            cands = pfn.get((base, pt), [])
+            by_sig = {}
+            for d in siblings:
+                by_sig.setdefault(_fn_sig(decls[d].type), []).append(d)
+            for sig, ds in by_sig.items():
+                ds.sort(key=_suffix_num)
+                vs = [v for v, s in cands if s == sig]
+                for d, v in zip(reversed(ds), reversed(vs)):
+                    chosen[(d, pt)] = v
+    for f in lib.functions:
+        base = VERSION_SUFFIX.sub("", f.decl_name)
+        f.symbol = base
+        v = chosen.get((f.decl_name, f.per_thread))
+        if v is None:
+            f.version, f.version_source = cuda_version, "CUDA_VERSION (no matching PFN typedef)"
+        else:
+            f.version, f.version_source = v, "PFN_%s_v%d%s" % (base, v, f.per_thread)
+
+
+def _classify_returns(lib):
+    for f in lib.functions:
+        if f.ret_type == lib.status_type:
+            f.ret_category = "status"
+        elif f.ret_type == "void":
+            f.ret_category = "void"
+        else:
+            f.ret_category = "value"
+
+
+def _collect_unclassified(lib):
+    for f in lib.functions:
+        for p in f.params:
+            if p.category == "pointer" and not p.direction:
+                lib.unclassified.append("%s(%s %s)" % (f.name, p.type, p.name))
+
+
+def _build(lib, decls, aliases, overrides, default_space, header, cxx_only=()):
+    names = public_names(decls, aliases)
+    for d in sorted(decls):
+        cur = decls[d]
+        if cur.storage_class == ci.StorageClass.STATIC or cur.is_definition():
+            lib.skipped.append(Skip(d, overrides.skip_functions.get(
+                d, "static inline helper defined in the header: no library symbol to wrap")))
+            continue
+        if d in overrides.skip_functions:
+            lib.skipped.append(Skip(d, overrides.skip_functions[d]))
+            continue
+        for name, pt in names[d]:
+            variants = [""] + ([pt] if pt else [])
+            for v in variants:
+                f = build_function(lib.key, d, name + v, cur, overrides, default_space, header)
+                f.per_thread = v
+                f.cxx_only = d in cxx_only
+                lib.functions.append(f)
+    lib.declared += len(decls)
+
+
+def driver(include_dir, overrides):
+    lib = Library(key="cuda", title="CUDA Driver API", headers=["cuda.h"],
+                  status_type="CUresult", success="CUDA_SUCCESS")
+    tu = parse(os.path.join(include_dir, "cuda.h"), include_dir)
+    files = {"cuda.h"}
+    decls = function_decls(tu, files)
+    aliases = macro_aliases(tu, files)
+    cuda_version = macro_int(tu, "CUDA_VERSION")
+    if cuda_version is None:
+        raise GenError("cuda.h defines no CUDA_VERSION")
+    lib.version_macro = {"CUDA_VERSION": cuda_version}
+    _build(lib, decls, aliases, overrides, "host", "cuda.h")
+    _assign_driver_versions(lib, decls, _pfn_versions(include_dir), cuda_version)
+    lib.enums = enums(tu, files, "cuda.h")
+    _classify_returns(lib)
+    _collect_unclassified(lib)
+    return lib
+
+
+def cublas(include_dir, overrides):
+    lib = Library(key="cublas", title="cuBLAS (v2 API)", headers=["cublas_api.h", "cublas_v2.h"],
+                  status_type="cublasStatus_t", success="CUBLAS_STATUS_SUCCESS")
+    path = os.path.join(include_dir, "cublas_v2.h")
+    files = {"cublas_api.h"}
+    tu_c = parse(path, include_dir, "c")
+    tu_cxx = parse(path, include_dir, "c++")
+    decls_c = function_decls(tu_c, files)
+    decls_cxx = function_decls(tu_cxx, files)
+    decls = dict(decls_c)
+    cxx_only = set()
+    for n, cur in decls_cxx.items():
+        if n not in decls:
+            decls[n] = cur
+            cxx_only.add(n)
+    aliases = macro_aliases(tu_c, {"cublas_v2.h", "cublas_api.h"})
+    major = macro_int(tu_c, "CUBLAS_VER_MAJOR")
+    if major is None:
+        raise GenError("cublas_api.h defines no CUBLAS_VER_MAJOR")
+    lib.version_macro = {"CUBLAS_VER_MAJOR": major}
+    lib.sonames = ["libcublas.so.%d" % major, "libcublas.so"]
+    _build(lib, decls, aliases, overrides, "device", "cublas_api.h", cxx_only)
+    lib.enums = enums(tu_c, files, "cublas_api.h")
+    _classify_returns(lib)
+    _collect_unclassified(lib)
+    return lib
+
+
+def curand(include_dir, overrides):
+    lib = Library(key="curand", title="cuRAND", headers=["curand.h"],
+                  status_type="curandStatus_t", success="CURAND_STATUS_SUCCESS")
+    tu = parse(os.path.join(include_dir, "curand.h"), include_dir)
+    files = {"curand.h"}
+    decls = function_decls(tu, files)
+    aliases = macro_aliases(tu, files)
+    major = macro_int(tu, "CURAND_VER_MAJOR")
+    if major is None:
+        raise GenError("curand.h defines no CURAND_VER_MAJOR")
+    lib.version_macro = {"CURAND_VER_MAJOR": major}
+    lib.sonames = ["libcurand.so.%d" % major, "libcurand.so"]
+    _build(lib, decls, aliases, overrides, "device", "curand.h")
+    lib.enums = enums(tu, files, "curand.h")
+    _classify_returns(lib)
+    _collect_unclassified(lib)
+    return lib

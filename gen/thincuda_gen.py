@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""Generate thincuda's C bindings (generated/) from cuda.h, cublas_api.h and curand.h.
+
+Usage: gen/thincuda_gen.py [--cuda-include DIR] [--out DIR] [--check]
+"""
+
+import argparse
+import collections
+import difflib
+import os
+import re
+import shutil
+import sys
+import tomllib
+
+import jinja2
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import libraries  # noqa: E402
+from model import GenError, Overrides  # noqa: E402
+
+LIB_IDS = {"thincuda": 0, "cuda": 1, "cublas": 2, "curand": 3}
+LIB_ENUM = {"thincuda": "TC_LIB_THINCUDA", "cuda": "TC_LIB_CUDA", "cublas": "TC_LIB_CUBLAS",
+            "curand": "TC_LIB_CURAND"}
+LIB_TITLE = {"thincuda": "thincuda", "cuda": "CUDA driver", "cublas": "cuBLAS",
+             "curand": "cuRAND"}
+LIB_ENV = {"cuda": "THINCUDA_LIBCUDA", "cublas": "THINCUDA_LIBCUBLAS",
+           "curand": "THINCUDA_LIBCURAND"}
+STATUS_ENUMS = {"cuda": "CUresult", "cublas": "cublasStatus_t", "curand": "curandStatus_t"}
+INCLUDES = {"cuda": ["cuda.h"], "cublas": ["cublas_api.h"], "curand": ["curand.h"]}
+SCALAR_OUT = {"int", "uint", "float", "enum", "pointer", "char"}
+
+
+def default_include():
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            return os.path.join(os.environ[var], "include")
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        return os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "include")
+    return "/usr/local/cuda/include"
+
+
+def c_string(s):
+    """Render a Python string as a C string literal."""
+    out = s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"%s"' % out
+
+
+def doc_sentence(doc):
+    """Turn an enum constant's doc comment into one line of words."""
+    text = re.sub(r"^\s*(/\*\*<?|///<?|//!<?)\s*", "", doc or "")
+    text = re.sub(r"\s*\*/\s*$", "", text)
+    text = " ".join(l.strip().lstrip("*").strip() for l in text.splitlines())
+    text = re.sub(r"\\(p|ref|c|e)\s+", "", text).replace("::", "")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def status_codes(libs, own, overrides):
+    codes = []
+    for c in own:
+        codes.append(dict(enum=c["name"], name=c["name"], value=c["value"], lib="thincuda",
+                          string=c["string"]))
+    for lib in libs:
+        target = STATUS_ENUMS[lib.key]
+        found = [e for e in lib.enums if e.name == target]
+        if not found:
+            raise GenError("%s: no enum %s found" % (lib.key, target))
+        seen = set()
+        for k in found[0].consts:
+            if k.value == 0 or k.value in seen:
+                continue
+            seen.add(k.value)
+            words = doc_sentence(k.doc) or overrides.status_strings.get(k.name, "")
+            if not words:
+                raise GenError("%s has no documentation and no status_string override" % k.name)
+            codes.append(dict(enum="TC_" + k.name, name=k.name, value=k.value, lib=lib.key,
+                              string=words))
+    for c in codes:
+        c["full"] = (LIB_IDS[c["lib"]] << 24) | c["value"]
+        c["hex"] = "0x%08X" % c["full"]
+        c["string_c"] = c_string(c["string"])
+    codes.sort(key=lambda c: c["full"])
+    return codes
+
+
+def enum_tables(lib):
+    """Name tables for the named enums that appear in this library's parameters."""
+    used = set()
+    for f in lib.functions:
+        for p in f.params:
+            if p.enum:
+                used.add(p.enum)
+            if p.pointee_enum:
+                used.add(p.pointee_enum)
+    out = {}
+    for e in lib.enums:
+        if e.name and e.name in used and e.name not in out:
+            seen, consts = set(), []
+            for k in e.consts:
+                if k.value not in seen:
+                    seen.add(k.value)
+                    consts.append(k)
+            out[e.name] = dict(fname=re.sub(r"\W", "_", e.name), consts=consts)
+    return out
+
+
+def annotate(p):
+    if p.category != "pointer":
+        return p.decl
+    words = [p.direction]
+    if p.space == "device":
+        words.append("device")
+    if p.nullable:
+        words.append("nullable")
+    return "%s /* %s */" % (p.decl, ", ".join(words))
+
+
+def trace_in(p, tables):
+    n = p.name
+    if p.category == "int":
+        return 'tc__tl_i(&tc__tl, "%s", (long long)%s);' % (n, n)
+    if p.category == "uint":
+        return 'tc__tl_u(&tc__tl, "%s", (unsigned long long)%s);' % (n, n)
+    if p.category == "float":
+        return 'tc__tl_f(&tc__tl, "%s", (double)%s);' % (n, n)
+    if p.category == "enum":
+        e = tables.get(p.enum)
+        name = "ename_%s((long long)%s)" % (e["fname"], n) if e else "NULL"
+        return 'tc__tl_e(&tc__tl, "%s", (long long)%s, %s);' % (n, n, name)
+    if p.category == "pointer" and p.pointee == "char" and p.pointee_const:
+        return 'tc__tl_s(&tc__tl, "%s", %s);' % (n, n)
+    if p.category in ("pointer", "handle"):
+        return 'tc__tl_p(&tc__tl, "%s", (const void *)%s);' % (n, n)
+    if p.category == "fnptr":
+        return 'tc__tl_text(&tc__tl, "%s", %s ? "<function>" : "NULL");' % (n, n)
+    return 'tc__tl_text(&tc__tl, "%s", "{...}");' % n
+
+
+def trace_out(p, tables):
+    """Print a host out-parameter's value after a successful call."""
+    if (p.category != "pointer" or p.direction not in ("out", "inout") or p.space != "host"
+            or p.pointee not in SCALAR_OUT):
+        return None
+    n, v = p.name, "*" + p.name
+    if p.pointee == "char":
+        return 'if (%s) tc__tl_s(&tc__tl, "%s", %s);' % (n, n, n)
+    if p.pointee == "int":
+        body = 'tc__tl_i(&tc__tl, "%s", (long long)%s);' % (v, v)
+    elif p.pointee == "uint":
+        body = 'tc__tl_u(&tc__tl, "%s", (unsigned long long)%s);' % (v, v)
+    elif p.pointee == "float":
+        body = 'tc__tl_f(&tc__tl, "%s", (double)%s);' % (v, v)
+    elif p.pointee == "enum":
+        e = tables.get(p.pointee_enum)
+        name = "ename_%s((long long)%s)" % (e["fname"], v) if e else "NULL"
+        body = 'tc__tl_e(&tc__tl, "%s", (long long)%s, %s);' % (v, v, name)
+    else:
+        body = 'tc__tl_p(&tc__tl, "%s", (const void *)%s);' % (v, v)
+    return "if (%s) %s" % (n, body)
+
+
+def render_function(f, lib, fid, tables):
+    params = list(f.params)
+    decls = [p.decl for p in params]
+    protos = [annotate(p) for p in params]
+    args = [p.name for p in params]
+    call = "tc__fn(%s)" % ", ".join(args)
+    lib_enum = LIB_ENUM[lib.key]
+    outs = [s for s in (trace_out(p, tables) for p in params) if s]
+    if f.ret_category == "value":
+        decls.append("%s *result" % f.ret_type)
+        protos.append("%s *result /* out: the function's return value */" % f.ret_type)
+        slow = "        %s tc__r = %s;\n        if (result)\n            *result = tc__r;\n        tc__st = TC_OK;" % (f.ret_type, call)
+        fast = "    %s tc__r = %s;\n    if (result)\n        *result = tc__r;\n    return TC_OK;" % (f.ret_type, call)
+        if f.ret_type.endswith("*") and "char" in f.ret_type:
+            outs.append('if (result) tc__tl_s(&tc__tl, "*result", *result);')
+        else:
+            outs.append('if (result) tc__tl_u(&tc__tl, "*result", (unsigned long long)*result);')
+    elif f.ret_category == "void":
+        slow = "        %s;\n        tc__st = TC_OK;" % call
+        fast = "    %s;\n    return TC_OK;" % call
+    else:
+        slow = ("        %s tc__r = %s;\n        tc__st = tc__r == %s ? TC_OK : tc__fail(%s, (int)tc__r, %d);"
+                % (f.ret_type, call, lib.success, lib_enum, fid))
+        fast = ("    %s tc__r = %s;\n    return TC__LIKELY(tc__r == %s) ? TC_OK : tc__fail(%s, (int)tc__r, %d);"
+                % (f.ret_type, call, lib.success, lib_enum, fid))
+    all_args = args + (["result"] if f.ret_category == "value" else [])
+    return dict(name=f.name, doc=f.doc, deprecated=f.deprecated, id=fid,
+                proto=", ".join(protos) or "void", params=", ".join(decls) or "void",
+                pfn_params=", ".join(p.decl for p in params) or "void",
+                args=", ".join(all_args), ret_type=f.ret_type, call_block=slow, fast_block=fast,
+                has_trace=True, trace_in=[trace_in(p, tables) for p in params], trace_out=outs,
+                base=f.name[:-len(f.per_thread)] if f.per_thread else f.name,
+                per_thread=f.per_thread)
+
+
+def build(include_dir):
+    with open(os.path.join(HERE, "overrides.toml"), "rb") as fh:
+        overrides = Overrides(tomllib.load(fh))
+    with open(os.path.join(HERE, "status.toml"), "rb") as fh:
+        own = tomllib.load(fh)["code"]
+    libs = [libraries.driver(include_dir, overrides), libraries.cublas(include_dir, overrides),
+            libraries.curand(include_dir, overrides)]
+    unused = [overrides.pointer_rules[i] for i in range(len(overrides.pointer_rules))
+              if i not in overrides.used]
+    return libs, own, overrides, unused
+
+
+def render(include_dir):
+    """Return {relative path: text} for everything generated/ holds."""
+    libs, own, overrides, unused = build(include_dir)
+    cuda_version = libs[0].version_macro["CUDA_VERSION"]
+    vstr = "%d.%d" % (cuda_version // 1000, cuda_version % 1000 // 10)
+    banner_text = ("Generated by gen/thincuda_gen.py from the CUDA %s headers "
+                   "(cuda.h, cublas_api.h, curand.h). Do not edit: run tools/regen." % vstr)
+    banner = "/* %s */" % banner_text
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "templates")),
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+
+    allf = sorted(((f.name, lib, f) for lib in libs for f in lib.functions),
+                  key=lambda t: t[0])
+    names = [n for n, _, _ in allf]
+    if len(set(names)) != len(names):
+        dup = [n for n, c in collections.Counter(names).items() if c > 1]
+        raise GenError("two wrappers would share a name: %s" % ", ".join(dup[:10]))
+    ids = {n: i for i, n in enumerate(names)}
+    syms = []
+    for n, lib, f in allf:
+        exported = f.decl_name + f.per_thread if lib.key == "cuda" else f.decl_name
+        syms.append(dict(name=n, symbol=f.symbol, exported=exported, version=f.version,
+                         lib=LIB_IDS[lib.key], pt=1 if f.per_thread else 0))
+
+    lib_rows = [dict(key=k, id=LIB_IDS[k], enum=LIB_ENUM[k], title=LIB_TITLE[k], note="")
+                for k in ("thincuda", "cuda", "cublas", "curand")]
+    loader_libs = []
+    for lib in libs:
+        sonames = ["libcuda.so.1", "libcuda.so"] if lib.key == "cuda" else lib.sonames
+        loader_libs.append(dict(key=lib.key, env_c=c_string(LIB_ENV[lib.key]),
+                                sonames_c=c_string(":".join(sonames))))
+    codes = status_codes(libs, own, overrides)
+
+    out = {}
+    out["tc_status.h"] = env.get_template("tc_status.h.j2").render(
+        banner=banner, libs=lib_rows, codes=codes)
+    out["tc_status.c"] = env.get_template("tc_status.c.j2").render(
+        banner=banner, libs=lib_rows, codes=codes)
+    out["tc_bindings.h"] = env.get_template("tc_bindings.h.j2").render(
+        banner=banner, cuda_version=cuda_version)
+    out["tc_internal.h"] = env.get_template("tc_internal.h.j2").render(
+        banner=banner, nsyms=len(syms))
+    out["tc_loader.c"] = env.get_template("tc_loader.c.j2").render(
+        banner=banner, libs=loader_libs)
+    out["tc_symbols.c"] = env.get_template("tc_symbols.c.j2").render(banner=banner, syms=syms)
+    for lib in libs:
+        tables = enum_tables(lib)
+        funcs = [render_function(f, lib, ids[f.name], tables)
+                 for f in sorted(lib.functions, key=lambda f: (f.header, f.line, f.name))]
+        pt = [f for f in funcs if f["per_thread"]]
+        out["tc_%s.h" % lib.key] = env.get_template("tc_lib.h.j2").render(
+            banner=banner, lib=lib, funcs=funcs, includes=INCLUDES[lib.key], per_thread=pt)
+        out["tc_%s.c" % lib.key] = env.get_template("tc_lib.c.j2").render(
+            banner=banner, lib=lib, funcs=funcs, enums=list(tables.values()))
+    cov = []
+    for lib in libs:
+        srcs = collections.Counter(p.source for f in lib.functions for p in f.params
+                                   if p.category == "pointer")
+        cov.append(dict(key=lib.key, title=lib.title, headers=lib.headers, declared=lib.declared,
+                        skipped=lib.skipped, functions=lib.functions,
+                        sonames=getattr(lib, "sonames", []),
+                        version_pfn=sum(1 for f in lib.functions
+                                        if f.version_source.startswith("PFN")),
+                        version_fallback=sum(1 for f in lib.functions
+                                             if f.version_source.startswith("CUDA_VERSION")),
+                        cxx_only=sorted({f.decl_name for f in lib.functions if f.cxx_only}),
+                        pointer_total=sum(srcs.values()),
+                        pointer_sources=sorted((k or "none", v) for k, v in srcs.items()),
+                        unclassified=lib.unclassified))
+    out["COVERAGE.md"] = env.get_template("COVERAGE.md.j2").render(
+        banner_text=banner_text, libs=cov, cuda_version_str=vstr)
+    problems = []
+    for lib in libs:
+        problems += ["unclassified pointer parameter: %s" % u for u in lib.unclassified]
+    problems += ["override rule matches nothing: %s" % r for r in unused]
+    return out, problems
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cuda-include", default=default_include(),
+                    help="directory holding cuda.h, cudaTypedefs.h, cublas_v2.h, curand.h")
+    ap.add_argument("--out", default=os.path.join(ROOT, "generated"))
+    ap.add_argument("--check", action="store_true",
+                    help="compare with --out instead of writing; exit 1 on any difference")
+    ap.add_argument("--allow-problems", action="store_true",
+                    help="write output even with unclassified pointers or stale overrides")
+    a = ap.parse_args(argv)
+    try:
+        files, problems = render(a.cuda_include)
+    except GenError as e:
+        print("thincuda_gen: error: %s" % e, file=sys.stderr)
+        return 2
+    for p in problems:
+        print("thincuda_gen: %s" % p, file=sys.stderr)
+    if problems and not a.allow_problems:
+        print("thincuda_gen: %d problem(s); fix gen/overrides.toml" % len(problems),
+              file=sys.stderr)
+        return 2
+    if a.check:
+        bad = 0
+        for rel, text in sorted(files.items()):
+            path = os.path.join(a.out, rel)
+            old = open(path).read() if os.path.exists(path) else ""
+            if old != text:
+                bad += 1
+                diff = difflib.unified_diff(old.splitlines(), text.splitlines(), path,
+                                            "regenerated", lineterm="", n=1)
+                print("\n".join(list(diff)[:40]))
+        extra = sorted(set(os.listdir(a.out)) - set(files)) if os.path.isdir(a.out) else []
+        for e in extra:
+            if e.startswith("tc_") or e == "COVERAGE.md":
+                bad += 1
+                print("stale file in %s: %s" % (a.out, e))
+        print("thincuda_gen: %s" % ("up to date" if not bad else "%d file(s) differ" % bad))
+        return 1 if bad else 0
+    os.makedirs(a.out, exist_ok=True)
+    for rel, text in sorted(files.items()):
+        with open(os.path.join(a.out, rel), "w") as fh:
+            fh.write(text)
+    print("thincuda_gen: wrote %d files to %s" % (len(files), os.path.relpath(a.out)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
