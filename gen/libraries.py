@@ -116,6 +116,12 @@ def driver(include_dir, overrides):
     files = {"cuda.h"}
     decls = function_decls(tu, files)
     aliases = macro_aliases(tu, files)
+    # cuda.h announces some per-thread variants only when per-thread streams are asked for.
+    tu_pt = parse(os.path.join(include_dir, "cuda.h"), include_dir,
+                  defines=["CUDA_API_PER_THREAD_DEFAULT_STREAM=1"])
+    for name, (target, pt) in macro_aliases(tu_pt, files).items():
+        if pt and name not in aliases:
+            aliases[name] = (target, pt)
     cuda_version = macro_int(tu, "CUDA_VERSION")
     if cuda_version is None:
         raise GenError("cuda.h defines no CUDA_VERSION")

@@ -422,18 +422,22 @@ def public_names(decls, aliases):
     itself when no macro targets it or it carries no `_vN` version suffix.
     """
     def resolve(name, depth=0):
-        if name in decls:
-            return name, ""
         if name in aliases and depth < 8:
             target, pt = aliases[name]
+            if target == name:
+                return (name, pt) if name in decls else (None, "")
             found, pt2 = resolve(target, depth + 1)
             return found, pt or pt2
+        if name in decls:
+            return name, ""
         return None, ""
 
     targets = {}
     for macro in aliases:
         found, pt = resolve(macro)
-        if found is not None and found != macro:
+        # `#define cuEventRecord __CUDA_API_PTSZ(cuEventRecord)` names itself, and matters
+        # only for the per-thread variant it announces.
+        if found is not None and (found != macro or pt):
             targets.setdefault(found, []).append((macro, pt))
     out = {}
     for d in decls:
@@ -441,5 +445,5 @@ def public_names(decls, aliases):
         if not names or not VERSION_SUFFIX.search(d):
             if d not in [n for n, _ in names]:
                 names.append((d, ""))
-        out[d] = sorted(names)
+        out[d] = sorted(set(names))
     return out

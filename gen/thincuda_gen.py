@@ -30,7 +30,7 @@ LIB_TITLE = {"thincuda": "thincuda", "cuda": "CUDA driver", "cublas": "cuBLAS",
 LIB_ENV = {"cuda": "THINCUDA_LIBCUDA", "cublas": "THINCUDA_LIBCUBLAS",
            "curand": "THINCUDA_LIBCURAND"}
 STATUS_ENUMS = {"cuda": "CUresult", "cublas": "cublasStatus_t", "curand": "curandStatus_t"}
-INCLUDES = {"cuda": ["cuda.h"], "cublas": ["cublas_api.h"], "curand": ["curand.h"]}
+INCLUDES = {"cuda": ["cuda.h"], "cublas": ["cublas_v2.h"], "curand": ["curand.h"]}
 SCALAR_OUT = {"int", "uint", "float", "enum", "pointer", "char"}
 
 

@@ -5,7 +5,7 @@
 #ifndef TC_CUBLAS_H
 #define TC_CUBLAS_H
 
-#include <cublas_api.h>
+#include <cublas_v2.h>
 
 #include "tc_bindings.h"
 

@@ -76,9 +76,10 @@ typedef curandStatus_t (*pfn_curandCreateGenerator)(curandGenerator_t *generator
 static TC__NOINLINE tc_status slow_curandCreateGenerator(curandGenerator_t *generator, curandRngType_t rng_type)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1174, &tc__p);
+    tc_status tc__st = tc__resolve(1224, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandCreateGenerator");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_e(&tc__tl, "rng_type", (long long)rng_type, ename_curandRngType_t((long long)rng_type));
@@ -87,9 +88,9 @@ static TC__NOINLINE tc_status slow_curandCreateGenerator(curandGenerator_t *gene
         pfn_curandCreateGenerator tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, rng_type);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1174);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1224);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         if (tc__st == TC_OK) {
             if (generator) tc__tl_p(&tc__tl, "*generator", (const void *)*generator);
@@ -101,13 +102,13 @@ static TC__NOINLINE tc_status slow_curandCreateGenerator(curandGenerator_t *gene
 
 tc_status tc_curandCreateGenerator(curandGenerator_t *generator, curandRngType_t rng_type)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1174], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1224], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandCreateGenerator(generator, rng_type);
     pfn_curandCreateGenerator tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, rng_type);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1174);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1224);
 }
 
 typedef curandStatus_t (*pfn_curandCreateGeneratorHost)(curandGenerator_t *generator, curandRngType_t rng_type);
@@ -115,9 +116,10 @@ typedef curandStatus_t (*pfn_curandCreateGeneratorHost)(curandGenerator_t *gener
 static TC__NOINLINE tc_status slow_curandCreateGeneratorHost(curandGenerator_t *generator, curandRngType_t rng_type)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1175, &tc__p);
+    tc_status tc__st = tc__resolve(1225, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandCreateGeneratorHost");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_e(&tc__tl, "rng_type", (long long)rng_type, ename_curandRngType_t((long long)rng_type));
@@ -126,9 +128,9 @@ static TC__NOINLINE tc_status slow_curandCreateGeneratorHost(curandGenerator_t *
         pfn_curandCreateGeneratorHost tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, rng_type);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1175);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1225);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         if (tc__st == TC_OK) {
             if (generator) tc__tl_p(&tc__tl, "*generator", (const void *)*generator);
@@ -140,13 +142,13 @@ static TC__NOINLINE tc_status slow_curandCreateGeneratorHost(curandGenerator_t *
 
 tc_status tc_curandCreateGeneratorHost(curandGenerator_t *generator, curandRngType_t rng_type)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1175], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1225], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandCreateGeneratorHost(generator, rng_type);
     pfn_curandCreateGeneratorHost tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, rng_type);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1175);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1225);
 }
 
 typedef curandStatus_t (*pfn_curandDestroyGenerator)(curandGenerator_t generator);
@@ -154,9 +156,10 @@ typedef curandStatus_t (*pfn_curandDestroyGenerator)(curandGenerator_t generator
 static TC__NOINLINE tc_status slow_curandDestroyGenerator(curandGenerator_t generator)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1178, &tc__p);
+    tc_status tc__st = tc__resolve(1228, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandDestroyGenerator");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
     }
@@ -164,9 +167,9 @@ static TC__NOINLINE tc_status slow_curandDestroyGenerator(curandGenerator_t gene
         pfn_curandDestroyGenerator tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1178);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1228);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -175,13 +178,13 @@ static TC__NOINLINE tc_status slow_curandDestroyGenerator(curandGenerator_t gene
 
 tc_status tc_curandDestroyGenerator(curandGenerator_t generator)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1178], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1228], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandDestroyGenerator(generator);
     pfn_curandDestroyGenerator tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1178);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1228);
 }
 
 typedef curandStatus_t (*pfn_curandGetVersion)(int *version);
@@ -189,9 +192,10 @@ typedef curandStatus_t (*pfn_curandGetVersion)(int *version);
 static TC__NOINLINE tc_status slow_curandGetVersion(int *version)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1197, &tc__p);
+    tc_status tc__st = tc__resolve(1247, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGetVersion");
         tc__tl_p(&tc__tl, "version", (const void *)version);
     }
@@ -199,9 +203,9 @@ static TC__NOINLINE tc_status slow_curandGetVersion(int *version)
         pfn_curandGetVersion tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(version);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1197);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1247);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         if (tc__st == TC_OK) {
             if (version) tc__tl_i(&tc__tl, "*version", (long long)*version);
@@ -213,13 +217,13 @@ static TC__NOINLINE tc_status slow_curandGetVersion(int *version)
 
 tc_status tc_curandGetVersion(int *version)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1197], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1247], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGetVersion(version);
     pfn_curandGetVersion tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(version);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1197);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1247);
 }
 
 typedef curandStatus_t (*pfn_curandGetProperty)(libraryPropertyType type, int *value);
@@ -227,9 +231,10 @@ typedef curandStatus_t (*pfn_curandGetProperty)(libraryPropertyType type, int *v
 static TC__NOINLINE tc_status slow_curandGetProperty(libraryPropertyType type, int *value)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1194, &tc__p);
+    tc_status tc__st = tc__resolve(1244, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGetProperty");
         tc__tl_e(&tc__tl, "type", (long long)type, NULL);
         tc__tl_p(&tc__tl, "value", (const void *)value);
@@ -238,9 +243,9 @@ static TC__NOINLINE tc_status slow_curandGetProperty(libraryPropertyType type, i
         pfn_curandGetProperty tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(type, value);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1194);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1244);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         if (tc__st == TC_OK) {
             if (value) tc__tl_i(&tc__tl, "*value", (long long)*value);
@@ -252,13 +257,13 @@ static TC__NOINLINE tc_status slow_curandGetProperty(libraryPropertyType type, i
 
 tc_status tc_curandGetProperty(libraryPropertyType type, int *value)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1194], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1244], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGetProperty(type, value);
     pfn_curandGetProperty tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(type, value);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1194);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1244);
 }
 
 typedef curandStatus_t (*pfn_curandSetStream)(curandGenerator_t generator, cudaStream_t stream);
@@ -266,9 +271,10 @@ typedef curandStatus_t (*pfn_curandSetStream)(curandGenerator_t generator, cudaS
 static TC__NOINLINE tc_status slow_curandSetStream(curandGenerator_t generator, cudaStream_t stream)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1202, &tc__p);
+    tc_status tc__st = tc__resolve(1252, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandSetStream");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_p(&tc__tl, "stream", (const void *)stream);
@@ -277,9 +283,9 @@ static TC__NOINLINE tc_status slow_curandSetStream(curandGenerator_t generator, 
         pfn_curandSetStream tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, stream);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1202);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1252);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -288,13 +294,13 @@ static TC__NOINLINE tc_status slow_curandSetStream(curandGenerator_t generator, 
 
 tc_status tc_curandSetStream(curandGenerator_t generator, cudaStream_t stream)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1202], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1252], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandSetStream(generator, stream);
     pfn_curandSetStream tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, stream);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1202);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1252);
 }
 
 typedef curandStatus_t (*pfn_curandSetPseudoRandomGeneratorSeed)(curandGenerator_t generator, unsigned long long seed);
@@ -302,9 +308,10 @@ typedef curandStatus_t (*pfn_curandSetPseudoRandomGeneratorSeed)(curandGenerator
 static TC__NOINLINE tc_status slow_curandSetPseudoRandomGeneratorSeed(curandGenerator_t generator, unsigned long long seed)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1200, &tc__p);
+    tc_status tc__st = tc__resolve(1250, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandSetPseudoRandomGeneratorSeed");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_u(&tc__tl, "seed", (unsigned long long)seed);
@@ -313,9 +320,9 @@ static TC__NOINLINE tc_status slow_curandSetPseudoRandomGeneratorSeed(curandGene
         pfn_curandSetPseudoRandomGeneratorSeed tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, seed);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1200);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1250);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -324,13 +331,13 @@ static TC__NOINLINE tc_status slow_curandSetPseudoRandomGeneratorSeed(curandGene
 
 tc_status tc_curandSetPseudoRandomGeneratorSeed(curandGenerator_t generator, unsigned long long seed)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1200], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1250], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandSetPseudoRandomGeneratorSeed(generator, seed);
     pfn_curandSetPseudoRandomGeneratorSeed tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, seed);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1200);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1250);
 }
 
 typedef curandStatus_t (*pfn_curandSetGeneratorOffset)(curandGenerator_t generator, unsigned long long offset);
@@ -338,9 +345,10 @@ typedef curandStatus_t (*pfn_curandSetGeneratorOffset)(curandGenerator_t generat
 static TC__NOINLINE tc_status slow_curandSetGeneratorOffset(curandGenerator_t generator, unsigned long long offset)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1198, &tc__p);
+    tc_status tc__st = tc__resolve(1248, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandSetGeneratorOffset");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_u(&tc__tl, "offset", (unsigned long long)offset);
@@ -349,9 +357,9 @@ static TC__NOINLINE tc_status slow_curandSetGeneratorOffset(curandGenerator_t ge
         pfn_curandSetGeneratorOffset tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, offset);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1198);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1248);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -360,13 +368,13 @@ static TC__NOINLINE tc_status slow_curandSetGeneratorOffset(curandGenerator_t ge
 
 tc_status tc_curandSetGeneratorOffset(curandGenerator_t generator, unsigned long long offset)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1198], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1248], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandSetGeneratorOffset(generator, offset);
     pfn_curandSetGeneratorOffset tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, offset);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1198);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1248);
 }
 
 typedef curandStatus_t (*pfn_curandSetGeneratorOrdering)(curandGenerator_t generator, curandOrdering_t order);
@@ -374,9 +382,10 @@ typedef curandStatus_t (*pfn_curandSetGeneratorOrdering)(curandGenerator_t gener
 static TC__NOINLINE tc_status slow_curandSetGeneratorOrdering(curandGenerator_t generator, curandOrdering_t order)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1199, &tc__p);
+    tc_status tc__st = tc__resolve(1249, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandSetGeneratorOrdering");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_e(&tc__tl, "order", (long long)order, ename_curandOrdering_t((long long)order));
@@ -385,9 +394,9 @@ static TC__NOINLINE tc_status slow_curandSetGeneratorOrdering(curandGenerator_t 
         pfn_curandSetGeneratorOrdering tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, order);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1199);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1249);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -396,13 +405,13 @@ static TC__NOINLINE tc_status slow_curandSetGeneratorOrdering(curandGenerator_t 
 
 tc_status tc_curandSetGeneratorOrdering(curandGenerator_t generator, curandOrdering_t order)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1199], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1249], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandSetGeneratorOrdering(generator, order);
     pfn_curandSetGeneratorOrdering tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, order);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1199);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1249);
 }
 
 typedef curandStatus_t (*pfn_curandSetQuasiRandomGeneratorDimensions)(curandGenerator_t generator, unsigned int num_dimensions);
@@ -410,9 +419,10 @@ typedef curandStatus_t (*pfn_curandSetQuasiRandomGeneratorDimensions)(curandGene
 static TC__NOINLINE tc_status slow_curandSetQuasiRandomGeneratorDimensions(curandGenerator_t generator, unsigned int num_dimensions)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1201, &tc__p);
+    tc_status tc__st = tc__resolve(1251, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandSetQuasiRandomGeneratorDimensions");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_u(&tc__tl, "num_dimensions", (unsigned long long)num_dimensions);
@@ -421,9 +431,9 @@ static TC__NOINLINE tc_status slow_curandSetQuasiRandomGeneratorDimensions(curan
         pfn_curandSetQuasiRandomGeneratorDimensions tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, num_dimensions);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1201);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1251);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -432,13 +442,13 @@ static TC__NOINLINE tc_status slow_curandSetQuasiRandomGeneratorDimensions(curan
 
 tc_status tc_curandSetQuasiRandomGeneratorDimensions(curandGenerator_t generator, unsigned int num_dimensions)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1201], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1251], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandSetQuasiRandomGeneratorDimensions(generator, num_dimensions);
     pfn_curandSetQuasiRandomGeneratorDimensions tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, num_dimensions);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1201);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1251);
 }
 
 typedef curandStatus_t (*pfn_curandGenerate)(curandGenerator_t generator, unsigned int *outputPtr, size_t num);
@@ -446,9 +456,10 @@ typedef curandStatus_t (*pfn_curandGenerate)(curandGenerator_t generator, unsign
 static TC__NOINLINE tc_status slow_curandGenerate(curandGenerator_t generator, unsigned int *outputPtr, size_t num)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1179, &tc__p);
+    tc_status tc__st = tc__resolve(1229, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGenerate");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_p(&tc__tl, "outputPtr", (const void *)outputPtr);
@@ -458,9 +469,9 @@ static TC__NOINLINE tc_status slow_curandGenerate(curandGenerator_t generator, u
         pfn_curandGenerate tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, outputPtr, num);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1179);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1229);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -469,13 +480,13 @@ static TC__NOINLINE tc_status slow_curandGenerate(curandGenerator_t generator, u
 
 tc_status tc_curandGenerate(curandGenerator_t generator, unsigned int *outputPtr, size_t num)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1179], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1229], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGenerate(generator, outputPtr, num);
     pfn_curandGenerate tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, outputPtr, num);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1179);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1229);
 }
 
 typedef curandStatus_t (*pfn_curandGenerateLongLong)(curandGenerator_t generator, unsigned long long *outputPtr, size_t num);
@@ -483,9 +494,10 @@ typedef curandStatus_t (*pfn_curandGenerateLongLong)(curandGenerator_t generator
 static TC__NOINLINE tc_status slow_curandGenerateLongLong(curandGenerator_t generator, unsigned long long *outputPtr, size_t num)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1184, &tc__p);
+    tc_status tc__st = tc__resolve(1234, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGenerateLongLong");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_p(&tc__tl, "outputPtr", (const void *)outputPtr);
@@ -495,9 +507,9 @@ static TC__NOINLINE tc_status slow_curandGenerateLongLong(curandGenerator_t gene
         pfn_curandGenerateLongLong tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, outputPtr, num);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1184);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1234);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -506,13 +518,13 @@ static TC__NOINLINE tc_status slow_curandGenerateLongLong(curandGenerator_t gene
 
 tc_status tc_curandGenerateLongLong(curandGenerator_t generator, unsigned long long *outputPtr, size_t num)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1184], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1234], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGenerateLongLong(generator, outputPtr, num);
     pfn_curandGenerateLongLong tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, outputPtr, num);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1184);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1234);
 }
 
 typedef curandStatus_t (*pfn_curandGenerateUniform)(curandGenerator_t generator, float *outputPtr, size_t num);
@@ -520,9 +532,10 @@ typedef curandStatus_t (*pfn_curandGenerateUniform)(curandGenerator_t generator,
 static TC__NOINLINE tc_status slow_curandGenerateUniform(curandGenerator_t generator, float *outputPtr, size_t num)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1190, &tc__p);
+    tc_status tc__st = tc__resolve(1240, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGenerateUniform");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_p(&tc__tl, "outputPtr", (const void *)outputPtr);
@@ -532,9 +545,9 @@ static TC__NOINLINE tc_status slow_curandGenerateUniform(curandGenerator_t gener
         pfn_curandGenerateUniform tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, outputPtr, num);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1190);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1240);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -543,13 +556,13 @@ static TC__NOINLINE tc_status slow_curandGenerateUniform(curandGenerator_t gener
 
 tc_status tc_curandGenerateUniform(curandGenerator_t generator, float *outputPtr, size_t num)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1190], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1240], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGenerateUniform(generator, outputPtr, num);
     pfn_curandGenerateUniform tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, outputPtr, num);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1190);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1240);
 }
 
 typedef curandStatus_t (*pfn_curandGenerateUniformDouble)(curandGenerator_t generator, double *outputPtr, size_t num);
@@ -557,9 +570,10 @@ typedef curandStatus_t (*pfn_curandGenerateUniformDouble)(curandGenerator_t gene
 static TC__NOINLINE tc_status slow_curandGenerateUniformDouble(curandGenerator_t generator, double *outputPtr, size_t num)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1191, &tc__p);
+    tc_status tc__st = tc__resolve(1241, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGenerateUniformDouble");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_p(&tc__tl, "outputPtr", (const void *)outputPtr);
@@ -569,9 +583,9 @@ static TC__NOINLINE tc_status slow_curandGenerateUniformDouble(curandGenerator_t
         pfn_curandGenerateUniformDouble tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, outputPtr, num);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1191);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1241);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -580,13 +594,13 @@ static TC__NOINLINE tc_status slow_curandGenerateUniformDouble(curandGenerator_t
 
 tc_status tc_curandGenerateUniformDouble(curandGenerator_t generator, double *outputPtr, size_t num)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1191], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1241], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGenerateUniformDouble(generator, outputPtr, num);
     pfn_curandGenerateUniformDouble tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, outputPtr, num);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1191);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1241);
 }
 
 typedef curandStatus_t (*pfn_curandGenerateNormal)(curandGenerator_t generator, float *outputPtr, size_t n, float mean, float stddev);
@@ -594,9 +608,10 @@ typedef curandStatus_t (*pfn_curandGenerateNormal)(curandGenerator_t generator, 
 static TC__NOINLINE tc_status slow_curandGenerateNormal(curandGenerator_t generator, float *outputPtr, size_t n, float mean, float stddev)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1185, &tc__p);
+    tc_status tc__st = tc__resolve(1235, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGenerateNormal");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_p(&tc__tl, "outputPtr", (const void *)outputPtr);
@@ -608,9 +623,9 @@ static TC__NOINLINE tc_status slow_curandGenerateNormal(curandGenerator_t genera
         pfn_curandGenerateNormal tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, outputPtr, n, mean, stddev);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1185);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1235);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -619,13 +634,13 @@ static TC__NOINLINE tc_status slow_curandGenerateNormal(curandGenerator_t genera
 
 tc_status tc_curandGenerateNormal(curandGenerator_t generator, float *outputPtr, size_t n, float mean, float stddev)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1185], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1235], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGenerateNormal(generator, outputPtr, n, mean, stddev);
     pfn_curandGenerateNormal tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, outputPtr, n, mean, stddev);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1185);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1235);
 }
 
 typedef curandStatus_t (*pfn_curandGenerateNormalDouble)(curandGenerator_t generator, double *outputPtr, size_t n, double mean, double stddev);
@@ -633,9 +648,10 @@ typedef curandStatus_t (*pfn_curandGenerateNormalDouble)(curandGenerator_t gener
 static TC__NOINLINE tc_status slow_curandGenerateNormalDouble(curandGenerator_t generator, double *outputPtr, size_t n, double mean, double stddev)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1186, &tc__p);
+    tc_status tc__st = tc__resolve(1236, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGenerateNormalDouble");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_p(&tc__tl, "outputPtr", (const void *)outputPtr);
@@ -647,9 +663,9 @@ static TC__NOINLINE tc_status slow_curandGenerateNormalDouble(curandGenerator_t 
         pfn_curandGenerateNormalDouble tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, outputPtr, n, mean, stddev);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1186);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1236);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -658,13 +674,13 @@ static TC__NOINLINE tc_status slow_curandGenerateNormalDouble(curandGenerator_t 
 
 tc_status tc_curandGenerateNormalDouble(curandGenerator_t generator, double *outputPtr, size_t n, double mean, double stddev)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1186], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1236], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGenerateNormalDouble(generator, outputPtr, n, mean, stddev);
     pfn_curandGenerateNormalDouble tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, outputPtr, n, mean, stddev);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1186);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1236);
 }
 
 typedef curandStatus_t (*pfn_curandGenerateLogNormal)(curandGenerator_t generator, float *outputPtr, size_t n, float mean, float stddev);
@@ -672,9 +688,10 @@ typedef curandStatus_t (*pfn_curandGenerateLogNormal)(curandGenerator_t generato
 static TC__NOINLINE tc_status slow_curandGenerateLogNormal(curandGenerator_t generator, float *outputPtr, size_t n, float mean, float stddev)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1182, &tc__p);
+    tc_status tc__st = tc__resolve(1232, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGenerateLogNormal");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_p(&tc__tl, "outputPtr", (const void *)outputPtr);
@@ -686,9 +703,9 @@ static TC__NOINLINE tc_status slow_curandGenerateLogNormal(curandGenerator_t gen
         pfn_curandGenerateLogNormal tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, outputPtr, n, mean, stddev);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1182);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1232);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -697,13 +714,13 @@ static TC__NOINLINE tc_status slow_curandGenerateLogNormal(curandGenerator_t gen
 
 tc_status tc_curandGenerateLogNormal(curandGenerator_t generator, float *outputPtr, size_t n, float mean, float stddev)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1182], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1232], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGenerateLogNormal(generator, outputPtr, n, mean, stddev);
     pfn_curandGenerateLogNormal tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, outputPtr, n, mean, stddev);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1182);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1232);
 }
 
 typedef curandStatus_t (*pfn_curandGenerateLogNormalDouble)(curandGenerator_t generator, double *outputPtr, size_t n, double mean, double stddev);
@@ -711,9 +728,10 @@ typedef curandStatus_t (*pfn_curandGenerateLogNormalDouble)(curandGenerator_t ge
 static TC__NOINLINE tc_status slow_curandGenerateLogNormalDouble(curandGenerator_t generator, double *outputPtr, size_t n, double mean, double stddev)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1183, &tc__p);
+    tc_status tc__st = tc__resolve(1233, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGenerateLogNormalDouble");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_p(&tc__tl, "outputPtr", (const void *)outputPtr);
@@ -725,9 +743,9 @@ static TC__NOINLINE tc_status slow_curandGenerateLogNormalDouble(curandGenerator
         pfn_curandGenerateLogNormalDouble tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, outputPtr, n, mean, stddev);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1183);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1233);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -736,13 +754,13 @@ static TC__NOINLINE tc_status slow_curandGenerateLogNormalDouble(curandGenerator
 
 tc_status tc_curandGenerateLogNormalDouble(curandGenerator_t generator, double *outputPtr, size_t n, double mean, double stddev)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1183], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1233], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGenerateLogNormalDouble(generator, outputPtr, n, mean, stddev);
     pfn_curandGenerateLogNormalDouble tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, outputPtr, n, mean, stddev);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1183);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1233);
 }
 
 typedef curandStatus_t (*pfn_curandCreatePoissonDistribution)(double lambda, curandDiscreteDistribution_t *discrete_distribution);
@@ -750,9 +768,10 @@ typedef curandStatus_t (*pfn_curandCreatePoissonDistribution)(double lambda, cur
 static TC__NOINLINE tc_status slow_curandCreatePoissonDistribution(double lambda, curandDiscreteDistribution_t *discrete_distribution)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1176, &tc__p);
+    tc_status tc__st = tc__resolve(1226, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandCreatePoissonDistribution");
         tc__tl_f(&tc__tl, "lambda", (double)lambda);
         tc__tl_p(&tc__tl, "discrete_distribution", (const void *)discrete_distribution);
@@ -761,9 +780,9 @@ static TC__NOINLINE tc_status slow_curandCreatePoissonDistribution(double lambda
         pfn_curandCreatePoissonDistribution tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(lambda, discrete_distribution);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1176);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1226);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         if (tc__st == TC_OK) {
             if (discrete_distribution) tc__tl_p(&tc__tl, "*discrete_distribution", (const void *)*discrete_distribution);
@@ -775,13 +794,13 @@ static TC__NOINLINE tc_status slow_curandCreatePoissonDistribution(double lambda
 
 tc_status tc_curandCreatePoissonDistribution(double lambda, curandDiscreteDistribution_t *discrete_distribution)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1176], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1226], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandCreatePoissonDistribution(lambda, discrete_distribution);
     pfn_curandCreatePoissonDistribution tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(lambda, discrete_distribution);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1176);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1226);
 }
 
 typedef curandStatus_t (*pfn_curandDestroyDistribution)(curandDiscreteDistribution_t discrete_distribution);
@@ -789,9 +808,10 @@ typedef curandStatus_t (*pfn_curandDestroyDistribution)(curandDiscreteDistributi
 static TC__NOINLINE tc_status slow_curandDestroyDistribution(curandDiscreteDistribution_t discrete_distribution)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1177, &tc__p);
+    tc_status tc__st = tc__resolve(1227, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandDestroyDistribution");
         tc__tl_p(&tc__tl, "discrete_distribution", (const void *)discrete_distribution);
     }
@@ -799,9 +819,9 @@ static TC__NOINLINE tc_status slow_curandDestroyDistribution(curandDiscreteDistr
         pfn_curandDestroyDistribution tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(discrete_distribution);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1177);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1227);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -810,13 +830,13 @@ static TC__NOINLINE tc_status slow_curandDestroyDistribution(curandDiscreteDistr
 
 tc_status tc_curandDestroyDistribution(curandDiscreteDistribution_t discrete_distribution)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1177], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1227], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandDestroyDistribution(discrete_distribution);
     pfn_curandDestroyDistribution tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(discrete_distribution);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1177);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1227);
 }
 
 typedef curandStatus_t (*pfn_curandGeneratePoisson)(curandGenerator_t generator, unsigned int *outputPtr, size_t n, double lambda);
@@ -824,9 +844,10 @@ typedef curandStatus_t (*pfn_curandGeneratePoisson)(curandGenerator_t generator,
 static TC__NOINLINE tc_status slow_curandGeneratePoisson(curandGenerator_t generator, unsigned int *outputPtr, size_t n, double lambda)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1187, &tc__p);
+    tc_status tc__st = tc__resolve(1237, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGeneratePoisson");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_p(&tc__tl, "outputPtr", (const void *)outputPtr);
@@ -837,9 +858,9 @@ static TC__NOINLINE tc_status slow_curandGeneratePoisson(curandGenerator_t gener
         pfn_curandGeneratePoisson tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, outputPtr, n, lambda);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1187);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1237);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -848,13 +869,13 @@ static TC__NOINLINE tc_status slow_curandGeneratePoisson(curandGenerator_t gener
 
 tc_status tc_curandGeneratePoisson(curandGenerator_t generator, unsigned int *outputPtr, size_t n, double lambda)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1187], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1237], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGeneratePoisson(generator, outputPtr, n, lambda);
     pfn_curandGeneratePoisson tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, outputPtr, n, lambda);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1187);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1237);
 }
 
 typedef curandStatus_t (*pfn_curandGeneratePoissonMethod)(curandGenerator_t generator, unsigned int *outputPtr, size_t n, double lambda, curandMethod_t method);
@@ -862,9 +883,10 @@ typedef curandStatus_t (*pfn_curandGeneratePoissonMethod)(curandGenerator_t gene
 static TC__NOINLINE tc_status slow_curandGeneratePoissonMethod(curandGenerator_t generator, unsigned int *outputPtr, size_t n, double lambda, curandMethod_t method)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1188, &tc__p);
+    tc_status tc__st = tc__resolve(1238, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGeneratePoissonMethod");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_p(&tc__tl, "outputPtr", (const void *)outputPtr);
@@ -876,9 +898,9 @@ static TC__NOINLINE tc_status slow_curandGeneratePoissonMethod(curandGenerator_t
         pfn_curandGeneratePoissonMethod tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, outputPtr, n, lambda, method);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1188);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1238);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -887,13 +909,13 @@ static TC__NOINLINE tc_status slow_curandGeneratePoissonMethod(curandGenerator_t
 
 tc_status tc_curandGeneratePoissonMethod(curandGenerator_t generator, unsigned int *outputPtr, size_t n, double lambda, curandMethod_t method)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1188], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1238], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGeneratePoissonMethod(generator, outputPtr, n, lambda, method);
     pfn_curandGeneratePoissonMethod tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, outputPtr, n, lambda, method);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1188);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1238);
 }
 
 typedef curandStatus_t (*pfn_curandGenerateBinomial)(curandGenerator_t generator, unsigned int *outputPtr, size_t num, unsigned int n, double p);
@@ -901,9 +923,10 @@ typedef curandStatus_t (*pfn_curandGenerateBinomial)(curandGenerator_t generator
 static TC__NOINLINE tc_status slow_curandGenerateBinomial(curandGenerator_t generator, unsigned int *outputPtr, size_t num, unsigned int n, double p)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1180, &tc__p);
+    tc_status tc__st = tc__resolve(1230, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGenerateBinomial");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_p(&tc__tl, "outputPtr", (const void *)outputPtr);
@@ -915,9 +938,9 @@ static TC__NOINLINE tc_status slow_curandGenerateBinomial(curandGenerator_t gene
         pfn_curandGenerateBinomial tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, outputPtr, num, n, p);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1180);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1230);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -926,13 +949,13 @@ static TC__NOINLINE tc_status slow_curandGenerateBinomial(curandGenerator_t gene
 
 tc_status tc_curandGenerateBinomial(curandGenerator_t generator, unsigned int *outputPtr, size_t num, unsigned int n, double p)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1180], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1230], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGenerateBinomial(generator, outputPtr, num, n, p);
     pfn_curandGenerateBinomial tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, outputPtr, num, n, p);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1180);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1230);
 }
 
 typedef curandStatus_t (*pfn_curandGenerateBinomialMethod)(curandGenerator_t generator, unsigned int *outputPtr, size_t num, unsigned int n, double p, curandMethod_t method);
@@ -940,9 +963,10 @@ typedef curandStatus_t (*pfn_curandGenerateBinomialMethod)(curandGenerator_t gen
 static TC__NOINLINE tc_status slow_curandGenerateBinomialMethod(curandGenerator_t generator, unsigned int *outputPtr, size_t num, unsigned int n, double p, curandMethod_t method)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1181, &tc__p);
+    tc_status tc__st = tc__resolve(1231, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGenerateBinomialMethod");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
         tc__tl_p(&tc__tl, "outputPtr", (const void *)outputPtr);
@@ -955,9 +979,9 @@ static TC__NOINLINE tc_status slow_curandGenerateBinomialMethod(curandGenerator_
         pfn_curandGenerateBinomialMethod tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator, outputPtr, num, n, p, method);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1181);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1231);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -966,13 +990,13 @@ static TC__NOINLINE tc_status slow_curandGenerateBinomialMethod(curandGenerator_
 
 tc_status tc_curandGenerateBinomialMethod(curandGenerator_t generator, unsigned int *outputPtr, size_t num, unsigned int n, double p, curandMethod_t method)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1181], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1231], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGenerateBinomialMethod(generator, outputPtr, num, n, p, method);
     pfn_curandGenerateBinomialMethod tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator, outputPtr, num, n, p, method);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1181);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1231);
 }
 
 typedef curandStatus_t (*pfn_curandGenerateSeeds)(curandGenerator_t generator);
@@ -980,9 +1004,10 @@ typedef curandStatus_t (*pfn_curandGenerateSeeds)(curandGenerator_t generator);
 static TC__NOINLINE tc_status slow_curandGenerateSeeds(curandGenerator_t generator)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1189, &tc__p);
+    tc_status tc__st = tc__resolve(1239, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGenerateSeeds");
         tc__tl_p(&tc__tl, "generator", (const void *)generator);
     }
@@ -990,9 +1015,9 @@ static TC__NOINLINE tc_status slow_curandGenerateSeeds(curandGenerator_t generat
         pfn_curandGenerateSeeds tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(generator);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1189);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1239);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         tc__tl_end(&tc__tl);
     }
@@ -1001,13 +1026,13 @@ static TC__NOINLINE tc_status slow_curandGenerateSeeds(curandGenerator_t generat
 
 tc_status tc_curandGenerateSeeds(curandGenerator_t generator)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1189], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1239], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGenerateSeeds(generator);
     pfn_curandGenerateSeeds tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(generator);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1189);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1239);
 }
 
 typedef curandStatus_t (*pfn_curandGetDirectionVectors32)(curandDirectionVectors32_t * vectors[], curandDirectionVectorSet_t set);
@@ -1015,9 +1040,10 @@ typedef curandStatus_t (*pfn_curandGetDirectionVectors32)(curandDirectionVectors
 static TC__NOINLINE tc_status slow_curandGetDirectionVectors32(curandDirectionVectors32_t * vectors[], curandDirectionVectorSet_t set)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1192, &tc__p);
+    tc_status tc__st = tc__resolve(1242, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGetDirectionVectors32");
         tc__tl_p(&tc__tl, "vectors", (const void *)vectors);
         tc__tl_e(&tc__tl, "set", (long long)set, ename_curandDirectionVectorSet_t((long long)set));
@@ -1026,9 +1052,9 @@ static TC__NOINLINE tc_status slow_curandGetDirectionVectors32(curandDirectionVe
         pfn_curandGetDirectionVectors32 tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(vectors, set);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1192);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1242);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         if (tc__st == TC_OK) {
             if (vectors) tc__tl_p(&tc__tl, "*vectors", (const void *)*vectors);
@@ -1040,13 +1066,13 @@ static TC__NOINLINE tc_status slow_curandGetDirectionVectors32(curandDirectionVe
 
 tc_status tc_curandGetDirectionVectors32(curandDirectionVectors32_t * vectors[], curandDirectionVectorSet_t set)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1192], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1242], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGetDirectionVectors32(vectors, set);
     pfn_curandGetDirectionVectors32 tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(vectors, set);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1192);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1242);
 }
 
 typedef curandStatus_t (*pfn_curandGetScrambleConstants32)(unsigned int **constants);
@@ -1054,9 +1080,10 @@ typedef curandStatus_t (*pfn_curandGetScrambleConstants32)(unsigned int **consta
 static TC__NOINLINE tc_status slow_curandGetScrambleConstants32(unsigned int **constants)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1195, &tc__p);
+    tc_status tc__st = tc__resolve(1245, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGetScrambleConstants32");
         tc__tl_p(&tc__tl, "constants", (const void *)constants);
     }
@@ -1064,9 +1091,9 @@ static TC__NOINLINE tc_status slow_curandGetScrambleConstants32(unsigned int **c
         pfn_curandGetScrambleConstants32 tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(constants);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1195);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1245);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         if (tc__st == TC_OK) {
             if (constants) tc__tl_p(&tc__tl, "*constants", (const void *)*constants);
@@ -1078,13 +1105,13 @@ static TC__NOINLINE tc_status slow_curandGetScrambleConstants32(unsigned int **c
 
 tc_status tc_curandGetScrambleConstants32(unsigned int **constants)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1195], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1245], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGetScrambleConstants32(constants);
     pfn_curandGetScrambleConstants32 tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(constants);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1195);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1245);
 }
 
 typedef curandStatus_t (*pfn_curandGetDirectionVectors64)(curandDirectionVectors64_t * vectors[], curandDirectionVectorSet_t set);
@@ -1092,9 +1119,10 @@ typedef curandStatus_t (*pfn_curandGetDirectionVectors64)(curandDirectionVectors
 static TC__NOINLINE tc_status slow_curandGetDirectionVectors64(curandDirectionVectors64_t * vectors[], curandDirectionVectorSet_t set)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1193, &tc__p);
+    tc_status tc__st = tc__resolve(1243, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGetDirectionVectors64");
         tc__tl_p(&tc__tl, "vectors", (const void *)vectors);
         tc__tl_e(&tc__tl, "set", (long long)set, ename_curandDirectionVectorSet_t((long long)set));
@@ -1103,9 +1131,9 @@ static TC__NOINLINE tc_status slow_curandGetDirectionVectors64(curandDirectionVe
         pfn_curandGetDirectionVectors64 tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(vectors, set);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1193);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1243);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         if (tc__st == TC_OK) {
             if (vectors) tc__tl_p(&tc__tl, "*vectors", (const void *)*vectors);
@@ -1117,13 +1145,13 @@ static TC__NOINLINE tc_status slow_curandGetDirectionVectors64(curandDirectionVe
 
 tc_status tc_curandGetDirectionVectors64(curandDirectionVectors64_t * vectors[], curandDirectionVectorSet_t set)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1193], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1243], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGetDirectionVectors64(vectors, set);
     pfn_curandGetDirectionVectors64 tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(vectors, set);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1193);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1243);
 }
 
 typedef curandStatus_t (*pfn_curandGetScrambleConstants64)(unsigned long long **constants);
@@ -1131,9 +1159,10 @@ typedef curandStatus_t (*pfn_curandGetScrambleConstants64)(unsigned long long **
 static TC__NOINLINE tc_status slow_curandGetScrambleConstants64(unsigned long long **constants)
 {
     void *tc__p;
-    tc_status tc__st = tc__resolve(1196, &tc__p);
+    tc_status tc__st = tc__resolve(1246, &tc__p);
     tc__tline tc__tl;
-    if (tc__trace_on) {
+    const int tc__tr = tc__trace_on;
+    if (tc__tr) {
         tc__tl_begin(&tc__tl, "curandGetScrambleConstants64");
         tc__tl_p(&tc__tl, "constants", (const void *)constants);
     }
@@ -1141,9 +1170,9 @@ static TC__NOINLINE tc_status slow_curandGetScrambleConstants64(unsigned long lo
         pfn_curandGetScrambleConstants64 tc__fn;
         memcpy(&tc__fn, &tc__p, sizeof tc__fn);
         curandStatus_t tc__r = tc__fn(constants);
-        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1196);
+        tc__st = tc__r == CURAND_STATUS_SUCCESS ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1246);
     }
-    if (tc__trace_on) {
+    if (tc__tr) {
         tc__tl_status(&tc__tl, tc__st);
         if (tc__st == TC_OK) {
             if (constants) tc__tl_p(&tc__tl, "*constants", (const void *)*constants);
@@ -1155,12 +1184,12 @@ static TC__NOINLINE tc_status slow_curandGetScrambleConstants64(unsigned long lo
 
 tc_status tc_curandGetScrambleConstants64(unsigned long long **constants)
 {
-    void *tc__p = atomic_load_explicit(&tc__slots[1196], memory_order_acquire);
+    void *tc__p = atomic_load_explicit(&tc__slots[1246], memory_order_acquire);
     if (TC__UNLIKELY(tc__p == NULL || tc__trace_on))
         return slow_curandGetScrambleConstants64(constants);
     pfn_curandGetScrambleConstants64 tc__fn;
     memcpy(&tc__fn, &tc__p, sizeof tc__fn);
     curandStatus_t tc__r = tc__fn(constants);
-    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1196);
+    return TC__LIKELY(tc__r == CURAND_STATUS_SUCCESS) ? TC_OK : tc__fail(TC_LIB_CURAND, (int)tc__r, 1246);
 }
 

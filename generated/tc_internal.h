@@ -24,7 +24,7 @@ typedef struct tc__sym {
     unsigned char per_thread; /* 1: resolve the per-thread default stream variant */
 } tc__sym;
 
-#define TC__NSYMS 1203
+#define TC__NSYMS 1253
 
 TC__HIDDEN extern const tc__sym tc__syms[TC__NSYMS];
 TC__HIDDEN extern _Atomic(void *) tc__slots[TC__NSYMS];
