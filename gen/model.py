@@ -213,12 +213,8 @@ def _canon_category(t):
 
 
 def _enum_name(t):
-    """Return the spelled enum typedef name of a (possibly typedef'd) enum type."""
-    decl = t.get_canonical().get_declaration()
-    name = t.spelling.replace("const ", "").strip()
-    if decl.spelling and not name.startswith("enum "):
-        return name
-    return name
+    """Return the spelled (typedef) name of an enum type, without qualifiers."""
+    return t.spelling.replace("const ", "").strip()
 
 
 def declarator(type_spelling, name):
