@@ -127,6 +127,7 @@ class Library:
     skipped: list = field(default_factory=list)
     declared: int = 0
     version_macro: dict = field(default_factory=dict)
+    sonames: list = field(default_factory=list)  # dlopen candidates; the driver's are fixed
     unclassified: list = field(default_factory=list)
 
 

@@ -193,7 +193,7 @@ def render_function(f, lib, fid, tables):
                 proto=", ".join(protos) or "void", params=", ".join(decls) or "void",
                 pfn_params=", ".join(p.decl for p in params) or "void",
                 args=", ".join(all_args), ret_type=f.ret_type, call_block=slow, fast_block=fast,
-                has_trace=True, trace_in=[trace_in(p, tables) for p in params], trace_out=outs,
+                trace_in=[trace_in(p, tables) for p in params], trace_out=outs,
                 base=f.name[:-len(f.per_thread)] if f.per_thread else f.name,
                 per_thread=f.per_thread)
 
@@ -235,7 +235,7 @@ def render(include_dir):
         syms.append(dict(name=n, symbol=f.symbol, exported=exported, version=f.version,
                          lib=LIB_IDS[lib.key], pt=1 if f.per_thread else 0))
 
-    lib_rows = [dict(key=k, id=LIB_IDS[k], enum=LIB_ENUM[k], title=LIB_TITLE[k], note="")
+    lib_rows = [dict(key=k, id=LIB_IDS[k], enum=LIB_ENUM[k], title=LIB_TITLE[k])
                 for k in ("thincuda", "cuda", "cublas", "curand")]
     loader_libs = []
     for lib in libs:
@@ -271,7 +271,7 @@ def render(include_dir):
                                    if p.category == "pointer")
         cov.append(dict(key=lib.key, title=lib.title, headers=lib.headers, declared=lib.declared,
                         skipped=lib.skipped, functions=lib.functions,
-                        sonames=getattr(lib, "sonames", []),
+                        sonames=lib.sonames,
                         version_pfn=sum(1 for f in lib.functions
                                         if f.version_source.startswith("PFN")),
                         version_fallback=sum(1 for f in lib.functions
