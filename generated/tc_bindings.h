@@ -14,8 +14,10 @@ extern "C" {
 
 #if defined(__GNUC__)
 #define TC_DEPRECATED __attribute__((deprecated))
+#define TC_ALIGNED(n) __attribute__((aligned(n)))
 #else
 #define TC_DEPRECATED
+#define TC_ALIGNED(n)
 #endif
 
 /* IEEE half precision as 16 raw bits: stands in for C++'s __half in cuBLAS's H functions. */
@@ -27,6 +29,20 @@ typedef struct tc_half {
 typedef struct tc_bf16 {
     uint16_t bits;
 } tc_bf16;
+
+/* Pairs of the two, laid out like CUDA's __half2 and __nv_bfloat162 (4-byte aligned). */
+typedef struct TC_ALIGNED(4) tc_half2 {
+    tc_half x, y;
+} tc_half2;
+typedef struct TC_ALIGNED(4) tc_bf162 {
+    tc_bf16 x, y;
+} tc_bf162;
+
+/* One constant of a C enum: its value and its name as the header spells it. */
+typedef struct tc_enum_value {
+    long long value;
+    const char *name;
+} tc_enum_value;
 
 /* The CUDA release whose headers these bindings were generated from (CUDA_VERSION). */
 #define TC_BINDINGS_CUDA_VERSION 13000
@@ -54,6 +70,10 @@ TC_API tc_status tc_last_status(void);
  * Valid until the next failing call on this thread; never NULL.
  */
 TC_API const char *tc_last_error(void);
+
+/* Return only the words of the last failure: its detail, or the status's meaning when it has
+ * none ("could not load any of [libcuda.so.1, libcuda.so]; ..."); "" if none. */
+TC_API const char *tc_last_error_detail(void);
 
 /* Return the name of the call that failed last on this thread, or "" if none. */
 TC_API const char *tc_last_error_function(void);

@@ -79,6 +79,13 @@ tc_status tc_last_status(void)
     return last.status;
 }
 
+const char *tc_last_error_detail(void)
+{
+    if (last.status == TC_OK)
+        return "";
+    return last.detail[0] ? last.detail : tc_status_string(last.status);
+}
+
 const char *tc_last_error_function(void)
 {
     return last.func ? last.func : "";

@@ -30,6 +30,7 @@ static const entry table[] = {
     { TC_ERR_LIMIT, "TC_ERR_LIMIT", "a configured limit was reached" },
     { TC_ERR_CANCELLED, "TC_ERR_CANCELLED", "the operation was cancelled" },
     { TC_ERR_NOT_FOUND, "TC_ERR_NOT_FOUND", "the requested item does not exist" },
+    { TC_ERR_KERNEL_MISMATCH, "TC_ERR_KERNEL_MISMATCH", "a kernel in the loaded fatbin does not match its generated launcher (stale build)" },
     { TC_CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "This indicates that one or more of the parameters passed to the API call is not within an acceptable range of values." },
     { TC_CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "The API call failed because it was unable to allocate enough memory or other resources to perform the requested operation." },
     { TC_CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "This indicates that the CUDA driver has not been initialized with cuInit() or that initialization has failed." },

@@ -1,0 +1,58 @@
+/* The replaceable host allocator behind tc_host_alloc and friends. */
+#include "runtime/host.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *std_alloc(void *user, size_t bytes)
+{
+    (void)user;
+    return malloc(bytes ? bytes : 1);
+}
+
+static void *std_realloc(void *user, void *ptr, size_t bytes)
+{
+    (void)user;
+    return realloc(ptr, bytes ? bytes : 1);
+}
+
+static void std_free(void *user, void *ptr)
+{
+    (void)user;
+    free(ptr);
+}
+
+static const tc_allocator std_allocator = {std_alloc, std_realloc, std_free, NULL};
+static tc_allocator current = {std_alloc, std_realloc, std_free, NULL};
+
+void tc_host_set_allocator(const tc_allocator *a)
+{
+    current = a ? *a : std_allocator;
+}
+
+void *tc_host_alloc(size_t bytes)
+{
+    return current.alloc(current.user, bytes);
+}
+
+void *tc_host_calloc(size_t n, size_t size)
+{
+    if (size != 0 && n > SIZE_MAX / size)
+        return NULL;
+    void *p = current.alloc(current.user, n * size);
+    if (p != NULL)
+        memset(p, 0, n * size);
+    return p;
+}
+
+void *tc_host_realloc(void *ptr, size_t bytes)
+{
+    return current.realloc(current.user, ptr, bytes);
+}
+
+void tc_host_free(void *ptr)
+{
+    if (ptr != NULL)
+        current.free(current.user, ptr);
+}

@@ -1,0 +1,115 @@
+/* tc_launch_kernel: the one place every kernel launch goes through. */
+#include "runtime/launch.h"
+
+#include <stdio.h>
+
+#include "runtime/error.h"
+#include "runtime/internal.h"
+#include "runtime/module.h"
+
+static tc_status bad_launch(tc_kernel_id id, const tc_launch_config *cfg, tc_status st,
+                            const char *why)
+{
+    const tc_kernel_info *k = &tc_kernel_table[id];
+    return tc_set_error(st, k->name,
+                        "launching %s (%s:%u) with grid %ux%ux%u, block %ux%ux%u, %u shared "
+                        "bytes: %s", k->name, k->file, k->line, cfg->grid.x, cfg->grid.y,
+                        cfg->grid.z, cfg->block.x, cfg->block.y, cfg->block.z, cfg->shared_bytes,
+                        why);
+}
+
+/* Check the configuration against the device's and the kernel's limits. */
+static tc_status check_config(tc_context *c, tc_kernel_id id, const tc_launch_config *cfg)
+{
+    char why[160];
+    const uint32_t g[3] = {cfg->grid.x, cfg->grid.y, cfg->grid.z};
+    const uint32_t b[3] = {cfg->block.x, cfg->block.y, cfg->block.z};
+    for (int i = 0; i < 3; i++) {
+        if (g[i] == 0 || b[i] == 0)
+            return bad_launch(id, cfg, TC_ERR_LAUNCH, "a grid or block extent is 0");
+        if (g[i] > (uint32_t)c->max_grid[i]) {
+            snprintf(why, sizeof why, "grid extent %c is %u; the device allows %d", "xyz"[i],
+                     g[i], c->max_grid[i]);
+            return bad_launch(id, cfg, TC_ERR_LAUNCH, why);
+        }
+        if (b[i] > (uint32_t)c->max_block[i]) {
+            snprintf(why, sizeof why, "block extent %c is %u; the device allows %d", "xyz"[i],
+                     b[i], c->max_block[i]);
+            return bad_launch(id, cfg, TC_ERR_LAUNCH, why);
+        }
+    }
+    uint64_t threads = (uint64_t)b[0] * b[1] * b[2];
+    if (threads > (uint64_t)c->func_max_threads[id]) {
+        snprintf(why, sizeof why, "%llu threads per block; this kernel can run at most %d here",
+                 (unsigned long long)threads, c->func_max_threads[id]);
+        return bad_launch(id, cfg, TC_ERR_LAUNCH, why);
+    }
+    if ((int64_t)cfg->shared_bytes > atomic_load(&c->func_dyn_shared[id])) {
+        int room = c->max_shared_optin - c->func_static_shared[id];
+        if ((int64_t)cfg->shared_bytes > room) {
+            snprintf(why, sizeof why, "the device allows at most %d bytes of dynamic shared "
+                     "memory for this kernel (%d per block, %d static)", room,
+                     c->max_shared_optin, c->func_static_shared[id]);
+            return bad_launch(id, cfg, TC_ERR_LAUNCH, why);
+        }
+        /* Above the default 48 KiB a kernel must opt in; do it once for this size. */
+        TC_TRY(tc_cuFuncSetAttribute(c->funcs[id], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     (int)cfg->shared_bytes));
+        atomic_store(&c->func_dyn_shared[id], (int)cfg->shared_bytes);
+    }
+    return TC_OK;
+}
+
+tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **args)
+{
+    if ((unsigned)id >= (unsigned)TC_KERNEL_COUNT)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_launch_kernel", "no kernel id %d",
+                            (int)id);
+    if (cfg->stream == NULL)
+        return bad_launch(id, cfg, TC_ERR_INVALID_ARGUMENT,
+                          "no stream: work always goes on an explicit stream");
+    tc_context *c = cfg->stream->ctx;
+    tc_status st = tc__module_ensure(c);
+    if (st != TC_OK)
+        return st;
+    TC_TRY(check_config(c, id, cfg));
+    TC_TRY(tc__context_enter(c));
+    st = tc_cuLaunchKernel(c->funcs[id], cfg->grid.x, cfg->grid.y, cfg->grid.z, cfg->block.x,
+                           cfg->block.y, cfg->block.z, cfg->shared_bytes, cfg->stream->cu, args,
+                           NULL);
+    if (st != TC_OK)
+        return bad_launch(id, cfg, st, tc_status_string(st));
+    return TC_OK;
+}
+
+tc_status tc_launch_block_size(tc_context *ctx, tc_kernel_id id, size_t shared_bytes,
+                               int block_limit, int *min_grid, int *block)
+{
+    CUfunction f;
+    TC_TRY(tc_module_function(ctx, id, &f));
+    TC_TRY(tc__context_enter(ctx));
+    return tc_cuOccupancyMaxPotentialBlockSize(min_grid, block, f, NULL, shared_bytes,
+                                               block_limit);
+}
+
+tc_status tc_launch_blocks_per_sm(tc_context *ctx, tc_kernel_id id, int block,
+                                  size_t shared_bytes, int *blocks)
+{
+    CUfunction f;
+    TC_TRY(tc_module_function(ctx, id, &f));
+    TC_TRY(tc__context_enter(ctx));
+    return tc_cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, f, block, shared_bytes);
+}
+
+tc_status tc_launch_config_1d(tc_stream *s, tc_kernel_id id, size_t n, tc_launch_config *out)
+{
+    int min_grid = 0, block = 0;
+    TC_TRY(tc_launch_block_size(s->ctx, id, 0, 0, &min_grid, &block));
+    size_t need = (n + (size_t)block - 1) / (size_t)block;
+    size_t grid = need < (size_t)min_grid ? need : (size_t)min_grid;
+    out->grid = tc_dim1((uint32_t)(grid ? grid : 1));
+    out->block = tc_dim1((uint32_t)block);
+    out->shared_bytes = 0;
+    out->stream = s;
+    return TC_OK;
+}

@@ -1,0 +1,34 @@
+/* Launching thincuda's kernels: the generated launchers (generated/tc_kernels.h) call
+ * tc_launch_kernel, which checks the configuration against the device and the kernel and
+ * names the kernel in every failure; occupancy helpers pick block and grid sizes. */
+#ifndef TC_LAUNCH_H
+#define TC_LAUNCH_H
+
+#include "runtime/context.h"
+#include "runtime/stream.h"
+#include "tc_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The block size that maximises occupancy for kernel id with `shared_bytes` of dynamic shared
+ * memory per block (at most `block_limit` threads; 0 for no limit), and the smallest grid that
+ * reaches it (cuOccupancyMaxPotentialBlockSize). */
+TC_API tc_status tc_launch_block_size(tc_context *ctx, tc_kernel_id id, size_t shared_bytes,
+                                      int block_limit, int *min_grid, int *block);
+
+/* How many blocks of `block` threads fit on one SM at once. */
+TC_API tc_status tc_launch_blocks_per_sm(tc_context *ctx, tc_kernel_id id, int block,
+                                         size_t shared_bytes, int *blocks);
+
+/* A one-dimensional configuration for a grid-stride kernel over `n` items: the occupancy
+ * block size, and just enough blocks to fill the GPU once (fewer when n is small). */
+TC_API tc_status tc_launch_config_1d(tc_stream *s, tc_kernel_id id, size_t n,
+                                     tc_launch_config *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TC_LAUNCH_H */

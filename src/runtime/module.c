@@ -1,0 +1,168 @@
+/* Loading the embedded fatbin into a context, once, and checking each kernel against the
+ * launcher the generator wrote for it. */
+#include "runtime/module.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/error.h"
+#include "runtime/internal.h"
+
+/* Written by the build (kernels/meson.build) from nvcc's fatbin. */
+extern const unsigned char tc__fatbin[];
+extern const size_t tc__fatbin_size;
+extern const char tc__fatbin_targets[];
+
+size_t tc_module_fatbin_size(void)
+{
+    return tc__fatbin_size;
+}
+
+const char *tc_module_targets(void)
+{
+    return tc__fatbin_targets;
+}
+
+static tc_status fail_load(tc_context *c, tc_status st, const char *fmt, const char *a,
+                           const char *b)
+{
+    snprintf(c->module_error, sizeof c->module_error, fmt, a, b);
+    c->module_status = st;
+    return st;
+}
+
+/* Compare the fatbin's parameter list of kernel i with the generated one. */
+static tc_status check_params(tc_context *c, int i)
+{
+    const tc_kernel_info *k = &tc_kernel_table[i];
+    unsigned n = 0;
+    char why[160] = "";
+    for (;; n++) {
+        size_t off = 0, size = 0;
+        tc_status s = tc_cuFuncGetParamInfo(c->funcs[i], n, &off, &size);
+        if (s == TC_CUDA_ERROR_INVALID_VALUE)
+            break;
+        if (s != TC_OK)
+            return s;
+        if (n < k->nparams && size != k->param_sizes[n] && why[0] == '\0')
+            snprintf(why, sizeof why, "parameter %u (%s) is %zu bytes in the fatbin, %u in the "
+                     "launcher", n + 1, k->param_names[n], size, (unsigned)k->param_sizes[n]);
+    }
+    tc_clear_error();
+    if (n != k->nparams && why[0] == '\0')
+        snprintf(why, sizeof why, "the fatbin's kernel takes %u parameters, the launcher %u", n,
+                 k->nparams);
+    if (why[0] == '\0')
+        return TC_OK;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s (%s:%u): %s", k->name, k->file, k->line, why);
+    return fail_load(c, TC_ERR_KERNEL_MISMATCH,
+                     "kernel %s; the fatbin and generated/tc_kernels.h come from different "
+                     "kernels/ sources: run tools/regen and rebuild%s", msg, "");
+}
+
+static tc_status load(tc_context *c)
+{
+    char arch[16];
+    snprintf(arch, sizeof arch, "sm_%d%d", c->cc_major, c->cc_minor);
+    if (tc__fatbin_size == 0)
+        return fail_load(c, TC_ERR_NO_KERNEL_IMAGE,
+                         "thincuda was built without nvcc, so it has no kernels (%s%s)", arch, "");
+    TC_TRY(tc__context_enter(c));
+    tc_status st = tc_cuModuleLoadData(&c->module, tc__fatbin);
+    if (st == TC_CUDA_ERROR_NO_BINARY_FOR_GPU || st == TC_CUDA_ERROR_INVALID_PTX ||
+        st == TC_CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+        return fail_load(c, TC_ERR_NO_KERNEL_IMAGE,
+                         "the embedded kernels have no code this GPU (%s) can run: built for %s",
+                         arch, tc__fatbin_targets);
+    if (st != TC_OK) {
+        c->module_status = st;
+        snprintf(c->module_error, sizeof c->module_error, "cuModuleLoadData: %s",
+                 tc_last_error());
+        return st;
+    }
+    bool param_info = tc_available("cuFuncGetParamInfo");
+    for (int i = 0; i < TC_KERNEL_COUNT; i++) {
+        const tc_kernel_info *k = &tc_kernel_table[i];
+        st = tc_cuModuleGetFunction(&c->funcs[i], c->module, k->name);
+        if (st == TC_CUDA_ERROR_NOT_FOUND)
+            return fail_load(c, TC_ERR_KERNEL_MISMATCH,
+                             "kernel %s is missing from the embedded fatbin (%s): run tools/regen "
+                             "and rebuild", k->name, k->file);
+        if (st == TC_OK && param_info)
+            st = check_params(c, i);
+        if (st == TC_OK)
+            st = tc_cuFuncGetAttribute(&c->func_max_threads[i],
+                                       CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, c->funcs[i]);
+        if (st == TC_OK)
+            st = tc_cuFuncGetAttribute(&c->func_static_shared[i],
+                                       CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, c->funcs[i]);
+        int dyn = 0;
+        if (st == TC_OK)
+            st = tc_cuFuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       c->funcs[i]);
+        if (st != TC_OK) {
+            if (c->module_status == TC_OK) {
+                c->module_status = st;
+                snprintf(c->module_error, sizeof c->module_error, "%s: %s", k->name,
+                         tc_last_error());
+            }
+            return c->module_status;
+        }
+        atomic_store(&c->func_dyn_shared[i], dyn);
+    }
+    TC_DEBUG("device %d: %d kernels loaded from a %zu-byte fatbin (%s)%s", c->ordinal,
+             TC_KERNEL_COUNT, tc__fatbin_size, tc__fatbin_targets,
+             param_info ? ", parameters checked" : "; driver lacks cuFuncGetParamInfo");
+    return TC_OK;
+}
+
+tc_status tc__module_ensure(tc_context *c)
+{
+    int state = atomic_load_explicit(&c->module_state, memory_order_acquire);
+    if (state == TC__MODULE_NONE) {
+        pthread_mutex_lock(&c->module_lock);
+        state = atomic_load(&c->module_state);
+        if (state == TC__MODULE_NONE) {
+            tc_status st = load(c);
+            if (st != TC_OK && c->module != NULL) {
+                tc_cuModuleUnload(c->module);
+                c->module = NULL;
+            }
+            state = st == TC_OK ? TC__MODULE_READY : TC__MODULE_FAILED;
+            if (st != TC_OK && c->module_status == TC_OK)
+                c->module_status = st;
+            atomic_store_explicit(&c->module_state, state, memory_order_release);
+        }
+        pthread_mutex_unlock(&c->module_lock);
+    }
+    if (state == TC__MODULE_READY)
+        return TC_OK;
+    return tc_set_error(c->module_status, "tc_module_load", "%s", c->module_error);
+}
+
+tc_status tc_module_load(tc_context *ctx)
+{
+    return tc__module_ensure(ctx);
+}
+
+tc_status tc_module_function(tc_context *ctx, tc_kernel_id id, CUfunction *out)
+{
+    *out = NULL;
+    if ((unsigned)id >= (unsigned)TC_KERNEL_COUNT)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_module_function", "no kernel id %d",
+                            (int)id);
+    TC_TRY(tc__module_ensure(ctx));
+    *out = ctx->funcs[id];
+    return TC_OK;
+}
+
+void tc__module_unload(tc_context *c)
+{
+    if (c->module == NULL)
+        return;
+    if (tc__context_enter(c) != TC_OK || tc_cuModuleUnload(c->module) != TC_OK)
+        TC_WARN("unloading device %d's kernels: %s", c->ordinal, tc_last_error());
+    c->module = NULL;
+    atomic_store(&c->module_state, TC__MODULE_NONE);
+}

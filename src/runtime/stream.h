@@ -1,0 +1,58 @@
+/* Streams: ordered queues of device work (non-blocking with respect to the legacy default
+ * stream), with priorities, cross-stream waits and asynchronous copies. */
+#ifndef TC_STREAM_H
+#define TC_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "runtime/context.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tc_stream tc_stream;
+typedef struct tc_event tc_event;
+
+/* Create a stream on ctx. `priority` 0 is the default; lower numbers are higher priority and
+ * are clamped into the device's range (tc_stream_priority_range). */
+TC_API tc_status tc_stream_create(tc_context *ctx, int priority, tc_stream **out);
+
+/* Destroy a stream after its queued work finishes (the driver lets it drain); NULL is a no-op. */
+TC_API void tc_stream_destroy(tc_stream *s);
+
+/* The device's priority range: *greatest is the highest priority (the most negative). */
+TC_API tc_status tc_stream_priority_range(tc_context *ctx, int *least, int *greatest);
+
+/* Block the calling thread until all work queued on s has finished. */
+TC_API tc_status tc_stream_synchronize(tc_stream *s);
+
+/* Set *done to whether all work queued on s has finished, without blocking. */
+TC_API tc_status tc_stream_query(tc_stream *s, bool *done);
+
+/* Make work queued on s after this call wait until ev has completed (no host blocking). */
+TC_API tc_status tc_stream_wait_event(tc_stream *s, tc_event *ev);
+
+/* Queue a copy of `bytes` from host src to device dst on s (src pinned for true asynchrony). */
+TC_API tc_status tc_stream_copy_h2d(tc_stream *s, CUdeviceptr dst, const void *src, size_t bytes);
+
+/* Queue a copy of `bytes` from device src to host dst on s. */
+TC_API tc_status tc_stream_copy_d2h(tc_stream *s, void *dst, CUdeviceptr src, size_t bytes);
+
+/* Queue a device-to-device copy of `bytes` on s. */
+TC_API tc_status tc_stream_copy_d2d(tc_stream *s, CUdeviceptr dst, CUdeviceptr src, size_t bytes);
+
+/* Queue setting `bytes` bytes at dst to `value` on s. */
+TC_API tc_status tc_stream_memset(tc_stream *s, CUdeviceptr dst, unsigned char value, size_t bytes);
+
+/* The stream's context, priority and driver handle. */
+TC_API tc_context *tc_stream_context(const tc_stream *s);
+TC_API int tc_stream_priority(const tc_stream *s);
+TC_API CUstream tc_stream_handle(const tc_stream *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TC_STREAM_H */
