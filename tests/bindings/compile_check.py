@@ -1,15 +1,14 @@
 #!/usr/bin/env python3
-"""Negative compile test: wrong argument types to generated wrappers must not compile.
+"""Negative compile test: wrong arguments to generated functions must not compile.
 
 Usage: compile_check.py SOURCE -- COMPILER [FLAGS...]
-Variant 0 (correct calls) must compile; variants 1.. must each fail with a diagnostic.
+SOURCE lists its variants in comment lines "variant N: what is wrong". Variant 0 (the correct
+calls) must compile; every listed variant must fail with an error diagnostic.
 """
+import re
 import subprocess
 import sys
 import tempfile
-
-VARIANTS = {1: "int * for CUdeviceptr *", 2: "curandGenerator_t for cublasHandle_t",
-            3: "too few arguments", 4: "float for const float *"}
 
 
 def compile_variant(src, cmd, v):
@@ -22,6 +21,11 @@ def compile_variant(src, cmd, v):
 def main():
     sep = sys.argv.index("--")
     src, cmd = sys.argv[1], sys.argv[sep + 1:]
+    VARIANTS = {int(m.group(1)): m.group(2).replace("*/", "").strip() for m in
+                re.finditer(r"variant (\d+): (.*)", open(src).read())}
+    if not VARIANTS:
+        print("FAIL: %s lists no variants" % src)
+        return 1
     failed = 0
     rc, err = compile_variant(src, cmd, 0)
     if rc != 0:

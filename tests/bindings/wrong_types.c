@@ -1,4 +1,8 @@
-/* Compiled once per VARIANT by compile_check.py: 0 must compile, every other must not. */
+/* Compiled once per VARIANT by compile_check.py: 0 must compile, every other must not.
+ * variant 1: int * for CUdeviceptr *
+ * variant 2: curandGenerator_t for cublasHandle_t
+ * variant 3: too few arguments
+ * variant 4: float for const float * */
 #include "tc_cublas.h"
 #include "tc_cuda.h"
 #include "tc_curand.h"

@@ -1,0 +1,395 @@
+/* A stand-in libcuda for runtime tests without a GPU: one sm_90 device, a primary context,
+ * a module holding thincuda's kernels (from generated/tc_kernels.c), and a cuLaunchKernel that
+ * records what it was given. Environment switches make it misbehave on purpose:
+ *   FAKE_CUDA_SKEW=<kernel>   cuFuncGetParamInfo reports that kernel's last parameter 4 bytes
+ *                             wider (a stale fatbin)
+ *   FAKE_CUDA_DROP=<kernel>   the module lacks that kernel
+ *   FAKE_CUDA_NO_BINARY=1     cuModuleLoadData finds no code for the GPU
+ *   FAKE_CUDA_MEM=<bytes>     device memory size (default 1 GiB) */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#include "tc_kernels.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* What the last launch looked like; tests read it through dlsym. */
+typedef struct fake_launch {
+    int count;
+    char kernel[64];
+    unsigned grid[3], block[3], shared;
+    void *stream;
+    unsigned char params[256];  /* the arguments laid out as the CUDA ABI does */
+    size_t params_bytes;
+    int set_attribute_calls;
+    int last_dyn_shared;
+} fake_launch;
+
+EXPORT fake_launch fake_launch_v;
+
+static int primary_refs;
+static int current_set; /* is the fake context current on this thread */
+static size_t mem_total = (size_t)1 << 30, mem_used;
+
+static CUresult f_init(unsigned int flags)
+{
+    const char *m = getenv("FAKE_CUDA_MEM");
+    if (m)
+        mem_total = (size_t)strtoull(m, NULL, 10);
+    return flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_driver_version(int *v)
+{
+    *v = 13000;
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_device_count(int *n)
+{
+    *n = 1;
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_device_get(CUdevice *d, int ordinal)
+{
+    if (ordinal != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *d = 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_device_name(char *name, int len, CUdevice dev)
+{
+    (void)dev;
+    snprintf(name, (size_t)len, "Fake GPU");
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_device_uuid(CUuuid *u, CUdevice dev)
+{
+    (void)dev;
+    for (int i = 0; i < 16; i++)
+        u->bytes[i] = (char)(0x10 + i);
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_pci_bus_id(char *id, int len, CUdevice dev)
+{
+    (void)dev;
+    snprintf(id, (size_t)len, "0000:42:00.0");
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_total_mem(size_t *bytes, CUdevice dev)
+{
+    (void)dev;
+    *bytes = mem_total;
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_attribute(int *v, CUdevice_attribute a, CUdevice dev)
+{
+    (void)dev;
+    switch (a) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *v = 64; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 232448; break;
+    default:
+        /* An old driver: it knows the first 120 attributes only. */
+        if ((int)a > 120)
+            return CUDA_ERROR_INVALID_VALUE;
+        *v = (int)a * 3;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_primary_retain(CUcontext *c, CUdevice dev)
+{
+    (void)dev;
+    primary_refs++;
+    *c = (CUcontext)(uintptr_t)0xC0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_primary_release(CUdevice dev)
+{
+    (void)dev;
+    return primary_refs-- > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static CUresult f_ctx_get_current(CUcontext *c)
+{
+    *c = current_set ? (CUcontext)(uintptr_t)0xC0 : NULL;
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_ctx_set_current(CUcontext c)
+{
+    current_set = c != NULL;
+    return CUDA_SUCCESS;
+}
+
+static CUresult need_ctx(void)
+{
+    return current_set ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static CUresult f_priority_range(int *least, int *greatest)
+{
+    *least = 0;
+    *greatest = -5;
+    return need_ctx();
+}
+
+static uintptr_t next_handle = 0x5000;
+
+static CUresult f_stream_create(CUstream *s, unsigned flags, int priority)
+{
+    (void)flags, (void)priority;
+    *s = (CUstream)(next_handle += 16);
+    return need_ctx();
+}
+
+static CUresult f_handle_destroy(void *h)
+{
+    return h ? need_ctx() : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult f_event_create(CUevent *e, unsigned flags)
+{
+    (void)flags;
+    *e = (CUevent)(next_handle += 16);
+    return need_ctx();
+}
+
+static CUresult f_event_record(CUevent e, CUstream s)
+{
+    (void)e, (void)s;
+    return need_ctx();
+}
+
+static CUresult f_stream_wait_event(CUstream s, CUevent e, unsigned flags)
+{
+    (void)s, (void)e, (void)flags;
+    return need_ctx();
+}
+
+static CUresult f_module_load(CUmodule *m, const void *image)
+{
+    if (image == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    const char *nb = getenv("FAKE_CUDA_NO_BINARY");
+    if (nb && *nb == '1')
+        return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    *m = (CUmodule)(uintptr_t)0xA0;
+    return need_ctx();
+}
+
+static CUresult f_module_unload(CUmodule m)
+{
+    return m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* A CUfunction is 1 + the kernel's index in tc_kernel_table. */
+static int kernel_of(CUfunction f)
+{
+    intptr_t i = (intptr_t)f - 1;
+    return i >= 0 && i < TC_KERNEL_COUNT ? (int)i : -1;
+}
+
+static CUresult f_module_get_function(CUfunction *f, CUmodule m, const char *name)
+{
+    (void)m;
+    const char *drop = getenv("FAKE_CUDA_DROP");
+    if (drop && strcmp(drop, name) == 0)
+        return CUDA_ERROR_NOT_FOUND;
+    for (int i = 0; i < TC_KERNEL_COUNT; i++) {
+        if (strcmp(tc_kernel_table[i].name, name) == 0) {
+            *f = (CUfunction)(intptr_t)(i + 1);
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+static size_t param_size(int k, unsigned i)
+{
+    const char *skew = getenv("FAKE_CUDA_SKEW");
+    size_t s = tc_kernel_table[k].param_sizes[i];
+    if (skew && strcmp(skew, tc_kernel_table[k].name) == 0 && i + 1 == tc_kernel_table[k].nparams)
+        s += 4;
+    return s;
+}
+
+static CUresult f_param_info(CUfunction f, size_t index, size_t *offset, size_t *size)
+{
+    int k = kernel_of(f);
+    if (k < 0)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (index >= tc_kernel_table[k].nparams)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t off = 0;
+    for (unsigned i = 0; i <= index; i++) {
+        size_t s = param_size(k, i);
+        off = (off + s - 1) / s * s;
+        if (i < index)
+            off += s;
+    }
+    *offset = off;
+    *size = param_size(k, (unsigned)index);
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_func_get_attribute(int *v, CUfunction_attribute a, CUfunction f)
+{
+    if (kernel_of(f) < 0)
+        return CUDA_ERROR_INVALID_HANDLE;
+    switch (a) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *v = 0; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = 49152; break;
+    default: *v = 0;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_func_set_attribute(CUfunction f, CUfunction_attribute a, int v)
+{
+    if (kernel_of(f) < 0 || a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES || v > 232448)
+        return CUDA_ERROR_INVALID_VALUE;
+    fake_launch_v.set_attribute_calls++;
+    fake_launch_v.last_dyn_shared = v;
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                         unsigned by, unsigned bz, unsigned shared, CUstream s, void **params,
+                         void **extra)
+{
+    int k = kernel_of(f);
+    if (k < 0 || extra != NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (need_ctx() != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    fake_launch_v.count++;
+    snprintf(fake_launch_v.kernel, sizeof fake_launch_v.kernel, "%s", tc_kernel_table[k].name);
+    unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
+    memcpy(fake_launch_v.grid, g, sizeof g);
+    memcpy(fake_launch_v.block, b, sizeof b);
+    fake_launch_v.shared = shared;
+    fake_launch_v.stream = s;
+    memset(fake_launch_v.params, 0, sizeof fake_launch_v.params);
+    size_t off = 0;
+    for (unsigned i = 0; i < tc_kernel_table[k].nparams; i++) {
+        size_t sz = tc_kernel_table[k].param_sizes[i];
+        off = (off + sz - 1) / sz * sz;
+        memcpy(fake_launch_v.params + off, params[i], sz);
+        off += sz;
+    }
+    fake_launch_v.params_bytes = off;
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_occupancy(int *min_grid, int *block, CUfunction f, CUoccupancyB2DSize fn,
+                            size_t shared, int limit)
+{
+    (void)fn, (void)shared;
+    if (kernel_of(f) < 0)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *block = limit > 0 && limit < 768 ? limit : 768;
+    *min_grid = 132 * 2;
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_mem_alloc(CUdeviceptr *p, size_t bytes)
+{
+    if (need_ctx() != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (bytes > mem_total - mem_used)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    mem_used += bytes;
+    *p = 0x7f0000000000ull + (next_handle += 0x100000);
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_mem_free(CUdeviceptr p)
+{
+    (void)p;
+    return need_ctx();
+}
+
+static CUresult f_mem_info(size_t *free_b, size_t *total_b)
+{
+    *free_b = mem_total - mem_used;
+    *total_b = mem_total;
+    return need_ctx();
+}
+
+#define FN(name, f) {name, (void (*)(void))(f)}
+static const struct {
+    const char *name;
+    void (*fn)(void);
+} table[] = {
+    FN("cuInit", f_init),
+    FN("cuDriverGetVersion", f_driver_version),
+    FN("cuDeviceGetCount", f_device_count),
+    FN("cuDeviceGet", f_device_get),
+    FN("cuDeviceGetName", f_device_name),
+    FN("cuDeviceGetUuid", f_device_uuid),
+    FN("cuDeviceGetPCIBusId", f_pci_bus_id),
+    FN("cuDeviceTotalMem", f_total_mem),
+    FN("cuDeviceGetAttribute", f_attribute),
+    FN("cuDevicePrimaryCtxRetain", f_primary_retain),
+    FN("cuDevicePrimaryCtxRelease", f_primary_release),
+    FN("cuCtxGetCurrent", f_ctx_get_current),
+    FN("cuCtxSetCurrent", f_ctx_set_current),
+    FN("cuCtxGetStreamPriorityRange", f_priority_range),
+    FN("cuStreamCreateWithPriority", f_stream_create),
+    FN("cuStreamDestroy", f_handle_destroy),
+    FN("cuEventCreate", f_event_create),
+    FN("cuEventDestroy", f_handle_destroy),
+    FN("cuEventRecord", f_event_record),
+    FN("cuStreamWaitEvent", f_stream_wait_event),
+    FN("cuModuleLoadData", f_module_load),
+    FN("cuModuleUnload", f_module_unload),
+    FN("cuModuleGetFunction", f_module_get_function),
+    FN("cuFuncGetParamInfo", f_param_info),
+    FN("cuFuncGetAttribute", f_func_get_attribute),
+    FN("cuFuncSetAttribute", f_func_set_attribute),
+    FN("cuLaunchKernel", f_launch),
+    FN("cuOccupancyMaxPotentialBlockSize", f_occupancy),
+    FN("cuMemAlloc", f_mem_alloc),
+    FN("cuMemFree", f_mem_free),
+    FN("cuMemGetInfo", f_mem_info),
+};
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+                                    cuuint64_t flags, CUdriverProcAddressQueryResult *status)
+{
+    (void)version, (void)flags;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (strcmp(table[i].name, symbol) == 0) {
+            memcpy(pfn, &table[i].fn, sizeof table[i].fn);
+            if (status)
+                *status = CU_GET_PROC_ADDRESS_SUCCESS;
+            return CUDA_SUCCESS;
+        }
+    }
+    if (status)
+        *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    *pfn = NULL;
+    return CUDA_ERROR_NOT_FOUND;
+}
