@@ -19,8 +19,11 @@
 #define MIN_CLASS 512u
 #define MAX_STEP (2u << 20)
 
+typedef struct bucket bucket;
+
 typedef struct block {
     CUdeviceptr ptr;
+    bucket *bk;                   /* the block's size class */
     size_t size;                  /* class bytes */
     size_t requested;             /* bytes asked for */
     tc_stream *stream;            /* allocated for; NULL once released (any stream may reuse) */
@@ -28,9 +31,9 @@ typedef struct block {
     struct block *older, *newer;  /* all cached blocks, oldest first */
 } block;
 
-typedef struct bucket {
+struct bucket {
     block *head;
-} bucket;
+};
 
 struct tc_pool {
     tc_pool_backend be;
@@ -53,7 +56,7 @@ size_t tc_pool_round(size_t bytes)
         step = MAX_STEP;
     if (bytes > SIZE_MAX - step)
         return 0;
-    return (bytes + step - 1) / step * step;
+    return (bytes + step - 1) & ~(step - 1); /* step is a power of two */
 }
 
 static void human(char *buf, size_t len, size_t bytes)
@@ -73,8 +76,9 @@ static void human(char *buf, size_t len, size_t bytes)
 
 /* ---- cached lists (lock held) ---- */
 
-static void cache_push(tc_pool *p, bucket *bk, block *b)
+static void cache_push(tc_pool *p, block *b)
 {
+    bucket *bk = b->bk;
     b->prev = NULL;
     b->next = bk->head;
     if (bk->head)
@@ -93,7 +97,7 @@ static void cache_push(tc_pool *p, bucket *bk, block *b)
 
 static void cache_unlink(tc_pool *p, block *b)
 {
-    bucket *bk = tc__map_get(&p->classes, b->size);
+    bucket *bk = b->bk;
     if (b->prev)
         b->prev->next = b->next;
     else
@@ -287,10 +291,11 @@ tc_status tc_pool_alloc(tc_pool *p, size_t bytes, tc_stream *s, CUdeviceptr *out
     } else {
         TC_CHECK(st, new_block(p, bytes, size, &b));
         p->st.misses++;
-        if (tc__map_get(&p->classes, size) == NULL) {
-            bucket *bk = tc_host_calloc(1, sizeof *bk);
-            if (bk == NULL || !tc__map_put(&p->classes, size, bk)) {
-                tc_host_free(bk);
+        b->bk = tc__map_get(&p->classes, size);
+        if (b->bk == NULL) {
+            b->bk = tc_host_calloc(1, sizeof *b->bk);
+            if (b->bk == NULL || !tc__map_put(&p->classes, size, b->bk)) {
+                tc_host_free(b->bk);
                 release_block(p, b);
                 st = tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_pool_alloc", "out of host memory");
                 goto fail;
@@ -333,7 +338,7 @@ tc_status tc_pool_free(tc_pool *p, CUdeviceptr ptr)
     p->st.bytes_in_use -= b->size;
     p->st.bytes_requested -= b->requested;
     p->st.blocks_in_use--;
-    cache_push(p, tc__map_get(&p->classes, b->size), b);
+    cache_push(p, b);
     pthread_mutex_unlock(&p->lock);
     return TC_OK;
 }

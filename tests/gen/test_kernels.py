@@ -1,0 +1,79 @@
+"""The kernel reader (gen/kernels.py) and the launchers it feeds: what crosses into C, what is
+refused with a message, and that kernels/meson.build compiles every kernel file the generator
+reads."""
+import os
+import re
+
+import pytest
+
+import kernels
+from model import GenError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def read(tmp_path, body, name="k.cu"):
+    path = tmp_path / name
+    path.write_text('#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <stdint.h>\n' + body)
+    return kernels.read_file(str(path), str(tmp_path))
+
+
+def test_parameters_map_to_c_types_sizes_and_constness(tmp_path):
+    ks = read(tmp_path, '''
+/** Doc line one.
+ *  Doc line two. */
+extern "C" __global__ void tc_k_demo_f16(const __half *__restrict__ x, __nv_bfloat16 *y,
+    half h, size_t n, int64_t m, unsigned char c, double d, const void *raw) {}
+namespace { __device__ float4 load(const float4 *p) { return *p; } }
+''')
+    assert [k.name for k in ks] == ["tc_k_demo_f16"]
+    k = ks[0]
+    assert k.short == "demo_f16" and k.line == 6 and k.doc == "Doc line one. Doc line two."
+    got = [(p.name, p.c_type, p.size, p.const_pointee) for p in k.params]
+    assert got == [("x", "const tc_half *", 8, True), ("y", "tc_bf16 *", 8, False),
+                   ("h", "tc_half", 2, False), ("n", "size_t", 8, False),
+                   ("m", "int64_t", 8, False), ("c", "unsigned char", 1, False),
+                   ("d", "double", 8, False), ("raw", "const void *", 8, True)]
+
+
+@pytest.mark.parametrize("body, words", [
+    ('__global__ void tc_k_cpp(int x) {}', 'must be declared extern "C"'),
+    ('extern "C" __global__ void other(int x) {}', "start with tc_k_"),
+    ('struct P { int a; };\nextern "C" __global__ void tc_k_s(P p) {}', "cannot cross into C"),
+    ('extern "C" __global__ void tc_k_pp(float **p) {}', "pointer-to-pointer"),
+    ('extern "C" __global__ void tc_k_bad(int x) { this is not C++ }', None),
+    ('extern "C" __global__ void tc_k_t(undeclared_t x) {}', "could not read"),
+])
+def test_unsupported_kernels_are_refused_with_a_reason(tmp_path, body, words):
+    if words is None:
+        # Bodies are skipped: a body the prelude cannot compile does not matter.
+        assert [k.name for k in read(tmp_path, body)] == ["tc_k_bad"]
+        return
+    with pytest.raises(GenError, match=re.escape(words)):
+        read(tmp_path, body)
+
+
+def test_kernel_names_are_unique_across_files(tmp_path):
+    for f in ("a.cu", "b.cu"):
+        (tmp_path / f).write_text('extern "C" __global__ void tc_k_same(int x) {}\n')
+    with pytest.raises(GenError, match="defined in both"):
+        kernels.read_all(str(tmp_path))
+
+
+def test_meson_compiles_every_kernel_file():
+    text = open(os.path.join(ROOT, "kernels", "meson.build")).read()
+    files_call = re.search(r"kernel_sources = files\(([^)]*)\)", text).group(1)
+    listed = set(re.findall(r"'([\w.]+\.cu)'", files_call))
+    present = {f for f in os.listdir(os.path.join(ROOT, "kernels")) if f.endswith(".cu")}
+    assert listed == present
+
+
+def test_launchers_check_types_and_table_matches(rendered):
+    files, _ = rendered
+    h, c = files["tc_kernels.h"], files["tc_kernels.c"]
+    ks = kernels.read_all(os.path.join(ROOT, "kernels"))
+    assert "TC_KERNEL_COUNT = %d" % len(ks) in h
+    for k in ks:
+        assert "tc_launch_%s(tc_launch_config cfg" % k.short in h
+        assert '{"%s", "%s", %d, %d,' % (k.name, k.file, k.line, len(k.params)) in c
+    assert "TC__KARG_CONST(const uint8_t *, uint8_t *, src)" in h
