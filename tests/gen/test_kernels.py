@@ -28,7 +28,7 @@ namespace { __device__ float4 load(const float4 *p) { return *p; } }
 ''')
     assert [k.name for k in ks] == ["tc_k_demo_f16"]
     k = ks[0]
-    assert k.short == "demo_f16" and k.line == 6 and k.doc == "Doc line one. Doc line two."
+    assert k.short == "demo_f16" and k.line == 7 and k.doc == "Doc line one. Doc line two."
     got = [(p.name, p.c_type, p.size, p.const_pointee) for p in k.params]
     assert got == [("x", "const tc_half *", 8, True), ("y", "tc_bf16 *", 8, False),
                    ("h", "tc_half", 2, False), ("n", "size_t", 8, False),
