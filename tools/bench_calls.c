@@ -48,7 +48,8 @@ int main(void)
     memcpy(&get_proc, &gp, sizeof gp);
     void *raw_p = NULL;
     CUdriverProcAddressQueryResult q;
-    if (get_proc("cuCtxGetCurrent", &raw_p, 4000, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS) {
+    if (get_proc("cuCtxGetCurrent", &raw_p, 4000, CU_GET_PROC_ADDRESS_DEFAULT, &q) !=
+        CUDA_SUCCESS) {
         fprintf(stderr, "bench_calls: cuCtxGetCurrent not found\n");
         return 1;
     }

@@ -20,14 +20,13 @@ extern char **environ;
 
 #define DEVICE_BW_GBS 3000.0 /* measured D2D bandwidth of the H100 target (GPU.md) */
 
-#define CHECK(expr)                                                                      \
-    do {                                                                                 \
-        tc_status s_ = (expr);                                                           \
-        if (s_ != TC_OK) {                                                               \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,        \
-                    tc_last_error());                                                    \
-            exit(1);                                                                     \
-        }                                                                                \
+#define CHECK(expr)                                                                                \
+    do {                                                                                           \
+        tc_status s_ = (expr);                                                                     \
+        if (s_ != TC_OK) {                                                                         \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, tc_last_error()); \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static double now_ns(void)
@@ -113,7 +112,7 @@ static void run_pool(void)
     CHECK(tc_cuMemPoolSetAttribute(mp, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
     tc_pool *pool;
     CHECK(tc_pool_create_device(ctx, 0, &pool));
-    const size_t sizes[] = {4096, (size_t)1 << 20, (size_t)64 << 20};
+    const size_t sizes[] = { 4096, (size_t)1 << 20, (size_t)64 << 20 };
     printf("\n%-10s %16s %18s %14s %12s %12s\n", "size", "cuMemAlloc+Free", "AllocAsync+Free",
            "tc_pool", "vs raw", "vs async");
     for (int k = 0; k < 3; k++) {
@@ -187,7 +186,7 @@ static void run_copy(void)
 {
     tc_pool *pool;
     CHECK(tc_pool_create_device(ctx, 0, &pool));
-    copy_arg c = {0};
+    copy_arg c = { 0 };
     c.bytes = (size_t)1 << 30;
     size_t host_bytes = (size_t)256 << 20;
     CHECK(tc_pinned_alloc(ctx, host_bytes, &c.host));
@@ -204,7 +203,7 @@ static void run_copy(void)
     /* The copy kernel at the occupancy block size, one full wave of blocks. */
     int min_grid = 0, block = 0;
     CHECK(tc_launch_block_size(ctx, TC_KERNEL_COPY_U8, 0, 0, &min_grid, &block));
-    c.cfg = (tc_launch_config){tc_dim1((uint32_t)min_grid), tc_dim1((uint32_t)block), 0, stream};
+    c.cfg = (tc_launch_config){ tc_dim1((uint32_t)min_grid), tc_dim1((uint32_t)block), 0, stream };
     double kern = time_op(op_kernel, &c, 2.0 * (double)full);
     printf("\n%-34s %10s %14s\n", "copy (1 GiB device, 256 MiB host)", "GB/s", "of 3.0 TB/s");
     printf("%-34s %10.1f %14s\n", "host->device, pinned", h2d, "-");
@@ -241,13 +240,13 @@ static void run_startup(const char *self)
         posix_spawn_file_actions_init(&fa);
         posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
         posix_spawn_file_actions_addclose(&fa, fd[0]);
-        char *argv[] = {(char *)self, "--child", NULL};
+        char *argv[] = { (char *)self, "--child", NULL };
         pid_t pid;
         double t0 = now_ns();
         if (posix_spawn(&pid, self, &fa, NULL, argv, environ) != 0)
             exit(1);
         close(fd[1]);
-        char buf[64] = {0};
+        char buf[64] = { 0 };
         ssize_t n = read(fd[0], buf, sizeof buf - 1);
         close(fd[0]);
         int status;
@@ -265,7 +264,8 @@ static void run_startup(const char *self)
         hi = ms[r] > hi ? ms[r] : hi;
     }
     printf("\nstartup (spawn -> context + kernels loaded), 10 runs: median %.1f ms, min %.1f, "
-           "max %.1f\n", median(ms, 10), lo, hi);
+           "max %.1f\n",
+           median(ms, 10), lo, hi);
 }
 
 int main(int argc, char **argv)

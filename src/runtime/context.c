@@ -24,12 +24,16 @@ tc_status tc__context_enter(tc_context *ctx)
 
 static tc_status read_limits(tc_context *c)
 {
-    static const CUdevice_attribute block[3] = {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
-        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z};
-    static const CUdevice_attribute grid[3] = {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
-        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z};
-    TC_TRY(tc_cuDeviceGetAttribute(&c->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->dev));
-    TC_TRY(tc_cuDeviceGetAttribute(&c->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->dev));
+    static const CUdevice_attribute block[3] = { CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+                                                 CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+                                                 CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z };
+    static const CUdevice_attribute grid[3] = { CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
+                                                CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+                                                CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z };
+    TC_TRY(tc_cuDeviceGetAttribute(&c->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                   c->dev));
+    TC_TRY(tc_cuDeviceGetAttribute(&c->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                   c->dev));
     TC_TRY(tc_cuDeviceGetAttribute(&c->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c->dev));
     TC_TRY(tc_cuDeviceGetAttribute(&c->max_threads_per_block,
                                    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, c->dev));

@@ -21,8 +21,7 @@ static void init_driver(void)
             s = TC_ERR_NO_DEVICE;
     }
     if (s == TC_ERR_LIBRARY_NOT_FOUND) {
-        snprintf(init_message, sizeof init_message,
-                 "no NVIDIA driver: %s", tc_last_error_detail());
+        snprintf(init_message, sizeof init_message, "no NVIDIA driver: %s", tc_last_error_detail());
     } else if (s == TC_CUDA_ERROR_NO_DEVICE || s == TC_ERR_NO_DEVICE) {
         s = TC_ERR_NO_DEVICE;
         snprintf(init_message, sizeof init_message,
@@ -62,8 +61,8 @@ static tc_status get_device(int ordinal, CUdevice *dev)
     int n = 0;
     TC_TRY(tc_device_count(&n));
     if (ordinal < 0 || ordinal >= n)
-        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_device", "no device %d (this machine has %d)",
-                            ordinal, n);
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_device",
+                            "no device %d (this machine has %d)", ordinal, n);
     return tc_cuDeviceGet(dev, ordinal);
 }
 
@@ -84,9 +83,9 @@ tc_status tc_device_info_get(int ordinal, tc_device_info *out)
     memcpy(out->uuid, uuid.bytes, 16);
     const uint8_t *u = out->uuid;
     snprintf(out->uuid_str, sizeof out->uuid_str,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
-             u[13], u[14], u[15]);
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+             u[15]);
     TC_TRY(tc_cuDeviceGetPCIBusId(out->pci_bus_id, (int)sizeof out->pci_bus_id, dev));
     TC_TRY(tc_cuDeviceTotalMem(&out->total_bytes, dev));
     TC_TRY(attr(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, &out->cc_major));

@@ -17,13 +17,13 @@ typedef struct tc_device_info {
     int ordinal;
     char name[256];
     uint8_t uuid[16];
-    char uuid_str[48];          /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
-    char pci_bus_id[32];        /* "0000:18:00.0" */
-    size_t total_bytes;         /* device memory */
-    int cc_major, cc_minor;     /* compute capability */
+    char uuid_str[48];      /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+    char pci_bus_id[32];    /* "0000:18:00.0" */
+    size_t total_bytes;     /* device memory */
+    int cc_major, cc_minor; /* compute capability */
     int sm_count;
     int max_threads_per_block;
-    int max_shared_per_block_optin;  /* bytes, with the opt-in attribute set */
+    int max_shared_per_block_optin; /* bytes, with the opt-in attribute set */
     int l2_bytes;
     int memory_bus_bits;
     int memory_clock_khz;
@@ -32,7 +32,7 @@ typedef struct tc_device_info {
 /* One attribute as the driver reported it. */
 typedef struct tc_device_attribute {
     CUdevice_attribute attr;
-    const char *name;           /* "CU_DEVICE_ATTRIBUTE_..." */
+    const char *name; /* "CU_DEVICE_ATTRIBUTE_..." */
     int value;
 } tc_device_attribute;
 

@@ -23,8 +23,8 @@ static void std_free(void *user, void *ptr)
     free(ptr);
 }
 
-static const tc_allocator std_allocator = {std_alloc, std_realloc, std_free, NULL};
-static tc_allocator current = {std_alloc, std_realloc, std_free, NULL};
+static const tc_allocator std_allocator = { std_alloc, std_realloc, std_free, NULL };
+static tc_allocator current = { std_alloc, std_realloc, std_free, NULL };
 
 void tc_host_set_allocator(const tc_allocator *a)
 {

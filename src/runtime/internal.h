@@ -13,25 +13,25 @@ enum { TC__MODULE_NONE = 0, TC__MODULE_READY = 1, TC__MODULE_FAILED = 2 };
 struct tc_context {
     int ordinal;
     CUdevice dev;
-    CUcontext cu;                     /* the device's primary context */
-    int refs;                         /* guarded by the registry lock in context.c */
+    CUcontext cu; /* the device's primary context */
+    int refs;     /* guarded by the registry lock in context.c */
 
     /* Device limits read once at retain. */
     int cc_major, cc_minor;
     int sm_count;
     int max_threads_per_block;
     int max_block[3], max_grid[3];
-    int max_shared_optin;             /* bytes per block with the opt-in attribute */
+    int max_shared_optin; /* bytes per block with the opt-in attribute */
 
     /* The embedded kernels, loaded on first use (module.c). */
     pthread_mutex_t module_lock;
-    _Atomic int module_state;         /* TC__MODULE_* */
-    tc_status module_status;          /* why loading failed, when it did */
+    _Atomic int module_state; /* TC__MODULE_* */
+    tc_status module_status;  /* why loading failed, when it did */
     char module_error[512];
     CUmodule module;
     CUfunction funcs[TC_KERNEL_COUNT > 0 ? TC_KERNEL_COUNT : 1];
     int func_max_threads[TC_KERNEL_COUNT > 0 ? TC_KERNEL_COUNT : 1];
-    int func_static_shared[TC_KERNEL_COUNT > 0 ? TC_KERNEL_COUNT : 1];   /* bytes */
+    int func_static_shared[TC_KERNEL_COUNT > 0 ? TC_KERNEL_COUNT : 1];      /* bytes */
     _Atomic int func_dyn_shared[TC_KERNEL_COUNT > 0 ? TC_KERNEL_COUNT : 1]; /* bytes allowed now */
 };
 

@@ -13,28 +13,28 @@ static tc_status bad_launch(tc_kernel_id id, const tc_launch_config *cfg, tc_sta
     const tc_kernel_info *k = &tc_kernel_table[id];
     return tc_set_error(st, k->name,
                         "launching %s (%s:%u) with grid %ux%ux%u, block %ux%ux%u, %u shared "
-                        "bytes: %s", k->name, k->file, k->line, cfg->grid.x, cfg->grid.y,
-                        cfg->grid.z, cfg->block.x, cfg->block.y, cfg->block.z, cfg->shared_bytes,
-                        why);
+                        "bytes: %s",
+                        k->name, k->file, k->line, cfg->grid.x, cfg->grid.y, cfg->grid.z,
+                        cfg->block.x, cfg->block.y, cfg->block.z, cfg->shared_bytes, why);
 }
 
 /* Check the configuration against the device's and the kernel's limits. */
 static tc_status check_config(tc_context *c, tc_kernel_id id, const tc_launch_config *cfg)
 {
     char why[160];
-    const uint32_t g[3] = {cfg->grid.x, cfg->grid.y, cfg->grid.z};
-    const uint32_t b[3] = {cfg->block.x, cfg->block.y, cfg->block.z};
+    const uint32_t g[3] = { cfg->grid.x, cfg->grid.y, cfg->grid.z };
+    const uint32_t b[3] = { cfg->block.x, cfg->block.y, cfg->block.z };
     for (int i = 0; i < 3; i++) {
         if (g[i] == 0 || b[i] == 0)
             return bad_launch(id, cfg, TC_ERR_LAUNCH, "a grid or block extent is 0");
         if (g[i] > (uint32_t)c->max_grid[i]) {
-            snprintf(why, sizeof why, "grid extent %c is %u; the device allows %d", "xyz"[i],
-                     g[i], c->max_grid[i]);
+            snprintf(why, sizeof why, "grid extent %c is %u; the device allows %d", "xyz"[i], g[i],
+                     c -> max_grid[i]);
             return bad_launch(id, cfg, TC_ERR_LAUNCH, why);
         }
         if (b[i] > (uint32_t)c->max_block[i]) {
-            snprintf(why, sizeof why, "block extent %c is %u; the device allows %d", "xyz"[i],
-                     b[i], c->max_block[i]);
+            snprintf(why, sizeof why, "block extent %c is %u; the device allows %d", "xyz"[i], b[i],
+                     c -> max_block[i]);
             return bad_launch(id, cfg, TC_ERR_LAUNCH, why);
         }
     }
@@ -47,9 +47,10 @@ static tc_status check_config(tc_context *c, tc_kernel_id id, const tc_launch_co
     if ((int64_t)cfg->shared_bytes > atomic_load(&c->func_dyn_shared[id])) {
         int room = c->max_shared_optin - c->func_static_shared[id];
         if ((int64_t)cfg->shared_bytes > room) {
-            snprintf(why, sizeof why, "the device allows at most %d bytes of dynamic shared "
-                     "memory for this kernel (%d per block, %d static)", room,
-                     c->max_shared_optin, c->func_static_shared[id]);
+            snprintf(why, sizeof why,
+                     "the device allows at most %d bytes of dynamic shared "
+                     "memory for this kernel (%d per block, %d static)",
+                     room, c->max_shared_optin, c->func_static_shared[id]);
             return bad_launch(id, cfg, TC_ERR_LAUNCH, why);
         }
         /* Above the default 48 KiB a kernel must opt in; do it once for this size. */
@@ -88,12 +89,11 @@ tc_status tc_launch_block_size(tc_context *ctx, tc_kernel_id id, size_t shared_b
     CUfunction f;
     TC_TRY(tc_module_function(ctx, id, &f));
     TC_TRY(tc__context_enter(ctx));
-    return tc_cuOccupancyMaxPotentialBlockSize(min_grid, block, f, NULL, shared_bytes,
-                                               block_limit);
+    return tc_cuOccupancyMaxPotentialBlockSize(min_grid, block, f, NULL, shared_bytes, block_limit);
 }
 
-tc_status tc_launch_blocks_per_sm(tc_context *ctx, tc_kernel_id id, int block,
-                                  size_t shared_bytes, int *blocks)
+tc_status tc_launch_blocks_per_sm(tc_context *ctx, tc_kernel_id id, int block, size_t shared_bytes,
+                                  int *blocks)
 {
     CUfunction f;
     TC_TRY(tc_module_function(ctx, id, &f));

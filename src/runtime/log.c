@@ -19,7 +19,7 @@ static struct timespec t0;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static const char *bad_env; /* a THINCUDA_LOG value we could not read, reported once */
 
-static const char *const names[] = {"debug", "info", "warn", "error", "off"};
+static const char *const names[] = { "debug", "info", "warn", "error", "off" };
 
 const char *tc_log_level_name(tc_log_level level)
 {

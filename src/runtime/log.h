@@ -54,10 +54,10 @@ static inline int tc__log_enabled(tc_log_level level)
     return (int)level >= t;
 }
 
-#define TC_LOG(level, ...)                                        \
-    do {                                                          \
-        if (tc__log_enabled(level))                               \
-            tc__log((level), __FILE__, __LINE__, __VA_ARGS__);    \
+#define TC_LOG(level, ...)                                     \
+    do {                                                       \
+        if (tc__log_enabled(level))                            \
+            tc__log((level), __FILE__, __LINE__, __VA_ARGS__); \
     } while (0)
 #define TC_DEBUG(...) TC_LOG(TC_LOG_DEBUG, __VA_ARGS__)
 #define TC_INFO(...) TC_LOG(TC_LOG_INFO, __VA_ARGS__)

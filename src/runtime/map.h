@@ -8,9 +8,9 @@
 #include <stdint.h>
 
 typedef struct tc__map {
-    uint64_t *keys;  /* [cap]; 0 marks an empty slot */
-    void **vals;     /* [cap] */
-    size_t cap;      /* a power of two, or 0 before the first insert */
+    uint64_t *keys; /* [cap]; 0 marks an empty slot */
+    void **vals;    /* [cap] */
+    size_t cap;     /* a power of two, or 0 before the first insert */
     size_t count;
 } tc__map;
 

@@ -45,8 +45,10 @@ static tc_status check_params(tc_context *c, int i)
         if (s != TC_OK)
             return s;
         if (n < k->nparams && size != k->param_sizes[n] && why[0] == '\0')
-            snprintf(why, sizeof why, "parameter %u (%s) is %zu bytes in the fatbin, %u in the "
-                     "launcher", n + 1, k->param_names[n], size, (unsigned)k->param_sizes[n]);
+            snprintf(why, sizeof why,
+                     "parameter %u (%s) is %zu bytes in the fatbin, %u in the "
+                     "launcher",
+                     n + 1, k->param_names[n], size, (unsigned)k->param_sizes[n]);
     }
     tc_clear_error();
     if (n != k->nparams && why[0] == '\0')
@@ -58,7 +60,8 @@ static tc_status check_params(tc_context *c, int i)
     snprintf(msg, sizeof msg, "%s (%s:%u): %s", k->name, k->file, k->line, why);
     return fail_load(c, TC_ERR_KERNEL_MISMATCH,
                      "kernel %s; the fatbin and generated/tc_kernels.h come from different "
-                     "kernels/ sources: run tools/regen and rebuild%s", msg, "");
+                     "kernels/ sources: run tools/regen and rebuild%s",
+                     msg, "");
 }
 
 static tc_status load(tc_context *c)
@@ -77,8 +80,7 @@ static tc_status load(tc_context *c)
                          arch, tc__fatbin_targets);
     if (st != TC_OK) {
         c->module_status = st;
-        snprintf(c->module_error, sizeof c->module_error, "cuModuleLoadData: %s",
-                 tc_last_error());
+        snprintf(c->module_error, sizeof c->module_error, "cuModuleLoadData: %s", tc_last_error());
         return st;
     }
     bool param_info = tc_available("cuFuncGetParamInfo");
@@ -88,7 +90,8 @@ static tc_status load(tc_context *c)
         if (st == TC_CUDA_ERROR_NOT_FOUND)
             return fail_load(c, TC_ERR_KERNEL_MISMATCH,
                              "kernel %s is missing from the embedded fatbin (%s): run tools/regen "
-                             "and rebuild", k->name, k->file);
+                             "and rebuild",
+                             k->name, k->file);
         if (st == TC_OK && param_info)
             st = check_params(c, i);
         if (st == TC_OK)

@@ -23,12 +23,12 @@ typedef struct bucket bucket;
 
 typedef struct block {
     CUdeviceptr ptr;
-    bucket *bk;                   /* the block's size class */
-    size_t size;                  /* class bytes */
-    size_t requested;             /* bytes asked for */
-    tc_stream *stream;            /* allocated for; NULL once released (any stream may reuse) */
-    struct block *prev, *next;    /* the class's cached list, newest first */
-    struct block *older, *newer;  /* all cached blocks, oldest first */
+    bucket *bk;                  /* the block's size class */
+    size_t size;                 /* class bytes */
+    size_t requested;            /* bytes asked for */
+    tc_stream *stream;           /* allocated for; NULL once released (any stream may reuse) */
+    struct block *prev, *next;   /* the class's cached list, newest first */
+    struct block *older, *newer; /* all cached blocks, oldest first */
 } block;
 
 struct bucket {
@@ -38,9 +38,9 @@ struct bucket {
 struct tc_pool {
     tc_pool_backend be;
     pthread_mutex_t lock;
-    tc__map live;                 /* ptr -> block, in use */
-    tc__map classes;              /* class bytes -> bucket */
-    block *oldest, *newest;       /* cached, across classes */
+    tc__map live;           /* ptr -> block, in use */
+    tc__map classes;        /* class bytes -> bucket */
+    block *oldest, *newest; /* cached, across classes */
     tc_pool_stats st;
 };
 
@@ -61,7 +61,7 @@ size_t tc_pool_round(size_t bytes)
 
 static void human(char *buf, size_t len, size_t bytes)
 {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
     double v = (double)bytes;
     int u = 0;
     while (v >= 1024.0 && u < 4) {
@@ -394,7 +394,7 @@ void tc_pool_get_stats(tc_pool *p, tc_pool_stats *out)
 
 typedef struct device_backend {
     tc_context *ctx;
-    CUevent order_event;  /* reused: cuStreamWaitEvent captures the event's state at the call */
+    CUevent order_event; /* reused: cuStreamWaitEvent captures the event's state at the call */
 } device_backend;
 
 static tc_status dev_alloc(void *user, size_t bytes, CUdeviceptr *out)
@@ -450,7 +450,7 @@ tc_status tc_pool_create_device(tc_context *ctx, size_t limit_bytes, tc_pool **o
     tc_status st;
     TC_CHECK(st, tc__context_enter(ctx));
     TC_CHECK(st, tc_cuEventCreate(&d->order_event, CU_EVENT_DISABLE_TIMING));
-    tc_pool_backend be = {dev_alloc, dev_free, dev_order, dev_describe, dev_destroy, d};
+    tc_pool_backend be = { dev_alloc, dev_free, dev_order, dev_describe, dev_destroy, d };
     st = tc_pool_create(&be, limit_bytes, out);
     if (st != TC_OK) {
         dev_destroy(d);

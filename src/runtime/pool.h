@@ -34,24 +34,24 @@ typedef struct tc_pool_backend {
 
 /* Counters since the pool was created. bytes_* count size-class (rounded) bytes. */
 typedef struct tc_pool_stats {
-    size_t bytes_in_use;        /* handed out and not yet freed */
-    size_t bytes_requested;     /* what callers asked for, of bytes_in_use (before rounding) */
-    size_t bytes_cached;        /* freed, held for reuse */
-    size_t bytes_reserved;      /* in use + cached: what the pool holds from the device */
+    size_t bytes_in_use;    /* handed out and not yet freed */
+    size_t bytes_requested; /* what callers asked for, of bytes_in_use (before rounding) */
+    size_t bytes_cached;    /* freed, held for reuse */
+    size_t bytes_reserved;  /* in use + cached: what the pool holds from the device */
     size_t peak_bytes_in_use;
     size_t peak_bytes_reserved;
-    size_t limit_bytes;         /* 0: none */
+    size_t limit_bytes; /* 0: none */
     size_t blocks_in_use;
     size_t blocks_cached;
-    uint64_t allocs;            /* successful tc_pool_alloc calls with bytes > 0 */
+    uint64_t allocs; /* successful tc_pool_alloc calls with bytes > 0 */
     uint64_t frees;
-    uint64_t hits;              /* allocations served from the cache */
-    uint64_t misses;            /* allocations that went to the backend */
-    uint64_t cross_stream;      /* hits that reused a block freed on another stream */
+    uint64_t hits;         /* allocations served from the cache */
+    uint64_t misses;       /* allocations that went to the backend */
+    uint64_t cross_stream; /* hits that reused a block freed on another stream */
     uint64_t backend_allocs;
     uint64_t backend_frees;
-    uint64_t oom;               /* allocations that failed for lack of memory */
-    double hit_rate;            /* hits / allocs, 0 when no allocations */
+    uint64_t oom;    /* allocations that failed for lack of memory */
+    double hit_rate; /* hits / allocs, 0 when no allocations */
 } tc_pool_stats;
 
 /* Create a pool over `backend` (copied). `limit_bytes` caps bytes_reserved; 0 means none. */

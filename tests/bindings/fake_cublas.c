@@ -18,7 +18,7 @@ EXPORT cublasStatus_t cublasCreate_v2(cublasHandle_t *handle)
 EXPORT cublasStatus_t cublasDestroy_v2(cublasHandle_t handle)
 {
     return handle == (cublasHandle_t)(void *)&fake_handle_storage ? CUBLAS_STATUS_SUCCESS
-                                                                    : CUBLAS_STATUS_NOT_INITIALIZED;
+                                                                  : CUBLAS_STATUS_NOT_INITIALIZED;
 }
 
 EXPORT size_t cublasGetCudartVersion(void)
@@ -28,14 +28,14 @@ EXPORT size_t cublasGetCudartVersion(void)
 
 /* Column-major C = alpha * op(A) op(B) + beta * C on host memory (no transposes). */
 EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t ta,
-                                     cublasOperation_t tb, int m, int n, int k,
-                                     const float *alpha, const float *A, int lda, const float *B,
-                                     int ldb, const float *beta, float *C, int ldc)
+                                     cublasOperation_t tb, int m, int n, int k, const float *alpha,
+                                     const float *A, int lda, const float *B, int ldb,
+                                     const float *beta, float *C, int ldc)
 {
     if (!handle)
         return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (ta != CUBLAS_OP_N || tb != CUBLAS_OP_N || m < 0 || n < 0 || k < 0 || lda < m ||
-        ldb < k || ldc < m)
+    if (ta != CUBLAS_OP_N || tb != CUBLAS_OP_N || m < 0 || n < 0 || k < 0 || lda < m || ldb < k ||
+        ldc < m)
         return CUBLAS_STATUS_INVALID_VALUE;
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
@@ -48,11 +48,10 @@ EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t ta
 }
 
 /* The C++-only half-precision routine: checks that alpha's 16 bits arrive intact. */
-EXPORT cublasStatus_t cublasHgemm(cublasHandle_t handle, cublasOperation_t ta,
-                                  cublasOperation_t tb, int m, int n, int k,
-                                  const uint16_t *alpha, const uint16_t *A, int lda,
-                                  const uint16_t *B, int ldb, const uint16_t *beta, uint16_t *C,
-                                  int ldc)
+EXPORT cublasStatus_t cublasHgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb,
+                                  int m, int n, int k, const uint16_t *alpha, const uint16_t *A,
+                                  int lda, const uint16_t *B, int ldb, const uint16_t *beta,
+                                  uint16_t *C, int ldc)
 {
     (void)handle, (void)ta, (void)tb, (void)k, (void)A, (void)lda, (void)B, (void)ldb;
     (void)beta;

@@ -6,12 +6,12 @@
 #include <cuda.h>
 
 typedef struct fake_cuda_stats {
-    int lookups;            /* cuGetProcAddress calls */
+    int lookups; /* cuGetProcAddress calls */
     char last_symbol[64];
     int last_version;
     unsigned long long last_flags;
-    int ptds_calls;         /* cuMemcpyHtoD per-thread variant calls */
-    int legacy_calls;       /* cuMemcpyHtoD legacy variant calls */
+    int ptds_calls;   /* cuMemcpyHtoD per-thread variant calls */
+    int legacy_calls; /* cuMemcpyHtoD legacy variant calls */
 } fake_cuda_stats;
 
 __attribute__((visibility("default"))) fake_cuda_stats fake_cuda_stats_v;
@@ -72,17 +72,17 @@ static CUresult f_ctx_get_device_v1(CUdevice *d)
 }
 
 /* Hands back a function the way the driver does: its address in a void *. */
-#define RETURN_FN(f)                                   \
-    do {                                               \
-        void (*g_)(void) = (void (*)(void))(f);        \
-        memcpy(pfn, &g_, sizeof g_);                   \
-        return CUDA_SUCCESS;                           \
+#define RETURN_FN(f)                            \
+    do {                                        \
+        void (*g_)(void) = (void (*)(void))(f); \
+        memcpy(pfn, &g_, sizeof g_);            \
+        return CUDA_SUCCESS;                    \
     } while (0)
 
 /* The driver's entry point: symbol, ABI version and per-thread flag select an implementation. */
-__attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(
-    const char *symbol, void **pfn, int version, cuuint64_t flags,
-    CUdriverProcAddressQueryResult *status)
+__attribute__((visibility("default"))) CUresult
+cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                    CUdriverProcAddressQueryResult *status)
 {
     fake_cuda_stats_v.lookups++;
     snprintf(fake_cuda_stats_v.last_symbol, sizeof fake_cuda_stats_v.last_symbol, "%s", symbol);

@@ -109,9 +109,9 @@ static void dlsym_libraries_pass_every_argument_in_place(void **state)
     assert_int_equal(tc_cublasCreate(&h), TC_OK);
     assert_non_null(h);
     /* 2x3 times 3x2, column-major, random-looking non-zero values. */
-    float A[6] = {0.5f, -1.25f, 2.0f, 3.5f, -0.75f, 1.5f};
-    float B[6] = {1.5f, -2.0f, 0.25f, 4.0f, 1.0f, -3.0f};
-    float C[4] = {1.0f, 2.0f, -1.0f, 0.5f}, alpha = 2.0f, beta = -0.5f;
+    float A[6] = { 0.5f, -1.25f, 2.0f, 3.5f, -0.75f, 1.5f };
+    float B[6] = { 1.5f, -2.0f, 0.25f, 4.0f, 1.0f, -3.0f };
+    float C[4] = { 1.0f, 2.0f, -1.0f, 0.5f }, alpha = 2.0f, beta = -0.5f;
     float want[4];
     for (int j = 0; j < 2; j++)
         for (int i = 0; i < 2; i++) {
@@ -120,26 +120,26 @@ static void dlsym_libraries_pass_every_argument_in_place(void **state)
                 acc += (double)A[i + p * 2] * B[p + j * 3];
             want[i + j * 2] = (float)(alpha * acc + beta * C[i + j * 2]);
         }
-    assert_int_equal(tc_cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &alpha, A, 2, B, 3,
-                                    &beta, C, 2),
-                     TC_OK);
+    assert_int_equal(
+        tc_cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &alpha, A, 2, B, 3, &beta, C, 2),
+        TC_OK);
     for (int i = 0; i < 4; i++)
         assert_float_equal(C[i], want[i], 1e-6);
-    assert_int_equal(tc_cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &alpha, A, 1, B, 3,
-                                    &beta, C, 2),
-                     TC_CUBLAS_STATUS_INVALID_VALUE);
+    assert_int_equal(
+        tc_cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &alpha, A, 1, B, 3, &beta, C, 2),
+        TC_CUBLAS_STATUS_INVALID_VALUE);
     assert_string_equal(tc_last_error_function(), "cublasSgemm");
     size_t v = 0;
     assert_int_equal(tc_cublasGetCudartVersion(&v), TC_OK);
     assert_int_equal(v, 12345);
-    tc_half one = {0x3C00}, zero = {0}, out[1] = {{0}};
-    assert_int_equal(tc_cublasHgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, &one, 1, &one, 1,
-                                    &zero, out, 1),
-                     TC_OK);
+    tc_half one = { 0x3C00 }, zero = { 0 }, out[1] = { { 0 } };
+    assert_int_equal(
+        tc_cublasHgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, &one, 1, &one, 1, &zero, out, 1),
+        TC_OK);
     assert_int_equal(out[0].bits, 0x3C00);
-    assert_int_equal(tc_cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, NULL, NULL, 1, NULL, 1,
-                                    NULL, NULL, 1),
-                     TC_ERR_SYMBOL_NOT_FOUND);
+    assert_int_equal(
+        tc_cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, NULL, NULL, 1, NULL, 1, NULL, NULL, 1),
+        TC_ERR_SYMBOL_NOT_FOUND);
     assert_int_equal(tc_cublasDestroy(h), TC_OK);
 }
 

@@ -13,14 +13,13 @@
 
 static int failures;
 
-#define CHECK(expr)                                                                  \
-    do {                                                                             \
-        tc_status s_ = (expr);                                                       \
-        if (s_ != TC_OK) {                                                           \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,    \
-                    tc_last_error());                                                \
-            return 1;                                                                \
-        }                                                                            \
+#define CHECK(expr)                                                                                \
+    do {                                                                                           \
+        tc_status s_ = (expr);                                                                     \
+        if (s_ != TC_OK) {                                                                         \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, tc_last_error()); \
+            return 1;                                                                              \
+        }                                                                                          \
     } while (0)
 
 static void expect(int ok, const char *what)
@@ -63,11 +62,11 @@ static int devices(int *count)
         CHECK(tc_cuDeviceGetAttribute(&bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, d));
         CHECK(tc_cuDeviceTotalMem(&mem, d));
         CHECK(tc_cuDeviceGetUuid(&uuid, d));
-        printf("  device %d: %s, sm_%d%d, %d SMs, %.0f MHz, %d-bit bus, %.1f GiB, uuid ", i,
-               name, major, minor, sms, clock_khz / 1000.0, bus_bits,
-               mem / (1024.0 * 1024 * 1024));
+        printf("  device %d: %s, sm_%d%d, %d SMs, %.0f MHz, %d-bit bus, %.1f GiB, uuid ", i, name,
+               major, minor, sms, clock_khz / 1000.0, bus_bits, mem / (1024.0 * 1024 * 1024));
         for (int b = 0; b < 16; b++)
-            printf("%02x%s", (unsigned char)uuid.bytes[b], b == 3 || b == 5 || b == 7 || b == 9 ? "-" : "");
+            printf("%02x%s", (unsigned char)uuid.bytes[b],
+                   b == 3 || b == 5 || b == 7 || b == 9 ? "-" : "");
         printf("\n");
     }
     return 0;

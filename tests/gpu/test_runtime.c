@@ -13,14 +13,13 @@
 
 static int failures;
 
-#define CHECK(expr)                                                                      \
-    do {                                                                                 \
-        tc_status s_ = (expr);                                                           \
-        if (s_ != TC_OK) {                                                               \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,        \
-                    tc_last_error());                                                    \
-            exit(1);                                                                     \
-        }                                                                                \
+#define CHECK(expr)                                                                                \
+    do {                                                                                           \
+        tc_status s_ = (expr);                                                                     \
+        if (s_ != TC_OK) {                                                                         \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, tc_last_error()); \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static void expect(int ok, const char *what)
@@ -81,7 +80,9 @@ static void copy_matches_bytes_at_any_alignment(void)
     CHECK(tc_pool_alloc(pool, n, s1, &b));
     CHECK(tc_stream_copy_h2d(s1, a, src, n));
     int ok = 1;
-    const size_t offs[][3] = {{0, 0, n}, {0, 0, 12345}, {3, 5, n - 100}, {16, 32, n - 64}};
+    const size_t offs[][3] = {
+        { 0, 0, n }, { 0, 0, 12345 }, { 3, 5, n - 100 }, { 16, 32, n - 64 }
+    };
     for (int k = 0; k < 4 && ok; k++) {
         size_t so = offs[k][0], dof = offs[k][1], len = offs[k][2];
         CHECK(tc_stream_memset(s1, b, 0xA5, n));
@@ -107,12 +108,12 @@ static void scalar_arguments_arrive_bit_exact(void)
 {
     CUdeviceptr d;
     CHECK(tc_pool_alloc(pool, 9 * 8, s1, &d));
-    tc_half g = {0xC248};   /* -3.140625 */
-    tc_bf16 h = {0x3FC0};   /* 1.5 */
-    tc_launch_config cfg = {tc_dim1(1), tc_dim1(32), 0, s1};
+    tc_half g = { 0xC248 }; /* -3.140625 */
+    tc_bf16 h = { 0x3FC0 }; /* 1.5 */
+    tc_launch_config cfg = { tc_dim1(1), tc_dim1(32), 0, s1 };
     CHECK(tc_launch_selftest_params(cfg, (int8_t)-100, (int16_t)-30000, (int32_t)-2000000000,
-                                    (int64_t)-8000000000000000000ll, -1.25e-3f, 6.02214076e23,
-                                    g, h, (uint8_t)201, (uint64_t *)d));
+                                    (int64_t)-8000000000000000000ll, -1.25e-3f, 6.02214076e23, g, h,
+                                    (uint8_t)201, (uint64_t *)d));
     uint64_t out[9];
     CHECK(tc_stream_copy_d2h(s1, out, d, sizeof out));
     CHECK(tc_stream_synchronize(s1));
@@ -124,8 +125,7 @@ static void scalar_arguments_arrive_bit_exact(void)
     memcpy(&fb, &f, 8);
     int ok = (int64_t)out[0] == -100 && (int64_t)out[1] == -30000 &&
              (int64_t)out[2] == -2000000000 && (int64_t)out[3] == -8000000000000000000ll &&
-             out[4] == eb && out[5] == fb && out[6] == 0xC248 && out[7] == 0x3FC0 &&
-             out[8] == 201;
+             out[4] == eb && out[5] == fb && out[6] == 0xC248 && out[7] == 0x3FC0 && out[8] == 201;
     expect(ok, "every scalar width reaches the kernel bit-exact");
     CHECK(tc_pool_free(pool, d));
 }
@@ -142,7 +142,7 @@ static void streams_and_events_order_work(void)
     CHECK(tc_event_create(ctx, true, &start));
     CHECK(tc_event_create(ctx, true, &done));
     CHECK(tc_event_record(start, s1));
-    tc_launch_config one = {tc_dim1(1), tc_dim1(1), 0, s1};
+    tc_launch_config one = { tc_dim1(1), tc_dim1(1), 0, s1 };
     CHECK(tc_launch_selftest_delay_store(one, (int32_t *)x, (int32_t)1, (uint64_t)50000000));
     CHECK(tc_event_record(done, s1));
     bool finished = true;
@@ -172,7 +172,7 @@ static void bad_launches_fail_and_leave_the_context_usable(void)
 {
     CUdeviceptr d;
     CHECK(tc_pool_alloc(pool, 1024, s1, &d));
-    tc_launch_config cfg = {tc_dim1(1), tc_dim1(2048), 0, s1};
+    tc_launch_config cfg = { tc_dim1(1), tc_dim1(2048), 0, s1 };
     tc_status st = tc_launch_fill_f32(cfg, (float *)d, 1.0f, (size_t)256);
     printf("  block 2048: %s\n", tc_last_error());
     expect(st == TC_ERR_LAUNCH && strstr(tc_last_error(), "tc_k_fill_f32"),
@@ -201,9 +201,9 @@ static void pool_stress_returns_all_memory(void)
     tc_pool *p;
     CHECK(tc_pool_create_device(ctx, (size_t)8 << 30, &p));
     enum { HELD = 256 };
-    CUdeviceptr held[HELD] = {0};
-    size_t sizes[HELD] = {0};
-    tc_stream *on[HELD] = {0};
+    CUdeviceptr held[HELD] = { 0 };
+    size_t sizes[HELD] = { 0 };
+    tc_stream *on[HELD] = { 0 };
     int ooms = 0, checked = 0, bad = 0;
     for (int op = 0; op < 20000; op++) {
         int i = (int)(next_rand() % HELD);
@@ -242,8 +242,8 @@ static void pool_stress_returns_all_memory(void)
     tc_pool_destroy(p);
     CHECK(tc_context_mem_info(ctx, &free2, &total));
     printf("  pool stress: %llu allocs, hit rate %.3f, %llu cross-stream, peak reserved %.1f MiB, "
-           "%d over the 8 GiB limit, %d blocks verified\n", (unsigned long long)st.allocs,
-           st.hit_rate, (unsigned long long)st.cross_stream,
+           "%d over the 8 GiB limit, %d blocks verified\n",
+           (unsigned long long)st.allocs, st.hit_rate, (unsigned long long)st.cross_stream,
            (double)st.peak_bytes_reserved / 1048576.0, ooms, checked);
     printf("  device free: before %zu, during %zu, after %zu bytes\n", free0, free1, free2);
     expect(bad == 0, "pooled blocks keep their contents until freed");

@@ -23,7 +23,7 @@ typedef struct fake_launch {
     char kernel[64];
     unsigned grid[3], block[3], shared;
     void *stream;
-    unsigned char params[256];  /* the arguments laid out as the CUDA ABI does */
+    unsigned char params[256]; /* the arguments laid out as the CUDA ABI does */
     size_t params_bytes;
     int set_attribute_calls;
     int last_dyn_shared;
@@ -286,7 +286,7 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
         return CUDA_ERROR_INVALID_CONTEXT;
     fake_launch_v.count++;
     snprintf(fake_launch_v.kernel, sizeof fake_launch_v.kernel, "%s", tc_kernel_table[k].name);
-    unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
+    unsigned g[3] = { gx, gy, gz }, b[3] = { bx, by, bz };
     memcpy(fake_launch_v.grid, g, sizeof g);
     memcpy(fake_launch_v.block, b, sizeof b);
     fake_launch_v.shared = shared;
@@ -338,7 +338,10 @@ static CUresult f_mem_info(size_t *free_b, size_t *total_b)
     return need_ctx();
 }
 
-#define FN(name, f) {name, (void (*)(void))(f)}
+#define FN(name, f)               \
+    {                             \
+        name, (void (*)(void))(f) \
+    }
 static const struct {
     const char *name;
     void (*fn)(void);
@@ -376,8 +379,8 @@ static const struct {
     FN("cuMemGetInfo", f_mem_info),
 };
 
-EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
-                                    cuuint64_t flags, CUdriverProcAddressQueryResult *status)
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult *status)
 {
     (void)version, (void)flags;
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {

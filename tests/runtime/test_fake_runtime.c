@@ -116,13 +116,14 @@ static void launcher_passes_each_argument_at_its_abi_offset(void **state)
 {
     (void)state;
     fake_launch *l = launches();
-    tc_launch_config cfg = {tc_dim1(3), tc_dim1(64), 0, stream};
-    tc_half g = {0x3C00};
-    tc_bf16 h = {0x4049};
+    tc_launch_config cfg = { tc_dim1(3), tc_dim1(64), 0, stream };
+    tc_half g = { 0x3C00 };
+    tc_bf16 h = { 0x4049 };
     uint64_t *out = (uint64_t *)(uintptr_t)0xDEADBEEF00ull;
     assert_int_equal(tc_launch_selftest_params(cfg, (int8_t)-3, (int16_t)-300, (int32_t)123456,
                                                (int64_t)-9000000000ll, 1.5f, 2.25, g, h,
-                                               (uint8_t)250, out), TC_OK);
+                                               (uint8_t)250, out),
+                     TC_OK);
     assert_string_equal(l->kernel, "tc_k_selftest_params");
     assert_int_equal(l->grid[0], 3);
     assert_int_equal(l->block[0], 64);
@@ -167,18 +168,18 @@ static void bad_configurations_fail_naming_the_kernel(void **state)
     fake_launch *l = launches();
     int before = l->count;
     float *out = (float *)(uintptr_t)0x1000;
-    tc_launch_config cfg = {tc_dim1(1), tc_dim1(2048), 0, stream};
+    tc_launch_config cfg = { tc_dim1(1), tc_dim1(2048), 0, stream };
     assert_int_equal(tc_launch_fill_f32(cfg, out, 1.0f, (size_t)10), TC_ERR_LAUNCH);
     assert_non_null(strstr(tc_last_error(), "tc_k_fill_f32"));
     assert_non_null(strstr(tc_last_error(), "kernels/copy.cu"));
     assert_non_null(strstr(tc_last_error(), "block extent x is 2048"));
-    cfg.block = (tc_dim3){32, 32, 2};
+    cfg.block = (tc_dim3){ 32, 32, 2 };
     assert_int_equal(tc_launch_fill_f32(cfg, out, 1.0f, (size_t)10), TC_ERR_LAUNCH);
     assert_non_null(strstr(tc_last_error(), "2048 threads per block"));
     cfg.block = tc_dim1(128);
     cfg.grid = tc_dim1(0);
     assert_int_equal(tc_launch_fill_f32(cfg, out, 1.0f, (size_t)10), TC_ERR_LAUNCH);
-    cfg.grid = (tc_dim3){1, 70000, 1};
+    cfg.grid = (tc_dim3){ 1, 70000, 1 };
     assert_int_equal(tc_launch_fill_f32(cfg, out, 1.0f, (size_t)10), TC_ERR_LAUNCH);
     assert_non_null(strstr(tc_last_error(), "grid extent y"));
     cfg.grid = tc_dim1(1);
@@ -197,7 +198,7 @@ static void large_shared_memory_opts_in_once(void **state)
     fake_launch *l = launches();
     int calls = l->set_attribute_calls;
     float *out = (float *)(uintptr_t)0x1000;
-    tc_launch_config cfg = {tc_dim1(1), tc_dim1(128), 100000, stream};
+    tc_launch_config cfg = { tc_dim1(1), tc_dim1(128), 100000, stream };
     assert_int_equal(tc_launch_fill_f32(cfg, out, 1.0f, (size_t)10), TC_OK);
     assert_int_equal(tc_launch_fill_f32(cfg, out, 1.0f, (size_t)10), TC_OK);
     assert_int_equal(l->set_attribute_calls, calls + 1);
@@ -239,7 +240,7 @@ static void module_load_reports(tc_status want, const char *words)
     assert_non_null(strstr(tc_last_error(), words));
     /* The verdict sticks, and launches report it too. */
     float *out = (float *)(uintptr_t)0x1000;
-    tc_launch_config cfg = {tc_dim1(1), tc_dim1(32), 0, stream};
+    tc_launch_config cfg = { tc_dim1(1), tc_dim1(32), 0, stream };
     assert_int_equal(tc_launch_fill_f32(cfg, out, 1.0f, (size_t)1), want);
     assert_non_null(strstr(tc_last_error(), words));
 }
@@ -262,7 +263,8 @@ static void missing_kernel_is_caught_at_load(void **state)
 static void gpu_without_code_gets_no_kernel_image(void **state)
 {
     (void)state;
-    module_load_reports(TC_ERR_NO_KERNEL_IMAGE, "no code this GPU (sm_90) can run: built for sm_80");
+    module_load_reports(TC_ERR_NO_KERNEL_IMAGE,
+                        "no code this GPU (sm_90) can run: built for sm_80");
 }
 
 int main(int argc, char **argv)
@@ -282,9 +284,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(occupancy_helpers_size_grid_stride_launches),
         cmocka_unit_test(device_pool_out_of_memory_names_request_and_state),
     };
-    const struct CMUnitTest skew[] = {cmocka_unit_test(stale_fatbin_is_caught_at_load)};
-    const struct CMUnitTest drop[] = {cmocka_unit_test(missing_kernel_is_caught_at_load)};
-    const struct CMUnitTest nobin[] = {cmocka_unit_test(gpu_without_code_gets_no_kernel_image)};
+    const struct CMUnitTest skew[] = { cmocka_unit_test(stale_fatbin_is_caught_at_load) };
+    const struct CMUnitTest drop[] = { cmocka_unit_test(missing_kernel_is_caught_at_load) };
+    const struct CMUnitTest nobin[] = { cmocka_unit_test(gpu_without_code_gets_no_kernel_image) };
     if (strcmp(mode, "skew") == 0)
         return cmocka_run_group_tests(skew, setup, teardown);
     if (strcmp(mode, "drop") == 0)

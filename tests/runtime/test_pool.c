@@ -24,12 +24,12 @@ typedef struct range {
 } range;
 
 typedef struct fake {
-    range live[MAX_RANGES];  /* what the backend has handed out */
+    range live[MAX_RANGES]; /* what the backend has handed out */
     size_t nlive;
     size_t live_bytes;
-    size_t capacity;         /* device memory size */
+    size_t capacity; /* device memory size */
     CUdeviceptr next;
-    int fail_next_alloc;     /* a non-OOM failure, once */
+    int fail_next_alloc; /* a non-OOM failure, once */
     uint64_t orders;
     tc_stream *last_from, *last_to;
 } fake;
@@ -46,7 +46,7 @@ static tc_status fake_alloc(void *user, size_t bytes, CUdeviceptr *out)
     /* Leave a gap so that an off-by-one overlap would be visible. */
     *out = f->next;
     f->next += (bytes + 4096 + 255) / 256 * 256;
-    f->live[f->nlive++] = (range){*out, bytes};
+    f->live[f->nlive++] = (range){ *out, bytes };
     f->live_bytes += bytes;
     return TC_OK;
 }
@@ -85,7 +85,7 @@ static tc_pool *new_pool(fake *f, size_t capacity, size_t limit)
     memset(f, 0, sizeof *f);
     f->capacity = capacity;
     f->next = 0x100000000ull;
-    tc_pool_backend be = {fake_alloc, fake_free, fake_order, fake_describe, NULL, f};
+    tc_pool_backend be = { fake_alloc, fake_free, fake_order, fake_describe, NULL, f };
     tc_pool *p = NULL;
     assert_int_equal(tc_pool_create(&be, limit, &p), TC_OK);
     return p;
@@ -189,7 +189,7 @@ static void random_operations_keep_every_invariant(void **state)
                     assert_ptr_equal(f.last_to, stream_n(s));
                     assert_ptr_not_equal(f.last_from, stream_n(s));
                 }
-                held b = {ptr, bytes, s};
+                held b = { ptr, bytes, s };
                 check_new_block(&f, h, n, b);
                 h[n++] = b;
             }
@@ -326,7 +326,7 @@ static void edge_cases_are_errors_not_crashes(void **state)
     tc_pool_destroy(p);
     assert_int_equal(f.nlive, 0);
     tc_pool_destroy(NULL);
-    tc_pool_backend incomplete = {fake_alloc, NULL, fake_order, NULL, NULL, &f};
+    tc_pool_backend incomplete = { fake_alloc, NULL, fake_order, NULL, NULL, &f };
     assert_int_equal(tc_pool_create(&incomplete, 0, &p), TC_ERR_INVALID_ARGUMENT);
 }
 
