@@ -18,6 +18,8 @@
 
 #define MIN_CLASS 512u
 #define MAX_STEP (2u << 20)
+#define SMALL_LIMIT ((size_t)16 << 20) /* classes up to here are indexed, not hashed */
+#define SMALL_CLASSES 56
 
 typedef struct bucket bucket;
 
@@ -38,9 +40,10 @@ struct bucket {
 struct tc_pool {
     tc_pool_backend be;
     pthread_mutex_t lock;
-    tc__map live;           /* ptr -> block, in use */
-    tc__map classes;        /* class bytes -> bucket */
-    block *oldest, *newest; /* cached, across classes */
+    tc__map live;                /* ptr -> block, in use */
+    bucket small[SMALL_CLASSES]; /* classes up to 16 MiB, by class index */
+    tc__map classes;             /* larger class bytes -> bucket */
+    block *oldest, *newest;      /* cached, across classes */
     tc_pool_stats st;
 };
 
@@ -57,6 +60,33 @@ size_t tc_pool_round(size_t bytes)
     if (bytes > SIZE_MAX - step)
         return 0;
     return (bytes + step - 1) & ~(step - 1); /* step is a power of two */
+}
+
+/* The index of a class of at most SMALL_LIMIT bytes: 512..2048 are 0..3, then four per
+ * power of two. */
+static size_t small_index(size_t size)
+{
+    if (size <= 2048)
+        return size / MIN_CLASS - 1;
+    int top = 63 - __builtin_clzll((unsigned long long)(size - 1));
+    size_t step = (size_t)1 << (top - 2);
+    return 4 + (size_t)(top - 11) * 4 + (size - ((size_t)1 << top)) / step - 1;
+}
+
+/* The bucket of class `size`, created when `create` (NULL when absent or out of memory). */
+static bucket *get_bucket(tc_pool *p, size_t size, bool create)
+{
+    if (size <= SMALL_LIMIT)
+        return &p->small[small_index(size)];
+    bucket *bk = tc__map_get(&p->classes, size);
+    if (bk == NULL && create) {
+        bk = tc_host_calloc(1, sizeof *bk);
+        if (bk != NULL && !tc__map_put(&p->classes, size, bk)) {
+            tc_host_free(bk);
+            bk = NULL;
+        }
+    }
+    return bk;
 }
 
 static void human(char *buf, size_t len, size_t bytes)
@@ -222,7 +252,7 @@ void tc_pool_destroy(tc_pool *p)
 static tc_status take_cached(tc_pool *p, size_t size, tc_stream *s, block **out)
 {
     *out = NULL;
-    bucket *bk = tc__map_get(&p->classes, size);
+    bucket *bk = get_bucket(p, size, false);
     if (bk == NULL || bk->head == NULL)
         return TC_OK;
     block *b = bk->head;
@@ -291,15 +321,11 @@ tc_status tc_pool_alloc(tc_pool *p, size_t bytes, tc_stream *s, CUdeviceptr *out
     } else {
         TC_CHECK(st, new_block(p, bytes, size, &b));
         p->st.misses++;
-        b->bk = tc__map_get(&p->classes, size);
+        b->bk = get_bucket(p, size, true);
         if (b->bk == NULL) {
-            b->bk = tc_host_calloc(1, sizeof *b->bk);
-            if (b->bk == NULL || !tc__map_put(&p->classes, size, b->bk)) {
-                tc_host_free(b->bk);
-                release_block(p, b);
-                st = tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_pool_alloc", "out of host memory");
-                goto fail;
-            }
+            release_block(p, b);
+            st = tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_pool_alloc", "out of host memory");
+            goto fail;
         }
     }
     if (!tc__map_put(&p->live, b->ptr, b)) {
