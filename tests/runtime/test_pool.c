@@ -2,6 +2,7 @@
  * limit changes over four streams, with every invariant checked after each step (no two live
  * blocks overlap, statistics equal a recount, the limit is never exceeded, a block changes
  * streams only after the backend ordered the streams), plus the documented edge cases. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -350,6 +351,101 @@ static void size_classes_bound_the_waste(void **state)
     assert_int_equal(tc_pool_round(((size_t)1 << 30) + 1), ((size_t)1 << 30) + ((size_t)2 << 20));
 }
 
+typedef struct worker {
+    tc_pool *pool;
+    int id;
+    int errors;
+    CUdeviceptr *owner; /* shared: one slot per 256-byte unit of the fake address space */
+} worker;
+
+#define UNITS (1u << 20)
+
+static pthread_mutex_t owner_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Claim (or release) every 256-byte unit of a block; a unit already claimed is an overlap. */
+static int claim(worker *w, CUdeviceptr ptr, size_t bytes, bool take)
+{
+    int bad = 0;
+    pthread_mutex_lock(&owner_lock);
+    for (CUdeviceptr u = (ptr - 0x100000000ull) / 256;
+         u < (ptr - 0x100000000ull + bytes + 255) / 256; u++) {
+        if (u >= UNITS) {
+            bad++;
+            break;
+        }
+        if (take) {
+            bad += w->owner[u] != 0;
+            w->owner[u] = (CUdeviceptr)(w->id + 1);
+        } else {
+            bad += w->owner[u] != (CUdeviceptr)(w->id + 1);
+            w->owner[u] = 0;
+        }
+    }
+    pthread_mutex_unlock(&owner_lock);
+    return bad;
+}
+
+static void *work(void *arg)
+{
+    worker *w = arg;
+    unsigned seed = 77u + (unsigned)w->id;
+    CUdeviceptr held[32] = { 0 };
+    size_t sizes[32] = { 0 };
+    for (int op = 0; op < 20000; op++) {
+        int i = rand_r(&seed) % 32;
+        if (held[i]) {
+            w->errors += claim(w, held[i], sizes[i], false);
+            w->errors += tc_pool_free(w->pool, held[i]) != TC_OK;
+            held[i] = 0;
+        } else {
+            sizes[i] = 1 + (size_t)(rand_r(&seed) % 20000);
+            /* Two streams per thread, and some shared with the next thread. */
+            tc_stream *s = stream_n((w->id + rand_r(&seed) % 2) % 5);
+            if (tc_pool_alloc(w->pool, sizes[i], s, &held[i]) != TC_OK) {
+                w->errors++;
+                held[i] = 0;
+                continue;
+            }
+            w->errors += claim(w, held[i], sizes[i], true);
+        }
+    }
+    for (int i = 0; i < 32; i++)
+        if (held[i]) {
+            w->errors += claim(w, held[i], sizes[i], false);
+            w->errors += tc_pool_free(w->pool, held[i]) != TC_OK;
+        }
+    return NULL;
+}
+
+static void threads_share_a_pool_without_overlap(void **state)
+{
+    (void)state;
+    fake f;
+    tc_pool *p = new_pool(&f, (size_t)1 << 30, 0);
+    CUdeviceptr *owner = calloc(UNITS, sizeof *owner);
+    assert_non_null(owner);
+    worker w[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (worker){ p, i, 0, owner };
+        assert_int_equal(pthread_create(&t[i], NULL, work, &w[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(w[i].errors, 0);
+    }
+    tc_pool_stats st;
+    tc_pool_get_stats(p, &st);
+    assert_int_equal(st.bytes_in_use, 0);
+    assert_int_equal(st.blocks_in_use, 0);
+    assert_int_equal(st.allocs, st.frees);
+    assert_int_equal(st.bytes_reserved, f.live_bytes);
+    assert_true(st.hits > 0 && st.cross_stream > 0);
+    tc_pool_destroy(p);
+    assert_int_equal(f.nlive, 0);
+    free(owner);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -360,6 +456,7 @@ int main(void)
         cmocka_unit_test(device_out_of_memory_trims_then_retries),
         cmocka_unit_test(edge_cases_are_errors_not_crashes),
         cmocka_unit_test(random_operations_keep_every_invariant),
+        cmocka_unit_test(threads_share_a_pool_without_overlap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
