@@ -14,20 +14,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "runtime/runtime.h"
 
 extern char **environ;
 
 #define DEVICE_BW_GBS 3000.0 /* measured D2D bandwidth of the H100 target (GPU.md) */
-
-#define CHECK(expr)                                                                                \
-    do {                                                                                           \
-        tc_status s_ = (expr);                                                                     \
-        if (s_ != TC_OK) {                                                                         \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, tc_last_error()); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static double now_ns(void)
 {

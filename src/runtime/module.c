@@ -2,6 +2,7 @@
  * launcher the generator wrote for it. */
 #include "runtime/module.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,10 +24,14 @@ const char *tc_module_targets(void)
     return tc__fatbin_targets;
 }
 
-static tc_status fail_load(tc_context *c, tc_status st, const char *fmt, const char *a,
-                           const char *b)
+/* Record why loading failed (reported by every later load or launch) and return st. */
+__attribute__((format(printf, 3, 4))) static tc_status fail_load(tc_context *c, tc_status st,
+                                                                 const char *fmt, ...)
 {
-    snprintf(c->module_error, sizeof c->module_error, fmt, a, b);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->module_error, sizeof c->module_error, fmt, ap);
+    va_end(ap);
     c->module_status = st;
     return st;
 }
@@ -56,12 +61,10 @@ static tc_status check_params(tc_context *c, int i)
                  k->nparams);
     if (why[0] == '\0')
         return TC_OK;
-    char msg[256];
-    snprintf(msg, sizeof msg, "%s (%s:%u): %s", k->name, k->file, k->line, why);
     return fail_load(c, TC_ERR_KERNEL_MISMATCH,
-                     "kernel %s; the fatbin and generated/tc_kernels.h come from different "
-                     "kernels/ sources: run tools/regen and rebuild%s",
-                     msg, "");
+                     "kernel %s (%s:%u): %s; the fatbin and generated/tc_kernels.h come from "
+                     "different kernels/ sources: run tools/regen and rebuild",
+                     k->name, k->file, k->line, why);
 }
 
 static tc_status load(tc_context *c)
@@ -70,7 +73,7 @@ static tc_status load(tc_context *c)
     snprintf(arch, sizeof arch, "sm_%d%d", c->cc_major, c->cc_minor);
     if (tc__fatbin_size == 0)
         return fail_load(c, TC_ERR_NO_KERNEL_IMAGE,
-                         "thincuda was built without nvcc, so it has no kernels (%s%s)", arch, "");
+                         "thincuda was built without nvcc, so it has no kernels (%s)", arch);
     TC_TRY(tc__context_enter(c));
     tc_status st = tc_cuModuleLoadData(&c->module, tc__fatbin);
     if (st == TC_CUDA_ERROR_NO_BINARY_FOR_GPU || st == TC_CUDA_ERROR_INVALID_PTX ||
@@ -78,11 +81,8 @@ static tc_status load(tc_context *c)
         return fail_load(c, TC_ERR_NO_KERNEL_IMAGE,
                          "the embedded kernels have no code this GPU (%s) can run: built for %s",
                          arch, tc__fatbin_targets);
-    if (st != TC_OK) {
-        c->module_status = st;
-        snprintf(c->module_error, sizeof c->module_error, "cuModuleLoadData: %s", tc_last_error());
-        return st;
-    }
+    if (st != TC_OK)
+        return fail_load(c, st, "cuModuleLoadData: %s", tc_last_error());
     bool param_info = tc_available("cuFuncGetParamInfo");
     for (int i = 0; i < TC_KERNEL_COUNT; i++) {
         const tc_kernel_info *k = &tc_kernel_table[i];
@@ -104,14 +104,10 @@ static tc_status load(tc_context *c)
         if (st == TC_OK)
             st = tc_cuFuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        c->funcs[i]);
-        if (st != TC_OK) {
-            if (c->module_status == TC_OK) {
-                c->module_status = st;
-                snprintf(c->module_error, sizeof c->module_error, "%s: %s", k->name,
-                         tc_last_error());
-            }
-            return c->module_status;
-        }
+        if (st == TC_ERR_KERNEL_MISMATCH)
+            return st; /* check_params recorded why */
+        if (st != TC_OK)
+            return fail_load(c, st, "%s: %s", k->name, tc_last_error());
         atomic_store(&c->func_dyn_shared[i], dyn);
     }
     TC_DEBUG("device %d: %d kernels loaded from a %zu-byte fatbin (%s)%s", c->ordinal,

@@ -7,20 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "runtime/runtime.h"
 
 #define SKIP 77
 
 static int failures;
-
-#define CHECK(expr)                                                                                \
-    do {                                                                                           \
-        tc_status s_ = (expr);                                                                     \
-        if (s_ != TC_OK) {                                                                         \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, tc_last_error()); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static void expect(int ok, const char *what)
 {
