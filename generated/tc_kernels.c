@@ -3,7 +3,12 @@
 #include "tc_kernels.h"
 
 /* The C launcher passes each argument by address; these sizes must match CUDA's. */
+_Static_assert(sizeof(const float *) == 8, "const float * is not 8 bytes as in CUDA");
+_Static_assert(sizeof(const int32_t *) == 8, "const int32_t * is not 8 bytes as in CUDA");
+_Static_assert(sizeof(const tc_bf16 *) == 8, "const tc_bf16 * is not 8 bytes as in CUDA");
+_Static_assert(sizeof(const tc_half *) == 8, "const tc_half * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(const uint8_t *) == 8, "const uint8_t * is not 8 bytes as in CUDA");
+_Static_assert(sizeof(const void *) == 8, "const void * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(double) == 8, "double is not 8 bytes as in CUDA");
 _Static_assert(sizeof(float) == 4, "float is not 4 bytes as in CUDA");
 _Static_assert(sizeof(float *) == 8, "float * is not 8 bytes as in CUDA");
@@ -14,24 +19,158 @@ _Static_assert(sizeof(int64_t) == 8, "int64_t is not 8 bytes as in CUDA");
 _Static_assert(sizeof(int8_t) == 1, "int8_t is not 1 bytes as in CUDA");
 _Static_assert(sizeof(size_t) == 8, "size_t is not 8 bytes as in CUDA");
 _Static_assert(sizeof(tc_bf16) == 2, "tc_bf16 is not 2 bytes as in CUDA");
+_Static_assert(sizeof(tc_bf16 *) == 8, "tc_bf16 * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(tc_half) == 2, "tc_half is not 2 bytes as in CUDA");
+_Static_assert(sizeof(tc_half *) == 8, "tc_half * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(uint64_t) == 8, "uint64_t is not 8 bytes as in CUDA");
 _Static_assert(sizeof(uint64_t *) == 8, "uint64_t * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(uint8_t) == 1, "uint8_t is not 1 bytes as in CUDA");
 _Static_assert(sizeof(uint8_t *) == 8, "uint8_t * is not 8 bytes as in CUDA");
 
+static const uint16_t sizes_tc_k_argmax_f32[] = {8, 8, 8, 8};
+static const char *const names_tc_k_argmax_f32[] = {"out", "x", "cols", "x_stride"};
+static const uint16_t sizes_tc_k_argmax_f16[] = {8, 8, 8, 8};
+static const char *const names_tc_k_argmax_f16[] = {"out", "x", "cols", "x_stride"};
+static const uint16_t sizes_tc_k_argmax_bf16[] = {8, 8, 8, 8};
+static const char *const names_tc_k_argmax_bf16[] = {"out", "x", "cols", "x_stride"};
+static const uint16_t sizes_tc_k_attn_store_f32[] = {8, 8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_attn_store_f32[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
+static const uint16_t sizes_tc_k_attn_decode64_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_decode64_f32[] = {"out", "partials", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_prefill64_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
+static const char *const names_tc_k_attn_prefill64_f32[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
+static const uint16_t sizes_tc_k_attn_decode128_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_decode128_f32[] = {"out", "partials", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_prefill128_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
+static const char *const names_tc_k_attn_prefill128_f32[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
+static const uint16_t sizes_tc_k_attn_combine_f32[] = {8, 8, 4, 4, 4, 8};
+static const char *const names_tc_k_attn_combine_f32[] = {"out", "partials", "n_heads", "head_dim", "splits", "out_stride"};
+static const uint16_t sizes_tc_k_attn_store_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_attn_store_f16[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
+static const uint16_t sizes_tc_k_attn_decode64_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_decode64_f16[] = {"out", "partials", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_prefill64_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
+static const char *const names_tc_k_attn_prefill64_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
+static const uint16_t sizes_tc_k_attn_decode128_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_decode128_f16[] = {"out", "partials", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_prefill128_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
+static const char *const names_tc_k_attn_prefill128_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
+static const uint16_t sizes_tc_k_attn_combine_f16[] = {8, 8, 4, 4, 4, 8};
+static const char *const names_tc_k_attn_combine_f16[] = {"out", "partials", "n_heads", "head_dim", "splits", "out_stride"};
+static const uint16_t sizes_tc_k_attn_store_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_attn_store_bf16[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
+static const uint16_t sizes_tc_k_attn_decode64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_decode64_bf16[] = {"out", "partials", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_prefill64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
+static const char *const names_tc_k_attn_prefill64_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
+static const uint16_t sizes_tc_k_attn_decode128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_decode128_bf16[] = {"out", "partials", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_prefill128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
+static const char *const names_tc_k_attn_prefill128_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
+static const uint16_t sizes_tc_k_attn_combine_bf16[] = {8, 8, 4, 4, 4, 8};
+static const char *const names_tc_k_attn_combine_bf16[] = {"out", "partials", "n_heads", "head_dim", "splits", "out_stride"};
 static const uint16_t sizes_tc_k_copy_u8[] = {8, 8, 8};
 static const char *const names_tc_k_copy_u8[] = {"dst", "src", "bytes"};
 static const uint16_t sizes_tc_k_fill_f32[] = {8, 4, 8};
 static const char *const names_tc_k_fill_f32[] = {"out", "value", "n"};
+static const uint16_t sizes_tc_k_embedding_f32[] = {8, 8, 4, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_embedding_f32[] = {"out", "table", "table_dtype", "ids", "vocab", "dim", "out_stride", "table_row_bytes"};
+static const uint16_t sizes_tc_k_embedding_f16[] = {8, 8, 4, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_embedding_f16[] = {"out", "table", "table_dtype", "ids", "vocab", "dim", "out_stride", "table_row_bytes"};
+static const uint16_t sizes_tc_k_embedding_bf16[] = {8, 8, 4, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_embedding_bf16[] = {"out", "table", "table_dtype", "ids", "vocab", "dim", "out_stride", "table_row_bytes"};
+static const uint16_t sizes_tc_k_gemm_tc_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_gemm_tc_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
+static const uint16_t sizes_tc_k_gemm_tc_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_gemm_tc_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
+static const uint16_t sizes_tc_k_gemm_f32[] = {8, 8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_gemm_f32[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
+static const uint16_t sizes_tc_k_gemm_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_gemm_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
+static const uint16_t sizes_tc_k_gemm_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_gemm_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
+static const uint16_t sizes_tc_k_matvec_f32[] = {8, 8, 8, 4, 4, 8, 8, 8, 8};
+static const char *const names_tc_k_matvec_f32[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride"};
+static const uint16_t sizes_tc_k_matvec_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8};
+static const char *const names_tc_k_matvec_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride"};
+static const uint16_t sizes_tc_k_matvec_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8};
+static const char *const names_tc_k_matvec_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride"};
+static const uint16_t sizes_tc_k_rmsnorm_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_rmsnorm_f32[] = {"out", "residual", "x", "w", "dim", "out_stride", "res_stride", "x_stride", "eps"};
+static const uint16_t sizes_tc_k_rmsnorm_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_rmsnorm_f16[] = {"out", "residual", "x", "w", "dim", "out_stride", "res_stride", "x_stride", "eps"};
+static const uint16_t sizes_tc_k_rmsnorm_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_rmsnorm_bf16[] = {"out", "residual", "x", "w", "dim", "out_stride", "res_stride", "x_stride", "eps"};
+static const uint16_t sizes_tc_k_rope_f32[] = {8, 8, 8, 4, 4, 4, 8, 8, 4, 8, 4, 8, 8, 8, 8};
+static const char *const names_tc_k_rope_f32[] = {"q", "k", "pos", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
+static const uint16_t sizes_tc_k_rope_f16[] = {8, 8, 8, 4, 4, 4, 8, 8, 4, 8, 4, 8, 8, 8, 8};
+static const char *const names_tc_k_rope_f16[] = {"q", "k", "pos", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
+static const uint16_t sizes_tc_k_rope_bf16[] = {8, 8, 8, 4, 4, 4, 8, 8, 4, 8, 4, 8, 8, 8, 8};
+static const char *const names_tc_k_rope_bf16[] = {"q", "k", "pos", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
 static const uint16_t sizes_tc_k_selftest_params[] = {1, 2, 4, 8, 4, 8, 2, 2, 1, 8};
 static const char *const names_tc_k_selftest_params[] = {"a", "b", "c", "d", "e", "f", "g", "h", "i", "out"};
 static const uint16_t sizes_tc_k_selftest_delay_store[] = {8, 4, 8};
 static const char *const names_tc_k_selftest_delay_store[] = {"dst", "value", "ns"};
+static const uint16_t sizes_tc_k_softmax_f32[] = {8, 8, 8, 8, 8};
+static const char *const names_tc_k_softmax_f32[] = {"out", "x", "cols", "out_stride", "x_stride"};
+static const uint16_t sizes_tc_k_softmax_f16[] = {8, 8, 8, 8, 8};
+static const char *const names_tc_k_softmax_f16[] = {"out", "x", "cols", "out_stride", "x_stride"};
+static const uint16_t sizes_tc_k_softmax_bf16[] = {8, 8, 8, 8, 8};
+static const char *const names_tc_k_softmax_bf16[] = {"out", "x", "cols", "out_stride", "x_stride"};
+static const uint16_t sizes_tc_k_swiglu_f32[] = {8, 8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_swiglu_f32[] = {"out", "gate", "up", "rows", "cols", "out_stride", "gate_stride", "up_stride"};
+static const uint16_t sizes_tc_k_swiglu_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_swiglu_f16[] = {"out", "gate", "up", "rows", "cols", "out_stride", "gate_stride", "up_stride"};
+static const uint16_t sizes_tc_k_swiglu_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_swiglu_bf16[] = {"out", "gate", "up", "rows", "cols", "out_stride", "gate_stride", "up_stride"};
 
 const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
+    {"tc_k_argmax_f32", "kernels/argmax.cu", 56, 4, sizes_tc_k_argmax_f32, names_tc_k_argmax_f32},
+    {"tc_k_argmax_f16", "kernels/argmax.cu", 61, 4, sizes_tc_k_argmax_f16, names_tc_k_argmax_f16},
+    {"tc_k_argmax_bf16", "kernels/argmax.cu", 66, 4, sizes_tc_k_argmax_bf16, names_tc_k_argmax_bf16},
+    {"tc_k_attn_store_f32", "kernels/attention.cu", 281, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
+    {"tc_k_attn_decode64_f32", "kernels/attention.cu", 290, 15, sizes_tc_k_attn_decode64_f32, names_tc_k_attn_decode64_f32},
+    {"tc_k_attn_prefill64_f32", "kernels/attention.cu", 302, 15, sizes_tc_k_attn_prefill64_f32, names_tc_k_attn_prefill64_f32},
+    {"tc_k_attn_decode128_f32", "kernels/attention.cu", 315, 15, sizes_tc_k_attn_decode128_f32, names_tc_k_attn_decode128_f32},
+    {"tc_k_attn_prefill128_f32", "kernels/attention.cu", 327, 15, sizes_tc_k_attn_prefill128_f32, names_tc_k_attn_prefill128_f32},
+    {"tc_k_attn_combine_f32", "kernels/attention.cu", 338, 6, sizes_tc_k_attn_combine_f32, names_tc_k_attn_combine_f32},
+    {"tc_k_attn_store_f16", "kernels/attention.cu", 345, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
+    {"tc_k_attn_decode64_f16", "kernels/attention.cu", 354, 15, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
+    {"tc_k_attn_prefill64_f16", "kernels/attention.cu", 366, 15, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
+    {"tc_k_attn_decode128_f16", "kernels/attention.cu", 379, 15, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
+    {"tc_k_attn_prefill128_f16", "kernels/attention.cu", 391, 15, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
+    {"tc_k_attn_combine_f16", "kernels/attention.cu", 402, 6, sizes_tc_k_attn_combine_f16, names_tc_k_attn_combine_f16},
+    {"tc_k_attn_store_bf16", "kernels/attention.cu", 409, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
+    {"tc_k_attn_decode64_bf16", "kernels/attention.cu", 418, 15, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
+    {"tc_k_attn_prefill64_bf16", "kernels/attention.cu", 430, 15, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
+    {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 443, 15, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
+    {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 455, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
+    {"tc_k_attn_combine_bf16", "kernels/attention.cu", 466, 6, sizes_tc_k_attn_combine_bf16, names_tc_k_attn_combine_bf16},
     {"tc_k_copy_u8", "kernels/copy.cu", 32, 3, sizes_tc_k_copy_u8, names_tc_k_copy_u8},
     {"tc_k_fill_f32", "kernels/copy.cu", 49, 3, sizes_tc_k_fill_f32, names_tc_k_fill_f32},
+    {"tc_k_embedding_f32", "kernels/embedding.cu", 34, 8, sizes_tc_k_embedding_f32, names_tc_k_embedding_f32},
+    {"tc_k_embedding_f16", "kernels/embedding.cu", 40, 8, sizes_tc_k_embedding_f16, names_tc_k_embedding_f16},
+    {"tc_k_embedding_bf16", "kernels/embedding.cu", 46, 8, sizes_tc_k_embedding_bf16, names_tc_k_embedding_bf16},
+    {"tc_k_gemm_tc_f16", "kernels/gemm.cu", 166, 8, sizes_tc_k_gemm_tc_f16, names_tc_k_gemm_tc_f16},
+    {"tc_k_gemm_tc_bf16", "kernels/gemm.cu", 174, 8, sizes_tc_k_gemm_tc_bf16, names_tc_k_gemm_tc_bf16},
+    {"tc_k_gemm_f32", "kernels/gemm.cu", 181, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
+    {"tc_k_gemm_f16", "kernels/gemm.cu", 186, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
+    {"tc_k_gemm_bf16", "kernels/gemm.cu", 191, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
+    {"tc_k_matvec_f32", "kernels/matvec.cu", 194, 9, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
+    {"tc_k_matvec_f16", "kernels/matvec.cu", 200, 9, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
+    {"tc_k_matvec_bf16", "kernels/matvec.cu", 206, 9, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},
+    {"tc_k_rmsnorm_f32", "kernels/rmsnorm.cu", 67, 9, sizes_tc_k_rmsnorm_f32, names_tc_k_rmsnorm_f32},
+    {"tc_k_rmsnorm_f16", "kernels/rmsnorm.cu", 73, 9, sizes_tc_k_rmsnorm_f16, names_tc_k_rmsnorm_f16},
+    {"tc_k_rmsnorm_bf16", "kernels/rmsnorm.cu", 79, 9, sizes_tc_k_rmsnorm_bf16, names_tc_k_rmsnorm_bf16},
+    {"tc_k_rope_f32", "kernels/rope.cu", 59, 15, sizes_tc_k_rope_f32, names_tc_k_rope_f32},
+    {"tc_k_rope_f16", "kernels/rope.cu", 70, 15, sizes_tc_k_rope_f16, names_tc_k_rope_f16},
+    {"tc_k_rope_bf16", "kernels/rope.cu", 81, 15, sizes_tc_k_rope_bf16, names_tc_k_rope_bf16},
     {"tc_k_selftest_params", "kernels/selftest.cu", 7, 10, sizes_tc_k_selftest_params, names_tc_k_selftest_params},
     {"tc_k_selftest_delay_store", "kernels/selftest.cu", 25, 3, sizes_tc_k_selftest_delay_store, names_tc_k_selftest_delay_store},
+    {"tc_k_softmax_f32", "kernels/softmax.cu", 28, 5, sizes_tc_k_softmax_f32, names_tc_k_softmax_f32},
+    {"tc_k_softmax_f16", "kernels/softmax.cu", 34, 5, sizes_tc_k_softmax_f16, names_tc_k_softmax_f16},
+    {"tc_k_softmax_bf16", "kernels/softmax.cu", 40, 5, sizes_tc_k_softmax_bf16, names_tc_k_softmax_bf16},
+    {"tc_k_swiglu_f32", "kernels/swiglu.cu", 40, 8, sizes_tc_k_swiglu_f32, names_tc_k_swiglu_f32},
+    {"tc_k_swiglu_f16", "kernels/swiglu.cu", 47, 8, sizes_tc_k_swiglu_f16, names_tc_k_swiglu_f16},
+    {"tc_k_swiglu_bf16", "kernels/swiglu.cu", 54, 8, sizes_tc_k_swiglu_bf16, names_tc_k_swiglu_bf16},
 };

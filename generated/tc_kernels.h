@@ -42,11 +42,55 @@ typedef struct tc_launch_config {
 
 /* One per kernel, in kernels/ file order. */
 typedef enum tc_kernel_id {
-    TC_KERNEL_COPY_U8 = 0,
-    TC_KERNEL_FILL_F32 = 1,
-    TC_KERNEL_SELFTEST_PARAMS = 2,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 3,
-    TC_KERNEL_COUNT = 4
+    TC_KERNEL_ARGMAX_F32 = 0,
+    TC_KERNEL_ARGMAX_F16 = 1,
+    TC_KERNEL_ARGMAX_BF16 = 2,
+    TC_KERNEL_ATTN_STORE_F32 = 3,
+    TC_KERNEL_ATTN_DECODE64_F32 = 4,
+    TC_KERNEL_ATTN_PREFILL64_F32 = 5,
+    TC_KERNEL_ATTN_DECODE128_F32 = 6,
+    TC_KERNEL_ATTN_PREFILL128_F32 = 7,
+    TC_KERNEL_ATTN_COMBINE_F32 = 8,
+    TC_KERNEL_ATTN_STORE_F16 = 9,
+    TC_KERNEL_ATTN_DECODE64_F16 = 10,
+    TC_KERNEL_ATTN_PREFILL64_F16 = 11,
+    TC_KERNEL_ATTN_DECODE128_F16 = 12,
+    TC_KERNEL_ATTN_PREFILL128_F16 = 13,
+    TC_KERNEL_ATTN_COMBINE_F16 = 14,
+    TC_KERNEL_ATTN_STORE_BF16 = 15,
+    TC_KERNEL_ATTN_DECODE64_BF16 = 16,
+    TC_KERNEL_ATTN_PREFILL64_BF16 = 17,
+    TC_KERNEL_ATTN_DECODE128_BF16 = 18,
+    TC_KERNEL_ATTN_PREFILL128_BF16 = 19,
+    TC_KERNEL_ATTN_COMBINE_BF16 = 20,
+    TC_KERNEL_COPY_U8 = 21,
+    TC_KERNEL_FILL_F32 = 22,
+    TC_KERNEL_EMBEDDING_F32 = 23,
+    TC_KERNEL_EMBEDDING_F16 = 24,
+    TC_KERNEL_EMBEDDING_BF16 = 25,
+    TC_KERNEL_GEMM_TC_F16 = 26,
+    TC_KERNEL_GEMM_TC_BF16 = 27,
+    TC_KERNEL_GEMM_F32 = 28,
+    TC_KERNEL_GEMM_F16 = 29,
+    TC_KERNEL_GEMM_BF16 = 30,
+    TC_KERNEL_MATVEC_F32 = 31,
+    TC_KERNEL_MATVEC_F16 = 32,
+    TC_KERNEL_MATVEC_BF16 = 33,
+    TC_KERNEL_RMSNORM_F32 = 34,
+    TC_KERNEL_RMSNORM_F16 = 35,
+    TC_KERNEL_RMSNORM_BF16 = 36,
+    TC_KERNEL_ROPE_F32 = 37,
+    TC_KERNEL_ROPE_F16 = 38,
+    TC_KERNEL_ROPE_BF16 = 39,
+    TC_KERNEL_SELFTEST_PARAMS = 40,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 41,
+    TC_KERNEL_SOFTMAX_F32 = 42,
+    TC_KERNEL_SOFTMAX_F16 = 43,
+    TC_KERNEL_SOFTMAX_BF16 = 44,
+    TC_KERNEL_SWIGLU_F32 = 45,
+    TC_KERNEL_SWIGLU_F16 = 46,
+    TC_KERNEL_SWIGLU_BF16 = 47,
+    TC_KERNEL_COUNT = 48
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -71,6 +115,237 @@ tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **
 #define TC__KARG_CONST(T, TNC, x) _Generic((x), T: (x), TNC: (x))
 #endif
 
+/* kernels/argmax.cu:56 tc_k_argmax_f32: out[r] = the index of the largest of `cols` elements of row r, one block per row. */
+static inline tc_status tc_launch_argmax_f32(tc_launch_config cfg, int32_t *out, const float *x, int64_t cols, int64_t x_stride)
+{
+    void *args[] = {&out, &x, &cols, &x_stride};
+    return tc_launch_kernel(TC_KERNEL_ARGMAX_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_argmax_f32(cfg, out, x, cols, x_stride) \
+    tc_launch_argmax_f32((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride))
+#endif
+
+/* kernels/argmax.cu:61 tc_k_argmax_f16: out[r] = the index of the largest of `cols` elements of row r, one block per row. */
+static inline tc_status tc_launch_argmax_f16(tc_launch_config cfg, int32_t *out, const tc_half *x, int64_t cols, int64_t x_stride)
+{
+    void *args[] = {&out, &x, &cols, &x_stride};
+    return tc_launch_kernel(TC_KERNEL_ARGMAX_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_argmax_f16(cfg, out, x, cols, x_stride) \
+    tc_launch_argmax_f16((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride))
+#endif
+
+/* kernels/argmax.cu:66 tc_k_argmax_bf16: out[r] = the index of the largest of `cols` elements of row r, one block per row. */
+static inline tc_status tc_launch_argmax_bf16(tc_launch_config cfg, int32_t *out, const tc_bf16 *x, int64_t cols, int64_t x_stride)
+{
+    void *args[] = {&out, &x, &cols, &x_stride};
+    return tc_launch_kernel(TC_KERNEL_ARGMAX_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_argmax_bf16(cfg, out, x, cols, x_stride) \
+    tc_launch_argmax_bf16((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride))
+#endif
+
+/* kernels/attention.cu:281 tc_k_attn_store_f32: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
+static inline tc_status tc_launch_attn_store_f32(tc_launch_config cfg, float *k_cache, float *v_cache, const float *k, const float *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
+{
+    void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
+    return tc_launch_kernel(TC_KERNEL_ATTN_STORE_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_store_f32(cfg, k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride) \
+    tc_launch_attn_store_f32((cfg), TC__KARG(float *, k_cache), TC__KARG(float *, v_cache), TC__KARG_CONST(const float *, float *, k), TC__KARG_CONST(const float *, float *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
+#endif
+
+/* kernels/attention.cu:290 tc_k_attn_decode64_f32: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f32. */
+static inline tc_status tc_launch_attn_decode64_f32(tc_launch_config cfg, float *out, float *partials, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
+{
+    void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode64_f32(cfg, out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
+    tc_launch_attn_decode64_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, partials), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:302 tc_k_attn_prefill64_f32: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+static inline tc_status tc_launch_attn_prefill64_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL64_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill64_f32(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale) \
+    tc_launch_attn_prefill64_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:315 tc_k_attn_decode128_f32: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f32. */
+static inline tc_status tc_launch_attn_decode128_f32(tc_launch_config cfg, float *out, float *partials, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
+{
+    void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode128_f32(cfg, out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
+    tc_launch_attn_decode128_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, partials), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:327 tc_k_attn_prefill128_f32: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+static inline tc_status tc_launch_attn_prefill128_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL128_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill128_f32(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale) \
+    tc_launch_attn_prefill128_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:338 tc_k_attn_combine_f32: Merge decode partials: one block per (sequence, head). */
+static inline tc_status tc_launch_attn_combine_f32(tc_launch_config cfg, float *out, const float *partials, int32_t n_heads, int32_t head_dim, int32_t splits, int64_t out_stride)
+{
+    void *args[] = {&out, &partials, &n_heads, &head_dim, &splits, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_ATTN_COMBINE_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_combine_f32(cfg, out, partials, n_heads, head_dim, splits, out_stride) \
+    tc_launch_attn_combine_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, partials), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, splits), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/attention.cu:345 tc_k_attn_store_f16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
+static inline tc_status tc_launch_attn_store_f16(tc_launch_config cfg, tc_half *k_cache, tc_half *v_cache, const tc_half *k, const tc_half *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
+{
+    void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
+    return tc_launch_kernel(TC_KERNEL_ATTN_STORE_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_store_f16(cfg, k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride) \
+    tc_launch_attn_store_f16((cfg), TC__KARG(tc_half *, k_cache), TC__KARG(tc_half *, v_cache), TC__KARG_CONST(const tc_half *, tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
+#endif
+
+/* kernels/attention.cu:354 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f16. */
+static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_half *out, float *partials, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
+{
+    void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode64_f16(cfg, out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
+    tc_launch_attn_decode64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:366 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL64_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill64_f16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale) \
+    tc_launch_attn_prefill64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:379 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f16. */
+static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_half *out, float *partials, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
+{
+    void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode128_f16(cfg, out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
+    tc_launch_attn_decode128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:391 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL128_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill128_f16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale) \
+    tc_launch_attn_prefill128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:402 tc_k_attn_combine_f16: Merge decode partials: one block per (sequence, head). */
+static inline tc_status tc_launch_attn_combine_f16(tc_launch_config cfg, tc_half *out, const float *partials, int32_t n_heads, int32_t head_dim, int32_t splits, int64_t out_stride)
+{
+    void *args[] = {&out, &partials, &n_heads, &head_dim, &splits, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_ATTN_COMBINE_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_combine_f16(cfg, out, partials, n_heads, head_dim, splits, out_stride) \
+    tc_launch_attn_combine_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const float *, float *, partials), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, splits), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/attention.cu:409 tc_k_attn_store_bf16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
+static inline tc_status tc_launch_attn_store_bf16(tc_launch_config cfg, tc_bf16 *k_cache, tc_bf16 *v_cache, const tc_bf16 *k, const tc_bf16 *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
+{
+    void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
+    return tc_launch_kernel(TC_KERNEL_ATTN_STORE_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_store_bf16(cfg, k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride) \
+    tc_launch_attn_store_bf16((cfg), TC__KARG(tc_bf16 *, k_cache), TC__KARG(tc_bf16 *, v_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
+#endif
+
+/* kernels/attention.cu:418 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_bf16. */
+static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
+{
+    void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode64_bf16(cfg, out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
+    tc_launch_attn_decode64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:430 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL64_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill64_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale) \
+    tc_launch_attn_prefill64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:443 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_bf16. */
+static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
+{
+    void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode128_bf16(cfg, out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
+    tc_launch_attn_decode128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:455 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL128_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill128_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale) \
+    tc_launch_attn_prefill128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:466 tc_k_attn_combine_bf16: Merge decode partials: one block per (sequence, head). */
+static inline tc_status tc_launch_attn_combine_bf16(tc_launch_config cfg, tc_bf16 *out, const float *partials, int32_t n_heads, int32_t head_dim, int32_t splits, int64_t out_stride)
+{
+    void *args[] = {&out, &partials, &n_heads, &head_dim, &splits, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_ATTN_COMBINE_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_combine_bf16(cfg, out, partials, n_heads, head_dim, splits, out_stride) \
+    tc_launch_attn_combine_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const float *, float *, partials), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, splits), TC__KARG(int64_t, out_stride))
+#endif
+
 /* kernels/copy.cu:32 tc_k_copy_u8: Copy `bytes` bytes from src to dst (device memory, not overlapping). Both 16-byte aligned take the vector path; otherwise bytes move one at a time. Any grid size works. */
 static inline tc_status tc_launch_copy_u8(tc_launch_config cfg, uint8_t *dst, const uint8_t *src, size_t bytes)
 {
@@ -93,6 +368,193 @@ static inline tc_status tc_launch_fill_f32(tc_launch_config cfg, float *out, flo
     tc_launch_fill_f32((cfg), TC__KARG(float *, out), TC__KARG(float, value), TC__KARG(size_t, n))
 #endif
 
+/* kernels/embedding.cu:34 tc_k_embedding_f32: out[r, :] = table[ids[r], :] for each of gridDim.x rows; table of run-time dtype (tc_dtype), rows table_row_bytes apart; an id outside [0, vocab) gives a NaN row. */
+static inline tc_status tc_launch_embedding_f32(tc_launch_config cfg, float *out, const void *table, int32_t table_dtype, const int32_t *ids, int64_t vocab, int64_t dim, int64_t out_stride, int64_t table_row_bytes)
+{
+    void *args[] = {&out, &table, &table_dtype, &ids, &vocab, &dim, &out_stride, &table_row_bytes};
+    return tc_launch_kernel(TC_KERNEL_EMBEDDING_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_embedding_f32(cfg, out, table, table_dtype, ids, vocab, dim, out_stride, table_row_bytes) \
+    tc_launch_embedding_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const void *, void *, table), TC__KARG(int32_t, table_dtype), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, vocab), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, table_row_bytes))
+#endif
+
+/* kernels/embedding.cu:40 tc_k_embedding_f16 */
+static inline tc_status tc_launch_embedding_f16(tc_launch_config cfg, tc_half *out, const void *table, int32_t table_dtype, const int32_t *ids, int64_t vocab, int64_t dim, int64_t out_stride, int64_t table_row_bytes)
+{
+    void *args[] = {&out, &table, &table_dtype, &ids, &vocab, &dim, &out_stride, &table_row_bytes};
+    return tc_launch_kernel(TC_KERNEL_EMBEDDING_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_embedding_f16(cfg, out, table, table_dtype, ids, vocab, dim, out_stride, table_row_bytes) \
+    tc_launch_embedding_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const void *, void *, table), TC__KARG(int32_t, table_dtype), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, vocab), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, table_row_bytes))
+#endif
+
+/* kernels/embedding.cu:46 tc_k_embedding_bf16 */
+static inline tc_status tc_launch_embedding_bf16(tc_launch_config cfg, tc_bf16 *out, const void *table, int32_t table_dtype, const int32_t *ids, int64_t vocab, int64_t dim, int64_t out_stride, int64_t table_row_bytes)
+{
+    void *args[] = {&out, &table, &table_dtype, &ids, &vocab, &dim, &out_stride, &table_row_bytes};
+    return tc_launch_kernel(TC_KERNEL_EMBEDDING_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_embedding_bf16(cfg, out, table, table_dtype, ids, vocab, dim, out_stride, table_row_bytes) \
+    tc_launch_embedding_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const void *, void *, table), TC__KARG(int32_t, table_dtype), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, vocab), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, table_row_bytes))
+#endif
+
+/* kernels/gemm.cu:166 tc_k_gemm_tc_f16: Tensor-core product out[m, n] = x[m, k] w[n, k]^T: grid (ceil(n/128), ceil(m/128)), 256 threads, 67584 bytes of dynamic shared memory (the f32 epilogue tile, 128 x 132 floats, outgrows the 3 x 256 x 40 halves of the pipeline); k and x_stride multiples of 8, x and w 16-byte aligned. */
+static inline tc_status tc_launch_gemm_tc_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
+{
+    void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_GEMM_TC_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_gemm_tc_f16(cfg, out, x, w, m, n, k, x_stride, out_stride) \
+    tc_launch_gemm_tc_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/gemm.cu:174 tc_k_gemm_tc_bf16 */
+static inline tc_status tc_launch_gemm_tc_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
+{
+    void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_GEMM_TC_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_gemm_tc_bf16(cfg, out, x, w, m, n, k, x_stride, out_stride) \
+    tc_launch_gemm_tc_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/gemm.cu:181 tc_k_gemm_f32: f32-arithmetic product for any shape and alignment: grid (ceil(n/64), ceil(m/64)), 256 threads. */
+static inline tc_status tc_launch_gemm_f32(tc_launch_config cfg, float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
+{
+    void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_GEMM_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_gemm_f32(cfg, out, x, w, m, n, k, x_stride, out_stride) \
+    tc_launch_gemm_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const float *, float *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/gemm.cu:186 tc_k_gemm_f16 */
+static inline tc_status tc_launch_gemm_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
+{
+    void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_GEMM_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_gemm_f16(cfg, out, x, w, m, n, k, x_stride, out_stride) \
+    tc_launch_gemm_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/gemm.cu:191 tc_k_gemm_bf16 */
+static inline tc_status tc_launch_gemm_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
+{
+    void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_GEMM_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_gemm_bf16(cfg, out, x, w, m, n, k, x_stride, out_stride) \
+    tc_launch_gemm_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/matvec.cu:194 tc_k_matvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8, w of run-time dtype w_dtype (tc_dtype); one warp per weight row, grid-stride over rows. */
+static inline tc_status tc_launch_matvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
+{
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_MATVEC_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_matvec_f32(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride) \
+    tc_launch_matvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/matvec.cu:200 tc_k_matvec_f16 */
+static inline tc_status tc_launch_matvec_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
+{
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_MATVEC_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_matvec_f16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride) \
+    tc_launch_matvec_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/matvec.cu:206 tc_k_matvec_bf16 */
+static inline tc_status tc_launch_matvec_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
+{
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_MATVEC_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_matvec_bf16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride) \
+    tc_launch_matvec_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/rmsnorm.cu:67 tc_k_rmsnorm_f32: RMSNorm of gridDim.x rows of `dim` elements: with residual (may be NULL), residual += x first and the norm is of the sum. out may alias x. */
+static inline tc_status tc_launch_rmsnorm_f32(tc_launch_config cfg, float *out, float *residual, const float *x, const float *w, int64_t dim, int64_t out_stride, int64_t res_stride, int64_t x_stride, float eps)
+{
+    void *args[] = {&out, &residual, &x, &w, &dim, &out_stride, &res_stride, &x_stride, &eps};
+    return tc_launch_kernel(TC_KERNEL_RMSNORM_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_rmsnorm_f32(cfg, out, residual, x, w, dim, out_stride, res_stride, x_stride, eps) \
+    tc_launch_rmsnorm_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, residual), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const float *, float *, w), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, res_stride), TC__KARG(int64_t, x_stride), TC__KARG(float, eps))
+#endif
+
+/* kernels/rmsnorm.cu:73 tc_k_rmsnorm_f16 */
+static inline tc_status tc_launch_rmsnorm_f16(tc_launch_config cfg, tc_half *out, tc_half *residual, const tc_half *x, const tc_half *w, int64_t dim, int64_t out_stride, int64_t res_stride, int64_t x_stride, float eps)
+{
+    void *args[] = {&out, &residual, &x, &w, &dim, &out_stride, &res_stride, &x_stride, &eps};
+    return tc_launch_kernel(TC_KERNEL_RMSNORM_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_rmsnorm_f16(cfg, out, residual, x, w, dim, out_stride, res_stride, x_stride, eps) \
+    tc_launch_rmsnorm_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(tc_half *, residual), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, res_stride), TC__KARG(int64_t, x_stride), TC__KARG(float, eps))
+#endif
+
+/* kernels/rmsnorm.cu:79 tc_k_rmsnorm_bf16 */
+static inline tc_status tc_launch_rmsnorm_bf16(tc_launch_config cfg, tc_bf16 *out, tc_bf16 *residual, const tc_bf16 *x, const tc_bf16 *w, int64_t dim, int64_t out_stride, int64_t res_stride, int64_t x_stride, float eps)
+{
+    void *args[] = {&out, &residual, &x, &w, &dim, &out_stride, &res_stride, &x_stride, &eps};
+    return tc_launch_kernel(TC_KERNEL_RMSNORM_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_rmsnorm_bf16(cfg, out, residual, x, w, dim, out_stride, res_stride, x_stride, eps) \
+    tc_launch_rmsnorm_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(tc_bf16 *, residual), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, res_stride), TC__KARG(int64_t, x_stride), TC__KARG(float, eps))
+#endif
+
+/* kernels/rope.cu:59 tc_k_rope_f32: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row], one block per row; scaling 1 is Llama 3's. */
+static inline tc_status tc_launch_rope_f32(tc_launch_config cfg, float *q, float *k, const int32_t *pos, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
+{
+    void *args[] = {&q, &k, &pos, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
+    return tc_launch_kernel(TC_KERNEL_ROPE_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_rope_f32(cfg, q, k, pos, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, theta, scaling, factor, low_freq_factor, high_freq_factor, original_max_position) \
+    tc_launch_rope_f32((cfg), TC__KARG(float *, q), TC__KARG(float *, k), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
+#endif
+
+/* kernels/rope.cu:70 tc_k_rope_f16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row], one block per row; scaling 1 is Llama 3's. */
+static inline tc_status tc_launch_rope_f16(tc_launch_config cfg, tc_half *q, tc_half *k, const int32_t *pos, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
+{
+    void *args[] = {&q, &k, &pos, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
+    return tc_launch_kernel(TC_KERNEL_ROPE_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_rope_f16(cfg, q, k, pos, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, theta, scaling, factor, low_freq_factor, high_freq_factor, original_max_position) \
+    tc_launch_rope_f16((cfg), TC__KARG(tc_half *, q), TC__KARG(tc_half *, k), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
+#endif
+
+/* kernels/rope.cu:81 tc_k_rope_bf16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row], one block per row; scaling 1 is Llama 3's. */
+static inline tc_status tc_launch_rope_bf16(tc_launch_config cfg, tc_bf16 *q, tc_bf16 *k, const int32_t *pos, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
+{
+    void *args[] = {&q, &k, &pos, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
+    return tc_launch_kernel(TC_KERNEL_ROPE_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_rope_bf16(cfg, q, k, pos, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, theta, scaling, factor, low_freq_factor, high_freq_factor, original_max_position) \
+    tc_launch_rope_bf16((cfg), TC__KARG(tc_bf16 *, q), TC__KARG(tc_bf16 *, k), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
+#endif
+
 /* kernels/selftest.cu:7 tc_k_selftest_params: Write each argument's bits to out[0..8] (one 64-bit slot each), so a test can compare what arrived on the device with what the C launcher was given. */
 static inline tc_status tc_launch_selftest_params(tc_launch_config cfg, int8_t a, int16_t b, int32_t c, int64_t d, float e, double f, tc_half g, tc_bf16 h, uint8_t i, uint64_t *out)
 {
@@ -113,6 +575,72 @@ static inline tc_status tc_launch_selftest_delay_store(tc_launch_config cfg, int
 #ifndef __cplusplus
 #define tc_launch_selftest_delay_store(cfg, dst, value, ns) \
     tc_launch_selftest_delay_store((cfg), TC__KARG(int32_t *, dst), TC__KARG(int32_t, value), TC__KARG(uint64_t, ns))
+#endif
+
+/* kernels/softmax.cu:28 tc_k_softmax_f32: Softmax of gridDim.x rows of `cols` elements (out may alias x). */
+static inline tc_status tc_launch_softmax_f32(tc_launch_config cfg, float *out, const float *x, int64_t cols, int64_t out_stride, int64_t x_stride)
+{
+    void *args[] = {&out, &x, &cols, &out_stride, &x_stride};
+    return tc_launch_kernel(TC_KERNEL_SOFTMAX_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_softmax_f32(cfg, out, x, cols, out_stride, x_stride) \
+    tc_launch_softmax_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, x_stride))
+#endif
+
+/* kernels/softmax.cu:34 tc_k_softmax_f16: Softmax of gridDim.x rows of `cols` elements (out may alias x). */
+static inline tc_status tc_launch_softmax_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, int64_t cols, int64_t out_stride, int64_t x_stride)
+{
+    void *args[] = {&out, &x, &cols, &out_stride, &x_stride};
+    return tc_launch_kernel(TC_KERNEL_SOFTMAX_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_softmax_f16(cfg, out, x, cols, out_stride, x_stride) \
+    tc_launch_softmax_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, x_stride))
+#endif
+
+/* kernels/softmax.cu:40 tc_k_softmax_bf16: Softmax of gridDim.x rows of `cols` elements (out may alias x). */
+static inline tc_status tc_launch_softmax_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, int64_t cols, int64_t out_stride, int64_t x_stride)
+{
+    void *args[] = {&out, &x, &cols, &out_stride, &x_stride};
+    return tc_launch_kernel(TC_KERNEL_SOFTMAX_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_softmax_bf16(cfg, out, x, cols, out_stride, x_stride) \
+    tc_launch_softmax_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, x_stride))
+#endif
+
+/* kernels/swiglu.cu:40 tc_k_swiglu_f32: out = silu(gate) * up over rows x cols (grid-stride: any grid size works). */
+static inline tc_status tc_launch_swiglu_f32(tc_launch_config cfg, float *out, const float *gate, const float *up, int64_t rows, int64_t cols, int64_t out_stride, int64_t gate_stride, int64_t up_stride)
+{
+    void *args[] = {&out, &gate, &up, &rows, &cols, &out_stride, &gate_stride, &up_stride};
+    return tc_launch_kernel(TC_KERNEL_SWIGLU_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_swiglu_f32(cfg, out, gate, up, rows, cols, out_stride, gate_stride, up_stride) \
+    tc_launch_swiglu_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, gate), TC__KARG_CONST(const float *, float *, up), TC__KARG(int64_t, rows), TC__KARG(int64_t, cols), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, gate_stride), TC__KARG(int64_t, up_stride))
+#endif
+
+/* kernels/swiglu.cu:47 tc_k_swiglu_f16: out = silu(gate) * up over rows x cols (grid-stride: any grid size works). */
+static inline tc_status tc_launch_swiglu_f16(tc_launch_config cfg, tc_half *out, const tc_half *gate, const tc_half *up, int64_t rows, int64_t cols, int64_t out_stride, int64_t gate_stride, int64_t up_stride)
+{
+    void *args[] = {&out, &gate, &up, &rows, &cols, &out_stride, &gate_stride, &up_stride};
+    return tc_launch_kernel(TC_KERNEL_SWIGLU_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_swiglu_f16(cfg, out, gate, up, rows, cols, out_stride, gate_stride, up_stride) \
+    tc_launch_swiglu_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, gate), TC__KARG_CONST(const tc_half *, tc_half *, up), TC__KARG(int64_t, rows), TC__KARG(int64_t, cols), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, gate_stride), TC__KARG(int64_t, up_stride))
+#endif
+
+/* kernels/swiglu.cu:54 tc_k_swiglu_bf16: out = silu(gate) * up over rows x cols (grid-stride: any grid size works). */
+static inline tc_status tc_launch_swiglu_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *gate, const tc_bf16 *up, int64_t rows, int64_t cols, int64_t out_stride, int64_t gate_stride, int64_t up_stride)
+{
+    void *args[] = {&out, &gate, &up, &rows, &cols, &out_stride, &gate_stride, &up_stride};
+    return tc_launch_kernel(TC_KERNEL_SWIGLU_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_swiglu_bf16(cfg, out, gate, up, rows, cols, out_stride, gate_stride, up_stride) \
+    tc_launch_swiglu_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, gate), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, up), TC__KARG(int64_t, rows), TC__KARG(int64_t, cols), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, gate_stride), TC__KARG(int64_t, up_stride))
 #endif
 
 #ifdef __cplusplus

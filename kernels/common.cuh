@@ -4,3 +4,133 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+namespace tc {
+
+// Element conversions for the three activation types; arithmetic is always f32.
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+
+// N consecutive elements of T moved as one 16-byte (or smaller) access.
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
+    T v[N];
+};
+// N consecutive elements as floats, read in 16-byte pieces when N * sizeof(T) is a multiple of
+// 16 (p then 16-byte aligned), else as one N-element access (p aligned to its size).
+template <typename T, int N>
+__device__ __forceinline__ void load_f32(const T *p, float (&out)[N])
+{
+    constexpr int C = (N * sizeof(T)) % 16 == 0 ? 16 / (int)sizeof(T) : N;
+#pragma unroll
+    for (int c = 0; c < N / C; c++) {
+        Vec<T, C> x = reinterpret_cast<const Vec<T, C> *>(p)[c];
+#pragma unroll
+        for (int i = 0; i < C; i++)
+            out[c * C + i] = to_f32(x.v[i]);
+    }
+}
+template <typename T, int N>
+__device__ __forceinline__ void store_f32(T *p, const float (&in)[N])
+{
+    constexpr int C = (N * sizeof(T)) % 16 == 0 ? 16 / (int)sizeof(T) : N;
+#pragma unroll
+    for (int c = 0; c < N / C; c++) {
+        Vec<T, C> x;
+#pragma unroll
+        for (int i = 0; i < C; i++)
+            x.v[i] = from_f32<T>(in[c * C + i]);
+        reinterpret_cast<Vec<T, C> *>(p)[c] = x;
+    }
+}
+// Elements of T per 16-byte vector.
+template <typename T> __host__ __device__ constexpr int vec16() { return 16 / (int)sizeof(T); }
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Sum (or max) over the block; every thread gets the result. `scratch` holds 32 floats and
+// may be reused after the call returns.
+__device__ __forceinline__ float block_sum(float v, float *scratch)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : 0.0f;
+    return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float *scratch)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+// Whether every pointer is aligned to `bytes`.
+__device__ __forceinline__ bool aligned(const void *a, const void *b, const void *c, int bytes)
+{
+    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & (uintptr_t)(bytes - 1)) == 0;
+}
+
+// Dtype codes passed to kernels that take a run-time weight type (tc_dtype's values).
+enum : int { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_I8 = 3, DT_I32 = 4, DT_Q4_0 = 5, DT_Q8_0 = 6 };
+constexpr int kQBlock = 32;
+// The dtype code of an activation type.
+template <typename T> struct dtype_of;
+template <> struct dtype_of<float> { static constexpr int value = DT_F32; };
+template <> struct dtype_of<__half> { static constexpr int value = DT_F16; };
+template <> struct dtype_of<__nv_bfloat16> { static constexpr int value = DT_BF16; };
+// Element i of a row of run-time dtype dt as a float (block types dequantised: GGUF layout).
+__device__ __forceinline__ float load_any(int dt, const void *row, int64_t i)
+{
+    switch (dt) {
+    case DT_F32:
+        return ((const float *)row)[i];
+    case DT_F16:
+        return __half2float(((const __half *)row)[i]);
+    case DT_BF16:
+        return __bfloat162float(((const __nv_bfloat16 *)row)[i]);
+    case DT_Q4_0: {
+        const uint8_t *blk = (const uint8_t *)row + (i / kQBlock) * 18;
+        float d = __half2float(__ushort_as_half(*(const unsigned short *)blk));
+        int j = (int)(i % kQBlock);
+        int q = j < 16 ? (blk[2 + j] & 0xf) : (blk[2 + j - 16] >> 4);
+        return (float)(q - 8) * d;
+    }
+    case DT_Q8_0: {
+        const uint8_t *blk = (const uint8_t *)row + (i / kQBlock) * 34;
+        float d = __half2float(__ushort_as_half(*(const unsigned short *)blk));
+        return (float)(int8_t)blk[2 + i % kQBlock] * d;
+    }
+    default:
+        return __int_as_float(0x7fc00000);
+    }
+}
+
+} // namespace tc

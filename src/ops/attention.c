@@ -1,0 +1,356 @@
+/* Attention over the paged KV cache (layout in ops.h). The CPU path is the reference: scores,
+ * a max-subtracted softmax and the weighted sum of values, row by row in f32. */
+#include "ops/internal.h"
+
+typedef struct {
+    const tc_tensor *k_cache, *v_cache, *q;
+    tc_tensor *out;
+    const int32_t *table, *seq_lens, *q_start, *row_seq;
+    int64_t max_blocks, block_size, n_heads, n_kv_heads, head_dim;
+    float scale;
+    atomic_bool oom;
+} attn_job;
+
+static const void *cache_row(const tc_tensor *cache, const int32_t *tbl, int64_t t, int64_t bs,
+                             int64_t kvh)
+{
+    int64_t idx[4] = { tbl[t / bs], t % bs, kvh, 0 };
+    return tc_tensor_at(cache, idx);
+}
+
+static void attend_rows(void *ctx, int64_t begin, int64_t end)
+{
+    attn_job *j = ctx;
+    int64_t hd = j->head_dim, group = j->n_heads / j->n_kv_heads;
+    int64_t max_len = j->max_blocks * j->block_size;
+    float *buf = tc_host_alloc((size_t)(max_len + 3 * hd) * sizeof(float));
+    if (!buf) {
+        atomic_store(&j->oom, true);
+        return;
+    }
+    float *p = buf, *qv = buf + max_len, *kv = qv + hd, *acc = kv + hd;
+    tc_dtype dt = j->q->dtype;
+    for (int64_t row = begin; row < end; row++) {
+        int64_t s = j->row_seq[row];
+        int64_t m = j->q_start[s + 1] - j->q_start[s];
+        int64_t qpos = j->seq_lens[s] - m + (row - j->q_start[s]);
+        const int32_t *tbl = j->table + s * j->max_blocks;
+        for (int64_t h = 0; h < j->n_heads; h++) {
+            int64_t kvh = h / group;
+            tc__load_row(
+                dt, (const char *)tc__row(j->q, row) + (size_t)(h * hd) * tc_dtype_bytes(dt, 1), hd,
+                qv);
+            float mx = -INFINITY;
+            for (int64_t t = 0; t <= qpos; t++) {
+                tc__load_row(dt, cache_row(j->k_cache, tbl, t, j->block_size, kvh), hd, kv);
+                float d = 0.0f;
+                for (int64_t i = 0; i < hd; i++)
+                    d += qv[i] * kv[i];
+                p[t] = d * j->scale;
+                mx = fmaxf(mx, p[t]);
+            }
+            float sum = 0.0f;
+            for (int64_t t = 0; t <= qpos; t++)
+                sum += (p[t] = expf(p[t] - mx));
+            memset(acc, 0, (size_t)hd * sizeof(float));
+            for (int64_t t = 0; t <= qpos; t++) {
+                tc__load_row(dt, cache_row(j->v_cache, tbl, t, j->block_size, kvh), hd, kv);
+                for (int64_t i = 0; i < hd; i++)
+                    acc[i] += p[t] * kv[i];
+            }
+            void *o = (char *)tc__row(j->out, row) + (size_t)(h * hd) * tc_dtype_bytes(dt, 1);
+            for (int64_t i = 0; i < hd; i++)
+                tc__store(dt, o, i, qpos >= 0 ? acc[i] / sum : 0.0f);
+        }
+    }
+    tc_host_free(buf);
+}
+
+/* Checks shared by decode and prefill; n_seqs from the block table. */
+static tc_status check_common(const char *op, const tc_tensor *out, const tc_tensor *q,
+                              const tc_tensor *kc, const tc_tensor *vc, const tc_tensor *table,
+                              const tc_tensor *lens)
+{
+    TC_TRY(tc__check_dtype(op, "q", q, TC__FLOATS));
+    TC_TRY(tc__check_dtype(op, "out", out, TC__MASK(q->dtype)));
+    TC_TRY(tc__check_dtype(op, "k_cache", kc, TC__MASK(q->dtype)));
+    TC_TRY(tc__check_dtype(op, "v_cache", vc, TC__MASK(q->dtype)));
+    TC_TRY(tc__check_dtype(op, "block_table", table, TC__MASK(TC_DTYPE_I32)));
+    TC_TRY(tc__check_dtype(op, "seq_lens", lens, TC__MASK(TC_DTYPE_I32)));
+    TC_TRY(tc__check_ndim(op, "q", q, 3));
+    TC_TRY(tc__check_ndim(op, "out", out, 3));
+    TC_TRY(tc__check_ndim(op, "k_cache", kc, 4));
+    TC_TRY(tc__check_ndim(op, "v_cache", vc, 4));
+    TC_TRY(tc__check_ndim(op, "block_table", table, 2));
+    TC_TRY(tc__check_ndim(op, "seq_lens", lens, 1));
+    for (int d = 0; d < 4; d++)
+        TC_TRY(tc__check_dim(op, "v_cache", vc, d, kc->shape[d], "k_cache's shape"));
+    for (int d = 0; d < 3; d++)
+        TC_TRY(tc__check_dim(op, "out", out, d, q->shape[d], "q's shape"));
+    int64_t hd = kc->shape[3], n_kv = kc->shape[2];
+    TC_TRY(tc__check_dim(op, "q", q, 2, hd, "the caches' head_dim"));
+    if (n_kv == 0 || q->shape[1] % n_kv != 0)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                            "%lld query heads cannot share %lld kv heads evenly",
+                            (long long)q->shape[1], (long long)n_kv);
+    TC_TRY(tc__check_dim(op, "seq_lens", lens, 0, table->shape[0], "one per block_table row"));
+    const tc_tensor *all[] = { q, kc, vc, table, lens };
+    for (int i = 0; i < 5; i++)
+        TC_TRY(tc__check_same_backend(op, out, all[i]));
+    TC_TRY(tc__check_rows_dense(op, "q", q));
+    TC_TRY(tc__check_rows_dense(op, "out", out));
+    if (!tc_tensor_is_contiguous(kc) || !tc_tensor_is_contiguous(vc) ||
+        !tc_tensor_is_contiguous(table) || !tc_tensor_is_contiguous(lens))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                            "the caches, block_table and seq_lens must be contiguous");
+    return TC_OK;
+}
+
+/* On the CPU the host can read the indices: every one is checked before use. */
+static tc_status check_indices_cpu(const char *op, const tc_tensor *kc, const tc_tensor *table,
+                                   const tc_tensor *lens, const int32_t *q_start, int64_t n_tokens)
+{
+    int64_t n_seqs = table->shape[0], max_blocks = table->shape[1], bs = kc->shape[1];
+    const int32_t *tbl = table->data, *len = lens->data;
+    for (int64_t s = 0; s < n_seqs; s++) {
+        int64_t m = q_start[s + 1] - q_start[s];
+        if (q_start[s] < 0 || m < 0 || q_start[s + 1] > n_tokens)
+            return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                                "sequence %lld's queries [%d, %d) are outside [0, %lld)",
+                                (long long)s, q_start[s], q_start[s + 1], (long long)n_tokens);
+        if (len[s] < m || len[s] > max_blocks * bs)
+            return tc_set_error(
+                TC_ERR_INVALID_ARGUMENT, op,
+                "seq_lens[%lld] = %d; want %lld (its queries) to %lld (its blocks' capacity)",
+                (long long)s, len[s], (long long)m, (long long)(max_blocks * bs));
+        for (int64_t b = 0; b < (len[s] + bs - 1) / bs; b++)
+            if (tbl[s * max_blocks + b] < 0 || tbl[s * max_blocks + b] >= kc->shape[0])
+                return tc_set_error(
+                    TC_ERR_INVALID_ARGUMENT, op,
+                    "block_table[%lld, %lld] = %d is not a block of the cache (%lld)", (long long)s,
+                    (long long)b, tbl[s * max_blocks + b], (long long)kc->shape[0]);
+    }
+    if (q_start[n_seqs] != n_tokens)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                            "the sequences' queries end at %d; q has %lld rows", q_start[n_seqs],
+                            (long long)n_tokens);
+    return TC_OK;
+}
+
+static tc_status attend_cpu(tc_tensor *out, const tc_tensor *q, const tc_tensor *kc,
+                            const tc_tensor *vc, const tc_tensor *table, const tc_tensor *lens,
+                            const int32_t *q_start, float scale)
+{
+    int64_t n_tokens = q->shape[0], n_seqs = table->shape[0];
+    int32_t *row_seq = tc_host_alloc((size_t)n_tokens * sizeof(int32_t) + 1);
+    if (!row_seq)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "attention", "no host memory for %lld rows",
+                            (long long)n_tokens);
+    for (int64_t s = 0; s < n_seqs; s++)
+        for (int64_t r = q_start[s]; r < q_start[s + 1]; r++)
+            row_seq[r] = (int32_t)s;
+    attn_job j = { kc,           vc,          q,
+                   out,          table->data, lens->data,
+                   q_start,      row_seq,     table->shape[1],
+                   kc->shape[1], q->shape[1], kc->shape[2],
+                   kc->shape[3], scale,       false };
+    tc__parallel_for(out->backend, n_tokens, 1, attend_rows, &j);
+    tc_host_free(row_seq);
+    if (atomic_load(&j.oom))
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "attention", "no host memory for a score row");
+    return TC_OK;
+}
+
+static tc_status check_head_dim(const char *op, int64_t hd)
+{
+    if (hd != 64 && hd != 128)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "head_dim %lld has no CUDA kernel (64 and 128 do)", (long long)hd);
+    return TC_OK;
+}
+
+tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *k,
+                             const tc_tensor *v, const tc_tensor *slots)
+{
+    const char *op = "tc_attention_store";
+    TC_TRY(tc__check_dtype(op, "k_cache", k_cache, TC__FLOATS));
+    const tc_tensor *same[] = { v_cache, k, v };
+    const char *names[] = { "v_cache", "k", "v" };
+    for (int i = 0; i < 3; i++) {
+        TC_TRY(tc__check_dtype(op, names[i], same[i], TC__MASK(k_cache->dtype)));
+        TC_TRY(tc__check_same_backend(op, k_cache, same[i]));
+    }
+    TC_TRY(tc__check_dtype(op, "slots", slots, TC__MASK(TC_DTYPE_I32)));
+    TC_TRY(tc__check_same_backend(op, k_cache, slots));
+    TC_TRY(tc__check_ndim(op, "k_cache", k_cache, 4));
+    TC_TRY(tc__check_ndim(op, "v_cache", v_cache, 4));
+    TC_TRY(tc__check_ndim(op, "k", k, 3));
+    TC_TRY(tc__check_ndim(op, "v", v, 3));
+    TC_TRY(tc__check_ndim(op, "slots", slots, 1));
+    for (int d = 0; d < 4; d++)
+        TC_TRY(tc__check_dim(op, "v_cache", v_cache, d, k_cache->shape[d], "k_cache's shape"));
+    int64_t n = k->shape[0];
+    for (int i = 1; i < 3; i++) {
+        TC_TRY(tc__check_dim(op, names[i], same[i], 0, slots->shape[0], "one row per slot"));
+        TC_TRY(tc__check_dim(op, names[i], same[i], 1, k_cache->shape[2], "the caches' kv heads"));
+        TC_TRY(tc__check_dim(op, names[i], same[i], 2, k_cache->shape[3], "the caches' head_dim"));
+        TC_TRY(tc__check_rows_dense(op, names[i], same[i]));
+    }
+    if (!tc_tensor_is_contiguous(k_cache) || !tc_tensor_is_contiguous(v_cache) ||
+        !tc_tensor_is_contiguous(slots))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "the caches and slots must be contiguous");
+    if (n == 0)
+        return TC_OK;
+    int64_t row = k_cache->shape[2] * k_cache->shape[3];
+    int64_t capacity = k_cache->shape[0] * k_cache->shape[1];
+    tc_backend *b = k_cache->backend;
+    if (b->kind == TC_BACKEND_CPU) {
+        const int32_t *sl = slots->data;
+        size_t eb = tc_dtype_bytes(k->dtype, 1);
+        for (int64_t i = 0; i < n; i++) {
+            if (sl[i] < 0)
+                continue;
+            if (sl[i] >= capacity)
+                return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                                    "slots[%lld] = %d; the cache holds %lld", (long long)i, sl[i],
+                                    (long long)capacity);
+            memcpy((char *)k_cache->data + (size_t)(sl[i] * row) * eb, tc__row(k, i),
+                   (size_t)row * eb);
+            memcpy((char *)v_cache->data + (size_t)(sl[i] * row) * eb, tc__row(v, i),
+                   (size_t)row * eb);
+        }
+        return TC_OK;
+    }
+    tc_launch_config cfg = tc__cfg(b, (unsigned)n, 256, 0);
+    tc_status st;
+#define LAUNCH(sfx)                                                                                \
+    tc_launch_attn_store_##sfx(cfg, TC__DEV(T, k_cache), TC__DEV(T, v_cache), TC__DEV(const T, k), \
+                               TC__DEV(const T, v), TC__DEV(const int32_t, slots), row,            \
+                               k->stride[0], v->stride[0])
+    TC__BY_DTYPE(st, k->dtype, LAUNCH);
+#undef LAUNCH
+    return st;
+}
+
+tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tensor *k_cache,
+                              const tc_tensor *v_cache, const tc_tensor *block_table,
+                              const tc_tensor *seq_lens, float scale)
+{
+    const char *op = "tc_attention_decode";
+    TC_TRY(check_common(op, out, q, k_cache, v_cache, block_table, seq_lens));
+    int64_t n_seqs = q->shape[0], n_heads = q->shape[1], hd = q->shape[2], n_kv = k_cache->shape[2];
+    TC_TRY(tc__check_dim(op, "block_table", block_table, 0, n_seqs, "one row per query"));
+    if (n_seqs == 0)
+        return TC_OK;
+    tc_backend *b = out->backend;
+    if (b->kind == TC_BACKEND_CPU) {
+        int32_t *q_start = tc_host_alloc((size_t)(n_seqs + 1) * sizeof(int32_t));
+        if (!q_start)
+            return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
+        for (int64_t s = 0; s <= n_seqs; s++)
+            q_start[s] = (int32_t)s;
+        tc_status st = check_indices_cpu(op, k_cache, block_table, seq_lens, q_start, n_seqs);
+        if (st == TC_OK)
+            st = attend_cpu(out, q, k_cache, v_cache, block_table, seq_lens, q_start, scale);
+        tc_host_free(q_start);
+        return st;
+    }
+    TC_TRY(check_head_dim(op, hd));
+    /* Split each sequence's cache so that about two blocks per SM run (flash-decoding), with
+     * at least 128 tokens per split. */
+    int64_t group = n_heads / n_kv, chunks = (group + 7) / 8;
+    int64_t capacity = block_table->shape[1] * k_cache->shape[1];
+    int64_t base_blocks = n_seqs * n_kv * chunks;
+    int64_t want = (2 * (int64_t)b->ctx->sm_count + base_blocks - 1) / base_blocks;
+    int64_t max_splits = (capacity + 127) / 128;
+    int64_t splits = want < max_splits ? want : max_splits;
+    if (splits < 1)
+        splits = 1;
+    int64_t chunk = (capacity + splits - 1) / splits;
+    CUdeviceptr part = 0;
+    if (splits > 1)
+        TC_TRY(tc_pool_alloc(b->pool,
+                             (size_t)(n_seqs * n_heads * splits * (hd + 2)) * sizeof(float),
+                             b->stream, &part));
+    tc_launch_config cfg = { { (uint32_t)n_seqs, (uint32_t)(n_kv * chunks), (uint32_t)splits },
+                             { 128, 1, 1 },
+                             0,
+                             b->stream };
+    tc_status st;
+#define LAUNCH(sfx)                                                                               \
+    (hd == 64 ? tc_launch_attn_decode64_##sfx(                                                    \
+                    cfg, TC__DEV(T, out), (float *)(uintptr_t)part, TC__DEV(const T, q),          \
+                    TC__DEV(const T, k_cache), TC__DEV(const T, v_cache),                         \
+                    TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens),        \
+                    (int32_t)n_heads, (int32_t)n_kv, (int32_t)k_cache->shape[1],                  \
+                    (int32_t)block_table->shape[1], q->stride[0], out->stride[0], (int32_t)chunk, \
+                    scale)                                                                        \
+              : tc_launch_attn_decode128_##sfx(                                                   \
+                    cfg, TC__DEV(T, out), (float *)(uintptr_t)part, TC__DEV(const T, q),          \
+                    TC__DEV(const T, k_cache), TC__DEV(const T, v_cache),                         \
+                    TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens),        \
+                    (int32_t)n_heads, (int32_t)n_kv, (int32_t)k_cache->shape[1],                  \
+                    (int32_t)block_table->shape[1], q->stride[0], out->stride[0], (int32_t)chunk, \
+                    scale))
+    TC__BY_DTYPE(st, q->dtype, LAUNCH);
+#undef LAUNCH
+    if (st == TC_OK && splits > 1) {
+        tc_launch_config c2 = tc__cfg(b, (unsigned)(n_seqs * n_heads), (unsigned)hd, 0);
+#define LAUNCH(sfx)                                                                   \
+    tc_launch_attn_combine_##sfx(c2, TC__DEV(T, out), (const float *)(uintptr_t)part, \
+                                 (int32_t)n_heads, (int32_t)hd, (int32_t)splits, out->stride[0])
+        TC__BY_DTYPE(st, q->dtype, LAUNCH);
+#undef LAUNCH
+    }
+    if (part)
+        tc_pool_free(b->pool, part);
+    return st;
+}
+
+tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const tc_tensor *k_cache,
+                               const tc_tensor *v_cache, const tc_tensor *block_table,
+                               const tc_tensor *seq_lens, const tc_tensor *q_start, float scale)
+{
+    const char *op = "tc_attention_prefill";
+    TC_TRY(check_common(op, out, q, k_cache, v_cache, block_table, seq_lens));
+    TC_TRY(tc__check_dtype(op, "q_start", q_start, TC__MASK(TC_DTYPE_I32)));
+    TC_TRY(tc__check_ndim(op, "q_start", q_start, 1));
+    TC_TRY(tc__check_same_backend(op, out, q_start));
+    int64_t n_seqs = block_table->shape[0], n_tokens = q->shape[0], n_heads = q->shape[1],
+            hd = q->shape[2];
+    TC_TRY(tc__check_dim(op, "q_start", q_start, 0, n_seqs + 1, "n_seqs + 1 offsets"));
+    if (!tc_tensor_is_contiguous(q_start))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "q_start must be contiguous");
+    if (n_tokens == 0 || n_seqs == 0)
+        return TC_OK;
+    tc_backend *b = out->backend;
+    if (b->kind == TC_BACKEND_CPU) {
+        TC_TRY(check_indices_cpu(op, k_cache, block_table, seq_lens, q_start->data, n_tokens));
+        return attend_cpu(out, q, k_cache, v_cache, block_table, seq_lens, q_start->data, scale);
+    }
+    TC_TRY(check_head_dim(op, hd));
+    /* Shared floats of tc_k_attn_prefill*: q, k and v tiles of 32 padded rows, 32 x 33 scores. */
+    uint32_t shared = (uint32_t)(4 * (32 * (hd + 1) * 3 + 32 * 33));
+    tc_launch_config cfg = { { (uint32_t)(n_tokens / 32 + n_seqs), (uint32_t)n_heads, 1 },
+                             { 128, 1, 1 },
+                             shared,
+                             b->stream };
+    int32_t n_kv = (int32_t)k_cache->shape[2], bs = (int32_t)k_cache->shape[1],
+            mb = (int32_t)block_table->shape[1];
+    tc_status st;
+#define LAUNCH(sfx)                                                                                \
+    (hd == 64                                                                                      \
+         ? tc_launch_attn_prefill64_##sfx(                                                         \
+               cfg, TC__DEV(T, out), TC__DEV(const T, q), TC__DEV(const T, k_cache),               \
+               TC__DEV(const T, v_cache), TC__DEV(const int32_t, block_table),                     \
+               TC__DEV(const int32_t, seq_lens), TC__DEV(const int32_t, q_start), (int32_t)n_seqs, \
+               (int32_t)n_heads, n_kv, bs, mb, q->stride[0], out->stride[0], scale)                \
+         : tc_launch_attn_prefill128_##sfx(                                                        \
+               cfg, TC__DEV(T, out), TC__DEV(const T, q), TC__DEV(const T, k_cache),               \
+               TC__DEV(const T, v_cache), TC__DEV(const int32_t, block_table),                     \
+               TC__DEV(const int32_t, seq_lens), TC__DEV(const int32_t, q_start), (int32_t)n_seqs, \
+               (int32_t)n_heads, n_kv, bs, mb, q->stride[0], out->stride[0], scale))
+    TC__BY_DTYPE(st, q->dtype, LAUNCH);
+#undef LAUNCH
+    return st;
+}

@@ -1,0 +1,283 @@
+/* CPU and CUDA backends: the CPU thread pool, and the CUDA context, stream, pool and lazily
+ * created cuBLAS handle that every op on a CUDA tensor uses. */
+#include <stdio.h>
+#include <unistd.h>
+#include "ops/internal.h"
+
+static void *worker_main(void *arg)
+{
+    tc__workers *w = arg;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&w->lock);
+        while (!w->stop && w->generation == seen)
+            pthread_cond_wait(&w->wake, &w->lock);
+        if (w->stop) {
+            pthread_mutex_unlock(&w->lock);
+            return NULL;
+        }
+        seen = w->generation;
+        pthread_mutex_unlock(&w->lock);
+        for (;;) {
+            int64_t begin = atomic_fetch_add(&w->next, w->chunk);
+            if (begin >= w->n)
+                break;
+            int64_t end = begin + w->chunk < w->n ? begin + w->chunk : w->n;
+            w->fn(w->ctx, begin, end);
+        }
+        pthread_mutex_lock(&w->lock);
+        if (--w->busy == 0)
+            pthread_cond_signal(&w->done);
+        pthread_mutex_unlock(&w->lock);
+    }
+}
+
+tc_status tc__workers_start(tc__workers *w, int count)
+{
+    memset(w, 0, sizeof *w);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_mutex_init(&w->submit, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    pthread_cond_init(&w->done, NULL);
+    if (count <= 0)
+        return TC_OK;
+    w->threads = tc_host_calloc((size_t)count, sizeof *w->threads);
+    if (!w->threads)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_backend_create_cpu",
+                            "no memory for %d threads", count);
+    for (int i = 0; i < count; i++) {
+        if (pthread_create(&w->threads[i], NULL, worker_main, w) != 0) {
+            tc__workers_stop(w);
+            return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_backend_create_cpu",
+                                "could not start worker thread %d of %d", i + 1, count);
+        }
+        w->count++;
+    }
+    return TC_OK;
+}
+
+void tc__workers_stop(tc__workers *w)
+{
+    pthread_mutex_lock(&w->lock);
+    w->stop = true;
+    pthread_cond_broadcast(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    for (int i = 0; i < w->count; i++)
+        pthread_join(w->threads[i], NULL);
+    tc_host_free(w->threads);
+    pthread_cond_destroy(&w->wake);
+    pthread_cond_destroy(&w->done);
+    pthread_mutex_destroy(&w->lock);
+    pthread_mutex_destroy(&w->submit);
+    w->threads = NULL;
+    w->count = 0;
+}
+
+void tc__parallel_for(tc_backend *b, int64_t n, int64_t grain, tc__range_fn fn, void *ctx)
+{
+    if (n <= 0)
+        return;
+    tc__workers *w = &b->workers;
+    if (grain < 1)
+        grain = 1;
+    /* About four chunks per thread balance uneven rows without much claiming traffic. */
+    int64_t chunk = n / ((int64_t)(w->count + 1) * 4);
+    if (chunk < grain)
+        chunk = grain;
+    if (w->count == 0 || chunk >= n) {
+        fn(ctx, 0, n);
+        return;
+    }
+    pthread_mutex_lock(&w->submit);
+    pthread_mutex_lock(&w->lock);
+    w->fn = fn;
+    w->ctx = ctx;
+    w->n = n;
+    w->chunk = chunk;
+    atomic_store(&w->next, 0);
+    w->busy = w->count;
+    w->generation++;
+    pthread_cond_broadcast(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    for (;;) {
+        int64_t begin = atomic_fetch_add(&w->next, chunk);
+        if (begin >= n)
+            break;
+        fn(ctx, begin, begin + chunk < n ? begin + chunk : n);
+    }
+    pthread_mutex_lock(&w->lock);
+    while (w->busy > 0)
+        pthread_cond_wait(&w->done, &w->lock);
+    pthread_mutex_unlock(&w->lock);
+    pthread_mutex_unlock(&w->submit);
+}
+
+tc_status tc_backend_create_cpu(int threads, tc_backend **out)
+{
+    *out = NULL;
+    if (threads < 0)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_backend_create_cpu",
+                            "threads is %d; want 0 (one per core) or more", threads);
+    if (threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    tc_backend *b = tc_host_calloc(1, sizeof *b);
+    if (!b)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_backend_create_cpu",
+                            "no memory for the backend");
+    b->kind = TC_BACKEND_CPU;
+    b->threads = threads;
+    snprintf(b->name, sizeof b->name, "cpu");
+    tc_status st = tc__workers_start(&b->workers, threads - 1);
+    if (st != TC_OK) {
+        tc_host_free(b);
+        return st;
+    }
+    *out = b;
+    return TC_OK;
+}
+
+tc_status tc_backend_create_cuda(int ordinal, size_t limit_bytes, tc_backend **out)
+{
+    *out = NULL;
+    tc_status st;
+    tc_backend *b = tc_host_calloc(1, sizeof *b);
+    if (!b)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_backend_create_cuda",
+                            "no memory for the backend");
+    b->kind = TC_BACKEND_CUDA;
+    b->threads = 1;
+    snprintf(b->name, sizeof b->name, "cuda:%d", ordinal);
+    TC_CHECK(st, tc__workers_start(&b->workers, 0));
+    TC_CHECK(st, tc_context_retain(ordinal, &b->ctx));
+    TC_CHECK(st, tc_stream_create(b->ctx, 0, &b->stream));
+    TC_CHECK(st, tc_pool_create_device(b->ctx, limit_bytes, &b->pool));
+    *out = b;
+    return TC_OK;
+fail:
+    tc_backend_destroy(b);
+    return st;
+}
+
+void tc_backend_destroy(tc_backend *b)
+{
+    if (!b)
+        return;
+    if (b->kind == TC_BACKEND_CUDA) {
+        if (b->stream) {
+            tc_status st = tc_stream_synchronize(b->stream);
+            if (st != TC_OK)
+                TC_WARN("%s: waiting for queued work failed: %s", b->name, tc_last_error());
+        }
+        if (b->cublas) {
+            tc_context_make_current(b->ctx);
+            tc_cublasDestroy((cublasHandle_t)b->cublas);
+        }
+        if (b->cublas_workspace)
+            tc_pool_free(b->pool, (CUdeviceptr)(uintptr_t)b->cublas_workspace);
+        if (b->pool && b->stream)
+            tc_pool_release_stream(b->pool, b->stream);
+        tc_pool_destroy(b->pool);
+        tc_stream_destroy(b->stream);
+        tc_context_release(b->ctx);
+    }
+    tc__workers_stop(&b->workers);
+    tc_host_free(b);
+}
+
+tc_backend_kind tc_backend_get_kind(const tc_backend *b)
+{
+    return b->kind;
+}
+const char *tc_backend_name(const tc_backend *b)
+{
+    return b->name;
+}
+int tc_backend_threads(const tc_backend *b)
+{
+    return b->threads;
+}
+tc_stream *tc_backend_stream(const tc_backend *b)
+{
+    return b->stream;
+}
+tc_pool *tc_backend_pool(const tc_backend *b)
+{
+    return b->pool;
+}
+tc_context *tc_backend_context(const tc_backend *b)
+{
+    return b->ctx;
+}
+void tc_backend_set_gemm(tc_backend *b, tc_gemm_mode mode)
+{
+    b->gemm = mode;
+}
+
+tc_status tc_backend_synchronize(tc_backend *b)
+{
+    return b->kind == TC_BACKEND_CUDA ? tc_stream_synchronize(b->stream) : TC_OK;
+}
+
+tc_status tc_backend_alloc(tc_backend *b, size_t bytes, void **out)
+{
+    *out = NULL;
+    if (b->kind == TC_BACKEND_CUDA) {
+        CUdeviceptr p = 0;
+        TC_TRY(tc_pool_alloc(b->pool, bytes, b->stream, &p));
+        *out = (void *)(uintptr_t)p;
+        return TC_OK;
+    }
+    if (bytes == 0)
+        return TC_OK;
+    /* 64-byte alignment keeps rows on cache lines and suits any vector width. */
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded);
+    if (!p)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_backend_alloc",
+                            "no host memory for %zu bytes", bytes);
+    *out = p;
+    return TC_OK;
+}
+
+void tc_backend_free(tc_backend *b, void *ptr)
+{
+    if (!ptr)
+        return;
+    if (b->kind == TC_BACKEND_CUDA) {
+        tc_status st = tc_pool_free(b->pool, (CUdeviceptr)(uintptr_t)ptr);
+        if (st != TC_OK)
+            TC_WARN("%s: freeing a tensor failed: %s", b->name, tc_last_error());
+        return;
+    }
+    free(ptr);
+}
+
+tc_status tc__backend_cublas(tc_backend *b, void **handle)
+{
+    *handle = b->cublas;
+    if (b->cublas)
+        return TC_OK;
+    if (b->cublas_tried)
+        return tc_set_error(TC_ERR_LIBRARY_NOT_FOUND, "cuBLAS",
+                            "cuBLAS could not be loaded earlier");
+    b->cublas_tried = true;
+    cublasHandle_t h = NULL;
+    TC_TRY(tc_context_make_current(b->ctx));
+    TC_TRY(tc_cublasCreate(&h));
+    tc_status st;
+    TC_CHECK(st, tc_cublasSetStream(h, (cudaStream_t)tc_stream_handle(b->stream)));
+    /* A workspace from our pool keeps cuBLAS off cudaMalloc (it has no runtime to call). */
+    b->cublas_workspace_bytes = 32u << 20;
+    CUdeviceptr ws = 0;
+    TC_CHECK(st, tc_pool_alloc(b->pool, b->cublas_workspace_bytes, b->stream, &ws));
+    b->cublas_workspace = (void *)(uintptr_t)ws;
+    TC_CHECK(st, tc_cublasSetWorkspace(h, b->cublas_workspace, b->cublas_workspace_bytes));
+    b->cublas = h;
+    *handle = h;
+    return TC_OK;
+fail:
+    tc_cublasDestroy(h);
+    return st;
+}

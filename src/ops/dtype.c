@@ -1,0 +1,155 @@
+/* Element types: names, sizes, and the host conversions the CPU ops use (IEEE binary16 and
+ * bfloat16 by bit manipulation, rounding to nearest even as the GPU's conversions do). */
+#include "ops/internal.h"
+
+static const struct {
+    const char *name;
+    size_t block_bytes; /* bytes per block */
+    int block;          /* elements per block */
+} dtypes[TC_DTYPE_COUNT] = {
+    [TC_DTYPE_F32] = { "f32", 4, 1 },
+    [TC_DTYPE_F16] = { "f16", 2, 1 },
+    [TC_DTYPE_BF16] = { "bf16", 2, 1 },
+    [TC_DTYPE_I8] = { "i8", 1, 1 },
+    [TC_DTYPE_I32] = { "i32", 4, 1 },
+    [TC_DTYPE_Q4_0] = { "q4_0", 2 + TC_QBLOCK / 2, TC_QBLOCK },
+    [TC_DTYPE_Q8_0] = { "q8_0", 2 + TC_QBLOCK, TC_QBLOCK },
+};
+
+const char *tc_dtype_name(tc_dtype dt)
+{
+    return (unsigned)dt < TC_DTYPE_COUNT ? dtypes[dt].name : "invalid";
+}
+
+size_t tc_dtype_bytes(tc_dtype dt, int64_t n)
+{
+    if ((unsigned)dt >= TC_DTYPE_COUNT || n < 0)
+        return 0;
+    return (size_t)(n / dtypes[dt].block) * dtypes[dt].block_bytes;
+}
+
+bool tc_dtype_is_block(tc_dtype dt)
+{
+    return dt == TC_DTYPE_Q4_0 || dt == TC_DTYPE_Q8_0;
+}
+
+float tc__f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    uint32_t u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        u = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man == 0) {
+        u = sign;
+    } else {
+        /* Subnormal: normalise the mantissa. */
+        int e = -1;
+        do {
+            man <<= 1;
+            e++;
+        } while (!(man & 0x400));
+        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t tc__f32_to_f16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return sign | 0x7e00;
+    if (a >= 0x477ff000u) /* rounds to at least 65520: infinity */
+        return sign | 0x7c00;
+    if (a >= 0x38800000u) { /* normal half */
+        uint32_t r = a - 0x38000000u;
+        r += 0xfffu + ((r >> 13) & 1);
+        return sign | (uint16_t)(r >> 13);
+    }
+    if (a < 0x33000000u) /* below half the smallest subnormal */
+        return sign;
+    /* Subnormal half: shift the full mantissa into place, rounding to nearest even. */
+    uint32_t man = (a & 0x7fffff) | 0x800000;
+    int shift = 126 - (int)(a >> 23);
+    uint32_t q = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1)))
+        q++;
+    return sign | (uint16_t)q;
+}
+
+float tc__load(tc_dtype dt, const void *row, int64_t i)
+{
+    switch (dt) {
+    case TC_DTYPE_F32: return ((const float *)row)[i];
+    case TC_DTYPE_F16: return tc__f16_to_f32(((const uint16_t *)row)[i]);
+    case TC_DTYPE_BF16: return tc__bf16_to_f32(((const uint16_t *)row)[i]);
+    case TC_DTYPE_I8: return ((const int8_t *)row)[i];
+    case TC_DTYPE_I32: return (float)((const int32_t *)row)[i];
+    case TC_DTYPE_Q4_0: {
+        const uint8_t *blk = (const uint8_t *)row + (i / TC_QBLOCK) * (2 + TC_QBLOCK / 2);
+        uint16_t d;
+        memcpy(&d, blk, 2);
+        int j = (int)(i % TC_QBLOCK);
+        int q = j < 16 ? (blk[2 + j] & 0xf) : (blk[2 + j - 16] >> 4);
+        return (float)(q - 8) * tc__f16_to_f32(d);
+    }
+    case TC_DTYPE_Q8_0: {
+        const uint8_t *blk = (const uint8_t *)row + (i / TC_QBLOCK) * (2 + TC_QBLOCK);
+        uint16_t d;
+        memcpy(&d, blk, 2);
+        return (float)(int8_t)blk[2 + i % TC_QBLOCK] * tc__f16_to_f32(d);
+    }
+    default: return NAN;
+    }
+}
+
+void tc__store(tc_dtype dt, void *row, int64_t i, float v)
+{
+    switch (dt) {
+    case TC_DTYPE_F32: ((float *)row)[i] = v; break;
+    case TC_DTYPE_F16: ((uint16_t *)row)[i] = tc__f32_to_f16(v); break;
+    case TC_DTYPE_BF16: ((uint16_t *)row)[i] = tc__f32_to_bf16(v); break;
+    default: break;
+    }
+}
+
+void tc__load_row(tc_dtype dt, const void *row, int64_t n, float *out)
+{
+    switch (dt) {
+    case TC_DTYPE_F32: memcpy(out, row, (size_t)n * 4); break;
+    case TC_DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = tc__bf16_to_f32(((const uint16_t *)row)[i]);
+        break;
+    case TC_DTYPE_F16:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = tc__f16_to_f32(((const uint16_t *)row)[i]);
+        break;
+    case TC_DTYPE_Q4_0:
+        for (int64_t b = 0; b < n / TC_QBLOCK; b++) {
+            const uint8_t *blk = (const uint8_t *)row + b * (2 + TC_QBLOCK / 2);
+            uint16_t dh;
+            memcpy(&dh, blk, 2);
+            float d = tc__f16_to_f32(dh);
+            for (int j = 0; j < 16; j++) {
+                out[b * TC_QBLOCK + j] = (float)((blk[2 + j] & 0xf) - 8) * d;
+                out[b * TC_QBLOCK + j + 16] = (float)((blk[2 + j] >> 4) - 8) * d;
+            }
+        }
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = tc__load(dt, row, i);
+        break;
+    }
+}

@@ -1,0 +1,132 @@
+/* Shared by the files of src/ops: the backend's layout, the CPU thread pool, element
+ * conversions and the argument checks every op starts with. Not installed. */
+#ifndef TC_OPS_INTERNAL_H
+#define TC_OPS_INTERNAL_H
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include "ops/ops.h"
+#include "runtime/internal.h"
+#include "tc_cublas.h"
+
+/* The CPU backend's workers: one job at a time, split into chunks that workers and the
+ * calling thread claim from an atomic counter. */
+typedef void (*tc__range_fn)(void *ctx, int64_t begin, int64_t end);
+typedef struct tc__workers {
+    pthread_t *threads;
+    int count; /* worker threads, besides the caller */
+    pthread_mutex_t lock;
+    pthread_cond_t wake, done;
+    uint64_t generation; /* bumped for each job */
+    int busy;            /* workers still on the current job */
+    bool stop;
+    pthread_mutex_t submit; /* one job at a time */
+    tc__range_fn fn;
+    void *ctx;
+    int64_t n, chunk;
+    atomic_int_fast64_t next;
+} tc__workers;
+
+struct tc_backend {
+    tc_backend_kind kind;
+    char name[16];
+    int threads;
+    tc__workers workers; /* CPU */
+    tc_context *ctx;     /* CUDA */
+    tc_stream *stream;
+    tc_pool *pool;
+    tc_gemm_mode gemm;
+    void *cublas;           /* cublasHandle_t, created at first use */
+    bool cublas_tried;      /* a failed load is not retried */
+    void *cublas_workspace; /* device address */
+    size_t cublas_workspace_bytes;
+};
+
+/* Run fn over [0, n) in chunks of at least `grain` items on b's threads; returns when done. */
+void tc__parallel_for(tc_backend *b, int64_t n, int64_t grain, tc__range_fn fn, void *ctx);
+tc_status tc__workers_start(tc__workers *w, int count);
+void tc__workers_stop(tc__workers *w);
+/* The cuBLAS handle of a CUDA backend, created on first use (bound to its stream); NULL with
+ * the loader's status when cuBLAS cannot be loaded. */
+tc_status tc__backend_cublas(tc_backend *b, void **handle);
+
+/* Element conversions (round to nearest even; NaN stays NaN). */
+static inline float tc__bf16_to_f32(uint16_t h)
+{
+    uint32_t u = h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t tc__f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+float tc__f16_to_f32(uint16_t h);
+uint16_t tc__f32_to_f16(float f);
+/* Element i of a row of dtype dt (f32, f16, bf16, i8 or a block type) as a float. */
+float tc__load(tc_dtype dt, const void *row, int64_t i);
+/* Store v as element i of a row of dtype dt (f32, f16 or bf16). */
+void tc__store(tc_dtype dt, void *row, int64_t i, float v);
+/* Convert n elements of a row of dtype dt to floats. */
+void tc__load_row(tc_dtype dt, const void *row, int64_t n, float *out);
+
+/* Address of row r of a tensor whose rows (dimension 0) may be strided and whose other
+ * dimensions are dense. */
+static inline void *tc__row(const tc_tensor *t, int64_t r)
+{
+    return (char *)t->data + (size_t)(r * t->stride[0]) * tc_dtype_bytes(t->dtype, 1);
+}
+
+/* Argument checks: each records "op: what is wrong" (naming the tensor and its description)
+ * as the last error and returns TC_ERR_INVALID_ARGUMENT. */
+tc_status tc__check_tensor(const char *op, const char *name, const tc_tensor *t);
+tc_status tc__check_dtype(const char *op, const char *name, const tc_tensor *t,
+                          unsigned dtype_mask);
+tc_status tc__check_ndim(const char *op, const char *name, const tc_tensor *t, int ndim);
+tc_status tc__check_dim(const char *op, const char *name, const tc_tensor *t, int dim, int64_t want,
+                        const char *what);
+tc_status tc__check_same_backend(const char *op, const tc_tensor *a, const tc_tensor *b);
+tc_status tc__check_rows_dense(const char *op, const char *name, const tc_tensor *t);
+#define TC__MASK(dt) (1u << (dt))
+#define TC__FLOATS (TC__MASK(TC_DTYPE_F32) | TC__MASK(TC_DTYPE_F16) | TC__MASK(TC_DTYPE_BF16))
+
+/* A launch configuration for `blocks` x `threads` on b's stream. */
+static inline tc_launch_config tc__cfg(tc_backend *b, unsigned blocks, unsigned threads,
+                                       uint32_t shared)
+{
+    tc_launch_config c = { { blocks, 1, 1 }, { threads, 1, 1 }, shared, b->stream };
+    return c;
+}
+#endif /* TC_OPS_INTERNAL_H */
+
+/* Run LAUNCH(suffix) with T typedef'd to the C type of float dtype dt (f32, f16 or bf16). */
+#define TC__BY_DTYPE(st, dt, LAUNCH)                                                         \
+    switch (dt) {                                                                            \
+    case TC_DTYPE_F32: {                                                                     \
+        typedef float T;                                                                     \
+        (st) = LAUNCH(f32);                                                                  \
+        break;                                                                               \
+    }                                                                                        \
+    case TC_DTYPE_F16: {                                                                     \
+        typedef tc_half T;                                                                   \
+        (st) = LAUNCH(f16);                                                                  \
+        break;                                                                               \
+    }                                                                                        \
+    case TC_DTYPE_BF16: {                                                                    \
+        typedef tc_bf16 T;                                                                   \
+        (st) = LAUNCH(bf16);                                                                 \
+        break;                                                                               \
+    }                                                                                        \
+    default:                                                                                 \
+        (st) = tc_set_error(TC_ERR_INTERNAL, __func__, "no kernel for dtype %d", (int)(dt)); \
+        break;                                                                               \
+    }
+/* The device address in a CUDA tensor as a typed pointer. */
+#define TC__DEV(T, t) ((T *)(t)->data)

@@ -1,0 +1,180 @@
+/* Matrix products of a linear layer, out = x w^T. CPU: threads over weight rows, f32
+ * accumulation. CUDA: the matrix-vector kernel for decode (few rows, bandwidth bound), cuBLAS
+ * for prefill (compute bound), our own kernels where cuBLAS is missing. */
+#include "ops/internal.h"
+
+typedef struct {
+    tc_tensor *out;
+    const tc_tensor *w;
+    const float *x; /* [m, k] as f32 */
+    int64_t m, k;
+    atomic_bool oom;
+} matmul_job;
+
+static float dot(const float *a, const float *b, int64_t n)
+{
+    /* Eight partial sums let the compiler vectorise without reassociating by itself. */
+    float s[8] = { 0 };
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            s[j] += a[i + j] * b[i + j];
+    float t = 0.0f;
+    for (; i < n; i++)
+        t += a[i] * b[i];
+    return t + ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+static void matmul_cols(void *ctx, int64_t begin, int64_t end)
+{
+    matmul_job *j = ctx;
+    float *wrow = tc_host_alloc((size_t)j->k * sizeof(float));
+    if (!wrow) {
+        atomic_store(&j->oom, true);
+        return;
+    }
+    size_t row_bytes = tc_dtype_bytes(j->w->dtype, j->k);
+    for (int64_t c = begin; c < end; c++) {
+        tc__load_row(j->w->dtype, (const char *)j->w->data + (size_t)c * row_bytes, j->k, wrow);
+        for (int64_t r = 0; r < j->m; r++)
+            tc__store(j->out->dtype, tc__row(j->out, r), c, dot(j->x + r * j->k, wrow, j->k));
+    }
+    tc_host_free(wrow);
+}
+
+static tc_status matmul_cpu(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
+{
+    int64_t m = x->shape[0], k = x->shape[1];
+    float *xf = tc_host_alloc((size_t)(m * k) * sizeof(float) + 1);
+    if (!xf)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_matmul",
+                            "no host memory for %lld x %lld floats", (long long)m, (long long)k);
+    for (int64_t r = 0; r < m; r++)
+        tc__load_row(x->dtype, tc__row(x, r), k, xf + r * k);
+    matmul_job j = { out, w, xf, m, k, false };
+    tc__parallel_for(out->backend, w->shape[0], 8, matmul_cols, &j);
+    tc_host_free(xf);
+    if (atomic_load(&j.oom))
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_matmul", "no host memory for a weight row");
+    return TC_OK;
+}
+
+static tc_status matvec_cuda(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, int64_t r0,
+                             int64_t rows)
+{
+    tc_backend *b = out->backend;
+    int64_t n = w->shape[0], k = w->shape[1];
+    int64_t blocks = (n + 7) / 8, cap = (int64_t)b->ctx->sm_count * 8;
+    tc_launch_config cfg = tc__cfg(b, (unsigned)(blocks < cap ? blocks : cap), 256, 0);
+    tc_status st;
+#define LAUNCH(sfx)                                                                             \
+    tc_launch_matvec_##sfx(cfg, TC__DEV(T, out) + r0 * out->stride[0],                          \
+                           TC__DEV(const T, x) + r0 * x->stride[0], w->data, (int32_t)w->dtype, \
+                           (int32_t)rows, n, k, x->stride[0], out->stride[0])
+    TC__BY_DTYPE(st, x->dtype, LAUNCH);
+#undef LAUNCH
+    return st;
+}
+
+static int cuda_type(tc_dtype dt)
+{
+    return dt == TC_DTYPE_BF16 ? CUDA_R_16BF : dt == TC_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+static tc_status gemm_cublas(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, void *handle)
+{
+    /* Row-major out[m, n] is column-major out^T = w x^T: A = w (stored k x n column-major,
+     * transposed), B = x^T (k x m column-major, not transposed). */
+    int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || x->stride[0] > INT32_MAX ||
+        out->stride[0] > INT32_MAX)
+        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_matmul", "cuBLAS takes 32-bit sizes");
+    const float one = 1.0f, zero = 0.0f;
+    int t = cuda_type(x->dtype);
+    TC_TRY(tc_context_make_current(out->backend->ctx));
+    return tc_cublasGemmEx((cublasHandle_t)handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k,
+                           &one, w->data, (cudaDataType)t, (int)k, x->data, (cudaDataType)t,
+                           (int)x->stride[0], &zero, out->data, (cudaDataType)t,
+                           (int)out->stride[0], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+/* Bytes of dynamic shared memory of tc_k_gemm_tc_* (see kernels/gemm.cu). */
+#define GEMM_TC_SHARED 67584
+
+static tc_status gemm_own(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
+{
+    tc_backend *b = out->backend;
+    int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
+    bool tensor_cores = x->dtype != TC_DTYPE_F32 && k % 8 == 0 && x->stride[0] % 8 == 0 &&
+                        ((uintptr_t)x->data % 16) == 0 && ((uintptr_t)w->data % 16) == 0;
+    if (tensor_cores) {
+        tc_launch_config cfg = { { (uint32_t)((n + 127) / 128), (uint32_t)((m + 127) / 128), 1 },
+                                 { 256, 1, 1 },
+                                 GEMM_TC_SHARED,
+                                 b->stream };
+        if (x->dtype == TC_DTYPE_BF16)
+            return tc_launch_gemm_tc_bf16(cfg, TC__DEV(tc_bf16, out), TC__DEV(const tc_bf16, x),
+                                          TC__DEV(const tc_bf16, w), m, n, k, x->stride[0],
+                                          out->stride[0]);
+        return tc_launch_gemm_tc_f16(cfg, TC__DEV(tc_half, out), TC__DEV(const tc_half, x),
+                                     TC__DEV(const tc_half, w), m, n, k, x->stride[0],
+                                     out->stride[0]);
+    }
+    tc_launch_config cfg = {
+        { (uint32_t)((n + 63) / 64), (uint32_t)((m + 63) / 64), 1 }, { 256, 1, 1 }, 0, b->stream
+    };
+    tc_status st;
+#define LAUNCH(sfx)                                                                               \
+    tc_launch_gemm_##sfx(cfg, TC__DEV(T, out), TC__DEV(const T, x), TC__DEV(const T, w), m, n, k, \
+                         x->stride[0], out->stride[0])
+    TC__BY_DTYPE(st, x->dtype, LAUNCH);
+#undef LAUNCH
+    return st;
+}
+
+tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
+{
+    const char *op = "tc_matmul";
+    TC_TRY(tc__check_dtype(op, "x", x, TC__FLOATS));
+    TC_TRY(tc__check_dtype(op, "out", out, TC__MASK(x->dtype)));
+    TC_TRY(tc__check_dtype(op, "w", w,
+                           TC__FLOATS | TC__MASK(TC_DTYPE_Q4_0) | TC__MASK(TC_DTYPE_Q8_0)));
+    TC_TRY(tc__check_ndim(op, "x", x, 2));
+    TC_TRY(tc__check_ndim(op, "w", w, 2));
+    TC_TRY(tc__check_ndim(op, "out", out, 2));
+    int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
+    TC_TRY(tc__check_dim(op, "w", w, 1, k, "x's width, in_features"));
+    TC_TRY(tc__check_dim(op, "out", out, 0, m, "x's rows"));
+    TC_TRY(tc__check_dim(op, "out", out, 1, n, "w's rows, out_features"));
+    TC_TRY(tc__check_same_backend(op, out, x));
+    TC_TRY(tc__check_same_backend(op, out, w));
+    TC_TRY(tc__check_rows_dense(op, "x", x));
+    TC_TRY(tc__check_rows_dense(op, "out", out));
+    if (!tc_tensor_is_contiguous(w))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "w must be contiguous");
+    if (m == 0 || n == 0)
+        return TC_OK;
+    if (out->data == x->data)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "out must not alias x");
+    tc_backend *b = out->backend;
+    if (b->kind == TC_BACKEND_CPU)
+        return matmul_cpu(out, x, w);
+    if (m <= TC_MATVEC_MAX_ROWS || w->dtype != x->dtype) {
+        /* Weights of another dtype (quantised ones) have only the matrix-vector kernel, which
+         * then runs once per TC_MATVEC_MAX_ROWS rows. */
+        for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS)
+            TC_TRY(
+                matvec_cuda(out, x, w, r, m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS));
+        return TC_OK;
+    }
+    if (b->gemm != TC_GEMM_OWN) {
+        void *handle = NULL;
+        tc_status st = tc__backend_cublas(b, &handle);
+        if (st == TC_OK)
+            return gemm_cublas(out, x, w, handle);
+        if (b->gemm == TC_GEMM_CUBLAS)
+            return st;
+        TC_DEBUG("%s: cuBLAS unavailable (%s); using thincuda's kernels", b->name, tc_last_error());
+    }
+    return gemm_own(out, x, w);
+}

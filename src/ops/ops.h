@@ -1,0 +1,125 @@
+/* The operators of a Llama forward pass. Each has one entry point that checks shapes and
+ * dtypes (TC_ERR_INVALID_ARGUMENT with a sentence in tc_last_error() on a mismatch) and runs
+ * on the backend its tensors live on: the plain-C reference on the CPU, kernels on CUDA (in
+ * the backend's stream order, without waiting). Tensors are row-major; "rows" may be spaced
+ * by stride[0] (views of a wider tensor) where an op says so, the rest must be contiguous. */
+#ifndef TC_OPS_H
+#define TC_OPS_H
+#include "ops/backend.h"
+#include "ops/tensor.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Matrix products of at most this many rows use the matrix-vector (decode) kernel on CUDA. */
+#define TC_MATVEC_MAX_ROWS 8
+
+/* out[i] = table[ids[i]]. out [n, dim] f32/f16/bf16; table [vocab, dim] f32/f16/bf16/q8_0/
+ * q4_0; ids [n] i32. An id outside [0, vocab) is an error on the CPU; on CUDA (where ids are
+ * not read by the host) its row is filled with NaN so that it cannot pass unnoticed. */
+TC_API tc_status tc_embedding(tc_tensor *out, const tc_tensor *table, const tc_tensor *ids);
+
+/* RMSNorm (Zhang & Sennrich, 2019), fused with the residual add of a transformer block: with
+ * `residual`, first residual += x, then out = residual / sqrt(mean(residual^2) + eps) * weight;
+ * without it, out is the norm of x. out, x, residual [n, dim] and weight [dim] share one
+ * dtype (f32/f16/bf16); rows may be strided; out may alias x. Statistics in f32. */
+TC_API tc_status tc_rmsnorm(tc_tensor *out, tc_tensor *residual, const tc_tensor *x,
+                            const tc_tensor *weight, float eps);
+
+/* Rotary position embedding (RoFormer, Su et al. 2021) with Llama 3's frequency scaling. */
+typedef enum tc_rope_scaling { TC_ROPE_PLAIN = 0, TC_ROPE_LLAMA3 = 1 } tc_rope_scaling;
+typedef struct tc_rope_config {
+    int head_dim;     /* rotated dimensions: the whole head */
+    double theta;     /* base, rope_theta (10000, 500000) */
+    bool interleaved; /* rotate pairs (2i, 2i+1) as GGUF/Meta weights expect, instead of
+                         (i, i + head_dim/2) as Hugging Face's rotate_half does */
+    tc_rope_scaling scaling;
+    /* Llama 3 rope_scaling: factor, low_freq_factor, high_freq_factor and
+     * original_max_position_embeddings (Llama 3.1: 8, 1, 4, 8192). */
+    double factor, low_freq_factor, high_freq_factor;
+    double original_max_position;
+} tc_rope_config;
+/* The rotation frequency of each pair i < head_dim/2: theta^(-2i/head_dim), then scaled. */
+TC_API void tc_rope_frequencies(const tc_rope_config *cfg, double *inv_freq);
+/* Rotate q [n, n_heads, head_dim] and k [n, n_kv_heads, head_dim] (NULL: none) in place by
+ * positions pos [n] (i32, >= 0). q and k share a dtype (f32/f16/bf16); rows may be strided. */
+TC_API tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos,
+                         const tc_rope_config *cfg);
+
+/* out = x w^T: a linear layer with weights stored [out_features, in_features]. out [m, n] and
+ * x [m, k] share a dtype (f32/f16/bf16); w [n, k] is f32/f16/bf16/q8_0/q4_0. Accumulates in
+ * f32. On CUDA: m <= TC_MATVEC_MAX_ROWS runs the matrix-vector kernel; larger m runs cuBLAS
+ * (GemmEx, f32 compute) when w has x's dtype and cuBLAS loads, else our own kernel (see
+ * tc_backend_set_gemm). Rows of x and out may be strided. */
+TC_API tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w);
+
+/* SwiGLU (Shazeer, 2020): out = silu(gate) * up, elementwise. out, gate, up [n, f] share a
+ * dtype (f32/f16/bf16); rows may be strided (gate and up may be halves of one product). */
+TC_API tc_status tc_swiglu(tc_tensor *out, const tc_tensor *gate, const tc_tensor *up);
+
+/* Softmax over the last dimension of x [n, d] into out (same shape and dtype, f32/f16/bf16;
+ * may alias x). */
+TC_API tc_status tc_softmax(tc_tensor *out, const tc_tensor *x);
+
+/* Attention over a paged KV cache. Each layer's cache is k_cache and v_cache [n_blocks,
+ * block_size, n_kv_heads, head_dim]; sequence s keeps its token t in block
+ * block_table[s, t / block_size] at offset t % block_size. block_table [n_seqs, max_blocks]
+ * and seq_lens [n_seqs] (tokens cached, including the ones being computed) are i32. Heads are
+ * grouped (GQA): query head h reads kv head h / (n_heads / n_kv_heads). q, out, caches share
+ * a dtype (f32/f16/bf16); softmax in f32 with `scale` (usually 1/sqrt(head_dim)). */
+
+/* Write k, v [n, n_kv_heads, head_dim] into cache slots[i] = block * block_size + offset
+ * (i32 [n]; a negative slot skips the token). */
+TC_API tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *k,
+                                    const tc_tensor *v, const tc_tensor *slots);
+/* Decode: one query per sequence, q and out [n_seqs, n_heads, head_dim], attending to all
+ * seq_lens[s] cached tokens. */
+TC_API tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tensor *k_cache,
+                                     const tc_tensor *v_cache, const tc_tensor *block_table,
+                                     const tc_tensor *seq_lens, float scale);
+/* Prefill (causal, flash-attention style: scores are never stored whole). q and out
+ * [n_tokens, n_heads, head_dim] hold the newest tokens of each sequence: rows
+ * q_start[s] .. q_start[s+1]-1 (q_start i32 [n_seqs + 1]) are its last m tokens, so row j
+ * sits at position seq_lens[s] - m + j and attends to positions 0 ..= that position. */
+TC_API tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const tc_tensor *k_cache,
+                                      const tc_tensor *v_cache, const tc_tensor *block_table,
+                                      const tc_tensor *seq_lens, const tc_tensor *q_start,
+                                      float scale);
+
+/* out[i] = the index of the largest element of row i of x [n, d] (f32/f16/bf16); the lowest
+ * index wins ties; NaN elements are never chosen unless the whole row is NaN. out i32 [n]. */
+TC_API tc_status tc_argmax(tc_tensor *out, const tc_tensor *x);
+
+/* Sampling parameters of one sequence; the neutral values turn each stage off. */
+typedef struct tc_sample_params {
+    float temperature;        /* 0: greedy (argmax after penalties) */
+    int top_k;                /* 0: off */
+    float top_p;              /* 1: off */
+    float min_p;              /* 0: off; keep tokens with p >= min_p * max p */
+    float repetition_penalty; /* 1: off; CTRL (Keskar et al. 2019): logits of seen tokens
+                                 divided by it when positive, multiplied when negative */
+    float presence_penalty;   /* 0: off; OpenAI: minus this once per generated token seen */
+    float frequency_penalty;  /* 0: off; OpenAI: minus this times its generated count */
+    uint64_t seed;
+} tc_sample_params;
+/* One row to sample: its parameters, the tokens it has seen (prompt then generated: the
+ * repetition penalty looks at all, presence and frequency at those after n_prompt) and the
+ * random stream position (e.g. the number generated so far): equal seed and counter give
+ * the same token. */
+typedef struct tc_sample_row {
+    tc_sample_params params;
+    const int32_t *history;
+    int64_t history_len;
+    int64_t n_prompt;
+    uint64_t counter;
+} tc_sample_row;
+/* The neutral parameters (greedy). */
+TC_API tc_sample_params tc_sample_defaults(void);
+/* Pick one token per row of logits [n, vocab] (f32) into the host array out[n]: penalties,
+ * temperature, top-k, top-p, min-p, then a draw from the renormalised distribution. */
+TC_API tc_status tc_sample(int32_t *out, const tc_tensor *logits, const tc_sample_row *rows);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TC_OPS_H */

@@ -1,0 +1,129 @@
+/* Rotary position embedding (Su et al. 2021, "RoFormer", eq. 34) with Llama 3's frequency
+ * scaling (Meta's llama3 reference; Hugging Face's _compute_llama3_parameters). Angles and
+ * their cos/sin are computed in double on both backends. */
+#include "ops/internal.h"
+
+void tc_rope_frequencies(const tc_rope_config *cfg, double *inv_freq)
+{
+    int half = cfg->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        double inv = exp(-(2.0 * i / cfg->head_dim) * log(cfg->theta));
+        if (cfg->scaling == TC_ROPE_LLAMA3) {
+            const double pi = 3.14159265358979323846;
+            double wavelen = 2.0 * pi / inv;
+            double low_wavelen = cfg->original_max_position / cfg->low_freq_factor;
+            double high_wavelen = cfg->original_max_position / cfg->high_freq_factor;
+            if (wavelen > low_wavelen) {
+                inv /= cfg->factor;
+            } else if (wavelen >= high_wavelen) {
+                double smooth = (cfg->original_max_position / wavelen - cfg->low_freq_factor) /
+                                (cfg->high_freq_factor - cfg->low_freq_factor);
+                inv = (1.0 - smooth) * inv / cfg->factor + smooth * inv;
+            }
+        }
+        inv_freq[i] = inv;
+    }
+}
+
+typedef struct {
+    tc_tensor *q, *k;
+    const int32_t *pos;
+    const tc_rope_config *cfg;
+    const double *inv_freq;
+} rope_job;
+
+static void rotate_heads(tc_dtype dt, void *row, int64_t heads, int hd, bool inter, const float *c,
+                         const float *s)
+{
+    int half = hd / 2;
+    for (int64_t h = 0; h < heads; h++)
+        for (int i = 0; i < half; i++) {
+            int64_t a = h * hd + (inter ? 2 * i : i), b = h * hd + (inter ? 2 * i + 1 : i + half);
+            float x0 = tc__load(dt, row, a), x1 = tc__load(dt, row, b);
+            tc__store(dt, row, a, x0 * c[i] - x1 * s[i]);
+            tc__store(dt, row, b, x1 * c[i] + x0 * s[i]);
+        }
+}
+
+static void rope_rows(void *ctx, int64_t begin, int64_t end)
+{
+    rope_job *j = ctx;
+    int hd = j->cfg->head_dim, half = hd / 2;
+    float c[256], s[256];
+    for (int64_t r = begin; r < end; r++) {
+        for (int i = 0; i < half; i++) {
+            double a = (double)j->pos[r] * j->inv_freq[i];
+            c[i] = (float)cos(a);
+            s[i] = (float)sin(a);
+        }
+        rotate_heads(j->q->dtype, tc__row(j->q, r), j->q->shape[1], hd, j->cfg->interleaved, c, s);
+        if (j->k)
+            rotate_heads(j->k->dtype, tc__row(j->k, r), j->k->shape[1], hd, j->cfg->interleaved, c,
+                         s);
+    }
+}
+
+tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos, const tc_rope_config *cfg)
+{
+    const char *op = "tc_rope";
+    TC_TRY(tc__check_dtype(op, "q", q, TC__FLOATS));
+    TC_TRY(tc__check_ndim(op, "q", q, 3));
+    TC_TRY(tc__check_dtype(op, "pos", pos, TC__MASK(TC_DTYPE_I32)));
+    TC_TRY(tc__check_ndim(op, "pos", pos, 1));
+    TC_TRY(tc__check_same_backend(op, q, pos));
+    TC_TRY(tc__check_rows_dense(op, "q", q));
+    int64_t n = q->shape[0];
+    int hd = cfg->head_dim;
+    if (hd <= 0 || hd % 2 || hd > 512)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                            "head_dim is %d; want an even number up to 512", hd);
+    if (!(cfg->theta > 1.0))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "theta is %g; want > 1", cfg->theta);
+    if (cfg->scaling == TC_ROPE_LLAMA3 &&
+        !(cfg->factor > 0 && cfg->low_freq_factor > 0 &&
+          cfg->high_freq_factor > cfg->low_freq_factor && cfg->original_max_position > 0))
+        return tc_set_error(
+            TC_ERR_INVALID_ARGUMENT, op,
+            "llama3 rope_scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor "
+            "and original_max_position_embeddings > 0");
+    TC_TRY(tc__check_dim(op, "q", q, 2, hd, "head_dim"));
+    TC_TRY(tc__check_dim(op, "pos", pos, 0, n, "one position per row"));
+    if (k) {
+        TC_TRY(tc__check_dtype(op, "k", k, TC__MASK(q->dtype)));
+        TC_TRY(tc__check_ndim(op, "k", k, 3));
+        TC_TRY(tc__check_dim(op, "k", k, 0, n, "q's rows"));
+        TC_TRY(tc__check_dim(op, "k", k, 2, hd, "head_dim"));
+        TC_TRY(tc__check_same_backend(op, q, k));
+        TC_TRY(tc__check_rows_dense(op, "k", k));
+    }
+    if (!tc_tensor_is_contiguous(pos))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "pos must be contiguous");
+    if (n == 0)
+        return TC_OK;
+    tc_backend *b = q->backend;
+    if (b->kind == TC_BACKEND_CPU) {
+        const int32_t *p = pos->data;
+        for (int64_t i = 0; i < n; i++)
+            if (p[i] < 0)
+                return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "pos[%lld] is %d", (long long)i,
+                                    p[i]);
+        double inv[256];
+        tc_rope_frequencies(cfg, inv);
+        rope_job j = { q, k, p, cfg, inv };
+        tc__parallel_for(b, n, 4, rope_rows, &j);
+        return TC_OK;
+    }
+    int64_t heads = q->shape[1] + (k ? k->shape[1] : 0);
+    unsigned threads = heads * hd / 2 >= 1024 ? 1024 : (unsigned)((heads * hd / 2 + 31) / 32 * 32);
+    tc_launch_config cfg1 = tc__cfg(b, (unsigned)n, threads, 0);
+    tc_status st;
+#define LAUNCH(sfx)                                                                         \
+    tc_launch_rope_##sfx(                                                                   \
+        cfg1, TC__DEV(T, q), k ? TC__DEV(T, k) : NULL, TC__DEV(const int32_t, pos),         \
+        (int32_t)q->shape[1], (int32_t)(k ? k->shape[1] : 0), (int32_t)hd, q->stride[0],    \
+        k ? k->stride[0] : 0, (int32_t)cfg->interleaved, cfg->theta, (int32_t)cfg->scaling, \
+        cfg->factor, cfg->low_freq_factor, cfg->high_freq_factor, cfg->original_max_position)
+    TC__BY_DTYPE(st, q->dtype, LAUNCH);
+#undef LAUNCH
+    return st;
+}

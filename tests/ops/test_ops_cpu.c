@@ -1,0 +1,663 @@
+/* The CPU reference ops against straightforward double-precision computations on random
+ * inputs, odd sizes included, and every op's argument checks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <cmocka.h>
+#include "oracle.h"
+
+static tc_backend *cpu;  /* several threads */
+static tc_backend *cpu1; /* one thread */
+static const tc_dtype floats[] = { TC_DTYPE_F32, TC_DTYPE_BF16, TC_DTYPE_F16 };
+static const int64_t odd[] = { 1, 3, 127, 4097 };
+
+static int setup(void **state)
+{
+    (void)state;
+    if (tc_backend_create_cpu(4, &cpu) != TC_OK || tc_backend_create_cpu(1, &cpu1) != TC_OK)
+        return -1;
+    return 0;
+}
+static int teardown(void **state)
+{
+    (void)state;
+    tc_backend_destroy(cpu);
+    tc_backend_destroy(cpu1);
+    return 0;
+}
+
+#define EXPECT_CLOSE(got, want, n, tol, ...)                                  \
+    do {                                                                      \
+        double e_ = rel_error((got), (want), (n));                            \
+        if (!(e_ <= (tol))) {                                                 \
+            print_error(__VA_ARGS__);                                         \
+            print_error(": relative error %.3g > %.3g\n", e_, (double)(tol)); \
+            fail();                                                           \
+        }                                                                     \
+    } while (0)
+
+static void conversions_round_to_nearest_even(void **state)
+{
+    (void)state;
+    /* Every f16 and bf16 survives a round trip through f32 (NaNs stay NaN). */
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = tc__f16_to_f32((uint16_t)h);
+        if (isnan(f))
+            assert_true(isnan(tc__f16_to_f32(tc__f32_to_f16(f))));
+        else
+            assert_int_equal(tc__f32_to_f16(f), h);
+        float g = tc__bf16_to_f32((uint16_t)h);
+        if (isnan(g))
+            assert_true(isnan(tc__bf16_to_f32(tc__f32_to_bf16(g))));
+        else
+            assert_int_equal(tc__f32_to_bf16(g), h);
+    }
+    /* Random floats: the compiler's _Float16 conversion is the oracle for f16; for bf16 the
+     * result is a nearest bf16 (ties to an even mantissa). */
+    rng_t r = { 1 };
+    for (int i = 0; i < 1000000; i++) {
+        uint32_t u = (uint32_t)rng_next(&r);
+        float f;
+        memcpy(&f, &u, 4);
+        if (isnan(f))
+            continue;
+        _Float16 h = (_Float16)f;
+        uint16_t hb;
+        memcpy(&hb, &h, 2);
+        assert_int_equal(tc__f32_to_f16(f), hb);
+        uint16_t b = tc__f32_to_bf16(f);
+        double got = tc__bf16_to_f32(b);
+        if (isinf(got) && !isinf(f))
+            continue; /* rounding past the largest bf16 */
+        double up = tc__bf16_to_f32((uint16_t)(b + 1)), down = tc__bf16_to_f32((uint16_t)(b - 1));
+        double e = fabs(got - f);
+        if (!isnan(up) && !isinf(up))
+            assert_true(e <= fabs(up - f));
+        if (!isnan(down) && !isinf(down))
+            assert_true(e <= fabs(down - f));
+    }
+}
+
+static void tensors_copy_slice_and_reshape(void **state)
+{
+    (void)state;
+    rng_t r = { 2 };
+    double *vals;
+    tc_tensor t, s, v;
+    assert_int_equal(random_tensor(&r, cpu, &t, TC_DTYPE_BF16, TC_SHAPE(5, 7), -1, 1, &vals),
+                     TC_OK);
+    assert_int_equal(tc_tensor_bytes(&t), 70);
+    assert_true(tc_tensor_is_contiguous(&t));
+    assert_int_equal(tc_tensor_slice(&t, 0, 2, 3, &s), TC_OK);
+    assert_true(tc_tensor_is_contiguous(&s));
+    double *sv = tensor_values(&s);
+    for (int i = 0; i < 21; i++)
+        assert_true(sv[i] == vals[14 + i]);
+    free(sv);
+    assert_int_equal(tc_tensor_slice(&t, 1, 1, 4, &s), TC_OK);
+    assert_false(tc_tensor_is_contiguous(&s));
+    assert_true(tc_tensor_rows_dense(&s));
+    assert_int_equal(tc_tensor_copy_to_host(&s, (uint16_t[20]){ 0 }, 40), TC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tc_tensor_slice(&t, 1, 5, 3, &s), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "outside dimension 1"));
+    assert_int_equal(tc_tensor_reshape(&t, TC_SHAPE(7, 5), &v), TC_OK);
+    assert_int_equal(tc_tensor_reshape(&t, TC_SHAPE(6, 6), &v), TC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tc_tensor_copy_from_host(&t, (uint16_t[34]){ 0 }, 68),
+                     TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "bf16[5, 7] cpu"));
+    tc_tensor q;
+    assert_int_equal(tc_tensor_init(&q, cpu, TC_DTYPE_Q4_0, TC_SHAPE(2, 33)),
+                     TC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tc_tensor_init(&q, cpu, TC_DTYPE_Q4_0, TC_SHAPE(2, 64)), TC_OK);
+    assert_int_equal(tc_tensor_bytes(&q), 2 * 2 * 18);
+    tc_tensor_deinit(&q);
+    tc_tensor_deinit(&t);
+    tc_tensor_deinit(&s); /* a view: only cleared */
+    free(vals);
+}
+
+static void embedding_gathers_rows_of_every_dtype(void **state)
+{
+    (void)state;
+    rng_t r = { 3 };
+    const tc_dtype tables[] = { TC_DTYPE_F32, TC_DTYPE_BF16, TC_DTYPE_F16, TC_DTYPE_Q8_0,
+                                TC_DTYPE_Q4_0 };
+    for (size_t ti = 0; ti < 5; ti++)
+        for (size_t oi = 0; oi < 3; oi++) {
+            int64_t vocab = 131, dim = tc_dtype_is_block(tables[ti]) ? 96 : 127, n = 37;
+            double *tv, *ignored;
+            tc_tensor table, ids, out;
+            assert_int_equal(
+                random_tensor(&r, cpu, &table, tables[ti], TC_SHAPE(vocab, dim), -1, 1, &tv),
+                TC_OK);
+            assert_int_equal(
+                random_tensor(&r, cpu, &ids, TC_DTYPE_I32, TC_SHAPE(n), 0, (double)vocab, &ignored),
+                TC_OK);
+            assert_int_equal(tc_tensor_init(&out, cpu, floats[oi], TC_SHAPE(n, dim)), TC_OK);
+            assert_int_equal(tc_embedding(&out, &table, &ids), TC_OK);
+            double *got = tensor_values(&out), *want = malloc(sizeof(double) * (size_t)(n * dim));
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < dim; j++)
+                    want[i * dim + j] = tv[(int64_t)ignored[i] * dim + j];
+            EXPECT_CLOSE(got, want, n * dim, tolerance(floats[oi]), "embedding %s -> %s",
+                         tc_dtype_name(tables[ti]), tc_dtype_name(floats[oi]));
+            ((int32_t *)ids.data)[5] = (int32_t)vocab;
+            assert_int_equal(tc_embedding(&out, &table, &ids), TC_ERR_INVALID_ARGUMENT);
+            assert_non_null(strstr(tc_last_error(), "ids[5]"));
+            free(got), free(want), free(tv), free(ignored);
+            tc_tensor_deinit(&table), tc_tensor_deinit(&ids), tc_tensor_deinit(&out);
+        }
+}
+
+static void rmsnorm_with_and_without_residual(void **state)
+{
+    (void)state;
+    rng_t r = { 4 };
+    for (size_t di = 0; di < 3; di++)
+        for (size_t si = 0; si < 4; si++)
+            for (int with_res = 0; with_res < 2; with_res++) {
+                tc_dtype dt = floats[di];
+                int64_t n = si == 3 ? 3 : 5, d = odd[si];
+                double *xv, *wv, *rv = NULL;
+                tc_tensor x, w, res, out;
+                assert_int_equal(random_tensor(&r, cpu, &x, dt, TC_SHAPE(n, d), -2, 2, &xv), TC_OK);
+                assert_int_equal(random_tensor(&r, cpu, &w, dt, TC_SHAPE(d), 0.5, 1.5, &wv), TC_OK);
+                if (with_res)
+                    assert_int_equal(random_tensor(&r, cpu, &res, dt, TC_SHAPE(n, d), -2, 2, &rv),
+                                     TC_OK);
+                assert_int_equal(tc_tensor_init(&out, cpu, dt, TC_SHAPE(n, d)), TC_OK);
+                assert_int_equal(tc_rmsnorm(&out, with_res ? &res : NULL, &x, &w, 1e-5f), TC_OK);
+                double *want = malloc(sizeof(double) * (size_t)(n * d)), *got = tensor_values(&out);
+                ref_rmsnorm(want, rv, xv, wv, n, d, 1e-5, dt);
+                EXPECT_CLOSE(got, want, n * d, tolerance(dt), "rmsnorm %s d=%lld res=%d",
+                             tc_dtype_name(dt), (long long)d, with_res);
+                if (with_res) {
+                    double *rgot = tensor_values(&res);
+                    EXPECT_CLOSE(rgot, rv, n * d, tolerance(dt), "rmsnorm residual %s",
+                                 tc_dtype_name(dt));
+                    free(rgot);
+                    tc_tensor_deinit(&res);
+                }
+                free(want), free(got), free(xv), free(wv), free(rv);
+                tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&out);
+            }
+}
+
+static void rope_plain_llama3_and_interleaved(void **state)
+{
+    (void)state;
+    rng_t r = { 5 };
+    for (int variant = 0; variant < 4; variant++)
+        for (size_t di = 0; di < 3; di++) {
+            tc_dtype dt = floats[di];
+            tc_rope_config c = { .head_dim = variant == 3 ? 6 : 64,
+                                 .theta = variant ? 500000.0 : 10000.0,
+                                 .interleaved = variant == 2,
+                                 .scaling = variant ? TC_ROPE_LLAMA3 : TC_ROPE_PLAIN,
+                                 .factor = 8,
+                                 .low_freq_factor = 1,
+                                 .high_freq_factor = 4,
+                                 .original_max_position = 8192 };
+            int64_t n = 37, H = 3, KV = 1;
+            double *qv, *kv, *pv;
+            tc_tensor q, k, pos;
+            assert_int_equal(random_tensor(&r, cpu, &q, dt, TC_SHAPE(n, H, c.head_dim), -1, 1, &qv),
+                             TC_OK);
+            assert_int_equal(
+                random_tensor(&r, cpu, &k, dt, TC_SHAPE(n, KV, c.head_dim), -1, 1, &kv), TC_OK);
+            assert_int_equal(
+                random_tensor(&r, cpu, &pos, TC_DTYPE_I32, TC_SHAPE(n), 0, 131072, &pv), TC_OK);
+            assert_int_equal(tc_rope(&q, &k, &pos, &c), TC_OK);
+            ref_rope(qv, n, H, pos.data, &c);
+            ref_rope(kv, n, KV, pos.data, &c);
+            double *qg = tensor_values(&q), *kg = tensor_values(&k);
+            EXPECT_CLOSE(qg, qv, n * H * c.head_dim, tolerance(dt), "rope q variant %d %s", variant,
+                         tc_dtype_name(dt));
+            EXPECT_CLOSE(kg, kv, n * KV * c.head_dim, tolerance(dt), "rope k variant %d %s",
+                         variant, tc_dtype_name(dt));
+            free(qg), free(kg), free(qv), free(kv), free(pv);
+            tc_tensor_deinit(&q), tc_tensor_deinit(&k), tc_tensor_deinit(&pos);
+        }
+}
+
+static void matmul_every_weight_dtype_and_odd_shapes(void **state)
+{
+    (void)state;
+    rng_t r = { 6 };
+    const tc_dtype ws[] = { TC_DTYPE_F32, TC_DTYPE_BF16, TC_DTYPE_F16, TC_DTYPE_Q8_0,
+                            TC_DTYPE_Q4_0 };
+    const int64_t shapes[][3] = {
+        { 1, 1, 1 }, { 3, 5, 3 }, { 127, 33, 127 }, { 2, 3, 4097 }, { 9, 127, 96 }
+    };
+    for (size_t wi = 0; wi < 5; wi++)
+        for (size_t xi = 0; xi < 3; xi++)
+            for (size_t si = 0; si < 5; si++) {
+                int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+                if (tc_dtype_is_block(ws[wi]))
+                    k = (k + 31) / 32 * 32;
+                double *xv, *wv;
+                tc_tensor x, w, out;
+                assert_int_equal(random_tensor(&r, cpu, &x, floats[xi], TC_SHAPE(m, k), -1, 1, &xv),
+                                 TC_OK);
+                assert_int_equal(random_tensor(&r, cpu, &w, ws[wi], TC_SHAPE(n, k), -1, 1, &wv),
+                                 TC_OK);
+                assert_int_equal(tc_tensor_init(&out, cpu, floats[xi], TC_SHAPE(m, n)), TC_OK);
+                assert_int_equal(tc_matmul(&out, &x, &w), TC_OK);
+                double *want = malloc(sizeof(double) * (size_t)(m * n)), *got = tensor_values(&out);
+                ref_matmul(want, xv, wv, m, n, k);
+                EXPECT_CLOSE(got, want, m * n,
+                             tolerance(floats[xi]) * (floats[xi] == TC_DTYPE_F32 ? 1 : 1),
+                             "matmul x %s w %s %lldx%lldx%lld", tc_dtype_name(floats[xi]),
+                             tc_dtype_name(ws[wi]), (long long)m, (long long)n, (long long)k);
+                free(want), free(got), free(xv), free(wv);
+                tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&out);
+            }
+}
+
+static void matmul_is_the_same_on_one_and_many_threads(void **state)
+{
+    (void)state;
+    rng_t r = { 7 };
+    double *xv, *wv;
+    tc_tensor x, w, o1, o4, x1, w1;
+    assert_int_equal(random_tensor(&r, cpu, &x, TC_DTYPE_F32, TC_SHAPE(17, 300), -1, 1, &xv),
+                     TC_OK);
+    assert_int_equal(random_tensor(&r, cpu, &w, TC_DTYPE_BF16, TC_SHAPE(513, 300), -1, 1, &wv),
+                     TC_OK);
+    assert_int_equal(tc_tensor_wrap(&x1, cpu1, TC_DTYPE_F32, TC_SHAPE(17, 300), x.data), TC_OK);
+    assert_int_equal(tc_tensor_wrap(&w1, cpu1, TC_DTYPE_BF16, TC_SHAPE(513, 300), w.data), TC_OK);
+    assert_int_equal(tc_tensor_init(&o1, cpu1, TC_DTYPE_F32, TC_SHAPE(17, 513)), TC_OK);
+    assert_int_equal(tc_tensor_init(&o4, cpu, TC_DTYPE_F32, TC_SHAPE(17, 513)), TC_OK);
+    assert_int_equal(tc_matmul(&o1, &x1, &w1), TC_OK);
+    assert_int_equal(tc_matmul(&o4, &x, &w), TC_OK);
+    assert_memory_equal(o1.data, o4.data, 17 * 513 * 4);
+    free(xv), free(wv);
+    tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&o1), tc_tensor_deinit(&o4);
+}
+
+static void swiglu_and_softmax_on_strided_rows(void **state)
+{
+    (void)state;
+    rng_t r = { 8 };
+    for (size_t di = 0; di < 3; di++)
+        for (size_t si = 0; si < 4; si++) {
+            tc_dtype dt = floats[di];
+            int64_t n = 3, f = odd[si];
+            double *gu, *xv;
+            tc_tensor both, gate, up, out, x, sm;
+            /* gate and up are the two halves of one [n, 2f] product, as a fused layer makes */
+            assert_int_equal(random_tensor(&r, cpu, &both, dt, TC_SHAPE(n, 2 * f), -4, 4, &gu),
+                             TC_OK);
+            assert_int_equal(tc_tensor_slice(&both, 1, 0, f, &gate), TC_OK);
+            assert_int_equal(tc_tensor_slice(&both, 1, f, f, &up), TC_OK);
+            assert_int_equal(tc_tensor_init(&out, cpu, dt, TC_SHAPE(n, f)), TC_OK);
+            assert_int_equal(tc_swiglu(&out, &gate, &up), TC_OK);
+            double *got = tensor_values(&out), *want = malloc(sizeof(double) * (size_t)(n * f));
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < f; j++) {
+                    double g = gu[i * 2 * f + j], u = gu[i * 2 * f + f + j];
+                    want[i * f + j] = g / (1 + exp(-g)) * u;
+                }
+            EXPECT_CLOSE(got, want, n * f, tolerance(dt), "swiglu %s f=%lld", tc_dtype_name(dt),
+                         (long long)f);
+            free(got), free(want);
+            assert_int_equal(random_tensor(&r, cpu, &x, dt, TC_SHAPE(n, f), -30, 30, &xv), TC_OK);
+            assert_int_equal(tc_tensor_init(&sm, cpu, dt, TC_SHAPE(n, f)), TC_OK);
+            assert_int_equal(tc_softmax(&sm, &x), TC_OK);
+            assert_int_equal(tc_softmax(&x, &x), TC_OK); /* in place gives the same */
+            got = tensor_values(&sm);
+            double *inplace = tensor_values(&x);
+            want = malloc(sizeof(double) * (size_t)(n * f));
+            for (int64_t i = 0; i < n; i++) {
+                double mx = -INFINITY, s = 0;
+                for (int64_t j = 0; j < f; j++)
+                    mx = fmax(mx, xv[i * f + j]);
+                for (int64_t j = 0; j < f; j++)
+                    s += exp(xv[i * f + j] - mx);
+                for (int64_t j = 0; j < f; j++)
+                    want[i * f + j] = exp(xv[i * f + j] - mx) / s;
+            }
+            EXPECT_CLOSE(got, want, n * f, tolerance(dt), "softmax %s f=%lld", tc_dtype_name(dt),
+                         (long long)f);
+            assert_memory_equal(got, inplace, sizeof(double) * (size_t)(n * f));
+            free(got), free(want), free(inplace), free(gu), free(xv);
+            tc_tensor_deinit(&both), tc_tensor_deinit(&out), tc_tensor_deinit(&x),
+                tc_tensor_deinit(&sm);
+        }
+}
+
+static void attention_prefill_and_decode_over_paged_cache(void **state)
+{
+    (void)state;
+    rng_t r = { 9 };
+    struct {
+        int64_t H, KV, hd, bs;
+    } shapes[] = { { 4, 4, 16, 16 }, { 6, 2, 7, 4 }, { 8, 1, 64, 16 }, { 3, 3, 128, 5 } };
+    for (size_t si = 0; si < 4; si++)
+        for (size_t di = 0; di < 3; di++) {
+            tc_dtype dt = floats[di];
+            int64_t len[] = { 1, 3, 127, 300 }, m[] = { 1, 3, 20, 300 };
+            paged_case c;
+            assert_int_equal(paged_build(&c, &r, cpu, dt, 4, len, m, shapes[si].H, shapes[si].KV,
+                                         shapes[si].hd, shapes[si].bs),
+                             TC_OK);
+            double scale = 1.0 / sqrt((double)c.hd);
+            tc_tensor out;
+            assert_int_equal(tc_tensor_init(&out, cpu, dt, TC_SHAPE(c.n_tokens, c.H, c.hd)), TC_OK);
+            assert_int_equal(tc_attention_prefill(&out, &c.tq, &c.tk, &c.tv, &c.ttable, &c.tlens,
+                                                  &c.tqstart, (float)scale),
+                             TC_OK);
+            double *got = tensor_values(&out), *want = paged_reference(&c, scale);
+            EXPECT_CLOSE(got, want, c.n_tokens * c.H * c.hd, tolerance(dt),
+                         "prefill %s H=%lld KV=%lld hd=%lld", tc_dtype_name(dt), (long long)c.H,
+                         (long long)c.KV, (long long)c.hd);
+            free(got), free(want);
+            tc_tensor_deinit(&out);
+            paged_free(&c);
+
+            /* decode: one query per sequence */
+            int64_t ones[] = { 1, 1, 1, 1 };
+            assert_int_equal(paged_build(&c, &r, cpu, dt, 4, len, ones, shapes[si].H, shapes[si].KV,
+                                         shapes[si].hd, shapes[si].bs),
+                             TC_OK);
+            assert_int_equal(tc_tensor_init(&out, cpu, dt, TC_SHAPE(4, c.H, c.hd)), TC_OK);
+            assert_int_equal(
+                tc_attention_decode(&out, &c.tq, &c.tk, &c.tv, &c.ttable, &c.tlens, (float)scale),
+                TC_OK);
+            got = tensor_values(&out);
+            want = paged_reference(&c, scale);
+            EXPECT_CLOSE(got, want, 4 * c.H * c.hd, tolerance(dt), "decode %s", tc_dtype_name(dt));
+            free(got), free(want);
+            /* a bad block id is reported, never followed */
+            ((int32_t *)c.ttable.data)[c.max_blocks * 2] = (int32_t)c.n_blocks;
+            assert_int_equal(
+                tc_attention_decode(&out, &c.tq, &c.tk, &c.tv, &c.ttable, &c.tlens, (float)scale),
+                TC_ERR_INVALID_ARGUMENT);
+            assert_non_null(strstr(tc_last_error(), "block_table[2, 0]"));
+            tc_tensor_deinit(&out);
+            paged_free(&c);
+        }
+}
+
+static void attention_store_writes_slots(void **state)
+{
+    (void)state;
+    rng_t r = { 10 };
+    double *kv, *vv, *ig;
+    tc_tensor kc, vc, k, v, slots;
+    assert_int_equal(random_tensor(&r, cpu, &kc, TC_DTYPE_BF16, TC_SHAPE(3, 4, 2, 8), -1, 1, &ig),
+                     TC_OK);
+    free(ig);
+    assert_int_equal(random_tensor(&r, cpu, &vc, TC_DTYPE_BF16, TC_SHAPE(3, 4, 2, 8), -1, 1, &ig),
+                     TC_OK);
+    free(ig);
+    assert_int_equal(random_tensor(&r, cpu, &k, TC_DTYPE_BF16, TC_SHAPE(3, 2, 8), -1, 1, &kv),
+                     TC_OK);
+    assert_int_equal(random_tensor(&r, cpu, &v, TC_DTYPE_BF16, TC_SHAPE(3, 2, 8), -1, 1, &vv),
+                     TC_OK);
+    int32_t sl[3] = { 11, -1, 0 };
+    assert_int_equal(
+        tc_tensor_init_from_host(&slots, cpu, TC_DTYPE_I32, TC_SHAPE(3), sl, sizeof sl), TC_OK);
+    assert_int_equal(tc_attention_store(&kc, &vc, &k, &v, &slots), TC_OK);
+    double *kg = tensor_values(&kc), *vg = tensor_values(&vc);
+    for (int i = 0; i < 16; i++) {
+        assert_true(kg[11 * 16 + i] == kv[i] && vg[11 * 16 + i] == vv[i]);
+        assert_true(kg[i] == kv[32 + i] && vg[i] == vv[32 + i]);
+    }
+    sl[1] = 12;
+    assert_int_equal(tc_tensor_copy_from_host(&slots, sl, sizeof sl), TC_OK);
+    assert_int_equal(tc_attention_store(&kc, &vc, &k, &v, &slots), TC_ERR_INVALID_ARGUMENT);
+    free(kg), free(vg), free(kv), free(vv);
+    tc_tensor_deinit(&kc), tc_tensor_deinit(&vc), tc_tensor_deinit(&k), tc_tensor_deinit(&v),
+        tc_tensor_deinit(&slots);
+}
+
+static void argmax_prefers_lowest_index_and_skips_nan(void **state)
+{
+    (void)state;
+    rng_t r = { 11 };
+    for (size_t di = 0; di < 3; di++) {
+        int64_t n = 5, d = 4097;
+        double *xv;
+        tc_tensor x, out;
+        assert_int_equal(random_tensor(&r, cpu, &x, floats[di], TC_SHAPE(n, d), -1, 1, &xv), TC_OK);
+        /* row 1: a tie between 100 and 7; row 2: a NaN bigger than everything */
+        tc__store(x.dtype, tc__row(&x, 1), 100, 5.0f);
+        tc__store(x.dtype, tc__row(&x, 1), 7, 5.0f);
+        tc__store(x.dtype, tc__row(&x, 2), 0, NAN);
+        assert_int_equal(tc_tensor_init(&out, cpu, TC_DTYPE_I32, TC_SHAPE(n)), TC_OK);
+        assert_int_equal(tc_argmax(&out, &x), TC_OK);
+        double *vals = tensor_values(&x);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t best = -1;
+            for (int64_t j = 0; j < d; j++)
+                if (!isnan(vals[i * d + j]) && (best < 0 || vals[i * d + j] > vals[i * d + best]))
+                    best = j;
+            assert_int_equal(((int32_t *)out.data)[i], best);
+        }
+        assert_int_equal(((int32_t *)out.data)[1], 7);
+        free(vals), free(xv);
+        tc_tensor_deinit(&x), tc_tensor_deinit(&out);
+    }
+}
+
+/* Probabilities the sampler should draw from, computed here in double. */
+static void ref_sample_probs(const double *logits, int64_t V, const tc_sample_row *row, double *p)
+{
+    double *v = malloc(sizeof(double) * (size_t)V);
+    memcpy(v, logits, sizeof(double) * (size_t)V);
+    const tc_sample_params *sp = &row->params;
+    for (int64_t t = 0; t < V; t++) {
+        int seen = 0, gen = 0;
+        for (int64_t i = 0; i < row->history_len; i++)
+            if (row->history[i] == t) {
+                seen = 1;
+                gen += i >= row->n_prompt;
+            }
+        if (seen)
+            v[t] = v[t] > 0 ? v[t] / sp->repetition_penalty : v[t] * sp->repetition_penalty;
+        if (gen)
+            v[t] -= sp->presence_penalty + sp->frequency_penalty * gen;
+    }
+    double mx = -INFINITY, s = 0;
+    for (int64_t t = 0; t < V; t++)
+        mx = fmax(mx, v[t]);
+    for (int64_t t = 0; t < V; t++)
+        s += (p[t] = exp((v[t] - mx) / sp->temperature));
+    for (int64_t t = 0; t < V; t++)
+        p[t] /= s;
+    /* rank: top-k, then the nucleus, then min-p */
+    int64_t *order = malloc(sizeof(int64_t) * (size_t)V);
+    for (int64_t t = 0; t < V; t++)
+        order[t] = t;
+    for (int64_t i = 1; i < V; i++)
+        for (int64_t j = i; j > 0 && p[order[j]] > p[order[j - 1]]; j--) {
+            int64_t tmp = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = tmp;
+        }
+    int64_t keep = sp->top_k > 0 && sp->top_k < V ? sp->top_k : V;
+    if (sp->top_p < 1) {
+        double cum = 0;
+        int64_t i = 0;
+        while (i < keep) {
+            cum += p[order[i++]];
+            if (cum >= sp->top_p)
+                break;
+        }
+        keep = i;
+    }
+    double pmax = p[order[0]], total = 0;
+    for (int64_t i = 0; i < V; i++) {
+        int64_t t = order[i];
+        if (i >= keep || p[t] < sp->min_p * pmax)
+            p[t] = 0;
+        total += p[t];
+    }
+    for (int64_t t = 0; t < V; t++)
+        p[t] /= total;
+    free(order);
+    free(v);
+}
+
+static void sampling_matches_its_distribution_and_repeats_with_a_seed(void **state)
+{
+    (void)state;
+    rng_t r = { 12 };
+    const int64_t V = 23;
+    double *lv;
+    tc_tensor logits;
+    assert_int_equal(random_tensor(&r, cpu, &logits, TC_DTYPE_F32, TC_SHAPE(1, V), -3, 3, &lv),
+                     TC_OK);
+    int32_t hist[] = { 4, 9, 9, 4, 17, 17, 17 };
+    struct {
+        float t;
+        int k;
+        float p, minp, rep, pres, freq;
+    } cases[] = { { 1.0f, 0, 1.0f, 0, 1, 0, 0 },
+                  { 0.7f, 5, 1.0f, 0, 1, 0, 0 },
+                  { 1.3f, 0, 0.6f, 0, 1, 0, 0 },
+                  { 1.0f, 0, 1.0f, 0.2f, 1, 0, 0 },
+                  { 1.0f, 8, 0.9f, 0.05f, 1.3f, 0.5f, 0.3f } };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        tc_sample_row row = {
+            .params = tc_sample_defaults(), .history = hist, .history_len = 7, .n_prompt = 3
+        };
+        row.params.temperature = cases[ci].t;
+        row.params.top_k = cases[ci].k;
+        row.params.top_p = cases[ci].p;
+        row.params.min_p = cases[ci].minp;
+        row.params.repetition_penalty = cases[ci].rep;
+        row.params.presence_penalty = cases[ci].pres;
+        row.params.frequency_penalty = cases[ci].freq;
+        row.params.seed = 1234 + ci;
+        double p[23];
+        ref_sample_probs(lv, V, &row, p);
+        const int draws = 200000;
+        int counts[23] = { 0 };
+        for (int i = 0; i < draws; i++) {
+            row.counter = (uint64_t)i;
+            int32_t tok;
+            assert_int_equal(tc_sample(&tok, &logits, &row), TC_OK);
+            assert_true(tok >= 0 && tok < V);
+            counts[tok]++;
+        }
+        for (int64_t t = 0; t < V; t++) {
+            double f = (double)counts[t] / draws;
+            if (p[t] == 0)
+                assert_int_equal(counts[t], 0);
+            /* five standard deviations of a binomial frequency */
+            double sd = sqrt(p[t] * (1 - p[t]) / draws) + 1e-9;
+            if (fabs(f - p[t]) > 5 * sd + 1e-4) {
+                print_error("case %zu token %lld: frequency %.5f, probability %.5f\n", ci,
+                            (long long)t, f, p[t]);
+                fail();
+            }
+        }
+        /* the same seed and counter give the same token; the draws differ across counters */
+        int32_t a, b;
+        row.counter = 99;
+        assert_int_equal(tc_sample(&a, &logits, &row), TC_OK);
+        assert_int_equal(tc_sample(&b, &logits, &row), TC_OK);
+        assert_int_equal(a, b);
+    }
+    free(lv);
+    tc_tensor_deinit(&logits);
+}
+
+static void sampling_greedy_penalties_and_bad_parameters(void **state)
+{
+    (void)state;
+    float lg[2][6] = { { 1, 5, 4.5f, -1, 0, 2 }, { 0.5f, -2, -1.9f, 0.1f, 0.2f, 0.3f } };
+    tc_tensor logits;
+    assert_int_equal(
+        tc_tensor_init_from_host(&logits, cpu, TC_DTYPE_F32, TC_SHAPE(2, 6), lg, sizeof lg), TC_OK);
+    int32_t hist[] = { 1, 0 };
+    tc_sample_row rows[2] = { { .params = tc_sample_defaults() },
+                              { .params = tc_sample_defaults() } };
+    int32_t out[2];
+    assert_int_equal(tc_sample(out, &logits, rows), TC_OK);
+    assert_int_equal(out[0], 1);
+    assert_int_equal(out[1], 0);
+    /* repetition 1.2 on token 1 (5 -> 4.17 < 4.5) and on token 0 (0.5 -> 0.42 > 0.3) */
+    for (int i = 0; i < 2; i++) {
+        rows[i].history = hist;
+        rows[i].history_len = 2;
+        rows[i].params.repetition_penalty = 1.2f;
+    }
+    assert_int_equal(tc_sample(out, &logits, rows), TC_OK);
+    assert_int_equal(out[0], 2);
+    assert_int_equal(out[1], 0);
+    /* presence applies to generated tokens only: with n_prompt 2 nothing changes */
+    rows[1].params.presence_penalty = 1.0f;
+    rows[1].n_prompt = 2;
+    assert_int_equal(tc_sample(out, &logits, rows), TC_OK);
+    assert_int_equal(out[1], 0);
+    rows[1].n_prompt = 0;
+    assert_int_equal(tc_sample(out, &logits, rows), TC_OK);
+    assert_int_equal(out[1], 5);
+    /* bad parameters are named */
+    rows[0].params.top_p = 0.0f;
+    assert_int_equal(tc_sample(out, &logits, rows), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "row 0: top_p"));
+    rows[0].params.top_p = 1.0f;
+    rows[0].params.temperature = -1.0f;
+    assert_int_equal(tc_sample(out, &logits, rows), TC_ERR_INVALID_ARGUMENT);
+    rows[0].params.temperature = 0.0f;
+    hist[0] = 6;
+    assert_int_equal(tc_sample(out, &logits, rows), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "outside the vocabulary"));
+    tc_tensor_deinit(&logits);
+}
+
+static void ops_reject_mismatched_shapes_and_dtypes(void **state)
+{
+    (void)state;
+    tc_tensor a, b, w, i8;
+    assert_int_equal(tc_tensor_init(&a, cpu, TC_DTYPE_F32, TC_SHAPE(3, 8)), TC_OK);
+    assert_int_equal(tc_tensor_init(&b, cpu, TC_DTYPE_F32, TC_SHAPE(3, 9)), TC_OK);
+    assert_int_equal(tc_tensor_init(&w, cpu, TC_DTYPE_BF16, TC_SHAPE(8)), TC_OK);
+    assert_int_equal(tc_tensor_init(&i8, cpu, TC_DTYPE_I8, TC_SHAPE(3, 8)), TC_OK);
+    assert_int_equal(tc_rmsnorm(&a, NULL, &a, &w, 1e-5f), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "tc_rmsnorm"));
+    assert_non_null(strstr(tc_last_error(), "weight is bf16[8] cpu; want f32"));
+    assert_int_equal(tc_swiglu(&a, &a, &b), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "up is f32[3, 9]"));
+    assert_int_equal(tc_softmax(&i8, &i8), TC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tc_matmul(&a, &b, &a), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "in_features"));
+    assert_int_equal(tc_matmul(&b, &a, &a), TC_ERR_INVALID_ARGUMENT);
+    tc_tensor uninit = { 0 };
+    assert_int_equal(tc_softmax(&a, &uninit), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "not an initialised tensor"));
+    tc_rope_config rc = { .head_dim = 7, .theta = 10000 };
+    tc_tensor q3, pos;
+    assert_int_equal(tc_tensor_init(&q3, cpu, TC_DTYPE_F32, TC_SHAPE(3, 1, 8)), TC_OK);
+    assert_int_equal(tc_tensor_init(&pos, cpu, TC_DTYPE_I32, TC_SHAPE(3)), TC_OK);
+    assert_int_equal(tc_rope(&q3, NULL, &pos, &rc), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "head_dim"));
+    tc_tensor_deinit(&a), tc_tensor_deinit(&b), tc_tensor_deinit(&w), tc_tensor_deinit(&i8);
+    tc_tensor_deinit(&q3), tc_tensor_deinit(&pos);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(conversions_round_to_nearest_even),
+        cmocka_unit_test(tensors_copy_slice_and_reshape),
+        cmocka_unit_test(embedding_gathers_rows_of_every_dtype),
+        cmocka_unit_test(rmsnorm_with_and_without_residual),
+        cmocka_unit_test(rope_plain_llama3_and_interleaved),
+        cmocka_unit_test(matmul_every_weight_dtype_and_odd_shapes),
+        cmocka_unit_test(matmul_is_the_same_on_one_and_many_threads),
+        cmocka_unit_test(swiglu_and_softmax_on_strided_rows),
+        cmocka_unit_test(attention_prefill_and_decode_over_paged_cache),
+        cmocka_unit_test(attention_store_writes_slots),
+        cmocka_unit_test(argmax_prefers_lowest_index_and_skips_nan),
+        cmocka_unit_test(sampling_matches_its_distribution_and_repeats_with_a_seed),
+        cmocka_unit_test(sampling_greedy_penalties_and_bad_parameters),
+        cmocka_unit_test(ops_reject_mismatched_shapes_and_dtypes),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
