@@ -6,13 +6,16 @@
 
 namespace attention_cu {
 
-// Address of token t's row for kv head h in a paged cache.
+// Address of token t's row for kv head h in a paged cache. 32-bit division: a 64-bit one
+// costs about a hundred instructions, and positions stay far below 2^31.
 template <typename T>
 __device__ __forceinline__ const T *kv_row(const T *cache, const int32_t *table, int64_t t, int block_size,
                                            int n_kv_heads, int head_dim, int h)
 {
-    int64_t blk = table[t / block_size];
-    return cache + ((blk * block_size + t % block_size) * n_kv_heads + h) * (int64_t)head_dim;
+    uint32_t tt = (uint32_t)t, bs = (uint32_t)block_size;
+    uint32_t bi = tt / bs;
+    int64_t blk = table[bi];
+    return cache + ((blk * block_size + (tt - bi * bs)) * n_kv_heads + h) * (int64_t)head_dim;
 }
 
 template <typename T>
@@ -60,29 +63,56 @@ __device__ void decode(T *out, float *part, const T *q, const T *k_cache, const 
             qv[h][j] = h < g ? tc::to_f32(q[seq * q_stride + (int64_t)(h0 + h) * HD + lane * D + j]) * scale : 0.0f;
         }
     }
-    for (int64_t base = t0 + warp * kUnroll; base < t1; base += kWarps * kUnroll) {
-        float kv[kUnroll][D], vv[kUnroll][D];
+    // Software pipelined: the next group's keys and values load while this group computes,
+    // so each warp keeps two groups of rows in flight.
+    const int64_t step = kWarps * kUnroll;
+    tc::Vec<T, D> kr0[kUnroll], vr0[kUnroll], kr1[kUnroll], vr1[kUnroll];
+    // Groups start at multiples of kUnroll (the host rounds `chunk` to one), so when
+    // block_size is a multiple of kUnroll a group never crosses a block: one table lookup.
+    const bool one_block = block_size % kUnroll == 0;
+    const int64_t row_step = (int64_t)n_kv_heads * HD;
+    auto load_group = [&](int64_t base, tc::Vec<T, D>(&kr)[kUnroll], tc::Vec<T, D>(&vr)[kUnroll]) {
+        const T *k0 = one_block ? kv_row(k_cache, tbl, base, block_size, n_kv_heads, HD, kvh) : nullptr;
+        const T *v0 = one_block ? kv_row(v_cache, tbl, base, block_size, n_kv_heads, HD, kvh) : nullptr;
 #pragma unroll
         for (int u = 0; u < kUnroll; u++) {
             int64_t t = base + u;
             if (t < t1) {
-                tc::load_f32<T, D>(kv_row(k_cache, tbl, t, block_size, n_kv_heads, HD, kvh) + lane * D, kv[u]);
-                tc::load_f32<T, D>(kv_row(v_cache, tbl, t, block_size, n_kv_heads, HD, kvh) + lane * D, vv[u]);
+                const T *kp = one_block ? k0 + u * row_step : kv_row(k_cache, tbl, t, block_size, n_kv_heads, HD, kvh);
+                const T *vp = one_block ? v0 + u * row_step : kv_row(v_cache, tbl, t, block_size, n_kv_heads, HD, kvh);
+                kr[u] = *reinterpret_cast<const tc::Vec<T, D> *>(kp + lane * D);
+                vr[u] = *reinterpret_cast<const tc::Vec<T, D> *>(vp + lane * D);
+            } else {
+#pragma unroll
+                for (int j = 0; j < D; j++) {
+                    kr[u].v[j] = tc::from_f32<T>(0.0f);
+                    vr[u].v[j] = tc::from_f32<T>(0.0f);
+                }
             }
         }
+    };
+    auto process = [&](int64_t base, const tc::Vec<T, D>(&kr)[kUnroll], const tc::Vec<T, D>(&vr)[kUnroll]) {
+        float kv[kUnroll][D], vv[kUnroll][D];
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++)
+#pragma unroll
+            for (int j = 0; j < D; j++) {
+                kv[u][j] = tc::to_f32(kr[u].v[j]);
+                vv[u][j] = tc::to_f32(vr[u].v[j]);
+            }
 #pragma unroll
         for (int h = 0; h < kMaxGroup; h++) {
             if (h >= g)
                 break;
-            float s[kUnroll], smax = -INFINITY;
+            float sc[kUnroll], smax = -INFINITY;
 #pragma unroll
             for (int u = 0; u < kUnroll; u++) {
                 float d = 0.0f;
 #pragma unroll
                 for (int j = 0; j < D; j++)
                     d = fmaf(qv[h][j], kv[u][j], d);
-                s[u] = base + u < t1 ? tc::warp_sum(d) : -INFINITY;
-                smax = fmaxf(smax, s[u]);
+                sc[u] = base + u < t1 ? tc::warp_sum(d) : -INFINITY;
+                smax = fmaxf(smax, sc[u]);
             }
             float mn = fmaxf(m[h], smax);
             float corr = __expf(m[h] - mn);
@@ -92,7 +122,7 @@ __device__ void decode(T *out, float *part, const T *q, const T *k_cache, const 
                 acc[h][j] *= corr;
 #pragma unroll
             for (int u = 0; u < kUnroll; u++) {
-                float p = base + u < t1 ? __expf(s[u] - mn) : 0.0f;
+                float p = base + u < t1 ? __expf(sc[u] - mn) : 0.0f;
                 l[h] += p;
 #pragma unroll
                 for (int j = 0; j < D; j++)
@@ -100,6 +130,19 @@ __device__ void decode(T *out, float *part, const T *q, const T *k_cache, const 
             }
             m[h] = mn;
         }
+    };
+    int64_t base = t0 + warp * kUnroll;
+    if (base < t1)
+        load_group(base, kr0, vr0);
+    for (; base < t1; base += 2 * step) {
+        if (base + step < t1)
+            load_group(base + step, kr1, vr1);
+        process(base, kr0, vr0);
+        if (base + step >= t1)
+            break;
+        if (base + 2 * step < t1)
+            load_group(base + 2 * step, kr0, vr0);
+        process(base + step, kr1, vr1);
     }
     // Merge the warps: each (head, dimension) rescaled to the largest maximum.
 #pragma unroll
@@ -177,6 +220,7 @@ __device__ void prefill(T *out, const T *q, const T *k_cache, const T *v_cache, 
     extern __shared__ float sh[];
     float *qs = sh, *ks = qs + BQ * (HD + 1), *vs = ks + BK * (HD + 1), *ps = vs + BK * (HD + 1);
     __shared__ int s_seq, s_tile;
+    __shared__ const T *krow[BK], *vrow[BK];
     if (threadIdx.x == 0) {
         int found = -1, tile = 0, cum = 0;
         for (int s = 0; s < n_seqs; s++) {
@@ -216,16 +260,16 @@ __device__ void prefill(T *out, const T *q, const T *k_cache, const T *v_cache, 
     int64_t kend = first_pos + rows; // keys [0, kend) are visible to some row of the tile
     for (int64_t k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads();
+        if (threadIdx.x < BK) {
+            int64_t t = k0 + threadIdx.x;
+            krow[threadIdx.x] = t < kend ? kv_row(k_cache, tbl, t, block_size, n_kv_heads, HD, kvh) : nullptr;
+            vrow[threadIdx.x] = t < kend ? kv_row(v_cache, tbl, t, block_size, n_kv_heads, HD, kvh) : nullptr;
+        }
+        __syncthreads();
         for (int e = threadIdx.x; e < BK * HD; e += kPrefillThreads) {
             int c = e / HD, d = e % HD;
-            int64_t t = k0 + c;
-            float kx = 0.0f, vx = 0.0f;
-            if (t < kend) {
-                kx = tc::to_f32(kv_row(k_cache, tbl, t, block_size, n_kv_heads, HD, kvh)[d]);
-                vx = tc::to_f32(kv_row(v_cache, tbl, t, block_size, n_kv_heads, HD, kvh)[d]);
-            }
-            ks[c * (HD + 1) + d] = kx;
-            vs[c * (HD + 1) + d] = vx;
+            ks[c * (HD + 1) + d] = krow[c] ? tc::to_f32(krow[c][d]) : 0.0f;
+            vs[c * (HD + 1) + d] = vrow[c] ? tc::to_f32(vrow[c][d]) : 0.0f;
         }
         __syncthreads();
         float s[BK / 4], smax = -INFINITY;

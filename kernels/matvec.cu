@@ -1,12 +1,12 @@
 // Decode matrix products: out[m, n] = x[m, k] w[n, k]^T for m <= 8 rows, where every weight
 // byte is read once and speed is set by memory bandwidth. One warp per weight row: lanes read
-// the row in 16-byte vectors (streamed past L2 so that x stays cached), four vectors in flight
+// the row in 16-byte vectors (streamed past L2 so that x stays cached), eight vectors in flight
 // each, and reduce with shuffles.
 #include "common.cuh"
 
 namespace matvec_cu {
 
-constexpr int kUnroll = 4;
+constexpr int kUnroll = 8;
 
 // N weights from p (16-byte streaming load when N * sizeof(TW) == 16).
 template <typename TW, int N> __device__ __forceinline__ void load_w(const TW *p, float (&out)[N])

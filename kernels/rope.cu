@@ -24,6 +24,50 @@ __device__ double frequency(int i, int head_dim, double theta, int scaling, doub
     return (1.0 - smooth) * inv / factor + smooth * inv;
 }
 
+// Rotate P consecutive pairs starting at pair i of the head at `base` (P = 2 moves the
+// elements as 4-element or two 2-element vectors).
+template <typename T, int P>
+__device__ __forceinline__ void rotate(T *base, int i, int half, bool interleaved, const float *cs, const float *sn)
+{
+    if (interleaved) {
+        float x[2 * P];
+        tc::load_f32<T, 2 * P>(base + 2 * i, x);
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            float x0 = x[2 * p], x1 = x[2 * p + 1];
+            x[2 * p] = x0 * cs[i + p] - x1 * sn[i + p];
+            x[2 * p + 1] = x1 * cs[i + p] + x0 * sn[i + p];
+        }
+        tc::store_f32<T, 2 * P>(base + 2 * i, x);
+    } else {
+        float a[P], b[P];
+        tc::load_f32<T, P>(base + i, a);
+        tc::load_f32<T, P>(base + i + half, b);
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            float x0 = a[p], x1 = b[p];
+            a[p] = x0 * cs[i + p] - x1 * sn[i + p];
+            b[p] = x1 * cs[i + p] + x0 * sn[i + p];
+        }
+        tc::store_f32<T, P>(base + i, a);
+        tc::store_f32<T, P>(base + i + half, b);
+    }
+}
+
+template <typename T, int P>
+__device__ void rotate_all(T *q, T *k, int64_t row, int n_heads, int n_kv_heads, int head_dim, int64_t q_stride,
+                           int64_t k_stride, bool interleaved, const float *cs, const float *sn)
+{
+    int half = head_dim / 2, per_head = half / P;
+    int total = (n_heads + (k ? n_kv_heads : 0)) * per_head;
+    for (int t = threadIdx.x; t < total; t += blockDim.x) {
+        int head = t / per_head, i = (t % per_head) * P;
+        T *base = head < n_heads ? q + row * q_stride + (int64_t)head * head_dim
+                                 : k + row * k_stride + (int64_t)(head - n_heads) * head_dim;
+        rotate<T, P>(base, i, half, interleaved, cs, sn);
+    }
+}
+
 template <typename T>
 __device__ void run(T *q, T *k, const int32_t *pos, int n_heads, int n_kv_heads, int head_dim,
                     int64_t q_stride, int64_t k_stride, int interleaved, double theta, int scaling,
@@ -40,16 +84,13 @@ __device__ void run(T *q, T *k, const int32_t *pos, int n_heads, int n_kv_heads,
         sn[i] = (float)s;
     }
     __syncthreads();
-    int total = (n_heads + (k ? n_kv_heads : 0)) * half;
-    for (int t = threadIdx.x; t < total; t += blockDim.x) {
-        int head = t / half, i = t % half;
-        T *base = head < n_heads ? q + row * q_stride + (int64_t)head * head_dim
-                                 : k + row * k_stride + (int64_t)(head - n_heads) * head_dim;
-        int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
-        float x0 = tc::to_f32(base[a]), x1 = tc::to_f32(base[b]);
-        base[a] = tc::from_f32<T>(x0 * cs[i] - x1 * sn[i]);
-        base[b] = tc::from_f32<T>(x1 * cs[i] + x0 * sn[i]);
-    }
+    // Two pairs per thread when every access stays aligned to its vector size.
+    bool vec = half % 2 == 0 && q_stride % 4 == 0 && k_stride % 4 == 0 &&
+               tc::aligned(q, k, q, 4 * (int)sizeof(T)) && head_dim % 4 == 0;
+    if (vec)
+        rotate_all<T, 2>(q, k, row, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, cs, sn);
+    else
+        rotate_all<T, 1>(q, k, row, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, cs, sn);
 }
 
 } // namespace rope_cu

@@ -266,7 +266,8 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
     int64_t splits = want < max_splits ? want : max_splits;
     if (splits < 1)
         splits = 1;
-    int64_t chunk = (capacity + splits - 1) / splits;
+    /* A multiple of 16 tokens, so that the kernel's groups of keys start at multiples of 4. */
+    int64_t chunk = ((capacity + splits - 1) / splits + 15) / 16 * 16;
     CUdeviceptr part = 0;
     if (splits > 1)
         TC_TRY(tc_pool_alloc(b->pool,

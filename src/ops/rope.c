@@ -113,9 +113,7 @@ tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos, const tc_rop
         tc__parallel_for(b, n, 4, rope_rows, &j);
         return TC_OK;
     }
-    int64_t heads = q->shape[1] + (k ? k->shape[1] : 0);
-    unsigned threads = heads * hd / 2 >= 1024 ? 1024 : (unsigned)((heads * hd / 2 + 31) / 32 * 32);
-    tc_launch_config cfg1 = tc__cfg(b, (unsigned)n, threads, 0);
+    tc_launch_config cfg1 = tc__cfg(b, (unsigned)n, 128, 0);
     tc_status st;
 #define LAUNCH(sfx)                                                                         \
     tc_launch_rope_##sfx(                                                                   \

@@ -1,0 +1,515 @@
+/* Every CUDA op against the CPU op and a double-precision reference on random inputs, outputs
+ * poisoned (all bits set: NaN) before each run so that unwritten elements fail. With
+ * TC_OPS_DUMP=DIR the inputs and CUDA outputs of each case are also written there, with a
+ * manifest.jsonl, for tests/gpu/ops_vs_torch.py. Exits 77 (skip) without a GPU. */
+#include <stdio.h>
+#include "../ops/oracle.h"
+#include "check.h"
+
+#define SKIP 77
+
+static tc_backend *gpu, *cpu;
+static int failures, cases;
+static const char *dump_dir;
+static FILE *manifest;
+static char entry[4096];
+static size_t entry_len;
+static int dump_id;
+
+static void begin_case(const char *op, const char *params_json)
+{
+    entry_len = (size_t)snprintf(
+        entry, sizeof entry, "{\"op\": \"%s\", \"params\": %s, \"tensors\": {", op, params_json);
+}
+static void dump(const char *name, const tc_tensor *t)
+{
+    if (!dump_dir)
+        return;
+    char path[512];
+    snprintf(path, sizeof path, "%s/t%05d.bin", dump_dir, dump_id);
+    size_t bytes = tc_tensor_bytes(t);
+    void *buf = malloc(bytes + 1);
+    CHECK(tc_tensor_copy_to_host(t, buf, bytes));
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(buf, 1, bytes, f) != bytes) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+    free(buf);
+    entry_len += (size_t)snprintf(
+        entry + entry_len, sizeof entry - entry_len,
+        "%s\"%s\": {\"file\": \"t%05d.bin\", \"dtype\": \"%s\", \"shape\": [",
+        entry[entry_len - 1] == '{' ? "" : ", ", name, dump_id, tc_dtype_name(t->dtype));
+    for (int i = 0; i < t->ndim; i++)
+        entry_len += (size_t)snprintf(entry + entry_len, sizeof entry - entry_len, "%s%lld",
+                                      i ? ", " : "", (long long)t->shape[i]);
+    entry_len += (size_t)snprintf(entry + entry_len, sizeof entry - entry_len, "]}");
+    dump_id++;
+}
+static void end_case(void)
+{
+    if (manifest)
+        fprintf(manifest, "%s}}\n", entry);
+}
+
+/* The same random tensor on the GPU and the CPU. */
+static double *twin(rng_t *r, tc_dtype dt, int ndim, const int64_t *shape, double lo, double hi,
+                    tc_tensor *g, tc_tensor *c)
+{
+    double *v;
+    CHECK(random_tensor(r, cpu, c, dt, ndim, shape, lo, hi, &v));
+    CHECK(tc_tensor_init(g, gpu, dt, ndim, shape));
+    CHECK(tc_tensor_copy(g, c));
+    return v;
+}
+static void poisoned(tc_tensor *t, tc_backend *b, tc_dtype dt, int ndim, const int64_t *shape)
+{
+    CHECK(tc_tensor_init(t, b, dt, ndim, shape));
+    if (b == gpu)
+        CHECK(tc_stream_memset(tc_backend_stream(gpu), (CUdeviceptr)(uintptr_t)t->data, 0xFF,
+                               tc_tensor_bytes(t)));
+    else
+        memset(t->data, 0xFF, tc_tensor_bytes(t));
+}
+
+/* Compare the CUDA result with the reference and with the CPU op. */
+static void expect_close(const char *what, const tc_tensor *g, const double *want,
+                         const tc_tensor *c, double tol)
+{
+    CHECK(tc_backend_synchronize(gpu));
+    int64_t n = tc_tensor_numel(g);
+    double *got = tensor_values(g);
+    double e_ref = rel_error(got, want, n), e_cpu = c ? INFINITY : 0.0;
+    if (c) {
+        double *cv = tensor_values(c);
+        e_cpu = rel_error(got, cv, n);
+        free(cv);
+    }
+    bool ok = e_ref <= tol && e_cpu <= tol;
+    printf("%-58s vs ref %.2e  vs cpu %.2e  (tol %.0e)  %s\n", what, e_ref, c ? e_cpu : 0.0, tol,
+           ok ? "ok" : "FAIL");
+    failures += !ok;
+    cases++;
+    free(got);
+}
+
+static void embedding(rng_t *r)
+{
+    const tc_dtype tables[] = { TC_DTYPE_BF16, TC_DTYPE_F32, TC_DTYPE_F16, TC_DTYPE_Q8_0,
+                                TC_DTYPE_Q4_0 };
+    const tc_dtype outs[] = { TC_DTYPE_BF16, TC_DTYPE_F32 };
+    for (int ti = 0; ti < 5; ti++)
+        for (int oi = 0; oi < 2; oi++) {
+            int64_t vocab = 32000, dim = 2048, n = 37;
+            tc_tensor gt, ct, gi, ci, go, co;
+            double *tv = twin(r, tables[ti], TC_SHAPE(vocab, dim), -1, 1, &gt, &ct);
+            double *iv = twin(r, TC_DTYPE_I32, TC_SHAPE(n), 0, vocab, &gi, &ci);
+            poisoned(&go, gpu, outs[oi], TC_SHAPE(n, dim));
+            poisoned(&co, cpu, outs[oi], TC_SHAPE(n, dim));
+            CHECK(tc_embedding(&go, &gt, &gi));
+            CHECK(tc_embedding(&co, &ct, &ci));
+            double *want = malloc(sizeof(double) * (size_t)(n * dim));
+            for (int64_t i = 0; i < n; i++)
+                memcpy(want + i * dim, tv + (int64_t)iv[i] * dim, sizeof(double) * (size_t)dim);
+            char what[96];
+            snprintf(what, sizeof what, "embedding %s -> %s [%lld x %lld]",
+                     tc_dtype_name(tables[ti]), tc_dtype_name(outs[oi]), (long long)n,
+                     (long long)dim);
+            expect_close(what, &go, want, &co, tolerance(outs[oi]));
+            if (ti == 0 && oi == 0) {
+                begin_case("embedding", "{}");
+                dump("table", &gt), dump("ids", &gi), dump("out", &go);
+                end_case();
+            }
+            free(tv), free(iv), free(want);
+            tc_tensor_deinit(&gt), tc_tensor_deinit(&ct), tc_tensor_deinit(&gi),
+                tc_tensor_deinit(&ci);
+            tc_tensor_deinit(&go), tc_tensor_deinit(&co);
+        }
+}
+
+static void rmsnorm(rng_t *r)
+{
+    const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F32, TC_DTYPE_F16 };
+    const int64_t dims[] = { 4096, 2048, 127, 576 };
+    for (int di = 0; di < 3; di++)
+        for (int si = 0; si < 4; si++)
+            for (int res = 0; res < 2; res++) {
+                tc_dtype dt = dts[di];
+                int64_t n = 37, d = dims[si];
+                tc_tensor gx, cx, gw, cw, gr, cr, go, co;
+                double *xv = twin(r, dt, TC_SHAPE(n, d), -2, 2, &gx, &cx);
+                double *wv = twin(r, dt, TC_SHAPE(d), 0.5, 1.5, &gw, &cw);
+                double *rv = res ? twin(r, dt, TC_SHAPE(n, d), -2, 2, &gr, &cr) : NULL;
+                if (res && dump_dir && si == 0) {
+                    begin_case("rmsnorm", "{\"eps\": 1e-5}");
+                    dump("x", &gx), dump("weight", &gw), dump("residual", &gr);
+                }
+                poisoned(&go, gpu, dt, TC_SHAPE(n, d));
+                poisoned(&co, cpu, dt, TC_SHAPE(n, d));
+                CHECK(tc_rmsnorm(&go, res ? &gr : NULL, &gx, &gw, 1e-5f));
+                CHECK(tc_rmsnorm(&co, res ? &cr : NULL, &cx, &cw, 1e-5f));
+                double *want = malloc(sizeof(double) * (size_t)(n * d));
+                ref_rmsnorm(want, rv, xv, wv, n, d, 1e-5, dt);
+                char what[96];
+                snprintf(what, sizeof what, "rmsnorm %s [%lld x %lld]%s", tc_dtype_name(dt),
+                         (long long)n, (long long)d, res ? " + residual" : "");
+                expect_close(what, &go, want, &co, tolerance(dt));
+                if (res) {
+                    snprintf(what, sizeof what, "  its residual sum %s", tc_dtype_name(dt));
+                    expect_close(what, &gr, rv, &cr, tolerance(dt));
+                    if (dump_dir && si == 0) {
+                        dump("out", &go), dump("residual_out", &gr);
+                        end_case();
+                    }
+                    tc_tensor_deinit(&gr), tc_tensor_deinit(&cr);
+                }
+                free(xv), free(wv), free(rv), free(want);
+                tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&gw),
+                    tc_tensor_deinit(&cw);
+                tc_tensor_deinit(&go), tc_tensor_deinit(&co);
+            }
+}
+
+static void rope(rng_t *r)
+{
+    for (int variant = 0; variant < 4; variant++)
+        for (int di = 0; di < 2; di++) {
+            tc_dtype dt = di ? TC_DTYPE_F32 : TC_DTYPE_BF16;
+            tc_rope_config c = { .head_dim = variant == 3 ? 64 : 128,
+                                 .theta = variant ? 500000.0 : 10000.0,
+                                 .interleaved = variant == 2,
+                                 .scaling = variant ? TC_ROPE_LLAMA3 : TC_ROPE_PLAIN,
+                                 .factor = 32,
+                                 .low_freq_factor = 1,
+                                 .high_freq_factor = 4,
+                                 .original_max_position = 8192 };
+            int64_t n = 37, H = 32, KV = 8;
+            tc_tensor gq, cq, gk, ck, gp, cp;
+            double *qv = twin(r, dt, TC_SHAPE(n, H, c.head_dim), -1, 1, &gq, &cq);
+            double *kv = twin(r, dt, TC_SHAPE(n, KV, c.head_dim), -1, 1, &gk, &ck);
+            double *pv = twin(r, TC_DTYPE_I32, TC_SHAPE(n), 0, 131072, &gp, &cp);
+            char params[256];
+            snprintf(
+                params, sizeof params,
+                "{\"head_dim\": %d, \"theta\": %g, \"interleaved\": %d, \"llama3\": %d, "
+                "\"factor\": 32, "
+                "\"low_freq_factor\": 1, \"high_freq_factor\": 4, \"original_max_position\": 8192}",
+                c.head_dim, c.theta, (int)c.interleaved, (int)c.scaling);
+            begin_case("rope", params);
+            dump("q", &gq), dump("k", &gk), dump("pos", &gp);
+            CHECK(tc_rope(&gq, &gk, &gp, &c));
+            CHECK(tc_rope(&cq, &ck, &cp, &c));
+            dump("q_out", &gq), dump("k_out", &gk);
+            end_case();
+            ref_rope(qv, n, H, cp.data, &c);
+            ref_rope(kv, n, KV, cp.data, &c);
+            char what[96];
+            snprintf(what, sizeof what, "rope %s hd %d %s%s q", tc_dtype_name(dt), c.head_dim,
+                     variant ? "llama3" : "plain", c.interleaved ? " interleaved" : "");
+            expect_close(what, &gq, qv, &cq, tolerance(dt));
+            snprintf(what, sizeof what, "  and k");
+            expect_close(what, &gk, kv, &ck, tolerance(dt));
+            free(qv), free(kv), free(pv);
+            tc_tensor_deinit(&gq), tc_tensor_deinit(&cq), tc_tensor_deinit(&gk),
+                tc_tensor_deinit(&ck);
+            tc_tensor_deinit(&gp), tc_tensor_deinit(&cp);
+        }
+}
+
+static void matmul_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n, int64_t k,
+                        tc_gemm_mode mode, const char *path, bool dump_it)
+{
+    tc_backend_set_gemm(gpu, mode);
+    tc_tensor gx, cx, gw, cw, go, co;
+    double *xv = twin(r, xt, TC_SHAPE(m, k), -1, 1, &gx, &cx);
+    double *wv = twin(r, wt, TC_SHAPE(n, k), -1, 1, &gw, &cw);
+    poisoned(&go, gpu, xt, TC_SHAPE(m, n));
+    poisoned(&co, cpu, xt, TC_SHAPE(m, n));
+    CHECK(tc_matmul(&go, &gx, &gw));
+    CHECK(tc_matmul(&co, &cx, &cw));
+    double *want = malloc(sizeof(double) * (size_t)(m * n));
+    ref_matmul(want, xv, wv, m, n, k);
+    char what[96];
+    snprintf(what, sizeof what, "matmul %s x %s [%lld x %lld x %lld] %s", tc_dtype_name(xt),
+             tc_dtype_name(wt), (long long)m, (long long)n, (long long)k, path);
+    expect_close(what, &go, want, &co, tolerance(xt));
+    if (dump_it) {
+        begin_case("matmul", "{}");
+        dump("x", &gx), dump("w", &gw), dump("out", &go);
+        end_case();
+    }
+    free(xv), free(wv), free(want);
+    tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&gw), tc_tensor_deinit(&cw);
+    tc_tensor_deinit(&go), tc_tensor_deinit(&co);
+    tc_backend_set_gemm(gpu, TC_GEMM_AUTO);
+}
+
+static void matmul(rng_t *r)
+{
+    const tc_dtype ws[] = { TC_DTYPE_BF16, TC_DTYPE_F16, TC_DTYPE_F32, TC_DTYPE_Q8_0,
+                            TC_DTYPE_Q4_0 };
+    const int64_t ms[] = { 1, 3, 8 };
+    for (int wi = 0; wi < 5; wi++)
+        for (int mi = 0; mi < 3; mi++) {
+            matmul_case(r, TC_DTYPE_BF16, ws[wi], ms[mi], 1000, 4096, TC_GEMM_AUTO, "matvec",
+                        wi == 0 && mi == 0);
+            matmul_case(r, TC_DTYPE_F32, ws[wi], ms[mi], 999, 2048, TC_GEMM_AUTO, "matvec", false);
+        }
+    matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 2, 77, 127, TC_GEMM_AUTO, "matvec (scalar)",
+                false);
+    const int64_t gm[] = { 9, 127, 300 };
+    for (int i = 0; i < 3; i++) {
+        matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, gm[i], 513, 4096, TC_GEMM_CUBLAS, "cublas",
+                    i == 2);
+        matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, gm[i], 513, 4096, TC_GEMM_OWN,
+                    "own tensor core", false);
+        matmul_case(r, TC_DTYPE_F16, TC_DTYPE_F16, gm[i], 513, 1024, TC_GEMM_OWN, "own tensor core",
+                    false);
+        matmul_case(r, TC_DTYPE_F32, TC_DTYPE_F32, gm[i], 257, 1000, TC_GEMM_CUBLAS, "cublas",
+                    false);
+        matmul_case(r, TC_DTYPE_F32, TC_DTYPE_F32, gm[i], 257, 1000, TC_GEMM_OWN, "own simt",
+                    false);
+        matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, gm[i], 65, 127, TC_GEMM_OWN,
+                    "own simt (k 127)", false);
+    }
+    matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_Q4_0, 20, 300, 1024, TC_GEMM_AUTO,
+                "q4_0 by matvec chunks", false);
+}
+
+static void swiglu_softmax_argmax(rng_t *r)
+{
+    const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F32, TC_DTYPE_F16 };
+    const int64_t fs[] = { 14336, 1536, 127 };
+    for (int di = 0; di < 3; di++)
+        for (int fi = 0; fi < 3; fi++) {
+            tc_dtype dt = dts[di];
+            int64_t n = 9, f = fs[fi];
+            tc_tensor gb, cb, gg, gu, cg, cu, go, co;
+            double *bv = twin(r, dt, TC_SHAPE(n, 2 * f), -4, 4, &gb, &cb);
+            CHECK(tc_tensor_slice(&gb, 1, 0, f, &gg));
+            CHECK(tc_tensor_slice(&gb, 1, f, f, &gu));
+            CHECK(tc_tensor_slice(&cb, 1, 0, f, &cg));
+            CHECK(tc_tensor_slice(&cb, 1, f, f, &cu));
+            poisoned(&go, gpu, dt, TC_SHAPE(n, f));
+            poisoned(&co, cpu, dt, TC_SHAPE(n, f));
+            CHECK(tc_swiglu(&go, &gg, &gu));
+            CHECK(tc_swiglu(&co, &cg, &cu));
+            double *want = malloc(sizeof(double) * (size_t)(n * f));
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < f; j++) {
+                    double g = bv[i * 2 * f + j], u = bv[i * 2 * f + f + j];
+                    want[i * f + j] = g / (1 + exp(-g)) * u;
+                }
+            char what[96];
+            snprintf(what, sizeof what, "swiglu %s [%lld x %lld] halves of one tensor",
+                     tc_dtype_name(dt), (long long)n, (long long)f);
+            expect_close(what, &go, want, &co, tolerance(dt));
+            if (di == 0 && fi == 0) {
+                begin_case("swiglu", "{}");
+                dump("gate_up", &gb), dump("out", &go);
+                end_case();
+            }
+            /* softmax over the same rows as logits */
+            tc_tensor gs, cs;
+            poisoned(&gs, gpu, dt, TC_SHAPE(n, f));
+            poisoned(&cs, cpu, dt, TC_SHAPE(n, f));
+            CHECK(tc_softmax(&gs, &gg));
+            CHECK(tc_softmax(&cs, &cg));
+            for (int64_t i = 0; i < n; i++) {
+                double mx = -INFINITY, s = 0;
+                for (int64_t j = 0; j < f; j++)
+                    mx = fmax(mx, bv[i * 2 * f + j]);
+                for (int64_t j = 0; j < f; j++)
+                    s += exp(bv[i * 2 * f + j] - mx);
+                for (int64_t j = 0; j < f; j++)
+                    want[i * f + j] = exp(bv[i * 2 * f + j] - mx) / s;
+            }
+            snprintf(what, sizeof what, "softmax %s [%lld x %lld]", tc_dtype_name(dt), (long long)n,
+                     (long long)f);
+            expect_close(what, &gs, want, &cs, tolerance(dt));
+            if (di == 1 && fi == 0) {
+                begin_case("softmax", "{\"of\": \"gate half\"}");
+                dump("gate_up", &gb), dump("out", &gs);
+                end_case();
+            }
+            /* argmax of the gate half, with a planted tie */
+            tc_tensor ga, ca;
+            poisoned(&ga, gpu, TC_DTYPE_I32, TC_SHAPE(n));
+            poisoned(&ca, cpu, TC_DTYPE_I32, TC_SHAPE(n));
+            CHECK(tc_argmax(&ga, &gg));
+            CHECK(tc_argmax(&ca, &cg));
+            double *cav = tensor_values(&ca);
+            expect_close("  argmax of the gate rows (indices equal)", &ga, cav, NULL, 0.0);
+            free(cav), free(bv), free(want);
+            tc_tensor_deinit(&gs), tc_tensor_deinit(&cs), tc_tensor_deinit(&ga),
+                tc_tensor_deinit(&ca);
+            tc_tensor_deinit(&gb), tc_tensor_deinit(&cb), tc_tensor_deinit(&go),
+                tc_tensor_deinit(&co);
+        }
+}
+
+static void attention(rng_t *r)
+{
+    struct {
+        int64_t H, KV, hd;
+    } shapes[] = { { 32, 32, 128 }, { 32, 8, 128 }, { 9, 3, 64 }, { 16, 1, 64 }, { 64, 4, 128 } };
+    const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F32 };
+    for (int si = 0; si < 5; si++)
+        for (int di = 0; di < 2; di++) {
+            tc_dtype dt = dts[di];
+            int64_t H = shapes[si].H, KV = shapes[si].KV, hd = shapes[si].hd;
+            double scale = 1.0 / sqrt((double)hd);
+            /* decode: a batch of cache lengths up to 8192 */
+            int64_t dlen[] = { 1, 17, 1000, 4096, 8192 }, ones[] = { 1, 1, 1, 1, 1 };
+            paged_case gc, cc;
+            rng_t r2 = *r;
+            CHECK(paged_build(&gc, r, gpu, dt, 5, dlen, ones, H, KV, hd, 16));
+            CHECK(paged_build(&cc, &r2, cpu, dt, 5, dlen, ones, H, KV, hd, 16));
+            tc_tensor go, co;
+            poisoned(&go, gpu, dt, TC_SHAPE(5, H, hd));
+            poisoned(&co, cpu, dt, TC_SHAPE(5, H, hd));
+            CHECK(tc_attention_decode(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens,
+                                      (float)scale));
+            CHECK(tc_attention_decode(&co, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens,
+                                      (float)scale));
+            double *want = paged_reference(&cc, scale);
+            char what[128];
+            snprintf(what, sizeof what, "attention decode %s H %lld KV %lld hd %lld, lens 1..8192",
+                     tc_dtype_name(dt), (long long)H, (long long)KV, (long long)hd);
+            expect_close(what, &go, want, &co, tolerance(dt));
+            free(want);
+            if (dump_dir && di == 0) {
+                char params[128];
+                snprintf(params, sizeof params, "{\"scale\": %.17g, \"block_size\": 16}", scale);
+                begin_case("attention", params);
+                dump("q", &gc.tq), dump("k_cache", &gc.tk), dump("v_cache", &gc.tv),
+                    dump("block_table", &gc.ttable);
+                dump("seq_lens", &gc.tlens), dump("q_start", &gc.tqstart), dump("out", &go);
+                end_case();
+            }
+            tc_tensor_deinit(&go), tc_tensor_deinit(&co);
+            paged_free(&gc), paged_free(&cc);
+
+            /* prefill: whole prompts and chunks that continue a cached prefix */
+            int64_t plen[] = { 1, 77, 300, 600 }, pm[] = { 1, 77, 45, 600 };
+            r2 = *r;
+            CHECK(paged_build(&gc, r, gpu, dt, 4, plen, pm, H, KV, hd, 16));
+            CHECK(paged_build(&cc, &r2, cpu, dt, 4, plen, pm, H, KV, hd, 16));
+            poisoned(&go, gpu, dt, TC_SHAPE(gc.n_tokens, H, hd));
+            poisoned(&co, cpu, dt, TC_SHAPE(cc.n_tokens, H, hd));
+            CHECK(tc_attention_prefill(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens,
+                                       &gc.tqstart, (float)scale));
+            CHECK(tc_attention_prefill(&co, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens,
+                                       &cc.tqstart, (float)scale));
+            want = paged_reference(&cc, scale);
+            snprintf(what, sizeof what, "attention prefill %s H %lld KV %lld hd %lld, 4 seqs",
+                     tc_dtype_name(dt), (long long)H, (long long)KV, (long long)hd);
+            expect_close(what, &go, want, &co, tolerance(dt));
+            free(want);
+            if (dump_dir && di == 0) {
+                char params[128];
+                snprintf(params, sizeof params, "{\"scale\": %.17g, \"block_size\": 16}", scale);
+                begin_case("attention", params);
+                dump("q", &gc.tq), dump("k_cache", &gc.tk), dump("v_cache", &gc.tv),
+                    dump("block_table", &gc.ttable);
+                dump("seq_lens", &gc.tlens), dump("q_start", &gc.tqstart), dump("out", &go);
+                end_case();
+            }
+            tc_tensor_deinit(&go), tc_tensor_deinit(&co);
+            paged_free(&gc), paged_free(&cc);
+        }
+    /* one 8192-token prompt: checked against PyTorch's SDPA only (the double reference would
+     * take minutes) */
+    if (dump_dir) {
+        int64_t len[] = { 8192 };
+        paged_case gc;
+        CHECK(paged_build(&gc, r, gpu, TC_DTYPE_BF16, 1, len, len, 32, 8, 128, 16));
+        tc_tensor go;
+        poisoned(&go, gpu, TC_DTYPE_BF16, TC_SHAPE(8192, 32, 128));
+        CHECK(tc_attention_prefill(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens, &gc.tqstart,
+                                   (float)(1 / sqrt(128.0))));
+        CHECK(tc_backend_synchronize(gpu));
+        begin_case("attention", "{\"scale\": 0.08838834764831845, \"block_size\": 16}");
+        dump("q", &gc.tq), dump("k_cache", &gc.tk), dump("v_cache", &gc.tv),
+            dump("block_table", &gc.ttable);
+        dump("seq_lens", &gc.tlens), dump("q_start", &gc.tqstart), dump("out", &go);
+        end_case();
+        tc_tensor_deinit(&go);
+        paged_free(&gc);
+    }
+}
+
+static void sampling(rng_t *r)
+{
+    tc_tensor gl, cl;
+    double *lv = twin(r, TC_DTYPE_F32, TC_SHAPE(4, 49152), -5, 5, &gl, &cl);
+    tc_sample_row rows[4];
+    for (int i = 0; i < 4; i++) {
+        rows[i] = (tc_sample_row){ .params = tc_sample_defaults(), .counter = (uint64_t)i };
+        rows[i].params.seed = 7;
+    }
+    int32_t a[4], b[4];
+    CHECK(tc_sample(a, &gl, rows));
+    CHECK(tc_sample(b, &cl, rows));
+    int same = memcmp(a, b, sizeof a) == 0;
+    for (int i = 0; i < 4; i++) {
+        rows[i].params.temperature = 0.8f;
+        rows[i].params.top_p = 0.9f;
+        rows[i].params.top_k = 50;
+    }
+    CHECK(tc_sample(a, &gl, rows));
+    CHECK(tc_sample(b, &cl, rows));
+    same &= memcmp(a, b, sizeof a) == 0;
+    printf("%-58s %s\n", "sample greedy and top-k/top-p: cuda tokens = cpu tokens",
+           same ? "ok" : "FAIL");
+    failures += !same;
+    cases++;
+    free(lv);
+    tc_tensor_deinit(&gl), tc_tensor_deinit(&cl);
+}
+
+int main(void)
+{
+    tc_status st = tc_backend_create_cuda(0, 0, &gpu);
+    if (st == TC_ERR_LIBRARY_NOT_FOUND || st == TC_ERR_NO_DEVICE || st == TC_CUDA_ERROR_NO_DEVICE) {
+        printf("skipped: %s\n", tc_last_error());
+        return SKIP;
+    }
+    CHECK(st);
+    CHECK(tc_backend_create_cpu(0, &cpu));
+    dump_dir = getenv("TC_OPS_DUMP");
+    if (dump_dir) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/manifest.jsonl", dump_dir);
+        manifest = fopen(path, "w");
+        if (!manifest) {
+            fprintf(stderr, "cannot write %s\n", path);
+            return 1;
+        }
+    }
+    rng_t r = { 2024 };
+    embedding(&r);
+    rmsnorm(&r);
+    rope(&r);
+    matmul(&r);
+    /* The backend keeps cuBLAS's workspace from its first product on: that is the baseline. */
+    tc_pool_stats ps;
+    tc_pool_get_stats(tc_backend_pool(gpu), &ps);
+    size_t baseline = ps.bytes_in_use;
+    swiglu_softmax_argmax(&r);
+    attention(&r);
+    sampling(&r);
+    if (manifest)
+        fclose(manifest);
+    tc_pool_get_stats(tc_backend_pool(gpu), &ps);
+    printf("pool: %zu bytes in use after the checks (want the %zu of cuBLAS's workspace), peak "
+           "%.1f MiB\n",
+           ps.bytes_in_use, baseline, ps.peak_bytes_in_use / 1048576.0);
+    failures += ps.bytes_in_use != baseline;
+    tc_backend_destroy(gpu);
+    tc_backend_destroy(cpu);
+    printf("%d of %d GPU op checks failed\n", failures, cases);
+    return failures ? 1 : 0;
+}

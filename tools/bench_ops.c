@@ -1,0 +1,328 @@
+/* Op benchmarks on the GPU: achieved GB/s (memory-bound ops, decode) or TFLOP/s (prefill)
+ * against the ceilings of GPU.md (3.0 TB/s measured copy bandwidth; cuBLAS for products).
+ * Inputs rotate through copies larger than L2 so the cache is not what is measured; each
+ * figure is the median of 7 timings (CUDA events) of several repetitions after a warm-up.
+ * Usage: bench_ops [all|norm|matvec|gemm|attention] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../tests/ops/oracle.h"
+#include "check.h"
+
+#define SKIP 77
+#define BANDWIDTH_GBS 3000.0
+#define SETS 4
+
+static tc_backend *gpu;
+static tc_event *ev0, *ev1;
+
+typedef tc_status (*run_fn)(void *ctx, int set);
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median milliseconds of one run. */
+static double time_ms(run_fn fn, void *ctx, int reps)
+{
+    tc_stream *s = tc_backend_stream(gpu);
+    for (int i = 0; i < 3; i++)
+        CHECK(fn(ctx, i % SETS));
+    double t[7];
+    for (int k = 0; k < 7; k++) {
+        CHECK(tc_event_record(ev0, s));
+        for (int i = 0; i < reps; i++)
+            CHECK(fn(ctx, i % SETS));
+        CHECK(tc_event_record(ev1, s));
+        CHECK(tc_event_synchronize(ev1));
+        float ms;
+        CHECK(tc_event_elapsed_ms(ev0, ev1, &ms));
+        t[k] = ms / reps;
+    }
+    qsort(t, 7, sizeof t[0], cmp_double);
+    return t[3];
+}
+
+static void random_gpu(rng_t *r, tc_tensor *t, tc_dtype dt, int ndim, const int64_t *shape)
+{
+    double *v;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
+    /* Random bytes generated on the host once per size would be slow for GiB tensors: fill a
+     * 16 MiB pattern and repeat it (values stay random-looking and finite). */
+    size_t bytes = tc_dtype_bytes(dt, n), chunk = 16u << 20;
+    int64_t pn = n < (int64_t)(chunk / 2) ? n : (int64_t)(chunk / 4 / 32 * 32);
+    void *pat = random_data(r, dt, pn, -1, 1, &v);
+    size_t pbytes = tc_dtype_bytes(dt, pn);
+    free(v);
+    CHECK(tc_tensor_init(t, gpu, dt, ndim, shape));
+    for (size_t off = 0; off < bytes; off += pbytes) {
+        size_t len = bytes - off < pbytes ? bytes - off : pbytes;
+        CHECK(tc_stream_copy_h2d(tc_backend_stream(gpu), (CUdeviceptr)(uintptr_t)t->data + off, pat,
+                                 len));
+    }
+    CHECK(tc_backend_synchronize(gpu));
+    free(pat);
+}
+
+static void report_bw(const char *name, const char *shape, double ms, double bytes)
+{
+    double gbs = bytes / (ms * 1e-3) / 1e9;
+    printf("%-22s %-28s %9.4f ms %8.0f GB/s  %5.1f%% of %.0f GB/s\n", name, shape, ms, gbs,
+           100 * gbs / BANDWIDTH_GBS, BANDWIDTH_GBS);
+}
+
+/* Memory-bound ops, prefill-sized: 4096 tokens of a Llama-3-8B-shaped layer. */
+typedef struct {
+    tc_tensor x[SETS], res[SETS], out[SETS], w, q[SETS], k[SETS], pos, gu[SETS], table, ids;
+} norm_ctx;
+static tc_status run_norm(void *c, int s)
+{
+    norm_ctx *n = c;
+    return tc_rmsnorm(&n->out[s], &n->res[s], &n->x[s], &n->w, 1e-5f);
+}
+static tc_status run_rope(void *c, int s)
+{
+    norm_ctx *n = c;
+    tc_rope_config rc = { .head_dim = 128,
+                          .theta = 500000,
+                          .scaling = TC_ROPE_LLAMA3,
+                          .factor = 8,
+                          .low_freq_factor = 1,
+                          .high_freq_factor = 4,
+                          .original_max_position = 8192 };
+    return tc_rope(&n->q[s], &n->k[s], &n->pos, &rc);
+}
+static tc_status run_swiglu(void *c, int s)
+{
+    norm_ctx *n = c;
+    tc_tensor g, u;
+    TC_TRY(tc_tensor_slice(&n->gu[s], 1, 0, 14336, &g));
+    TC_TRY(tc_tensor_slice(&n->gu[s], 1, 14336, 14336, &u));
+    return tc_swiglu(&n->out[s], &g, &u);
+}
+static tc_status run_embedding(void *c, int s)
+{
+    norm_ctx *n = c;
+    return tc_embedding(&n->x[s], &n->table, &n->ids);
+}
+
+static void bench_norm(rng_t *r)
+{
+    norm_ctx *c = calloc(1, sizeof *c);
+    const int64_t T = 4096, D = 4096, F = 14336;
+    for (int s = 0; s < SETS; s++) {
+        random_gpu(r, &c->x[s], TC_DTYPE_BF16, TC_SHAPE(T, D));
+        random_gpu(r, &c->res[s], TC_DTYPE_BF16, TC_SHAPE(T, D));
+        random_gpu(r, &c->q[s], TC_DTYPE_BF16, TC_SHAPE(T, 32, 128));
+        random_gpu(r, &c->k[s], TC_DTYPE_BF16, TC_SHAPE(T, 8, 128));
+    }
+    random_gpu(r, &c->w, TC_DTYPE_BF16, TC_SHAPE(D));
+    int32_t *pos = malloc(sizeof(int32_t) * T);
+    for (int i = 0; i < T; i++)
+        pos[i] = i;
+    CHECK(tc_tensor_init_from_host(&c->pos, gpu, TC_DTYPE_I32, TC_SHAPE(T), pos,
+                                   sizeof(int32_t) * T));
+    for (int s = 0; s < SETS; s++)
+        CHECK(tc_tensor_init(&c->out[s], gpu, TC_DTYPE_BF16, TC_SHAPE(T, D)));
+    double ms = time_ms(run_norm, c, 10);
+    report_bw("rmsnorm+residual bf16", "[4096 x 4096]", ms, 4.0 * T * D * 2 + D * 2);
+    ms = time_ms(run_rope, c, 10);
+    report_bw("rope llama3 bf16", "q [4096,32,128] k [4096,8,128]", ms,
+              2.0 * T * 40 * 128 * 2 + T * 4);
+    for (int s = 0; s < SETS; s++) {
+        tc_tensor_deinit(&c->out[s]);
+        tc_tensor_deinit(&c->q[s]);
+        tc_tensor_deinit(&c->k[s]);
+        random_gpu(r, &c->gu[s], TC_DTYPE_BF16, TC_SHAPE(T / 4, 2 * F));
+        CHECK(tc_tensor_init(&c->out[s], gpu, TC_DTYPE_BF16, TC_SHAPE(T / 4, F)));
+    }
+    ms = time_ms(run_swiglu, c, 10);
+    report_bw("swiglu bf16", "[1024 x 14336] (fused halves)", ms, 3.0 * (T / 4) * F * 2);
+    random_gpu(r, &c->table, TC_DTYPE_BF16, TC_SHAPE(128256, D));
+    for (int i = 0; i < T; i++)
+        pos[i] = (int32_t)rng_int(r, 128256);
+    CHECK(tc_tensor_init_from_host(&c->ids, gpu, TC_DTYPE_I32, TC_SHAPE(T), pos,
+                                   sizeof(int32_t) * T));
+    ms = time_ms(run_embedding, c, 10);
+    report_bw("embedding bf16", "4096 ids of [128256 x 4096]", ms, 2.0 * T * D * 2 + T * 4);
+    for (int s = 0; s < SETS; s++) {
+        tc_tensor_deinit(&c->x[s]), tc_tensor_deinit(&c->res[s]), tc_tensor_deinit(&c->out[s]);
+        tc_tensor_deinit(&c->gu[s]);
+    }
+    tc_tensor_deinit(&c->w), tc_tensor_deinit(&c->pos), tc_tensor_deinit(&c->table),
+        tc_tensor_deinit(&c->ids);
+    free(pos);
+    free(c);
+}
+
+typedef struct {
+    tc_tensor x, w[SETS], out;
+} mm_ctx;
+static tc_status run_mm(void *c, int s)
+{
+    mm_ctx *m = c;
+    return tc_matmul(&m->out, &m->x, &m->w[s]);
+}
+
+static void bench_matvec(rng_t *r)
+{
+    const int64_t shapes[][2] = {
+        { 4096, 4096 }, { 14336, 4096 }, { 4096, 14336 }, { 128256, 2048 }
+    };
+    const int64_t rows[] = { 1, 8 };
+    for (int si = 0; si < 4; si++)
+        for (int ri = 0; ri < 2; ri++) {
+            mm_ctx c;
+            int64_t n = shapes[si][0], k = shapes[si][1], m = rows[ri];
+            random_gpu(r, &c.x, TC_DTYPE_BF16, TC_SHAPE(m, k));
+            for (int s = 0; s < SETS; s++)
+                random_gpu(r, &c.w[s], TC_DTYPE_BF16, TC_SHAPE(n, k));
+            CHECK(tc_tensor_init(&c.out, gpu, TC_DTYPE_BF16, TC_SHAPE(m, n)));
+            double ms = time_ms(run_mm, &c, 20);
+            char name[32], shape[48];
+            snprintf(name, sizeof name, "matvec bf16 m=%lld", (long long)m);
+            snprintf(shape, sizeof shape, "w [%lld x %lld]", (long long)n, (long long)k);
+            report_bw(name, shape, ms, 2.0 * n * k + 2.0 * m * (n + k));
+            tc_tensor_deinit(&c.x), tc_tensor_deinit(&c.out);
+            for (int s = 0; s < SETS; s++)
+                tc_tensor_deinit(&c.w[s]);
+        }
+}
+
+static void bench_gemm(rng_t *r)
+{
+    const int64_t shapes[][3] = {
+        { 512, 4096, 4096 }, { 4096, 4096, 4096 }, { 4096, 14336, 4096 }, { 4096, 4096, 14336 }
+    };
+    for (int si = 0; si < 4; si++) {
+        mm_ctx c;
+        int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+        random_gpu(r, &c.x, TC_DTYPE_BF16, TC_SHAPE(m, k));
+        for (int s = 0; s < SETS; s++)
+            random_gpu(r, &c.w[s], TC_DTYPE_BF16, TC_SHAPE(n, k));
+        CHECK(tc_tensor_init(&c.out, gpu, TC_DTYPE_BF16, TC_SHAPE(m, n)));
+        double flop = 2.0 * m * n * k;
+        tc_backend_set_gemm(gpu, TC_GEMM_CUBLAS);
+        double cub = time_ms(run_mm, &c, 10);
+        tc_backend_set_gemm(gpu, TC_GEMM_OWN);
+        double own = time_ms(run_mm, &c, 10);
+        tc_backend_set_gemm(gpu, TC_GEMM_AUTO);
+        printf("gemm bf16 [%5lld x %5lld x %5lld]  cublas %8.4f ms %6.1f TFLOP/s   own %8.4f ms "
+               "%6.1f TFLOP/s  "
+               "own = %5.1f%% of cublas\n",
+               (long long)m, (long long)n, (long long)k, cub, flop / cub / 1e9, own,
+               flop / own / 1e9, 100 * cub / own);
+        tc_tensor_deinit(&c.x), tc_tensor_deinit(&c.out);
+        for (int s = 0; s < SETS; s++)
+            tc_tensor_deinit(&c.w[s]);
+    }
+}
+
+typedef struct {
+    tc_tensor q, out, kc, vc, table, lens, qstart;
+    float scale;
+} at_ctx;
+static tc_status run_decode(void *c, int s)
+{
+    (void)s;
+    at_ctx *a = c;
+    return tc_attention_decode(&a->out, &a->q, &a->kc, &a->vc, &a->table, &a->lens, a->scale);
+}
+static tc_status run_prefill(void *c, int s)
+{
+    (void)s;
+    at_ctx *a = c;
+    return tc_attention_prefill(&a->out, &a->q, &a->kc, &a->vc, &a->table, &a->lens, &a->qstart,
+                                a->scale);
+}
+
+static void make_cache(rng_t *r, at_ctx *a, int64_t batch, int64_t len, int64_t q_rows, int64_t H,
+                       int64_t KV)
+{
+    const int64_t bs = 16, hd = 128, mb = (len + bs - 1) / bs;
+    random_gpu(r, &a->kc, TC_DTYPE_BF16, TC_SHAPE(batch * mb, bs, KV, hd));
+    random_gpu(r, &a->vc, TC_DTYPE_BF16, TC_SHAPE(batch * mb, bs, KV, hd));
+    random_gpu(r, &a->q, TC_DTYPE_BF16, TC_SHAPE(q_rows, H, hd));
+    CHECK(tc_tensor_init(&a->out, gpu, TC_DTYPE_BF16, TC_SHAPE(q_rows, H, hd)));
+    int32_t *tbl = malloc(sizeof(int32_t) * (size_t)(batch * mb)),
+            *lens = malloc(sizeof(int32_t) * (size_t)batch);
+    int32_t qs[2] = { 0, (int32_t)q_rows };
+    for (int64_t i = 0; i < batch * mb; i++)
+        tbl[i] = (int32_t)i;
+    for (int64_t i = 0; i < batch; i++)
+        lens[i] = (int32_t)len;
+    CHECK(tc_tensor_init_from_host(&a->table, gpu, TC_DTYPE_I32, TC_SHAPE(batch, mb), tbl,
+                                   sizeof(int32_t) * (size_t)(batch * mb)));
+    CHECK(tc_tensor_init_from_host(&a->lens, gpu, TC_DTYPE_I32, TC_SHAPE(batch), lens,
+                                   sizeof(int32_t) * (size_t)batch));
+    CHECK(tc_tensor_init_from_host(&a->qstart, gpu, TC_DTYPE_I32, TC_SHAPE(2), qs, sizeof qs));
+    a->scale = (float)(1 / sqrt(128.0));
+    free(tbl), free(lens);
+}
+static void free_cache(at_ctx *a)
+{
+    tc_tensor_deinit(&a->q), tc_tensor_deinit(&a->out), tc_tensor_deinit(&a->kc),
+        tc_tensor_deinit(&a->vc);
+    tc_tensor_deinit(&a->table), tc_tensor_deinit(&a->lens), tc_tensor_deinit(&a->qstart);
+}
+
+static void bench_attention(rng_t *r)
+{
+    const int64_t heads[][2] = { { 32, 32 }, { 32, 8 } };
+    const int64_t batches[] = { 1, 32 };
+    for (int hi = 0; hi < 2; hi++)
+        for (int bi = 0; bi < 2; bi++) {
+            at_ctx a;
+            int64_t B = batches[bi], H = heads[hi][0], KV = heads[hi][1], len = 4096;
+            make_cache(r, &a, B, len, B, H, KV);
+            double ms = time_ms(run_decode, &a, 20);
+            char name[40], shape[48];
+            snprintf(name, sizeof name, "attn decode batch %lld", (long long)B);
+            snprintf(shape, sizeof shape, "H %lld KV %lld hd 128 len 4096", (long long)H,
+                     (long long)KV);
+            report_bw(name, shape, ms, 2.0 * B * len * KV * 128 * 2);
+            free_cache(&a);
+        }
+    at_ctx a;
+    make_cache(r, &a, 1, 4096, 4096, 32, 8);
+    double ms = time_ms(run_prefill, &a, 3);
+    double flop = 4.0 * 4096.0 * 4096.0 / 2 * 32 * 128;
+    printf("%-22s %-28s %9.4f ms %8.1f TFLOP/s (causal)\n", "attn prefill bf16",
+           "4096 tokens H 32 KV 8 hd 128", ms, flop / ms / 1e9);
+    free_cache(&a);
+}
+
+int main(int argc, char **argv)
+{
+    const char *what = argc > 1 ? argv[1] : "all";
+    tc_status st = tc_backend_create_cuda(0, 0, &gpu);
+    if (st == TC_ERR_LIBRARY_NOT_FOUND || st == TC_ERR_NO_DEVICE) {
+        printf("skipped: %s\n", tc_last_error());
+        return SKIP;
+    }
+    CHECK(st);
+    CHECK(tc_event_create(tc_backend_context(gpu), true, &ev0));
+    CHECK(tc_event_create(tc_backend_context(gpu), true, &ev1));
+    tc_device_info info;
+    CHECK(tc_device_info_get(0, &info));
+    printf("bench_ops on %s: ceilings %.0f GB/s (measured copy), cuBLAS for products\n", info.name,
+           BANDWIDTH_GBS);
+    rng_t r = { 77 };
+    if (!strcmp(what, "all") || !strcmp(what, "norm"))
+        bench_norm(&r);
+    if (!strcmp(what, "all") || !strcmp(what, "matvec"))
+        bench_matvec(&r);
+    if (!strcmp(what, "all") || !strcmp(what, "gemm"))
+        bench_gemm(&r);
+    if (!strcmp(what, "all") || !strcmp(what, "attention"))
+        bench_attention(&r);
+    tc_event_destroy(ev0);
+    tc_event_destroy(ev1);
+    tc_backend_destroy(gpu);
+    return 0;
+}
