@@ -54,7 +54,7 @@ tc_status tc__backend_cublas(tc_backend *b, void **handle);
 /* Element conversions (round to nearest even; NaN stays NaN). */
 static inline float tc__bf16_to_f32(uint16_t h)
 {
-    uint32_t u = h << 16;
+    uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, 4);
     return f;
