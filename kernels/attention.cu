@@ -207,11 +207,6 @@ __device__ void combine(T *out, const float *part, int n_heads, int head_dim, in
 // Prefill: block (tile of BQ query rows of one sequence, head); 128 threads, 4 per query row.
 constexpr int BQ = 32, BK = 32, kPrefillThreads = 128;
 
-template <int HD> __host__ __device__ constexpr int prefill_shared_floats()
-{
-    return BQ * (HD + 1) + 2 * BK * (HD + 1) + BQ * (BK + 1);
-}
-
 template <typename T, int HD>
 __device__ void prefill(T *out, const T *q, const T *k_cache, const T *v_cache, const int32_t *table,
                         const int32_t *seq_lens, const int32_t *q_start, int n_seqs, int n_heads, int n_kv_heads,

@@ -19,12 +19,6 @@ static tc_event *ev0, *ev1;
 
 typedef tc_status (*run_fn)(void *ctx, int set);
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median milliseconds of one run. */
 static double time_ms(run_fn fn, void *ctx, int reps)
 {
@@ -42,8 +36,7 @@ static double time_ms(run_fn fn, void *ctx, int reps)
         CHECK(tc_event_elapsed_ms(ev0, ev1, &ms));
         t[k] = ms / reps;
     }
-    qsort(t, 7, sizeof t[0], cmp_double);
-    return t[3];
+    return median(t, 7);
 }
 
 static void random_gpu(rng_t *r, tc_tensor *t, tc_dtype dt, int ndim, const int64_t *shape)

@@ -85,45 +85,36 @@ static int by_prob(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
+/* Restore the min-heap order (least probable at the root) of c[0..k) below position j. */
+static void sift_down(cand *c, int64_t k, int64_t j)
+{
+    for (;;) {
+        int64_t l = 2 * j + 1, r = l + 1, m = j;
+        if (l < k && by_prob(&c[l], &c[m]) > 0)
+            m = l;
+        if (r < k && by_prob(&c[r], &c[m]) > 0)
+            m = r;
+        if (m == j)
+            return;
+        cand t = c[j];
+        c[j] = c[m];
+        c[m] = t;
+        j = m;
+    }
+}
+
 /* Keep the k most probable of n candidates at the front of c (a binary min-heap). */
 static int64_t keep_top_k(cand *c, int64_t n, int64_t k)
 {
     if (k >= n)
         return n;
-    for (int64_t i = k; i < n; i++) {
-        if (i == k) { /* heapify the first k */
-            for (int64_t s = k / 2 - 1; s >= 0; s--)
-                for (int64_t j = s;;) {
-                    int64_t l = 2 * j + 1, r = l + 1, m = j;
-                    if (l < k && by_prob(&c[l], &c[m]) > 0)
-                        m = l;
-                    if (r < k && by_prob(&c[r], &c[m]) > 0)
-                        m = r;
-                    if (m == j)
-                        break;
-                    cand t = c[j];
-                    c[j] = c[m];
-                    c[m] = t;
-                    j = m;
-                }
-        }
+    for (int64_t s = k / 2 - 1; s >= 0; s--)
+        sift_down(c, k, s);
+    for (int64_t i = k; i < n; i++)
         if (by_prob(&c[i], &c[0]) < 0) { /* better than the heap's worst */
             c[0] = c[i];
-            for (int64_t j = 0;;) {
-                int64_t l = 2 * j + 1, r = l + 1, m = j;
-                if (l < k && by_prob(&c[l], &c[m]) > 0)
-                    m = l;
-                if (r < k && by_prob(&c[r], &c[m]) > 0)
-                    m = r;
-                if (m == j)
-                    break;
-                cand t = c[j];
-                c[j] = c[m];
-                c[m] = t;
-                j = m;
-            }
+            sift_down(c, k, 0);
         }
-    }
     return k;
 }
 
@@ -177,25 +168,20 @@ static int32_t sample_row(float *v, int64_t vocab, const tc_sample_row *row, can
     } else if (p->top_p < 1.0f) {
         /* Only tokens at least as likely as some threshold can be in the nucleus once those
          * tokens alone reach top_p: lower the threshold until they do, then sort just them. */
-        for (float t = pmax * 1e-3f;; t *= 1e-3f) {
-            int64_t m = 0;
+        float t = pmax * 1e-3f;
+        for (;;) {
             double mass = 0.0;
             for (int64_t i = 0; i < vocab; i++)
-                if (c[i].p >= t) {
+                if (c[i].p >= t)
                     mass += c[i].p;
-                    c[m++] = c[i];
-                }
-            if (mass >= p->top_p || t < 1e-30f || m == vocab) {
-                n = m;
+            if (mass >= p->top_p || t < 1e-30f)
                 break;
-            }
-            for (int64_t i = 0; i < vocab; i++) { /* restore every candidate and retry */
-                c[i].p = 0.0f;
-                c[i].id = (int32_t)i;
-            }
-            for (int64_t i = 0; i < vocab; i++)
-                c[i].p = (float)((isnan(v[i]) ? 0.0f : expf((v[i] - mx) / p->temperature)) / sum);
+            t *= 1e-3f;
         }
+        n = 0;
+        for (int64_t i = 0; i < vocab; i++)
+            if (c[i].p >= t)
+                c[n++] = c[i];
         qsort(c, (size_t)n, sizeof *c, by_prob);
     }
     if (p->top_p < 1.0f) {
@@ -252,24 +238,31 @@ tc_status tc_sample(int32_t *out, const tc_tensor *logits, const tc_sample_row *
         tc_tensor_deinit(&ids);
         return st;
     }
-    float *v = tc_host_alloc((size_t)vocab * (sizeof(float) + sizeof(cand) + sizeof(int32_t)));
+    /* CUDA logits come back in one batch of copies and one wait; CPU rows are copied one at a
+     * time, since sampling modifies them. */
+    int64_t held = b->kind == TC_BACKEND_CUDA ? n : 1;
+    float *v = tc_host_alloc((size_t)vocab *
+                             ((size_t)held * sizeof(float) + sizeof(cand) + sizeof(int32_t)));
     if (!v)
-        return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory for a row of %lld logits",
-                            (long long)vocab);
-    cand *c = (cand *)(v + vocab);
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory for %lld rows of %lld logits",
+                            (long long)held, (long long)vocab);
+    cand *c = (cand *)(v + held * vocab);
     int32_t *counts = (int32_t *)(c + vocab);
     tc_status st = TC_OK;
-    for (int64_t r = 0; r < n && st == TC_OK; r++) {
-        if (b->kind == TC_BACKEND_CUDA) {
-            TC_CHECK(st, tc_backend_synchronize(b));
-            TC_CHECK(st,
-                     tc_stream_copy_d2h(b->stream, v, (CUdeviceptr)(uintptr_t)tc__row(logits, r),
-                                        (size_t)vocab * sizeof(float)));
-            TC_CHECK(st, tc_stream_synchronize(b->stream));
-        } else {
+    if (b->kind == TC_BACKEND_CUDA) {
+        for (int64_t r = 0; r < n; r++)
+            TC_CHECK(st, tc_stream_copy_d2h(b->stream, v + r * vocab,
+                                            (CUdeviceptr)(uintptr_t)tc__row(logits, r),
+                                            (size_t)vocab * sizeof(float)));
+        TC_CHECK(st, tc_stream_synchronize(b->stream));
+    }
+    for (int64_t r = 0; r < n; r++) {
+        float *row = v;
+        if (b->kind == TC_BACKEND_CUDA)
+            row = v + r * vocab;
+        else
             memcpy(v, tc__row(logits, r), (size_t)vocab * sizeof(float));
-        }
-        out[r] = sample_row(v, vocab, &rows[r], c, counts);
+        out[r] = sample_row(row, vocab, &rows[r], c, counts);
     }
 fail:
     tc_host_free(v);

@@ -1,5 +1,5 @@
 /* Shared by the GPU test and benchmark programs: stop at the first failing call, saying
- * which call, where, and the thread's last error. */
+ * which call, where, and the thread's last error; the median of timings. */
 #ifndef TC_TESTS_GPU_CHECK_H
 #define TC_TESTS_GPU_CHECK_H
 
@@ -16,5 +16,18 @@
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
+
+static inline int check_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of n timings (sorts v). */
+static inline double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, check_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 #endif /* TC_TESTS_GPU_CHECK_H */

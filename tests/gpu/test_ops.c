@@ -350,6 +350,21 @@ static void swiglu_softmax_argmax(rng_t *r)
         }
 }
 
+/* Record an attention case (inputs and the CUDA output) for the PyTorch comparison. */
+static void dump_attention(const paged_case *c, const tc_tensor *out, double scale)
+{
+    if (!dump_dir)
+        return;
+    char params[128];
+    snprintf(params, sizeof params, "{\"scale\": %.17g, \"block_size\": %lld}", scale,
+             (long long)c->bs);
+    begin_case("attention", params);
+    dump("q", &c->tq), dump("k_cache", &c->tk), dump("v_cache", &c->tv),
+        dump("block_table", &c->ttable);
+    dump("seq_lens", &c->tlens), dump("q_start", &c->tqstart), dump("out", out);
+    end_case();
+}
+
 static void attention(rng_t *r)
 {
     struct {
@@ -380,15 +395,8 @@ static void attention(rng_t *r)
                      tc_dtype_name(dt), (long long)H, (long long)KV, (long long)hd);
             expect_close(what, &go, want, &co, tolerance(dt));
             free(want);
-            if (dump_dir && di == 0) {
-                char params[128];
-                snprintf(params, sizeof params, "{\"scale\": %.17g, \"block_size\": 16}", scale);
-                begin_case("attention", params);
-                dump("q", &gc.tq), dump("k_cache", &gc.tk), dump("v_cache", &gc.tv),
-                    dump("block_table", &gc.ttable);
-                dump("seq_lens", &gc.tlens), dump("q_start", &gc.tqstart), dump("out", &go);
-                end_case();
-            }
+            if (di == 0)
+                dump_attention(&gc, &go, scale);
             tc_tensor_deinit(&go), tc_tensor_deinit(&co);
             paged_free(&gc), paged_free(&cc);
 
@@ -408,15 +416,8 @@ static void attention(rng_t *r)
                      tc_dtype_name(dt), (long long)H, (long long)KV, (long long)hd);
             expect_close(what, &go, want, &co, tolerance(dt));
             free(want);
-            if (dump_dir && di == 0) {
-                char params[128];
-                snprintf(params, sizeof params, "{\"scale\": %.17g, \"block_size\": 16}", scale);
-                begin_case("attention", params);
-                dump("q", &gc.tq), dump("k_cache", &gc.tk), dump("v_cache", &gc.tv),
-                    dump("block_table", &gc.ttable);
-                dump("seq_lens", &gc.tlens), dump("q_start", &gc.tqstart), dump("out", &go);
-                end_case();
-            }
+            if (di == 0)
+                dump_attention(&gc, &go, scale);
             tc_tensor_deinit(&go), tc_tensor_deinit(&co);
             paged_free(&gc), paged_free(&cc);
         }
@@ -431,11 +432,7 @@ static void attention(rng_t *r)
         CHECK(tc_attention_prefill(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens, &gc.tqstart,
                                    (float)(1 / sqrt(128.0))));
         CHECK(tc_backend_synchronize(gpu));
-        begin_case("attention", "{\"scale\": 0.08838834764831845, \"block_size\": 16}");
-        dump("q", &gc.tq), dump("k_cache", &gc.tk), dump("v_cache", &gc.tv),
-            dump("block_table", &gc.ttable);
-        dump("seq_lens", &gc.tlens), dump("q_start", &gc.tqstart), dump("out", &go);
-        end_case();
+        dump_attention(&gc, &go, 1 / sqrt(128.0));
         tc_tensor_deinit(&go);
         paged_free(&gc);
     }

@@ -246,8 +246,7 @@ static void matmul_every_weight_dtype_and_odd_shapes(void **state)
                 assert_int_equal(tc_matmul(&out, &x, &w), TC_OK);
                 double *want = malloc(sizeof(double) * (size_t)(m * n)), *got = tensor_values(&out);
                 ref_matmul(want, xv, wv, m, n, k);
-                EXPECT_CLOSE(got, want, m * n,
-                             tolerance(floats[xi]) * (floats[xi] == TC_DTYPE_F32 ? 1 : 1),
+                EXPECT_CLOSE(got, want, m * n, tolerance(floats[xi]),
                              "matmul x %s w %s %lldx%lldx%lld", tc_dtype_name(floats[xi]),
                              tc_dtype_name(ws[wi]), (long long)m, (long long)n, (long long)k);
                 free(want), free(got), free(xv), free(wv);
