@@ -26,6 +26,7 @@ _Static_assert(sizeof(uint64_t) == 8, "uint64_t is not 8 bytes as in CUDA");
 _Static_assert(sizeof(uint64_t *) == 8, "uint64_t * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(uint8_t) == 1, "uint8_t is not 1 bytes as in CUDA");
 _Static_assert(sizeof(uint8_t *) == 8, "uint8_t * is not 8 bytes as in CUDA");
+_Static_assert(sizeof(void *) == 8, "void * is not 8 bytes as in CUDA");
 
 static const uint16_t sizes_tc_k_argmax_f32[] = {8, 8, 8, 8};
 static const char *const names_tc_k_argmax_f32[] = {"out", "x", "cols", "x_stride"};
@@ -69,6 +70,8 @@ static const uint16_t sizes_tc_k_attn_prefill128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 
 static const char *const names_tc_k_attn_prefill128_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
 static const uint16_t sizes_tc_k_attn_combine_bf16[] = {8, 8, 4, 4, 4, 8};
 static const char *const names_tc_k_attn_combine_bf16[] = {"out", "partials", "n_heads", "head_dim", "splits", "out_stride"};
+static const uint16_t sizes_tc_k_convert[] = {8, 4, 8, 4, 8, 8, 8, 8};
+static const char *const names_tc_k_convert[] = {"out", "out_dtype", "x", "x_dtype", "rows", "cols", "out_stride", "x_stride"};
 static const uint16_t sizes_tc_k_copy_u8[] = {8, 8, 8};
 static const char *const names_tc_k_copy_u8[] = {"dst", "src", "bytes"};
 static const uint16_t sizes_tc_k_fill_f32[] = {8, 4, 8};
@@ -146,6 +149,7 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 482, 15, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
     {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 494, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
     {"tc_k_attn_combine_bf16", "kernels/attention.cu", 505, 6, sizes_tc_k_attn_combine_bf16, names_tc_k_attn_combine_bf16},
+    {"tc_k_convert", "kernels/convert.cu", 7, 8, sizes_tc_k_convert, names_tc_k_convert},
     {"tc_k_copy_u8", "kernels/copy.cu", 32, 3, sizes_tc_k_copy_u8, names_tc_k_copy_u8},
     {"tc_k_fill_f32", "kernels/copy.cu", 49, 3, sizes_tc_k_fill_f32, names_tc_k_fill_f32},
     {"tc_k_embedding_f32", "kernels/embedding.cu", 34, 8, sizes_tc_k_embedding_f32, names_tc_k_embedding_f32},

@@ -63,34 +63,35 @@ typedef enum tc_kernel_id {
     TC_KERNEL_ATTN_DECODE128_BF16 = 18,
     TC_KERNEL_ATTN_PREFILL128_BF16 = 19,
     TC_KERNEL_ATTN_COMBINE_BF16 = 20,
-    TC_KERNEL_COPY_U8 = 21,
-    TC_KERNEL_FILL_F32 = 22,
-    TC_KERNEL_EMBEDDING_F32 = 23,
-    TC_KERNEL_EMBEDDING_F16 = 24,
-    TC_KERNEL_EMBEDDING_BF16 = 25,
-    TC_KERNEL_GEMM_TC_F16 = 26,
-    TC_KERNEL_GEMM_TC_BF16 = 27,
-    TC_KERNEL_GEMM_F32 = 28,
-    TC_KERNEL_GEMM_F16 = 29,
-    TC_KERNEL_GEMM_BF16 = 30,
-    TC_KERNEL_MATVEC_F32 = 31,
-    TC_KERNEL_MATVEC_F16 = 32,
-    TC_KERNEL_MATVEC_BF16 = 33,
-    TC_KERNEL_RMSNORM_F32 = 34,
-    TC_KERNEL_RMSNORM_F16 = 35,
-    TC_KERNEL_RMSNORM_BF16 = 36,
-    TC_KERNEL_ROPE_F32 = 37,
-    TC_KERNEL_ROPE_F16 = 38,
-    TC_KERNEL_ROPE_BF16 = 39,
-    TC_KERNEL_SELFTEST_PARAMS = 40,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 41,
-    TC_KERNEL_SOFTMAX_F32 = 42,
-    TC_KERNEL_SOFTMAX_F16 = 43,
-    TC_KERNEL_SOFTMAX_BF16 = 44,
-    TC_KERNEL_SWIGLU_F32 = 45,
-    TC_KERNEL_SWIGLU_F16 = 46,
-    TC_KERNEL_SWIGLU_BF16 = 47,
-    TC_KERNEL_COUNT = 48
+    TC_KERNEL_CONVERT = 21,
+    TC_KERNEL_COPY_U8 = 22,
+    TC_KERNEL_FILL_F32 = 23,
+    TC_KERNEL_EMBEDDING_F32 = 24,
+    TC_KERNEL_EMBEDDING_F16 = 25,
+    TC_KERNEL_EMBEDDING_BF16 = 26,
+    TC_KERNEL_GEMM_TC_F16 = 27,
+    TC_KERNEL_GEMM_TC_BF16 = 28,
+    TC_KERNEL_GEMM_F32 = 29,
+    TC_KERNEL_GEMM_F16 = 30,
+    TC_KERNEL_GEMM_BF16 = 31,
+    TC_KERNEL_MATVEC_F32 = 32,
+    TC_KERNEL_MATVEC_F16 = 33,
+    TC_KERNEL_MATVEC_BF16 = 34,
+    TC_KERNEL_RMSNORM_F32 = 35,
+    TC_KERNEL_RMSNORM_F16 = 36,
+    TC_KERNEL_RMSNORM_BF16 = 37,
+    TC_KERNEL_ROPE_F32 = 38,
+    TC_KERNEL_ROPE_F16 = 39,
+    TC_KERNEL_ROPE_BF16 = 40,
+    TC_KERNEL_SELFTEST_PARAMS = 41,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 42,
+    TC_KERNEL_SOFTMAX_F32 = 43,
+    TC_KERNEL_SOFTMAX_F16 = 44,
+    TC_KERNEL_SOFTMAX_BF16 = 45,
+    TC_KERNEL_SWIGLU_F32 = 46,
+    TC_KERNEL_SWIGLU_F16 = 47,
+    TC_KERNEL_SWIGLU_BF16 = 48,
+    TC_KERNEL_COUNT = 49
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -344,6 +345,17 @@ static inline tc_status tc_launch_attn_combine_bf16(tc_launch_config cfg, tc_bf1
 #ifndef __cplusplus
 #define tc_launch_attn_combine_bf16(cfg, out, partials, n_heads, head_dim, splits, out_stride) \
     tc_launch_attn_combine_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const float *, float *, partials), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, splits), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/convert.cu:7 tc_k_convert: out[r, c] = x[r, c] converted from x_dtype to out_dtype (DT_F32/F16/BF16 codes), rounding to nearest even (grid-stride: any grid size works). */
+static inline tc_status tc_launch_convert(tc_launch_config cfg, void *out, int32_t out_dtype, const void *x, int32_t x_dtype, int64_t rows, int64_t cols, int64_t out_stride, int64_t x_stride)
+{
+    void *args[] = {&out, &out_dtype, &x, &x_dtype, &rows, &cols, &out_stride, &x_stride};
+    return tc_launch_kernel(TC_KERNEL_CONVERT, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_convert(cfg, out, out_dtype, x, x_dtype, rows, cols, out_stride, x_stride) \
+    tc_launch_convert((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_dtype), TC__KARG_CONST(const void *, void *, x), TC__KARG(int32_t, x_dtype), TC__KARG(int64_t, rows), TC__KARG(int64_t, cols), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, x_stride))
 #endif
 
 /* kernels/copy.cu:32 tc_k_copy_u8: Copy `bytes` bytes from src to dst (device memory, not overlapping). Both 16-byte aligned take the vector path; otherwise bytes move one at a time. Any grid size works. */

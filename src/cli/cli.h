@@ -5,4 +5,11 @@
 /* `thincuda devices [--json]`: every device, its identity and its attributes. */
 int tc_cli_devices(int argc, char **argv);
 
+/* `thincuda generate --model PATH --prompt TEXT`: stream a continuation. */
+int tc_cli_generate(int argc, char **argv);
+/* `thincuda chat --model PATH`: an interactive chat in the model's template. */
+int tc_cli_chat(int argc, char **argv);
+/* `thincuda info --model PATH`: architecture, size and memory estimate. */
+int tc_cli_info(int argc, char **argv);
+
 #endif /* TC_CLI_H */

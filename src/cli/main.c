@@ -9,7 +9,12 @@ static const char usage[] =
     "usage: thincuda <command> [options]\n"
     "\n"
     "commands:\n"
+    "  generate           continue a prompt with a model (--model PATH --prompt TEXT)\n"
+    "  chat               talk with a model in its chat template (--model PATH)\n"
+    "  info               a model's architecture, size and memory estimate (--model PATH)\n"
     "  devices [--json]   list CUDA devices with their identity and every driver attribute\n"
+    "\n"
+    "  thincuda <command> --help shows a command's options.\n"
     "\n"
     "  thincuda --version | --help\n";
 
@@ -29,6 +34,12 @@ int main(int argc, char **argv)
                TC_BINDINGS_CUDA_VERSION / 1000, TC_BINDINGS_CUDA_VERSION % 1000 / 10);
         return 0;
     }
+    if (strcmp(cmd, "generate") == 0)
+        return tc_cli_generate(argc - 1, argv + 1);
+    if (strcmp(cmd, "chat") == 0)
+        return tc_cli_chat(argc - 1, argv + 1);
+    if (strcmp(cmd, "info") == 0)
+        return tc_cli_info(argc - 1, argv + 1);
     if (strcmp(cmd, "devices") == 0)
         return tc_cli_devices(argc - 1, argv + 1);
     fprintf(stderr, "thincuda: unknown command '%s'\n\n%s", cmd, usage);

@@ -53,6 +53,10 @@ TC_API tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos,
  * tc_backend_set_gemm). Rows of x and out may be strided. */
 TC_API tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w);
 
+/* out = x converted to out's dtype (f32, f16 or bf16; round to nearest even), both [n, d];
+ * rows may be strided. */
+TC_API tc_status tc_convert(tc_tensor *out, const tc_tensor *x);
+
 /* SwiGLU (Shazeer, 2020): out = silu(gate) * up, elementwise. out, gate, up [n, f] share a
  * dtype (f32/f16/bf16); rows may be strided (gate and up may be halves of one product). */
 TC_API tc_status tc_swiglu(tc_tensor *out, const tc_tensor *gate, const tc_tensor *up);

@@ -1,0 +1,23 @@
+// Element type conversion between f32, f16 and bf16 (rows may be strided), e.g. bf16 logits
+// or hidden states to f32.
+#include "common.cuh"
+
+/** out[r, c] = x[r, c] converted from x_dtype to out_dtype (DT_F32/F16/BF16 codes), rounding
+ *  to nearest even (grid-stride: any grid size works). */
+extern "C" __global__ void tc_k_convert(void *out, int32_t out_dtype, const void *x, int32_t x_dtype,
+                                        int64_t rows, int64_t cols, int64_t out_stride, int64_t x_stride)
+{
+    int64_t total = rows * cols;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = t / cols, c = t % cols;
+        float v = tc::load_any(x_dtype, x, r * x_stride + c);
+        int64_t o = r * out_stride + c;
+        if (out_dtype == tc::DT_F32)
+            static_cast<float *>(out)[o] = v;
+        else if (out_dtype == tc::DT_F16)
+            static_cast<__half *>(out)[o] = tc::from_f32<__half>(v);
+        else
+            static_cast<__nv_bfloat16 *>(out)[o] = tc::from_f32<__nv_bfloat16>(v);
+    }
+}

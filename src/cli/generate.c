@@ -1,0 +1,638 @@
+/* `thincuda generate`, `chat` and `info`: a model file, one sequence, streamed text. The
+ * sequence owns a KV cache of consecutive blocks, so token t lives in slot t. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "model/chat.h"
+#include "model/llama.h"
+#include "model/tokenizer.h"
+#include "runtime/runtime.h"
+
+typedef struct options {
+    const char *model, *prompt, *device, *dtype, *template_name, *system;
+    long n_predict, threads, ctx;
+    tc_sample_params sp;
+    bool chat_prompt, seed_set, show_special;
+} options;
+
+typedef struct session {
+    options o;
+    tc_gguf g;
+    tc_backend *b;
+    tc_llama *m;
+    tc_tokenizer *tok;
+    tc_kv_cache kv;
+    int32_t *cached; /* tokens whose keys and values are in the cache, [ctx] */
+    int64_t n_cached, ctx;
+    int32_t *table; /* [max_blocks]: block i of the sequence is block i of the cache */
+    double t_start;
+} session;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "thincuda: %s: %s\n", what, tc_last_error());
+    return 1;
+}
+
+/* Parse a number flag; false (with a message) when it is not one or out of range. */
+static bool num(const char *flag, const char *s, double lo, double hi, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    if (errno || end == s || *end || !(*v >= lo && *v <= hi)) {
+        fprintf(stderr, "thincuda: %s wants a number in [%g, %g], got '%s'\n", flag, lo, hi, s);
+        return false;
+    }
+    return true;
+}
+
+static const char common_usage[] =
+    "  --model PATH         a GGUF file (Llama family)\n"
+    "  --device D           cpu, cuda or auto (default: cuda when a GPU answers, else cpu)\n"
+    "  --dtype T            activations on cuda: bf16 (default), f16 or f32\n"
+    "  --threads N          CPU threads (default: all cores)\n"
+    "  --ctx N              context length to reserve (default: prompt + tokens to generate)\n";
+static const char sample_usage[] =
+    "  -n, --n-predict N    tokens to generate (default 128)\n"
+    "  --temperature T      0 is greedy (generate's default; chat's is 0.7)\n"
+    "  --top-k K, --top-p P, --min-p P\n"
+    "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F\n"
+    "  --seed S             random seed (default: from the clock)\n";
+
+enum {
+    OPT_DEVICE = 256,
+    OPT_DTYPE,
+    OPT_THREADS,
+    OPT_CTX,
+    OPT_TEMP,
+    OPT_TOPK,
+    OPT_TOPP,
+    OPT_MINP,
+    OPT_REP,
+    OPT_PRES,
+    OPT_FREQ,
+    OPT_SEED,
+    OPT_CHAT,
+    OPT_TEMPLATE,
+    OPT_SYSTEM,
+    OPT_SPECIAL,
+};
+
+static const struct option long_opts[] = {
+    { "model", required_argument, 0, 'm' },
+    { "prompt", required_argument, 0, 'p' },
+    { "n-predict", required_argument, 0, 'n' },
+    { "device", required_argument, 0, OPT_DEVICE },
+    { "dtype", required_argument, 0, OPT_DTYPE },
+    { "threads", required_argument, 0, OPT_THREADS },
+    { "ctx", required_argument, 0, OPT_CTX },
+    { "temperature", required_argument, 0, OPT_TEMP },
+    { "temp", required_argument, 0, OPT_TEMP },
+    { "top-k", required_argument, 0, OPT_TOPK },
+    { "top-p", required_argument, 0, OPT_TOPP },
+    { "min-p", required_argument, 0, OPT_MINP },
+    { "repeat-penalty", required_argument, 0, OPT_REP },
+    { "presence-penalty", required_argument, 0, OPT_PRES },
+    { "frequency-penalty", required_argument, 0, OPT_FREQ },
+    { "seed", required_argument, 0, OPT_SEED },
+    { "chat", no_argument, 0, OPT_CHAT },
+    { "template", required_argument, 0, OPT_TEMPLATE },
+    { "system", required_argument, 0, OPT_SYSTEM },
+    { "special", no_argument, 0, OPT_SPECIAL },
+    { "help", no_argument, 0, 'h' },
+    { 0, 0, 0, 0 },
+};
+
+/* Parse the flags shared by the subcommands; returns -1 to go on, else an exit code. */
+static int parse(int argc, char **argv, options *o, const char *usage)
+{
+    memset(o, 0, sizeof *o);
+    o->device = "auto";
+    o->n_predict = 128;
+    o->sp = tc_sample_defaults();
+    optind = 1;
+    opterr = 0;
+    int c;
+    double v;
+    while ((c = getopt_long(argc, argv, ":m:p:n:h", long_opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case 'p': o->prompt = optarg; break;
+        case 'n':
+            if (!num("--n-predict", optarg, 0, 1 << 20, &v))
+                return 2;
+            o->n_predict = (long)v;
+            break;
+        case OPT_DEVICE:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
+                fprintf(stderr, "thincuda: --device wants cpu, cuda or auto, got '%s'\n", optarg);
+                return 2;
+            }
+            o->device = optarg;
+            break;
+        case OPT_DTYPE:
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "f16") && strcmp(optarg, "f32")) {
+                fprintf(stderr, "thincuda: --dtype wants bf16, f16 or f32, got '%s'\n", optarg);
+                return 2;
+            }
+            o->dtype = optarg;
+            break;
+        case OPT_THREADS:
+            if (!num("--threads", optarg, 1, 1024, &v))
+                return 2;
+            o->threads = (long)v;
+            break;
+        case OPT_CTX:
+            if (!num("--ctx", optarg, 1, 1 << 20, &v))
+                return 2;
+            o->ctx = (long)v;
+            break;
+        case OPT_TEMP:
+            if (!num("--temperature", optarg, 0, 100, &v))
+                return 2;
+            o->sp.temperature = (float)v;
+            break;
+        case OPT_TOPK:
+            if (!num("--top-k", optarg, 0, 1 << 30, &v))
+                return 2;
+            o->sp.top_k = (int)v;
+            break;
+        case OPT_TOPP:
+            if (!num("--top-p", optarg, 0, 1, &v))
+                return 2;
+            o->sp.top_p = (float)v;
+            break;
+        case OPT_MINP:
+            if (!num("--min-p", optarg, 0, 1, &v))
+                return 2;
+            o->sp.min_p = (float)v;
+            break;
+        case OPT_REP:
+            if (!num("--repeat-penalty", optarg, 0.01, 100, &v))
+                return 2;
+            o->sp.repetition_penalty = (float)v;
+            break;
+        case OPT_PRES:
+            if (!num("--presence-penalty", optarg, -2, 2, &v))
+                return 2;
+            o->sp.presence_penalty = (float)v;
+            break;
+        case OPT_FREQ:
+            if (!num("--frequency-penalty", optarg, -2, 2, &v))
+                return 2;
+            o->sp.frequency_penalty = (float)v;
+            break;
+        case OPT_SEED:
+            if (!num("--seed", optarg, 0, 18446744073709551615.0, &v))
+                return 2;
+            o->sp.seed = (uint64_t)v;
+            o->seed_set = true;
+            break;
+        case OPT_CHAT: o->chat_prompt = true; break;
+        case OPT_TEMPLATE: o->template_name = optarg; break;
+        case OPT_SYSTEM: o->system = optarg; break;
+        case OPT_SPECIAL: o->show_special = true; break;
+        case 'h': fputs(usage, stdout); return 0;
+        case ':':
+            fprintf(stderr, "thincuda: %s needs a value\n%s", argv[optind - 1], usage);
+            return 2;
+        default:
+            fprintf(stderr, "thincuda: unknown option '%s'\n%s", argv[optind - 1], usage);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "thincuda: unexpected argument '%s'\n%s", argv[optind], usage);
+        return 2;
+    }
+    if (!o->model) {
+        fprintf(stderr, "thincuda: --model PATH is required\n%s", usage);
+        return 2;
+    }
+    if (!o->seed_set)
+        o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    return -1;
+}
+
+static void progress(void *ctx, uint64_t done, uint64_t total)
+{
+    (void)ctx;
+    int w = 40, k = total ? (int)((double)done / (double)total * w) : w;
+    fprintf(stderr, "\rloading [%.*s%*s] %3d%%", k,
+            "========================================", w - k, "",
+            total ? (int)(100.0 * (double)done / (double)total) : 100);
+    if (done >= total)
+        fputc('\n', stderr);
+}
+
+/* Open the file, pick the backend, load the weights and the tokenizer. */
+static int open_session(session *s, int64_t ctx)
+{
+    s->t_start = now();
+    if (tc_gguf_open(&s->g, s->o.model) != TC_OK)
+        return fail("cannot load the model");
+    tc_status st = TC_ERR_NO_DEVICE;
+    if (strcmp(s->o.device, "cpu") != 0) {
+        st = tc_backend_create_cuda(0, 0, &s->b);
+        if (st != TC_OK && !strcmp(s->o.device, "cuda"))
+            return fail("cannot use the GPU");
+        if (st != TC_OK)
+            fprintf(stderr, "thincuda: no GPU (%s); running on the CPU\n", tc_status_string(st));
+    }
+    if (st != TC_OK && tc_backend_create_cpu((int)s->o.threads, &s->b) != TC_OK)
+        return fail("cannot start the CPU backend");
+    if (tc_tokenizer_from_gguf(&s->g, &s->tok) != TC_OK)
+        return fail("cannot load the tokenizer");
+    tc_llama_options lo = { 0 };
+    if (s->o.dtype) {
+        lo.act_set = true;
+        lo.act = !strcmp(s->o.dtype, "f32")   ? TC_DTYPE_F32
+                 : !strcmp(s->o.dtype, "f16") ? TC_DTYPE_F16
+                                              : TC_DTYPE_BF16;
+    }
+    lo.max_context = ctx;
+    lo.max_tokens = 256;
+    if (isatty(2))
+        lo.progress = progress;
+    if (tc_llama_load_gguf(&s->g, s->b, &lo, &s->m) != TC_OK)
+        return fail("cannot load the model");
+    s->ctx = s->m->s.max_blocks * 16;
+    if (tc_kv_cache_init(&s->kv, s->m, s->m->s.max_blocks, 16) != TC_OK)
+        return fail("cannot allocate the KV cache");
+    s->cached = calloc((size_t)s->ctx, sizeof *s->cached);
+    s->table = calloc((size_t)s->m->s.max_blocks, sizeof *s->table);
+    if (!s->cached || !s->table) {
+        fprintf(stderr, "thincuda: out of host memory\n");
+        return 1;
+    }
+    for (int64_t i = 0; i < s->m->s.max_blocks; i++)
+        s->table[i] = (int32_t)i;
+    return 0;
+}
+
+static void close_session(session *s)
+{
+    tc_kv_cache_deinit(&s->kv);
+    tc_llama_destroy(s->m);
+    tc_tokenizer_destroy(s->tok);
+    tc_backend_destroy(s->b);
+    tc_gguf_close(&s->g);
+    free(s->cached);
+    free(s->table);
+}
+
+/* Run tokens[from .. n) through the model (the cache already holds tokens[0 .. from)) in
+ * chunks of the model's scratch, leaving the last token's logits in *logits. */
+static tc_status feed(session *s, const int32_t *tokens, int64_t from, int64_t n,
+                      tc_tensor **logits)
+{
+    int64_t chunk = s->m->s.max_tokens;
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)chunk);
+    if (!pos)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "feed", "no host memory");
+    tc_status st = TC_OK;
+    for (int64_t i = from; i < n && st == TC_OK; i += chunk) {
+        int32_t m = (int32_t)(n - i < chunk ? n - i : chunk);
+        for (int32_t j = 0; j < m; j++)
+            pos[j] = (int32_t)(i + j);
+        int32_t q_start[2] = { 0, m }, len = (int32_t)(i + m);
+        tc_llama_batch b = { m,          1,    (int32_t)s->m->s.max_blocks,
+                             tokens + i, pos,  pos,
+                             q_start,    &len, s->table };
+        st = tc_llama_forward(s->m, &s->kv, &b, logits);
+        if (st == TC_OK) {
+            memcpy(s->cached + i, tokens + i, sizeof(int32_t) * (size_t)m);
+            s->n_cached = i + m;
+        }
+    }
+    free(pos);
+    return st;
+}
+
+static bool is_stop(const session *s, int32_t id)
+{
+    return id == tc_tokenizer_eos(s->tok) ||
+           (tc_tokenizer_is_control(s->tok, id) && id != tc_tokenizer_bos(s->tok));
+}
+
+/* Generate up to n_predict tokens after the prompt tokens (whose common prefix with the
+ * cache is reused), streaming text to stdout. Returns 0 or an exit code. */
+static int run(session *s, const int32_t *prompt, int64_t n_prompt, tc_sample_params sp,
+               bool report, char **reply)
+{
+    size_t reply_len = 0;
+    if (n_prompt < 1) {
+        fprintf(stderr, "thincuda: the prompt is empty\n");
+        return 1;
+    }
+    if (n_prompt + s->o.n_predict > s->ctx) {
+        fprintf(stderr,
+                "thincuda: %lld prompt tokens + %ld to generate exceed the context of %lld\n",
+                (long long)n_prompt, s->o.n_predict, (long long)s->ctx);
+        return 1;
+    }
+    int64_t reuse = 0;
+    while (reuse < s->n_cached && reuse < n_prompt - 1 && s->cached[reuse] == prompt[reuse])
+        reuse++;
+    tc_tensor *logits;
+    double t0 = now();
+    if (feed(s, prompt, reuse, n_prompt, &logits) != TC_OK)
+        return fail("forward pass");
+    int32_t *hist = malloc(sizeof(int32_t) * (size_t)(n_prompt + s->o.n_predict + 1));
+    if (!hist)
+        return 1;
+    memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    int64_t n = n_prompt, generated = 0;
+    double t_first = 0;
+    tc_detok d = { 0 };
+    char text[4096];
+    int rc = 0;
+    while (generated < s->o.n_predict) {
+        tc_sample_row row = { sp, hist, n, n_prompt, (uint64_t)generated };
+        int32_t id;
+        if (tc_sample(&id, logits, &row) != TC_OK) {
+            rc = fail("sampling");
+            break;
+        }
+        if (generated == 0) {
+            t_first = now();
+            if (report)
+                fprintf(stderr, "[first token ready %.3f s after start]\n", t_first - s->t_start);
+        }
+        hist[n++] = id;
+        generated++;
+        if (is_stop(s, id))
+            break;
+        size_t w = tc_detok_push(s->tok, &d, id, s->o.show_special, text, sizeof text);
+        fwrite(text, 1, w, stdout);
+        fflush(stdout);
+        if (reply) {
+            char *r = realloc(*reply, reply_len + w + 1);
+            if (r) {
+                memcpy(r + reply_len, text, w);
+                reply_len += w;
+                r[reply_len] = 0;
+                *reply = r;
+            }
+        }
+        if (generated == s->o.n_predict)
+            break;
+        if (feed(s, hist, n - 1, n, &logits) != TC_OK) {
+            rc = fail("forward pass");
+            break;
+        }
+    }
+    size_t w = tc_detok_flush(&d, text, sizeof text);
+    fwrite(text, 1, w, stdout);
+    double t_end = now();
+    if (report && rc == 0) {
+        double pre = t_first - t0, dec = t_end - t_first;
+        fprintf(stderr,
+                "\n[%s %s: prompt %lld tokens in %.3f s (%.1f tokens/s); generated %lld tokens, "
+                "%.1f tokens/s]\n",
+                tc_backend_name(s->b), tc_dtype_name(s->m->act), (long long)(n_prompt - reuse), pre,
+                (double)(n_prompt - reuse) / (pre > 0 ? pre : 1e-9), (long long)generated,
+                generated > 1 ? (double)(generated - 1) / (dec > 0 ? dec : 1e-9) : 0.0);
+    }
+    free(hist);
+    return rc;
+}
+
+static int template_of(session *s, tc_chat_template *t)
+{
+    if (s->o.template_name)
+        return tc_chat_template_named(s->o.template_name, t) == TC_OK ? 0 : fail("chat template");
+    tc_gguf_str src;
+    if (!tc_gguf_get_str(&s->g, "tokenizer.chat_template", &src)) {
+        fprintf(stderr, "thincuda: the model has no chat template; choose one with --template "
+                        "chatml|llama3|llama2|zephyr\n");
+        return 1;
+    }
+    return tc_chat_template_detect(src.ptr, src.len, t) == TC_OK ? 0 : fail("chat template");
+}
+
+static const char generate_usage[] =
+    "usage: thincuda generate --model PATH --prompt TEXT [options]\n"
+    "Continue TEXT, streaming to stdout; tokens/s go to stderr at the end.\n"
+    "  -p, --prompt TEXT    the prompt (special tokens such as <|im_start|> are recognised)\n"
+    "  --chat               wrap the prompt as one user message in the model's chat template\n"
+    "  --template NAME      chatml, llama3, llama2 or zephyr instead of the model's own\n"
+    "  --special            print control tokens as text\n";
+
+int tc_cli_generate(int argc, char **argv)
+{
+    session s = { 0 };
+    char usage[2048];
+    snprintf(usage, sizeof usage, "%s%s%s", generate_usage, common_usage, sample_usage);
+    int rc = parse(argc, argv, &s.o, usage);
+    if (rc >= 0)
+        return rc;
+    if (!s.o.prompt) {
+        fprintf(stderr, "thincuda: --prompt TEXT is required\n%s", usage);
+        return 2;
+    }
+    /* The context: prompt + tokens to generate, unless --ctx; the prompt is tokenised before
+     * the weights are placed, so the cache can be sized to it. */
+    tc_gguf g;
+    if (tc_gguf_open(&g, s.o.model) != TC_OK)
+        return fail("cannot load the model");
+    tc_tokenizer *tok;
+    if (tc_tokenizer_from_gguf(&g, &tok) != TC_OK) {
+        tc_gguf_close(&g);
+        return fail("cannot load the tokenizer");
+    }
+    char *text = NULL;
+    const char *prompt = s.o.prompt;
+    if (s.o.chat_prompt) {
+        s.g = g; /* template_of reads s->g */
+        tc_chat_template t;
+        if ((rc = template_of(&s, &t)) != 0) {
+            tc_tokenizer_destroy(tok);
+            tc_gguf_close(&g);
+            return rc;
+        }
+        tc_chat_message msgs[2] = { { "system", s.o.system }, { "user", s.o.prompt } };
+        bool sys = s.o.system != NULL;
+        if (tc_chat_format(&t, msgs + (sys ? 0 : 1), sys ? 2 : 1, true, &text) != TC_OK) {
+            tc_tokenizer_destroy(tok);
+            tc_gguf_close(&g);
+            return fail("chat template");
+        }
+        prompt = text;
+    }
+    int32_t *ids;
+    size_t n;
+    tc_status st = tc_tokenizer_encode(tok, prompt, strlen(prompt), true, true, &ids, &n);
+    tc_host_free(text);
+    tc_tokenizer_destroy(tok);
+    tc_gguf_close(&g);
+    memset(&s.g, 0, sizeof s.g);
+    if (st != TC_OK)
+        return fail("tokenizer");
+    int64_t ctx = s.o.ctx ? s.o.ctx : (int64_t)n + s.o.n_predict;
+    rc = open_session(&s, ctx);
+    if (rc == 0)
+        rc = run(&s, ids, (int64_t)n, s.o.sp, true, NULL);
+    tc_host_free(ids);
+    close_session(&s);
+    return rc;
+}
+
+static const char chat_usage[] =
+    "usage: thincuda chat --model PATH [options]\n"
+    "Talk with the model in its chat template; an empty line or end of input quits.\n"
+    "  --system TEXT        a system message\n"
+    "  --template NAME      chatml, llama3, llama2 or zephyr instead of the model's own\n";
+
+int tc_cli_chat(int argc, char **argv)
+{
+    session s = { 0 };
+    char usage[2048];
+    snprintf(usage, sizeof usage, "%s%s%s", chat_usage, common_usage, sample_usage);
+    int rc = parse(argc, argv, &s.o, usage);
+    if (rc >= 0)
+        return rc;
+    bool temp_set = false;
+    for (int i = 1; i < argc; i++)
+        temp_set |= !strncmp(argv[i], "--temp", 6);
+    if (!temp_set) {
+        s.o.sp.temperature = 0.7f;
+        s.o.sp.top_p = 0.9f;
+    }
+    if (s.o.n_predict == 128)
+        s.o.n_predict = 512;
+    rc = open_session(&s, s.o.ctx ? s.o.ctx : 4096);
+    tc_chat_template t;
+    if (rc == 0)
+        rc = template_of(&s, &t);
+    size_t n_msgs = 0, cap = 16;
+    tc_chat_message *msgs = calloc(cap, sizeof *msgs);
+    char *line = NULL, *prompt = NULL;
+    size_t line_cap = 0;
+    if (rc == 0 && s.o.system)
+        msgs[n_msgs++] = (tc_chat_message){ "system", strdup(s.o.system) };
+    bool tty = isatty(0);
+    while (rc == 0) {
+        if (tty)
+            fputs("> ", stdout), fflush(stdout);
+        ssize_t k = getline(&line, &line_cap, stdin);
+        if (k <= 0)
+            break;
+        while (k && (line[k - 1] == '\n' || line[k - 1] == '\r'))
+            line[--k] = 0;
+        if (!k)
+            break;
+        if (n_msgs + 2 > cap) {
+            cap *= 2;
+            tc_chat_message *nm = realloc(msgs, cap * sizeof *msgs);
+            if (!nm)
+                break;
+            msgs = nm;
+        }
+        msgs[n_msgs++] = (tc_chat_message){ "user", strdup(line) };
+        if (tc_chat_format(&t, msgs, n_msgs, true, &prompt) != TC_OK) {
+            rc = fail("chat template");
+            break;
+        }
+        int32_t *ids;
+        size_t n;
+        if (tc_tokenizer_encode(s.tok, prompt, strlen(prompt), true, true, &ids, &n) != TC_OK) {
+            rc = fail("tokenizer");
+            break;
+        }
+        tc_host_free(prompt);
+        prompt = NULL;
+        char *reply = NULL;
+        rc = run(&s, ids, (int64_t)n, s.o.sp, false, &reply);
+        fputc('\n', stdout);
+        msgs[n_msgs++] = (tc_chat_message){ "assistant", reply ? reply : strdup("") };
+        tc_host_free(ids);
+        /* The cache holds the prompt and all but the last generated token; the next prompt
+         * re-renders the conversation and reuses the common prefix. */
+    }
+    for (size_t i = 0; i < n_msgs; i++)
+        free((char *)msgs[i].content);
+    free(msgs);
+    free(line);
+    tc_host_free(prompt);
+    close_session(&s);
+    return rc;
+}
+
+static const char info_usage[] =
+    "usage: thincuda info --model PATH [--device cpu|cuda|auto] [--dtype T] [--ctx N]\n"
+    "Print the model's architecture, size and a memory estimate.\n";
+
+int tc_cli_info(int argc, char **argv)
+{
+    options o;
+    int rc = parse(argc, argv, &o, info_usage);
+    if (rc >= 0)
+        return rc;
+    tc_gguf g;
+    if (tc_gguf_open(&g, o.model) != TC_OK)
+        return fail("cannot read the model");
+    tc_llama_config c;
+    if (tc_llama_config_from_gguf(&g, &c) != TC_OK) {
+        tc_gguf_close(&g);
+        return fail("unsupported model");
+    }
+    uint64_t params = 0, file_bytes = 0, counts[31] = { 0 };
+    for (uint64_t i = 0; i < g.n_tensors; i++) {
+        params += g.tensors[i].n_elements;
+        file_bytes += g.tensors[i].bytes;
+        if ((unsigned)g.tensors[i].type < 31)
+            counts[g.tensors[i].type]++;
+    }
+    bool cpu = !strcmp(o.device, "cpu");
+    tc_dtype act = cpu ? TC_DTYPE_F32 : TC_DTYPE_BF16;
+    if (o.dtype)
+        act = !strcmp(o.dtype, "f32")   ? TC_DTYPE_F32
+              : !strcmp(o.dtype, "f16") ? TC_DTYPE_F16
+                                        : TC_DTYPE_BF16;
+    uint64_t placed = tc_llama_weight_bytes(&g, cpu, act);
+    int64_t ctx = o.ctx ? o.ctx : c.max_positions;
+    double kv_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * (double)tc_dtype_bytes(act, 1);
+    printf("model            %s\n", o.model);
+    printf("name             %s\n", c.name[0] ? c.name : "(none)");
+    printf("architecture     %s\n", c.arch);
+    printf("layers           %d\n", c.n_layers);
+    printf("dimension        %d (feed-forward %d)\n", c.dim, c.ffn_dim);
+    printf("heads            %d query, %d key/value (head size %d)\n", c.n_heads, c.n_kv_heads,
+           c.head_dim);
+    printf("vocabulary       %d\n", c.vocab);
+    printf("context          %d\n", c.max_positions);
+    printf("rope             theta %g%s%s\n", c.rope.theta,
+           c.rope.scaling == TC_ROPE_LLAMA3 ? ", Llama 3 scaling" : "",
+           c.tied_embeddings ? "; output tied to the embedding" : "");
+    printf("parameters       %llu (%.1f M)\n", (unsigned long long)params, (double)params / 1e6);
+    printf("tensor types    ");
+    for (int t = 0; t < 31; t++)
+        if (counts[t])
+            printf(" %s x%llu", tc_ggml_type_name((tc_ggml_type)t), (unsigned long long)counts[t]);
+    printf("\n");
+    printf("weights in file  %llu bytes (%.1f MiB)\n", (unsigned long long)file_bytes,
+           (double)file_bytes / 1048576.0);
+    printf("memory estimate  %s, %s activations: weights %.1f MiB + KV cache %.1f KiB/token "
+           "(%.1f MiB at %lld tokens)\n",
+           cpu ? "cpu" : "cuda", tc_dtype_name(act), (double)placed / 1048576.0, kv_token / 1024.0,
+           kv_token * (double)ctx / 1048576.0, (long long)ctx);
+    tc_gguf_close(&g);
+    return 0;
+}

@@ -1,0 +1,43 @@
+/* Chat templates: the Jinja templates that models ship (tokenizer_config.json's or GGUF's
+ * tokenizer.chat_template) are recognised by their markers and applied natively. */
+#ifndef TC_CHAT_H
+#define TC_CHAT_H
+#include <stdbool.h>
+#include <stddef.h>
+#include "tc_bindings.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tc_chat_kind {
+    TC_CHAT_CHATML = 1, /* <|im_start|>role ... <|im_end|> (SmolLM2, Qwen) */
+    TC_CHAT_LLAMA3,     /* <|start_header_id|>role<|end_header_id|> ... <|eot_id|> */
+    TC_CHAT_LLAMA2,     /* <s>[INST] <<SYS>> ... [/INST] */
+    TC_CHAT_ZEPHYR,     /* <|user|> ... </s> (Zephyr, TinyLlama) */
+} tc_chat_kind;
+
+typedef struct tc_chat_template {
+    tc_chat_kind kind;
+    char default_system[512]; /* used when the conversation has no system message ("" none) */
+} tc_chat_template;
+
+typedef struct tc_chat_message {
+    const char *role; /* "system", "user" or "assistant" */
+    const char *content;
+} tc_chat_message;
+
+/* Recognise a template's source. An unrecognised one is TC_ERR_UNSUPPORTED naming the
+ * fallback ("use --template chatml|llama3|llama2|zephyr"). */
+TC_API tc_status tc_chat_template_detect(const char *source, size_t len, tc_chat_template *out);
+/* A template by name ("chatml", "llama3", "llama2", "zephyr"), or TC_ERR_NOT_FOUND. */
+TC_API tc_status tc_chat_template_named(const char *name, tc_chat_template *out);
+/* Render messages as the model's prompt, ending with the assistant's turn opening when
+ * add_generation_prompt. *out (NUL-terminated) is freed with tc_host_free. The prompt starts
+ * with the BOS text where the template writes it, so the tokenizer must not add another. */
+TC_API tc_status tc_chat_format(const tc_chat_template *t, const tc_chat_message *msgs, size_t n,
+                                bool add_generation_prompt, char **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TC_CHAT_H */

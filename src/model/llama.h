@@ -1,0 +1,123 @@
+/* The Llama family (Llama 2/3, Mistral-style, SmolLM2, TinyLlama): configuration, weights on
+ * a backend, a paged KV cache and the forward pass over a batch of sequences. */
+#ifndef TC_LLAMA_H
+#define TC_LLAMA_H
+#include "model/gguf.h"
+#include "ops/ops.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tc_llama_config {
+    char arch[32];
+    char name[96];
+    int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab;
+    int max_positions; /* context length the model was trained for */
+    float norm_eps;
+    tc_rope_config rope;
+    bool tied_embeddings; /* the output projection is the token embedding */
+} tc_llama_config;
+
+typedef struct tc_llama_layer {
+    tc_tensor attn_norm; /* [dim] */
+    tc_tensor wq;        /* [n_heads * head_dim, dim] */
+    tc_tensor wk, wv;    /* [n_kv_heads * head_dim, dim] */
+    tc_tensor wo;        /* [dim, n_heads * head_dim] */
+    tc_tensor ffn_norm;  /* [dim] */
+    tc_tensor w_gate;    /* [ffn_dim, dim] */
+    tc_tensor w_up;      /* [ffn_dim, dim] */
+    tc_tensor w_down;    /* [dim, ffn_dim] */
+} tc_llama_layer;
+
+/* Scratch of one forward pass, sized for max_tokens rows and max_seqs sequences. */
+typedef struct tc_llama_scratch {
+    int64_t max_tokens, max_seqs, max_blocks;
+    tc_tensor x;                   /* [T, dim] residual stream */
+    tc_tensor h;                   /* [T, dim] normalised */
+    tc_tensor q, att;              /* [T, n_heads * head_dim] */
+    tc_tensor k, v;                /* [T, n_kv_heads * head_dim] */
+    tc_tensor o;                   /* [T, dim] projection outputs */
+    tc_tensor gate, up;            /* [T, ffn_dim] */
+    tc_tensor last;                /* [S, dim] each sequence's last row (activation dtype) */
+    tc_tensor lastf;               /* [S, dim] f32 */
+    tc_tensor logits;              /* [S, vocab] f32 */
+    tc_tensor logits_rows;         /* view: the rows of the last pass */
+    tc_tensor ids, pos, slots;     /* i32 [T] */
+    tc_tensor q_start;             /* i32 [S + 1] */
+    tc_tensor seq_lens, last_rows; /* i32 [S] */
+    tc_tensor block_table;         /* i32 [S, max_blocks] */
+    int32_t *host;                 /* staging of the index arrays */
+} tc_llama_scratch;
+
+typedef struct tc_llama {
+    tc_llama_config cfg;
+    tc_backend *backend;
+    tc_dtype act;           /* activation dtype: f32 on the CPU, bf16 on CUDA by default */
+    tc_tensor tok_embd;     /* [vocab, dim] */
+    tc_tensor out_norm;     /* [dim] */
+    tc_tensor lm_head;      /* [vocab, dim]; a view of tok_embd when tied */
+    tc_llama_layer *layers; /* [n_layers] */
+    uint64_t n_params;
+    uint64_t weight_bytes;  /* bytes of the weights as held on the backend */
+    tc_ggml_type file_type; /* the type most of the file's matrices have */
+    tc_llama_scratch s;
+} tc_llama;
+
+/* Options of a load; zero means the default. */
+typedef struct tc_llama_options {
+    tc_dtype act;        /* 0 (f32) on the CPU; bf16 on CUDA unless TC_DTYPE_F32/F16 is set */
+    bool act_set;        /* act was chosen by the caller */
+    int64_t max_tokens;  /* rows per forward pass (prefill chunk); default 512 */
+    int64_t max_seqs;    /* sequences per forward pass; default 1 */
+    int64_t max_context; /* longest sequence; default the model's, capped at 8192 */
+    int64_t block_size;  /* KV cache block, default 16 */
+    /* Called after each tensor is placed, with bytes done and in all. */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
+} tc_llama_options;
+
+/* Read the configuration of a GGUF Llama without loading weights. A non-Llama architecture is
+ * TC_ERR_UNSUPPORTED "unsupported architecture X"; missing keys are TC_ERR_PARSE. */
+TC_API tc_status tc_llama_config_from_gguf(const tc_gguf *g, tc_llama_config *cfg);
+/* Place the weights of an open GGUF file on backend b (types the kernels read are used as
+ * they are, the rest dequantised), check every tensor's presence and shape, and allocate the
+ * scratch. g must stay open while the model lives (CPU weights may point into it). */
+TC_API tc_status tc_llama_load_gguf(const tc_gguf *g, tc_backend *b, const tc_llama_options *opt,
+                                    tc_llama **out);
+/* Bytes the weights of g take once placed on a backend (cpu or not) with activations act. */
+TC_API uint64_t tc_llama_weight_bytes(const tc_gguf *g, bool cpu, tc_dtype act);
+/* Free the model; NULL is a no-op. */
+TC_API void tc_llama_destroy(tc_llama *m);
+
+/* A paged KV cache for every layer: k[l], v[l] [n_blocks, block_size, n_kv_heads, head_dim]. */
+typedef struct tc_kv_cache {
+    int n_layers;
+    int64_t n_blocks, block_size;
+    tc_tensor *k, *v;
+} tc_kv_cache;
+TC_API tc_status tc_kv_cache_init(tc_kv_cache *kv, const tc_llama *m, int64_t n_blocks,
+                                  int64_t block_size);
+TC_API void tc_kv_cache_deinit(tc_kv_cache *kv);
+/* Device bytes of a cache of n_blocks blocks. */
+TC_API uint64_t tc_kv_cache_bytes(const tc_llama *m, int64_t n_blocks, int64_t block_size);
+
+/* One forward pass: n_tokens new tokens of n_seqs sequences (host arrays). Sequence s owns
+ * rows q_start[s] .. q_start[s+1]-1, has seq_lens[s] tokens cached once these are written,
+ * and its blocks are block_table[s * max_blocks ...]; token i has position positions[i] and
+ * is written to cache slot slots[i] (block * block_size + offset). */
+typedef struct tc_llama_batch {
+    int32_t n_tokens, n_seqs, max_blocks;
+    const int32_t *tokens, *positions, *slots; /* [n_tokens] */
+    const int32_t *q_start;                    /* [n_seqs + 1] */
+    const int32_t *seq_lens;                   /* [n_seqs] */
+    const int32_t *block_table;                /* [n_seqs, max_blocks] */
+} tc_llama_batch;
+/* Run the batch and point *logits at the f32 logits [n_seqs, vocab] of each sequence's last
+ * row (valid until the next call; on the model's backend). */
+TC_API tc_status tc_llama_forward(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *batch,
+                                  tc_tensor **logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TC_LLAMA_H */

@@ -1,0 +1,738 @@
+/* Byte-level BPE (Radford et al. 2019, GPT-2): text is split by the model's pre-tokenisation
+ * regexes, each piece's bytes are mapped to printable code points, and merges are applied in
+ * rank order, lowest first, leftmost first among equals (a heap of candidate pairs, so that a
+ * long piece costs O(n log n), not O(n^2)). */
+#define _GNU_SOURCE
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "model/tokenizer.h"
+#include <pcre2.h>
+#include <stdio.h>
+#include <string.h>
+#include "runtime/error.h"
+#include "runtime/host.h"
+
+/* GGUF token types (llama.cpp's llama_token_type). */
+enum { TOKEN_NORMAL = 1, TOKEN_UNKNOWN = 2, TOKEN_CONTROL = 3, TOKEN_USER = 4, TOKEN_BYTE = 6 };
+
+#define MAX_REGEX 3
+
+typedef struct token {
+    const char *text; /* as written in the vocabulary (byte-level code points), NUL-terminated */
+    uint32_t text_len;
+    const char *bytes; /* what it decodes to */
+    uint32_t bytes_len;
+    uint8_t type;
+} token;
+
+struct tc_tokenizer {
+    int32_t n_vocab, bos, eos;
+    bool add_bos, ignore_merges;
+    token *tokens;  /* [n_vocab] */
+    char *arena;    /* texts and bytes */
+    int32_t *index; /* open addressing over texts: token ids, -1 empty; [index_cap] */
+    size_t index_cap;
+    uint64_t *pair_keys; /* (left << 32 | right) + 1, 0 empty; [pair_cap] */
+    uint64_t *pair_vals; /* rank << 32 | merged id */
+    size_t pair_cap;
+    int32_t byte_token[256]; /* the token of each single byte */
+    uint32_t byte_cp[256];   /* GPT-2's byte -> code point map */
+    int16_t cp_byte[512];    /* its inverse for code points below 512, -1 elsewhere */
+    int32_t *specials;       /* control and user-defined ids, longest text first */
+    int n_specials;
+    pcre2_code *regex[MAX_REGEX];
+    int n_regex;
+};
+
+static uint64_t hash_bytes(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+static int32_t find_text(const tc_tokenizer *t, const char *s, size_t n)
+{
+    size_t mask = t->index_cap - 1;
+    for (size_t i = hash_bytes(s, n) & mask;; i = (i + 1) & mask) {
+        int32_t id = t->index[i];
+        if (id < 0)
+            return -1;
+        if (t->tokens[id].text_len == n && memcmp(t->tokens[id].text, s, n) == 0)
+            return id;
+    }
+}
+
+static uint64_t mix(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    return k ^ (k >> 33);
+}
+
+static bool find_pair(const tc_tokenizer *t, int32_t a, int32_t b, uint32_t *rank, int32_t *merged)
+{
+    uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+    size_t mask = t->pair_cap - 1;
+    for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
+        if (t->pair_keys[i] == 0)
+            return false;
+        if (t->pair_keys[i] == key) {
+            *rank = (uint32_t)(t->pair_vals[i] >> 32);
+            *merged = (int32_t)(uint32_t)t->pair_vals[i];
+            return true;
+        }
+    }
+}
+
+static size_t utf8_put(uint32_t cp, char *o)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xc0 | cp >> 6);
+        o[1] = (char)(0x80 | (cp & 63));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xe0 | cp >> 12);
+        o[1] = (char)(0x80 | ((cp >> 6) & 63));
+        o[2] = (char)(0x80 | (cp & 63));
+        return 3;
+    }
+    o[0] = (char)(0xf0 | cp >> 18);
+    o[1] = (char)(0x80 | ((cp >> 12) & 63));
+    o[2] = (char)(0x80 | ((cp >> 6) & 63));
+    o[3] = (char)(0x80 | (cp & 63));
+    return 4;
+}
+
+/* Decode one UTF-8 character of s[0..n); its length in *len, or 0 when invalid. */
+static uint32_t utf8_get(const uint8_t *s, size_t n, size_t *len)
+{
+    *len = 0;
+    if (!n)
+        return 0;
+    uint32_t c = s[0];
+    size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (!k || k > n)
+        return 0;
+    if (k == 1) {
+        *len = 1;
+        return c;
+    }
+    c &= 0x7fu >> k;
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        c = c << 6 | (s[i] & 63);
+    }
+    static const uint32_t min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    if (c < min[k] || c > 0x10ffff || (c >= 0xd800 && c < 0xe000))
+        return 0;
+    *len = k;
+    return c;
+}
+
+/* GPT-2's reversible map of bytes to printable code points: printable Latin-1 maps to itself,
+ * the other 68 bytes to 256, 257, ... in order. */
+static void byte_map(tc_tokenizer *t)
+{
+    uint32_t next = 256;
+    for (int i = 0; i < 512; i++)
+        t->cp_byte[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+        t->byte_cp[b] = keep ? (uint32_t)b : next++;
+        t->cp_byte[t->byte_cp[b]] = (int16_t)b;
+    }
+}
+
+static const char gpt2_regex[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char llama3_regex[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static tc_status add_regex(tc_tokenizer *t, const char *pattern)
+{
+    int err;
+    PCRE2_SIZE off;
+    pcre2_code *re =
+        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+                      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, NULL);
+    if (!re) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        return tc_set_error(TC_ERR_INTERNAL, "tc_tokenizer", "pre-tokeniser regex: %s at %zu",
+                            (const char *)msg, (size_t)off);
+    }
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional: matching works without JIT */
+    t->regex[t->n_regex++] = re;
+    return TC_OK;
+}
+
+/* The pre-tokenisation of llama.cpp's tokenizer.ggml.pre names (Hugging Face's pre_tokenizer
+ * of the same models). */
+static tc_status set_pre(tc_tokenizer *t, const char *pre)
+{
+    if (!strcmp(pre, "default") || !strcmp(pre, "gpt2") || !strcmp(pre, "gpt-2"))
+        return add_regex(t, gpt2_regex);
+    if (!strcmp(pre, "smollm")) {
+        /* Digits(individual_digits) before ByteLevel: each digit its own piece. */
+        TC_TRY(add_regex(t, "\\p{N}"));
+        return add_regex(t, gpt2_regex);
+    }
+    if (!strcmp(pre, "llama3") || !strcmp(pre, "llama-v3") || !strcmp(pre, "llama-bpe")) {
+        t->ignore_merges = true;
+        return add_regex(t, llama3_regex);
+    }
+    return tc_set_error(TC_ERR_UNSUPPORTED, "tc_tokenizer",
+                        "unsupported pre-tokeniser '%s' (supported: default, gpt2, smollm, "
+                        "llama-bpe)",
+                        pre);
+}
+
+static size_t pow2_at_least(size_t n)
+{
+    size_t c = 16;
+    while (c < n)
+        c <<= 1;
+    return c;
+}
+
+static char *gstr(tc_gguf_str s)
+{
+    char *c = tc_host_alloc(s.len + 1);
+    if (c) {
+        memcpy(c, s.ptr, s.len);
+        c[s.len] = 0;
+    }
+    return c;
+}
+
+static int by_length_desc(const void *a, const void *b, void *ctx)
+{
+    const tc_tokenizer *t = ctx;
+    uint32_t la = t->tokens[*(const int32_t *)a].text_len,
+             lb = t->tokens[*(const int32_t *)b].text_len;
+    return la < lb ? 1 : la > lb ? -1 : 0;
+}
+
+/* Fill one token's decoded bytes: control and user-defined tokens are their text, byte tokens
+ * ("<0x0A>") their byte, others the inverse byte map of each code point. */
+static size_t decode_text(const tc_tokenizer *t, const token *tk, char *o)
+{
+    const uint8_t *s = (const uint8_t *)tk->text;
+    size_t n = tk->text_len;
+    unsigned v;
+    if (tk->type == TOKEN_CONTROL || tk->type == TOKEN_USER) {
+        memcpy(o, s, n);
+        return n;
+    }
+    if (tk->type == TOKEN_BYTE && n == 6 && sscanf((const char *)s, "<0x%2X>", &v) == 1) {
+        o[0] = (char)v;
+        return 1;
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k;
+        uint32_t cp = utf8_get(s + i, n - i, &k);
+        if (!k) {
+            o[w++] = (char)s[i++];
+            continue;
+        }
+        if (cp < 512 && t->cp_byte[cp] >= 0)
+            o[w++] = (char)t->cp_byte[cp];
+        else
+            w += utf8_put(cp, o + w);
+        i += k;
+    }
+    return w;
+}
+
+tc_status tc_tokenizer_from_gguf(const tc_gguf *g, tc_tokenizer **out)
+{
+    const char *op = "tc_tokenizer_from_gguf";
+    *out = NULL;
+    tc_gguf_str model, pre_s = { "default", 7 };
+    if (!tc_gguf_get_str(g, "tokenizer.ggml.model", &model))
+        return tc_set_error(TC_ERR_PARSE, op, "the file has no tokenizer (tokenizer.ggml.model)");
+    if (!(model.len == 4 && !memcmp(model.ptr, "gpt2", 4)))
+        return tc_set_error(
+            TC_ERR_UNSUPPORTED, op,
+            "tokenizer model '%.*s' is not supported yet (byte-level BPE, 'gpt2', is)",
+            (int)(model.len > 40 ? 40 : model.len), model.ptr);
+    tc_gguf_get_str(g, "tokenizer.ggml.pre", &pre_s);
+    const tc_gguf_kv *tk = tc_gguf_find(g, "tokenizer.ggml.tokens");
+    const tc_gguf_kv *mg = tc_gguf_find(g, "tokenizer.ggml.merges");
+    const tc_gguf_kv *ty = tc_gguf_find(g, "tokenizer.ggml.token_type");
+    if (!tk || tk->type != TC_GGUF_ARRAY || tk->array_type != TC_GGUF_STRING ||
+        tk->array_len == 0 || tk->array_len > INT32_MAX)
+        return tc_set_error(TC_ERR_PARSE, op, "tokenizer.ggml.tokens is missing or not strings");
+    if (!mg || mg->type != TC_GGUF_ARRAY || mg->array_type != TC_GGUF_STRING ||
+        mg->array_len > UINT32_MAX)
+        return tc_set_error(TC_ERR_PARSE, op, "tokenizer.ggml.merges is missing or not strings");
+    if (ty && (ty->type != TC_GGUF_ARRAY || ty->array_len != tk->array_len ||
+               (ty->array_type != TC_GGUF_INT32 && ty->array_type != TC_GGUF_UINT32)))
+        return tc_set_error(TC_ERR_PARSE, op,
+                            "tokenizer.ggml.token_type does not match the tokens");
+
+    tc_status st = TC_OK;
+    tc_gguf_str *strs = NULL, *merges = NULL;
+    char *pre = NULL;
+    tc_tokenizer *t = tc_host_calloc(1, sizeof *t);
+    if (!t)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
+    int32_t n = (int32_t)tk->array_len;
+    t->n_vocab = n;
+    byte_map(t);
+    strs = tc_host_alloc(sizeof *strs * (size_t)n);
+    merges = tc_host_alloc(sizeof *merges * (mg->array_len ? mg->array_len : 1));
+    t->tokens = tc_host_calloc((size_t)n, sizeof *t->tokens);
+    pre = gstr(pre_s);
+    if (!strs || !merges || !t->tokens || !pre) {
+        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
+        goto fail;
+    }
+    tc_gguf_strings(tk, strs);
+    tc_gguf_strings(mg, merges);
+    /* Arena: each text with its NUL, then the decoded bytes (never longer than the text). */
+    size_t arena = 0;
+    for (int32_t i = 0; i < n; i++)
+        arena += 2 * strs[i].len + 1;
+    t->arena = tc_host_alloc(arena ? arena : 1);
+    t->index_cap = pow2_at_least((size_t)n * 2);
+    t->index = tc_host_alloc(sizeof *t->index * t->index_cap);
+    if (!t->arena || !t->index) {
+        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
+        goto fail;
+    }
+    memset(t->index, 0xff, sizeof *t->index * t->index_cap);
+    char *a = t->arena;
+    for (int32_t i = 0; i < n; i++) {
+        token *k = &t->tokens[i];
+        memcpy(a, strs[i].ptr, strs[i].len);
+        a[strs[i].len] = 0;
+        k->text = a;
+        k->text_len = (uint32_t)strs[i].len;
+        a += strs[i].len + 1;
+        k->type = ty ? (uint8_t)tc_gguf_array_number(ty, (uint64_t)i) : TOKEN_NORMAL;
+        k->bytes = a;
+        k->bytes_len = (uint32_t)decode_text(t, k, a);
+        a += k->bytes_len;
+        if (k->type == TOKEN_CONTROL || k->type == TOKEN_USER)
+            t->n_specials++;
+        /* Index by text; a duplicate text keeps its first id. */
+        size_t mask = t->index_cap - 1;
+        size_t slot = hash_bytes(k->text, k->text_len) & mask;
+        for (;; slot = (slot + 1) & mask) {
+            int32_t o = t->index[slot];
+            if (o < 0) {
+                t->index[slot] = i;
+                break;
+            }
+            if (t->tokens[o].text_len == k->text_len &&
+                !memcmp(t->tokens[o].text, k->text, k->text_len))
+                break;
+        }
+    }
+    char buf[8];
+    for (int b = 0; b < 256; b++)
+        t->byte_token[b] = find_text(t, buf, utf8_put(t->byte_cp[b], buf));
+    /* Merges "left right" -> (rank, id of "leftright"); a merge whose parts or result are not
+     * in the vocabulary can never apply and is skipped, as in the reference implementations. */
+    t->pair_cap = pow2_at_least((size_t)mg->array_len * 2);
+    t->pair_keys = tc_host_calloc(t->pair_cap, sizeof *t->pair_keys);
+    t->pair_vals = tc_host_alloc(t->pair_cap * sizeof *t->pair_vals);
+    char *joined = tc_host_alloc(1024);
+    if (!t->pair_keys || !t->pair_vals || !joined) {
+        tc_host_free(joined);
+        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
+        goto fail;
+    }
+    for (uint64_t r = 0; r < mg->array_len; r++) {
+        const char *m = merges[r].ptr, *sp = memchr(m, ' ', merges[r].len);
+        if (!sp || merges[r].len > 1000)
+            continue;
+        size_t ll = (size_t)(sp - m), rl = merges[r].len - ll - 1;
+        int32_t left = find_text(t, m, ll), right = find_text(t, sp + 1, rl);
+        memcpy(joined, m, ll);
+        memcpy(joined + ll, sp + 1, rl);
+        int32_t merged = find_text(t, joined, ll + rl);
+        if (left < 0 || right < 0 || merged < 0)
+            continue;
+        uint64_t key = ((uint64_t)(uint32_t)left << 32 | (uint32_t)right) + 1;
+        size_t mask = t->pair_cap - 1;
+        for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
+            if (t->pair_keys[i] == key)
+                break; /* the lower rank came first */
+            if (t->pair_keys[i] == 0) {
+                t->pair_keys[i] = key;
+                t->pair_vals[i] = r << 32 | (uint32_t)merged;
+                break;
+            }
+        }
+    }
+    tc_host_free(joined);
+    t->specials = tc_host_alloc(sizeof *t->specials * (size_t)(t->n_specials ? t->n_specials : 1));
+    if (!t->specials) {
+        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
+        goto fail;
+    }
+    t->n_specials = 0;
+    for (int32_t i = 0; i < n; i++)
+        if ((t->tokens[i].type == TOKEN_CONTROL || t->tokens[i].type == TOKEN_USER) &&
+            t->tokens[i].text_len)
+            t->specials[t->n_specials++] = i;
+    qsort_r(t->specials, (size_t)t->n_specials, sizeof *t->specials, by_length_desc, t);
+    int64_t v;
+    t->bos =
+        tc_gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &v) && v >= 0 && v < n ? (int32_t)v : -1;
+    t->eos =
+        tc_gguf_get_i64(g, "tokenizer.ggml.eos_token_id", &v) && v >= 0 && v < n ? (int32_t)v : -1;
+    if (!tc_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos))
+        t->add_bos = false;
+    TC_CHECK(st, set_pre(t, pre));
+    tc_host_free(strs);
+    tc_host_free(merges);
+    tc_host_free(pre);
+    *out = t;
+    return TC_OK;
+fail:
+    tc_host_free(strs);
+    tc_host_free(merges);
+    tc_host_free(pre);
+    tc_tokenizer_destroy(t);
+    return st;
+}
+
+void tc_tokenizer_destroy(tc_tokenizer *t)
+{
+    if (!t)
+        return;
+    for (int i = 0; i < t->n_regex; i++)
+        pcre2_code_free(t->regex[i]);
+    tc_host_free(t->tokens);
+    tc_host_free(t->arena);
+    tc_host_free(t->index);
+    tc_host_free(t->pair_keys);
+    tc_host_free(t->pair_vals);
+    tc_host_free(t->specials);
+    tc_host_free(t);
+}
+
+/* Growable id list. */
+typedef struct ids {
+    int32_t *v;
+    size_t n, cap;
+    bool oom;
+} ids;
+static void push(ids *o, int32_t id)
+{
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? 2 * o->cap : 64;
+        int32_t *v = tc_host_realloc(o->v, cap * sizeof *v);
+        if (!v) {
+            o->oom = true;
+            return;
+        }
+        o->v = v;
+        o->cap = cap;
+    }
+    o->v[o->n++] = id;
+}
+
+/* Heap of candidate merges ordered by (rank, position). */
+typedef struct cand {
+    uint32_t rank;
+    int32_t pos;
+} cand;
+static bool before(cand a, cand b)
+{
+    return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
+}
+static void heap_push(cand *h, size_t *n, cand c)
+{
+    size_t i = (*n)++;
+    while (i && before(c, h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = c;
+}
+static cand heap_pop(cand *h, size_t *n)
+{
+    cand top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && before(h[c + 1], h[c]))
+            c++;
+        if (!before(h[c], last))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n)
+        h[i] = last;
+    return top;
+}
+
+/* BPE of one piece of raw bytes. */
+static void bpe(const tc_tokenizer *t, const uint8_t *s, size_t n, ids *o)
+{
+    if (!n)
+        return;
+    if (t->ignore_merges && n <= 256) {
+        char buf[1024];
+        size_t w = 0;
+        for (size_t i = 0; i < n; i++)
+            w += utf8_put(t->byte_cp[s[i]], buf + w);
+        int32_t id = find_text(t, buf, w);
+        if (id >= 0) {
+            push(o, id);
+            return;
+        }
+    }
+    int32_t *sym = tc_host_alloc(n * sizeof *sym), *next = tc_host_alloc(n * sizeof *next),
+            *prev = tc_host_alloc(n * sizeof *prev);
+    cand *heap = tc_host_alloc(2 * n * sizeof *heap);
+    if (!sym || !next || !prev || !heap) {
+        o->oom = true;
+        goto done;
+    }
+    size_t hn = 0;
+    for (size_t i = 0; i < n; i++) {
+        sym[i] = t->byte_token[s[i]];
+        next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+        prev[i] = (int32_t)i - 1;
+    }
+    uint32_t rank;
+    int32_t merged;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (sym[i] >= 0 && sym[i + 1] >= 0 && find_pair(t, sym[i], sym[i + 1], &rank, &merged))
+            heap_push(heap, &hn, (cand){ rank, (int32_t)i });
+    while (hn) {
+        cand c = heap_pop(heap, &hn);
+        int32_t i = c.pos, j = next[i];
+        if (sym[i] < 0 || j < 0 || sym[j] < 0 || !find_pair(t, sym[i], sym[j], &rank, &merged) ||
+            rank != c.rank)
+            continue; /* stale: one side merged since */
+        sym[i] = merged;
+        sym[j] = -2; /* dead */
+        next[i] = next[j];
+        if (next[j] >= 0)
+            prev[next[j]] = i;
+        if (prev[i] >= 0 && sym[prev[i]] >= 0 && find_pair(t, sym[prev[i]], sym[i], &rank, &merged))
+            heap_push(heap, &hn, (cand){ rank, prev[i] });
+        if (next[i] >= 0 && sym[next[i]] >= 0 && find_pair(t, sym[i], sym[next[i]], &rank, &merged))
+            heap_push(heap, &hn, (cand){ rank, i });
+    }
+    for (int32_t i = 0; i >= 0; i = next[i])
+        if (sym[i] >= 0)
+            push(o, sym[i]);
+done:
+    tc_host_free(sym);
+    tc_host_free(next);
+    tc_host_free(prev);
+    tc_host_free(heap);
+}
+
+/* Split s by regex `level` into matches and the gaps between them, recursing into the next
+ * regex; the last level's pieces go to BPE. */
+static void split(const tc_tokenizer *t, int level, const uint8_t *s, size_t n,
+                  pcre2_match_data *md, ids *o)
+{
+    if (level == t->n_regex) {
+        bpe(t, s, n, o);
+        return;
+    }
+    size_t start = 0;
+    while (start < n && !o->oom) {
+        int rc = pcre2_match(t->regex[level], s, n, start, 0, md, NULL);
+        if (rc < 0)
+            break;
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t m0 = ov[0], m1 = ov[1];
+        if (m0 > start)
+            split(t, level + 1, s + start, m0 - start, md, o);
+        if (m1 == m0) {
+            /* An empty match: take one byte as a gap so that the scan moves on. */
+            split(t, level + 1, s + m0, 1, md, o);
+            start = m0 + 1;
+            continue;
+        }
+        split(t, level + 1, s + m0, m1 - m0, md, o);
+        start = m1;
+    }
+    if (start < n)
+        split(t, level + 1, s + start, n - start, md, o);
+}
+
+tc_status tc_tokenizer_encode(const tc_tokenizer *t, const char *text, size_t len, bool special,
+                              bool add_bos, int32_t **out, size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    ids o = { 0 };
+    pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+    if (!md)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_tokenizer_encode", "no host memory");
+    const uint8_t *s = (const uint8_t *)text;
+    size_t pos = 0;
+    bool leading_bos = false;
+    while (pos < len && !o.oom) {
+        /* The earliest special token at or after pos (the longest where several start). */
+        size_t best = len, best_len = 0;
+        int32_t best_id = -1;
+        if (special)
+            for (int k = 0; k < t->n_specials; k++) {
+                const token *tk = &t->tokens[t->specials[k]];
+                const uint8_t *f = memmem(s + pos, len - pos, tk->text, tk->text_len);
+                if (f && ((size_t)(f - s) < best ||
+                          ((size_t)(f - s) == best && tk->text_len > best_len))) {
+                    best = (size_t)(f - s);
+                    best_len = tk->text_len;
+                    best_id = t->specials[k];
+                }
+            }
+        split(t, 0, s + pos, best - pos, md, &o);
+        if (best_id >= 0) {
+            if (best == 0 && best_id == t->bos)
+                leading_bos = true;
+            push(&o, best_id);
+        }
+        pos = best + best_len;
+    }
+    pcre2_match_data_free(md);
+    if (!o.oom && add_bos && t->add_bos && t->bos >= 0 && !leading_bos) {
+        push(&o, t->bos);
+        if (!o.oom) {
+            memmove(o.v + 1, o.v, (o.n - 1) * sizeof *o.v);
+            o.v[0] = t->bos;
+        }
+    }
+    if (o.oom) {
+        tc_host_free(o.v);
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_tokenizer_encode", "no host memory");
+    }
+    *out = o.v;
+    *n_out = o.n;
+    return TC_OK;
+}
+
+const char *tc_tokenizer_piece(const tc_tokenizer *t, int32_t id, size_t *len)
+{
+    if (id < 0 || id >= t->n_vocab) {
+        *len = 0;
+        return NULL;
+    }
+    *len = t->tokens[id].bytes_len;
+    return t->tokens[id].bytes;
+}
+
+int32_t tc_tokenizer_vocab(const tc_tokenizer *t)
+{
+    return t->n_vocab;
+}
+int32_t tc_tokenizer_bos(const tc_tokenizer *t)
+{
+    return t->bos;
+}
+int32_t tc_tokenizer_eos(const tc_tokenizer *t)
+{
+    return t->eos;
+}
+bool tc_tokenizer_adds_bos(const tc_tokenizer *t)
+{
+    return t->add_bos;
+}
+bool tc_tokenizer_is_control(const tc_tokenizer *t, int32_t id)
+{
+    return id >= 0 && id < t->n_vocab && t->tokens[id].type == TOKEN_CONTROL;
+}
+int32_t tc_tokenizer_find(const tc_tokenizer *t, const char *text)
+{
+    return find_text(t, text, strlen(text));
+}
+
+/* Bytes a valid character starting with lead byte c needs, 0 for a byte that cannot lead. */
+static int utf8_need(uint8_t c)
+{
+    return c < 0x80                   ? 1
+           : (c >= 0xc2 && c <= 0xdf) ? 2
+           : (c >> 4) == 14           ? 3
+           : (c >= 0xf0 && c <= 0xf4) ? 4
+                                      : 0;
+}
+/* Whether b may follow the pending bytes p[0..k) (k >= 1) of a character (no overlongs,
+ * surrogates or code points past U+10FFFF). */
+static bool utf8_continues(const uint8_t *p, int k, uint8_t b)
+{
+    if ((b & 0xc0) != 0x80)
+        return false;
+    if (k == 1) {
+        if (p[0] == 0xe0)
+            return b >= 0xa0;
+        if (p[0] == 0xed)
+            return b < 0xa0;
+        if (p[0] == 0xf0)
+            return b >= 0x90;
+        if (p[0] == 0xf4)
+            return b < 0x90;
+    }
+    return true;
+}
+
+static const char replacement[] = "\xef\xbf\xbd";
+
+size_t tc_detok_push(const tc_tokenizer *t, tc_detok *d, int32_t id, bool special, char *out,
+                     size_t cap)
+{
+    size_t len, w = 0;
+    const char *p = tc_tokenizer_piece(t, id, &len);
+    if (!p || (!special && (t->tokens[id].type == TOKEN_CONTROL)))
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        uint8_t b = (uint8_t)p[i];
+        if (w + 8 > cap)
+            break;
+        if (d->n_pending) {
+            if (utf8_continues(d->pending, d->n_pending, b)) {
+                d->pending[d->n_pending++] = b;
+                if (d->n_pending == utf8_need(d->pending[0])) {
+                    memcpy(out + w, d->pending, (size_t)d->n_pending);
+                    w += (size_t)d->n_pending;
+                    d->n_pending = 0;
+                }
+                continue;
+            }
+            memcpy(out + w, replacement, 3);
+            w += 3;
+            d->n_pending = 0;
+        }
+        int need = utf8_need(b);
+        if (need == 1)
+            out[w++] = (char)b;
+        else if (need == 0) {
+            memcpy(out + w, replacement, 3);
+            w += 3;
+        } else
+            d->pending[d->n_pending++] = b;
+    }
+    return w;
+}
+
+size_t tc_detok_flush(tc_detok *d, char *out, size_t cap)
+{
+    if (!d->n_pending || cap < 3)
+        return 0;
+    d->n_pending = 0;
+    memcpy(out, replacement, 3);
+    return 3;
+}

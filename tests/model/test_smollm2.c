@@ -1,0 +1,347 @@
+/* SmolLM2-135M-Instruct (GGUF, Q4_1) on the CPU backend against Hugging Face transformers'
+ * outputs (tests/model/smollm2_expected.json, made by make_expected.py): token ids of tricky
+ * text, chat templates, and greedy continuations. Also round trips of the tokenizer over
+ * arbitrary bytes and truncated copies of the file. Skips when the model is not downloaded
+ * (tools/fetch-model puts it in the cache folder). */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "model/chat.h"
+#include "model/llama.h"
+#include "model/tokenizer.h"
+
+static char model_path[4096];
+static json_t *expected;
+static tc_gguf gguf;
+static tc_tokenizer *tok;
+
+static bool find_model(void)
+{
+    const char *env = getenv("TC_SMOLLM2_GGUF");
+    if (env) {
+        snprintf(model_path, sizeof model_path, "%s", env);
+    } else {
+        const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        if (cache)
+            snprintf(model_path, sizeof model_path, "%s/thincuda/SmolLM2-135M-Instruct.Q4_1.gguf",
+                     cache);
+        else
+            snprintf(model_path, sizeof model_path,
+                     "%s/.cache/thincuda/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    }
+    return access(model_path, R_OK) == 0;
+}
+
+static void decode_all(const int32_t *ids, size_t n, char *out, size_t cap, size_t *len)
+{
+    tc_detok d = { 0 };
+    *len = 0;
+    for (size_t i = 0; i < n; i++)
+        *len += tc_detok_push(tok, &d, ids[i], true, out + *len, cap - *len);
+    *len += tc_detok_flush(&d, out + *len, cap - *len);
+}
+
+static void tokenizer_matches_transformers(void **state)
+{
+    (void)state;
+    json_t *cases = json_object_get(expected, "tokenize"), *c;
+    size_t i;
+    assert_true(json_array_size(cases) >= 10);
+    json_array_foreach(cases, i, c)
+    {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        json_t *want = json_object_get(c, "ids");
+        int32_t *ids;
+        size_t n;
+        assert_int_equal(tc_tokenizer_encode(tok, text, strlen(text), true, false, &ids, &n),
+                         TC_OK);
+        if (n != json_array_size(want))
+            fail_msg("'%s': %zu ids, transformers has %zu", text, n, json_array_size(want));
+        for (size_t k = 0; k < n; k++)
+            if (ids[k] != json_integer_value(json_array_get(want, k)))
+                fail_msg("'%s': id %zu is %d, transformers has %lld", text, k, ids[k],
+                         (long long)json_integer_value(json_array_get(want, k)));
+        tc_host_free(ids);
+    }
+}
+
+/* Whether s[0..n) is valid UTF-8. */
+static bool valid_utf8(const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t k = c < 0x80                   ? 1
+                   : (c >= 0xc2 && c <= 0xdf) ? 2
+                   : (c >> 4) == 14           ? 3
+                   : (c >= 0xf0 && c <= 0xf4) ? 4
+                                              : 0;
+        if (!k || i + k > n)
+            return false;
+        for (size_t j = 1; j < k; j++)
+            if ((s[i + j] & 0xc0) != 0x80)
+                return false;
+        if ((c == 0xe0 && s[i + 1] < 0xa0) || (c == 0xed && s[i + 1] >= 0xa0) ||
+            (c == 0xf0 && s[i + 1] < 0x90) || (c == 0xf4 && s[i + 1] >= 0x90))
+            return false;
+        i += k;
+    }
+    return true;
+}
+
+static void tokenizer_round_trips_any_bytes(void **state)
+{
+    (void)state;
+    /* Raw token bytes concatenated give back the input exactly, valid UTF-8 or not, except
+     * bytes that have no token at all (SmolLM2 lacks 21, such as 0xC0 and 0xFF, which never
+     * occur in UTF-8): those are dropped, as Hugging Face's tokenizers drop them. */
+    bool has_token[256];
+    for (int b = 0; b < 256; b++) {
+        char s1 = (char)b;
+        int32_t *ids;
+        size_t k;
+        assert_int_equal(tc_tokenizer_encode(tok, &s1, 1, false, false, &ids, &k), TC_OK);
+        has_token[b] = k == 1;
+        tc_host_free(ids);
+    }
+    assert_true(has_token['a'] && has_token[0x80] && !has_token[0xc0]);
+    uint64_t r = 12345;
+    char text[512], kept[512], back[4096];
+    for (int t = 0; t < 2000; t++) {
+        size_t n = 1 + (size_t)(t % 300);
+        for (size_t i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            /* Mostly ASCII, some high bytes (invalid UTF-8 and pieces of valid characters). */
+            unsigned v = (unsigned)(r >> 33);
+            text[i] = (char)(v % 4 ? 32 + v % 95 : v % 256);
+        }
+        size_t n_kept = 0;
+        for (size_t i = 0; i < n; i++)
+            if (has_token[(unsigned char)text[i]])
+                kept[n_kept++] = text[i];
+        int32_t *ids;
+        size_t k, len = 0;
+        assert_int_equal(tc_tokenizer_encode(tok, text, n, false, false, &ids, &k), TC_OK);
+        for (size_t i = 0; i < k; i++) {
+            size_t pl;
+            const char *p = tc_tokenizer_piece(tok, ids[i], &pl);
+            assert_non_null(p);
+            memcpy(back + len, p, pl);
+            len += pl;
+        }
+        if (len != n_kept || memcmp(back, kept, n_kept) != 0)
+            fail_msg("case %d: %zu bytes came back as %zu", t, n_kept, len);
+        tc_host_free(ids);
+    }
+}
+
+static void detokenizer_streams_whole_characters(void **state)
+{
+    (void)state;
+    json_t *cases = json_object_get(expected, "tokenize"), *c;
+    size_t i;
+    json_array_foreach(cases, i, c)
+    {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        int32_t *ids;
+        size_t n, len = 0;
+        assert_int_equal(tc_tokenizer_encode(tok, text, strlen(text), true, false, &ids, &n),
+                         TC_OK);
+        char out[4096];
+        tc_detok d = { 0 };
+        for (size_t k = 0; k < n; k++) {
+            size_t w = tc_detok_push(tok, &d, ids[k], true, out + len, sizeof out - len);
+            if (!valid_utf8((const unsigned char *)out + len, w))
+                fail_msg("'%s': token %zu gave a piece that is not whole UTF-8", text, k);
+            len += w;
+        }
+        len += tc_detok_flush(&d, out + len, sizeof out - len);
+        assert_int_equal(len, strlen(text));
+        assert_memory_equal(out, text, len);
+        tc_host_free(ids);
+    }
+    /* Invalid bytes come out as U+FFFD, never as broken UTF-8. */
+    const char bad[] = "ok \x80\xbf \xe4\xb8 end \xed\xa0\x80";
+    int32_t *ids;
+    size_t n, len;
+    char out[256];
+    assert_int_equal(tc_tokenizer_encode(tok, bad, sizeof bad - 1, false, false, &ids, &n), TC_OK);
+    decode_all(ids, n, out, sizeof out, &len);
+    assert_true(valid_utf8((const unsigned char *)out, len));
+    assert_non_null(memmem(out, len, "ok \xef\xbf\xbd\xef\xbf\xbd \xef\xbf\xbd end", 17));
+    tc_host_free(ids);
+}
+
+static void chat_template_matches_transformers(void **state)
+{
+    (void)state;
+    tc_gguf_str src;
+    assert_true(tc_gguf_get_str(&gguf, "tokenizer.chat_template", &src));
+    tc_chat_template t;
+    assert_int_equal(tc_chat_template_detect(src.ptr, src.len, &t), TC_OK);
+    assert_int_equal(t.kind, TC_CHAT_CHATML);
+    json_t *cases = json_object_get(expected, "chat"), *c;
+    size_t i;
+    assert_true(json_array_size(cases) >= 2);
+    json_array_foreach(cases, i, c)
+    {
+        json_t *msgs = json_object_get(c, "messages"), *m;
+        tc_chat_message cm[8];
+        size_t k;
+        json_array_foreach(msgs, k, m)
+        {
+            cm[k].role = json_string_value(json_object_get(m, "role"));
+            cm[k].content = json_string_value(json_object_get(m, "content"));
+        }
+        char *out;
+        assert_int_equal(tc_chat_format(&t, cm, json_array_size(msgs), true, &out), TC_OK);
+        assert_string_equal(out, json_string_value(json_object_get(c, "text")));
+        /* SmolLM2 does not add BOS, and its template starts with <|im_start|> (id 1, its
+         * BOS): exactly one, never two. */
+        int32_t *ids;
+        size_t n;
+        assert_int_equal(tc_tokenizer_encode(tok, out, strlen(out), true, true, &ids, &n), TC_OK);
+        assert_int_equal(ids[0], tc_tokenizer_bos(tok));
+        assert_int_not_equal(ids[1], tc_tokenizer_bos(tok));
+        tc_host_free(ids);
+        tc_host_free(out);
+    }
+}
+
+static void greedy_generation_matches_transformers(void **state)
+{
+    (void)state;
+    tc_backend *b;
+    assert_int_equal(tc_backend_create_cpu(0, &b), TC_OK);
+    tc_llama_options o = { .max_context = 64, .max_tokens = 64 };
+    tc_llama *m;
+    assert_int_equal(tc_llama_load_gguf(&gguf, b, &o, &m), TC_OK);
+    assert_int_equal(m->cfg.n_layers, 30);
+    assert_int_equal(m->cfg.vocab, 49152);
+    tc_kv_cache kv;
+    assert_int_equal(tc_kv_cache_init(&kv, m, m->s.max_blocks, 16), TC_OK);
+    int32_t table[4] = { 0, 1, 2, 3 };
+    json_t *cases = json_object_get(expected, "generate"), *c;
+    size_t i;
+    assert_true(json_array_size(cases) >= 3);
+    json_array_foreach(cases, i, c)
+    {
+        const char *prompt = json_string_value(json_object_get(c, "prompt"));
+        json_t *want_prompt = json_object_get(c, "prompt_ids"), *want = json_object_get(c, "ids");
+        int32_t *ids;
+        size_t n;
+        assert_int_equal(tc_tokenizer_encode(tok, prompt, strlen(prompt), true, true, &ids, &n),
+                         TC_OK);
+        assert_int_equal(n, json_array_size(want_prompt));
+        int32_t seq[64], pos[64];
+        for (size_t k = 0; k < n; k++) {
+            assert_int_equal(ids[k], json_integer_value(json_array_get(want_prompt, k)));
+            seq[k] = ids[k];
+        }
+        tc_host_free(ids);
+        for (int k = 0; k < 64; k++)
+            pos[k] = k;
+        /* Prefill the prompt, then one token at a time. */
+        int32_t len = (int32_t)n, from = 0;
+        for (size_t g = 0; g < json_array_size(want); g++) {
+            int32_t q_start[2] = { 0, len - from };
+            tc_llama_batch batch = { len - from, 1,       4,    seq + from, pos + from,
+                                     pos + from, q_start, &len, table };
+            tc_tensor *logits;
+            assert_int_equal(tc_llama_forward(m, &kv, &batch, &logits), TC_OK);
+            tc_tensor am;
+            int32_t next;
+            assert_int_equal(tc_tensor_init(&am, b, TC_DTYPE_I32, TC_SHAPE(1)), TC_OK);
+            assert_int_equal(tc_argmax(&am, logits), TC_OK);
+            next = *(int32_t *)am.data;
+            tc_tensor_deinit(&am);
+            int32_t exp = (int32_t)json_integer_value(json_array_get(want, g));
+            if (next != exp)
+                fail_msg("'%s': generated token %zu is %d, transformers chose %d", prompt, g, next,
+                         exp);
+            from = len;
+            seq[len++] = next;
+        }
+    }
+    tc_kv_cache_deinit(&kv);
+    tc_llama_destroy(m);
+    tc_backend_destroy(b);
+}
+
+static void truncated_files_fail_cleanly(void **state)
+{
+    (void)state;
+    /* Every cut of the header region, and some of the data, is one clear error. */
+    FILE *f = fopen(model_path, "rb");
+    assert_non_null(f);
+    size_t head = 2 << 20;
+    char *buf = malloc(head);
+    assert_non_null(buf);
+    size_t got = fread(buf, 1, head, f);
+    fclose(f);
+    char tmp[] = "/tmp/tc_trunc_XXXXXX";
+    int fd = mkstemp(tmp);
+    assert_true(fd >= 0);
+    size_t cuts[] = { 0, 3, 4, 8, 16, 24, 100, 1000, 5000, 100000, 1000000, got };
+    for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
+        assert_int_equal(ftruncate(fd, 0), 0);
+        assert_int_equal(pwrite(fd, buf, cuts[i], 0), (ssize_t)cuts[i]);
+        tc_gguf g;
+        tc_status st = tc_gguf_open(&g, tmp);
+        assert_int_not_equal(st, TC_OK);
+        assert_non_null(strstr(tc_last_error(), cuts[i] ? "tc_trunc" : "empty"));
+    }
+    close(fd);
+    unlink(tmp);
+    free(buf);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    json_error_t err;
+    expected = json_load_file(SOURCE_DIR "/tests/model/smollm2_expected.json", 0, &err);
+    if (!expected) {
+        fprintf(stderr, "cannot read the expected outputs: %s\n", err.text);
+        return -1;
+    }
+    if (tc_gguf_open(&gguf, model_path) != TC_OK || tc_tokenizer_from_gguf(&gguf, &tok) != TC_OK) {
+        fprintf(stderr, "%s\n", tc_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tc_tokenizer_destroy(tok);
+    tc_gguf_close(&gguf);
+    json_decref(expected);
+    return 0;
+}
+
+int main(void)
+{
+    if (!find_model()) {
+        printf("skipped: SmolLM2 is not downloaded (%s); tools/fetch-model gets it\n", model_path);
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(tokenizer_matches_transformers),
+        cmocka_unit_test(tokenizer_round_trips_any_bytes),
+        cmocka_unit_test(detokenizer_streams_whole_characters),
+        cmocka_unit_test(chat_template_matches_transformers),
+        cmocka_unit_test(greedy_generation_matches_transformers),
+        cmocka_unit_test(truncated_files_fail_cleanly),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
