@@ -1,0 +1,105 @@
+/* Teacher-forced logits of a GGUF Llama, for comparison with a reference (tests/gpu/
+ * model_vs_transformers.py): the prompt is prefilled in one pass, then each following id
+ * is fed one at a time (decode); the f32 logits after the prompt and after each fed id are
+ * written to OUT as [steps + 1, vocab]. Also prints the time of each phase.
+ * Usage: logits MODEL cpu|cuda f32|bf16|f16 PROMPT_LEN IDS_FILE OUT
+ * IDS_FILE holds int32 ids: the prompt followed by the ids to feed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model/llama.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int die(const char *what)
+{
+    fprintf(stderr, "logits: %s: %s\n", what, tc_last_error());
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 7) {
+        fprintf(stderr, "usage: logits MODEL cpu|cuda f32|bf16|f16 PROMPT_LEN IDS_FILE OUT\n");
+        return 2;
+    }
+    double t0 = now();
+    int prompt = atoi(argv[4]);
+    FILE *f = fopen(argv[5], "rb");
+    if (!f)
+        return fprintf(stderr, "logits: cannot open %s\n", argv[5]), 1;
+    int32_t ids[4096];
+    int n = (int)fread(ids, sizeof(int32_t), 4096, f);
+    fclose(f);
+    if (prompt < 1 || prompt > n)
+        return fprintf(stderr, "logits: PROMPT_LEN %d outside 1..%d\n", prompt, n), 2;
+    tc_gguf g;
+    if (tc_gguf_open(&g, argv[1]) != TC_OK)
+        return die("open");
+    tc_backend *b;
+    tc_status st =
+        !strcmp(argv[2], "cuda") ? tc_backend_create_cuda(0, 0, &b) : tc_backend_create_cpu(0, &b);
+    if (st != TC_OK)
+        return die("backend");
+    tc_llama_options o = { .max_context = n + 16, .max_tokens = prompt };
+    o.act_set = true;
+    o.act = !strcmp(argv[3], "f32")   ? TC_DTYPE_F32
+            : !strcmp(argv[3], "f16") ? TC_DTYPE_F16
+                                      : TC_DTYPE_BF16;
+    tc_llama *m;
+    if (tc_llama_load_gguf(&g, b, &o, &m) != TC_OK)
+        return die("load");
+    tc_kv_cache kv;
+    if (tc_kv_cache_init(&kv, m, m->s.max_blocks, 16) != TC_OK)
+        return die("kv cache");
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)m->s.max_blocks),
+            *pos = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < m->s.max_blocks; i++)
+        table[i] = i;
+    for (int i = 0; i < n; i++)
+        pos[i] = i;
+    tc_backend_synchronize(b);
+    double t_load = now();
+    FILE *out = fopen(argv[6], "wb");
+    float *host = malloc(sizeof(float) * (size_t)m->cfg.vocab);
+    double t_prefill = 0, t_decode = 0;
+    for (int from = 0, len = prompt; len <= n; from = len, len++) {
+        int32_t q_start[2] = { 0, len - from };
+        tc_llama_batch batch = { len - from, 1,          (int32_t)m->s.max_blocks,
+                                 ids + from, pos + from, pos + from,
+                                 q_start,    &len,       table };
+        tc_tensor *logits;
+        double t = now();
+        if (tc_llama_forward(m, &kv, &batch, &logits) != TC_OK)
+            return die("forward");
+        if (tc_tensor_copy_to_host(logits, host, sizeof(float) * (size_t)m->cfg.vocab) != TC_OK)
+            return die("copy");
+        if (from == 0)
+            t_prefill = now() - t;
+        else
+            t_decode += now() - t;
+        fwrite(host, sizeof(float), (size_t)m->cfg.vocab, out);
+    }
+    fclose(out);
+    int steps = n - prompt;
+    printf("logits: %s %s %s: load %.3f s (weights %.1f MiB), prefill %d tokens %.2f ms, decode %d "
+           "steps %.3f ms/token (%.1f tokens/s, logits copied back each step)\n",
+           argv[1], argv[2], argv[3], t_load - t0, (double)m->weight_bytes / 1048576.0, prompt,
+           t_prefill * 1e3, steps, steps ? t_decode * 1e3 / steps : 0.0,
+           steps ? steps / t_decode : 0.0);
+    free(host);
+    free(table);
+    free(pos);
+    tc_kv_cache_deinit(&kv);
+    tc_llama_destroy(m);
+    tc_backend_destroy(b);
+    tc_gguf_close(&g);
+    return 0;
+}
