@@ -359,12 +359,10 @@ static bool number(tc_gguf_type type, const uint8_t *p, double *d, int64_t *i)
     case TC_GGUF_UINT64: *i = v.u64 > INT64_MAX ? INT64_MAX : (int64_t)v.u64; break;
     case TC_GGUF_INT64: *i = v.i64; break;
     case TC_GGUF_FLOAT32:
-        *d = v.f32;
-        *i = (int64_t)v.f32;
-        return true;
     case TC_GGUF_FLOAT64:
-        *d = v.f64;
-        *i = (int64_t)v.f64;
+        *d = type == TC_GGUF_FLOAT32 ? v.f32 : v.f64;
+        /* Only in-range values convert (a cast of NaN or of +-1e300 is undefined). */
+        *i = *d > -9.2e18 && *d < 9.2e18 ? (int64_t)*d : 0;
         return true;
     default: return false;
     }

@@ -59,7 +59,7 @@ static tc_status rope_factors(const tc_gguf *g, tc_llama_config *c)
     tc_rope_frequencies(&p, plain);
     tc_rope_frequencies(&r, scaled);
     for (int i = 0; i < half; i++)
-        if (fabs(plain[i] / scaled[i] - f[i]) > 1e-3 * f[i])
+        if (!(fabs(plain[i] / scaled[i] - f[i]) <= 1e-3 * f[i])) /* NaN fails too */
             return tc_set_error(TC_ERR_UNSUPPORTED, "tc_llama",
                                 "rope_freqs.weight does not follow Llama 3's rope scaling "
                                 "(factor %d is %g)",
@@ -119,9 +119,10 @@ tc_status tc_llama_config_from_gguf(const tc_gguf *g, tc_llama_config *c)
     snprintf(key, sizeof key, "%s.context_length", a);
     c->max_positions = tc_gguf_get_i64(g, key, &v) && v > 0 && v < INT32_MAX ? (int)v : 4096;
     double d;
-    c->norm_eps = opt_f64(g, a, "attention.layer_norm_rms_epsilon", &d) && d > 0 ? (float)d : 1e-5f;
+    c->norm_eps =
+        opt_f64(g, a, "attention.layer_norm_rms_epsilon", &d) && d > 0 && d < 1 ? (float)d : 1e-5f;
     c->rope.head_dim = c->head_dim;
-    c->rope.theta = opt_f64(g, a, "rope.freq_base", &d) && d > 0 ? d : 10000.0;
+    c->rope.theta = opt_f64(g, a, "rope.freq_base", &d) && d > 1 && d < 1e12 ? d : 10000.0;
     /* llama.cpp's converter permutes the rows of q and k so that rotating adjacent pairs
      * equals Hugging Face's rotate_half on the original weights. */
     c->rope.interleaved = true;

@@ -326,6 +326,31 @@ static void swiglu_and_softmax_on_strided_rows(void **state)
         }
 }
 
+static void convert_between_float_dtypes(void **state)
+{
+    (void)state;
+    rng_t r = { 9 };
+    for (size_t a = 0; a < 3; a++)
+        for (size_t b = 0; b < 3; b++) {
+            int64_t n = 3, f = 127;
+            double *xv;
+            tc_tensor x, out;
+            assert_int_equal(random_tensor(&r, cpu, &x, floats[a], TC_SHAPE(n, f), -3, 3, &xv),
+                             TC_OK);
+            assert_int_equal(tc_tensor_init(&out, cpu, floats[b], TC_SHAPE(n, f)), TC_OK);
+            assert_int_equal(tc_convert(&out, &x), TC_OK);
+            double *got = tensor_values(&out);
+            /* The source values are exact in their dtype; the result rounds once to out's. */
+            EXPECT_CLOSE(got, xv, n * f, tolerance(floats[b]), "convert %s -> %s",
+                         tc_dtype_name(floats[a]), tc_dtype_name(floats[b]));
+            free(got), free(xv);
+            tc_tensor_deinit(&out);
+            assert_int_equal(tc_tensor_init(&out, cpu, floats[b], TC_SHAPE(n, f + 1)), TC_OK);
+            assert_int_equal(tc_convert(&out, &x), TC_ERR_INVALID_ARGUMENT);
+            tc_tensor_deinit(&out), tc_tensor_deinit(&x);
+        }
+}
+
 static void attention_prefill_and_decode_over_paged_cache(void **state)
 {
     (void)state;
@@ -651,6 +676,7 @@ int main(void)
         cmocka_unit_test(matmul_every_weight_dtype_and_odd_shapes),
         cmocka_unit_test(matmul_is_the_same_on_one_and_many_threads),
         cmocka_unit_test(swiglu_and_softmax_on_strided_rows),
+        cmocka_unit_test(convert_between_float_dtypes),
         cmocka_unit_test(attention_prefill_and_decode_over_paged_cache),
         cmocka_unit_test(attention_store_writes_slots),
         cmocka_unit_test(argmax_prefers_lowest_index_and_skips_nan),
