@@ -244,7 +244,8 @@ static void progress(void *ctx, uint64_t done, uint64_t total)
 /* Open the file, pick the backend, load the weights and the tokenizer. */
 static int open_session(session *s, int64_t ctx)
 {
-    s->t_start = now();
+    if (s->t_start == 0)
+        s->t_start = now();
     if (tc_gguf_open(&s->g, s->o.model) != TC_OK)
         return fail("cannot load the model");
     tc_status st = TC_ERR_NO_DEVICE;
@@ -438,6 +439,7 @@ static const char generate_usage[] =
 int tc_cli_generate(int argc, char **argv)
 {
     session s = { 0 };
+    s.t_start = now(); /* start to first token counts the tokenizer built below */
     char usage[2048];
     snprintf(usage, sizeof usage, "%s%s%s", generate_usage, common_usage, sample_usage);
     int rc = parse(argc, argv, &s.o, usage);
