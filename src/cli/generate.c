@@ -8,10 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "model/chat.h"
+#include "model/hf.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 #include "runtime/runtime.h"
@@ -25,7 +27,11 @@ typedef struct options {
 
 typedef struct session {
     options o;
-    tc_gguf g;
+    tc_gguf g; /* a GGUF file, or */
+    tc_hf hf;  /* a Hugging Face folder */
+    bool is_hf;
+    const tc_gguf *src; /* the tensors of either */
+    tc_llama_config cfg;
     tc_backend *b;
     tc_llama *m;
     tc_tokenizer *tok;
@@ -241,13 +247,39 @@ static void progress(void *ctx, uint64_t done, uint64_t total)
         fputc('\n', stderr);
 }
 
-/* Open the file, pick the backend, load the weights and the tokenizer. */
-static int open_session(session *s, int64_t ctx)
+/* Open the model (a GGUF file or a Hugging Face folder), its configuration and tokenizer. */
+static int open_files(session *s)
 {
     if (s->t_start == 0)
         s->t_start = now();
+    struct stat sb;
+    s->is_hf = stat(s->o.model, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (s->is_hf) {
+        if (tc_hf_open(&s->hf, s->o.model) != TC_OK)
+            return fail("cannot load the model");
+        s->src = &s->hf.view;
+        s->cfg = s->hf.cfg;
+        if (!s->hf.tokenizer_json) {
+            fprintf(stderr, "thincuda: %s has no tokenizer.json\n", s->o.model);
+            return 1;
+        }
+        if (tc_tokenizer_from_json(s->hf.tokenizer_json, s->hf.tokenizer_config, &s->tok) != TC_OK)
+            return fail("cannot load the tokenizer");
+        return 0;
+    }
     if (tc_gguf_open(&s->g, s->o.model) != TC_OK)
         return fail("cannot load the model");
+    s->src = &s->g;
+    if (tc_llama_config_from_gguf(&s->g, &s->cfg) != TC_OK)
+        return fail("cannot load the model");
+    if (tc_tokenizer_from_gguf(&s->g, &s->tok) != TC_OK)
+        return fail("cannot load the tokenizer");
+    return 0;
+}
+
+/* Pick the backend, place the weights and allocate a KV cache of ctx tokens. */
+static int load_weights(session *s, int64_t ctx)
+{
     tc_status st = TC_ERR_NO_DEVICE;
     if (strcmp(s->o.device, "cpu") != 0) {
         st = tc_backend_create_cuda(0, 0, &s->b);
@@ -258,8 +290,6 @@ static int open_session(session *s, int64_t ctx)
     }
     if (st != TC_OK && tc_backend_create_cpu((int)s->o.threads, &s->b) != TC_OK)
         return fail("cannot start the CPU backend");
-    if (tc_tokenizer_from_gguf(&s->g, &s->tok) != TC_OK)
-        return fail("cannot load the tokenizer");
     tc_llama_options lo = { 0 };
     if (s->o.dtype) {
         lo.act_set = true;
@@ -271,7 +301,7 @@ static int open_session(session *s, int64_t ctx)
     lo.max_tokens = 256;
     if (isatty(2))
         lo.progress = progress;
-    if (tc_llama_load_gguf(&s->g, s->b, &lo, &s->m) != TC_OK)
+    if (tc_llama_load(s->src, &s->cfg, s->b, &lo, &s->m) != TC_OK)
         return fail("cannot load the model");
     s->ctx = s->m->s.max_blocks * 16;
     if (tc_kv_cache_init(&s->kv, s->m, s->m->s.max_blocks, 16) != TC_OK)
@@ -294,6 +324,7 @@ static void close_session(session *s)
     tc_tokenizer_destroy(s->tok);
     tc_backend_destroy(s->b);
     tc_gguf_close(&s->g);
+    tc_hf_close(&s->hf);
     free(s->cached);
     free(s->table);
 }
@@ -419,8 +450,12 @@ static int template_of(session *s, tc_chat_template *t)
 {
     if (s->o.template_name)
         return tc_chat_template_named(s->o.template_name, t) == TC_OK ? 0 : fail("chat template");
-    tc_gguf_str src;
-    if (!tc_gguf_get_str(&s->g, "tokenizer.chat_template", &src)) {
+    tc_gguf_str src = { NULL, 0 };
+    if (s->is_hf && s->hf.chat_template)
+        src = (tc_gguf_str){ s->hf.chat_template, strlen(s->hf.chat_template) };
+    else if (!s->is_hf)
+        tc_gguf_get_str(&s->g, "tokenizer.chat_template", &src);
+    if (!src.ptr) {
         fprintf(stderr, "thincuda: the model has no chat template; choose one with --template "
                         "chatml|llama3|llama2|zephyr\n");
         return 1;
@@ -449,46 +484,37 @@ int tc_cli_generate(int argc, char **argv)
         fprintf(stderr, "thincuda: --prompt TEXT is required\n%s", usage);
         return 2;
     }
-    /* The context: prompt + tokens to generate, unless --ctx; the prompt is tokenised before
-     * the weights are placed, so the cache can be sized to it. */
-    tc_gguf g;
-    if (tc_gguf_open(&g, s.o.model) != TC_OK)
-        return fail("cannot load the model");
-    tc_tokenizer *tok;
-    if (tc_tokenizer_from_gguf(&g, &tok) != TC_OK) {
-        tc_gguf_close(&g);
-        return fail("cannot load the tokenizer");
+    /* The prompt is tokenised before the weights are placed, so that the KV cache can be sized
+     * to prompt + tokens to generate (unless --ctx). */
+    if ((rc = open_files(&s)) != 0) {
+        close_session(&s);
+        return rc;
     }
     char *text = NULL;
     const char *prompt = s.o.prompt;
     if (s.o.chat_prompt) {
-        s.g = g; /* template_of reads s->g */
         tc_chat_template t;
-        if ((rc = template_of(&s, &t)) != 0) {
-            tc_tokenizer_destroy(tok);
-            tc_gguf_close(&g);
-            return rc;
-        }
         tc_chat_message msgs[2] = { { "system", s.o.system }, { "user", s.o.prompt } };
         bool sys = s.o.system != NULL;
-        if (tc_chat_format(&t, msgs + (sys ? 0 : 1), sys ? 2 : 1, true, &text) != TC_OK) {
-            tc_tokenizer_destroy(tok);
-            tc_gguf_close(&g);
-            return fail("chat template");
+        if ((rc = template_of(&s, &t)) != 0 ||
+            (rc = tc_chat_format(&t, msgs + (sys ? 0 : 1), sys ? 2 : 1, true, &text) != TC_OK
+                      ? fail("chat template")
+                      : 0) != 0) {
+            close_session(&s);
+            return rc;
         }
         prompt = text;
     }
     int32_t *ids;
     size_t n;
-    tc_status st = tc_tokenizer_encode(tok, prompt, strlen(prompt), true, true, &ids, &n);
+    tc_status st = tc_tokenizer_encode(s.tok, prompt, strlen(prompt), true, true, &ids, &n);
     tc_host_free(text);
-    tc_tokenizer_destroy(tok);
-    tc_gguf_close(&g);
-    memset(&s.g, 0, sizeof s.g);
-    if (st != TC_OK)
+    if (st != TC_OK) {
+        close_session(&s);
         return fail("tokenizer");
+    }
     int64_t ctx = s.o.ctx ? s.o.ctx : (int64_t)n + s.o.n_predict;
-    rc = open_session(&s, ctx);
+    rc = load_weights(&s, ctx);
     if (rc == 0)
         rc = run(&s, ids, (int64_t)n, s.o.sp, true, NULL);
     tc_host_free(ids);
@@ -519,7 +545,9 @@ int tc_cli_chat(int argc, char **argv)
     }
     if (s.o.n_predict == 128)
         s.o.n_predict = 512;
-    rc = open_session(&s, s.o.ctx ? s.o.ctx : 4096);
+    rc = open_files(&s);
+    if (rc == 0)
+        rc = load_weights(&s, s.o.ctx ? s.o.ctx : 4096);
     tc_chat_template t;
     if (rc == 0)
         rc = template_of(&s, &t);
@@ -587,14 +615,14 @@ int tc_cli_info(int argc, char **argv)
     int rc = parse(argc, argv, &o, info_usage);
     if (rc >= 0)
         return rc;
-    tc_gguf g;
-    if (tc_gguf_open(&g, o.model) != TC_OK)
-        return fail("cannot read the model");
-    tc_llama_config c;
-    if (tc_llama_config_from_gguf(&g, &c) != TC_OK) {
-        tc_gguf_close(&g);
-        return fail("unsupported model");
+    session ss = { 0 };
+    ss.o = o;
+    if ((rc = open_files(&ss)) != 0) {
+        close_session(&ss);
+        return rc;
     }
+    const tc_gguf g = *ss.src;
+    tc_llama_config c = ss.cfg;
     uint64_t params = 0, file_bytes = 0, counts[31] = { 0 };
     for (uint64_t i = 0; i < g.n_tensors; i++) {
         params += g.tensors[i].n_elements;
@@ -635,6 +663,6 @@ int tc_cli_info(int argc, char **argv)
            "(%.1f MiB at %lld tokens)\n",
            cpu ? "cpu" : "cuda", tc_dtype_name(act), (double)placed / 1048576.0, kv_token / 1024.0,
            kv_token * (double)ctx / 1048576.0, (long long)ctx);
-    tc_gguf_close(&g);
+    close_session(&ss);
     return 0;
 }

@@ -321,6 +321,15 @@ static tc_status load(loader *L)
 tc_status tc_llama_load_gguf(const tc_gguf *g, tc_backend *b, const tc_llama_options *opt,
                              tc_llama **out)
 {
+    tc_llama_config cfg;
+    *out = NULL;
+    TC_TRY(tc_llama_config_from_gguf(g, &cfg));
+    return tc_llama_load(g, &cfg, b, opt, out);
+}
+
+tc_status tc_llama_load(const tc_gguf *g, const tc_llama_config *cfg, tc_backend *b,
+                        const tc_llama_options *opt, tc_llama **out)
+{
     *out = NULL;
     tc_llama_options defaults = { 0 };
     if (!opt)
@@ -329,7 +338,7 @@ tc_status tc_llama_load_gguf(const tc_gguf *g, tc_backend *b, const tc_llama_opt
     if (!m)
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_llama_load", "no host memory");
     tc_status st;
-    TC_CHECK(st, tc_llama_config_from_gguf(g, &m->cfg));
+    m->cfg = *cfg;
     m->backend = b;
     bool cpu = tc_backend_get_kind(b) == TC_BACKEND_CPU;
     m->act = opt->act_set ? opt->act : cpu ? TC_DTYPE_F32 : TC_DTYPE_BF16;

@@ -84,6 +84,10 @@ TC_API tc_status tc_llama_config_from_gguf(const tc_gguf *g, tc_llama_config *cf
  * scratch. g must stay open while the model lives (CPU weights may point into it). */
 TC_API tc_status tc_llama_load_gguf(const tc_gguf *g, tc_backend *b, const tc_llama_options *opt,
                                     tc_llama **out);
+/* The same from tensors named as in GGUF (a safetensors folder's view, see model/hf.h) with a
+ * configuration read elsewhere. */
+TC_API tc_status tc_llama_load(const tc_gguf *g, const tc_llama_config *cfg, tc_backend *b,
+                               const tc_llama_options *opt, tc_llama **out);
 /* Bytes the weights of g take once placed on a backend (cpu or not) with activations act. */
 TC_API uint64_t tc_llama_weight_bytes(const tc_gguf *g, bool cpu, tc_dtype act);
 /* Free the model; NULL is a no-op. */

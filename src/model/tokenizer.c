@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "model/tokenizer.h"
+#include <jansson.h>
 #include <pcre2.h>
 #include <stdio.h>
 #include <string.h>
@@ -253,6 +254,104 @@ static size_t decode_text(const tc_tokenizer *t, const token *tk, char *o)
     return w;
 }
 
+/* Build the vocabulary (texts and types by id; a missing id has an empty text), its index,
+ * the merges ("left right", rank = position) and the special-token list. */
+static tc_status build(tc_tokenizer *t, int32_t n, const tc_gguf_str *strs, const uint8_t *types,
+                       uint64_t n_merges, const tc_gguf_str *merges)
+{
+    const char *op = "tc_tokenizer";
+    t->n_vocab = n;
+    byte_map(t);
+    t->tokens = tc_host_calloc((size_t)n, sizeof *t->tokens);
+    /* Arena: each text with its NUL, then the decoded bytes (never longer than the text). */
+    size_t arena = 0;
+    for (int32_t i = 0; i < n; i++)
+        arena += 2 * strs[i].len + 1;
+    t->arena = tc_host_alloc(arena ? arena : 1);
+    t->index_cap = pow2_at_least((size_t)n * 2);
+    t->index = tc_host_alloc(sizeof *t->index * t->index_cap);
+    if (!t->tokens || !t->arena || !t->index)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
+    memset(t->index, 0xff, sizeof *t->index * t->index_cap);
+    char *a = t->arena;
+    for (int32_t i = 0; i < n; i++) {
+        token *k = &t->tokens[i];
+        memcpy(a, strs[i].ptr, strs[i].len);
+        a[strs[i].len] = 0;
+        k->text = a;
+        k->text_len = (uint32_t)strs[i].len;
+        a += strs[i].len + 1;
+        k->type = types ? types[i] : TOKEN_NORMAL;
+        k->bytes = a;
+        k->bytes_len = (uint32_t)decode_text(t, k, a);
+        a += k->bytes_len;
+        if (k->type == TOKEN_CONTROL || k->type == TOKEN_USER)
+            t->n_specials++;
+        if (!k->text_len)
+            continue;
+        /* Index by text; a duplicate text keeps its first id. */
+        size_t mask = t->index_cap - 1;
+        size_t slot = hash_bytes(k->text, k->text_len) & mask;
+        for (;; slot = (slot + 1) & mask) {
+            int32_t o = t->index[slot];
+            if (o < 0) {
+                t->index[slot] = i;
+                break;
+            }
+            if (t->tokens[o].text_len == k->text_len &&
+                !memcmp(t->tokens[o].text, k->text, k->text_len))
+                break;
+        }
+    }
+    char buf[8];
+    for (int b = 0; b < 256; b++)
+        t->byte_token[b] = find_text(t, buf, utf8_put(t->byte_cp[b], buf));
+    /* Merges "left right" -> (rank, id of "leftright"); a merge whose parts or result are not
+     * in the vocabulary can never apply and is skipped, as in the reference implementations. */
+    t->pair_cap = pow2_at_least((size_t)n_merges * 2);
+    t->pair_keys = tc_host_calloc(t->pair_cap, sizeof *t->pair_keys);
+    t->pair_vals = tc_host_alloc(t->pair_cap * sizeof *t->pair_vals);
+    char *joined = tc_host_alloc(1024);
+    if (!t->pair_keys || !t->pair_vals || !joined) {
+        tc_host_free(joined);
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
+    }
+    for (uint64_t r = 0; r < n_merges; r++) {
+        const char *m = merges[r].ptr, *sp = memchr(m, ' ', merges[r].len);
+        if (!sp || merges[r].len > 1000)
+            continue;
+        size_t ll = (size_t)(sp - m), rl = merges[r].len - ll - 1;
+        int32_t left = find_text(t, m, ll), right = find_text(t, sp + 1, rl);
+        memcpy(joined, m, ll);
+        memcpy(joined + ll, sp + 1, rl);
+        int32_t merged = find_text(t, joined, ll + rl);
+        if (left < 0 || right < 0 || merged < 0)
+            continue;
+        uint64_t key = ((uint64_t)(uint32_t)left << 32 | (uint32_t)right) + 1;
+        size_t mask = t->pair_cap - 1;
+        for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
+            if (t->pair_keys[i] == key)
+                break; /* the lower rank came first */
+            if (t->pair_keys[i] == 0) {
+                t->pair_keys[i] = key;
+                t->pair_vals[i] = r << 32 | (uint32_t)merged;
+                break;
+            }
+        }
+    }
+    tc_host_free(joined);
+    t->specials = tc_host_alloc(sizeof *t->specials * (size_t)(t->n_specials ? t->n_specials : 1));
+    if (!t->specials)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
+    t->n_specials = 0;
+    for (int32_t i = 0; i < n; i++)
+        if ((t->tokens[i].type == TOKEN_CONTROL || t->tokens[i].type == TOKEN_USER) &&
+            t->tokens[i].text_len)
+            t->specials[t->n_specials++] = i;
+    qsort_r(t->specials, (size_t)t->n_specials, sizeof *t->specials, by_length_desc, t);
+    return TC_OK;
+}
+
 tc_status tc_tokenizer_from_gguf(const tc_gguf *g, tc_tokenizer **out)
 {
     const char *op = "tc_tokenizer_from_gguf";
@@ -281,113 +380,21 @@ tc_status tc_tokenizer_from_gguf(const tc_gguf *g, tc_tokenizer **out)
                             "tokenizer.ggml.token_type does not match the tokens");
 
     tc_status st = TC_OK;
-    tc_gguf_str *strs = NULL, *merges = NULL;
-    char *pre = NULL;
-    tc_tokenizer *t = tc_host_calloc(1, sizeof *t);
-    if (!t)
-        return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
     int32_t n = (int32_t)tk->array_len;
-    t->n_vocab = n;
-    byte_map(t);
-    strs = tc_host_alloc(sizeof *strs * (size_t)n);
-    merges = tc_host_alloc(sizeof *merges * (mg->array_len ? mg->array_len : 1));
-    t->tokens = tc_host_calloc((size_t)n, sizeof *t->tokens);
-    pre = gstr(pre_s);
-    if (!strs || !merges || !t->tokens || !pre) {
+    tc_gguf_str *strs = tc_host_alloc(sizeof *strs * (size_t)n);
+    tc_gguf_str *merges = tc_host_alloc(sizeof *merges * (mg->array_len ? mg->array_len : 1));
+    uint8_t *types = tc_host_alloc((size_t)n);
+    char *pre = gstr(pre_s);
+    tc_tokenizer *t = tc_host_calloc(1, sizeof *t);
+    if (!strs || !merges || !types || !pre || !t) {
         st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
         goto fail;
     }
     tc_gguf_strings(tk, strs);
     tc_gguf_strings(mg, merges);
-    /* Arena: each text with its NUL, then the decoded bytes (never longer than the text). */
-    size_t arena = 0;
     for (int32_t i = 0; i < n; i++)
-        arena += 2 * strs[i].len + 1;
-    t->arena = tc_host_alloc(arena ? arena : 1);
-    t->index_cap = pow2_at_least((size_t)n * 2);
-    t->index = tc_host_alloc(sizeof *t->index * t->index_cap);
-    if (!t->arena || !t->index) {
-        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
-        goto fail;
-    }
-    memset(t->index, 0xff, sizeof *t->index * t->index_cap);
-    char *a = t->arena;
-    for (int32_t i = 0; i < n; i++) {
-        token *k = &t->tokens[i];
-        memcpy(a, strs[i].ptr, strs[i].len);
-        a[strs[i].len] = 0;
-        k->text = a;
-        k->text_len = (uint32_t)strs[i].len;
-        a += strs[i].len + 1;
-        k->type = ty ? (uint8_t)tc_gguf_array_number(ty, (uint64_t)i) : TOKEN_NORMAL;
-        k->bytes = a;
-        k->bytes_len = (uint32_t)decode_text(t, k, a);
-        a += k->bytes_len;
-        if (k->type == TOKEN_CONTROL || k->type == TOKEN_USER)
-            t->n_specials++;
-        /* Index by text; a duplicate text keeps its first id. */
-        size_t mask = t->index_cap - 1;
-        size_t slot = hash_bytes(k->text, k->text_len) & mask;
-        for (;; slot = (slot + 1) & mask) {
-            int32_t o = t->index[slot];
-            if (o < 0) {
-                t->index[slot] = i;
-                break;
-            }
-            if (t->tokens[o].text_len == k->text_len &&
-                !memcmp(t->tokens[o].text, k->text, k->text_len))
-                break;
-        }
-    }
-    char buf[8];
-    for (int b = 0; b < 256; b++)
-        t->byte_token[b] = find_text(t, buf, utf8_put(t->byte_cp[b], buf));
-    /* Merges "left right" -> (rank, id of "leftright"); a merge whose parts or result are not
-     * in the vocabulary can never apply and is skipped, as in the reference implementations. */
-    t->pair_cap = pow2_at_least((size_t)mg->array_len * 2);
-    t->pair_keys = tc_host_calloc(t->pair_cap, sizeof *t->pair_keys);
-    t->pair_vals = tc_host_alloc(t->pair_cap * sizeof *t->pair_vals);
-    char *joined = tc_host_alloc(1024);
-    if (!t->pair_keys || !t->pair_vals || !joined) {
-        tc_host_free(joined);
-        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
-        goto fail;
-    }
-    for (uint64_t r = 0; r < mg->array_len; r++) {
-        const char *m = merges[r].ptr, *sp = memchr(m, ' ', merges[r].len);
-        if (!sp || merges[r].len > 1000)
-            continue;
-        size_t ll = (size_t)(sp - m), rl = merges[r].len - ll - 1;
-        int32_t left = find_text(t, m, ll), right = find_text(t, sp + 1, rl);
-        memcpy(joined, m, ll);
-        memcpy(joined + ll, sp + 1, rl);
-        int32_t merged = find_text(t, joined, ll + rl);
-        if (left < 0 || right < 0 || merged < 0)
-            continue;
-        uint64_t key = ((uint64_t)(uint32_t)left << 32 | (uint32_t)right) + 1;
-        size_t mask = t->pair_cap - 1;
-        for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
-            if (t->pair_keys[i] == key)
-                break; /* the lower rank came first */
-            if (t->pair_keys[i] == 0) {
-                t->pair_keys[i] = key;
-                t->pair_vals[i] = r << 32 | (uint32_t)merged;
-                break;
-            }
-        }
-    }
-    tc_host_free(joined);
-    t->specials = tc_host_alloc(sizeof *t->specials * (size_t)(t->n_specials ? t->n_specials : 1));
-    if (!t->specials) {
-        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
-        goto fail;
-    }
-    t->n_specials = 0;
-    for (int32_t i = 0; i < n; i++)
-        if ((t->tokens[i].type == TOKEN_CONTROL || t->tokens[i].type == TOKEN_USER) &&
-            t->tokens[i].text_len)
-            t->specials[t->n_specials++] = i;
-    qsort_r(t->specials, (size_t)t->n_specials, sizeof *t->specials, by_length_desc, t);
+        types[i] = ty ? (uint8_t)tc_gguf_array_number(ty, (uint64_t)i) : TOKEN_NORMAL;
+    TC_CHECK(st, build(t, n, strs, types, mg->array_len, merges));
     int64_t v;
     t->bos =
         tc_gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &v) && v >= 0 && v < n ? (int32_t)v : -1;
@@ -398,13 +405,226 @@ tc_status tc_tokenizer_from_gguf(const tc_gguf *g, tc_tokenizer **out)
     TC_CHECK(st, set_pre(t, pre));
     tc_host_free(strs);
     tc_host_free(merges);
+    tc_host_free(types);
     tc_host_free(pre);
     *out = t;
     return TC_OK;
 fail:
     tc_host_free(strs);
     tc_host_free(merges);
+    tc_host_free(types);
     tc_host_free(pre);
+    tc_tokenizer_destroy(t);
+    return st;
+}
+
+/* The text of a tokenizer_config.json token entry: a string or {"content": ...}. */
+static const char *token_content(json_t *v)
+{
+    if (json_is_object(v))
+        v = json_object_get(v, "content");
+    return json_string_value(v);
+}
+
+/* Collect the pre-tokeniser of tokenizer.json into regexes: Split (a Regex pattern), Digits
+ * and ByteLevel (GPT-2's regex when use_regex); Sequence recurses. */
+static tc_status json_pre(tc_tokenizer *t, json_t *pre, bool *byte_level)
+{
+    if (!pre || json_is_null(pre))
+        return TC_OK;
+    const char *type = json_string_value(json_object_get(pre, "type"));
+    if (!type)
+        return tc_set_error(TC_ERR_PARSE, "tc_tokenizer",
+                            "tokenizer.json: a pre_tokenizer has no type");
+    if (!strcmp(type, "Sequence")) {
+        json_t *list = json_object_get(pre, "pretokenizers"), *p;
+        size_t i;
+        json_array_foreach(list, i, p) TC_TRY(json_pre(t, p, byte_level));
+        return TC_OK;
+    }
+    if (t->n_regex >= MAX_REGEX)
+        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_tokenizer",
+                            "tokenizer.json: too many pre-tokenisers");
+    if (!strcmp(type, "ByteLevel")) {
+        *byte_level = true;
+        json_t *ur = json_object_get(pre, "use_regex");
+        if (json_is_true(json_object_get(pre, "add_prefix_space")))
+            return tc_set_error(TC_ERR_UNSUPPORTED, "tc_tokenizer",
+                                "tokenizer.json: ByteLevel add_prefix_space is not supported");
+        return !ur || json_is_true(ur) ? add_regex(t, gpt2_regex) : TC_OK;
+    }
+    if (!strcmp(type, "Digits"))
+        return add_regex(t, json_is_true(json_object_get(pre, "individual_digits")) ? "\\p{N}"
+                                                                                    : "\\p{N}+");
+    if (!strcmp(type, "Split")) {
+        const char *re =
+            json_string_value(json_object_get(json_object_get(pre, "pattern"), "Regex"));
+        const char *behavior = json_string_value(json_object_get(pre, "behavior"));
+        if (!re || (behavior && strcmp(behavior, "Isolated")) ||
+            json_is_true(json_object_get(pre, "invert")))
+            return tc_set_error(TC_ERR_UNSUPPORTED, "tc_tokenizer",
+                                "tokenizer.json: only Split by a Regex, Isolated, is supported");
+        return add_regex(t, re);
+    }
+    return tc_set_error(TC_ERR_UNSUPPORTED, "tc_tokenizer",
+                        "tokenizer.json: pre-tokeniser '%s' is not supported", type);
+}
+
+tc_status tc_tokenizer_from_json(const char *tokenizer_json, const char *tokenizer_config,
+                                 tc_tokenizer **out)
+{
+    const char *op = "tc_tokenizer_from_json";
+    *out = NULL;
+    json_error_t err;
+    json_t *j = json_load_file(tokenizer_json, 0, &err), *cfg = NULL;
+    if (!j)
+        return tc_set_error(TC_ERR_PARSE, op, "%s: %s (line %d)", tokenizer_json, err.text,
+                            err.line);
+    if (tokenizer_config && !(cfg = json_load_file(tokenizer_config, 0, &err))) {
+        json_decref(j);
+        return tc_set_error(TC_ERR_PARSE, op, "%s: %s (line %d)", tokenizer_config, err.text,
+                            err.line);
+    }
+    tc_status st = TC_OK;
+    tc_gguf_str *strs = NULL, *merges = NULL;
+    uint8_t *types = NULL;
+    char *joined = NULL;
+    tc_tokenizer *t = tc_host_calloc(1, sizeof *t);
+    json_t *model = json_object_get(j, "model"), *vocab = json_object_get(model, "vocab");
+    json_t *mg = json_object_get(model, "merges"), *added = json_object_get(j, "added_tokens");
+    const char *mtype = json_string_value(json_object_get(model, "type"));
+    if (!t) {
+        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
+        goto fail;
+    }
+    if (!mtype || strcmp(mtype, "BPE") || !json_is_object(vocab) || !json_is_array(mg)) {
+        st = tc_set_error(TC_ERR_UNSUPPORTED, op, "%s: model type '%s' is not supported (BPE is)",
+                          tokenizer_json, mtype ? mtype : "(none)");
+        goto fail;
+    }
+    if (json_is_true(json_object_get(model, "byte_fallback"))) {
+        st = tc_set_error(TC_ERR_UNSUPPORTED, op,
+                          "%s: SentencePiece-style BPE (byte_fallback) is not supported yet",
+                          tokenizer_json);
+        goto fail;
+    }
+    /* Ids: the vocabulary's and the added tokens'; the largest names the size. */
+    int64_t n = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(vocab, key, v)
+    {
+        json_int_t id = json_integer_value(v);
+        if (!json_is_integer(v) || id < 0 || id >= INT32_MAX) {
+            st = tc_set_error(TC_ERR_PARSE, op, "%s: token '%.40s' has an invalid id",
+                              tokenizer_json, key);
+            goto fail;
+        }
+        n = id + 1 > n ? id + 1 : n;
+    }
+    size_t i;
+    json_array_foreach(added, i, v)
+    {
+        json_int_t id = json_integer_value(json_object_get(v, "id"));
+        if (id < 0 || id >= INT32_MAX || !json_string_value(json_object_get(v, "content"))) {
+            st =
+                tc_set_error(TC_ERR_PARSE, op, "%s: added token %zu is invalid", tokenizer_json, i);
+            goto fail;
+        }
+        n = id + 1 > n ? id + 1 : n;
+    }
+    if (n == 0) {
+        st = tc_set_error(TC_ERR_PARSE, op, "%s: the vocabulary is empty", tokenizer_json);
+        goto fail;
+    }
+    strs = tc_host_calloc((size_t)n, sizeof *strs);
+    types = tc_host_alloc((size_t)n);
+    merges = tc_host_alloc(sizeof *merges * (json_array_size(mg) + 1));
+    if (!strs || !types || !merges) {
+        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
+        goto fail;
+    }
+    memset(types, TOKEN_NORMAL, (size_t)n);
+    json_object_foreach(vocab, key, v)
+    {
+        strs[json_integer_value(v)] = (tc_gguf_str){ key, strlen(key) };
+    }
+    json_array_foreach(added, i, v)
+    {
+        json_int_t id = json_integer_value(json_object_get(v, "id"));
+        const char *c = json_string_value(json_object_get(v, "content"));
+        strs[id] = (tc_gguf_str){ c, strlen(c) };
+        types[id] = json_is_true(json_object_get(v, "special")) ? TOKEN_CONTROL : TOKEN_USER;
+    }
+    /* Merges: "a b" strings, or ["a", "b"] pairs (newer files), joined into one buffer. */
+    size_t total = 0;
+    json_array_foreach(mg, i, v)
+    {
+        if (json_is_array(v))
+            total += strlen(json_string_value(json_array_get(v, 0)) ?: "") +
+                     strlen(json_string_value(json_array_get(v, 1)) ?: "") + 2;
+    }
+    joined = tc_host_alloc(total + 1);
+    if (!joined) {
+        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
+        goto fail;
+    }
+    char *w = joined;
+    json_array_foreach(mg, i, v)
+    {
+        if (json_is_string(v)) {
+            merges[i] = (tc_gguf_str){ json_string_value(v), strlen(json_string_value(v)) };
+        } else {
+            const char *l = json_string_value(json_array_get(v, 0)) ?: "";
+            const char *r = json_string_value(json_array_get(v, 1)) ?: "";
+            int k = sprintf(w, "%s %s", l, r);
+            merges[i] = (tc_gguf_str){ w, (uint64_t)k };
+            w += k + 1;
+        }
+    }
+    TC_CHECK(st, build(t, (int32_t)n, strs, types, json_array_size(mg), merges));
+    t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
+    bool byte_level = false;
+    TC_CHECK(st, json_pre(t, json_object_get(j, "pre_tokenizer"), &byte_level));
+    if (!byte_level) {
+        st = tc_set_error(TC_ERR_UNSUPPORTED, op, "%s: only byte-level BPE is supported yet",
+                          tokenizer_json);
+        goto fail;
+    }
+    const char *bos = token_content(json_object_get(cfg, "bos_token"));
+    const char *eos = token_content(json_object_get(cfg, "eos_token"));
+    t->bos = bos ? find_text(t, bos, strlen(bos)) : -1;
+    t->eos = eos ? find_text(t, eos, strlen(eos)) : -1;
+    /* add_bos_token when the config says; else when the post-processor puts a special token
+     * before the text (Llama 3's TemplateProcessing). */
+    json_t *ab = json_object_get(cfg, "add_bos_token");
+    if (json_is_boolean(ab)) {
+        t->add_bos = json_is_true(ab);
+    } else {
+        json_t *pp = json_object_get(j, "post_processor");
+        json_t *single = json_object_get(pp, "single");
+        if (!single) {
+            json_t *procs = json_object_get(pp, "processors"), *p;
+            json_array_foreach(procs, i, p) if (json_object_get(p, "single")) single =
+                json_object_get(p, "single");
+        }
+        t->add_bos = single && json_object_get(json_array_get(single, 0), "SpecialToken") != NULL;
+    }
+    json_decref(j);
+    json_decref(cfg);
+    tc_host_free(strs);
+    tc_host_free(types);
+    tc_host_free(merges);
+    tc_host_free(joined);
+    *out = t;
+    return TC_OK;
+fail:
+    json_decref(j);
+    json_decref(cfg);
+    tc_host_free(strs);
+    tc_host_free(types);
+    tc_host_free(merges);
+    tc_host_free(joined);
     tc_tokenizer_destroy(t);
     return st;
 }

@@ -17,6 +17,11 @@ typedef struct tc_tokenizer tc_tokenizer;
  * token types, bos/eos ids, add_bos_token, pre). An unsupported model or pre-tokeniser is
  * TC_ERR_UNSUPPORTED naming it; inconsistent data is TC_ERR_PARSE. */
 TC_API tc_status tc_tokenizer_from_gguf(const tc_gguf *g, tc_tokenizer **out);
+/* Build a byte-level BPE tokenizer from a Hugging Face tokenizer.json (model BPE, vocab,
+ * merges as strings or pairs, added_tokens; pre-tokenisers Sequence/Split/Digits/ByteLevel)
+ * and its tokenizer_config.json (bos_token, eos_token, add_bos_token; NULL for none). */
+TC_API tc_status tc_tokenizer_from_json(const char *tokenizer_json, const char *tokenizer_config,
+                                        tc_tokenizer **out);
 /* Free the tokenizer; NULL is a no-op. */
 TC_API void tc_tokenizer_destroy(tc_tokenizer *t);
 

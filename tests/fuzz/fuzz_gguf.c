@@ -1,6 +1,6 @@
 /* libFuzzer harness for the GGUF reader and what reads its metadata first: the tokenizer
  * builder and the Llama configuration. Any input must give TC_OK or a clean error; ASan
- * and UBSan catch the rest. Build and run: tools/fuzz [seconds]. */
+ * and UBSan catch the rest. Build and run: tools/fuzz gguf [seconds]. */
 #include <stddef.h>
 #include <stdint.h>
 

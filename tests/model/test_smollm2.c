@@ -16,10 +16,11 @@
 #include <cmocka.h>
 
 #include "model/chat.h"
+#include "model/hf.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 
-static char model_path[4096];
+static char model_path[4096], hf_path[4096];
 static json_t *expected;
 static tc_gguf gguf;
 static tc_tokenizer *tok;
@@ -38,6 +39,13 @@ static bool find_model(void)
             snprintf(model_path, sizeof model_path,
                      "%s/.cache/thincuda/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
     }
+    /* The same model converted by tools/gguf2hf into a Hugging Face folder. */
+    const char *hf = getenv("TC_SMOLLM2_HF");
+    if (hf)
+        snprintf(hf_path, sizeof hf_path, "%s", hf);
+    else
+        snprintf(hf_path, sizeof hf_path, "%.*s-hf",
+                 (int)(strlen(model_path) - strlen(".Q4_1.gguf")), model_path);
     return access(model_path, R_OK) == 0;
 }
 
@@ -50,9 +58,8 @@ static void decode_all(const int32_t *ids, size_t n, char *out, size_t cap, size
     *len += tc_detok_flush(&d, out + *len, cap - *len);
 }
 
-static void tokenizer_matches_transformers(void **state)
+static void check_tokenizer(const tc_tokenizer *tk)
 {
-    (void)state;
     json_t *cases = json_object_get(expected, "tokenize"), *c;
     size_t i;
     assert_true(json_array_size(cases) >= 10);
@@ -62,8 +69,7 @@ static void tokenizer_matches_transformers(void **state)
         json_t *want = json_object_get(c, "ids");
         int32_t *ids;
         size_t n;
-        assert_int_equal(tc_tokenizer_encode(tok, text, strlen(text), true, false, &ids, &n),
-                         TC_OK);
+        assert_int_equal(tc_tokenizer_encode(tk, text, strlen(text), true, false, &ids, &n), TC_OK);
         if (n != json_array_size(want))
             fail_msg("'%s': %zu ids, transformers has %zu", text, n, json_array_size(want));
         for (size_t k = 0; k < n; k++)
@@ -72,6 +78,12 @@ static void tokenizer_matches_transformers(void **state)
                          (long long)json_integer_value(json_array_get(want, k)));
         tc_host_free(ids);
     }
+}
+
+static void tokenizer_matches_transformers(void **state)
+{
+    (void)state;
+    check_tokenizer(tok);
 }
 
 /* Whether s[0..n) is valid UTF-8. */
@@ -216,14 +228,13 @@ static void chat_template_matches_transformers(void **state)
     }
 }
 
-static void greedy_generation_matches_transformers(void **state)
+static void check_greedy(const tc_gguf *src, const tc_llama_config *cfg, const tc_tokenizer *tk)
 {
-    (void)state;
     tc_backend *b;
     assert_int_equal(tc_backend_create_cpu(0, &b), TC_OK);
     tc_llama_options o = { .max_context = 64, .max_tokens = 64 };
     tc_llama *m;
-    assert_int_equal(tc_llama_load_gguf(&gguf, b, &o, &m), TC_OK);
+    assert_int_equal(tc_llama_load(src, cfg, b, &o, &m), TC_OK);
     assert_int_equal(m->cfg.n_layers, 30);
     assert_int_equal(m->cfg.vocab, 49152);
     tc_kv_cache kv;
@@ -238,7 +249,7 @@ static void greedy_generation_matches_transformers(void **state)
         json_t *want_prompt = json_object_get(c, "prompt_ids"), *want = json_object_get(c, "ids");
         int32_t *ids;
         size_t n;
-        assert_int_equal(tc_tokenizer_encode(tok, prompt, strlen(prompt), true, true, &ids, &n),
+        assert_int_equal(tc_tokenizer_encode(tk, prompt, strlen(prompt), true, true, &ids, &n),
                          TC_OK);
         assert_int_equal(n, json_array_size(want_prompt));
         int32_t seq[64], pos[64];
@@ -274,6 +285,37 @@ static void greedy_generation_matches_transformers(void **state)
     tc_kv_cache_deinit(&kv);
     tc_llama_destroy(m);
     tc_backend_destroy(b);
+}
+
+static void greedy_generation_matches_transformers(void **state)
+{
+    (void)state;
+    tc_llama_config cfg;
+    assert_int_equal(tc_llama_config_from_gguf(&gguf, &cfg), TC_OK);
+    check_greedy(&gguf, &cfg, tok);
+}
+
+/* The safetensors path: the same weights in a Hugging Face folder (tools/gguf2hf, f32,
+ * rotate_half order) give the same ids and the same greedy tokens. */
+static void hf_folder_matches_transformers(void **state)
+{
+    (void)state;
+    if (access(hf_path, R_OK) != 0) {
+        printf("skipped: no converted folder at %s (tools/gguf2hf makes it)\n", hf_path);
+        skip();
+    }
+    tc_hf hf;
+    assert_int_equal(tc_hf_open(&hf, hf_path), TC_OK);
+    assert_false(hf.cfg.rope.interleaved);
+    assert_non_null(hf.chat_template);
+    tc_tokenizer *tk;
+    assert_int_equal(tc_tokenizer_from_json(hf.tokenizer_json, hf.tokenizer_config, &tk), TC_OK);
+    assert_int_equal(tc_tokenizer_bos(tk), tc_tokenizer_bos(tok));
+    assert_int_equal(tc_tokenizer_eos(tk), tc_tokenizer_eos(tok));
+    check_tokenizer(tk);
+    check_greedy(&hf.view, &hf.cfg, tk);
+    tc_tokenizer_destroy(tk);
+    tc_hf_close(&hf);
 }
 
 static void truncated_files_fail_cleanly(void **state)
@@ -341,6 +383,7 @@ int main(void)
         cmocka_unit_test(detokenizer_streams_whole_characters),
         cmocka_unit_test(chat_template_matches_transformers),
         cmocka_unit_test(greedy_generation_matches_transformers),
+        cmocka_unit_test(hf_folder_matches_transformers),
         cmocka_unit_test(truncated_files_fail_cleanly),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

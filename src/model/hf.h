@@ -1,0 +1,49 @@
+/* Hugging Face model folders: config.json, model.safetensors or shards with
+ * model.safetensors.index.json, tokenizer.json and tokenizer_config.json. The safetensors files
+ * are memory-mapped and their tensors presented under GGUF's names, so that the Llama loader
+ * reads both formats the same way. */
+#ifndef TC_HF_H
+#define TC_HF_H
+#include "model/gguf.h"
+#include "model/llama.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tc_hf {
+    tc_gguf view; /* tensors under GGUF names (no metadata); data points into the mappings */
+    tc_llama_config cfg;
+    char *chat_template; /* tokenizer_config.json's (or chat_template.jinja), or NULL */
+    char *tokenizer_json, *tokenizer_config; /* paths, or NULL when absent */
+    void **maps;
+    size_t *map_bytes;
+    int n_maps;
+    char *names; /* storage of the view's tensor names */
+} tc_hf;
+
+/* Open a model folder: read config.json (a Llama-family model_type, else "unsupported
+ * architecture X"), map every safetensors file and check each header (dtype F32/F16/BF16,
+ * shape, offsets inside the file and matching the shape). Errors name the file and problem. */
+TC_API tc_status tc_hf_open(tc_hf *hf, const char *dir);
+/* Unmap and free; closing a zeroed hf is a no-op. */
+TC_API void tc_hf_close(tc_hf *hf);
+
+/* One tensor of a safetensors header. */
+typedef struct tc_safetensor {
+    const char *name; /* NUL-terminated, valid during the callback */
+    tc_ggml_type type;
+    int n_dims;
+    uint64_t dims[4]; /* outermost first, as safetensors stores them */
+    const void *data;
+    uint64_t bytes;
+} tc_safetensor;
+/* Parse one safetensors image (8-byte header length, JSON header, data) and call fn for each
+ * tensor; `what` names it in messages. The fuzz entry point. */
+TC_API tc_status tc_safetensors_parse(const void *buf, size_t bytes, const char *what,
+                                      tc_status (*fn)(void *ctx, const tc_safetensor *t),
+                                      void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TC_HF_H */

@@ -1,0 +1,317 @@
+/* Malformed model files: each gives one clear error (checked by its words) and no crash.
+ * GGUF and safetensors images are built here, byte by byte, from a tiny valid Llama, then
+ * broken one way at a time: truncation, wrong magic or version, huge counts, unknown types,
+ * an unsupported architecture, a missing tensor, a wrong shape, an unsupported dtype. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "model/gguf.h"
+#include "model/hf.h"
+#include "model/llama.h"
+
+/* A growable byte buffer. */
+typedef struct buf {
+    uint8_t *p;
+    size_t n;
+} buf;
+static void put(buf *b, const void *src, size_t n)
+{
+    b->p = realloc(b->p, b->n + n);
+    assert_non_null(b->p);
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+static void u32(buf *b, uint32_t v)
+{
+    put(b, &v, 4);
+}
+static void u64(buf *b, uint64_t v)
+{
+    put(b, &v, 8);
+}
+static void str(buf *b, const char *s)
+{
+    u64(b, strlen(s));
+    put(b, s, strlen(s));
+}
+
+/* The tiny model: 1 layer, dim 8, 2 heads (1 KV head), ffn 16, vocabulary 4. */
+typedef struct tensor {
+    const char *name;
+    uint64_t rows, cols; /* rows 0: a vector */
+    uint32_t type;       /* ggml type: f32 (0) unless a case changes it */
+} tensor;
+static const tensor llama[] = {
+    { "token_embd.weight", 4, 8, 0 },        { "output_norm.weight", 0, 8, 0 },
+    { "blk.0.attn_norm.weight", 0, 8, 0 },   { "blk.0.attn_q.weight", 8, 8, 0 },
+    { "blk.0.attn_k.weight", 4, 8, 0 },      { "blk.0.attn_v.weight", 4, 8, 0 },
+    { "blk.0.attn_output.weight", 8, 8, 0 }, { "blk.0.ffn_norm.weight", 0, 8, 0 },
+    { "blk.0.ffn_gate.weight", 16, 8, 0 },   { "blk.0.ffn_up.weight", 16, 8, 0 },
+    { "blk.0.ffn_down.weight", 8, 16, 0 },
+};
+#define N_TENSORS (sizeof llama / sizeof *llama)
+
+/* Build a GGUF of the tiny model; `skip` drops a tensor, `edit` changes one (by index). */
+static buf gguf_image(const char *arch, int skip, int edit, tensor edited)
+{
+    buf b = { 0 };
+    u32(&b, 0x46554747u);
+    u32(&b, 3);
+    u64(&b, N_TENSORS - (skip >= 0));
+    u64(&b, 6);
+    char key[64];
+    str(&b, "general.architecture");
+    u32(&b, 8);
+    str(&b, arch);
+    const char *keys[] = { "block_count", "embedding_length", "feed_forward_length",
+                           "attention.head_count", "attention.head_count_kv" };
+    uint32_t vals[] = { 1, 8, 16, 2, 1 };
+    for (int i = 0; i < 5; i++) {
+        snprintf(key, sizeof key, "%s.%s", arch, keys[i]);
+        str(&b, key);
+        u32(&b, 4);
+        u32(&b, vals[i]);
+    }
+    uint64_t offset = 0;
+    uint64_t sizes[N_TENSORS];
+    for (size_t i = 0; i < N_TENSORS; i++) {
+        tensor t = (int)i == edit ? edited : llama[i];
+        uint64_t n = (t.rows ? t.rows : 1) * t.cols;
+        sizes[i] = t.type == 24 ? n : 4 * n; /* i8 or f32 */
+        if ((int)i == skip)
+            continue;
+        str(&b, t.name);
+        u32(&b, t.rows ? 2 : 1);
+        u64(&b, t.cols);
+        if (t.rows)
+            u64(&b, t.rows);
+        u32(&b, t.type);
+        u64(&b, offset);
+        offset += (sizes[i] + 31) / 32 * 32;
+    }
+    while (b.n % 32)
+        put(&b, "", 1);
+    for (size_t i = 0; i < N_TENSORS; i++) {
+        if ((int)i == skip)
+            continue;
+        for (uint64_t k = 0; k < (sizes[i] + 31) / 32 * 32; k += 4) {
+            float v = 0.01f * (float)(k % 97) + 0.5f;
+            put(&b, &v, 4);
+        }
+    }
+    return b;
+}
+
+/* Load the image as a model on the CPU; returns the status and leaves tc_last_error(). */
+static tc_status load(buf *b)
+{
+    tc_gguf g;
+    tc_status st = tc_gguf_parse(&g, b->p, b->n);
+    if (st != TC_OK)
+        return st;
+    tc_backend *cpu;
+    assert_int_equal(tc_backend_create_cpu(1, &cpu), TC_OK);
+    tc_llama_options o = { .max_context = 32, .max_tokens = 8 };
+    tc_llama *m = NULL;
+    st = tc_llama_load_gguf(&g, cpu, &o, &m);
+    tc_llama_destroy(m);
+    tc_backend_destroy(cpu);
+    tc_gguf_close(&g);
+    return st;
+}
+
+#define EXPECT_ERROR(expr, code, words)                                                \
+    do {                                                                               \
+        tc_status st_ = (expr);                                                        \
+        if (st_ != (code) || !strstr(tc_last_error(), (words)))                        \
+            fail_msg("%s: got %s '%s', want %s with '%s'", #expr, tc_status_name(st_), \
+                     st_ ? tc_last_error() : "", tc_status_name(code), (words));       \
+    } while (0)
+
+static void valid_tiny_gguf_loads(void **state)
+{
+    (void)state;
+    buf b = gguf_image("llama", -1, -1, llama[0]);
+    assert_int_equal(load(&b), TC_OK);
+    free(b.p);
+}
+
+static void broken_gguf_headers_are_parse_errors(void **state)
+{
+    (void)state;
+    buf good = gguf_image("llama", -1, -1, llama[0]);
+    tc_gguf g;
+    /* Every truncation of the header and directory. */
+    for (size_t cut = 0; cut < good.n - 1; cut += cut < 400 ? 1 : 97)
+        assert_int_not_equal(tc_gguf_parse(&g, good.p, cut), TC_OK);
+    buf b = { 0 };
+    put(&b, good.p, good.n);
+    b.p[0] = 'X';
+    EXPECT_ERROR(tc_gguf_parse(&g, b.p, b.n), TC_ERR_PARSE, "not a GGUF file");
+    b.p[0] = 'G';
+    b.p[4] = 1;
+    EXPECT_ERROR(tc_gguf_parse(&g, b.p, b.n), TC_ERR_PARSE, "version 1 is not supported");
+    b.p[4] = 3;
+    uint64_t huge = 1ull << 60;
+    memcpy(b.p + 16, &huge, 8); /* n_kv */
+    EXPECT_ERROR(tc_gguf_parse(&g, b.p, b.n), TC_ERR_PARSE, "more than the file holds");
+    memcpy(b.p + 16, good.p + 16, 8);
+    memcpy(b.p + 8, &huge, 8); /* n_tensors */
+    EXPECT_ERROR(tc_gguf_parse(&g, b.p, b.n), TC_ERR_PARSE, "more than the file holds");
+    free(b.p);
+    /* An unknown tensor type. */
+    tensor t = llama[3];
+    t.type = 99;
+    b = gguf_image("llama", -1, 3, t);
+    EXPECT_ERROR(tc_gguf_parse(&g, b.p, b.n), TC_ERR_PARSE, "unknown ggml type 99");
+    free(b.p);
+    free(good.p);
+}
+
+static void broken_gguf_models_name_the_problem(void **state)
+{
+    (void)state;
+    buf b = gguf_image("gpt2", -1, -1, llama[0]);
+    EXPECT_ERROR(load(&b), TC_ERR_UNSUPPORTED, "unsupported architecture 'gpt2'");
+    free(b.p);
+    b = gguf_image("llama", 3, -1, llama[0]);
+    EXPECT_ERROR(load(&b), TC_ERR_PARSE, "missing tensor blk.0.attn_q.weight");
+    free(b.p);
+    tensor t = llama[4];
+    t.rows = 8; /* k as wide as q: wrong for one KV head */
+    b = gguf_image("llama", -1, 4, t);
+    EXPECT_ERROR(load(&b), TC_ERR_PARSE,
+                 "tensor blk.0.attn_k.weight has shape [8, 8], want [4, 8]");
+    free(b.p);
+    t = llama[9];
+    t.type = 24; /* i8: a type no kernel or dequantiser reads */
+    b = gguf_image("llama", -1, 9, t);
+    EXPECT_ERROR(load(&b), TC_ERR_UNSUPPORTED, "blk.0.ffn_up.weight has type i8");
+    free(b.p);
+}
+
+static tc_status count(void *ctx, const tc_safetensor *t)
+{
+    (void)t;
+    ++*(int *)ctx;
+    return TC_OK;
+}
+
+/* A safetensors image with one tensor of the given header fields. */
+static buf safetensors_image(const char *dtype, const char *shape, const char *offsets, size_t data)
+{
+    char json[256];
+    int n =
+        snprintf(json, sizeof json, "{\"w\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":%s}}",
+                 dtype, shape, offsets);
+    buf b = { 0 };
+    u64(&b, (uint64_t)n);
+    put(&b, json, (size_t)n);
+    for (size_t i = 0; i < data; i++)
+        put(&b, "\x01", 1);
+    return b;
+}
+
+static void broken_safetensors_are_errors(void **state)
+{
+    (void)state;
+    int k = 0;
+    buf b = safetensors_image("F32", "[2,3]", "[0,24]", 24);
+    assert_int_equal(tc_safetensors_parse(b.p, b.n, "ok", count, &k), TC_OK);
+    assert_int_equal(k, 1);
+    for (size_t cut = 0; cut < b.n - 24; cut++)
+        assert_int_not_equal(tc_safetensors_parse(b.p, cut, "cut", count, &k), TC_OK);
+    EXPECT_ERROR(tc_safetensors_parse(b.p, b.n - 1, "short", count, &k), TC_ERR_PARSE,
+                 "do not match its shape");
+    uint64_t huge = 1ull << 40;
+    memcpy(b.p, &huge, 8);
+    EXPECT_ERROR(tc_safetensors_parse(b.p, b.n, "big", count, &k), TC_ERR_PARSE,
+                 "does not fit the file");
+    free(b.p);
+    b = safetensors_image("F32", "[2,3]", "[0,20]", 24);
+    EXPECT_ERROR(tc_safetensors_parse(b.p, b.n, "x", count, &k), TC_ERR_PARSE,
+                 "do not match its shape");
+    free(b.p);
+    b = safetensors_image("I64", "[3]", "[0,24]", 24);
+    EXPECT_ERROR(tc_safetensors_parse(b.p, b.n, "x", count, &k), TC_ERR_UNSUPPORTED,
+                 "has dtype I64");
+    free(b.p);
+    b = safetensors_image("F32", "[-1]", "[0,4]", 4);
+    EXPECT_ERROR(tc_safetensors_parse(b.p, b.n, "x", count, &k), TC_ERR_PARSE, "invalid shape");
+    free(b.p);
+    b = safetensors_image("F32", "[2]", "[8,16]", 8);
+    EXPECT_ERROR(tc_safetensors_parse(b.p, b.n, "x", count, &k), TC_ERR_PARSE, "outside the data");
+    free(b.p);
+    const char not_json[] = "\x05\0\0\0\0\0\0\0{oops";
+    EXPECT_ERROR(tc_safetensors_parse(not_json, sizeof not_json - 1, "x", count, &k), TC_ERR_PARSE,
+                 "not a JSON object");
+}
+
+static void broken_hf_folders_name_the_problem(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/tc_hf_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256];
+    tc_hf hf;
+    EXPECT_ERROR(tc_hf_open(&hf, dir), TC_ERR_NOT_FOUND, "has no config.json");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"model_type\": \"gpt2\", \"hidden_size\": 8}", f);
+    fclose(f);
+    EXPECT_ERROR(tc_hf_open(&hf, dir), TC_ERR_UNSUPPORTED, "unsupported architecture 'gpt2'");
+    f = fopen(path, "w");
+    fputs("{\"model_type\": \"llama\", \"hidden_size\": 8, \"intermediate_size\": 16, "
+          "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
+          "\"vocab_size\": 4}",
+          f);
+    fclose(f);
+    EXPECT_ERROR(tc_hf_open(&hf, dir), TC_ERR_NOT_FOUND, "neither model.safetensors");
+    /* A safetensors file with only the embedding: the loader names the first missing tensor. */
+    const char *json = "{\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[4,8],\"data_"
+                       "offsets\":[0,128]}}";
+    buf s = { 0 };
+    u64(&s, strlen(json));
+    put(&s, json, strlen(json));
+    for (int i = 0; i < 128; i++)
+        put(&s, "\0", 1);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    fwrite(s.p, 1, s.n, f);
+    fclose(f);
+    free(s.p);
+    assert_int_equal(tc_hf_open(&hf, dir), TC_OK);
+    tc_backend *cpu;
+    assert_int_equal(tc_backend_create_cpu(1, &cpu), TC_OK);
+    tc_llama *m = NULL;
+    tc_llama_options o = { .max_context = 32, .max_tokens = 8 };
+    EXPECT_ERROR(tc_llama_load(&hf.view, &hf.cfg, cpu, &o, &m), TC_ERR_PARSE,
+                 "missing tensor blk.0.attn_norm.weight");
+    tc_backend_destroy(cpu);
+    tc_hf_close(&hf);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(valid_tiny_gguf_loads),
+        cmocka_unit_test(broken_gguf_headers_are_parse_errors),
+        cmocka_unit_test(broken_gguf_models_name_the_problem),
+        cmocka_unit_test(broken_safetensors_are_errors),
+        cmocka_unit_test(broken_hf_folders_name_the_problem),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
