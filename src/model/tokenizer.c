@@ -28,6 +28,15 @@ typedef struct token {
 struct tc_tokenizer {
     int32_t n_vocab, bos, eos;
     bool add_bos, ignore_merges;
+    /* SentencePiece-style BPE (tokenizer.json with byte_fallback): spaces become U+2581,
+     * which is prepended to a segment by `prepend` (never, the text's first segment, every
+     * segment); characters start as symbols, unknown ones fall back to <0xXX> byte tokens;
+     * decoding drops `strip` leading spaces of the text. */
+    bool spm;
+    enum { PREPEND_NEVER, PREPEND_FIRST, PREPEND_ALWAYS } prepend;
+    bool metaspace; /* Metaspace prepends only where the segment does not start with a space */
+    int strip;
+    int32_t unk;
     token *tokens;  /* [n_vocab] */
     char *arena;    /* texts and bytes */
     int32_t *index; /* open addressing over texts: token ids, -1 empty; [index_cap] */
@@ -238,6 +247,20 @@ static size_t decode_text(const tc_tokenizer *t, const token *tk, char *o)
         return 1;
     }
     size_t w = 0;
+    if (t->spm) {
+        if (n == 6 && sscanf((const char *)s, "<0x%2X>", &v) == 1 && s[5] == '>') {
+            o[0] = (char)v;
+            return 1;
+        }
+        for (size_t i = 0; i < n;)
+            if (i + 3 <= n && !memcmp(s + i, "\xe2\x96\x81", 3)) {
+                o[w++] = ' ';
+                i += 3;
+            } else {
+                o[w++] = (char)s[i++];
+            }
+        return w;
+    }
     for (size_t i = 0; i < n;) {
         size_t k;
         uint32_t cp = utf8_get(s + i, n - i, &k);
@@ -305,7 +328,9 @@ static tc_status build(tc_tokenizer *t, int32_t n, const tc_gguf_str *strs, cons
     }
     char buf[8];
     for (int b = 0; b < 256; b++)
-        t->byte_token[b] = find_text(t, buf, utf8_put(t->byte_cp[b], buf));
+        t->byte_token[b] = t->spm
+                               ? find_text(t, buf, (size_t)snprintf(buf, sizeof buf, "<0x%02X>", b))
+                               : find_text(t, buf, utf8_put(t->byte_cp[b], buf));
     /* Merges "left right" -> (rank, id of "leftright"); a merge whose parts or result are not
      * in the vocabulary can never apply and is skipped, as in the reference implementations. */
     t->pair_cap = pow2_at_least((size_t)n_merges * 2);
@@ -470,6 +495,70 @@ static tc_status json_pre(tc_tokenizer *t, json_t *pre, bool *byte_level)
                         "tokenizer.json: pre-tokeniser '%s' is not supported", type);
 }
 
+/* The SentencePiece conventions of a tokenizer.json: normalizer Prepend("\u2581") +
+ * Replace(" ", "\u2581") (Llama 2's "legacy" files), or pre_tokenizer Metaspace with a
+ * prepend_scheme; decoder Strip or Metaspace for the leading space. */
+static tc_status json_spm(tc_tokenizer *t, json_t *j, const char *path)
+{
+    const char *op = "tc_tokenizer_from_json";
+    json_t *norm = json_object_get(j, "normalizer"), *pre = json_object_get(j, "pre_tokenizer");
+    json_t *list = json_object_get(norm, "normalizers"), *x;
+    size_t i;
+    bool replace = false;
+    if (norm && !json_is_null(norm)) {
+        if (!list) {
+            list = json_array();
+            json_array_append(list, norm);
+        } else {
+            json_incref(list);
+        }
+        json_array_foreach(list, i, x)
+        {
+            const char *type = json_string_value(json_object_get(x, "type"));
+            if (type && !strcmp(type, "Prepend"))
+                t->prepend = PREPEND_ALWAYS;
+            else if (type && !strcmp(type, "Replace"))
+                replace = true;
+            else {
+                json_decref(list);
+                return tc_set_error(TC_ERR_UNSUPPORTED, op, "%s: normalizer '%s' is not supported",
+                                    path, type ? type : "?");
+            }
+        }
+        json_decref(list);
+    }
+    if (pre && !json_is_null(pre)) {
+        const char *type = json_string_value(json_object_get(pre, "type"));
+        const char *scheme = json_string_value(json_object_get(pre, "prepend_scheme"));
+        if (!type || strcmp(type, "Metaspace") || json_is_true(json_object_get(pre, "split")))
+            return tc_set_error(
+                TC_ERR_UNSUPPORTED, op,
+                "%s: with byte_fallback only a Metaspace pre-tokeniser without split is "
+                "supported",
+                path);
+        replace = true;
+        t->metaspace = true;
+        t->prepend = !scheme || !strcmp(scheme, "always") ? PREPEND_ALWAYS
+                     : !strcmp(scheme, "first")           ? PREPEND_FIRST
+                                                          : PREPEND_NEVER;
+    }
+    if (!replace)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op, "%s: spaces are not mapped to U+2581", path);
+    json_t *dec = json_object_get(j, "decoder"), *dl = json_object_get(dec, "decoders");
+    json_array_foreach(dl, i, x)
+    {
+        const char *type = json_string_value(json_object_get(x, "type"));
+        if (type && !strcmp(type, "Strip"))
+            t->strip = (int)json_integer_value(json_object_get(x, "start"));
+    }
+    const char *dt = json_string_value(json_object_get(dec, "type"));
+    if (dt && !strcmp(dt, "Metaspace")) {
+        const char *scheme = json_string_value(json_object_get(dec, "prepend_scheme"));
+        t->strip = !scheme || strcmp(scheme, "never") ? 1 : 0;
+    }
+    return TC_OK;
+}
+
 tc_status tc_tokenizer_from_json(const char *tokenizer_json, const char *tokenizer_config,
                                  tc_tokenizer **out)
 {
@@ -502,12 +591,7 @@ tc_status tc_tokenizer_from_json(const char *tokenizer_json, const char *tokeniz
                           tokenizer_json, mtype ? mtype : "(none)");
         goto fail;
     }
-    if (json_is_true(json_object_get(model, "byte_fallback"))) {
-        st = tc_set_error(TC_ERR_UNSUPPORTED, op,
-                          "%s: SentencePiece-style BPE (byte_fallback) is not supported yet",
-                          tokenizer_json);
-        goto fail;
-    }
+    t->spm = json_is_true(json_object_get(model, "byte_fallback"));
     /* Ids: the vocabulary's and the added tokens'; the largest names the size. */
     int64_t n = 0;
     const char *key;
@@ -584,12 +668,19 @@ tc_status tc_tokenizer_from_json(const char *tokenizer_json, const char *tokeniz
     }
     TC_CHECK(st, build(t, (int32_t)n, strs, types, json_array_size(mg), merges));
     t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
-    bool byte_level = false;
-    TC_CHECK(st, json_pre(t, json_object_get(j, "pre_tokenizer"), &byte_level));
-    if (!byte_level) {
-        st = tc_set_error(TC_ERR_UNSUPPORTED, op, "%s: only byte-level BPE is supported yet",
-                          tokenizer_json);
-        goto fail;
+    if (t->spm) {
+        TC_CHECK(st, json_spm(t, j, tokenizer_json));
+        const char *unk = json_string_value(json_object_get(model, "unk_token"));
+        t->unk = unk ? find_text(t, unk, strlen(unk)) : -1;
+    } else {
+        bool byte_level = false;
+        TC_CHECK(st, json_pre(t, json_object_get(j, "pre_tokenizer"), &byte_level));
+        if (!byte_level) {
+            st = tc_set_error(TC_ERR_UNSUPPORTED, op,
+                              "%s: a BPE without ByteLevel or byte_fallback is not supported",
+                              tokenizer_json);
+            goto fail;
+        }
     }
     const char *bos = token_content(json_object_get(cfg, "bos_token"));
     const char *eos = token_content(json_object_get(cfg, "eos_token"));
@@ -703,7 +794,9 @@ static cand heap_pop(cand *h, size_t *n)
     return top;
 }
 
-/* BPE of one piece of raw bytes. */
+/* BPE of one piece of raw bytes. Byte-level: each byte starts as its token. SentencePiece
+ * style: each UTF-8 character starts as its token; a character without one becomes its
+ * bytes' <0xXX> tokens (or <unk>), which take part in no merge. */
 static void bpe(const tc_tokenizer *t, const uint8_t *s, size_t n, ids *o)
 {
     if (!n)
@@ -727,8 +820,26 @@ static void bpe(const tc_tokenizer *t, const uint8_t *s, size_t n, ids *o)
         goto done;
     }
     size_t hn = 0;
+    if (t->spm) {
+        size_t m = 0;
+        for (size_t i = 0; i < n;) {
+            size_t k;
+            utf8_get(s + i, n - i, &k);
+            int32_t id = k ? find_text(t, (const char *)s + i, k) : -1;
+            if (id >= 0) {
+                sym[m++] = id;
+                i += k;
+                continue;
+            }
+            for (size_t b = 0; b < (k ? k : 1); b++, i++)
+                sym[m++] = t->byte_token[s[i]] >= 0 ? t->byte_token[s[i]] : t->unk;
+        }
+        n = m;
+    } else {
+        for (size_t i = 0; i < n; i++)
+            sym[i] = t->byte_token[s[i]];
+    }
     for (size_t i = 0; i < n; i++) {
-        sym[i] = t->byte_token[s[i]];
         next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
         prev[i] = (int32_t)i - 1;
     }
@@ -761,6 +872,32 @@ done:
     tc_host_free(next);
     tc_host_free(prev);
     tc_host_free(heap);
+}
+
+/* A SentencePiece-style segment: spaces as U+2581, one prepended as configured, then BPE. */
+static void spm_segment(const tc_tokenizer *t, const uint8_t *s, size_t n, bool first, ids *o)
+{
+    if (!n)
+        return;
+    bool pre = (t->prepend == PREPEND_ALWAYS || (t->prepend == PREPEND_FIRST && first)) &&
+               !(t->metaspace && s[0] == ' ');
+    size_t spaces = 0;
+    for (size_t i = 0; i < n; i++)
+        spaces += s[i] == ' ';
+    uint8_t *w = tc_host_alloc(n + 2 * spaces + 3), *p = w;
+    if (!w) {
+        o->oom = true;
+        return;
+    }
+    if (pre)
+        memcpy(p, "\xe2\x96\x81", 3), p += 3;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == ' ')
+            memcpy(p, "\xe2\x96\x81", 3), p += 3;
+        else
+            *p++ = s[i];
+    bpe(t, w, (size_t)(p - w), o);
+    tc_host_free(w);
 }
 
 /* Split s by regex `level` into matches and the gaps between them, recursing into the next
@@ -821,7 +958,10 @@ tc_status tc_tokenizer_encode(const tc_tokenizer *t, const char *text, size_t le
                     best_id = t->specials[k];
                 }
             }
-        split(t, 0, s + pos, best - pos, md, &o);
+        if (t->spm)
+            spm_segment(t, s + pos, best - pos, pos == 0, &o);
+        else
+            split(t, 0, s + pos, best - pos, md, &o);
         if (best_id >= 0) {
             if (best == 0 && best_id == t->bos)
                 leading_bos = true;
@@ -918,7 +1058,13 @@ size_t tc_detok_push(const tc_tokenizer *t, tc_detok *d, int32_t id, bool specia
     const char *p = tc_tokenizer_piece(t, id, &len);
     if (!p || (!special && (t->tokens[id].type == TOKEN_CONTROL)))
         return 0;
-    for (size_t i = 0; i < len; i++) {
+    size_t i = 0;
+    /* A decoder's Strip: the text's first spaces (SentencePiece's prepended one). */
+    for (; i < len && d->stripped < t->strip && !d->started && p[i] == ' '; i++)
+        d->stripped++;
+    if (len)
+        d->started = true;
+    for (; i < len; i++) {
         uint8_t b = (uint8_t)p[i];
         if (w + 8 > cap)
             break;

@@ -17,9 +17,10 @@ typedef struct tc_tokenizer tc_tokenizer;
  * token types, bos/eos ids, add_bos_token, pre). An unsupported model or pre-tokeniser is
  * TC_ERR_UNSUPPORTED naming it; inconsistent data is TC_ERR_PARSE. */
 TC_API tc_status tc_tokenizer_from_gguf(const tc_gguf *g, tc_tokenizer **out);
-/* Build a byte-level BPE tokenizer from a Hugging Face tokenizer.json (model BPE, vocab,
- * merges as strings or pairs, added_tokens; pre-tokenisers Sequence/Split/Digits/ByteLevel)
- * and its tokenizer_config.json (bos_token, eos_token, add_bos_token; NULL for none). */
+/* Build a BPE tokenizer from a Hugging Face tokenizer.json (model BPE, vocab, merges as
+ * strings or pairs, added_tokens): byte-level (pre-tokenisers Sequence/Split/Digits/ByteLevel)
+ * or SentencePiece-style (byte_fallback; Metaspace or Prepend+Replace, Strip), with its
+ * tokenizer_config.json (bos_token, eos_token, add_bos_token; NULL for none). */
 TC_API tc_status tc_tokenizer_from_json(const char *tokenizer_json, const char *tokenizer_config,
                                         tc_tokenizer **out);
 /* Free the tokenizer; NULL is a no-op. */
@@ -50,6 +51,8 @@ TC_API int32_t tc_tokenizer_find(const tc_tokenizer *t, const char *text);
 typedef struct tc_detok {
     uint8_t pending[4];
     int n_pending;
+    int stripped; /* leading spaces dropped so far (SentencePiece decoders) */
+    bool started; /* some text came out */
 } tc_detok;
 /* Append the text of token id to out (capacity cap, at least 64 + the piece's length) and
  * return the bytes written. Control tokens are written as their text only with `special`. */
