@@ -7,6 +7,7 @@
 #include "model/tokenizer.h"
 #include <jansson.h>
 #include <pcre2.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "runtime/error.h"
@@ -35,6 +36,8 @@ struct tc_tokenizer {
     bool spm;
     enum { PREPEND_NEVER, PREPEND_FIRST, PREPEND_ALWAYS } prepend;
     bool metaspace; /* Metaspace prepends only where the segment does not start with a space */
+    uint32_t *score_rank; /* GGUF SentencePiece: merges by the merged piece's score, highest
+                             first (rank of each id in descending score order), no merge list */
     int strip;
     int32_t unk;
     token *tokens;  /* [n_vocab] */
@@ -82,6 +85,20 @@ static uint64_t mix(uint64_t k)
 
 static bool find_pair(const tc_tokenizer *t, int32_t a, int32_t b, uint32_t *rank, int32_t *merged)
 {
+    if (t->score_rank) {
+        const token *x = &t->tokens[a], *y = &t->tokens[b];
+        char buf[512];
+        if (x->text_len + y->text_len > sizeof buf)
+            return false;
+        memcpy(buf, x->text, x->text_len);
+        memcpy(buf + x->text_len, y->text, y->text_len);
+        int32_t id = find_text(t, buf, x->text_len + y->text_len);
+        if (id < 0 || t->tokens[id].type != TOKEN_NORMAL)
+            return false;
+        *rank = t->score_rank[id];
+        *merged = id;
+        return true;
+    }
     uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
     size_t mask = t->pair_cap - 1;
     for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
@@ -377,6 +394,40 @@ static tc_status build(tc_tokenizer *t, int32_t n, const tc_gguf_str *strs, cons
     return TC_OK;
 }
 
+static int by_score_desc(const void *a, const void *b, void *ctx)
+{
+    const float *scores = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    float sx = scores[x], sy = scores[y];
+    return sx > sy ? -1 : sx < sy ? 1 : (x > y) - (x < y);
+}
+
+/* score_rank[id]: the id's place when pieces are ordered by score, highest first. */
+static tc_status rank_scores(tc_tokenizer *t, const tc_gguf_kv *sc)
+{
+    int32_t n = t->n_vocab;
+    float *scores = tc_host_alloc(sizeof(float) * (size_t)n);
+    int32_t *order = tc_host_alloc(sizeof(int32_t) * (size_t)n);
+    t->score_rank = tc_host_alloc(sizeof(uint32_t) * (size_t)n);
+    if (!scores || !order || !t->score_rank) {
+        tc_host_free(scores);
+        tc_host_free(order);
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_tokenizer", "no host memory");
+    }
+    for (int32_t i = 0; i < n; i++) {
+        scores[i] = (float)tc_gguf_array_number(sc, (uint64_t)i);
+        if (scores[i] != scores[i])
+            scores[i] = -INFINITY; /* NaN: never preferred */
+        order[i] = i;
+    }
+    qsort_r(order, (size_t)n, sizeof *order, by_score_desc, scores);
+    for (int32_t r = 0; r < n; r++)
+        t->score_rank[order[r]] = (uint32_t)r;
+    tc_host_free(scores);
+    tc_host_free(order);
+    return TC_OK;
+}
+
 tc_status tc_tokenizer_from_gguf(const tc_gguf *g, tc_tokenizer **out)
 {
     const char *op = "tc_tokenizer_from_gguf";
@@ -384,11 +435,13 @@ tc_status tc_tokenizer_from_gguf(const tc_gguf *g, tc_tokenizer **out)
     tc_gguf_str model, pre_s = { "default", 7 };
     if (!tc_gguf_get_str(g, "tokenizer.ggml.model", &model))
         return tc_set_error(TC_ERR_PARSE, op, "the file has no tokenizer (tokenizer.ggml.model)");
-    if (!(model.len == 4 && !memcmp(model.ptr, "gpt2", 4)))
-        return tc_set_error(
-            TC_ERR_UNSUPPORTED, op,
-            "tokenizer model '%.*s' is not supported yet (byte-level BPE, 'gpt2', is)",
-            (int)(model.len > 40 ? 40 : model.len), model.ptr);
+    bool spm = model.len == 5 && !memcmp(model.ptr, "llama", 5);
+    if (!spm && !(model.len == 4 && !memcmp(model.ptr, "gpt2", 4)))
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "tokenizer model '%.*s' is not supported (gpt2, byte-level BPE, and "
+                            "llama, SentencePiece BPE, are)",
+                            (int)(model.len > 40 ? 40 : model.len), model.ptr);
+    const tc_gguf_kv *sc = tc_gguf_find(g, "tokenizer.ggml.scores");
     tc_gguf_get_str(g, "tokenizer.ggml.pre", &pre_s);
     const tc_gguf_kv *tk = tc_gguf_find(g, "tokenizer.ggml.tokens");
     const tc_gguf_kv *mg = tc_gguf_find(g, "tokenizer.ggml.merges");
@@ -396,9 +449,13 @@ tc_status tc_tokenizer_from_gguf(const tc_gguf *g, tc_tokenizer **out)
     if (!tk || tk->type != TC_GGUF_ARRAY || tk->array_type != TC_GGUF_STRING ||
         tk->array_len == 0 || tk->array_len > INT32_MAX)
         return tc_set_error(TC_ERR_PARSE, op, "tokenizer.ggml.tokens is missing or not strings");
-    if (!mg || mg->type != TC_GGUF_ARRAY || mg->array_type != TC_GGUF_STRING ||
-        mg->array_len > UINT32_MAX)
+    if (!spm && (!mg || mg->type != TC_GGUF_ARRAY || mg->array_type != TC_GGUF_STRING ||
+                 mg->array_len > UINT32_MAX))
         return tc_set_error(TC_ERR_PARSE, op, "tokenizer.ggml.merges is missing or not strings");
+    if (spm && (!sc || sc->type != TC_GGUF_ARRAY || sc->array_type != TC_GGUF_FLOAT32 ||
+                sc->array_len != tk->array_len))
+        return tc_set_error(TC_ERR_PARSE, op,
+                            "tokenizer.ggml.scores is missing or does not match the tokens");
     if (ty && (ty->type != TC_GGUF_ARRAY || ty->array_len != tk->array_len ||
                (ty->array_type != TC_GGUF_INT32 && ty->array_type != TC_GGUF_UINT32)))
         return tc_set_error(TC_ERR_PARSE, op,
@@ -407,7 +464,8 @@ tc_status tc_tokenizer_from_gguf(const tc_gguf *g, tc_tokenizer **out)
     tc_status st = TC_OK;
     int32_t n = (int32_t)tk->array_len;
     tc_gguf_str *strs = tc_host_alloc(sizeof *strs * (size_t)n);
-    tc_gguf_str *merges = tc_host_alloc(sizeof *merges * (mg->array_len ? mg->array_len : 1));
+    uint64_t n_merges = spm ? 0 : mg->array_len;
+    tc_gguf_str *merges = tc_host_alloc(sizeof *merges * (n_merges ? n_merges : 1));
     uint8_t *types = tc_host_alloc((size_t)n);
     char *pre = gstr(pre_s);
     tc_tokenizer *t = tc_host_calloc(1, sizeof *t);
@@ -416,10 +474,25 @@ tc_status tc_tokenizer_from_gguf(const tc_gguf *g, tc_tokenizer **out)
         goto fail;
     }
     tc_gguf_strings(tk, strs);
-    tc_gguf_strings(mg, merges);
+    if (!spm)
+        tc_gguf_strings(mg, merges);
     for (int32_t i = 0; i < n; i++)
         types[i] = ty ? (uint8_t)tc_gguf_array_number(ty, (uint64_t)i) : TOKEN_NORMAL;
-    TC_CHECK(st, build(t, n, strs, types, mg->array_len, merges));
+    t->spm = spm;
+    TC_CHECK(st, build(t, n, strs, types, n_merges, merges));
+    if (spm) {
+        /* llama.cpp's SentencePiece: a space prefix on each segment, spaces as U+2581, the
+         * decoder drops the first space; merges by score. */
+        bool prefix = true;
+        tc_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &prefix);
+        t->prepend = prefix ? PREPEND_ALWAYS : PREPEND_NEVER;
+        t->strip = prefix ? 1 : 0;
+        int64_t u;
+        t->unk = tc_gguf_get_i64(g, "tokenizer.ggml.unknown_token_id", &u) && u >= 0 && u < n
+                     ? (int32_t)u
+                     : -1;
+        TC_CHECK(st, rank_scores(t, sc));
+    }
     int64_t v;
     t->bos =
         tc_gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &v) && v >= 0 && v < n ? (int32_t)v : -1;
@@ -427,7 +500,8 @@ tc_status tc_tokenizer_from_gguf(const tc_gguf *g, tc_tokenizer **out)
         tc_gguf_get_i64(g, "tokenizer.ggml.eos_token_id", &v) && v >= 0 && v < n ? (int32_t)v : -1;
     if (!tc_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos))
         t->add_bos = false;
-    TC_CHECK(st, set_pre(t, pre));
+    if (!spm)
+        TC_CHECK(st, set_pre(t, pre));
     tc_host_free(strs);
     tc_host_free(merges);
     tc_host_free(types);
@@ -732,6 +806,7 @@ void tc_tokenizer_destroy(tc_tokenizer *t)
     tc_host_free(t->pair_keys);
     tc_host_free(t->pair_vals);
     tc_host_free(t->specials);
+    tc_host_free(t->score_rank);
     tc_host_free(t);
 }
 

@@ -10,7 +10,10 @@ Run once, by hand, and commit the outputs:
     pip download --no-deps mistral-common==1.13.1 && unzip mistral_common-1.13.1-py3-none-any.whl
     pip install --target /tmp/tf4 "transformers==4.46.3" "tokenizers<0.21" sentencepiece protobuf
     PYTHONPATH=/tmp/tf4 python3 tests/model/make_spm_expected.py mistral_common/data/tokenizer.model.v1
-writes tests/model/data/mistral-v1.tokenizer.json and tests/model/spm_expected.json.
+writes tests/model/data/mistral-v1.tokenizer.json, tests/model/spm_expected.json and
+tests/model/data/mistral-v1.vocab.gguf (the vocabulary alone as llama.cpp stores a SentencePiece
+model: tokenizer.ggml.model "llama", pieces, scores, types), whose score-ordered merging must
+give the "legacy" variant's ids.
 """
 import json
 import os
@@ -47,8 +50,31 @@ VARIANTS = {
 }
 
 
+def vocab_gguf(model_file, path):
+    import gguf
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=model_file)
+    n = sp.get_piece_size()
+    types = [2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i) else 1 for i in range(n)]
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list([sp.id_to_piece(i).encode() for i in range(n)])
+    w.add_token_scores([sp.get_score(i) for i in range(n)])
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
+    vocab_gguf(sys.argv[1], os.path.join(here, "data", "mistral-v1.vocab.gguf"))
     tok = LlamaTokenizerFast(vocab_file=sys.argv[1], legacy=False, from_slow=True)
     with tempfile.TemporaryDirectory() as d:
         tok.save_pretrained(d)

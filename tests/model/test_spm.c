@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "model/chat.h"
 #include "model/tokenizer.h"
 #include "runtime/host.h"
 
@@ -83,6 +84,102 @@ static void variants_match_tokenizers(void **state)
     }
 }
 
+/* The GGUF form of the vocabulary (scores, no merge list) merges by score, which must give
+ * what the merge list gives under the legacy conventions (a space prefix on each segment,
+ * the decoder stripping the first space). */
+static void gguf_scores_match_the_merge_list(void **state)
+{
+    (void)state;
+    tc_gguf g;
+    tc_tokenizer *t;
+    assert_int_equal(tc_gguf_open(&g, SOURCE_DIR "/tests/model/data/mistral-v1.vocab.gguf"), TC_OK);
+    assert_int_equal(tc_tokenizer_from_gguf(&g, &t), TC_OK);
+    assert_int_equal(tc_tokenizer_bos(t), 1);
+    assert_true(tc_tokenizer_adds_bos(t));
+    json_t *cases = json_object_get(json_object_get(json_object_get(expected, "variants"), "legacy"), "cases"), *c;
+    size_t i;
+    assert_true(json_array_size(cases) >= 10);
+    json_array_foreach(cases, i, c)
+    {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        json_t *want = json_object_get(c, "ids");
+        int32_t *ids;
+        size_t n;
+        assert_int_equal(tc_tokenizer_encode(t, text, strlen(text), true, false, &ids, &n), TC_OK);
+        bool same = n == json_array_size(want);
+        for (size_t k = 0; same && k < n; k++)
+            same = ids[k] == json_integer_value(json_array_get(want, k));
+        if (!same)
+            fail_msg("'%s': ids differ from tokenizers' (legacy)", text);
+        char out[1024];
+        size_t len = 0;
+        tc_detok d = { 0 };
+        for (size_t k = 0; k < n; k++)
+            len += tc_detok_push(t, &d, ids[k], false, out + len, sizeof out - len);
+        out[len] = 0;
+        assert_string_equal(out, json_string_value(json_object_get(c, "decoded")));
+        tc_host_free(ids);
+        /* With add_bos, exactly one BOS, also when the text starts with it. */
+        char with_bos[256];
+        snprintf(with_bos, sizeof with_bos, "<s>%s", text);
+        assert_int_equal(tc_tokenizer_encode(t, with_bos, strlen(with_bos), true, true, &ids, &n), TC_OK);
+        assert_int_equal(ids[0], 1);
+        assert_true(n < 2 || ids[1] != 1);
+        tc_host_free(ids);
+    }
+    tc_tokenizer_destroy(t);
+    tc_gguf_close(&g);
+}
+
+/* Never a double BOS: for each chat template, the rendered prompt tokenised with add_bos starts
+ * with exactly one BOS, whether the template writes it (Llama 2 "<s>", Llama 3
+ * "<|begin_of_text|>") or leaves it to the tokenizer (ChatML, Zephyr). */
+static void chat_templates_never_double_the_bos(void **state)
+{
+    (void)state;
+    const struct {
+        const char *name, *bos;
+    } cases[] = { { "llama2", "<s>" }, { "llama3", "<|begin_of_text|>" }, { "chatml", "<s>" }, { "zephyr", "<s>" } };
+    tc_chat_message msgs[] = { { "system", "Be brief." }, { "user", "Hi there" }, { "assistant", "Hello." },
+                               { "user", "Bye" } };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        /* The vocabulary with the template's BOS as an added special token. */
+        json_t *j = json_deep_copy(base), *added = json_object_get(j, "added_tokens");
+        if (strcmp(cases[k].bos, "<s>"))
+            json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", 32000, "content",
+                                                   cases[k].bos, "single_word", 0, "lstrip", 0, "rstrip", 0,
+                                                   "normalized", 0, "special", 1));
+        char tj[] = "/tmp/tc_tj_XXXXXX", tc[] = "/tmp/tc_tc_XXXXXX";
+        int fd = mkstemp(tj);
+        close(fd);
+        assert_int_equal(json_dump_file(j, tj, JSON_COMPACT), 0);
+        json_decref(j);
+        json_t *cfg = json_pack("{s:s, s:s, s:b}", "bos_token", cases[k].bos, "eos_token", "</s>", "add_bos_token", 1);
+        fd = mkstemp(tc);
+        close(fd);
+        assert_int_equal(json_dump_file(cfg, tc, 0), 0);
+        json_decref(cfg);
+        tc_tokenizer *t;
+        assert_int_equal(tc_tokenizer_from_json(tj, tc, &t), TC_OK);
+        unlink(tj);
+        unlink(tc);
+        tc_chat_template tmpl;
+        assert_int_equal(tc_chat_template_named(cases[k].name, &tmpl), TC_OK);
+        char *prompt;
+        assert_int_equal(tc_chat_format(&tmpl, msgs, 4, true, &prompt), TC_OK);
+        int32_t *ids;
+        size_t n;
+        assert_int_equal(tc_tokenizer_encode(t, prompt, strlen(prompt), true, true, &ids, &n), TC_OK);
+        int32_t bos = tc_tokenizer_bos(t);
+        assert_true(bos >= 0);
+        if (ids[0] != bos || ids[1] == bos)
+            fail_msg("%s: the prompt starts %d %d, BOS is %d", cases[k].name, ids[0], ids[1], bos);
+        tc_host_free(ids);
+        tc_host_free(prompt);
+        tc_tokenizer_destroy(t);
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -104,6 +201,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(variants_match_tokenizers),
+        cmocka_unit_test(gguf_scores_match_the_merge_list),
+        cmocka_unit_test(chat_templates_never_double_the_bos),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
