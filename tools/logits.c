@@ -3,12 +3,16 @@
  * is fed one at a time (decode); the f32 logits after the prompt and after each fed id are
  * written to OUT as [steps + 1, vocab]. Also prints the time of each phase.
  * Usage: logits MODEL cpu|cuda f32|bf16|f16 PROMPT_LEN IDS_FILE OUT
+ * MODEL is a GGUF file or a Hugging Face folder (safetensors).
  * IDS_FILE holds int32 ids: the prompt followed by the ids to feed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <sys/stat.h>
+
+#include "model/hf.h"
 #include "model/llama.h"
 
 static double now(void)
@@ -40,9 +44,19 @@ int main(int argc, char **argv)
     fclose(f);
     if (prompt < 1 || prompt > n)
         return fprintf(stderr, "logits: PROMPT_LEN %d outside 1..%d\n", prompt, n), 2;
-    tc_gguf g;
-    if (tc_gguf_open(&g, argv[1]) != TC_OK)
+    tc_gguf g = { 0 };
+    tc_hf hf = { 0 };
+    tc_llama_config cfg;
+    const tc_gguf *src = &g;
+    struct stat sb;
+    if (stat(argv[1], &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if (tc_hf_open(&hf, argv[1]) != TC_OK)
+            return die("open");
+        src = &hf.view;
+        cfg = hf.cfg;
+    } else if (tc_gguf_open(&g, argv[1]) != TC_OK || tc_llama_config_from_gguf(&g, &cfg) != TC_OK) {
         return die("open");
+    }
     tc_backend *b;
     tc_status st =
         !strcmp(argv[2], "cuda") ? tc_backend_create_cuda(0, 0, &b) : tc_backend_create_cpu(0, &b);
@@ -54,7 +68,7 @@ int main(int argc, char **argv)
             : !strcmp(argv[3], "f16") ? TC_DTYPE_F16
                                       : TC_DTYPE_BF16;
     tc_llama *m;
-    if (tc_llama_load_gguf(&g, b, &o, &m) != TC_OK)
+    if (tc_llama_load(src, &cfg, b, &o, &m) != TC_OK)
         return die("load");
     tc_kv_cache kv;
     if (tc_kv_cache_init(&kv, m, m->s.max_blocks, 16) != TC_OK)
@@ -101,5 +115,6 @@ int main(int argc, char **argv)
     tc_llama_destroy(m);
     tc_backend_destroy(b);
     tc_gguf_close(&g);
+    tc_hf_close(&hf);
     return 0;
 }

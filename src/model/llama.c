@@ -327,6 +327,16 @@ tc_status tc_llama_load_gguf(const tc_gguf *g, tc_backend *b, const tc_llama_opt
     return tc_llama_load(g, &cfg, b, opt, out);
 }
 
+/* Load cuBLAS (about 0.2 s: the library, a handle, its workspace) on another thread while the
+ * weights are placed, so that the first prefill does not wait for it. A failure shows again,
+ * with its message, at the first product, which then uses our own kernels. */
+static void *prepare_gemm(void *arg)
+{
+    void *handle;
+    (void)tc__backend_cublas(arg, &handle);
+    return NULL;
+}
+
 tc_status tc_llama_load(const tc_gguf *g, const tc_llama_config *cfg, tc_backend *b,
                         const tc_llama_options *opt, tc_llama **out)
 {
@@ -356,7 +366,14 @@ tc_status tc_llama_load(const tc_gguf *g, const tc_llama_config *cfg, tc_backend
     int64_t bs = opt->block_size > 0 ? opt->block_size : 16;
     s->max_blocks = (ctx + bs - 1) / bs;
     loader L = { g, m, opt, 0, 0 };
-    TC_CHECK(st, load(&L));
+    pthread_t warm;
+    bool warming =
+        !cpu && b->gemm != TC_GEMM_OWN && pthread_create(&warm, NULL, prepare_gemm, b) == 0;
+    st = load(&L);
+    if (warming)
+        pthread_join(warm, NULL);
+    if (st != TC_OK)
+        goto fail;
     *out = m;
     return TC_OK;
 fail:

@@ -11,6 +11,7 @@ error and top-1 agreement must be no worse.
 Usage: model_vs_transformers.py LOGITS_BINARY WORKDIR [shape ...] [--device cuda|cpu]
 Shapes: tiny (CPU-sized, for a quick check), smollm2-135m, llama3.2-1b, llama2-7b."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -92,6 +93,8 @@ def main():
             model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
         path = os.path.join(work, f"{shape}.gguf")
         gguf_writer.llama_to_gguf(model, path, "bf16")
+        hf_dir = os.path.join(work, f"{shape}-hf")
+        model.save_pretrained(hf_dir, safe_serialization=True)
         g = torch.Generator().manual_seed(1)
         ids = torch.randint(0, cfg.vocab_size, (PROMPT + STEPS,), generator=g, dtype=torch.int32)
         ids_path = os.path.join(work, f"{shape}.ids")
@@ -110,14 +113,16 @@ def main():
         if device == "cuda":
             torch.cuda.empty_cache()
         ours_dev = "cuda" if device == "cuda" else "cpu"
-        for act in (["bf16", "f32"] if shape != "llama2-7b" else ["bf16"]):
+        runs = [("gguf", path, a) for a in (["bf16", "f32"] if shape != "llama2-7b" else ["bf16"])]
+        runs.append(("safetensors", hf_dir, "bf16"))
+        for fmt, model_path, act in runs:
             out = os.path.join(work, f"{shape}.{act}.logits")
-            r = subprocess.run([binary, path, ours_dev, act, str(PROMPT), ids_path, out],
+            r = subprocess.run([binary, model_path, ours_dev, act, str(PROMPT), ids_path, out],
                                capture_output=True, text=True)
             print(r.stdout.strip(), r.stderr.strip(), flush=True)
             if r.returncode:
                 failed += 1
-                rows.append((shape, act, "run failed", "", ""))
+                rows.append((shape, f"{fmt} {act}", "run failed", "", ""))
                 continue
             got = np.fromfile(out, dtype=np.float32).reshape(-1, cfg.vocab_size)
             assert got.shape == ref.shape, (got.shape, ref.shape)
@@ -129,11 +134,12 @@ def main():
             else:
                 ok = max(rel) <= max(1e-2, 1.25 * hf16_rel) and top1 >= hf16_top1
             failed += not ok
-            rows.append((shape, act, f"{max(rel):.2e}", f"{top1}/{len(ref)}", "ok" if ok else "FAIL"))
+            rows.append((shape, f"{fmt} {act}", f"{max(rel):.2e}", f"{top1}/{len(ref)}", "ok" if ok else "FAIL"))
         os.remove(path)
-    print(f"\n{'shape':14} {'ours':5} {'max rel err':>12} {'top-1':>7}  result")
+        shutil.rmtree(hf_dir)
+    print(f"\n{'shape':14} {'ours':17} {'max rel err':>12} {'top-1':>7}  result")
     for r in rows:
-        print(f"{r[0]:14} {r[1]:5} {r[2]:>12} {r[3]:>7}  {r[4]}")
+        print(f"{r[0]:14} {r[1]:17} {r[2]:>12} {r[3]:>7}  {r[4]}")
     print(f"{sum(r[4] == 'ok' for r in rows)} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

@@ -96,7 +96,9 @@ static void gguf_scores_match_the_merge_list(void **state)
     assert_int_equal(tc_tokenizer_from_gguf(&g, &t), TC_OK);
     assert_int_equal(tc_tokenizer_bos(t), 1);
     assert_true(tc_tokenizer_adds_bos(t));
-    json_t *cases = json_object_get(json_object_get(json_object_get(expected, "variants"), "legacy"), "cases"), *c;
+    json_t *cases = json_object_get(
+               json_object_get(json_object_get(expected, "variants"), "legacy"), "cases"),
+           *c;
     size_t i;
     assert_true(json_array_size(cases) >= 10);
     json_array_foreach(cases, i, c)
@@ -122,7 +124,8 @@ static void gguf_scores_match_the_merge_list(void **state)
         /* With add_bos, exactly one BOS, also when the text starts with it. */
         char with_bos[256];
         snprintf(with_bos, sizeof with_bos, "<s>%s", text);
-        assert_int_equal(tc_tokenizer_encode(t, with_bos, strlen(with_bos), true, true, &ids, &n), TC_OK);
+        assert_int_equal(tc_tokenizer_encode(t, with_bos, strlen(with_bos), true, true, &ids, &n),
+                         TC_OK);
         assert_int_equal(ids[0], 1);
         assert_true(n < 2 || ids[1] != 1);
         tc_host_free(ids);
@@ -139,22 +142,29 @@ static void chat_templates_never_double_the_bos(void **state)
     (void)state;
     const struct {
         const char *name, *bos;
-    } cases[] = { { "llama2", "<s>" }, { "llama3", "<|begin_of_text|>" }, { "chatml", "<s>" }, { "zephyr", "<s>" } };
-    tc_chat_message msgs[] = { { "system", "Be brief." }, { "user", "Hi there" }, { "assistant", "Hello." },
+    } cases[] = { { "llama2", "<s>" },
+                  { "llama3", "<|begin_of_text|>" },
+                  { "chatml", "<s>" },
+                  { "zephyr", "<s>" } };
+    tc_chat_message msgs[] = { { "system", "Be brief." },
+                               { "user", "Hi there" },
+                               { "assistant", "Hello." },
                                { "user", "Bye" } };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         /* The vocabulary with the template's BOS as an added special token. */
         json_t *j = json_deep_copy(base), *added = json_object_get(j, "added_tokens");
         if (strcmp(cases[k].bos, "<s>"))
-            json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", 32000, "content",
-                                                   cases[k].bos, "single_word", 0, "lstrip", 0, "rstrip", 0,
-                                                   "normalized", 0, "special", 1));
+            json_array_append_new(added,
+                                  json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", 32000,
+                                            "content", cases[k].bos, "single_word", 0, "lstrip", 0,
+                                            "rstrip", 0, "normalized", 0, "special", 1));
         char tj[] = "/tmp/tc_tj_XXXXXX", tc[] = "/tmp/tc_tc_XXXXXX";
         int fd = mkstemp(tj);
         close(fd);
         assert_int_equal(json_dump_file(j, tj, JSON_COMPACT), 0);
         json_decref(j);
-        json_t *cfg = json_pack("{s:s, s:s, s:b}", "bos_token", cases[k].bos, "eos_token", "</s>", "add_bos_token", 1);
+        json_t *cfg = json_pack("{s:s, s:s, s:b}", "bos_token", cases[k].bos, "eos_token", "</s>",
+                                "add_bos_token", 1);
         fd = mkstemp(tc);
         close(fd);
         assert_int_equal(json_dump_file(cfg, tc, 0), 0);
@@ -169,7 +179,8 @@ static void chat_templates_never_double_the_bos(void **state)
         assert_int_equal(tc_chat_format(&tmpl, msgs, 4, true, &prompt), TC_OK);
         int32_t *ids;
         size_t n;
-        assert_int_equal(tc_tokenizer_encode(t, prompt, strlen(prompt), true, true, &ids, &n), TC_OK);
+        assert_int_equal(tc_tokenizer_encode(t, prompt, strlen(prompt), true, true, &ids, &n),
+                         TC_OK);
         int32_t bos = tc_tokenizer_bos(t);
         assert_true(bos >= 0);
         if (ids[0] != bos || ids[1] == bos)
