@@ -58,8 +58,11 @@ def _permute(w, n_head):
     return w.reshape(n_head, 2, rows // n_head // 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def llama_to_gguf(model, path, dtype="bf16"):
-    """Write a transformers LlamaForCausalLM as a GGUF llama (tensors in dtype; norms f32)."""
+def llama_to_gguf(model, path, dtype="bf16", types=None):
+    """Write a transformers LlamaForCausalLM as a GGUF llama (tensors in dtype; norms f32).
+    types maps GGUF tensor kinds ("token_embd", "attn_q", "ffn_down", ...) to a quantised ggml
+    type (GGML_Q4_0, GGML_Q8_0, GGML_Q4_K, GGML_Q6_K) encoded by quantize()."""
+    types = types or {}
     import torch
 
     c = model.config
@@ -81,7 +84,9 @@ def llama_to_gguf(model, path, dtype="bf16"):
     gt = {"f32": GGML_F32, "f16": GGML_F16, "bf16": GGML_BF16}[dtype]
     tt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
 
-    def mat(t):
+    def mat(t, kind=None):
+        if kind in types:
+            return types[kind], quantize(t.float().numpy(), types[kind]), list(t.shape)
         t = t.to(tt).contiguous()
         raw = t.view(torch.int16).numpy().tobytes() if dtype != "f32" else t.numpy().tobytes()
         return gt, raw, list(t.shape)
@@ -90,7 +95,7 @@ def llama_to_gguf(model, path, dtype="bf16"):
         t = t.to(torch.float32).contiguous()
         return GGML_F32, t.numpy().tobytes(), list(t.shape)
 
-    out = [("token_embd.weight",) + mat(sd["model.embed_tokens.weight"])]
+    out = [("token_embd.weight",) + mat(sd["model.embed_tokens.weight"], "token_embd")]
     rp = getattr(c, "rope_scaling", None) or getattr(c, "rope_parameters", None) or {}
     if rp.get("rope_type") == "llama3":
         # llama.cpp stores Llama 3 scaling as per-frequency factors.
@@ -107,16 +112,82 @@ def llama_to_gguf(model, path, dtype="bf16"):
         k = _permute(sd[p + "self_attn.k_proj.weight"], c.num_key_value_heads)
         out += [
             (f"blk.{i}.attn_norm.weight",) + vec(sd[p + "input_layernorm.weight"]),
-            (f"blk.{i}.attn_q.weight",) + mat(q),
-            (f"blk.{i}.attn_k.weight",) + mat(k),
-            (f"blk.{i}.attn_v.weight",) + mat(sd[p + "self_attn.v_proj.weight"]),
-            (f"blk.{i}.attn_output.weight",) + mat(sd[p + "self_attn.o_proj.weight"]),
+            (f"blk.{i}.attn_q.weight",) + mat(q, "attn_q"),
+            (f"blk.{i}.attn_k.weight",) + mat(k, "attn_k"),
+            (f"blk.{i}.attn_v.weight",) + mat(sd[p + "self_attn.v_proj.weight"], "attn_v"),
+            (f"blk.{i}.attn_output.weight",) + mat(sd[p + "self_attn.o_proj.weight"], "attn_output"),
             (f"blk.{i}.ffn_norm.weight",) + vec(sd[p + "post_attention_layernorm.weight"]),
-            (f"blk.{i}.ffn_gate.weight",) + mat(sd[p + "mlp.gate_proj.weight"]),
-            (f"blk.{i}.ffn_up.weight",) + mat(sd[p + "mlp.up_proj.weight"]),
-            (f"blk.{i}.ffn_down.weight",) + mat(sd[p + "mlp.down_proj.weight"]),
+            (f"blk.{i}.ffn_gate.weight",) + mat(sd[p + "mlp.gate_proj.weight"], "ffn_gate"),
+            (f"blk.{i}.ffn_up.weight",) + mat(sd[p + "mlp.up_proj.weight"], "ffn_up"),
+            (f"blk.{i}.ffn_down.weight",) + mat(sd[p + "mlp.down_proj.weight"], "ffn_down"),
         ]
     out.append(("output_norm.weight",) + vec(sd["model.norm.weight"]))
     if not c.tie_word_embeddings:
-        out.append(("output.weight",) + mat(sd["lm_head.weight"]))
+        out.append(("output.weight",) + mat(sd["lm_head.weight"], "output"))
     write(path, meta, out)
+
+
+# ---------------------------------------------------------------- quantisation (ours)
+GGML_Q4_0, GGML_Q8_0, GGML_Q4_K, GGML_Q6_K = 2, 8, 12, 14
+
+
+def _f16(x):
+    return np.asarray(x, dtype=np.float16).view(np.uint8).reshape(*np.shape(x), 2)
+
+
+def quantize(w, gtype):
+    """Encode a float32 array [rows, cols] as GGUF blocks of gtype (Q4_0, Q8_0, Q4_K, Q6_K):
+    our own round-to-nearest encoders for the block layouts of ggml-common.h (any valid encoding
+    serves: the loaders under test decode whatever the blocks say)."""
+    w = np.asarray(w, dtype=np.float32)
+    rows = w.reshape(-1, 256 if gtype in (GGML_Q4_K, GGML_Q6_K) else 32)
+    n = rows.shape[0]
+    if gtype == GGML_Q8_0:
+        d = np.abs(rows).max(1) / 127
+        inv = np.where(d > 0, 1 / np.where(d > 0, d, 1), 0)
+        q = np.clip(np.rint(rows * inv[:, None]), -127, 127).astype(np.int8)
+        return np.concatenate([_f16(d), q.view(np.uint8)], 1).tobytes()
+    if gtype == GGML_Q4_0:
+        idx = np.abs(rows).argmax(1)
+        mx = rows[np.arange(n), idx]
+        d = mx / -8
+        inv = np.where(d != 0, 1 / np.where(d != 0, d, 1), 0)
+        q = np.clip(np.rint(rows * inv[:, None]) + 8, 0, 15).astype(np.uint8)
+        return np.concatenate([_f16(d), q[:, :16] | (q[:, 16:] << 4)], 1).tobytes()
+    if gtype == GGML_Q4_K:
+        sub = rows.reshape(n, 8, 32)
+        lo = np.minimum(sub.min(2), 0)
+        scale = (sub.max(2) - lo) / 15
+        d = scale.max(1) / 63
+        dmin = (-lo).max(1) / 63
+        sc = np.clip(np.rint(scale / np.where(d > 0, d, 1)[:, None]), 0, 63).astype(np.uint8)
+        mn = np.clip(np.rint(-lo / np.where(dmin > 0, dmin, 1)[:, None]), 0, 63).astype(np.uint8)
+        d16, dm16 = np.float16(d).astype(np.float32), np.float16(dmin).astype(np.float32)
+        step = (d16[:, None] * sc)[:, :, None]
+        q = np.clip(np.rint((sub + (dm16[:, None] * mn)[:, :, None]) / np.where(step > 0, step, 1)), 0, 15)
+        q = q.astype(np.uint8)
+        s = np.zeros((n, 12), np.uint8)
+        s[:, 0:4] = sc[:, 0:4] & 63
+        s[:, 4:8] = mn[:, 0:4] & 63
+        s[:, 8:12] = (sc[:, 4:8] & 15) | ((mn[:, 4:8] & 15) << 4)
+        s[:, 0:4] |= (sc[:, 4:8] >> 4) << 6
+        s[:, 4:8] |= (mn[:, 4:8] >> 4) << 6
+        qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(n, 128)
+        return np.concatenate([_f16(d), _f16(dmin), s, qs], 1).tobytes()
+    if gtype == GGML_Q6_K:
+        sub = rows.reshape(n, 16, 16)
+        amax = np.abs(sub).max(2)
+        scale = amax / 31
+        d = scale.max(1) / 127
+        sc = np.clip(np.rint(scale / np.where(d > 0, d, 1)[:, None]), -127, 127).astype(np.int8)
+        d16 = np.float16(d).astype(np.float32)
+        step = (d16[:, None] * sc)[:, :, None]
+        q = np.clip(np.rint(sub / np.where(step != 0, step, 1)) + 32, 0, 63).astype(np.uint8).reshape(n, 2, 128)
+        ql = np.zeros((n, 2, 64), np.uint8)
+        qh = np.zeros((n, 2, 32), np.uint8)
+        ql[:, :, :32] = (q[:, :, 0:32] & 15) | ((q[:, :, 64:96] & 15) << 4)
+        ql[:, :, 32:] = (q[:, :, 32:64] & 15) | ((q[:, :, 96:128] & 15) << 4)
+        qh[:] = ((q[:, :, 0:32] >> 4) | ((q[:, :, 32:64] >> 4) << 2) | ((q[:, :, 64:96] >> 4) << 4)
+                 | ((q[:, :, 96:128] >> 4) << 6))
+        return np.concatenate([ql.reshape(n, 128), qh.reshape(n, 64), sc.view(np.uint8), _f16(d)], 1).tobytes()
+    raise ValueError(gtype)
