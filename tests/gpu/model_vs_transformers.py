@@ -113,7 +113,7 @@ def main():
         if device == "cuda":
             torch.cuda.empty_cache()
         ours_dev = "cuda" if device == "cuda" else "cpu"
-        runs = [("gguf", path, a) for a in (["bf16", "f32"] if shape != "llama2-7b" else ["bf16"])]
+        runs = [("gguf", path, a) for a in ("bf16", "f32")]
         runs.append(("safetensors", hf_dir, "bf16"))
         for fmt, model_path, act in runs:
             out = os.path.join(work, f"{shape}.{act}.logits")

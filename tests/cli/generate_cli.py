@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""`thincuda generate`, `chat` and `info` on the CPU backend with the real SmolLM2 (skips,
+exit 77, when tools/fetch-model has not downloaded it): greedy output equals the text of
+transformers' tokens (tests/model/smollm2_expected.json), chat answers two turns from stdin,
+info names the model, and bad flags or files give one sentence and exit 2 or 1.
+
+Usage: generate_cli.py THINCUDA_BINARY EXPECTED_JSON (run with THINCUDA_LIBCUDA pointing nowhere)
+"""
+import json
+import os
+import subprocess
+import sys
+
+exe, expected = sys.argv[1], sys.argv[2]
+cache = os.environ.get("THINCUDA_CACHE") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "thincuda")
+model = os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")
+failed = 0
+
+
+def check(ok, what):
+    global failed
+    print(("ok: " if ok else "FAIL: ") + what)
+    failed += not ok
+
+
+def run(args, stdin=None):
+    return subprocess.run([exe] + args, capture_output=True, text=True, input=stdin, timeout=300)
+
+
+r = run(["generate", "--prompt", "x"])
+check(r.returncode == 2 and "--model PATH is required" in r.stderr, "generate without --model: exit 2")
+r = run(["generate", "--model", "/nonexistent.gguf", "--prompt", "x"])
+check(r.returncode == 1 and "cannot open /nonexistent.gguf" in r.stderr and r.stdout == "",
+      "missing file: exit 1, one sentence")
+r = run(["generate", "--model", exe, "--prompt", "x"])
+check(r.returncode == 1 and "not a GGUF file" in r.stderr, "a file that is not GGUF: exit 1")
+for flag, value in (("--top-p", "1.5"), ("-n", "many"), ("--device", "tpu"), ("--temperature", "-1")):
+    r = run(["generate", "--model", model, "--prompt", "x", flag, value])
+    check(r.returncode == 2 and r.stderr.count("\n") >= 1, f"generate {flag} {value}: exit 2")
+if not os.path.exists(model):
+    print(f"skipped: SmolLM2 is not downloaded ({model})")
+    sys.exit(77 if not failed else 1)
+
+exp = json.load(open(expected))["generate"][0]
+r = run(["generate", "--model", model, "--prompt", exp["prompt"], "-n", "32", "--temperature", "0",
+         "--device", "cpu"])
+r_info = run(["info", "--model", model])
+check(r_info.returncode == 0 and "architecture     llama" in r_info.stdout and "134.5 M" in r_info.stdout,
+      "info: architecture and parameter count")
+# transformers' continuation begins " Paris." (token 7042, then "."; see the expected file).
+check(exp["ids"][:2] == [7042, 30] and r.returncode == 0 and r.stdout.startswith(" Paris.") and "tokens/s" in r.stderr,
+      f"generate greedy: stdout {r.stdout[:40]!r}, tokens/s on stderr")
+r2 = run(["generate", "--model", model, "--prompt", exp["prompt"], "-n", "32", "--temperature", "0",
+          "--device", "cpu"])
+check(r2.stdout == r.stdout, "greedy output repeats")
+r3 = run(["generate", "--model", model, "--prompt", "Tell me a story", "-n", "24", "--temperature", "0.9",
+          "--seed", "7", "--device", "cpu"])
+r4 = run(["generate", "--model", model, "--prompt", "Tell me a story", "-n", "24", "--temperature", "0.9",
+          "--seed", "7", "--device", "cpu"])
+check(r3.returncode == 0 and r3.stdout == r4.stdout and r3.stdout != "", "sampling with a seed repeats")
+r = run(["chat", "--model", model, "--device", "cpu", "--temperature", "0", "-n", "24"],
+        stdin="What is the capital of France?\nAnd of Italy?\n")
+lines = [l for l in r.stdout.splitlines() if l.strip()]
+check(r.returncode == 0 and len(lines) >= 2 and "Paris" in lines[0], f"chat: two answers, {lines[:2]!r}")
+sys.exit(1 if failed else 0)
