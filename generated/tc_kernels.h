@@ -534,7 +534,7 @@ static inline tc_status tc_launch_rmsnorm_bf16(tc_launch_config cfg, tc_bf16 *ou
     tc_launch_rmsnorm_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(tc_bf16 *, residual), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, res_stride), TC__KARG(int64_t, x_stride), TC__KARG(float, eps))
 #endif
 
-/* kernels/rope.cu:100 tc_k_rope_f32: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row], one block per row; scaling 1 is Llama 3's. */
+/* kernels/rope.cu:110 tc_k_rope_f32: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row], one block per row; scaling 1 is Llama 3's. */
 static inline tc_status tc_launch_rope_f32(tc_launch_config cfg, float *q, float *k, const int32_t *pos, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&q, &k, &pos, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -545,7 +545,7 @@ static inline tc_status tc_launch_rope_f32(tc_launch_config cfg, float *q, float
     tc_launch_rope_f32((cfg), TC__KARG(float *, q), TC__KARG(float *, k), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/rope.cu:111 tc_k_rope_f16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row], one block per row; scaling 1 is Llama 3's. */
+/* kernels/rope.cu:121 tc_k_rope_f16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row], one block per row; scaling 1 is Llama 3's. */
 static inline tc_status tc_launch_rope_f16(tc_launch_config cfg, tc_half *q, tc_half *k, const int32_t *pos, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&q, &k, &pos, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -556,7 +556,7 @@ static inline tc_status tc_launch_rope_f16(tc_launch_config cfg, tc_half *q, tc_
     tc_launch_rope_f16((cfg), TC__KARG(tc_half *, q), TC__KARG(tc_half *, k), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/rope.cu:122 tc_k_rope_bf16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row], one block per row; scaling 1 is Llama 3's. */
+/* kernels/rope.cu:132 tc_k_rope_bf16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row], one block per row; scaling 1 is Llama 3's. */
 static inline tc_status tc_launch_rope_bf16(tc_launch_config cfg, tc_bf16 *q, tc_bf16 *k, const int32_t *pos, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&q, &k, &pos, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};

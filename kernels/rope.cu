@@ -84,10 +84,20 @@ __device__ void run(T *q, T *k, const int32_t *pos, int n_heads, int n_kv_heads,
         sn[i] = (float)s;
     }
     __syncthreads();
-    // Two pairs per thread when every access stays aligned to its vector size.
-    bool vec = half % 2 == 0 && q_stride % 4 == 0 && k_stride % 4 == 0 &&
-               tc::aligned(q, k, q, 4 * (int)sizeof(T)) && head_dim % 4 == 0;
-    if (vec)
+    // Several pairs per thread, moved as 16-byte vectors (8 or 4 pairs for 16-bit types), when
+    // every access stays aligned to its vector size: fewer, wider memory operations keep more
+    // bytes in flight, which is what a memory-bound op needs.
+    constexpr int PW = 16 / (int)sizeof(T); // elements per 16 bytes
+    constexpr int PI = PW / 2;              // interleaved: a vector holds PW/2 pairs
+    auto fits = [&](int elems) {
+        return half % (interleaved ? elems / 2 : elems) == 0 && q_stride % elems == 0 && k_stride % elems == 0 &&
+               head_dim % elems == 0 && tc::aligned(q, k, q, elems * (int)sizeof(T));
+    };
+    if (interleaved && fits(PW))
+        rotate_all<T, PI>(q, k, row, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, cs, sn);
+    else if (!interleaved && fits(PW))
+        rotate_all<T, PW>(q, k, row, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, cs, sn);
+    else if (half % 2 == 0 && fits(4))
         rotate_all<T, 2>(q, k, row, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, cs, sn);
     else
         rotate_all<T, 1>(q, k, row, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, cs, sn);
