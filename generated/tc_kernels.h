@@ -149,7 +149,7 @@ static inline tc_status tc_launch_argmax_bf16(tc_launch_config cfg, int32_t *out
     tc_launch_argmax_bf16((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride))
 #endif
 
-/* kernels/attention.cu:320 tc_k_attn_store_f32: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
+/* kernels/attention.cu:306 tc_k_attn_store_f32: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
 static inline tc_status tc_launch_attn_store_f32(tc_launch_config cfg, float *k_cache, float *v_cache, const float *k, const float *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -160,7 +160,7 @@ static inline tc_status tc_launch_attn_store_f32(tc_launch_config cfg, float *k_
     tc_launch_attn_store_f32((cfg), TC__KARG(float *, k_cache), TC__KARG(float *, v_cache), TC__KARG_CONST(const float *, float *, k), TC__KARG_CONST(const float *, float *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:329 tc_k_attn_decode64_f32: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f32. */
+/* kernels/attention.cu:315 tc_k_attn_decode64_f32: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f32. */
 static inline tc_status tc_launch_attn_decode64_f32(tc_launch_config cfg, float *out, float *partials, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
     void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
@@ -171,7 +171,7 @@ static inline tc_status tc_launch_attn_decode64_f32(tc_launch_config cfg, float 
     tc_launch_attn_decode64_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, partials), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:341 tc_k_attn_prefill64_f32: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+/* kernels/attention.cu:327 tc_k_attn_prefill64_f32: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill64_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -182,7 +182,7 @@ static inline tc_status tc_launch_attn_prefill64_f32(tc_launch_config cfg, float
     tc_launch_attn_prefill64_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:354 tc_k_attn_decode128_f32: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f32. */
+/* kernels/attention.cu:340 tc_k_attn_decode128_f32: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f32. */
 static inline tc_status tc_launch_attn_decode128_f32(tc_launch_config cfg, float *out, float *partials, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
     void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
@@ -193,7 +193,7 @@ static inline tc_status tc_launch_attn_decode128_f32(tc_launch_config cfg, float
     tc_launch_attn_decode128_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, partials), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:366 tc_k_attn_prefill128_f32: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+/* kernels/attention.cu:352 tc_k_attn_prefill128_f32: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill128_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -204,7 +204,7 @@ static inline tc_status tc_launch_attn_prefill128_f32(tc_launch_config cfg, floa
     tc_launch_attn_prefill128_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:377 tc_k_attn_combine_f32: Merge decode partials: one block per (sequence, head). */
+/* kernels/attention.cu:363 tc_k_attn_combine_f32: Merge decode partials: one block per (sequence, head). */
 static inline tc_status tc_launch_attn_combine_f32(tc_launch_config cfg, float *out, const float *partials, int32_t n_heads, int32_t head_dim, int32_t splits, int64_t out_stride)
 {
     void *args[] = {&out, &partials, &n_heads, &head_dim, &splits, &out_stride};
@@ -215,7 +215,7 @@ static inline tc_status tc_launch_attn_combine_f32(tc_launch_config cfg, float *
     tc_launch_attn_combine_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, partials), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, splits), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/attention.cu:384 tc_k_attn_store_f16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
+/* kernels/attention.cu:370 tc_k_attn_store_f16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
 static inline tc_status tc_launch_attn_store_f16(tc_launch_config cfg, tc_half *k_cache, tc_half *v_cache, const tc_half *k, const tc_half *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -226,7 +226,7 @@ static inline tc_status tc_launch_attn_store_f16(tc_launch_config cfg, tc_half *
     tc_launch_attn_store_f16((cfg), TC__KARG(tc_half *, k_cache), TC__KARG(tc_half *, v_cache), TC__KARG_CONST(const tc_half *, tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:393 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f16. */
+/* kernels/attention.cu:379 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f16. */
 static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_half *out, float *partials, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
     void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
@@ -237,7 +237,7 @@ static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_hal
     tc_launch_attn_decode64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:405 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+/* kernels/attention.cu:391 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -248,7 +248,7 @@ static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_ha
     tc_launch_attn_prefill64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:418 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f16. */
+/* kernels/attention.cu:404 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f16. */
 static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_half *out, float *partials, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
     void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
@@ -259,7 +259,7 @@ static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_ha
     tc_launch_attn_decode128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:430 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+/* kernels/attention.cu:416 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -270,7 +270,7 @@ static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_h
     tc_launch_attn_prefill128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:441 tc_k_attn_combine_f16: Merge decode partials: one block per (sequence, head). */
+/* kernels/attention.cu:427 tc_k_attn_combine_f16: Merge decode partials: one block per (sequence, head). */
 static inline tc_status tc_launch_attn_combine_f16(tc_launch_config cfg, tc_half *out, const float *partials, int32_t n_heads, int32_t head_dim, int32_t splits, int64_t out_stride)
 {
     void *args[] = {&out, &partials, &n_heads, &head_dim, &splits, &out_stride};
@@ -281,7 +281,7 @@ static inline tc_status tc_launch_attn_combine_f16(tc_launch_config cfg, tc_half
     tc_launch_attn_combine_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const float *, float *, partials), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, splits), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/attention.cu:448 tc_k_attn_store_bf16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
+/* kernels/attention.cu:434 tc_k_attn_store_bf16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
 static inline tc_status tc_launch_attn_store_bf16(tc_launch_config cfg, tc_bf16 *k_cache, tc_bf16 *v_cache, const tc_bf16 *k, const tc_bf16 *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -292,7 +292,7 @@ static inline tc_status tc_launch_attn_store_bf16(tc_launch_config cfg, tc_bf16 
     tc_launch_attn_store_bf16((cfg), TC__KARG(tc_bf16 *, k_cache), TC__KARG(tc_bf16 *, v_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:457 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_bf16. */
+/* kernels/attention.cu:443 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_bf16. */
 static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
     void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
@@ -303,7 +303,7 @@ static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf
     tc_launch_attn_decode64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:469 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+/* kernels/attention.cu:455 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -314,7 +314,7 @@ static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_b
     tc_launch_attn_prefill64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:482 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_bf16. */
+/* kernels/attention.cu:468 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_bf16. */
 static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
     void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
@@ -325,7 +325,7 @@ static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_b
     tc_launch_attn_decode128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:494 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+/* kernels/attention.cu:480 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -336,7 +336,7 @@ static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_
     tc_launch_attn_prefill128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:505 tc_k_attn_combine_bf16: Merge decode partials: one block per (sequence, head). */
+/* kernels/attention.cu:491 tc_k_attn_combine_bf16: Merge decode partials: one block per (sequence, head). */
 static inline tc_status tc_launch_attn_combine_bf16(tc_launch_config cfg, tc_bf16 *out, const float *partials, int32_t n_heads, int32_t head_dim, int32_t splits, int64_t out_stride)
 {
     void *args[] = {&out, &partials, &n_heads, &head_dim, &splits, &out_stride};
@@ -413,7 +413,7 @@ static inline tc_status tc_launch_embedding_bf16(tc_launch_config cfg, tc_bf16 *
     tc_launch_embedding_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const void *, void *, table), TC__KARG(int32_t, table_dtype), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, vocab), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, table_row_bytes))
 #endif
 
-/* kernels/gemm.cu:166 tc_k_gemm_tc_f16: Tensor-core product out[m, n] = x[m, k] w[n, k]^T: grid (ceil(n/128), ceil(m/128)), 256 threads, 67584 bytes of dynamic shared memory (the f32 epilogue tile, 128 x 132 floats, outgrows the 3 x 256 x 40 halves of the pipeline); k and x_stride multiples of 8, x and w 16-byte aligned. */
+/* kernels/gemm.cu:161 tc_k_gemm_tc_f16: Tensor-core product out[m, n] = x[m, k] w[n, k]^T: grid (ceil(n/128), ceil(m/128)), 256 threads, 67584 bytes of dynamic shared memory (the f32 epilogue tile, 128 x 132 floats, outgrows the 3 x 256 x 40 halves of the pipeline); k and x_stride multiples of 8, x and w 16-byte aligned. */
 static inline tc_status tc_launch_gemm_tc_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -424,7 +424,7 @@ static inline tc_status tc_launch_gemm_tc_f16(tc_launch_config cfg, tc_half *out
     tc_launch_gemm_tc_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:174 tc_k_gemm_tc_bf16 */
+/* kernels/gemm.cu:169 tc_k_gemm_tc_bf16 */
 static inline tc_status tc_launch_gemm_tc_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -435,7 +435,7 @@ static inline tc_status tc_launch_gemm_tc_bf16(tc_launch_config cfg, tc_bf16 *ou
     tc_launch_gemm_tc_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:181 tc_k_gemm_f32: f32-arithmetic product for any shape and alignment: grid (ceil(n/64), ceil(m/64)), 256 threads. */
+/* kernels/gemm.cu:176 tc_k_gemm_f32: f32-arithmetic product for any shape and alignment: grid (ceil(n/64), ceil(m/64)), 256 threads. */
 static inline tc_status tc_launch_gemm_f32(tc_launch_config cfg, float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -446,7 +446,7 @@ static inline tc_status tc_launch_gemm_f32(tc_launch_config cfg, float *out, con
     tc_launch_gemm_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const float *, float *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:186 tc_k_gemm_f16 */
+/* kernels/gemm.cu:181 tc_k_gemm_f16 */
 static inline tc_status tc_launch_gemm_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -457,7 +457,7 @@ static inline tc_status tc_launch_gemm_f16(tc_launch_config cfg, tc_half *out, c
     tc_launch_gemm_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:191 tc_k_gemm_bf16 */
+/* kernels/gemm.cu:186 tc_k_gemm_bf16 */
 static inline tc_status tc_launch_gemm_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};

@@ -31,18 +31,28 @@ __device__ void store(T *k_cache, T *v_cache, const T *k, const T *v, const int3
     }
 }
 
-// Decode: block (seq, kv head x head chunk, split); 4 warps, each an independent online
-// softmax over every 4th group of kUnroll keys of the split, merged in shared memory.
-constexpr int kMaxGroup = 8, kWarps = 4, kUnroll = 4;
+// Decode: block (seq, kv head x head chunk, split) of 4 warps. The split's keys and values
+// go through shared memory in tiles of kTile tokens (cp.async, double-buffered), loaded by all
+// threads; each warp then owns heads of the group (warp w: heads w and w + 4). Scores: lane j
+// takes token j of the tile, a whole dot product against q from shared memory (no shuffle
+// reductions per key, which made the previous kernel compute-bound); then one online-softmax
+// update per tile, and values accumulate with each lane owning HD/32 dimensions.
+constexpr int kMaxGroup = 8, kWarps = 4, kHeadsPerWarp = kMaxGroup / kWarps;
+
+template <typename T> __host__ __device__ constexpr int tile_tokens() { return sizeof(T) == 4 ? 16 : 32; }
+// Padded row of a tile, in elements: 16 extra bytes make the rows of a quarter-warp's 16-byte
+// reads fall in distinct banks.
+template <typename T, int HD> __host__ __device__ constexpr int tile_ld() { return HD + 16 / (int)sizeof(T); }
 
 template <typename T, int HD>
 __device__ void decode(T *out, float *part, const T *q, const T *k_cache, const T *v_cache, const int32_t *table,
                        const int32_t *seq_lens, int n_heads, int n_kv_heads, int block_size, int max_blocks,
                        int64_t q_stride, int64_t out_stride, int chunk, float scale)
 {
-    constexpr int D = HD / 32; // dimensions per lane
-    __shared__ float sm_m[kWarps][kMaxGroup], sm_l[kWarps][kMaxGroup];
-    __shared__ float sm_acc[kWarps][kMaxGroup][HD];
+    constexpr int TT = tile_tokens<T>(), LD = tile_ld<T, HD>(), VE = 16 / (int)sizeof(T), D = HD / 32;
+    constexpr int CR = HD / VE; // 16-byte chunks per row
+    __shared__ __align__(16) T tiles[2][2][TT * LD]; // [buffer][K, V][token, dim]
+    __shared__ __align__(16) float qs[kMaxGroup][HD];
     int seq = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
     int group = n_heads / n_kv_heads, chunks = (group + kMaxGroup - 1) / kMaxGroup;
     int kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * kMaxGroup;
@@ -51,134 +61,110 @@ __device__ void decode(T *out, float *part, const T *q, const T *k_cache, const 
     const int32_t *tbl = table + (int64_t)seq * max_blocks;
     int64_t len = seq_lens[seq];
     int64_t t0 = (int64_t)split * chunk, t1 = min(len, t0 + chunk);
+    int n_tiles = t1 > t0 ? (int)((t1 - t0 + TT - 1) / TT) : 0;
 
-    float qv[kMaxGroup][D], acc[kMaxGroup][D], m[kMaxGroup], l[kMaxGroup];
-#pragma unroll
-    for (int h = 0; h < kMaxGroup; h++) {
-        m[h] = -INFINITY;
-        l[h] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < D; j++) {
-            acc[h][j] = 0.0f;
-            qv[h][j] = h < g ? tc::to_f32(q[seq * q_stride + (int64_t)(h0 + h) * HD + lane * D + j]) * scale : 0.0f;
-        }
-    }
-    // Software pipelined: the next group's keys and values load while this group computes,
-    // so each warp keeps two groups of rows in flight.
-    const int64_t step = kWarps * kUnroll;
-    tc::Vec<T, D> kr0[kUnroll], vr0[kUnroll], kr1[kUnroll], vr1[kUnroll];
-    // Groups start at multiples of kUnroll (the host rounds `chunk` to one), so when
-    // block_size is a multiple of kUnroll a group never crosses a block: one table lookup.
-    const bool one_block = block_size % kUnroll == 0;
-    const int64_t row_step = (int64_t)n_kv_heads * HD;
-    auto load_group = [&](int64_t base, tc::Vec<T, D>(&kr)[kUnroll], tc::Vec<T, D>(&vr)[kUnroll]) {
-        const T *k0 = one_block ? kv_row(k_cache, tbl, base, block_size, n_kv_heads, HD, kvh) : nullptr;
-        const T *v0 = one_block ? kv_row(v_cache, tbl, base, block_size, n_kv_heads, HD, kvh) : nullptr;
-#pragma unroll
-        for (int u = 0; u < kUnroll; u++) {
-            int64_t t = base + u;
-            if (t < t1) {
-                const T *kp = one_block ? k0 + u * row_step : kv_row(k_cache, tbl, t, block_size, n_kv_heads, HD, kvh);
-                const T *vp = one_block ? v0 + u * row_step : kv_row(v_cache, tbl, t, block_size, n_kv_heads, HD, kvh);
-                kr[u] = *reinterpret_cast<const tc::Vec<T, D> *>(kp + lane * D);
-                vr[u] = *reinterpret_cast<const tc::Vec<T, D> *>(vp + lane * D);
-            } else {
-#pragma unroll
-                for (int j = 0; j < D; j++) {
-                    kr[u].v[j] = tc::from_f32<T>(0.0f);
-                    vr[u].v[j] = tc::from_f32<T>(0.0f);
-                }
-            }
+    for (int e = threadIdx.x; e < g * HD; e += blockDim.x)
+        qs[e / HD][e % HD] = tc::to_f32(q[seq * q_stride + (int64_t)(h0 + e / HD) * HD + e % HD]) * scale;
+    auto load_tile = [&](int buf, int64_t ts) {
+        for (int c = threadIdx.x; c < 2 * TT * CR; c += blockDim.x) {
+            int which = c / (TT * CR), r = (c / CR) % TT, col = c % CR;
+            int64_t t = ts + r;
+            bool ok = t < t1;
+            const T *src = which == 0 ? k_cache : v_cache;
+            if (ok)
+                src = kv_row(src, tbl, t, block_size, n_kv_heads, HD, kvh) + col * VE;
+            tc::cp_async16(&tiles[buf][which][r * LD + col * VE], src, ok);
         }
     };
-    auto process = [&](int64_t base, const tc::Vec<T, D>(&kr)[kUnroll], const tc::Vec<T, D>(&vr)[kUnroll]) {
-        float kv[kUnroll][D], vv[kUnroll][D];
+    float m[kHeadsPerWarp], l[kHeadsPerWarp], acc[kHeadsPerWarp][D];
 #pragma unroll
-        for (int u = 0; u < kUnroll; u++)
+    for (int i = 0; i < kHeadsPerWarp; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
 #pragma unroll
-            for (int j = 0; j < D; j++) {
-                kv[u][j] = tc::to_f32(kr[u].v[j]);
-                vv[u][j] = tc::to_f32(vr[u].v[j]);
-            }
+        for (int d = 0; d < D; d++)
+            acc[i][d] = 0.0f;
+    }
+    if (n_tiles > 0)
+        load_tile(0, t0);
+    tc::cp_commit();
+    for (int it = 0; it < n_tiles; it++) {
+        int buf = it & 1;
+        int64_t ts = t0 + (int64_t)it * TT;
+        if (it + 1 < n_tiles)
+            load_tile(buf ^ 1, ts + TT);
+        tc::cp_commit();
+        tc::cp_wait<1>();
+        __syncthreads();
+        int nv = (int)min((int64_t)TT, t1 - ts);
+        const T *kt = tiles[buf][0], *vt = tiles[buf][1];
 #pragma unroll
-        for (int h = 0; h < kMaxGroup; h++) {
+        for (int i = 0; i < kHeadsPerWarp; i++) {
+            int h = warp + i * kWarps;
             if (h >= g)
                 break;
-            float sc[kUnroll], smax = -INFINITY;
+            float s = -INFINITY;
+            if (lane < nv) {
+                // Four partial sums: a single chain of HD dependent FMAs would be latency-bound.
+                float d4[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 #pragma unroll
-            for (int u = 0; u < kUnroll; u++) {
-                float d = 0.0f;
+                for (int c = 0; c < CR; c++) {
+                    tc::Vec<T, VE> kv = *reinterpret_cast<const tc::Vec<T, VE> *>(kt + lane * LD + c * VE);
 #pragma unroll
-                for (int j = 0; j < D; j++)
-                    d = fmaf(qv[h][j], kv[u][j], d);
-                sc[u] = base + u < t1 ? tc::warp_sum(d) : -INFINITY;
-                smax = fmaxf(smax, sc[u]);
+                    for (int e = 0; e < VE; e += 4) {
+                        float4 qv = *reinterpret_cast<const float4 *>(&qs[h][c * VE + e]);
+                        d4[0] = fmaf(qv.x, tc::to_f32(kv.v[e]), d4[0]);
+                        d4[1] = fmaf(qv.y, tc::to_f32(kv.v[e + 1]), d4[1]);
+                        d4[2] = fmaf(qv.z, tc::to_f32(kv.v[e + 2]), d4[2]);
+                        d4[3] = fmaf(qv.w, tc::to_f32(kv.v[e + 3]), d4[3]);
+                    }
+                }
+                s = (d4[0] + d4[1]) + (d4[2] + d4[3]);
             }
-            float mn = fmaxf(m[h], smax);
-            float corr = __expf(m[h] - mn);
-            l[h] *= corr;
+            float mn = fmaxf(m[i], tc::warp_max(s));
+            float corr = __expf(m[i] - mn);
+            float p = lane < nv ? __expf(s - mn) : 0.0f;
+            l[i] = l[i] * corr + tc::warp_sum(p);
 #pragma unroll
-            for (int j = 0; j < D; j++)
-                acc[h][j] *= corr;
+            for (int d = 0; d < D; d++)
+                acc[i][d] *= corr;
+            // Unrolled so that several value loads and shuffles are in flight; rows past nv were
+            // zero-filled and their p is 0, so whole groups of 8 are safe.
+            for (int t0v = 0; t0v < nv; t0v += 8) {
 #pragma unroll
-            for (int u = 0; u < kUnroll; u++) {
-                float p = base + u < t1 ? __expf(sc[u] - mn) : 0.0f;
-                l[h] += p;
+                for (int u = 0; u < 8; u++) {
+                    float pt = __shfl_sync(0xffffffffu, p, t0v + u);
+                    tc::Vec<T, D> vv = *reinterpret_cast<const tc::Vec<T, D> *>(vt + (t0v + u) * LD + lane * D);
 #pragma unroll
-                for (int j = 0; j < D; j++)
-                    acc[h][j] = fmaf(p, vv[u][j], acc[h][j]);
+                    for (int d = 0; d < D; d++)
+                        acc[i][d] = fmaf(pt, tc::to_f32(vv.v[d]), acc[i][d]);
+                }
             }
-            m[h] = mn;
+            m[i] = mn;
         }
-    };
-    int64_t base = t0 + warp * kUnroll;
-    if (base < t1)
-        load_group(base, kr0, vr0);
-    for (; base < t1; base += 2 * step) {
-        if (base + step < t1)
-            load_group(base + step, kr1, vr1);
-        process(base, kr0, vr0);
-        if (base + step >= t1)
+        __syncthreads(); // the buffer is refilled by the next iteration's load
+    }
+#pragma unroll
+    for (int i = 0; i < kHeadsPerWarp; i++) {
+        int h = warp + i * kWarps;
+        if (h >= g)
             break;
-        if (base + 2 * step < t1)
-            load_group(base + 2 * step, kr0, vr0);
-        process(base + step, kr1, vr1);
-    }
-    // Merge the warps: each (head, dimension) rescaled to the largest maximum.
-#pragma unroll
-    for (int h = 0; h < kMaxGroup; h++) {
-        if (lane == 0) {
-            sm_m[warp][h] = m[h];
-            sm_l[warp][h] = l[h];
-        }
-#pragma unroll
-        for (int j = 0; j < D; j++)
-            sm_acc[warp][h][lane * D + j] = acc[h][j];
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < g * HD; e += blockDim.x) {
-        int h = e / HD, d = e % HD;
-        float mx = -INFINITY;
-        for (int w = 0; w < kWarps; w++)
-            mx = fmaxf(mx, sm_m[w][h]);
-        float sl = 0.0f, sa = 0.0f;
-        if (mx != -INFINITY)
-            for (int w = 0; w < kWarps; w++) {
-                float f = __expf(sm_m[w][h] - mx);
-                sl += sm_l[w][h] * f;
-                sa += sm_acc[w][h][d] * f;
-            }
         int head = h0 + h;
         if (splits == 1) {
-            out[seq * out_stride + (int64_t)head * HD + d] = tc::from_f32<T>(sl > 0.0f ? sa / sl : 0.0f);
+#pragma unroll
+            for (int d = 0; d < D; d++)
+                out[seq * out_stride + (int64_t)head * HD + lane * D + d] =
+                    tc::from_f32<T>(l[i] > 0.0f ? acc[i][d] / l[i] : 0.0f);
         } else {
             // Partials: [seq, head, split] records of (m, l, acc[HD]).
-            float *p = part + (((int64_t)seq * n_heads + head) * splits + split) * (HD + 2);
-            if (d == 0) {
-                p[0] = mx;
-                p[1] = sl;
+            float *pr = part + (((int64_t)seq * n_heads + head) * splits + split) * (HD + 2);
+            if (lane == 0) {
+                pr[0] = m[i];
+                pr[1] = l[i];
             }
-            p[2 + d] = sa;
+#pragma unroll
+            for (int d = 0; d < D; d++)
+                pr[2 + lane * D + d] = acc[i][d];
         }
     }
 }

@@ -50,6 +50,16 @@ __device__ __forceinline__ void store_f32(T *p, const float (&in)[N])
         reinterpret_cast<Vec<T, C> *>(p)[c] = x;
     }
 }
+// Asynchronous 16-byte copies global -> shared (sm_80 cp.async): queue, close a group, and
+// wait until at most N groups are still in flight.
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    int bytes = pred ? 16 : 0; // 0: fill the 16 bytes with zeros, read nothing
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 // Elements of T per 16-byte vector.
 template <typename T> __host__ __device__ constexpr int vec16() { return 16 / (int)sizeof(T); }
 

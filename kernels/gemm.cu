@@ -12,14 +12,9 @@ constexpr int kLd = BK + 8; // padded smem row (halves), 80 bytes: keeps 16-byte
 constexpr int kStageElems = (BM + BN) * kLd;
 constexpr int kEpLd = BN + 4;
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    int bytes = pred ? 16 : 0; // 0: fill the 16 bytes with zeros, read nothing
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+using tc::cp_async16;
+using tc::cp_commit;
+using tc::cp_wait;
 
 // Queue the loads of K step `kt` (rows of x and of w, 32 halves each) into stage buffer s.
 template <typename T>

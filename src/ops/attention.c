@@ -256,12 +256,12 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
         return st;
     }
     TC_TRY(check_head_dim(op, hd));
-    /* Split each sequence's cache so that about two blocks per SM run (flash-decoding), with
+    /* Split each sequence's cache so that about four blocks per SM run (flash-decoding), with
      * at least 128 tokens per split. */
     int64_t group = n_heads / n_kv, chunks = (group + 7) / 8;
     int64_t capacity = block_table->shape[1] * k_cache->shape[1];
     int64_t base_blocks = n_seqs * n_kv * chunks;
-    int64_t want = (2 * (int64_t)b->ctx->sm_count + base_blocks - 1) / base_blocks;
+    int64_t want = (4 * (int64_t)b->ctx->sm_count + base_blocks - 1) / base_blocks;
     int64_t max_splits = (capacity + 127) / 128;
     int64_t splits = want < max_splits ? want : max_splits;
     if (splits < 1)
