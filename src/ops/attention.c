@@ -256,17 +256,24 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
         return st;
     }
     TC_TRY(check_head_dim(op, hd));
-    /* Split each sequence's cache so that about four blocks per SM run (flash-decoding), with
-     * at least 128 tokens per split. */
+    /* Split each sequence's cache (flash-decoding) into as many parts as fill the GPU's resident
+     * block slots once: a partial second wave would leave most SMs idle at the end. At least 64
+     * tokens (two tiles) per split. */
     int64_t group = n_heads / n_kv, chunks = (group + 7) / 8;
     int64_t capacity = block_table->shape[1] * k_cache->shape[1];
     int64_t base_blocks = n_seqs * n_kv * chunks;
-    int64_t want = (4 * (int64_t)b->ctx->sm_count + base_blocks - 1) / base_blocks;
-    int64_t max_splits = (capacity + 127) / 128;
+    int resident = 0;
+    if (tc_launch_blocks_per_sm(
+            b->ctx, hd == 64 ? TC_KERNEL_ATTN_DECODE64_BF16 : TC_KERNEL_ATTN_DECODE128_BF16, 128, 0,
+            &resident) != TC_OK ||
+        resident < 1)
+        resident = 4;
+    int64_t want = (int64_t)resident * b->ctx->sm_count / base_blocks;
+    int64_t max_splits = (capacity + 63) / 64;
     int64_t splits = want < max_splits ? want : max_splits;
     if (splits < 1)
         splits = 1;
-    /* A multiple of 16 tokens, so that the kernel's groups of keys start at multiples of 4. */
+    /* A multiple of 16 tokens: whole tiles of 16-byte rows. */
     int64_t chunk = ((capacity + splits - 1) / splits + 15) / 16 * 16;
     CUdeviceptr part = 0;
     if (splits > 1)
