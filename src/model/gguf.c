@@ -2,13 +2,9 @@
  * it is used, so a truncated or hostile file is an error, never an out-of-bounds read. */
 #define _GNU_SOURCE
 #include "model/gguf.h"
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "model/internal.h"
 #include "runtime/error.h"
 #include "runtime/host.h"
 
@@ -278,26 +274,13 @@ tc_status tc_gguf_parse(tc_gguf *g, const void *buf, size_t bytes)
 tc_status tc_gguf_open(tc_gguf *g, const char *path)
 {
     memset(g, 0, sizeof *g);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tc_set_error(TC_ERR_IO, "tc_gguf_open", "cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return tc_set_error(TC_ERR_IO, "tc_gguf_open", "%s is not a regular file", path);
-    }
-    if (sb.st_size == 0) {
-        close(fd);
-        return tc_set_error(TC_ERR_PARSE, "tc_gguf_open", "%s is empty", path);
-    }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return tc_set_error(TC_ERR_IO, "tc_gguf_open", "cannot map %s: %s", path, strerror(errno));
-    reader r = { map, map, (const uint8_t *)map + sb.st_size, path };
+    void *map;
+    size_t bytes;
+    TC_TRY(tc__map_file("tc_gguf_open", path, "too short for GGUF", 1, &map, &bytes));
+    reader r = { map, map, (const uint8_t *)map + bytes, path };
     tc_status st = parse(g, &r);
     g->map = map;
-    g->map_bytes = (size_t)sb.st_size;
+    g->map_bytes = bytes;
     if (st != TC_OK)
         tc_gguf_close(g);
     return st;
@@ -309,8 +292,7 @@ void tc_gguf_close(tc_gguf *g)
         return;
     tc_host_free(g->kv);
     tc_host_free(g->tensors);
-    if (g->map)
-        munmap(g->map, g->map_bytes);
+    tc__unmap_file(g->map, g->map_bytes);
     memset(g, 0, sizeof *g);
 }
 

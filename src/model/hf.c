@@ -3,14 +3,11 @@
  * the data, offsets relative to its start. */
 #define _GNU_SOURCE
 #include "model/hf.h"
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
+#include "model/internal.h"
 #include "runtime/error.h"
 #include "runtime/host.h"
 
@@ -206,18 +203,10 @@ static tc_status add_tensor(void *ctx, const tc_safetensor *t)
 
 static tc_status map_file(tc_hf *hf, const char *path, collect *c)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tc_set_error(TC_ERR_IO, "tc_hf_open", "cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 8) {
-        close(fd);
-        return tc_set_error(TC_ERR_PARSE, "tc_hf_open", "%s is not a safetensors file", path);
-    }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return tc_set_error(TC_ERR_IO, "tc_hf_open", "cannot map %s: %s", path, strerror(errno));
+    void *map;
+    size_t bytes;
+    TC_TRY(tc__map_file("tc_hf_open", path, "not a safetensors file (under 8 bytes)", 8, &map,
+                        &bytes));
     void **maps = tc_host_realloc(hf->maps, sizeof *maps * (size_t)(hf->n_maps + 1));
     size_t *sizes = tc_host_realloc(hf->map_bytes, sizeof *sizes * (size_t)(hf->n_maps + 1));
     if (maps)
@@ -225,12 +214,12 @@ static tc_status map_file(tc_hf *hf, const char *path, collect *c)
     if (sizes)
         hf->map_bytes = sizes;
     if (!maps || !sizes) {
-        munmap(map, (size_t)sb.st_size);
+        tc__unmap_file(map, bytes);
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_hf_open", "no host memory");
     }
     hf->maps[hf->n_maps] = map;
-    hf->map_bytes[hf->n_maps++] = (size_t)sb.st_size;
-    return tc_safetensors_parse(map, (size_t)sb.st_size, path, add_tensor, c);
+    hf->map_bytes[hf->n_maps++] = bytes;
+    return tc_safetensors_parse(map, bytes, path, add_tensor, c);
 }
 
 static bool get_int(json_t *o, const char *k, int64_t lo, int64_t hi, int64_t *v)
@@ -453,7 +442,7 @@ void tc_hf_close(tc_hf *hf)
     if (!hf)
         return;
     for (int i = 0; i < hf->n_maps; i++)
-        munmap(hf->maps[i], hf->map_bytes[i]);
+        tc__unmap_file(hf->maps[i], hf->map_bytes[i]);
     tc_host_free(hf->maps);
     tc_host_free(hf->map_bytes);
     tc_host_free(hf->view.tensors);
