@@ -23,6 +23,7 @@ typedef struct options {
     long n_predict, threads, ctx;
     tc_sample_params sp;
     bool chat_prompt, seed_set, show_special;
+    bool temperature_set, n_predict_set; /* given on the command line (chat's defaults differ) */
 } options;
 
 typedef struct session {
@@ -144,6 +145,7 @@ static int parse(int argc, char **argv, options *o, const char *usage)
             if (!num("--n-predict", optarg, 0, 1 << 20, &v))
                 return 2;
             o->n_predict = (long)v;
+            o->n_predict_set = true;
             break;
         case OPT_DEVICE:
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
@@ -173,6 +175,7 @@ static int parse(int argc, char **argv, options *o, const char *usage)
             if (!num("--temperature", optarg, 0, 100, &v))
                 return 2;
             o->sp.temperature = (float)v;
+            o->temperature_set = true;
             break;
         case OPT_TOPK:
             if (!num("--top-k", optarg, 0, 1 << 30, &v))
@@ -536,14 +539,11 @@ int tc_cli_chat(int argc, char **argv)
     int rc = parse(argc, argv, &s.o, usage);
     if (rc >= 0)
         return rc;
-    bool temp_set = false;
-    for (int i = 1; i < argc; i++)
-        temp_set |= !strncmp(argv[i], "--temp", 6);
-    if (!temp_set) {
+    if (!s.o.temperature_set) {
         s.o.sp.temperature = 0.7f;
         s.o.sp.top_p = 0.9f;
     }
-    if (s.o.n_predict == 128)
+    if (!s.o.n_predict_set)
         s.o.n_predict = 512;
     rc = open_files(&s);
     if (rc == 0)

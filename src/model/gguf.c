@@ -2,6 +2,7 @@
  * it is used, so a truncated or hostile file is an error, never an out-of-bounds read. */
 #define _GNU_SOURCE
 #include "model/gguf.h"
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include "model/internal.h"
@@ -64,10 +65,14 @@ static size_t scalar_size(uint32_t type)
     }
 }
 
-static tc_status fail(const reader *r, const char *fmt, const char *detail, uint64_t n)
+/* One TC_ERR_PARSE sentence: the file, what is wrong, and where. */
+__attribute__((format(printf, 2, 3))) static tc_status fail(const reader *r, const char *fmt, ...)
 {
     char msg[256];
-    snprintf(msg, sizeof msg, fmt, detail, (unsigned long long)n);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     return tc_set_error(TC_ERR_PARSE, "tc_gguf", "%s: %s (at byte %llu)", r->what, msg,
                         (unsigned long long)(r->p - r->base));
 }
@@ -111,30 +116,32 @@ static tc_status skip_value(reader *r, uint32_t type, int depth, const char *key
     size_t size = scalar_size(type);
     if (size) {
         const uint8_t *p;
-        return take(r, size, &p) ? TC_OK : fail(r, "value of '%s' runs past the end%.0llu", key, 0);
+        return take(r, size, &p) ? TC_OK : fail(r, "value of '%s' runs past the end", key);
     }
     if (type == TC_GGUF_STRING) {
         tc_gguf_str s;
-        return str(r, &s) ? TC_OK : fail(r, "string in '%s' runs past the end%.0llu", key, 0);
+        return str(r, &s) ? TC_OK : fail(r, "string in '%s' runs past the end", key);
     }
     if (type != TC_GGUF_ARRAY)
-        return fail(r, "'%s' has unknown value type %llu", key, type);
+        return fail(r, "'%s' has unknown value type %llu", key, (unsigned long long)type);
     if (depth >= MAX_ARRAY_DEPTH)
-        return fail(r, "arrays in '%s' nest deeper than %llu", key, MAX_ARRAY_DEPTH);
+        return fail(r, "arrays in '%s' nest deeper than %llu", key,
+                    (unsigned long long)MAX_ARRAY_DEPTH);
     uint32_t et;
     uint64_t n;
     if (!u32(r, &et) || !u64(r, &n))
-        return fail(r, "array header of '%s' runs past the end%.0llu", key, 0);
+        return fail(r, "array header of '%s' runs past the end", key);
     size_t es = scalar_size(et);
     if (es) {
         const uint8_t *p;
         if (n > (uint64_t)(r->end - r->p) / es || !take(r, (size_t)(n * es), &p))
-            return fail(r, "array '%s' of %llu elements runs past the end", key, n);
+            return fail(r, "array '%s' of %llu elements runs past the end", key,
+                        (unsigned long long)n);
         return TC_OK;
     }
     /* Each string or array element takes at least 8 bytes: bound n before looping. */
     if (n > (uint64_t)(r->end - r->p) / 8)
-        return fail(r, "array '%s' of %llu elements runs past the end", key, n);
+        return fail(r, "array '%s' of %llu elements runs past the end", key, (unsigned long long)n);
     for (uint64_t i = 0; i < n; i++)
         TC_TRY(skip_value(r, et, depth + 1, key));
     return TC_OK;
@@ -152,22 +159,24 @@ static tc_status parse(tc_gguf *g, reader *r)
 {
     uint32_t magic;
     if (!u32(r, &magic) || magic != GGUF_MAGIC)
-        return fail(r, "not a GGUF file (no 'GGUF' magic)%s%.0llu", "", 0);
+        return fail(r, "not a GGUF file (no 'GGUF' magic)");
     if (!u32(r, &g->version))
-        return fail(r, "truncated header%s%.0llu", "", 0);
+        return fail(r, "truncated header");
     if (g->version == 1 || g->version > 3)
-        return fail(r, "GGUF version %s%llu is not supported (2 and 3 are)", "", g->version);
+        return fail(r, "GGUF version %llu is not supported (2 and 3 are)",
+                    (unsigned long long)g->version);
     if (g->version == 0)
-        return fail(r, "GGUF version 0 is invalid (a big-endian file?)%s%.0llu", "", 0);
+        return fail(r, "GGUF version 0 is invalid (a big-endian file?)");
     if (!u64(r, &g->n_tensors) || !u64(r, &g->n_kv))
-        return fail(r, "truncated header%s%.0llu", "", 0);
+        return fail(r, "truncated header");
     /* A kv entry takes at least 8 + 4 + 1 bytes and a tensor entry 8 + 4 + 8 + 4 + 8. */
     size_t left = (size_t)(r->end - r->p);
     if (g->n_kv > left / 13)
-        return fail(r, "header claims %s%llu metadata entries, more than the file holds", "",
-                    g->n_kv);
+        return fail(r, "header claims %llu metadata entries, more than the file holds",
+                    (unsigned long long)g->n_kv);
     if (g->n_tensors > left / 32)
-        return fail(r, "header claims %s%llu tensors, more than the file holds", "", g->n_tensors);
+        return fail(r, "header claims %llu tensors, more than the file holds",
+                    (unsigned long long)g->n_tensors);
     g->kv = tc_host_calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
     g->tensors = tc_host_calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
     if (!g->kv || !g->tensors)
@@ -178,7 +187,7 @@ static tc_status parse(tc_gguf *g, reader *r)
         tc_gguf_kv *kv = &g->kv[i];
         uint32_t type;
         if (!str(r, &kv->key) || !u32(r, &type))
-            return fail(r, "metadata entry %s%llu runs past the end", "", i);
+            return fail(r, "metadata entry %llu runs past the end", (unsigned long long)i);
         kv->type = (tc_gguf_type)type;
         kv->data = r->p;
         char key[96];
@@ -187,7 +196,7 @@ static tc_status parse(tc_gguf *g, reader *r)
             uint32_t et;
             const uint8_t *save = r->p;
             if (!u32(r, &et) || !u64(r, &kv->array_len))
-                return fail(r, "array header of '%s' runs past the end%.0llu", key, 0);
+                return fail(r, "array header of '%s' runs past the end", key);
             kv->array_type = (tc_gguf_type)et;
             kv->data = r->p;
             r->p = save;
@@ -198,7 +207,7 @@ static tc_status parse(tc_gguf *g, reader *r)
             double d;
             if (type == TC_GGUF_FLOAT32 || type == TC_GGUF_FLOAT64 ||
                 !number(kv->type, kv->data, &d, &a) || a <= 0 || a > 65536 || (a & (a - 1)))
-                return fail(r, "'%s' must be a power of two up to 65536%.0llu", key, 0);
+                return fail(r, "'%s' must be a power of two up to 65536", key);
             g->alignment = (uint64_t)a;
         }
     }
@@ -207,44 +216,47 @@ static tc_status parse(tc_gguf *g, reader *r)
         uint32_t nd, type;
         uint64_t offset;
         if (!str(r, &t->name) || !u32(r, &nd))
-            return fail(r, "tensor entry %s%llu runs past the end", "", i);
+            return fail(r, "tensor entry %llu runs past the end", (unsigned long long)i);
         char name[96];
         snprintf(name, sizeof name, "%.*s", (int)(t->name.len < 80 ? t->name.len : 80),
                  t->name.ptr);
         if (nd < 1 || nd > 4)
-            return fail(r, "tensor '%s' has %llu dimensions (1 to 4 allowed)", name, nd);
+            return fail(r, "tensor '%s' has %llu dimensions (1 to 4 allowed)", name,
+                        (unsigned long long)nd);
         t->n_dims = (int)nd;
         t->n_elements = 1;
         for (uint32_t d = 0; d < nd; d++) {
             if (!u64(r, &t->dims[d]))
-                return fail(r, "tensor '%s' entry runs past the end%.0llu", name, 0);
+                return fail(r, "tensor '%s' entry runs past the end", name);
             if (t->dims[d] == 0 || t->dims[d] > (UINT64_MAX >> 2) / t->n_elements)
-                return fail(r, "tensor '%s' has an invalid dimension %llu", name, t->dims[d]);
+                return fail(r, "tensor '%s' has an invalid dimension %llu", name,
+                            (unsigned long long)t->dims[d]);
             t->n_elements *= t->dims[d];
         }
         for (uint32_t d = nd; d < 4; d++)
             t->dims[d] = 1;
         if (!u32(r, &type) || !u64(r, &offset))
-            return fail(r, "tensor '%s' entry runs past the end%.0llu", name, 0);
+            return fail(r, "tensor '%s' entry runs past the end", name);
         t->type = (tc_ggml_type)type;
         uint64_t be, bb;
         if (!tc_ggml_type_block(t->type, &be, &bb))
-            return fail(r, "tensor '%s' has unknown ggml type %llu", name, type);
+            return fail(r, "tensor '%s' has unknown ggml type %llu", name,
+                        (unsigned long long)type);
         if (t->dims[0] % be)
             return fail(r, "tensor '%s': a row of %llu elements is not whole blocks", name,
-                        t->dims[0]);
+                        (unsigned long long)t->dims[0]);
         t->bytes = t->n_elements / be * bb;
         t->data = (const void *)(uintptr_t)offset; /* relative until the data section is known */
         for (uint64_t j = 0; j < i; j++)
             if (g->tensors[j].name.len == t->name.len &&
                 memcmp(g->tensors[j].name.ptr, t->name.ptr, t->name.len) == 0)
-                return fail(r, "tensor '%s' appears twice%.0llu", name, 0);
+                return fail(r, "tensor '%s' appears twice", name);
     }
     uint64_t pos = (uint64_t)(r->p - r->base);
     uint64_t data_start = (pos + g->alignment - 1) / g->alignment * g->alignment;
     uint64_t total = (uint64_t)(r->end - r->base);
     if (g->n_tensors && data_start > total)
-        return fail(r, "the tensor data section is missing%s%.0llu", "", 0);
+        return fail(r, "the tensor data section is missing");
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         tc_gguf_tensor *t = &g->tensors[i];
         uint64_t off = (uint64_t)(uintptr_t)t->data;
@@ -252,10 +264,11 @@ static tc_status parse(tc_gguf *g, reader *r)
         snprintf(name, sizeof name, "%.*s", (int)(t->name.len < 80 ? t->name.len : 80),
                  t->name.ptr);
         if (off % g->alignment)
-            return fail(r, "tensor '%s' data offset %llu is not aligned", name, off);
+            return fail(r, "tensor '%s' data offset %llu is not aligned", name,
+                        (unsigned long long)off);
         if (off > total - data_start || t->bytes > total - data_start - off)
             return fail(r, "tensor '%s' data (%llu bytes) runs past the end of the file", name,
-                        t->bytes);
+                        (unsigned long long)t->bytes);
         t->data = r->base + data_start + off;
     }
     return TC_OK;

@@ -205,7 +205,7 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
             (long long)(vec ? 1 : rows), (long long)cols, tc_ggml_type_name(gt->type));
     tc_llama *m = L->m;
     tc_backend *b = m->backend;
-    bool cpu = b->kind == TC_BACKEND_CPU;
+    bool cpu = tc_backend_get_kind(b) == TC_BACKEND_CPU;
     tc_dtype native = TC_DTYPE_F32, want = target(gt->type, vec, cpu, m->act, &native);
     bool readable = kernel_reads(gt->type, &native);
     int64_t shape[2] = { vec ? cols : rows, cols };
@@ -273,7 +273,7 @@ static tc_status alloc_scratch(tc_llama *m)
     TC_TRY(tc_tensor_init(&s->seq_lens, b, TC_DTYPE_I32, TC_SHAPE(S)));
     TC_TRY(tc_tensor_init(&s->last_rows, b, TC_DTYPE_I32, TC_SHAPE(S)));
     TC_TRY(tc_tensor_init(&s->block_table, b, TC_DTYPE_I32, TC_SHAPE(S, s->max_blocks)));
-    s->host = tc_host_alloc(sizeof(int32_t) * (size_t)(3 * T + 3 * S + 1 + S * s->max_blocks));
+    s->host = tc_host_alloc(sizeof(int32_t) * (size_t)S);
     if (!s->host)
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_llama_load", "no host memory for indices");
     return TC_OK;
@@ -312,9 +312,6 @@ static tc_status load(loader *L)
         TC_TRY(tc_tensor_slice(&m->tok_embd, 0, 0, c->vocab, &m->lm_head));
     else
         TC_TRY(place(L, "output.weight", c->vocab, c->dim, &m->lm_head));
-    /* The type of the first layer's feed-forward matrix names the file's quantisation. */
-    const tc_gguf_tensor *gt = tc_gguf_tensor_find(L->g, "blk.0.ffn_up.weight");
-    m->file_type = gt ? gt->type : TC_GGML_F32;
     return alloc_scratch(m);
 }
 
@@ -327,13 +324,10 @@ tc_status tc_llama_load_gguf(const tc_gguf *g, tc_backend *b, const tc_llama_opt
     return tc_llama_load(g, &cfg, b, opt, out);
 }
 
-/* Load cuBLAS (about 0.2 s: the library, a handle, its workspace) on another thread while the
- * weights are placed, so that the first prefill does not wait for it. A failure shows again,
- * with its message, at the first product, which then uses our own kernels. */
+/* cuBLAS loads on a second thread while the weights are placed (see tc_backend_prepare_gemm). */
 static void *prepare_gemm(void *arg)
 {
-    void *handle;
-    (void)tc__backend_cublas(arg, &handle);
+    (void)tc_backend_prepare_gemm(arg);
     return NULL;
 }
 
@@ -367,8 +361,7 @@ tc_status tc_llama_load(const tc_gguf *g, const tc_llama_config *cfg, tc_backend
     s->max_blocks = (ctx + bs - 1) / bs;
     loader L = { g, m, opt, 0, 0 };
     pthread_t warm;
-    bool warming =
-        !cpu && b->gemm != TC_GEMM_OWN && pthread_create(&warm, NULL, prepare_gemm, b) == 0;
+    bool warming = !cpu && pthread_create(&warm, NULL, prepare_gemm, b) == 0;
     st = load(&L);
     if (warming)
         pthread_join(warm, NULL);
@@ -526,9 +519,12 @@ tc_status tc_llama_forward(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b
     TC_TRY(upload(&s->q_start, b->q_start, S + 1));
     TC_TRY(upload(&s->seq_lens, b->seq_lens, S));
     TC_TRY(upload(&s->last_rows, last, S));
+    /* The batch's table, [S, max_blocks] with its own width, in the scratch's memory. */
     tc_tensor table;
-    TC_TRY(tc_tensor_init_from_host(&table, m->backend, TC_DTYPE_I32, TC_SHAPE(S, b->max_blocks),
-                                    b->block_table, sizeof(int32_t) * (size_t)(S * b->max_blocks)));
+    TC_TRY(tc_tensor_wrap(&table, m->backend, TC_DTYPE_I32, TC_SHAPE(S, b->max_blocks),
+                          s->block_table.data));
+    TC_TRY(tc_tensor_copy_from_host(&table, b->block_table,
+                                    sizeof(int32_t) * (size_t)(S * b->max_blocks)));
 
     tc_tensor x = rows(&s->x, T), h = rows(&s->h, T), q = rows(&s->q, T), k = rows(&s->k, T),
               v = rows(&s->v, T), att = rows(&s->att, T), o = rows(&s->o, T),
@@ -582,10 +578,8 @@ tc_status tc_llama_forward(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b
         lstf = lst;
     s->logits_rows = rows(&s->logits, S);
     TC_CHECK(st, tc_matmul(&s->logits_rows, &lstf, &m->lm_head));
-    tc_tensor_deinit(&table);
     *logits = &s->logits_rows;
     return TC_OK;
 fail:
-    tc_tensor_deinit(&table);
     return st;
 }

@@ -46,7 +46,7 @@ typedef struct tc_llama_scratch {
     tc_tensor q_start;             /* i32 [S + 1] */
     tc_tensor seq_lens, last_rows; /* i32 [S] */
     tc_tensor block_table;         /* i32 [S, max_blocks] */
-    int32_t *host;                 /* staging of the index arrays */
+    int32_t *host;                 /* [S] staging of each sequence's last row */
 } tc_llama_scratch;
 
 typedef struct tc_llama {
@@ -58,8 +58,7 @@ typedef struct tc_llama {
     tc_tensor lm_head;      /* [vocab, dim]; a view of tok_embd when tied */
     tc_llama_layer *layers; /* [n_layers] */
     uint64_t n_params;
-    uint64_t weight_bytes;  /* bytes of the weights as held on the backend */
-    tc_ggml_type file_type; /* the type most of the file's matrices have */
+    uint64_t weight_bytes; /* bytes of the weights as held on the backend */
     tc_llama_scratch s;
 } tc_llama;
 

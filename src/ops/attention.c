@@ -273,7 +273,8 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
     int64_t splits = want < max_splits ? want : max_splits;
     if (splits < 1)
         splits = 1;
-    /* A multiple of 16 tokens: whole tiles of 16-byte rows. */
+    /* Rounded up to 16 tokens so that splits start on KV-cache block boundaries (the kernel
+     * itself masks token by token, so any split length is correct). */
     int64_t chunk = ((capacity + splits - 1) / splits + 15) / 16 * 16;
     CUdeviceptr part = 0;
     if (splits > 1)

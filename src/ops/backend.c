@@ -281,3 +281,11 @@ fail:
     tc_cublasDestroy(h);
     return st;
 }
+
+tc_status tc_backend_prepare_gemm(tc_backend *b)
+{
+    void *handle;
+    if (b->kind != TC_BACKEND_CUDA || b->gemm == TC_GEMM_OWN)
+        return TC_OK;
+    return tc__backend_cublas(b, &handle);
+}

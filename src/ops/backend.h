@@ -41,6 +41,10 @@ TC_API tc_context *tc_backend_context(const tc_backend *b);
 TC_API int tc_backend_threads(const tc_backend *b);
 /* Choose how matrix products run on a CUDA backend (TC_GEMM_AUTO by default). */
 TC_API void tc_backend_set_gemm(tc_backend *b, tc_gemm_mode mode);
+/* Load cuBLAS now (about 0.2 s: the library, a handle, its workspace) so that the first
+ * product does not wait for it; a no-op on the CPU or with TC_GEMM_OWN. It may run on another
+ * thread while b places weights; a failure shows again at the first product. */
+TC_API tc_status tc_backend_prepare_gemm(tc_backend *b);
 /* Allocate and free `bytes` of backend memory (pool memory on CUDA, in stream order). */
 TC_API tc_status tc_backend_alloc(tc_backend *b, size_t bytes, void **out);
 TC_API void tc_backend_free(tc_backend *b, void *ptr);
