@@ -98,6 +98,12 @@ static const uint16_t sizes_tc_k_matvec_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8};
 static const char *const names_tc_k_matvec_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride"};
 static const uint16_t sizes_tc_k_matvec_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8};
 static const char *const names_tc_k_matvec_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride"};
+static const uint16_t sizes_tc_k_fill_random_f32[] = {8, 8, 8, 4, 4};
+static const char *const names_tc_k_fill_random_f32[] = {"out", "n", "seed", "offset", "scale"};
+static const uint16_t sizes_tc_k_fill_random_f16[] = {8, 8, 8, 4, 4};
+static const char *const names_tc_k_fill_random_f16[] = {"out", "n", "seed", "offset", "scale"};
+static const uint16_t sizes_tc_k_fill_random_bf16[] = {8, 8, 8, 4, 4};
+static const char *const names_tc_k_fill_random_bf16[] = {"out", "n", "seed", "offset", "scale"};
 static const uint16_t sizes_tc_k_rmsnorm_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_rmsnorm_f32[] = {"out", "residual", "x", "w", "dim", "out_stride", "res_stride", "x_stride", "eps"};
 static const uint16_t sizes_tc_k_rmsnorm_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
@@ -163,6 +169,9 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_matvec_f32", "kernels/matvec.cu", 194, 9, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
     {"tc_k_matvec_f16", "kernels/matvec.cu", 200, 9, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
     {"tc_k_matvec_bf16", "kernels/matvec.cu", 206, 9, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},
+    {"tc_k_fill_random_f32", "kernels/random.cu", 31, 5, sizes_tc_k_fill_random_f32, names_tc_k_fill_random_f32},
+    {"tc_k_fill_random_f16", "kernels/random.cu", 37, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
+    {"tc_k_fill_random_bf16", "kernels/random.cu", 43, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},
     {"tc_k_rmsnorm_f32", "kernels/rmsnorm.cu", 67, 9, sizes_tc_k_rmsnorm_f32, names_tc_k_rmsnorm_f32},
     {"tc_k_rmsnorm_f16", "kernels/rmsnorm.cu", 73, 9, sizes_tc_k_rmsnorm_f16, names_tc_k_rmsnorm_f16},
     {"tc_k_rmsnorm_bf16", "kernels/rmsnorm.cu", 79, 9, sizes_tc_k_rmsnorm_bf16, names_tc_k_rmsnorm_bf16},

@@ -77,21 +77,24 @@ typedef enum tc_kernel_id {
     TC_KERNEL_MATVEC_F32 = 32,
     TC_KERNEL_MATVEC_F16 = 33,
     TC_KERNEL_MATVEC_BF16 = 34,
-    TC_KERNEL_RMSNORM_F32 = 35,
-    TC_KERNEL_RMSNORM_F16 = 36,
-    TC_KERNEL_RMSNORM_BF16 = 37,
-    TC_KERNEL_ROPE_F32 = 38,
-    TC_KERNEL_ROPE_F16 = 39,
-    TC_KERNEL_ROPE_BF16 = 40,
-    TC_KERNEL_SELFTEST_PARAMS = 41,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 42,
-    TC_KERNEL_SOFTMAX_F32 = 43,
-    TC_KERNEL_SOFTMAX_F16 = 44,
-    TC_KERNEL_SOFTMAX_BF16 = 45,
-    TC_KERNEL_SWIGLU_F32 = 46,
-    TC_KERNEL_SWIGLU_F16 = 47,
-    TC_KERNEL_SWIGLU_BF16 = 48,
-    TC_KERNEL_COUNT = 49
+    TC_KERNEL_FILL_RANDOM_F32 = 35,
+    TC_KERNEL_FILL_RANDOM_F16 = 36,
+    TC_KERNEL_FILL_RANDOM_BF16 = 37,
+    TC_KERNEL_RMSNORM_F32 = 38,
+    TC_KERNEL_RMSNORM_F16 = 39,
+    TC_KERNEL_RMSNORM_BF16 = 40,
+    TC_KERNEL_ROPE_F32 = 41,
+    TC_KERNEL_ROPE_F16 = 42,
+    TC_KERNEL_ROPE_BF16 = 43,
+    TC_KERNEL_SELFTEST_PARAMS = 44,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 45,
+    TC_KERNEL_SOFTMAX_F32 = 46,
+    TC_KERNEL_SOFTMAX_F16 = 47,
+    TC_KERNEL_SOFTMAX_BF16 = 48,
+    TC_KERNEL_SWIGLU_F32 = 49,
+    TC_KERNEL_SWIGLU_F16 = 50,
+    TC_KERNEL_SWIGLU_BF16 = 51,
+    TC_KERNEL_COUNT = 52
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -499,6 +502,39 @@ static inline tc_status tc_launch_matvec_bf16(tc_launch_config cfg, tc_bf16 *out
 #ifndef __cplusplus
 #define tc_launch_matvec_bf16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride) \
     tc_launch_matvec_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/random.cu:31 tc_k_fill_random_f32: out[i] = offset + scale * (2u - 1), u from a hash of (seed, i) (grid-stride). */
+static inline tc_status tc_launch_fill_random_f32(tc_launch_config cfg, float *out, int64_t n, uint64_t seed, float offset, float scale)
+{
+    void *args[] = {&out, &n, &seed, &offset, &scale};
+    return tc_launch_kernel(TC_KERNEL_FILL_RANDOM_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_fill_random_f32(cfg, out, n, seed, offset, scale) \
+    tc_launch_fill_random_f32((cfg), TC__KARG(float *, out), TC__KARG(int64_t, n), TC__KARG(uint64_t, seed), TC__KARG(float, offset), TC__KARG(float, scale))
+#endif
+
+/* kernels/random.cu:37 tc_k_fill_random_f16: out[i] = offset + scale * (2u - 1), u from a hash of (seed, i) (grid-stride). */
+static inline tc_status tc_launch_fill_random_f16(tc_launch_config cfg, tc_half *out, int64_t n, uint64_t seed, float offset, float scale)
+{
+    void *args[] = {&out, &n, &seed, &offset, &scale};
+    return tc_launch_kernel(TC_KERNEL_FILL_RANDOM_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_fill_random_f16(cfg, out, n, seed, offset, scale) \
+    tc_launch_fill_random_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(int64_t, n), TC__KARG(uint64_t, seed), TC__KARG(float, offset), TC__KARG(float, scale))
+#endif
+
+/* kernels/random.cu:43 tc_k_fill_random_bf16: out[i] = offset + scale * (2u - 1), u from a hash of (seed, i) (grid-stride). */
+static inline tc_status tc_launch_fill_random_bf16(tc_launch_config cfg, tc_bf16 *out, int64_t n, uint64_t seed, float offset, float scale)
+{
+    void *args[] = {&out, &n, &seed, &offset, &scale};
+    return tc_launch_kernel(TC_KERNEL_FILL_RANDOM_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_fill_random_bf16(cfg, out, n, seed, offset, scale) \
+    tc_launch_fill_random_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(int64_t, n), TC__KARG(uint64_t, seed), TC__KARG(float, offset), TC__KARG(float, scale))
 #endif
 
 /* kernels/rmsnorm.cu:67 tc_k_rmsnorm_f32: RMSNorm of gridDim.x rows of `dim` elements: with residual (may be NULL), residual += x first and the norm is of the sum. out may alias x. */

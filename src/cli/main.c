@@ -12,6 +12,7 @@ static const char usage[] =
     "  generate           continue a prompt with a model (--model PATH --prompt TEXT)\n"
     "  chat               talk with a model in its chat template (--model PATH)\n"
     "  info               a model's architecture, size and memory estimate (--model PATH)\n"
+    "  bench              the engine's speed on a model or a named shape with random weights\n"
     "  devices [--json]   list CUDA devices with their identity and every driver attribute\n"
     "\n"
     "  thincuda <command> --help shows a command's options.\n"
@@ -40,6 +41,8 @@ int main(int argc, char **argv)
         return tc_cli_chat(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0)
         return tc_cli_info(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0)
+        return tc_cli_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "devices") == 0)
         return tc_cli_devices(argc - 1, argv + 1);
     fprintf(stderr, "thincuda: unknown command '%s'\n\n%s", cmd, usage);

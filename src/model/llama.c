@@ -148,6 +148,7 @@ typedef struct loader {
     tc_llama *m;
     const tc_llama_options *opt;
     uint64_t done, total;
+    uint64_t seed; /* with g NULL: random weights */
 } loader;
 
 static bool kernel_reads(tc_ggml_type t, tc_dtype *dt)
@@ -189,9 +190,26 @@ uint64_t tc_llama_weight_bytes(const tc_gguf *g, bool cpu, tc_dtype act)
 
 /* Place tensor `name` of shape [rows, cols] (rows = 0 for a vector of cols) in the dtype
  * target() picks, checking its presence and shape. */
+/* Random weights for benchmarks: norms near 1, matrices uniform with variance 1/cols (so
+ * activations keep their scale through the layers), all in the activation dtype. */
+static tc_status place_random(loader *L, int64_t rows, int64_t cols, tc_tensor *t)
+{
+    tc_llama *m = L->m;
+    bool vec = rows == 0;
+    int64_t shape[2] = { vec ? cols : rows, cols };
+    TC_TRY(tc_tensor_init(t, m->backend, m->act, vec ? 1 : 2, shape));
+    float scale = vec ? 0.1f : sqrtf(3.0f / (float)cols);
+    TC_TRY(tc_fill_random(t, L->seed++, vec ? 1.0f : 0.0f, scale));
+    m->n_params += (uint64_t)tc_tensor_numel(t);
+    m->weight_bytes += tc_tensor_bytes(t);
+    return TC_OK;
+}
+
 static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, tc_tensor *t)
 {
     const char *op = "tc_llama_load";
+    if (!L->g)
+        return place_random(L, rows, cols, t);
     const tc_gguf_tensor *gt = tc_gguf_tensor_find(L->g, name);
     if (!gt)
         return tc_set_error(TC_ERR_PARSE, op, "missing tensor %s", name);
@@ -266,25 +284,39 @@ static tc_status alloc_scratch(tc_llama *m)
     TC_TRY(tc_tensor_init(&s->last, b, m->act, TC_SHAPE(S, c->dim)));
     TC_TRY(tc_tensor_init(&s->lastf, b, TC_DTYPE_F32, TC_SHAPE(S, c->dim)));
     TC_TRY(tc_tensor_init(&s->logits, b, TC_DTYPE_F32, TC_SHAPE(S, c->vocab)));
-    TC_TRY(tc_tensor_init(&s->ids, b, TC_DTYPE_I32, TC_SHAPE(T)));
-    TC_TRY(tc_tensor_init(&s->pos, b, TC_DTYPE_I32, TC_SHAPE(T)));
-    TC_TRY(tc_tensor_init(&s->slots, b, TC_DTYPE_I32, TC_SHAPE(T)));
-    TC_TRY(tc_tensor_init(&s->q_start, b, TC_DTYPE_I32, TC_SHAPE(S + 1)));
-    TC_TRY(tc_tensor_init(&s->seq_lens, b, TC_DTYPE_I32, TC_SHAPE(S)));
-    TC_TRY(tc_tensor_init(&s->last_rows, b, TC_DTYPE_I32, TC_SHAPE(S)));
-    TC_TRY(tc_tensor_init(&s->block_table, b, TC_DTYPE_I32, TC_SHAPE(S, s->max_blocks)));
-    s->host = tc_host_alloc(sizeof(int32_t) * (size_t)S);
+    /* The index arrays live in one buffer so that a step uploads them in one copy: ids, pos,
+     * slots [T], q_start [S + 1], seq_lens, last_rows [S], block_table [S, max_blocks]. */
+    int64_t W = s->max_blocks,
+            off[7] = { 0, T, 2 * T, 3 * T, 3 * T + S + 1, 3 * T + 2 * S + 1, 3 * T + 3 * S + 1 };
+    s->index_len = off[6] + S * W;
+    TC_TRY(tc_tensor_init(&s->index, b, TC_DTYPE_I32, TC_SHAPE(s->index_len)));
+    int32_t *base = s->index.data;
+    TC_TRY(tc_tensor_wrap(&s->ids, b, TC_DTYPE_I32, TC_SHAPE(T), base + off[0]));
+    TC_TRY(tc_tensor_wrap(&s->pos, b, TC_DTYPE_I32, TC_SHAPE(T), base + off[1]));
+    TC_TRY(tc_tensor_wrap(&s->slots, b, TC_DTYPE_I32, TC_SHAPE(T), base + off[2]));
+    TC_TRY(tc_tensor_wrap(&s->q_start, b, TC_DTYPE_I32, TC_SHAPE(S + 1), base + off[3]));
+    TC_TRY(tc_tensor_wrap(&s->seq_lens, b, TC_DTYPE_I32, TC_SHAPE(S), base + off[4]));
+    TC_TRY(tc_tensor_wrap(&s->last_rows, b, TC_DTYPE_I32, TC_SHAPE(S), base + off[5]));
+    TC_TRY(tc_tensor_wrap(&s->block_table, b, TC_DTYPE_I32, TC_SHAPE(S, W), base + off[6]));
+    s->host = tc_host_alloc(sizeof(int32_t) * (size_t)s->index_len);
     if (!s->host)
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_llama_load", "no host memory for indices");
+    /* Decode graphs: buckets of 1, 2, 4, 8 sequences, then multiples of 16. */
+    s->n_graphs = (int32_t)(4 + (S + 15) / 16);
+    s->graphs = tc_host_calloc((size_t)s->n_graphs, sizeof *s->graphs);
+    if (!s->graphs)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_llama_load", "no host memory");
     return TC_OK;
 }
+
+static void drop_graphs(tc_llama *m);
 
 static tc_status load(loader *L)
 {
     tc_llama *m = L->m;
     const tc_llama_config *c = &m->cfg;
     int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
-    for (uint64_t i = 0; i < L->g->n_tensors; i++)
+    for (uint64_t i = 0; L->g && i < L->g->n_tensors; i++)
         L->total += L->g->tensors[i].bytes;
     m->layers = tc_host_calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers)
@@ -331,7 +363,67 @@ static void *prepare_gemm(void *arg)
     return NULL;
 }
 
+static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *cfg, tc_backend *b,
+                        const tc_llama_options *opt, tc_llama **out);
+
 tc_status tc_llama_load(const tc_gguf *g, const tc_llama_config *cfg, tc_backend *b,
+                        const tc_llama_options *opt, tc_llama **out)
+{
+    return create(g, 0, cfg, b, opt, out);
+}
+
+tc_status tc_llama_random(const tc_llama_config *cfg, uint64_t seed, tc_backend *b,
+                          const tc_llama_options *opt, tc_llama **out)
+{
+    return create(NULL, seed, cfg, b, opt, out);
+}
+
+static const struct preset {
+    const char *name;
+    int n_layers, dim, n_heads, n_kv_heads, ffn_dim, vocab, max_positions;
+    double theta;
+    bool tied, llama3_scaling;
+} presets[] = {
+    { "smollm2-135m", 30, 576, 9, 3, 1536, 49152, 8192, 100000.0, true, false },
+    { "llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0, true, true },
+    { "llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, 10000.0, false, false },
+};
+
+tc_status tc_llama_config_preset(const char *name, tc_llama_config *c)
+{
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        const struct preset *p = &presets[i];
+        if (strcmp(name, p->name) != 0)
+            continue;
+        snprintf(c->arch, sizeof c->arch, "llama");
+        snprintf(c->name, sizeof c->name, "%s (random weights)", p->name);
+        c->n_layers = p->n_layers;
+        c->dim = p->dim;
+        c->n_heads = p->n_heads;
+        c->n_kv_heads = p->n_kv_heads;
+        c->head_dim = p->dim / p->n_heads;
+        c->ffn_dim = p->ffn_dim;
+        c->vocab = p->vocab;
+        c->max_positions = p->max_positions;
+        c->norm_eps = 1e-5f;
+        c->rope.head_dim = c->head_dim;
+        c->rope.theta = p->theta;
+        if (p->llama3_scaling) {
+            c->rope.scaling = TC_ROPE_LLAMA3;
+            c->rope.factor = 32.0;
+            c->rope.low_freq_factor = 1.0;
+            c->rope.high_freq_factor = 4.0;
+            c->rope.original_max_position = 8192.0;
+        }
+        c->tied_embeddings = p->tied;
+        return TC_OK;
+    }
+    return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_llama_config_preset",
+                        "unknown shape '%s' (known: smollm2-135m, llama3.2-1b, llama2-7b)", name);
+}
+
+static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *cfg, tc_backend *b,
                         const tc_llama_options *opt, tc_llama **out)
 {
     *out = NULL;
@@ -359,7 +451,8 @@ tc_status tc_llama_load(const tc_gguf *g, const tc_llama_config *cfg, tc_backend
                       : (m->cfg.max_positions < 8192 ? m->cfg.max_positions : 8192);
     int64_t bs = opt->block_size > 0 ? opt->block_size : 16;
     s->max_blocks = (ctx + bs - 1) / bs;
-    loader L = { g, m, opt, 0, 0 };
+    s->no_graphs = opt->no_graphs;
+    loader L = { g, m, opt, 0, 0, seed };
     pthread_t warm;
     bool warming = !cpu && pthread_create(&warm, NULL, prepare_gemm, b) == 0;
     st = load(&L);
@@ -391,12 +484,14 @@ void tc_llama_destroy(tc_llama *m)
     tc_tensor_deinit(&m->out_norm);
     tc_tensor_deinit(&m->lm_head);
     tc_llama_scratch *s = &m->s;
-    tc_tensor *ts[] = { &s->x,       &s->h,        &s->q,         &s->att,        &s->k,
-                        &s->v,       &s->o,        &s->gate,      &s->up,         &s->last,
-                        &s->lastf,   &s->logits,   &s->ids,       &s->pos,        &s->slots,
-                        &s->q_start, &s->seq_lens, &s->last_rows, &s->block_table };
+    tc_tensor *ts[] = { &s->x,       &s->h,        &s->q,         &s->att,         &s->k,
+                        &s->v,       &s->o,        &s->gate,      &s->up,          &s->last,
+                        &s->lastf,   &s->logits,   &s->ids,       &s->pos,         &s->slots,
+                        &s->q_start, &s->seq_lens, &s->last_rows, &s->block_table, &s->index };
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
         tc_tensor_deinit(ts[i]);
+    drop_graphs(m);
+    tc_host_free(s->graphs);
     tc_host_free(s->host);
     tc_host_free(m);
 }
@@ -412,6 +507,9 @@ uint64_t tc_kv_cache_bytes(const tc_llama *m, int64_t n_blocks, int64_t block_si
 tc_status tc_kv_cache_init(tc_kv_cache *kv, const tc_llama *m, int64_t n_blocks, int64_t block_size)
 {
     memset(kv, 0, sizeof *kv);
+    if (n_blocks < 1 || block_size < 1)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_kv_cache_init", "%lld blocks of %lld",
+                            (long long)n_blocks, (long long)block_size);
     kv->n_layers = m->cfg.n_layers;
     kv->n_blocks = n_blocks;
     kv->block_size = block_size;
@@ -421,18 +519,40 @@ tc_status tc_kv_cache_init(tc_kv_cache *kv, const tc_llama *m, int64_t n_blocks,
         tc_kv_cache_deinit(kv);
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_kv_cache_init", "no host memory");
     }
-    for (int l = 0; l < kv->n_layers; l++) {
-        tc_status st =
-            tc_tensor_init(&kv->k[l], m->backend, m->act,
-                           TC_SHAPE(n_blocks, block_size, m->cfg.n_kv_heads, m->cfg.head_dim));
+    /* One arena for every layer's keys and values, zeroed (padding rows of a batch read it). */
+    int64_t per = n_blocks * block_size * m->cfg.n_kv_heads * m->cfg.head_dim;
+    tc_status st = tc_tensor_init(&kv->arena, m->backend, m->act, TC_SHAPE(2 * kv->n_layers * per));
+    if (st == TC_OK)
+        st = tc_fill_random(&kv->arena, 0, 0.0f, 0.0f);
+    size_t bytes = tc_dtype_bytes(m->act, per);
+    for (int l = 0; l < kv->n_layers && st == TC_OK; l++) {
+        char *base = (char *)kv->arena.data + 2 * (size_t)l * bytes;
+        st = tc_tensor_wrap(&kv->k[l], m->backend, m->act,
+                            TC_SHAPE(n_blocks, block_size, m->cfg.n_kv_heads, m->cfg.head_dim),
+                            base);
         if (st == TC_OK)
-            st = tc_tensor_init(&kv->v[l], m->backend, m->act,
-                                TC_SHAPE(n_blocks, block_size, m->cfg.n_kv_heads, m->cfg.head_dim));
-        if (st != TC_OK) {
-            tc_kv_cache_deinit(kv);
-            return st;
-        }
+            st = tc_tensor_wrap(&kv->v[l], m->backend, m->act,
+                                TC_SHAPE(n_blocks, block_size, m->cfg.n_kv_heads, m->cfg.head_dim),
+                                base + bytes);
     }
+    if (st != TC_OK)
+        tc_kv_cache_deinit(kv);
+    return st;
+}
+
+tc_status tc_kv_cache_copy_blocks(tc_kv_cache *kv, const int32_t *src, const int32_t *dst,
+                                  int32_t n)
+{
+    for (int l = 0; l < kv->n_layers; l++)
+        for (int32_t i = 0; i < n; i++) {
+            tc_tensor *caches[2] = { &kv->k[l], &kv->v[l] };
+            for (int c = 0; c < 2; c++) {
+                tc_tensor from, to;
+                TC_TRY(tc_tensor_slice(caches[c], 0, src[i], 1, &from));
+                TC_TRY(tc_tensor_slice(caches[c], 0, dst[i], 1, &to));
+                TC_TRY(tc_tensor_copy(&to, &from));
+            }
+        }
     return TC_OK;
 }
 
@@ -440,10 +560,7 @@ void tc_kv_cache_deinit(tc_kv_cache *kv)
 {
     if (!kv)
         return;
-    for (int l = 0; l < kv->n_layers && kv->k && kv->v; l++) {
-        tc_tensor_deinit(&kv->k[l]);
-        tc_tensor_deinit(&kv->v[l]);
-    }
+    tc_tensor_deinit(&kv->arena);
     tc_host_free(kv->k);
     tc_host_free(kv->v);
     memset(kv, 0, sizeof *kv);
@@ -457,12 +574,6 @@ static tc_tensor rows(const tc_tensor *t, int64_t n)
     tc_tensor v;
     tc_tensor_slice(t, 0, 0, n, &v);
     return v;
-}
-
-static tc_status upload(tc_tensor *t, const int32_t *src, int64_t n)
-{
-    tc_tensor v = rows(t, n);
-    return tc_tensor_copy_from_host(&v, src, sizeof(int32_t) * (size_t)n);
 }
 
 static tc_status check_batch(const tc_llama *m, const tc_kv_cache *kv, const tc_llama_batch *b)
@@ -501,31 +612,50 @@ static tc_status check_batch(const tc_llama *m, const tc_kv_cache *kv, const tc_
     return TC_OK;
 }
 
-tc_status tc_llama_forward(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b,
-                           tc_tensor **logits)
+/* Pack a batch's index arrays into the staging buffer in the index buffer's layout, padded to
+ * S >= b->n_seqs sequences (padding rows: token 0 at position 0 of a one-token context in
+ * block 0, written nowhere) and a block table W wide, and upload them in one copy. */
+static tc_status upload_batch(tc_llama *m, const tc_llama_batch *b, int64_t S, int64_t W)
 {
-    TC_TRY(check_batch(m, kv, b));
+    tc_llama_scratch *s = &m->s;
+    int64_t Tm = s->max_tokens, Sm = s->max_seqs;
+    int32_t *h = s->host, *ids = h, *pos = h + Tm, *slots = h + 2 * Tm, *qs = h + 3 * Tm,
+            *lens = qs + Sm + 1, *last = lens + Sm, *table = last + Sm;
+    memcpy(ids, b->tokens, sizeof(int32_t) * (size_t)b->n_tokens);
+    memcpy(pos, b->positions, sizeof(int32_t) * (size_t)b->n_tokens);
+    memcpy(slots, b->slots, sizeof(int32_t) * (size_t)b->n_tokens);
+    memcpy(qs, b->q_start, sizeof(int32_t) * (size_t)(b->n_seqs + 1));
+    memcpy(lens, b->seq_lens, sizeof(int32_t) * (size_t)b->n_seqs);
+    for (int64_t q = 0; q < b->n_seqs; q++)
+        memcpy(table + q * W, b->block_table + q * b->max_blocks,
+               sizeof(int32_t) * (size_t)b->max_blocks);
+    if (W > b->max_blocks)
+        for (int64_t q = 0; q < b->n_seqs; q++)
+            memset(table + q * W + b->max_blocks, 0, sizeof(int32_t) * (size_t)(W - b->max_blocks));
+    for (int64_t q = b->n_seqs, t = b->n_tokens; q < S; q++, t++) {
+        ids[t] = pos[t] = 0;
+        slots[t] = -1;
+        qs[q + 1] = (int32_t)t + 1;
+        lens[q] = 1;
+        memset(table + q * W, 0, sizeof(int32_t) * (size_t)W);
+    }
+    for (int64_t q = 0; q < S; q++)
+        last[q] = qs[q + 1] - 1;
+    size_t n = (size_t)(table + S * W - h);
+    tc_tensor v;
+    TC_TRY(tc_tensor_slice(&s->index, 0, 0, (int64_t)n, &v));
+    return tc_tensor_copy_from_host(&v, h, n * sizeof(int32_t));
+}
+
+/* The ops of one forward pass over T rows of S sequences whose block table is W wide, on the
+ * index arrays already uploaded: nothing here touches the host, so a CUDA graph can hold it. */
+static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, int64_t W)
+{
     const tc_llama_config *c = &m->cfg;
     tc_llama_scratch *s = &m->s;
-    int64_t T = b->n_tokens, S = b->n_seqs;
     bool decode = T == S;
-    /* Index arrays. */
-    int32_t *last = s->host;
-    for (int64_t q = 0; q < S; q++)
-        last[q] = b->q_start[q + 1] - 1;
-    TC_TRY(upload(&s->ids, b->tokens, T));
-    TC_TRY(upload(&s->pos, b->positions, T));
-    TC_TRY(upload(&s->slots, b->slots, T));
-    TC_TRY(upload(&s->q_start, b->q_start, S + 1));
-    TC_TRY(upload(&s->seq_lens, b->seq_lens, S));
-    TC_TRY(upload(&s->last_rows, last, S));
-    /* The batch's table, [S, max_blocks] with its own width, in the scratch's memory. */
     tc_tensor table;
-    TC_TRY(tc_tensor_wrap(&table, m->backend, TC_DTYPE_I32, TC_SHAPE(S, b->max_blocks),
-                          s->block_table.data));
-    TC_TRY(tc_tensor_copy_from_host(&table, b->block_table,
-                                    sizeof(int32_t) * (size_t)(S * b->max_blocks)));
-
+    TC_TRY(tc_tensor_wrap(&table, m->backend, TC_DTYPE_I32, TC_SHAPE(S, W), s->block_table.data));
     tc_tensor x = rows(&s->x, T), h = rows(&s->h, T), q = rows(&s->q, T), k = rows(&s->k, T),
               v = rows(&s->v, T), att = rows(&s->att, T), o = rows(&s->o, T),
               gate = rows(&s->gate, T), up = rows(&s->up, T);
@@ -570,16 +700,103 @@ tc_status tc_llama_forward(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b
     TC_CHECK(st, tc_rmsnorm(&h, &x, &o, &m->out_norm, c->norm_eps));
     /* Only each sequence's last row needs logits: gather those rows (the embedding op over the
      * hidden states as a table), widen to f32, project. */
-    tc_tensor lst = rows(&s->last, S), lstf = rows(&s->lastf, S);
+    tc_tensor lst = rows(&s->last, S), lstf = rows(&s->lastf, S), logits = rows(&s->logits, S);
     TC_CHECK(st, tc_embedding(&lst, &h, &last_rows));
     if (m->act != TC_DTYPE_F32)
         TC_CHECK(st, tc_convert(&lstf, &lst));
     else
         lstf = lst;
-    s->logits_rows = rows(&s->logits, S);
-    TC_CHECK(st, tc_matmul(&s->logits_rows, &lstf, &m->lm_head));
-    *logits = &s->logits_rows;
+    TC_CHECK(st, tc_matmul(&logits, &lstf, &m->lm_head));
     return TC_OK;
 fail:
     return st;
+}
+
+/* Decode batches of up to 8 sequences round up to a power of two, larger ones to a multiple
+ * of 16: the graph of that bucket serves them. */
+static int32_t bucket_of(int64_t n, int64_t *size)
+{
+    if (n <= 8) {
+        int32_t i = 0;
+        for (*size = 1; *size < n; *size *= 2)
+            i++;
+        return i;
+    }
+    *size = (n + 15) / 16 * 16;
+    return (int32_t)(3 + *size / 16);
+}
+
+static void drop_graphs(tc_llama *m)
+{
+    for (int32_t i = 0; m->s.graphs && i < m->s.n_graphs; i++)
+        if (m->s.graphs[i].exec) {
+            tc_cuGraphExecDestroy((CUgraphExec)m->s.graphs[i].exec);
+            m->s.graphs[i].exec = NULL;
+        }
+}
+
+/* Capture the layers of a decode step of S (padded) sequences as a graph. */
+static tc_status capture(tc_llama *m, tc_kv_cache *kv, int64_t S, struct tc_llama_graph *g)
+{
+    CUstream cs = tc_stream_handle(tc_backend_stream(m->backend));
+    TC_TRY(tc_cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    tc_status st = run_layers(m, kv, S, S, m->s.max_blocks);
+    CUgraph graph = NULL;
+    tc_status end = tc_cuStreamEndCapture(cs, &graph);
+    if (st == TC_OK)
+        st = end;
+    CUgraphExec exec = NULL;
+    if (st == TC_OK)
+        st = tc_cuGraphInstantiateWithFlags(&exec, graph, 0);
+    if (graph)
+        tc_cuGraphDestroy(graph);
+    if (st != TC_OK)
+        return st;
+    g->exec = exec;
+    g->generation = tc_backend_workspace_generation(m->backend);
+    g->kv = kv->arena.data;
+    m->s.graph_captures++;
+    return TC_OK;
+}
+
+tc_status tc_llama_forward(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b,
+                           tc_tensor **logits)
+{
+    TC_TRY(check_batch(m, kv, b));
+    tc_llama_scratch *s = &m->s;
+    int64_t T = b->n_tokens, S = b->n_seqs;
+    bool cuda = tc_backend_get_kind(m->backend) == TC_BACKEND_CUDA;
+    if (cuda)
+        TC_TRY(tc_context_make_current(tc_backend_context(m->backend)));
+    s->logits_rows = rows(&s->logits, S);
+    *logits = &s->logits_rows;
+    if (!cuda || s->no_graphs || T != S) {
+        TC_TRY(upload_batch(m, b, S, b->max_blocks));
+        return run_layers(m, kv, T, S, b->max_blocks);
+    }
+    /* A decode step: replay the graph of its bucket, capturing it the first time (after one
+     * ordinary run, which also warms cuBLAS and sizes the ops' workspace) or when the ops'
+     * workspace has moved since. */
+    int64_t padded;
+    int32_t i = bucket_of(S, &padded);
+    if (padded > s->max_seqs)
+        padded = s->max_seqs;
+    TC_TRY(upload_batch(m, b, padded, s->max_blocks));
+    struct tc_llama_graph *g = &s->graphs[i];
+    if (g->exec &&
+        (g->generation != tc_backend_workspace_generation(m->backend) || g->kv != kv->arena.data)) {
+        tc_cuGraphExecDestroy((CUgraphExec)g->exec);
+        g->exec = NULL;
+    }
+    if (!g->exec) {
+        TC_TRY(run_layers(m, kv, padded, padded, s->max_blocks));
+        /* A capture that fails (an op the driver cannot capture) leaves eager runs. */
+        if (capture(m, kv, padded, g) != TC_OK) {
+            TC_WARN("decode graphs are off: capture failed: %s", tc_last_error());
+            s->no_graphs = true;
+        }
+        return TC_OK;
+    }
+    s->graph_launches++;
+    return tc_cuGraphLaunch((CUgraphExec)g->exec, tc_stream_handle(tc_backend_stream(m->backend)));
 }

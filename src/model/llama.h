@@ -46,7 +46,20 @@ typedef struct tc_llama_scratch {
     tc_tensor q_start;             /* i32 [S + 1] */
     tc_tensor seq_lens, last_rows; /* i32 [S] */
     tc_tensor block_table;         /* i32 [S, max_blocks] */
-    int32_t *host;                 /* [S] staging of each sequence's last row */
+    tc_tensor index;               /* the buffer the index arrays above are views of */
+    int64_t index_len;
+    int32_t *host; /* [index_len] staging of the index arrays */
+    /* CUDA graphs of decode steps, one per batch-size bucket (CUgraphExec, NULL until the
+     * bucket is first used), with the op-workspace generation and KV cache each was captured
+     * over. */
+    struct tc_llama_graph {
+        void *exec;
+        uint64_t generation;
+        const void *kv; /* the KV cache it was captured over */
+    } * graphs;
+    int32_t n_graphs;
+    bool no_graphs;
+    uint64_t graph_launches, graph_captures;
 } tc_llama_scratch;
 
 typedef struct tc_llama {
@@ -60,6 +73,7 @@ typedef struct tc_llama {
     uint64_t n_params;
     uint64_t weight_bytes; /* bytes of the weights as held on the backend */
     tc_llama_scratch s;
+    struct tc_kv_cache *engine_kv; /* the cache an engine runs this model over */
 } tc_llama;
 
 /* Options of a load; zero means the default. */
@@ -70,6 +84,7 @@ typedef struct tc_llama_options {
     int64_t max_seqs;    /* sequences per forward pass; default 1 */
     int64_t max_context; /* longest sequence; default the model's, capped at 8192 */
     int64_t block_size;  /* KV cache block, default 16 */
+    bool no_graphs;      /* run decode steps op by op instead of as CUDA graphs */
     /* Called after each tensor is placed, with bytes done and in all. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
@@ -87,6 +102,12 @@ TC_API tc_status tc_llama_load_gguf(const tc_gguf *g, tc_backend *b, const tc_ll
  * configuration read elsewhere. */
 TC_API tc_status tc_llama_load(const tc_gguf *g, const tc_llama_config *cfg, tc_backend *b,
                                const tc_llama_options *opt, tc_llama **out);
+/* A model of configuration cfg with random weights (tc_fill_random from seed) in the
+ * activation dtype: for benchmarks, without a download. */
+TC_API tc_status tc_llama_random(const tc_llama_config *cfg, uint64_t seed, tc_backend *b,
+                                 const tc_llama_options *opt, tc_llama **out);
+/* The configuration of a named shape: "smollm2-135m", "llama3.2-1b", "llama2-7b". */
+TC_API tc_status tc_llama_config_preset(const char *name, tc_llama_config *cfg);
 /* Bytes the weights of g take once placed on a backend (cpu or not) with activations act. */
 TC_API uint64_t tc_llama_weight_bytes(const tc_gguf *g, bool cpu, tc_dtype act);
 /* Free the model; NULL is a no-op. */
@@ -96,11 +117,15 @@ TC_API void tc_llama_destroy(tc_llama *m);
 typedef struct tc_kv_cache {
     int n_layers;
     int64_t n_blocks, block_size;
-    tc_tensor *k, *v;
+    tc_tensor *k, *v; /* views of the arena */
+    tc_tensor arena;  /* one allocation for every layer */
 } tc_kv_cache;
 TC_API tc_status tc_kv_cache_init(tc_kv_cache *kv, const tc_llama *m, int64_t n_blocks,
                                   int64_t block_size);
 TC_API void tc_kv_cache_deinit(tc_kv_cache *kv);
+/* Copy whole blocks src[i] -> dst[i] of every layer (copy on write), in stream order. */
+TC_API tc_status tc_kv_cache_copy_blocks(tc_kv_cache *kv, const int32_t *src, const int32_t *dst,
+                                         int32_t n);
 /* Device bytes of a cache of n_blocks blocks. */
 TC_API uint64_t tc_kv_cache_bytes(const tc_llama *m, int64_t n_blocks, int64_t block_size);
 

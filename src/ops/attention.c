@@ -278,9 +278,8 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
     int64_t chunk = ((capacity + splits - 1) / splits + 15) / 16 * 16;
     CUdeviceptr part = 0;
     if (splits > 1)
-        TC_TRY(tc_pool_alloc(b->pool,
-                             (size_t)(n_seqs * n_heads * splits * (hd + 2)) * sizeof(float),
-                             b->stream, &part));
+        TC_TRY(tc__backend_workspace(
+            b, (size_t)(n_seqs * n_heads * splits * (hd + 2)) * sizeof(float), &part));
     tc_launch_config cfg = { { (uint32_t)n_seqs, (uint32_t)(n_kv * chunks), (uint32_t)splits },
                              { 128, 1, 1 },
                              0,
@@ -311,8 +310,6 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
         TC__BY_DTYPE(st, q->dtype, LAUNCH);
 #undef LAUNCH
     }
-    if (part)
-        tc_pool_free(b->pool, part);
     return st;
 }
 

@@ -176,6 +176,8 @@ void tc_backend_destroy(tc_backend *b)
         }
         if (b->cublas_workspace)
             tc_pool_free(b->pool, (CUdeviceptr)(uintptr_t)b->cublas_workspace);
+        if (b->ws)
+            tc_pool_free(b->pool, b->ws);
         if (b->pool && b->stream)
             tc_pool_release_stream(b->pool, b->stream);
         tc_pool_destroy(b->pool);
@@ -288,4 +290,25 @@ tc_status tc_backend_prepare_gemm(tc_backend *b)
     if (b->kind != TC_BACKEND_CUDA || b->gemm == TC_GEMM_OWN)
         return TC_OK;
     return tc__backend_cublas(b, &handle);
+}
+
+tc_status tc__backend_workspace(tc_backend *b, size_t bytes, CUdeviceptr *out)
+{
+    if (bytes > b->ws_bytes) {
+        size_t want = bytes < ((size_t)1 << 20) ? (size_t)1 << 20 : bytes + bytes / 2;
+        CUdeviceptr p;
+        TC_TRY(tc_pool_alloc(b->pool, want, b->stream, &p));
+        if (b->ws)
+            tc_pool_free(b->pool, b->ws);
+        b->ws = p;
+        b->ws_bytes = want;
+        b->ws_generation++;
+    }
+    *out = b->ws;
+    return TC_OK;
+}
+
+uint64_t tc_backend_workspace_generation(const tc_backend *b)
+{
+    return b->ws_generation;
 }

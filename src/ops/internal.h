@@ -41,6 +41,11 @@ struct tc_backend {
     bool cublas_tried;      /* a failed load is not retried */
     void *cublas_workspace; /* device address */
     size_t cublas_workspace_bytes;
+    /* Scratch of ops' temporaries (CUDA), kept between calls so that a CUDA graph captured
+     * over ops stays valid; ws_generation changes whenever the buffer moves. */
+    CUdeviceptr ws;
+    size_t ws_bytes;
+    uint64_t ws_generation;
 };
 
 /* Run fn over [0, n) in chunks of at least `grain` items on b's threads; returns when done. */
@@ -50,6 +55,9 @@ void tc__workers_stop(tc__workers *w);
 /* The cuBLAS handle of a CUDA backend, created on first use (bound to its stream); NULL with
  * the loader's status when cuBLAS cannot be loaded. */
 tc_status tc__backend_cublas(tc_backend *b, void **handle);
+/* At least `bytes` of the CUDA backend's op scratch (one op's temporaries at a time: valid
+ * until the next call, in stream order). */
+tc_status tc__backend_workspace(tc_backend *b, size_t bytes, CUdeviceptr *out);
 
 /* Element conversions (round to nearest even; NaN stays NaN). */
 static inline float tc__bf16_to_f32(uint16_t h)

@@ -57,6 +57,10 @@ TC_API tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *
  * rows may be strided. */
 TC_API tc_status tc_convert(tc_tensor *out, const tc_tensor *x);
 
+/* Fill t (f32/f16/bf16, contiguous) with offset + scale * (2u - 1), u uniform in [0, 1) from
+ * a hash of (seed, element index): the same numbers on every backend (benchmark weights). */
+TC_API tc_status tc_fill_random(tc_tensor *t, uint64_t seed, float offset, float scale);
+
 /* SwiGLU (Shazeer, 2020): out = silu(gate) * up, elementwise. out, gate, up [n, f] share a
  * dtype (f32/f16/bf16); rows may be strided (gate and up may be halves of one product). */
 TC_API tc_status tc_swiglu(tc_tensor *out, const tc_tensor *gate, const tc_tensor *up);

@@ -1,0 +1,550 @@
+/* `thincuda bench`: the engine's speed on a model file or a named shape with random weights.
+ *
+ * Latency mode (default): --batch sequences of --prompt-len random tokens, each generating
+ * --gen-len tokens, submitted together. Throughput mode (--requests R): R requests with prompt
+ * and output lengths drawn from [len/2, 3 len/2], all queued at once. Both report prefill and
+ * decode rates, time to first token and inter-token latency percentiles, and peak device
+ * memory; batch-1 decode also reports the fraction of the bandwidth bound. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "inference/engine.h"
+#include "model/hf.h"
+#include "model/llama.h"
+#include "runtime/runtime.h"
+
+/* The bandwidth the bound is computed with: GPU.md's measured H100 figure, or --bandwidth. */
+static const double default_bandwidth = 3.0e12;
+
+typedef struct bench_opts {
+    const char *model, *shape, *device, *dtype;
+    long batch, prompt_len, gen_len, requests, threads, ctx, step_tokens, kv_tokens, seed;
+    double kv_fraction, bandwidth;
+    bool no_graphs, no_prefix_cache;
+} bench_opts;
+
+typedef struct req_times {
+    double submit, first, last, done;
+    int64_t n_out, want;
+    double *itl; /* [want] gaps between tokens */
+    int64_t n_itl;
+    tc_finish_reason finish;
+} req_times;
+
+typedef struct run_state {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t remaining;
+    req_times *t;
+} run_state;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "thincuda bench: %s: %s\n", what, tc_last_error());
+    return 1;
+}
+
+typedef struct cb_ctx {
+    run_state *rs;
+    req_times *t;
+} cb_ctx;
+
+static void on_token(void *user, const tc_engine_event *ev)
+{
+    cb_ctx *c = user;
+    req_times *t = c->t;
+    double n = now();
+    if (ev->token >= 0) {
+        if (t->n_out == 0)
+            t->first = n;
+        else if (t->n_itl < t->want)
+            t->itl[t->n_itl++] = n - t->last;
+        t->last = n;
+        t->n_out++;
+    }
+    if (ev->finish != TC_FINISH_NONE) {
+        t->done = n;
+        t->finish = ev->finish;
+        pthread_mutex_lock(&c->rs->mu);
+        c->rs->remaining--;
+        pthread_cond_signal(&c->rs->cv);
+        pthread_mutex_unlock(&c->rs->mu);
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double pct(double *v, int64_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int64_t i = (int64_t)(p * (double)(n - 1) + 0.5);
+    return v[i];
+}
+
+static uint64_t rng;
+static uint32_t rnd(uint32_t n)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng >> 33) % n;
+}
+
+/* Submit n requests (prompt and output lengths from plen/glen, exact or varied), wait for all
+ * and fill t. Returns the wall time. */
+static double run_requests(tc_engine *e, int32_t vocab, int64_t n, const int64_t *plen,
+                           const int64_t *glen, req_times *t, int *rc)
+{
+    run_state rs;
+    pthread_mutex_init(&rs.mu, NULL);
+    pthread_cond_init(&rs.cv, NULL);
+    rs.remaining = n;
+    rs.t = t;
+    cb_ctx *ctx = calloc((size_t)n, sizeof *ctx);
+    int64_t max_p = 0;
+    for (int64_t i = 0; i < n; i++)
+        max_p = plen[i] > max_p ? plen[i] : max_p;
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)(max_p + 1));
+    if (!ctx || !prompt) {
+        free(ctx);
+        free(prompt);
+        *rc = 1;
+        return 0;
+    }
+    double t0 = now();
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t j = 0; j < plen[i]; j++)
+            prompt[j] = (int32_t)(1 + rnd((uint32_t)vocab - 1));
+        ctx[i] = (cb_ctx){ &rs, &t[i] };
+        t[i].want = glen[i];
+        t[i].itl = malloc(sizeof(double) * (size_t)(glen[i] + 1));
+        tc_request q = { 0 };
+        q.prompt = prompt;
+        q.n_prompt = plen[i];
+        q.max_tokens = glen[i];
+        q.sample = tc_sample_defaults();
+        q.ignore_eos = true;
+        q.callback = on_token;
+        q.user = &ctx[i];
+        t[i].submit = now();
+        if (tc_engine_submit(e, &q, NULL) != TC_OK) {
+            *rc = fail("submit");
+            pthread_mutex_lock(&rs.mu);
+            rs.remaining -= n - i;
+            pthread_mutex_unlock(&rs.mu);
+            break;
+        }
+    }
+    pthread_mutex_lock(&rs.mu);
+    while (rs.remaining > 0)
+        pthread_cond_wait(&rs.cv, &rs.mu);
+    pthread_mutex_unlock(&rs.mu);
+    double wall = now() - t0;
+    free(ctx);
+    free(prompt);
+    return wall;
+}
+
+static const char usage[] =
+    "usage: thincuda bench (--model PATH | --shape NAME) [options]\n"
+    "  --model PATH         a GGUF file or a Hugging Face folder (Llama family)\n"
+    "  --shape NAME         random weights of a known shape: smollm2-135m, llama3.2-1b,\n"
+    "                       llama2-7b (nothing to download)\n"
+    "  --batch N            sequences at once in latency mode (default 1)\n"
+    "  --prompt-len P       prompt tokens (default 128)\n"
+    "  --gen-len G          tokens to generate (default 128)\n"
+    "  --requests R         throughput mode: R requests of varied lengths, all queued at once\n"
+    "  --device D           cpu, cuda or auto (default auto)\n"
+    "  --dtype T            activations on cuda: bf16 (default), f16 or f32\n"
+    "  --threads N          CPU threads (default: all cores)\n"
+    "  --ctx N              longest sequence (default: prompt + generated, rounded up)\n"
+    "  --step-tokens N      tokens per engine step, the prefill chunk (default 2048; 512 on cpu)\n"
+    "  --kv-tokens N        KV cache size in tokens (default: from --kv-fraction)\n"
+    "  --kv-fraction F      of the GPU's memory the process may fill (default 0.9)\n"
+    "  --no-graphs          decode op by op instead of CUDA graphs\n"
+    "  --no-prefix-cache    do not reuse cached prompt blocks\n"
+    "  --bandwidth B        bytes/s of the bound (default 3.0e12, H100 measured)\n"
+    "  --seed N             random weights and prompts (default 1)\n";
+
+static bool num(const char *flag, const char *s, double lo, double hi, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    if (errno || end == s || *end || !(*v >= lo && *v <= hi)) {
+        fprintf(stderr, "thincuda bench: %s wants a number in [%g, %g], got '%s'\n", flag, lo, hi,
+                s);
+        return false;
+    }
+    return true;
+}
+
+static int parse(int argc, char **argv, bench_opts *o)
+{
+    *o = (bench_opts){ .device = "auto",
+                       .batch = 1,
+                       .prompt_len = 128,
+                       .gen_len = 128,
+                       .seed = 1,
+                       .kv_fraction = 0.9,
+                       .bandwidth = default_bandwidth };
+    enum {
+        MODEL = 256,
+        SHAPE,
+        BATCH,
+        PLEN,
+        GLEN,
+        REQS,
+        DEVICE,
+        DTYPE,
+        THREADS,
+        CTX,
+        STEP,
+        KVT,
+        KVF,
+        NOGRAPH,
+        NOPREFIX,
+        BW,
+        SEED,
+        HELP
+    };
+    static const struct option longs[] = { { "model", required_argument, 0, MODEL },
+                                           { "shape", required_argument, 0, SHAPE },
+                                           { "batch", required_argument, 0, BATCH },
+                                           { "prompt-len", required_argument, 0, PLEN },
+                                           { "gen-len", required_argument, 0, GLEN },
+                                           { "requests", required_argument, 0, REQS },
+                                           { "device", required_argument, 0, DEVICE },
+                                           { "dtype", required_argument, 0, DTYPE },
+                                           { "threads", required_argument, 0, THREADS },
+                                           { "ctx", required_argument, 0, CTX },
+                                           { "step-tokens", required_argument, 0, STEP },
+                                           { "kv-tokens", required_argument, 0, KVT },
+                                           { "kv-fraction", required_argument, 0, KVF },
+                                           { "no-graphs", no_argument, 0, NOGRAPH },
+                                           { "no-prefix-cache", no_argument, 0, NOPREFIX },
+                                           { "bandwidth", required_argument, 0, BW },
+                                           { "seed", required_argument, 0, SEED },
+                                           { "help", no_argument, 0, HELP },
+                                           { 0, 0, 0, 0 } };
+    opterr = 0;
+    optind = 1;
+    int c;
+    double v;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        switch (c) {
+        case MODEL: o->model = optarg; break;
+        case SHAPE: o->shape = optarg; break;
+        case DEVICE:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
+                fprintf(stderr, "thincuda bench: --device wants cpu, cuda or auto\n");
+                return 2;
+            }
+            o->device = optarg;
+            break;
+        case DTYPE:
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "f16") && strcmp(optarg, "f32")) {
+                fprintf(stderr, "thincuda bench: --dtype wants bf16, f16 or f32\n");
+                return 2;
+            }
+            o->dtype = optarg;
+            break;
+        case NOGRAPH: o->no_graphs = true; break;
+        case NOPREFIX: o->no_prefix_cache = true; break;
+        case HELP: fputs(usage, stdout); return 0;
+#define NUM(K, field, lo, hi)                           \
+    case K:                                             \
+        if (!num(argv[optind - 1], optarg, lo, hi, &v)) \
+            return 2;                                   \
+        o->field = (long)v;                             \
+        break;
+            NUM(BATCH, batch, 1, 4096)
+            NUM(PLEN, prompt_len, 1, 1 << 20)
+            NUM(GLEN, gen_len, 1, 1 << 20)
+            NUM(REQS, requests, 1, 1 << 20)
+            NUM(THREADS, threads, 0, 1024)
+            NUM(CTX, ctx, 16, 1 << 20)
+            NUM(STEP, step_tokens, 1, 1 << 20)
+            NUM(KVT, kv_tokens, 16, 1L << 40)
+            NUM(SEED, seed, 0, 1e15)
+#undef NUM
+        case KVF:
+            if (!num("--kv-fraction", optarg, 0.01, 1.0, &o->kv_fraction))
+                return 2;
+            break;
+        case BW:
+            if (!num("--bandwidth", optarg, 1e6, 1e15, &o->bandwidth))
+                return 2;
+            break;
+        default:
+            fprintf(stderr, "thincuda bench: unknown or incomplete option '%s'\n%s",
+                    argv[optind - 1], usage);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "thincuda bench: unexpected argument '%s'\n%s", argv[optind], usage);
+        return 2;
+    }
+    if (!o->model == !o->shape) {
+        fprintf(stderr, "thincuda bench: give one of --model PATH or --shape NAME\n%s", usage);
+        return 2;
+    }
+    return -1;
+}
+
+int tc_cli_bench(int argc, char **argv)
+{
+    bench_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    double t_start = now();
+    tc_llama_config cfg;
+    tc_gguf g = { 0 };
+    tc_hf hf = { 0 };
+    bool is_hf = false, is_gguf = false;
+    const tc_gguf *src = NULL;
+    if (o.shape) {
+        if (tc_llama_config_preset(o.shape, &cfg) != TC_OK)
+            return fprintf(stderr, "thincuda bench: %s\n", tc_last_error()), 2;
+    } else {
+        struct stat sb;
+        is_hf = stat(o.model, &sb) == 0 && S_ISDIR(sb.st_mode);
+        if (is_hf) {
+            if (tc_hf_open(&hf, o.model) != TC_OK)
+                return fail("cannot load the model");
+            src = &hf.view;
+            cfg = hf.cfg;
+        } else {
+            if (tc_gguf_open(&g, o.model) != TC_OK)
+                return fail("cannot load the model");
+            is_gguf = true;
+            src = &g;
+            if (tc_llama_config_from_gguf(&g, &cfg) != TC_OK) {
+                tc_gguf_close(&g);
+                return fail("cannot load the model");
+            }
+        }
+    }
+    tc_backend *b = NULL;
+    tc_status st = TC_ERR_NO_DEVICE;
+    if (strcmp(o.device, "cpu") != 0) {
+        st = tc_backend_create_cuda(0, 0, &b);
+        if (st != TC_OK && !strcmp(o.device, "cuda"))
+            return fail("cannot use the GPU");
+        if (st != TC_OK)
+            fprintf(stderr, "thincuda bench: no GPU (%s); running on the CPU\n",
+                    tc_status_string(st));
+    }
+    if (st != TC_OK && tc_backend_create_cpu((int)o.threads, &b) != TC_OK)
+        return fail("cannot start the CPU backend");
+    bool cuda = tc_backend_get_kind(b) == TC_BACKEND_CUDA;
+    bool throughput = o.requests > 0;
+    int64_t max_p = throughput ? o.prompt_len * 3 / 2 : o.prompt_len,
+            max_g = throughput ? o.gen_len * 3 / 2 : o.gen_len;
+    int64_t ctx = o.ctx ? o.ctx : (max_p + max_g + 15) / 16 * 16;
+    int64_t seqs = throughput ? (o.requests < 256 ? o.requests : 256) : o.batch;
+    tc_llama_options lo = { 0 };
+    lo.max_context = ctx;
+    lo.max_seqs = seqs;
+    lo.max_tokens = o.step_tokens ? o.step_tokens : cuda ? 2048 : 512;
+    if (lo.max_tokens < seqs)
+        lo.max_tokens = seqs;
+    lo.no_graphs = o.no_graphs;
+    if (o.dtype) {
+        lo.act_set = true;
+        lo.act = !strcmp(o.dtype, "f32")   ? TC_DTYPE_F32
+                 : !strcmp(o.dtype, "f16") ? TC_DTYPE_F16
+                                           : TC_DTYPE_BF16;
+    }
+    tc_llama *m = NULL;
+    double t_load = now();
+    st = o.shape ? tc_llama_random(&cfg, (uint64_t)o.seed, b, &lo, &m)
+                 : tc_llama_load(src, &cfg, b, &lo, &m);
+    if (st == TC_OK)
+        st = tc_backend_synchronize(b);
+    if (st != TC_OK) {
+        rc = fail("cannot load the model");
+        goto out;
+    }
+    t_load = now() - t_load;
+    int64_t blocks = tc_engine_kv_blocks(m, o.kv_tokens, o.kv_fraction, 16);
+    tc_kv_cache kv;
+    if (blocks < m->s.max_blocks) {
+        fprintf(stderr,
+                "thincuda bench: room for %lld KV blocks, less than one sequence of %lld tokens; "
+                "lower --ctx or raise --kv-fraction\n",
+                (long long)blocks, (long long)ctx);
+        rc = 1;
+        goto out;
+    }
+    if (tc_kv_cache_init(&kv, m, blocks, 16) != TC_OK) {
+        rc = fail("cannot allocate the KV cache");
+        goto out;
+    }
+    uint64_t kv_bytes = tc_kv_cache_bytes(m, blocks, 16);
+    size_t free_b = 0, total_b = 0;
+    if (cuda)
+        tc_context_mem_info(tc_backend_context(b), &free_b, &total_b);
+    char left[64] = "";
+    if (cuda)
+        snprintf(left, sizeof left, "; %.2f GiB of device memory left", (double)free_b / (1 << 30));
+    fprintf(stderr,
+            "[kv cache: %lld blocks x 16 = %lld tokens, %lld sequences of %lld tokens at once, "
+            "%.2f GiB%s]\n",
+            (long long)blocks, (long long)blocks * 16, (long long)(blocks * 16 / ctx),
+            (long long)ctx, (double)kv_bytes / (1 << 30), left);
+    tc_engine_model em = tc_engine_model_llama(m, &kv);
+    tc_engine_options eo = { .threaded = true,
+                             .max_queue = (int32_t)(throughput ? o.requests + 64 : 1024),
+                             .no_prefix_cache = o.no_prefix_cache };
+    tc_engine *e;
+    if (tc_engine_create(&em, &eo, &e) != TC_OK) {
+        rc = fail("cannot start the engine");
+        tc_kv_cache_deinit(&kv);
+        goto out;
+    }
+    rng = (uint64_t)o.seed * 0x9e3779b97f4a7c15ull + 7;
+    int64_t n = throughput ? o.requests : o.batch;
+    int64_t *plen = calloc((size_t)n, sizeof *plen), *glen = calloc((size_t)n, sizeof *glen);
+    req_times *t = calloc((size_t)n, sizeof *t);
+    double *all = NULL;
+    if (!plen || !glen || !t) {
+        rc = 1;
+        goto done;
+    }
+    /* Warm-up (not counted): every decode batch size from `seqs` down to 1 (one request
+     * finishing per step captures each graph bucket), and prefill at the measured length. */
+    {
+        int64_t wn = seqs, *wp = calloc((size_t)wn, sizeof *wp),
+                *wg = calloc((size_t)wn, sizeof *wg);
+        req_times *wt = calloc((size_t)wn, sizeof *wt);
+        for (int64_t i = 0; wp && wg && wt && i < wn; i++) {
+            wp[i] = i == 0 ? o.prompt_len : 4;
+            wg[i] = 2 + i < max_g ? 2 + i : max_g;
+        }
+        if (wp && wg && wt)
+            run_requests(e, cfg.vocab, wn, wp, wg, wt, &rc);
+        for (int64_t i = 0; wt && i < wn; i++)
+            free(wt[i].itl);
+        free(wp);
+        free(wg);
+        free(wt);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        plen[i] = throughput ? o.prompt_len / 2 + rnd((uint32_t)o.prompt_len + 1) : o.prompt_len;
+        glen[i] = throughput ? o.gen_len / 2 + rnd((uint32_t)o.gen_len + 1) : o.gen_len;
+        if (plen[i] < 1)
+            plen[i] = 1;
+        if (glen[i] < 1)
+            glen[i] = 1;
+    }
+    tc_pool_stats ps0 = { 0 };
+    if (cuda)
+        tc_pool_get_stats(tc_backend_pool(b), &ps0);
+    double wall = run_requests(e, cfg.vocab, n, plen, glen, t, &rc);
+    /* Figures. */
+    int64_t total_out = 0, total_prompt = 0, n_itl = 0;
+    double last_first = 0, first_submit = t[0].submit, end = 0;
+    double *ttft = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        total_out += t[i].n_out;
+        total_prompt += plen[i];
+        n_itl += t[i].n_itl;
+        last_first = t[i].first > last_first ? t[i].first : last_first;
+        end = t[i].done > end ? t[i].done : end;
+        ttft[i] = (t[i].first - t[i].submit) * 1e3;
+    }
+    all = malloc(sizeof(double) * (size_t)(n_itl + 1));
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < t[i].n_itl; j++)
+            all[k++] = t[i].itl[j] * 1e3;
+    tc_engine_stats es;
+    tc_engine_get_stats(e, &es);
+    tc_pool_stats ps = { 0 };
+    if (cuda)
+        tc_pool_get_stats(tc_backend_pool(b), &ps);
+    printf("model            %s, %s %s, %.2f GiB of weights (loaded in %.2f s)\n", cfg.name,
+           tc_backend_name(b), tc_dtype_name(m->act), (double)m->weight_bytes / (1 << 30), t_load);
+    if (throughput) {
+        printf("requests         %lld (prompts %ld..%ld, outputs %ld..%ld tokens), %.2f s\n",
+               (long long)n, o.prompt_len / 2, o.prompt_len / 2 + o.prompt_len, o.gen_len / 2,
+               o.gen_len / 2 + o.gen_len, wall);
+        printf("throughput       %.2f requests/s, %.0f output tokens/s, %.0f tokens/s in all\n",
+               (double)n / wall, (double)total_out / wall,
+               (double)(total_out + total_prompt) / wall);
+    } else {
+        double pre = last_first - first_submit, dec = end - last_first;
+        int64_t dec_tokens = total_out - n;
+        printf("batch            %lld x (%ld prompt + %ld generated tokens)\n", (long long)n,
+               o.prompt_len, o.gen_len);
+        printf("prefill          %.0f tokens/s (%lld tokens in %.2f ms)\n",
+               (double)total_prompt / pre, (long long)total_prompt, pre * 1e3);
+        printf("decode           %.1f tokens/s (%.1f per sequence)\n",
+               dec > 0 ? (double)dec_tokens / dec : 0.0,
+               dec > 0 ? (double)dec_tokens / dec / (double)n : 0.0);
+        if (n == 1 && dec > 0) {
+            /* Bytes one decode step reads: every weight once (the embedding only its row),
+             * plus the keys and values of the average context. */
+            double emb = (double)tc_tensor_bytes(&m->tok_embd);
+            double w = (double)m->weight_bytes - (cfg.tied_embeddings ? 0.0 : emb);
+            double avg_ctx = (double)o.prompt_len + (double)o.gen_len / 2;
+            double kvb = (double)tc_kv_cache_bytes(m, 1, 1) * avg_ctx;
+            double per_tok = w + kvb, rate = (double)dec_tokens / dec;
+            printf("bandwidth        %.0f GB/s = %.1f%% of the bound (%.1f MB read per token; "
+                   "bound %.0f tokens/s at %.2f TB/s)\n",
+                   per_tok * rate / 1e9, 100.0 * per_tok * rate / o.bandwidth, per_tok / 1e6,
+                   o.bandwidth / per_tok, o.bandwidth / 1e12);
+        }
+    }
+    printf("time to first    p50 %.2f ms, p99 %.2f ms\n", pct(ttft, n, 0.5), pct(ttft, n, 0.99));
+    printf("inter-token      p50 %.3f ms, p99 %.3f ms\n", pct(all, k, 0.5), pct(all, k, 0.99));
+    if (cuda)
+        printf("device memory    peak %.2f GiB in our pool (weights, KV cache, activations)\n",
+               (double)ps.peak_bytes_reserved / (1 << 30));
+    printf("engine           %llu steps, %llu preemptions, %lld graph captures, %lld graph "
+           "launches\n",
+           (unsigned long long)es.steps, (unsigned long long)es.preemptions,
+           (long long)m->s.graph_captures, (long long)m->s.graph_launches);
+    printf("process          %.2f s from start\n", now() - t_start);
+    (void)ps0;
+    free(ttft);
+done:
+    for (int64_t i = 0; t && i < n; i++)
+        free(t[i].itl);
+    free(t);
+    free(plen);
+    free(glen);
+    free(all);
+    tc_engine_destroy(e);
+    tc_kv_cache_deinit(&kv);
+out:
+    tc_llama_destroy(m);
+    tc_backend_destroy(b);
+    if (is_gguf)
+        tc_gguf_close(&g);
+    if (is_hf)
+        tc_hf_close(&hf);
+    return rc;
+}
