@@ -59,7 +59,7 @@ struct tc_engine {
     request *live;   /* admitted requests, newest first */
     uint64_t next_order;
     /* Step buffers. */
-    seq **batch;
+    seq **batch, **sorted;
     int32_t *tokens, *positions, *slots, *q_start, *seq_lens, *table, *sampled;
     int32_t *copy_src, *copy_dst;
     int32_t n_copies, cap_copies;
@@ -854,14 +854,22 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
     /* Sequences that finish their pending tokens this step are sampled: they come first, so
      * that their logits are rows 0 .. n_sample - 1. */
     int32_t n_sample = 0;
-    for (int32_t i = 0; i < S; i++) {
-        seq *s = e->batch[i];
-        if (s->n_cached + s->step_new == s->n_toks) {
-            e->batch[i] = e->batch[n_sample];
-            e->batch[n_sample++] = s;
-        }
+    {
+        /* Stable: one-token rows that sample (decodes) first, so the model can run their
+         * attention apart, then finishing prompt chunks, then the chunks that do not sample. */
+        seq **sorted = e->sorted;
+        int32_t k = 0;
+        for (int pass = 0; pass < 3; pass++)
+            for (int32_t i = 0; i < S; i++) {
+                seq *s = e->batch[i];
+                bool samples = s->n_cached + s->step_new == s->n_toks;
+                int kind = samples ? (s->step_new == 1 ? 0 : 1) : 2;
+                if (kind == pass)
+                    sorted[k++] = s;
+                n_sample += pass == 0 && samples;
+            }
+        memcpy(e->batch, sorted, sizeof *sorted * (size_t)S);
     }
-    /* Keep arrival order within each part (deterministic batches). */
     int32_t bs = e->m.block_size, W = e->m.max_blocks;
     int32_t t = 0;
     for (int32_t i = 0; i < S; i++) {
@@ -982,6 +990,7 @@ tc_status tc_engine_create(const tc_engine_model *model, const tc_engine_options
     size_t S = (size_t)model->max_seqs, T = (size_t)model->max_tokens;
     e->stop_tokens = tc_host_alloc(sizeof(int32_t) * (size_t)(e->o.n_stop_tokens + 1));
     e->batch = tc_host_calloc(S, sizeof *e->batch);
+    e->sorted = tc_host_calloc(S, sizeof *e->sorted);
     e->tokens = tc_host_alloc(sizeof(int32_t) * T);
     e->positions = tc_host_alloc(sizeof(int32_t) * T);
     e->slots = tc_host_alloc(sizeof(int32_t) * T);
@@ -993,8 +1002,8 @@ tc_status tc_engine_create(const tc_engine_model *model, const tc_engine_options
     e->piece = tc_host_alloc(PIECE);
     tc_status st = tc_blocks_create(model->n_blocks, model->block_size, &e->bm);
     if (st == TC_OK &&
-        (!e->stop_tokens || !e->batch || !e->tokens || !e->positions || !e->slots || !e->q_start ||
-         !e->seq_lens || !e->sampled || !e->table || !e->rows || !e->piece))
+        (!e->stop_tokens || !e->batch || !e->sorted || !e->tokens || !e->positions || !e->slots ||
+         !e->q_start || !e->seq_lens || !e->sampled || !e->table || !e->rows || !e->piece))
         st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
     if (st == TC_OK && e->o.n_stop_tokens > 0)
         memcpy(e->stop_tokens, e->o.stop_tokens, sizeof(int32_t) * (size_t)e->o.n_stop_tokens);
@@ -1051,6 +1060,7 @@ void tc_engine_destroy(tc_engine *e)
     tc_host_free(e->waiting);
     tc_host_free(e->stop_tokens);
     tc_host_free(e->batch);
+    tc_host_free(e->sorted);
     tc_host_free(e->tokens);
     tc_host_free(e->positions);
     tc_host_free(e->slots);

@@ -197,7 +197,8 @@ static tc_status place_random(loader *L, int64_t rows, int64_t cols, tc_tensor *
     tc_llama *m = L->m;
     bool vec = rows == 0;
     int64_t shape[2] = { vec ? cols : rows, cols };
-    TC_TRY(tc_tensor_init(t, m->backend, m->act, vec ? 1 : 2, shape));
+    if (!t->data)
+        TC_TRY(tc_tensor_init(t, m->backend, m->act, vec ? 1 : 2, shape));
     float scale = vec ? 0.1f : sqrtf(3.0f / (float)cols);
     TC_TRY(tc_fill_random(t, L->seed++, vec ? 1.0f : 0.0f, scale));
     m->n_params += (uint64_t)tc_tensor_numel(t);
@@ -229,8 +230,14 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
     int64_t shape[2] = { vec ? cols : rows, cols };
     int nd = vec ? 1 : 2;
     tc_status st = TC_OK;
+    /* A tensor already set is a row block of a fused matrix, made in this dtype. */
+    bool into = t->data != NULL;
+    if (into && t->dtype != want)
+        return tc_set_error(TC_ERR_INTERNAL, op, "%s: fused matrix of another dtype", name);
     if (readable && want == native) {
-        if (cpu)
+        if (into)
+            st = tc_tensor_copy_from_host(t, gt->data, gt->bytes);
+        else if (cpu)
             st = tc_tensor_wrap(t, b, want, nd, shape, (void *)(uintptr_t)gt->data);
         else
             st = tc_tensor_init_from_host(t, b, want, nd, shape, gt->data, gt->bytes);
@@ -250,7 +257,9 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
             for (uint64_t i = 0; i < n; i++)
                 h[i] = want == TC_DTYPE_BF16 ? tc__f32_to_bf16(f[i]) : tc__f32_to_f16(f[i]);
         }
-        st = tc_tensor_init_from_host(t, b, want, nd, shape, f, tc_dtype_bytes(want, (int64_t)n));
+        st = into ? tc_tensor_copy_from_host(t, f, tc_dtype_bytes(want, (int64_t)n))
+                  : tc_tensor_init_from_host(t, b, want, nd, shape, f,
+                                             tc_dtype_bytes(want, (int64_t)n));
         if (st == TC_OK && !cpu)
             st = tc_backend_synchronize(b); /* the staging buffer is freed next */
         tc_host_free(f);
@@ -281,14 +290,34 @@ static tc_status alloc_scratch(tc_llama *m)
     TC_TRY(tc_tensor_init(&s->o, b, m->act, TC_SHAPE(T, c->dim)));
     TC_TRY(tc_tensor_init(&s->gate, b, m->act, TC_SHAPE(T, c->ffn_dim)));
     TC_TRY(tc_tensor_init(&s->up, b, m->act, TC_SHAPE(T, c->ffn_dim)));
+    bool fused_qkv = false, fused_gu = false;
+    for (int l = 0; l < c->n_layers; l++) {
+        fused_qkv |= m->layers[l].wqkv.data != NULL;
+        fused_gu |= m->layers[l].w_gu.data != NULL;
+    }
+    if (fused_qkv)
+        TC_TRY(tc_tensor_init(&s->qkv, b, m->act, TC_SHAPE(T, qd + 2 * kvd)));
+    if (fused_gu)
+        TC_TRY(tc_tensor_init(&s->gu, b, m->act, TC_SHAPE(T, 2 * (int64_t)c->ffn_dim)));
+    if (tc_backend_get_kind(b) == TC_BACKEND_CUDA) {
+        /* Decode attention keeps partial results in the ops' workspace; sizing it now for the
+         * largest batch keeps it from moving under captured graphs. The split count never
+         * exceeds 32 resident blocks per SM over the batch's (sequence, kv head) pairs. */
+        int sms = tc_backend_context(b)->sm_count;
+        size_t need = (size_t)(S + 32 * (int64_t)sms) * (size_t)c->n_heads *
+                      (size_t)(c->head_dim + 2) * sizeof(float);
+        CUdeviceptr ws;
+        TC_TRY(tc__backend_workspace(b, need, &ws));
+    }
     TC_TRY(tc_tensor_init(&s->last, b, m->act, TC_SHAPE(S, c->dim)));
     TC_TRY(tc_tensor_init(&s->lastf, b, TC_DTYPE_F32, TC_SHAPE(S, c->dim)));
     TC_TRY(tc_tensor_init(&s->logits, b, TC_DTYPE_F32, TC_SHAPE(S, c->vocab)));
     /* The index arrays live in one buffer so that a step uploads them in one copy: ids, pos,
      * slots [T], q_start [S + 1], seq_lens, last_rows [S], block_table [S, max_blocks]. */
-    int64_t W = s->max_blocks,
-            off[7] = { 0, T, 2 * T, 3 * T, 3 * T + S + 1, 3 * T + 2 * S + 1, 3 * T + 3 * S + 1 };
-    s->index_len = off[6] + S * W;
+    int64_t W = s->max_blocks, off[8] = {
+        0, T, 2 * T, 3 * T, 3 * T + S + 1, 3 * T + 2 * S + 1, 3 * T + 3 * S + 1, 3 * T + 4 * S + 2
+    };
+    s->index_len = off[7] + S * W;
     TC_TRY(tc_tensor_init(&s->index, b, TC_DTYPE_I32, TC_SHAPE(s->index_len)));
     int32_t *base = s->index.data;
     TC_TRY(tc_tensor_wrap(&s->ids, b, TC_DTYPE_I32, TC_SHAPE(T), base + off[0]));
@@ -297,7 +326,8 @@ static tc_status alloc_scratch(tc_llama *m)
     TC_TRY(tc_tensor_wrap(&s->q_start, b, TC_DTYPE_I32, TC_SHAPE(S + 1), base + off[3]));
     TC_TRY(tc_tensor_wrap(&s->seq_lens, b, TC_DTYPE_I32, TC_SHAPE(S), base + off[4]));
     TC_TRY(tc_tensor_wrap(&s->last_rows, b, TC_DTYPE_I32, TC_SHAPE(S), base + off[5]));
-    TC_TRY(tc_tensor_wrap(&s->block_table, b, TC_DTYPE_I32, TC_SHAPE(S, W), base + off[6]));
+    TC_TRY(tc_tensor_wrap(&s->q_start2, b, TC_DTYPE_I32, TC_SHAPE(S + 1), base + off[6]));
+    TC_TRY(tc_tensor_wrap(&s->block_table, b, TC_DTYPE_I32, TC_SHAPE(S, W), base + off[7]));
     s->host = tc_host_alloc(sizeof(int32_t) * (size_t)s->index_len);
     if (!s->host)
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_llama_load", "no host memory for indices");
@@ -310,6 +340,39 @@ static tc_status alloc_scratch(tc_llama *m)
 }
 
 static void drop_graphs(tc_llama *m);
+
+/* The dtype tensor `name` will be held in, or -1 when it is missing. */
+static int held_dtype(const loader *L, const char *name)
+{
+    if (!L->g)
+        return (int)L->m->act;
+    const tc_gguf_tensor *gt = tc_gguf_tensor_find(L->g, name);
+    if (!gt)
+        return -1;
+    tc_dtype native;
+    return (int)target(gt->type, false, false, L->m->act, &native);
+}
+
+/* On CUDA, make `whole` [sum rows, cols] and parts[i] its row blocks when the n tensors
+ * names[i] are held in one dtype; otherwise leave everything unset (placed one by one). */
+static tc_status fuse(loader *L, int n, const char *const *names, const int64_t *rows, int64_t cols,
+                      tc_tensor *whole, tc_tensor *const *parts)
+{
+    tc_llama *m = L->m;
+    if (tc_backend_get_kind(m->backend) != TC_BACKEND_CUDA)
+        return TC_OK;
+    int dt = held_dtype(L, names[0]);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (dt < 0 || held_dtype(L, names[i]) != dt)
+            return TC_OK;
+        total += rows[i];
+    }
+    TC_TRY(tc_tensor_init(whole, m->backend, (tc_dtype)dt, TC_SHAPE(total, cols)));
+    for (int i = 0, r = 0; i < n; r += (int)rows[i], i++)
+        TC_TRY(tc_tensor_slice(whole, 0, r, rows[i], parts[i]));
+    return TC_OK;
+}
 
 static tc_status load(loader *L)
 {
@@ -324,7 +387,17 @@ static tc_status load(loader *L)
     TC_TRY(place(L, "token_embd.weight", c->vocab, c->dim, &m->tok_embd));
     for (int l = 0; l < c->n_layers; l++) {
         tc_llama_layer *y = &m->layers[l];
-        char n[64];
+        char n[64], nq[64], nk[64], nv[64], ng[64], nu[64];
+        snprintf(nq, sizeof nq, "blk.%d.attn_q.weight", l);
+        snprintf(nk, sizeof nk, "blk.%d.attn_k.weight", l);
+        snprintf(nv, sizeof nv, "blk.%d.attn_v.weight", l);
+        snprintf(ng, sizeof ng, "blk.%d.ffn_gate.weight", l);
+        snprintf(nu, sizeof nu, "blk.%d.ffn_up.weight", l);
+        TC_TRY(fuse(L, 3, (const char *const[]){ nq, nk, nv }, (const int64_t[]){ qd, kvd, kvd },
+                    c->dim, &y->wqkv, (tc_tensor *const[]){ &y->wq, &y->wk, &y->wv }));
+        TC_TRY(fuse(L, 2, (const char *const[]){ ng, nu },
+                    (const int64_t[]){ c->ffn_dim, c->ffn_dim }, c->dim, &y->w_gu,
+                    (tc_tensor *const[]){ &y->w_gate, &y->w_up }));
 #define PLACE(field, gname, rows, cols)                  \
     snprintf(n, sizeof n, "blk.%d." gname ".weight", l); \
     TC_TRY(place(L, n, rows, cols, &y->field))
@@ -474,8 +547,9 @@ void tc_llama_destroy(tc_llama *m)
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layers; l++) {
             tc_llama_layer *y = &m->layers[l];
-            tc_tensor *ts[] = { &y->attn_norm, &y->wq,     &y->wk,   &y->wv,    &y->wo,
-                                &y->ffn_norm,  &y->w_gate, &y->w_up, &y->w_down };
+            tc_tensor *ts[] = { &y->attn_norm, &y->wq,       &y->wk,     &y->wv,
+                                &y->wo,        &y->ffn_norm, &y->w_gate, &y->w_up,
+                                &y->w_down,    &y->wqkv,     &y->w_gu };
             for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
                 tc_tensor_deinit(ts[i]);
         }
@@ -487,7 +561,8 @@ void tc_llama_destroy(tc_llama *m)
     tc_tensor *ts[] = { &s->x,       &s->h,        &s->q,         &s->att,         &s->k,
                         &s->v,       &s->o,        &s->gate,      &s->up,          &s->last,
                         &s->lastf,   &s->logits,   &s->ids,       &s->pos,         &s->slots,
-                        &s->q_start, &s->seq_lens, &s->last_rows, &s->block_table, &s->index };
+                        &s->q_start, &s->seq_lens, &s->last_rows, &s->block_table, &s->index,
+                        &s->qkv,     &s->gu };
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
         tc_tensor_deinit(ts[i]);
     drop_graphs(m);
@@ -620,7 +695,7 @@ static tc_status upload_batch(tc_llama *m, const tc_llama_batch *b, int64_t S, i
     tc_llama_scratch *s = &m->s;
     int64_t Tm = s->max_tokens, Sm = s->max_seqs;
     int32_t *h = s->host, *ids = h, *pos = h + Tm, *slots = h + 2 * Tm, *qs = h + 3 * Tm,
-            *lens = qs + Sm + 1, *last = lens + Sm, *table = last + Sm;
+            *lens = qs + Sm + 1, *last = lens + Sm, *qs2 = last + Sm, *table = qs2 + Sm + 1;
     memcpy(ids, b->tokens, sizeof(int32_t) * (size_t)b->n_tokens);
     memcpy(pos, b->positions, sizeof(int32_t) * (size_t)b->n_tokens);
     memcpy(slots, b->slots, sizeof(int32_t) * (size_t)b->n_tokens);
@@ -641,6 +716,13 @@ static tc_status upload_batch(tc_llama *m, const tc_llama_batch *b, int64_t S, i
     }
     for (int64_t q = 0; q < S; q++)
         last[q] = qs[q + 1] - 1;
+    /* The offsets of the sequences after the leading one-token ones, from 0 (their prompt
+     * chunks' attention runs apart from the decodes). */
+    int64_t D = 0;
+    while (D < S && qs[D + 1] - qs[D] == 1)
+        D++;
+    for (int64_t q = D; q <= S; q++)
+        qs2[q - D] = qs[q] - qs[D];
     size_t n = (size_t)(table + S * W - h);
     tc_tensor v;
     TC_TRY(tc_tensor_slice(&s->index, 0, 0, (int64_t)n, &v));
@@ -662,13 +744,42 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
     tc_tensor ids = rows(&s->ids, T), pos = rows(&s->pos, T), slots = rows(&s->slots, T),
               qs = rows(&s->q_start, S + 1), lens = rows(&s->seq_lens, S),
               last_rows = rows(&s->last_rows, S);
-    tc_tensor q3, k3, v3, att3;
+    tc_tensor q3, k3, v3, att3, fq3, fk3, fv3, qkv = { 0 }, gu = { 0 }, fg, fu;
     tc_status st;
     TC_CHECK(st, tc_tensor_reshape(&q, TC_SHAPE(T, c->n_heads, c->head_dim), &q3));
     TC_CHECK(st, tc_tensor_reshape(&k, TC_SHAPE(T, c->n_kv_heads, c->head_dim), &k3));
     TC_CHECK(st, tc_tensor_reshape(&v, TC_SHAPE(T, c->n_kv_heads, c->head_dim), &v3));
     TC_CHECK(st, tc_tensor_reshape(&att, TC_SHAPE(T, c->n_heads, c->head_dim), &att3));
+    if (s->qkv.data) {
+        /* The fused product's heads: q, then k, then v. */
+        tc_tensor all3;
+        qkv = rows(&s->qkv, T);
+        TC_CHECK(st, tc_tensor_reshape(
+                         &qkv, TC_SHAPE(T, c->n_heads + 2 * c->n_kv_heads, c->head_dim), &all3));
+        TC_CHECK(st, tc_tensor_slice(&all3, 1, 0, c->n_heads, &fq3));
+        TC_CHECK(st, tc_tensor_slice(&all3, 1, c->n_heads, c->n_kv_heads, &fk3));
+        TC_CHECK(st, tc_tensor_slice(&all3, 1, c->n_heads + c->n_kv_heads, c->n_kv_heads, &fv3));
+    }
+    if (s->gu.data) {
+        gu = rows(&s->gu, T);
+        TC_CHECK(st, tc_tensor_slice(&gu, 1, 0, c->ffn_dim, &fg));
+        TC_CHECK(st, tc_tensor_slice(&gu, 1, c->ffn_dim, c->ffn_dim, &fu));
+    }
     float scale = 1.0f / sqrtf((float)c->head_dim);
+    /* Leading sequences with one new token each decode; the rest are prompt chunks. A batch
+     * of both runs each kind's attention kernel on its own rows. */
+    const int32_t *hq = s->host + s->max_tokens * 3;
+    int64_t D = 0;
+    while (D < S && hq[D + 1] - hq[D] == 1)
+        D++;
+    tc_tensor dq, datt, dtable, dlens, pq, patt, ptable, plens, pqs;
+    if (D > 0 && D < S) {
+        TC_CHECK(st, tc_tensor_slice(&table, 0, 0, D, &dtable));
+        TC_CHECK(st, tc_tensor_slice(&lens, 0, 0, D, &dlens));
+        TC_CHECK(st, tc_tensor_slice(&table, 0, D, S - D, &ptable));
+        TC_CHECK(st, tc_tensor_slice(&lens, 0, D, S - D, &plens));
+        pqs = rows(&s->q_start2, S - D + 1);
+    }
 
     TC_CHECK(st, tc_embedding(&x, &m->tok_embd, &ids));
     for (int l = 0; l < c->n_layers; l++) {
@@ -679,22 +790,45 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, &y->attn_norm, c->norm_eps));
         else
             TC_CHECK(st, tc_rmsnorm(&h, &x, &o, &y->attn_norm, c->norm_eps));
-        TC_CHECK(st, tc_matmul(&q, &h, &y->wq));
-        TC_CHECK(st, tc_matmul(&k, &h, &y->wk));
-        TC_CHECK(st, tc_matmul(&v, &h, &y->wv));
-        TC_CHECK(st, tc_rope(&q3, &k3, &pos, &c->rope));
-        TC_CHECK(st, tc_attention_store(&kv->k[l], &kv->v[l], &k3, &v3, &slots));
+        tc_tensor *lq = &q3, *lk = &k3, *lv = &v3;
+        if (y->wqkv.data) {
+            TC_CHECK(st, tc_matmul(&qkv, &h, &y->wqkv));
+            lq = &fq3;
+            lk = &fk3;
+            lv = &fv3;
+        } else {
+            TC_CHECK(st, tc_matmul(&q, &h, &y->wq));
+            TC_CHECK(st, tc_matmul(&k, &h, &y->wk));
+            TC_CHECK(st, tc_matmul(&v, &h, &y->wv));
+        }
+        TC_CHECK(st, tc_rope(lq, lk, &pos, &c->rope));
+        TC_CHECK(st, tc_attention_store(&kv->k[l], &kv->v[l], lk, lv, &slots));
         if (decode)
             TC_CHECK(st,
-                     tc_attention_decode(&att3, &q3, &kv->k[l], &kv->v[l], &table, &lens, scale));
-        else
-            TC_CHECK(st, tc_attention_prefill(&att3, &q3, &kv->k[l], &kv->v[l], &table, &lens, &qs,
+                     tc_attention_decode(&att3, lq, &kv->k[l], &kv->v[l], &table, &lens, scale));
+        else if (D == 0)
+            TC_CHECK(st, tc_attention_prefill(&att3, lq, &kv->k[l], &kv->v[l], &table, &lens, &qs,
                                               scale));
+        else {
+            TC_CHECK(st, tc_tensor_slice(lq, 0, 0, D, &dq));
+            TC_CHECK(st, tc_tensor_slice(&att3, 0, 0, D, &datt));
+            TC_CHECK(st, tc_tensor_slice(lq, 0, D, T - D, &pq));
+            TC_CHECK(st, tc_tensor_slice(&att3, 0, D, T - D, &patt));
+            TC_CHECK(st,
+                     tc_attention_decode(&datt, &dq, &kv->k[l], &kv->v[l], &dtable, &dlens, scale));
+            TC_CHECK(st, tc_attention_prefill(&patt, &pq, &kv->k[l], &kv->v[l], &ptable, &plens,
+                                              &pqs, scale));
+        }
         TC_CHECK(st, tc_matmul(&o, &att, &y->wo));
         TC_CHECK(st, tc_rmsnorm(&h, &x, &o, &y->ffn_norm, c->norm_eps));
-        TC_CHECK(st, tc_matmul(&gate, &h, &y->w_gate));
-        TC_CHECK(st, tc_matmul(&up, &h, &y->w_up));
-        TC_CHECK(st, tc_swiglu(&gate, &gate, &up));
+        if (y->w_gu.data) {
+            TC_CHECK(st, tc_matmul(&gu, &h, &y->w_gu));
+            TC_CHECK(st, tc_swiglu(&gate, &fg, &fu));
+        } else {
+            TC_CHECK(st, tc_matmul(&gate, &h, &y->w_gate));
+            TC_CHECK(st, tc_matmul(&up, &h, &y->w_up));
+            TC_CHECK(st, tc_swiglu(&gate, &gate, &up));
+        }
         TC_CHECK(st, tc_matmul(&o, &gate, &y->w_down));
     }
     TC_CHECK(st, tc_rmsnorm(&h, &x, &o, &m->out_norm, c->norm_eps));

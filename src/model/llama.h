@@ -27,6 +27,10 @@ typedef struct tc_llama_layer {
     tc_tensor w_gate;    /* [ffn_dim, dim] */
     tc_tensor w_up;      /* [ffn_dim, dim] */
     tc_tensor w_down;    /* [dim, ffn_dim] */
+    /* On CUDA, when the parts share a dtype, wq, wk, wv are row blocks of one matrix and
+     * w_gate, w_up of another, so that each pair of products is one (unset otherwise). */
+    tc_tensor wqkv; /* [(n_heads + 2 n_kv_heads) * head_dim, dim] */
+    tc_tensor w_gu; /* [2 ffn_dim, dim] */
 } tc_llama_layer;
 
 /* Scratch of one forward pass, sized for max_tokens rows and max_seqs sequences. */
@@ -38,6 +42,7 @@ typedef struct tc_llama_scratch {
     tc_tensor k, v;                /* [T, n_kv_heads * head_dim] */
     tc_tensor o;                   /* [T, dim] projection outputs */
     tc_tensor gate, up;            /* [T, ffn_dim] */
+    tc_tensor qkv, gu;             /* [T, ...] outputs of the fused products (when fused) */
     tc_tensor last;                /* [S, dim] each sequence's last row (activation dtype) */
     tc_tensor lastf;               /* [S, dim] f32 */
     tc_tensor logits;              /* [S, vocab] f32 */
@@ -45,6 +50,7 @@ typedef struct tc_llama_scratch {
     tc_tensor ids, pos, slots;     /* i32 [T] */
     tc_tensor q_start;             /* i32 [S + 1] */
     tc_tensor seq_lens, last_rows; /* i32 [S] */
+    tc_tensor q_start2;            /* i32 [S + 1] q_start of the sequences after the decodes */
     tc_tensor block_table;         /* i32 [S, max_blocks] */
     tc_tensor index;               /* the buffer the index arrays above are views of */
     int64_t index_len;

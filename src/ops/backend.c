@@ -312,3 +312,8 @@ uint64_t tc_backend_workspace_generation(const tc_backend *b)
 {
     return b->ws_generation;
 }
+
+size_t tc_backend_workspace_bytes(const tc_backend *b)
+{
+    return b->ws_bytes;
+}

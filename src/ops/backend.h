@@ -48,6 +48,8 @@ TC_API tc_status tc_backend_prepare_gemm(tc_backend *b);
 /* Changes whenever the buffer that ops keep their temporaries in moves (a CUDA graph captured
  * over ops must then be captured again). */
 TC_API uint64_t tc_backend_workspace_generation(const tc_backend *b);
+/* Bytes of that buffer (pool memory the backend holds until it is destroyed). */
+TC_API size_t tc_backend_workspace_bytes(const tc_backend *b);
 /* Allocate and free `bytes` of backend memory (pool memory on CUDA, in stream order). */
 TC_API tc_status tc_backend_alloc(tc_backend *b, size_t bytes, void **out);
 TC_API void tc_backend_free(tc_backend *b, void *ptr);

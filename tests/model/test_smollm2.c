@@ -17,6 +17,7 @@
 
 #include "model/chat.h"
 #include "model/hf.h"
+#include "inference/engine.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 
@@ -295,6 +296,96 @@ static void greedy_generation_matches_transformers(void **state)
     check_greedy(&gguf, &cfg, tok);
 }
 
+typedef struct engine_out {
+    int32_t ids[64];
+    int n[2];
+    int32_t choice1[64];
+    tc_finish_reason finish[2];
+} engine_out;
+
+static void on_engine_event(void *user, const tc_engine_event *ev)
+{
+    engine_out *o = user;
+    int32_t *dst = ev->index == 0 ? o->ids : o->choice1;
+    if (ev->token >= 0 && o->n[ev->index] < 64)
+        dst[o->n[ev->index]++] = ev->token;
+    if (ev->finish != TC_FINISH_NONE)
+        o->finish[ev->index] = ev->finish;
+}
+
+/* The engine over the real model: every prompt at once (and one twice, with two choices that
+ * share its blocks), prompts cut into chunks of 8 tokens that run beside other sequences'
+ * decodes, in a cache small enough to preempt; each greedy continuation equals transformers'. */
+static void engine_batches_match_transformers(void **state)
+{
+    (void)state;
+    tc_backend *b;
+    assert_int_equal(tc_backend_create_cpu(0, &b), TC_OK);
+    tc_llama_options o = { .max_tokens = 8, .max_seqs = 6, .max_context = 64 };
+    tc_llama *m;
+    assert_int_equal(tc_llama_load_gguf(&gguf, b, &o, &m), TC_OK);
+    for (int round = 0; round < 2; round++) {
+        /* Round 0: room for everything; round 1: 5 blocks (80 tokens) for 4 sequences of
+         * about 40 tokens, so that sequences are preempted and recomputed. */
+        tc_kv_cache kv;
+        assert_int_equal(tc_kv_cache_init(&kv, m, round == 0 ? 64 : 5, 16), TC_OK);
+        tc_engine_model em = tc_engine_model_llama(m, &kv);
+        tc_engine *e;
+        assert_int_equal(tc_engine_create(&em, NULL, &e), TC_OK);
+        json_t *cases = json_object_get(expected, "generate"), *c;
+        size_t n_cases = json_array_size(cases), i;
+        engine_out out[8] = { 0 };
+        json_array_foreach(cases, i, c)
+        {
+            json_t *p = json_object_get(c, "prompt_ids");
+            int32_t prompt[64];
+            for (size_t k = 0; k < json_array_size(p); k++)
+                prompt[k] = (int32_t)json_integer_value(json_array_get(p, k));
+            tc_request q = { 0 };
+            q.prompt = prompt;
+            q.n_prompt = (int64_t)json_array_size(p);
+            q.max_tokens = (int64_t)json_array_size(json_object_get(c, "ids"));
+            q.sample = tc_sample_defaults();
+            q.ignore_eos = true;
+            q.callback = on_engine_event;
+            q.user = &out[i];
+            q.n = i == 0 && round == 0 ? 2 : 1;
+            assert_int_equal(tc_engine_submit(e, &q, NULL), TC_OK);
+        }
+        int32_t active = 1;
+        while (active > 0)
+            assert_int_equal(tc_engine_step(e, &active), TC_OK);
+        char msg[256];
+        assert_true(tc_engine_check(e, msg, sizeof msg));
+        tc_engine_stats es;
+        tc_engine_get_stats(e, &es);
+        print_message("round %d: %llu steps, %llu preemptions, %d blocks in use\n", round,
+                      (unsigned long long)es.steps, (unsigned long long)es.preemptions,
+                      es.blocks_used);
+        assert_int_equal(es.blocks_used, 0);
+        if (round == 1)
+            assert_true(es.preemptions > 0);
+        for (i = 0; i < n_cases; i++) {
+            json_t *want = json_object_get(json_array_get(cases, i), "ids");
+            assert_int_equal(out[i].n[0], (int)json_array_size(want));
+            for (size_t k = 0; k < json_array_size(want); k++)
+                if (out[i].ids[k] != json_integer_value(json_array_get(want, k)))
+                    fail_msg("round %d, prompt %zu: token %zu is %d, transformers chose %lld",
+                             round, i, k, out[i].ids[k],
+                             (long long)json_integer_value(json_array_get(want, k)));
+            assert_int_equal(out[i].finish[0], TC_FINISH_LENGTH);
+        }
+        if (round == 0) {
+            assert_int_equal(out[0].n[1], out[0].n[0]);
+            assert_memory_equal(out[0].choice1, out[0].ids, sizeof(int32_t) * (size_t)out[0].n[0]);
+        }
+        tc_engine_destroy(e);
+        tc_kv_cache_deinit(&kv);
+    }
+    tc_llama_destroy(m);
+    tc_backend_destroy(b);
+}
+
 /* The safetensors path: the same weights in a Hugging Face folder (tools/gguf2hf, f32,
  * rotate_half order) give the same ids and the same greedy tokens. */
 static void hf_folder_matches_transformers(void **state)
@@ -383,6 +474,7 @@ int main(void)
         cmocka_unit_test(detokenizer_streams_whole_characters),
         cmocka_unit_test(chat_template_matches_transformers),
         cmocka_unit_test(greedy_generation_matches_transformers),
+        cmocka_unit_test(engine_batches_match_transformers),
         cmocka_unit_test(hf_folder_matches_transformers),
         cmocka_unit_test(truncated_files_fail_cleanly),
     };
