@@ -372,8 +372,16 @@ static void finish(tc_engine *e, seq *s, int32_t token, const char *text, size_t
     else if (s->state == SEQ_WAITING)
         list_remove(e->waiting, &e->n_waiting, s);
     s->state = SEQ_DONE;
-    emit(e, s, token, text, len, why, error);
     request *q = s->req;
+    /* The request is accounted done before its last event, so that a client woken by that
+     * event sees it in the statistics. */
+    bool last = --q->n_live == 0;
+    if (last) {
+        unlink_live(e, q);
+        e->n_slots -= q->r.n;
+        forget_id(e, q->id);
+    }
+    emit(e, s, token, text, len, why, error);
     if (s->index == 0 && q->r.n > 1 && !q->forked) {
         /* Choices never forked end with their first. */
         q->forked = true;
@@ -383,12 +391,8 @@ static void finish(tc_engine *e, seq *s, int32_t token, const char *text, size_t
             q->r.callback(q->r.user, &ev);
         }
     }
-    if (--q->n_live == 0) {
-        unlink_live(e, q);
-        e->n_slots -= q->r.n;
-        forget_id(e, q->id);
+    if (last)
         free_request(q);
-    }
 }
 
 /* Cancel request q: every sequence it has (and choices not yet forked) ends. */
@@ -429,8 +433,8 @@ static bool grow_lists(tc_engine *e, int32_t n)
 static void reject(tc_engine *e, request *q, const char *why)
 {
     tc_engine_event ev = { q->id, 0, -1, NULL, 0, TC_FINISH_ERROR, q->r.n_prompt, 0, 0, why };
-    q->r.callback(q->r.user, &ev);
     forget_id(e, q->id);
+    q->r.callback(q->r.user, &ev);
     free_request(q);
 }
 
@@ -445,10 +449,12 @@ static tc_status intake(tc_engine *e)
     uint64_t cancels[64];
     if (n_cancels > 64)
         n_cancels = 64;
-    memcpy(cancels, e->cancels, sizeof *cancels * (size_t)n_cancels);
-    memmove(e->cancels, e->cancels + n_cancels,
-            sizeof *cancels * (size_t)(e->n_cancels - n_cancels));
-    e->n_cancels -= n_cancels;
+    if (n_cancels > 0) {
+        memcpy(cancels, e->cancels, sizeof *cancels * (size_t)n_cancels);
+        memmove(e->cancels, e->cancels + n_cancels,
+                sizeof *cancels * (size_t)(e->n_cancels - n_cancels));
+        e->n_cancels -= n_cancels;
+    }
     pthread_mutex_unlock(&e->mu);
 
     tc_status st = TC_OK;
@@ -709,7 +715,8 @@ static bool append_text(seq *s, const char *p, size_t n)
         s->text = t;
         s->text_cap = cap;
     }
-    memcpy(s->text + s->text_len, p, n);
+    if (n > 0)
+        memcpy(s->text + s->text_len, p, n);
     s->text_len += n;
     s->text[s->text_len] = 0;
     return true;
@@ -733,7 +740,8 @@ static size_t held_back(const request *q, const seq *s)
 /* Release text up to `upto` bytes and keep the rest. */
 static void consume_text(seq *s, size_t upto)
 {
-    memmove(s->text, s->text + upto, s->text_len - upto);
+    if (upto > 0 && s->text_len > upto)
+        memmove(s->text, s->text + upto, s->text_len - upto);
     s->text_len -= upto;
 }
 
@@ -807,7 +815,8 @@ static void accept(tc_engine *e, seq *s, int32_t t)
     if (e->o.tok) {
         size_t out = s->text_len - held_back(q, s);
         /* The event's text is copied out of s->text before it moves. */
-        memcpy(e->piece, s->text, out);
+        if (out > 0)
+            memcpy(e->piece, s->text, out);
         consume_text(s, out);
         emit(e, s, t, e->piece, out, TC_FINISH_NONE, NULL);
     } else
