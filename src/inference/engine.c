@@ -1,6 +1,7 @@
 /* The engine: requests, sequences, the step scheduler and the engine thread. */
 #include "inference/engine.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,11 @@ typedef struct seq {
     tc_detok detok;
     char *text; /* generated text not yet released */
     size_t text_len, text_cap;
+    /* The last token's log-probabilities, when the request wants them. */
+    float lp;
+    int n_top;
+    int32_t top_tokens[TC_ENGINE_MAX_TOP_LOGPROBS];
+    float top_lp[TC_ENGINE_MAX_TOP_LOGPROBS];
 } seq;
 
 struct request {
@@ -65,6 +71,7 @@ struct tc_engine {
     int32_t n_copies, cap_copies;
     tc_sample_row *rows;
     char *piece;
+    float *logit_row; /* [vocab], host: one row of logits for log-probabilities */
     /* Shared with other threads, under mu. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -180,6 +187,10 @@ static tc_status check_request(const tc_engine *e, const tc_request *r, int64_t 
         if (r->stop_tokens[i] < 0 || r->stop_tokens[i] >= e->m.vocab)
             return BAD("stop token %d is %d, outside the vocabulary of %d", i, r->stop_tokens[i],
                        e->m.vocab);
+    if (r->top_logprobs < 0 || r->top_logprobs > TC_ENGINE_MAX_TOP_LOGPROBS ||
+        (r->top_logprobs > 0 && !r->logprobs))
+        return BAD("top_logprobs is %d; want 0 .. %d, with logprobs", r->top_logprobs,
+                   TC_ENGINE_MAX_TOP_LOGPROBS);
     if (!r->callback)
         return BAD("the request has no callback");
     *max_tokens = mt;
@@ -335,8 +346,22 @@ static void emit(tc_engine *e, seq *s, int32_t token, const char *text, size_t l
                  tc_finish_reason finish, const char *error)
 {
     request *q = s->req;
-    tc_engine_event ev = { q->id,         s->index,         token,          text, len, finish,
-                           q->r.n_prompt, q->cached_tokens, s->n_generated, error };
+    tc_engine_event ev = { .request = q->id,
+                           .index = s->index,
+                           .token = token,
+                           .text = text,
+                           .text_len = len,
+                           .finish = finish,
+                           .prompt_tokens = q->r.n_prompt,
+                           .cached_tokens = q->cached_tokens,
+                           .completion_tokens = s->n_generated,
+                           .error = error };
+    if (q->r.logprobs && token >= 0) {
+        ev.logprob = s->lp;
+        ev.n_top = s->n_top;
+        ev.top_tokens = s->top_tokens;
+        ev.top_logprobs = s->top_lp;
+    }
     q->r.callback(q->r.user, &ev);
     (void)e;
 }
@@ -386,8 +411,13 @@ static void finish(tc_engine *e, seq *s, int32_t token, const char *text, size_t
         /* Choices never forked end with their first. */
         q->forked = true;
         for (int i = 1; i < q->r.n; i++) {
-            tc_engine_event ev = { q->id, i,    -1, NULL, 0, why, q->r.n_prompt, q->cached_tokens,
-                                   0,     error };
+            tc_engine_event ev = { .request = q->id,
+                                   .index = i,
+                                   .token = -1,
+                                   .finish = why,
+                                   .prompt_tokens = q->r.n_prompt,
+                                   .cached_tokens = q->cached_tokens,
+                                   .error = error };
             q->r.callback(q->r.user, &ev);
         }
     }
@@ -432,7 +462,11 @@ static bool grow_lists(tc_engine *e, int32_t n)
 /* End a request that never started. */
 static void reject(tc_engine *e, request *q, const char *why)
 {
-    tc_engine_event ev = { q->id, 0, -1, NULL, 0, TC_FINISH_ERROR, q->r.n_prompt, 0, 0, why };
+    tc_engine_event ev = { .request = q->id,
+                           .token = -1,
+                           .finish = TC_FINISH_ERROR,
+                           .prompt_tokens = q->r.n_prompt,
+                           .error = why };
     forget_id(e, q->id);
     q->r.callback(q->r.user, &ev);
     free_request(q);
@@ -823,6 +857,45 @@ static void accept(tc_engine *e, seq *s, int32_t t)
         emit(e, s, t, NULL, 0, TC_FINISH_NONE, NULL);
 }
 
+/* Log-probabilities of row i of the logits (the model's distribution: log-softmax of the raw
+ * logits) for the sampled token and the request's top alternatives, into s. */
+static tc_status logprobs_of(tc_engine *e, const tc_tensor *logits, int32_t i, int32_t token,
+                             seq *s)
+{
+    tc_tensor row;
+    int32_t V = e->m.vocab;
+    tc_status st = tc_tensor_slice(logits, 0, i, 1, &row);
+    if (st == TC_OK)
+        st = tc_tensor_copy_to_host(&row, e->logit_row, sizeof(float) * (size_t)V);
+    if (st != TC_OK)
+        return st;
+    const float *x = e->logit_row;
+    float mx = -INFINITY;
+    for (int32_t v = 0; v < V; v++)
+        mx = x[v] > mx ? x[v] : mx;
+    double sum = 0;
+    for (int32_t v = 0; v < V; v++)
+        sum += exp((double)x[v] - (double)mx);
+    double lse = (double)mx + log(sum);
+    s->lp = (float)((double)x[token] - lse);
+    /* The k largest by insertion into a sorted list (k <= 20). */
+    int k = s->req->r.top_logprobs, n = 0;
+    for (int32_t v = 0; v < V && k > 0; v++) {
+        if (n == k && x[v] <= x[s->top_tokens[n - 1]])
+            continue;
+        int j = n < k ? n++ : n - 1;
+        while (j > 0 && x[s->top_tokens[j - 1]] < x[v]) {
+            s->top_tokens[j] = s->top_tokens[j - 1];
+            j--;
+        }
+        s->top_tokens[j] = v;
+    }
+    for (int j = 0; j < n; j++)
+        s->top_lp[j] = (float)((double)x[s->top_tokens[j]] - lse);
+    s->n_top = n;
+    return TC_OK;
+}
+
 /* ---------------------------------------------------------------- the step */
 
 static void publish_stats(tc_engine *e)
@@ -915,6 +988,9 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
         st = tc_tensor_slice(logits, 0, 0, n_sample, &rows);
         if (st == TC_OK)
             st = tc_sample(e->sampled, &rows, e->rows);
+        for (int32_t i = 0; i < n_sample && st == TC_OK; i++)
+            if (e->batch[i]->req->r.logprobs)
+                st = logprobs_of(e, &rows, i, e->sampled[i], e->batch[i]);
     }
     if (st != TC_OK) {
         const char *msg = tc_last_error();
@@ -1009,10 +1085,11 @@ tc_status tc_engine_create(const tc_engine_model *model, const tc_engine_options
     e->table = tc_host_alloc(sizeof(int32_t) * S * (size_t)model->max_blocks);
     e->rows = tc_host_alloc(sizeof *e->rows * S);
     e->piece = tc_host_alloc(PIECE);
+    e->logit_row = tc_host_alloc(sizeof(float) * (size_t)model->vocab);
     tc_status st = tc_blocks_create(model->n_blocks, model->block_size, &e->bm);
-    if (st == TC_OK &&
-        (!e->stop_tokens || !e->batch || !e->sorted || !e->tokens || !e->positions || !e->slots ||
-         !e->q_start || !e->seq_lens || !e->sampled || !e->table || !e->rows || !e->piece))
+    if (st == TC_OK && (!e->stop_tokens || !e->batch || !e->sorted || !e->tokens || !e->positions ||
+                        !e->slots || !e->q_start || !e->seq_lens || !e->sampled || !e->table ||
+                        !e->rows || !e->piece || !e->logit_row))
         st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
     if (st == TC_OK && e->o.n_stop_tokens > 0)
         memcpy(e->stop_tokens, e->o.stop_tokens, sizeof(int32_t) * (size_t)e->o.n_stop_tokens);
@@ -1078,6 +1155,7 @@ void tc_engine_destroy(tc_engine *e)
     tc_host_free(e->sampled);
     tc_host_free(e->table);
     tc_host_free(e->rows);
+    tc_host_free(e->logit_row);
     tc_host_free(e->piece);
     tc_host_free(e->copy_src);
     tc_host_free(e->copy_dst);

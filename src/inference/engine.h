@@ -48,7 +48,16 @@ typedef struct tc_engine_event {
     int64_t cached_tokens;     /* of those, found in the prefix cache */
     int64_t completion_tokens; /* generated so far, this token included */
     const char *error;         /* with TC_FINISH_ERROR */
+    /* With a token of a request that asked for log-probabilities: the token's natural log
+     * probability under the model's distribution (before penalties and temperature), and the
+     * n_top most likely tokens with theirs, most likely first. */
+    float logprob;
+    int n_top;
+    const int32_t *top_tokens;
+    const float *top_logprobs;
 } tc_engine_event;
+
+#define TC_ENGINE_MAX_TOP_LOGPROBS 20
 
 typedef void (*tc_engine_callback)(void *user, const tc_engine_event *ev);
 
@@ -62,7 +71,9 @@ typedef struct tc_request {
     int n_stop_tokens;
     const char *const *stop; /* stop strings (need the engine's tokenizer) */
     int n_stop;
-    bool ignore_eos; /* do not stop at the engine's stop tokens */
+    bool ignore_eos;  /* do not stop at the engine's stop tokens */
+    bool logprobs;    /* report each token's log-probability ... */
+    int top_logprobs; /* ... and this many alternatives, 0 .. TC_ENGINE_MAX_TOP_LOGPROBS */
     tc_engine_callback callback;
     void *user;
 } tc_request;

@@ -7,6 +7,7 @@
  * are right only if every block table, copy-on-write and prefix hit put the right tokens in
  * the right places; a reference that hashes each request's history directly says what they
  * must be. */
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -584,6 +585,97 @@ static void test_threaded(void **state)
     fake_free(f);
 }
 
+/* Log-probabilities: each token's and its top alternatives' equal the log-softmax of the
+ * logits the fake model made for that history; a request that did not ask gets none. */
+typedef struct lp_result {
+    int32_t tok[32];
+    float lp[32];
+    int n_top[32];
+    int32_t top[32][TC_ENGINE_MAX_TOP_LOGPROBS];
+    float top_lp[32][TC_ENGINE_MAX_TOP_LOGPROBS];
+    int n;
+} lp_result;
+
+static void on_lp_event(void *user, const tc_engine_event *ev)
+{
+    lp_result *r = user;
+    if (ev->token < 0 || r->n >= 32)
+        return;
+    r->tok[r->n] = ev->token;
+    r->lp[r->n] = ev->logprob;
+    r->n_top[r->n] = ev->n_top;
+    for (int j = 0; j < ev->n_top; j++) {
+        r->top[r->n][j] = ev->top_tokens[j];
+        r->top_lp[r->n][j] = ev->top_logprobs[j];
+    }
+    r->n++;
+}
+
+static void test_logprobs(void **state)
+{
+    (void)state;
+    fake *f = fake_new(32, 4, 64);
+    tc_engine_model m = fake_model(f);
+    tc_engine *e;
+    assert_int_equal(tc_engine_create(&m, NULL, &e), TC_OK);
+    int32_t hist[64] = { 5, 9, 13, 2, 7 };
+    int n_prompt = 5, top = 7;
+    lp_result with = { 0 }, without = { 0 };
+    tc_request q = { .prompt = hist,
+                     .n_prompt = n_prompt,
+                     .max_tokens = 12,
+                     .ignore_eos = true,
+                     .sample = tc_sample_defaults(),
+                     .callback = on_lp_event,
+                     .user = &with,
+                     .logprobs = true,
+                     .top_logprobs = top };
+    q.sample.temperature = 0.8f;
+    q.sample.seed = 3;
+    assert_int_equal(tc_engine_submit(e, &q, NULL), TC_OK);
+    tc_request q2 = q;
+    q2.logprobs = false;
+    q2.top_logprobs = 0;
+    q2.user = &without;
+    assert_int_equal(tc_engine_submit(e, &q2, NULL), TC_OK);
+    tc_request bad = q;
+    bad.top_logprobs = TC_ENGINE_MAX_TOP_LOGPROBS + 1;
+    assert_int_equal(tc_engine_submit(e, &bad, NULL), TC_ERR_INVALID_ARGUMENT);
+    int32_t active = 1;
+    while (active)
+        assert_int_equal(tc_engine_step(e, &active), TC_OK);
+    assert_int_equal(with.n, 12);
+    assert_int_equal(without.n, 12);
+    float row[VOCAB];
+    for (int t = 0; t < with.n; t++) {
+        fill_logits(row, history_hash(hist, n_prompt + t));
+        double mx = row[0], sum = 0;
+        for (int v = 1; v < VOCAB; v++)
+            mx = row[v] > mx ? row[v] : mx;
+        for (int v = 0; v < VOCAB; v++)
+            sum += exp(row[v] - mx);
+        double lse = mx + log(sum);
+        assert_true(fabs(with.lp[t] - (row[with.tok[t]] - lse)) < 1e-5);
+        assert_true(with.lp[t] < 0);
+        assert_int_equal(with.n_top[t], top);
+        for (int j = 0; j < top; j++) {
+            int32_t v = with.top[t][j];
+            assert_true(fabs(with.top_lp[t][j] - (row[v] - lse)) < 1e-5);
+            /* No token outside the list is more likely than the last one in it. */
+            int above = 0;
+            for (int u = 0; u < VOCAB; u++)
+                above += row[u] > row[v];
+            assert_int_equal(above, j);
+        }
+        assert_int_equal(without.n_top[t], 0);
+        assert_true(without.lp[t] == 0.0f);
+        assert_int_equal(without.tok[t], with.tok[t]);
+        hist[n_prompt + t] = with.tok[t];
+    }
+    tc_engine_destroy(e);
+    fake_free(f);
+}
+
 /* Destroying an engine with work under way ends every request cancelled. */
 static void test_destroy_cancels(void **state)
 {
@@ -652,6 +744,7 @@ int main(void)
         cmocka_unit_test(test_random_events),
         cmocka_unit_test(test_threaded),
         cmocka_unit_test(test_destroy_cancels),
+        cmocka_unit_test(test_logprobs),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     free(results);
