@@ -64,8 +64,10 @@ static tc_status matvec_cuda(tc_tensor *out, const tc_tensor *x, const tc_tensor
 {
     tc_backend *b = out->backend;
     int64_t n = w->shape[0], k = w->shape[1];
-    int64_t blocks = (n + 7) / 8, cap = (int64_t)b->ctx->sm_count * 8;
-    tc_launch_config cfg = tc__cfg(b, (unsigned)(blocks < cap ? blocks : cap), 256, 0);
+    /* One warp per weight row, two per block: small blocks spread the rows evenly over the
+     * SMs (with 8-warp blocks a 4096-row matrix gave some SMs 4 blocks and others 3). */
+    int64_t blocks = (n + 1) / 2, cap = (int64_t)b->ctx->sm_count * 32;
+    tc_launch_config cfg = tc__cfg(b, (unsigned)(blocks < cap ? blocks : cap), 64, 0);
     tc_status st;
 #define LAUNCH(sfx)                                                                             \
     tc_launch_matvec_##sfx(cfg, TC__DEV(T, out) + r0 * out->stride[0],                          \
