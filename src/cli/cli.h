@@ -12,6 +12,9 @@ int tc_cli_chat(int argc, char **argv);
 /* `thincuda info --model PATH`: architecture, size and memory estimate. */
 int tc_cli_info(int argc, char **argv);
 
+/* `thincuda serve --model PATH`: the OpenAI-compatible HTTP server. */
+int tc_cli_serve(int argc, char **argv);
+
 /* `thincuda bench (--model PATH | --shape NAME)`: the engine's speed. */
 int tc_cli_bench(int argc, char **argv);
 

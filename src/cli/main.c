@@ -9,6 +9,7 @@ static const char usage[] =
     "usage: thincuda <command> [options]\n"
     "\n"
     "commands:\n"
+    "  serve              the OpenAI-compatible HTTP server (--model PATH [--port N])\n"
     "  generate           continue a prompt with a model (--model PATH --prompt TEXT)\n"
     "  chat               talk with a model in its chat template (--model PATH)\n"
     "  info               a model's architecture, size and memory estimate (--model PATH)\n"
@@ -35,6 +36,8 @@ int main(int argc, char **argv)
                TC_BINDINGS_CUDA_VERSION / 1000, TC_BINDINGS_CUDA_VERSION % 1000 / 10);
         return 0;
     }
+    if (strcmp(cmd, "serve") == 0)
+        return tc_cli_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "generate") == 0)
         return tc_cli_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "chat") == 0)

@@ -459,16 +459,19 @@ static bool grow_lists(tc_engine *e, int32_t n)
     return true;
 }
 
-/* End a request that never started. */
+/* End a request that never started: each of its choices gets a final event. */
 static void reject(tc_engine *e, request *q, const char *why)
 {
-    tc_engine_event ev = { .request = q->id,
-                           .token = -1,
-                           .finish = TC_FINISH_ERROR,
-                           .prompt_tokens = q->r.n_prompt,
-                           .error = why };
     forget_id(e, q->id);
-    q->r.callback(q->r.user, &ev);
+    for (int i = 0; i < (q->r.n > 1 ? q->r.n : 1); i++) {
+        tc_engine_event ev = { .request = q->id,
+                               .index = i,
+                               .token = -1,
+                               .finish = TC_FINISH_ERROR,
+                               .prompt_tokens = q->r.n_prompt,
+                               .error = why };
+        q->r.callback(q->r.user, &ev);
+    }
     free_request(q);
 }
 

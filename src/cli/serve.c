@@ -1,0 +1,421 @@
+/* `thincuda serve`: the OpenAI-compatible HTTP server over the engine.
+ *
+ * The server listens first (so /health says 503 while loading), a loader thread places the
+ * weights and starts the engine, and the main thread waits for SIGINT or SIGTERM, then stops
+ * gracefully: no new connections, requests under way get --shutdown-timeout seconds to
+ * finish, the rest are cancelled; exit status 0. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "inference/engine.h"
+#include "model/chat.h"
+#include "model/hf.h"
+#include "model/llama.h"
+#include "model/tokenizer.h"
+#include "runtime/runtime.h"
+#include "server/server.h"
+
+typedef struct serve_opts {
+    const char *model, *host, *api_key, *device, *dtype, *template_name, *name;
+    long port, threads, ctx, max_queue, max_running, step_tokens, max_body, max_conns;
+    long read_timeout;
+    double kv_fraction, kv_tokens, shutdown_s;
+} serve_opts;
+
+typedef struct served {
+    serve_opts o;
+    tc_server *srv;
+    tc_gguf g;
+    tc_hf hf;
+    bool is_hf;
+    const tc_gguf *src;
+    tc_llama_config cfg;
+    tc_tokenizer *tok;
+    tc_chat_template chat;
+    bool has_chat;
+    tc_backend *b;
+    tc_llama *m;
+    tc_kv_cache kv;
+    bool kv_made;
+    tc_engine *e;
+    int32_t *stops;
+    bool loaded, failed;
+} served;
+
+static const char usage[] =
+    "usage: thincuda serve --model PATH [options]\n"
+    "Serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models) with /health,\n"
+    "/metrics, /tokenize and /detokenize. SIGINT or SIGTERM stops it gracefully.\n"
+    "  --model PATH           a GGUF file or a Hugging Face folder (Llama family)\n"
+    "  --host ADDR            address to listen on (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
+    "  --port N               port (default 8080; 0 picks a free one, printed at start)\n"
+    "  --api-key KEY          require 'Authorization: Bearer KEY' on /v1 routes (or set\n"
+    "                         THINCUDA_API_KEY, which keeps the key out of the process list)\n"
+    "  --model-name NAME      the model's id in the API (default: the file name)\n"
+    "  --template NAME        chat template chatml, llama3, llama2 or zephyr instead of the model's\n"
+    "  --max-queue N          requests waiting at most; beyond it 503 (default 256)\n"
+    "  --max-running N        sequences generating at once (default 256 on cuda, 16 on cpu)\n"
+    "  --ctx N                context per sequence (default: the model's, at most 8192 on cuda\n"
+    "                         and 2048 on cpu)\n"
+    "  --kv-tokens N          KV-cache size in tokens (default: --kv-fraction of free GPU memory;\n"
+    "                         on cpu, --max-running sequences of --ctx)\n"
+    "  --kv-fraction F        share of free GPU memory for weights' neighbour, the KV cache (0.9)\n"
+    "  --step-tokens N        tokens per engine step (default 2048 on cuda, 512 on cpu)\n"
+    "  --max-body BYTES       largest request body (default 4194304); larger get 413\n"
+    "  --max-connections N    open connections at most (default 1024)\n"
+    "  --read-timeout S       seconds a client has to send its request (default 30)\n"
+    "  --shutdown-timeout S   seconds running requests get to finish on SIGTERM (default 5)\n"
+    "  --device D             cpu, cuda or auto (default)\n"
+    "  --dtype T              activations on cuda: bf16 (default), f16 or f32\n"
+    "  --threads N            CPU threads (default: all cores)\n";
+
+static bool num(const char *flag, const char *s, double lo, double hi, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    if (errno || end == s || *end || !(*v >= lo && *v <= hi)) {
+        fprintf(stderr, "thincuda serve: %s wants a number in [%g, %g], got '%s'\n", flag, lo, hi,
+                s);
+        return false;
+    }
+    return true;
+}
+
+static int parse(int argc, char **argv, serve_opts *o)
+{
+    enum {
+        MODEL = 256, HOST, PORT, KEY, NAME, TEMPLATE, QUEUE, RUNNING, CTX, KVT, KVF, STEP, BODY,
+        CONNS, RTIME, STIME, DEVICE, DTYPE, THREADS, HELP
+    };
+    static const struct option longs[] = {
+        { "model", required_argument, 0, MODEL },
+        { "host", required_argument, 0, HOST },
+        { "port", required_argument, 0, PORT },
+        { "api-key", required_argument, 0, KEY },
+        { "model-name", required_argument, 0, NAME },
+        { "template", required_argument, 0, TEMPLATE },
+        { "max-queue", required_argument, 0, QUEUE },
+        { "max-running", required_argument, 0, RUNNING },
+        { "ctx", required_argument, 0, CTX },
+        { "kv-tokens", required_argument, 0, KVT },
+        { "kv-fraction", required_argument, 0, KVF },
+        { "step-tokens", required_argument, 0, STEP },
+        { "max-body", required_argument, 0, BODY },
+        { "max-connections", required_argument, 0, CONNS },
+        { "read-timeout", required_argument, 0, RTIME },
+        { "shutdown-timeout", required_argument, 0, STIME },
+        { "device", required_argument, 0, DEVICE },
+        { "dtype", required_argument, 0, DTYPE },
+        { "threads", required_argument, 0, THREADS },
+        { "help", no_argument, 0, HELP },
+        { 0, 0, 0, 0 },
+    };
+    memset(o, 0, sizeof *o);
+    o->port = 8080;
+    o->device = "auto";
+    o->max_queue = 256;
+    o->shutdown_s = 5;
+    o->max_body = 4 << 20;
+    o->max_conns = 1024;
+    o->read_timeout = 30;
+    o->api_key = getenv("THINCUDA_API_KEY");
+    optind = 1;
+    opterr = 0;
+    int c;
+    double v;
+    while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+#define NUM(flag, lo, hi, field)                                                                \
+    do {                                                                                        \
+        if (!num(flag, optarg, lo, hi, &v))                                                     \
+            return 2;                                                                           \
+        o->field = (__typeof__(o->field))v;                                                     \
+    } while (0)
+        switch (c) {
+        case MODEL: o->model = optarg; break;
+        case HOST: o->host = optarg; break;
+        case PORT: NUM("--port", 0, 65535, port); break;
+        case KEY: o->api_key = optarg; break;
+        case NAME: o->name = optarg; break;
+        case TEMPLATE: o->template_name = optarg; break;
+        case QUEUE: NUM("--max-queue", 1, 1 << 20, max_queue); break;
+        case RUNNING: NUM("--max-running", 1, 4096, max_running); break;
+        case CTX: NUM("--ctx", 16, 1 << 20, ctx); break;
+        case KVT: NUM("--kv-tokens", 16, 1e9, kv_tokens); break;
+        case KVF: NUM("--kv-fraction", 0.01, 0.99, kv_fraction); break;
+        case STEP: NUM("--step-tokens", 16, 65536, step_tokens); break;
+        case BODY: NUM("--max-body", 1024, 1 << 30, max_body); break;
+        case CONNS: NUM("--max-connections", 1, 65536, max_conns); break;
+        case RTIME: NUM("--read-timeout", 1, 3600, read_timeout); break;
+        case STIME: NUM("--shutdown-timeout", 0, 3600, shutdown_s); break;
+        case THREADS: NUM("--threads", 1, 1024, threads); break;
+        case DEVICE:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
+                fprintf(stderr, "thincuda serve: --device wants cpu, cuda or auto, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            o->device = optarg;
+            break;
+        case DTYPE:
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "f16") && strcmp(optarg, "f32")) {
+                fprintf(stderr, "thincuda serve: --dtype wants bf16, f16 or f32, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            o->dtype = optarg;
+            break;
+        case HELP:
+        case 'h': fputs(usage, stdout); return 0;
+        case ':':
+            fprintf(stderr, "thincuda serve: %s needs a value\n%s", argv[optind - 1], usage);
+            return 2;
+        default:
+            fprintf(stderr, "thincuda serve: unknown option '%s'\n%s", argv[optind - 1], usage);
+            return 2;
+        }
+#undef NUM
+    }
+    if (optind < argc) {
+        fprintf(stderr, "thincuda serve: unexpected argument '%s'\n%s", argv[optind], usage);
+        return 2;
+    }
+    if (!o->model) {
+        fprintf(stderr, "thincuda serve: --model PATH is required\n%s", usage);
+        return 2;
+    }
+    return -1;
+}
+
+static bool fail(served *s, const char *what)
+{
+    fprintf(stderr, "thincuda serve: %s: %s\n", what, tc_last_error());
+    s->failed = true;
+    return false;
+}
+
+/* Model files, tokenizer and chat template. */
+static bool open_model(served *s)
+{
+    struct stat sb;
+    s->is_hf = stat(s->o.model, &sb) == 0 && S_ISDIR(sb.st_mode);
+    tc_gguf_str tmpl = { NULL, 0 };
+    if (s->is_hf) {
+        if (tc_hf_open(&s->hf, s->o.model) != TC_OK)
+            return fail(s, "cannot load the model");
+        s->src = &s->hf.view;
+        s->cfg = s->hf.cfg;
+        if (!s->hf.tokenizer_json) {
+            fprintf(stderr, "thincuda serve: %s has no tokenizer.json\n", s->o.model);
+            s->failed = true;
+            return false;
+        }
+        if (tc_tokenizer_from_json(s->hf.tokenizer_json, s->hf.tokenizer_config, &s->tok) != TC_OK)
+            return fail(s, "cannot load the tokenizer");
+        if (s->hf.chat_template)
+            tmpl = (tc_gguf_str){ s->hf.chat_template, strlen(s->hf.chat_template) };
+    } else {
+        if (tc_gguf_open(&s->g, s->o.model) != TC_OK)
+            return fail(s, "cannot load the model");
+        s->src = &s->g;
+        if (tc_llama_config_from_gguf(&s->g, &s->cfg) != TC_OK)
+            return fail(s, "cannot load the model");
+        if (tc_tokenizer_from_gguf(&s->g, &s->tok) != TC_OK)
+            return fail(s, "cannot load the tokenizer");
+        tc_gguf_get_str(&s->g, "tokenizer.chat_template", &tmpl);
+    }
+    if (s->o.template_name) {
+        if (tc_chat_template_named(s->o.template_name, &s->chat) != TC_OK)
+            return fail(s, "--template");
+        s->has_chat = true;
+    } else if (tmpl.ptr) {
+        s->has_chat = tc_chat_template_detect(tmpl.ptr, tmpl.len, &s->chat) == TC_OK;
+        if (!s->has_chat)
+            fprintf(stderr, "thincuda serve: %s; /v1/chat/completions will answer 400\n",
+                    tc_last_error());
+    } else {
+        fprintf(stderr, "thincuda serve: the model has no chat template (--template names one); "
+                        "/v1/chat/completions will answer 400\n");
+    }
+    return true;
+}
+
+/* Backend, weights, KV cache and engine. */
+static bool start_engine(served *s)
+{
+    tc_status st = TC_ERR_NO_DEVICE;
+    if (strcmp(s->o.device, "cpu") != 0) {
+        st = tc_backend_create_cuda(0, 0, &s->b);
+        if (st != TC_OK && !strcmp(s->o.device, "cuda"))
+            return fail(s, "cannot use the GPU");
+        if (st != TC_OK)
+            fprintf(stderr, "thincuda serve: no GPU (%s); running on the CPU\n",
+                    tc_status_string(st));
+    }
+    if (st != TC_OK && tc_backend_create_cpu((int)s->o.threads, &s->b) != TC_OK)
+        return fail(s, "cannot start the CPU backend");
+    bool cuda = tc_backend_get_kind(s->b) == TC_BACKEND_CUDA;
+    int64_t ctx = s->o.ctx ? s->o.ctx : s->cfg.max_positions;
+    if (!s->o.ctx && ctx > (cuda ? 8192 : 2048))
+        ctx = cuda ? 8192 : 2048;
+    int64_t running = s->o.max_running ? s->o.max_running : cuda ? 256 : 16;
+    tc_llama_options lo = { 0 };
+    lo.max_context = ctx;
+    lo.max_seqs = running;
+    lo.max_tokens = s->o.step_tokens ? s->o.step_tokens : cuda ? 2048 : 512;
+    if (lo.max_tokens < running)
+        lo.max_tokens = running;
+    if (s->o.dtype) {
+        lo.act_set = true;
+        lo.act = !strcmp(s->o.dtype, "f32")   ? TC_DTYPE_F32
+                 : !strcmp(s->o.dtype, "f16") ? TC_DTYPE_F16
+                                              : TC_DTYPE_BF16;
+    }
+    if (tc_llama_load(s->src, &s->cfg, s->b, &lo, &s->m) != TC_OK)
+        return fail(s, "cannot load the model");
+    int64_t blocks = tc_engine_kv_blocks(s->m, (int64_t)s->o.kv_tokens, s->o.kv_fraction, 16);
+    if (blocks < s->m->s.max_blocks) {
+        fprintf(stderr,
+                "thincuda serve: room for %lld KV blocks, less than one sequence of %lld "
+                "tokens; lower --ctx or raise --kv-tokens / --kv-fraction\n",
+                (long long)blocks, (long long)ctx);
+        s->failed = true;
+        return false;
+    }
+    if (tc_kv_cache_init(&s->kv, s->m, blocks, 16) != TC_OK)
+        return fail(s, "cannot allocate the KV cache");
+    s->kv_made = true;
+    /* Generation ends at EOS and at every other control token but BOS (end of turn). */
+    int32_t vocab = tc_tokenizer_vocab(s->tok), n_stops = 0;
+    s->stops = calloc((size_t)vocab, sizeof *s->stops);
+    if (!s->stops)
+        return fail(s, "out of host memory");
+    for (int32_t id = 0; id < vocab; id++)
+        if (id == tc_tokenizer_eos(s->tok) ||
+            (tc_tokenizer_is_control(s->tok, id) && id != tc_tokenizer_bos(s->tok)))
+            s->stops[n_stops++] = id;
+    tc_engine_model em = tc_engine_model_llama(s->m, &s->kv);
+    tc_engine_options eo = { .threaded = true,
+                             .max_running = (int32_t)running,
+                             .max_queue = (int32_t)s->o.max_queue,
+                             .tok = s->tok,
+                             .stop_tokens = s->stops,
+                             .n_stop_tokens = n_stops };
+    if (tc_engine_create(&em, &eo, &s->e) != TC_OK)
+        return fail(s, "cannot start the engine");
+    size_t free_b = 0, total_b = 0;
+    char left[64] = "";
+    if (cuda && tc_context_mem_info(tc_backend_context(s->b), &free_b, &total_b) == TC_OK)
+        snprintf(left, sizeof left, "; %.2f GiB of device memory left",
+                 (double)free_b / (1 << 30));
+    fprintf(stderr,
+            "thincuda serve: %s on %s %s; kv cache %lld blocks x 16 = %lld tokens, %lld "
+            "sequences of %lld tokens at once, %.2f GiB%s\n",
+            s->o.name, tc_backend_name(s->b), tc_dtype_name(s->m->act), (long long)blocks,
+            (long long)blocks * 16, (long long)(blocks * 16 / ctx), (long long)ctx,
+            (double)tc_kv_cache_bytes(s->m, blocks, 16) / (1 << 30), left);
+    tc_server_model sm = { s->e, s->tok, s->has_chat ? &s->chat : NULL, s->m->s.max_blocks * 16,
+                           vocab };
+    tc_server_set_model(s->srv, &sm);
+    return true;
+}
+
+static void *loader(void *arg)
+{
+    served *s = arg;
+    s->loaded = open_model(s) && start_engine(s);
+    if (s->loaded)
+        fprintf(stderr, "thincuda serve: ready\n");
+    else
+        kill(getpid(), SIGUSR1); /* wake the main thread to exit */
+    return NULL;
+}
+
+static void close_model(served *s)
+{
+    tc_engine_destroy(s->e);
+    if (s->kv_made)
+        tc_kv_cache_deinit(&s->kv);
+    tc_llama_destroy(s->m);
+    tc_tokenizer_destroy(s->tok);
+    tc_backend_destroy(s->b);
+    tc_gguf_close(&s->g);
+    tc_hf_close(&s->hf);
+    free(s->stops);
+}
+
+int tc_cli_serve(int argc, char **argv)
+{
+    served s = { 0 };
+    int rc = parse(argc, argv, &s.o);
+    if (rc >= 0)
+        return rc;
+    char name[256];
+    if (!s.o.name) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s", s.o.model);
+        size_t n = strlen(path);
+        while (n > 1 && path[n - 1] == '/')
+            path[--n] = 0;
+        snprintf(name, sizeof name, "%s", basename(path));
+        char *dot = strrchr(name, '.');
+        if (dot && !strcmp(dot, ".gguf"))
+            *dot = 0;
+        s.o.name = name;
+    }
+    /* Signals are taken by sigwait here; every thread started below inherits the mask. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    tc_server_options so = { .host = s.o.host,
+                             .port = (int)s.o.port,
+                             .api_key = s.o.api_key && *s.o.api_key ? s.o.api_key : NULL,
+                             .model_id = s.o.name,
+                             .max_body = (size_t)s.o.max_body,
+                             .max_connections = (unsigned)s.o.max_conns,
+                             .read_timeout_s = (unsigned)s.o.read_timeout };
+    char msg[512];
+    if (!tc_server_start(&so, &s.srv, msg, sizeof msg)) {
+        fprintf(stderr, "thincuda serve: %s\n", msg);
+        return 1;
+    }
+    const char *host = s.o.host ? s.o.host : "127.0.0.1";
+    bool v6 = strchr(host, ':') != NULL;
+    fprintf(stderr, "thincuda serve: listening on http://%s%s%s:%d (model %s loading)%s\n",
+            v6 ? "[" : "", host, v6 ? "]" : "", tc_server_port(s.srv), s.o.name,
+            so.api_key ? "; API key required" : "");
+    pthread_t th;
+    if (pthread_create(&th, NULL, loader, &s) != 0) {
+        fprintf(stderr, "thincuda serve: cannot start a thread\n");
+        tc_server_destroy(s.srv);
+        return 1;
+    }
+    int sig = 0;
+    sigwait(&set, &sig);
+    if (sig != SIGUSR1)
+        fprintf(stderr, "thincuda serve: %s: stopping (running requests get %g s)\n",
+                strsignal(sig), s.o.shutdown_s);
+    /* A signal during loading waits for the loader: it cannot be interrupted safely. */
+    pthread_join(th, NULL);
+    tc_server_stop(s.srv, s.o.shutdown_s);
+    tc_server_destroy(s.srv);
+    close_model(&s);
+    if (s.failed)
+        return 1;
+    fprintf(stderr, "thincuda serve: stopped\n");
+    return 0;
+}

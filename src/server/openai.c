@@ -1,0 +1,386 @@
+/* OpenAI request bodies: JSON (jansson, which also rejects invalid UTF-8) to a checked
+ * tc_oai_request. Lenient where OpenAI's clients send extra fields (unknown keys are
+ * ignored), strict about every value we act on. */
+#define _GNU_SOURCE
+#include "server/openai.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/host.h"
+
+bool tc_oai_fail(tc_oai_error *err, int status, const char *type, const char *param,
+                 const char *code, const char *fmt, ...)
+{
+    err->status = status;
+    snprintf(err->type, sizeof err->type, "%s", type);
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    snprintf(err->code, sizeof err->code, "%s", code ? code : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+#define BAD(param, ...) tc_oai_fail(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+/* A number in [lo, hi] (null or absent: *v unchanged). */
+static bool get_number(json_t *root, const char *key, double lo, double hi, float *v,
+                       tc_oai_error *err)
+{
+    json_t *x = json_object_get(root, key);
+    if (!x || json_is_null(x))
+        return true;
+    if (!json_is_number(x))
+        return BAD(key, "'%s' must be a number, not %s", key, type_name(x));
+    double d = json_number_value(x);
+    if (!(d >= lo && d <= hi))
+        return BAD(key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
+    *v = (float)d;
+    return true;
+}
+
+/* An integer in [lo, hi] (null or absent: *v unchanged, *given false). */
+static bool get_int(json_t *root, const char *key, long long lo, long long hi, long long *v,
+                    bool *given, tc_oai_error *err)
+{
+    json_t *x = json_object_get(root, key);
+    if (given)
+        *given = false;
+    if (!x || json_is_null(x))
+        return true;
+    if (json_is_real(x) && floor(json_real_value(x)) == json_real_value(x) &&
+        fabs(json_real_value(x)) < 9e15) {
+        *v = (long long)json_real_value(x); /* 16.0: JavaScript clients send integers so */
+    } else if (json_is_integer(x)) {
+        *v = json_integer_value(x);
+    } else {
+        return BAD(key, "'%s' must be an integer, not %s", key, type_name(x));
+    }
+    if (*v < lo || *v > hi)
+        return BAD(key, "'%s' must be between %lld and %lld, got %lld", key, lo, hi, *v);
+    if (given)
+        *given = true;
+    return true;
+}
+
+static bool get_bool(json_t *root, const char *key, bool *v, tc_oai_error *err)
+{
+    json_t *x = json_object_get(root, key);
+    if (!x || json_is_null(x))
+        return true;
+    if (!json_is_boolean(x))
+        return BAD(key, "'%s' must be a boolean, not %s", key, type_name(x));
+    *v = json_is_true(x);
+    return true;
+}
+
+/* A parameter we do not implement: present with a value that would change the answer. */
+static bool unsupported(json_t *root, const char *key, tc_oai_error *err)
+{
+    json_t *x = json_object_get(root, key);
+    bool empty = !x || json_is_null(x) || json_is_false(x) ||
+                 (json_is_array(x) && json_array_size(x) == 0) ||
+                 (json_is_object(x) && json_object_size(x) == 0) ||
+                 (json_is_string(x) && !strcmp(json_string_value(x), "none"));
+    if (empty)
+        return true;
+    return BAD(key, "'%s' is not supported by this server", key);
+}
+
+/* Concatenate a message's content: a string, or an array of {"type": "text", "text": ...}. */
+static bool content_of(json_t *c, size_t i, char **out, tc_oai_error *err)
+{
+    char param[64];
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    if (!c || json_is_null(c)) {
+        *out = strdup("");
+        return *out ? true : tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    if (json_is_string(c)) {
+        *out = strndup(json_string_value(c), json_string_length(c));
+        return *out ? true : tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    if (!json_is_array(c))
+        return BAD(param, "'%s' must be a string or an array of text parts, not %s", param,
+                   type_name(c));
+    size_t total = 0, k;
+    json_t *part;
+    json_array_foreach(c, k, part)
+    {
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type) ||
+            strcmp(json_string_value(type), "text") || !json_is_string(text))
+            return BAD(param, "'%s[%zu]' must be {\"type\": \"text\", \"text\": \"...\"}; only "
+                              "text parts are supported", param, k);
+        total += json_string_length(text);
+    }
+    char *s = malloc(total + 1);
+    if (!s)
+        return tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    size_t at = 0;
+    json_array_foreach(c, k, part)
+    {
+        json_t *text = json_object_get(part, "text");
+        memcpy(s + at, json_string_value(text), json_string_length(text));
+        at += json_string_length(text);
+    }
+    s[at] = 0;
+    *out = s;
+    return true;
+}
+
+static bool parse_messages(json_t *root, tc_oai_request *r, tc_oai_error *err)
+{
+    json_t *msgs = json_object_get(root, "messages");
+    if (!msgs)
+        return BAD("messages", "'messages' is required");
+    if (!json_is_array(msgs))
+        return BAD("messages", "'messages' must be an array, not %s", type_name(msgs));
+    size_t n = json_array_size(msgs);
+    if (n == 0)
+        return BAD("messages", "'messages' must not be empty");
+    r->messages = calloc(n, sizeof *r->messages);
+    if (!r->messages)
+        return tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
+        char param[64];
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        if (!json_is_object(m))
+            return BAD(param, "'%s' must be an object, not %s", param, type_name(m));
+        snprintf(param, sizeof param, "messages[%zu].role", i);
+        if (!json_is_string(role))
+            return BAD(param, "'%s' must be a string", param);
+        const char *name = json_string_value(role);
+        if (!strcmp(name, "developer"))
+            name = "system";
+        if (strcmp(name, "system") && strcmp(name, "user") && strcmp(name, "assistant"))
+            return BAD(param, "'%s' is '%.32s'; want system, developer, user or assistant", param,
+                       json_string_value(role));
+        char *content = NULL;
+        if (!content_of(json_object_get(m, "content"), i, &content, err))
+            return false;
+        r->messages[i] = (tc_chat_message){ name, content };
+        r->n_messages = i + 1;
+    }
+    return true;
+}
+
+static bool parse_prompt(json_t *root, tc_oai_request *r, tc_oai_error *err)
+{
+    json_t *p = json_object_get(root, "prompt");
+    if (!p)
+        return BAD("prompt", "'prompt' is required");
+    /* A list of one prompt is that prompt. */
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0);
+    if (json_is_string(p)) {
+        r->prompt = json_string_value(p);
+        return true;
+    }
+    if (!json_is_array(p))
+        return BAD("prompt", "'prompt' must be a string or an array of token ids, not %s",
+                   type_name(p));
+    size_t n = json_array_size(p), i;
+    json_t *t;
+    if (n == 0)
+        return BAD("prompt", "'prompt' must not be empty");
+    r->prompt_tokens = malloc(sizeof(int32_t) * n);
+    if (!r->prompt_tokens)
+        return tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    json_array_foreach(p, i, t)
+    {
+        if (json_is_string(t) || json_is_array(t))
+            return BAD("prompt", "'prompt' holds %zu prompts; this server takes one per request",
+                       n);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+            json_integer_value(t) > INT32_MAX)
+            return BAD("prompt", "'prompt[%zu]' must be a token id (a non-negative integer)", i);
+        r->prompt_tokens[i] = (int32_t)json_integer_value(t);
+    }
+    r->n_prompt_tokens = n;
+    return true;
+}
+
+static bool parse_stop(json_t *root, tc_oai_request *r, tc_oai_error *err)
+{
+    json_t *s = json_object_get(root, "stop");
+    if (!s || json_is_null(s))
+        return true;
+    json_t *one[1] = { s };
+    size_t n = 1;
+    if (json_is_array(s)) {
+        n = json_array_size(s);
+        if (n > TC_OAI_MAX_STOP)
+            return BAD("stop", "'stop' has %zu strings; at most %d", n, TC_OAI_MAX_STOP);
+    } else if (!json_is_string(s)) {
+        return BAD("stop", "'stop' must be a string or an array of strings, not %s",
+                   type_name(s));
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_is_array(s) ? json_array_get(s, i) : one[0];
+        if (!json_is_string(x))
+            return BAD("stop", "'stop[%zu]' must be a string, not %s", i, type_name(x));
+        size_t len = json_string_length(x);
+        if (len == 0 || len > TC_OAI_MAX_STOP_LEN)
+            return BAD("stop", "'stop[%zu]' must be 1 to %d bytes long", i, TC_OAI_MAX_STOP_LEN);
+        r->stop[r->n_stop++] = json_string_value(x);
+    }
+    return true;
+}
+
+static bool parse_common(json_t *root, tc_oai_request *r, tc_oai_error *err)
+{
+    json_t *model = json_object_get(root, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model))
+            return BAD("model", "'model' must be a string, not %s", type_name(model));
+        r->model = json_string_value(model);
+    }
+    long long v;
+    bool given, given2;
+    /* OpenAI's defaults: 16 tokens for completions, up to the context for chat. */
+    r->max_tokens = r->kind == TC_OAI_COMPLETION ? 16 : 0;
+    if (!get_int(root, "max_tokens", 1, 1ll << 40, &v, &given, err))
+        return false;
+    if (given)
+        r->max_tokens = v;
+    if (r->kind == TC_OAI_CHAT) {
+        if (!get_int(root, "max_completion_tokens", 1, 1ll << 40, &v, &given2, err))
+            return false;
+        if (given2)
+            r->max_tokens = v;
+    }
+    r->n = 1;
+    if (!get_int(root, "n", 1, TC_OAI_MAX_N, &v, &given, err))
+        return false;
+    if (given)
+        r->n = (int)v;
+    r->sample = tc_sample_defaults();
+    r->sample.temperature = 1.0f;
+    if (!get_number(root, "temperature", 0, 2, &r->sample.temperature, err) ||
+        !get_number(root, "top_p", 0, 1, &r->sample.top_p, err) ||
+        !get_number(root, "min_p", 0, 1, &r->sample.min_p, err) ||
+        !get_number(root, "presence_penalty", -2, 2, &r->sample.presence_penalty, err) ||
+        !get_number(root, "frequency_penalty", -2, 2, &r->sample.frequency_penalty, err) ||
+        !get_number(root, "repetition_penalty", 0.01, 100, &r->sample.repetition_penalty, err))
+        return false;
+    if (r->sample.top_p == 0) /* nothing but the most likely token */
+        r->sample.temperature = 0;
+    if (!get_int(root, "top_k", -1, 1 << 30, &v, &given, err))
+        return false;
+    if (given)
+        r->sample.top_k = v < 0 ? 0 : (int)v;
+    if (!get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &r->seed_set, err))
+        return false;
+    if (r->seed_set)
+        r->sample.seed = (uint64_t)v;
+    if (!parse_stop(root, r, err) || !get_bool(root, "stream", &r->stream, err) ||
+        !get_bool(root, "ignore_eos", &r->ignore_eos, err))
+        return false;
+    json_t *so = json_object_get(root, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!r->stream)
+            return BAD("stream_options", "'stream_options' is only allowed with stream: true");
+        if (!json_is_object(so))
+            return BAD("stream_options", "'stream_options' must be an object, not %s",
+                       type_name(so));
+        if (!get_bool(so, "include_usage", &r->include_usage, err)) {
+            snprintf(err->param, sizeof err->param, "stream_options.include_usage");
+            return false;
+        }
+    }
+    json_t *rf = json_object_get(root, "response_format");
+    if (rf && !json_is_null(rf)) {
+        json_t *type = json_object_get(rf, "type");
+        if (!json_is_object(rf) || !json_is_string(type))
+            return BAD("response_format", "'response_format' must be {\"type\": \"text\"} or "
+                                          "{\"type\": \"json_object\"}");
+        const char *t = json_string_value(type);
+        if (!strcmp(t, "json_object"))
+            r->json_object = true;
+        else if (strcmp(t, "text"))
+            return BAD("response_format.type", "response_format type '%.32s' is not supported; "
+                                               "want text or json_object", t);
+    }
+    if (!unsupported(root, "logit_bias", err) || !unsupported(root, "tools", err) ||
+        !unsupported(root, "functions", err) || !unsupported(root, "suffix", err) ||
+        !unsupported(root, "echo", err))
+        return false;
+    if (!get_int(root, "best_of", 1, TC_OAI_MAX_N, &v, &given, err))
+        return false;
+    if (given && v != r->n)
+        return BAD("best_of", "'best_of' other than n is not supported");
+    /* Log-probabilities: chat has logprobs (boolean) and top_logprobs (0..20); completions a
+     * number of alternatives (0..5) in logprobs. */
+    if (r->kind == TC_OAI_CHAT) {
+        if (!get_bool(root, "logprobs", &r->logprobs, err) ||
+            !get_int(root, "top_logprobs", 0, 20, &v, &given, err))
+            return false;
+        if (given && !r->logprobs && v > 0)
+            return BAD("top_logprobs", "'top_logprobs' needs logprobs: true");
+        r->top_logprobs = given ? (int)v : 0;
+    } else {
+        if (!get_int(root, "logprobs", 0, 5, &v, &given, err))
+            return false;
+        r->logprobs = given;
+        r->top_logprobs = given ? (int)v : 0;
+    }
+    return true;
+}
+
+bool tc_oai_parse(tc_oai_kind kind, const char *body, size_t len, tc_oai_request *out,
+                  tc_oai_error *err)
+{
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    out->kind = kind;
+    out->add_generation_prompt = true;
+    json_error_t je;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return BAD(NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
+                   je.column);
+    out->root = root;
+    if (!json_is_object(root))
+        return BAD(NULL, "the body must be a JSON object, not %s", type_name(root));
+    if (kind == TC_OAI_CHAT) {
+        if (!parse_messages(root, out, err) ||
+            !get_bool(root, "add_generation_prompt", &out->add_generation_prompt, err))
+            return false;
+    } else if (!parse_prompt(root, out, err)) {
+        return false;
+    }
+    return parse_common(root, out, err);
+}
+
+void tc_oai_request_free(tc_oai_request *r)
+{
+    for (size_t i = 0; i < r->n_messages; i++)
+        free((char *)r->messages[i].content);
+    free(r->messages);
+    free(r->prompt_tokens);
+    json_decref(r->root);
+    memset(r, 0, sizeof *r);
+}
