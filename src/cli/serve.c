@@ -26,7 +26,7 @@
 #include "server/server.h"
 
 typedef struct serve_opts {
-    const char *model, *host, *api_key, *device, *dtype, *template_name, *name;
+    const char *model, *shape, *host, *api_key, *device, *dtype, *template_name, *name;
     long port, threads, ctx, max_queue, max_running, step_tokens, max_body, max_conns;
     long read_timeout;
     double kv_fraction, kv_tokens, shutdown_s;
@@ -62,7 +62,10 @@ static const char usage[] =
     "  --api-key KEY          require 'Authorization: Bearer KEY' on /v1 routes (or set\n"
     "                         THINCUDA_API_KEY, which keeps the key out of the process list)\n"
     "  --model-name NAME      the model's id in the API (default: the file name)\n"
-    "  --template NAME        chat template chatml, llama3, llama2 or zephyr instead of the model's\n"
+    "  --shape NAME           random weights of a named shape (smollm2-135m, llama3.2-1b,\n"
+    "                         llama2-7b) with --model's tokenizer and vocabulary: for load tests\n"
+    "  --template NAME        chat template chatml, llama3, llama2 or zephyr instead of the "
+    "model's\n"
     "  --max-queue N          requests waiting at most; beyond it 503 (default 256)\n"
     "  --max-running N        sequences generating at once (default 256 on cuda, 16 on cpu)\n"
     "  --ctx N                context per sequence (default: the model's, at most 8192 on cuda\n"
@@ -95,11 +98,31 @@ static bool num(const char *flag, const char *s, double lo, double hi, double *v
 static int parse(int argc, char **argv, serve_opts *o)
 {
     enum {
-        MODEL = 256, HOST, PORT, KEY, NAME, TEMPLATE, QUEUE, RUNNING, CTX, KVT, KVF, STEP, BODY,
-        CONNS, RTIME, STIME, DEVICE, DTYPE, THREADS, HELP
+        MODEL = 256,
+        SHAPE,
+        HOST,
+        PORT,
+        KEY,
+        NAME,
+        TEMPLATE,
+        QUEUE,
+        RUNNING,
+        CTX,
+        KVT,
+        KVF,
+        STEP,
+        BODY,
+        CONNS,
+        RTIME,
+        STIME,
+        DEVICE,
+        DTYPE,
+        THREADS,
+        HELP
     };
     static const struct option longs[] = {
         { "model", required_argument, 0, MODEL },
+        { "shape", required_argument, 0, SHAPE },
         { "host", required_argument, 0, HOST },
         { "port", required_argument, 0, PORT },
         { "api-key", required_argument, 0, KEY },
@@ -135,14 +158,15 @@ static int parse(int argc, char **argv, serve_opts *o)
     int c;
     double v;
     while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
-#define NUM(flag, lo, hi, field)                                                                \
-    do {                                                                                        \
-        if (!num(flag, optarg, lo, hi, &v))                                                     \
-            return 2;                                                                           \
-        o->field = (__typeof__(o->field))v;                                                     \
+#define NUM(flag, lo, hi, field)            \
+    do {                                    \
+        if (!num(flag, optarg, lo, hi, &v)) \
+            return 2;                       \
+        o->field = (__typeof__(o->field))v; \
     } while (0)
         switch (c) {
         case MODEL: o->model = optarg; break;
+        case SHAPE: o->shape = optarg; break;
         case HOST: o->host = optarg; break;
         case PORT: NUM("--port", 0, 65535, port); break;
         case KEY: o->api_key = optarg; break;
@@ -228,7 +252,8 @@ static bool open_model(served *s)
         if (tc_gguf_open(&s->g, s->o.model) != TC_OK)
             return fail(s, "cannot load the model");
         s->src = &s->g;
-        if (tc_llama_config_from_gguf(&s->g, &s->cfg) != TC_OK)
+        /* With --shape only the tokenizer is read: the file may have no tensors. */
+        if (!s->o.shape && tc_llama_config_from_gguf(&s->g, &s->cfg) != TC_OK)
             return fail(s, "cannot load the model");
         if (tc_tokenizer_from_gguf(&s->g, &s->tok) != TC_OK)
             return fail(s, "cannot load the tokenizer");
@@ -265,6 +290,12 @@ static bool start_engine(served *s)
     if (st != TC_OK && tc_backend_create_cpu((int)s->o.threads, &s->b) != TC_OK)
         return fail(s, "cannot start the CPU backend");
     bool cuda = tc_backend_get_kind(s->b) == TC_BACKEND_CUDA;
+    if (s->o.shape) {
+        /* The named shape with the tokenizer's vocabulary; weights random below. */
+        if (tc_llama_config_preset(s->o.shape, &s->cfg) != TC_OK)
+            return fail(s, "--shape");
+        s->cfg.vocab = tc_tokenizer_vocab(s->tok);
+    }
     int64_t ctx = s->o.ctx ? s->o.ctx : s->cfg.max_positions;
     if (!s->o.ctx && ctx > (cuda ? 8192 : 2048))
         ctx = cuda ? 8192 : 2048;
@@ -281,8 +312,12 @@ static bool start_engine(served *s)
                  : !strcmp(s->o.dtype, "f16") ? TC_DTYPE_F16
                                               : TC_DTYPE_BF16;
     }
-    if (tc_llama_load(s->src, &s->cfg, s->b, &lo, &s->m) != TC_OK)
+    if (s->o.shape) {
+        if (tc_llama_random(&s->cfg, 1, s->b, &lo, &s->m) != TC_OK)
+            return fail(s, "cannot make the model");
+    } else if (tc_llama_load(s->src, &s->cfg, s->b, &lo, &s->m) != TC_OK) {
         return fail(s, "cannot load the model");
+    }
     int64_t blocks = tc_engine_kv_blocks(s->m, (int64_t)s->o.kv_tokens, s->o.kv_fraction, 16);
     if (blocks < s->m->s.max_blocks) {
         fprintf(stderr,
@@ -316,8 +351,7 @@ static bool start_engine(served *s)
     size_t free_b = 0, total_b = 0;
     char left[64] = "";
     if (cuda && tc_context_mem_info(tc_backend_context(s->b), &free_b, &total_b) == TC_OK)
-        snprintf(left, sizeof left, "; %.2f GiB of device memory left",
-                 (double)free_b / (1 << 30));
+        snprintf(left, sizeof left, "; %.2f GiB of device memory left", (double)free_b / (1 << 30));
     fprintf(stderr,
             "thincuda serve: %s on %s %s; kv cache %lld blocks x 16 = %lld tokens, %lld "
             "sequences of %lld tokens at once, %.2f GiB%s\n",

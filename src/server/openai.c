@@ -130,8 +130,10 @@ static bool content_of(json_t *c, size_t i, char **out, tc_oai_error *err)
         json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
         if (!json_is_object(part) || !json_is_string(type) ||
             strcmp(json_string_value(type), "text") || !json_is_string(text))
-            return BAD(param, "'%s[%zu]' must be {\"type\": \"text\", \"text\": \"...\"}; only "
-                              "text parts are supported", param, k);
+            return BAD(param,
+                       "'%s[%zu]' must be {\"type\": \"text\", \"text\": \"...\"}; only "
+                       "text parts are supported",
+                       param, k);
         total += json_string_length(text);
     }
     char *s = malloc(total + 1);
@@ -214,8 +216,7 @@ static bool parse_prompt(json_t *root, tc_oai_request *r, tc_oai_error *err)
         if (json_is_string(t) || json_is_array(t))
             return BAD("prompt", "'prompt' holds %zu prompts; this server takes one per request",
                        n);
-        if (!json_is_integer(t) || json_integer_value(t) < 0 ||
-            json_integer_value(t) > INT32_MAX)
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
             return BAD("prompt", "'prompt[%zu]' must be a token id (a non-negative integer)", i);
         r->prompt_tokens[i] = (int32_t)json_integer_value(t);
     }
@@ -235,8 +236,7 @@ static bool parse_stop(json_t *root, tc_oai_request *r, tc_oai_error *err)
         if (n > TC_OAI_MAX_STOP)
             return BAD("stop", "'stop' has %zu strings; at most %d", n, TC_OAI_MAX_STOP);
     } else if (!json_is_string(s)) {
-        return BAD("stop", "'stop' must be a string or an array of strings, not %s",
-                   type_name(s));
+        return BAD("stop", "'stop' must be a string or an array of strings, not %s", type_name(s));
     }
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_is_array(s) ? json_array_get(s, i) : one[0];
@@ -321,8 +321,10 @@ static bool parse_common(json_t *root, tc_oai_request *r, tc_oai_error *err)
         if (!strcmp(t, "json_object"))
             r->json_object = true;
         else if (strcmp(t, "text"))
-            return BAD("response_format.type", "response_format type '%.32s' is not supported; "
-                                               "want text or json_object", t);
+            return BAD("response_format.type",
+                       "response_format type '%.32s' is not supported; "
+                       "want text or json_object",
+                       t);
     }
     if (!unsupported(root, "logit_bias", err) || !unsupported(root, "tools", err) ||
         !unsupported(root, "functions", err) || !unsupported(root, "suffix", err) ||

@@ -15,16 +15,16 @@
 typedef enum tc_oai_kind { TC_OAI_CHAT, TC_OAI_COMPLETION } tc_oai_kind;
 
 enum {
-    TC_OAI_MAX_STOP = 4,      /* stop strings, as OpenAI allows */
+    TC_OAI_MAX_STOP = 4,       /* stop strings, as OpenAI allows */
     TC_OAI_MAX_STOP_LEN = 256, /* bytes each */
-    TC_OAI_MAX_N = 16,        /* choices per request */
+    TC_OAI_MAX_N = 16,         /* choices per request */
 };
 
 typedef struct tc_oai_error {
-    int status;       /* HTTP status */
-    char type[32];    /* "invalid_request_error", "server_error", ... */
-    char param[64];   /* the parameter at fault; empty: null */
-    char code[48];    /* empty: null */
+    int status;     /* HTTP status */
+    char type[32];  /* "invalid_request_error", "server_error", ... */
+    char param[64]; /* the parameter at fault; empty: null */
+    char code[48];  /* empty: null */
     char message[512];
 } tc_oai_error;
 

@@ -103,8 +103,8 @@ struct job {
     /* Non-streamed results: text and log-probability entries per choice. */
     char **text;
     size_t *text_len;
-    json_t **lp;                  /* [n] arrays (chat: content entries; completions: parallel) */
-    tc_finish_reason *finish;     /* [n] */
+    json_t **lp;              /* [n] arrays (chat: content entries; completions: parallel) */
+    tc_finish_reason *finish; /* [n] */
     char error[256];
     job *prev, *next; /* the server's list of jobs that have an engine request */
 };
@@ -320,7 +320,8 @@ static bool wait_events(job *j)
 {
     while (j->q_len == 0 && j->n_finished < j->n) {
         timed_wait(&j->cv, &j->mu, 100);
-        if (j->q_len == 0 && client_gone(j->fd))
+        /* Checked on every wake: tokens may come faster than the timeout. */
+        if (client_gone(j->fd))
             return false;
     }
     return true;
@@ -408,9 +409,8 @@ static json_t *chat_lp_entry(const tc_server *s, const ev_rec *r)
     for (int k = 0; k < r->n_top; k++) {
         size_t l2;
         const char *p2 = piece(s, r->top[k], &l2);
-        json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", json_text(p2, l2),
-                                             "logprob", (double)r->top_lp[k], "bytes",
-                                             json_bytes(p2, l2)));
+        json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", json_text(p2, l2), "logprob",
+                                             (double)r->top_lp[k], "bytes", json_bytes(p2, l2)));
     }
     return json_pack("{s:o,s:f,s:o,s:o}", "token", json_text(p, len), "logprob", (double)r->lp,
                      "bytes", json_bytes(p, len), "top_logprobs", top);
@@ -431,16 +431,15 @@ static json_t *completion_lp(const tc_server *s, json_t *entries)
         json_t *top = json_object();
         size_t k;
         json_t *t;
-        json_array_foreach(json_object_get(e, "top_logprobs"), k, t)
-            json_object_set(top, json_string_value(json_object_get(t, "token")),
-                            json_object_get(t, "logprob"));
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, t) json_object_set(
+            top, json_string_value(json_object_get(t, "token")), json_object_get(t, "logprob"));
         json_array_append_new(tops, top);
         json_array_append_new(offsets, json_integer((json_int_t)offset));
         offset += json_string_length(tok);
     }
     (void)s;
-    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps,
-                     "top_logprobs", tops, "text_offset", offsets);
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs",
+                     tops, "text_offset", offsets);
 }
 
 static json_t *usage_of(const job *j)
@@ -462,8 +461,7 @@ static const char *finish_name(tc_finish_reason f)
 /* ---------------------------------------------------------------- responses */
 
 static enum MHD_Result send_body(tc_server *s, struct MHD_Connection *c, int status,
-                                 const char *type, const char *body, size_t len,
-                                 const char *allow)
+                                 const char *type, const char *body, size_t len, const char *allow)
 {
     struct MHD_Response *r =
         s->mhd.create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -522,22 +520,23 @@ static json_t *error_json(const tc_oai_error *e)
 static enum MHD_Result send_error(tc_server *s, struct MHD_Connection *c, const char *route,
                                   const tc_oai_error *e, const char *allow)
 {
-    char *text = json_dumps(error_json(e), JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_t *v = error_json(e);
+    char *text = v ? json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    json_decref(v);
     count_status(s, route, e->status);
     if (!text)
         return MHD_NO;
-    enum MHD_Result r =
-        send_body(s, c, e->status, "application/json", text, strlen(text), allow);
+    enum MHD_Result r = send_body(s, c, e->status, "application/json", text, strlen(text), allow);
     free(text);
     return r;
 }
 
 static enum MHD_Result fail(tc_server *s, struct MHD_Connection *c, const char *route, int status,
-                            const char *type, const char *param, const char *code,
-                            const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+                            const char *type, const char *param, const char *code, const char *fmt,
+                            ...) __attribute__((format(printf, 8, 9)));
 static enum MHD_Result fail(tc_server *s, struct MHD_Connection *c, const char *route, int status,
-                            const char *type, const char *param, const char *code,
-                            const char *fmt, ...)
+                            const char *type, const char *param, const char *code, const char *fmt,
+                            ...)
 {
     tc_oai_error e;
     char msg[512];
@@ -758,8 +757,8 @@ static json_t *completion_json(job *j)
         json_t *c;
         if (chat)
             c = json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", i, "message", "role",
-                          "assistant", "content", text, "refusal", "logprobs", lp,
-                          "finish_reason", finish_name(j->finish[i]));
+                          "assistant", "content", text, "refusal", "logprobs", lp, "finish_reason",
+                          finish_name(j->finish[i]));
         else
             c = json_pack("{s:i,s:o,s:o,s:s}", "index", i, "text", text, "logprobs", lp,
                           "finish_reason", finish_name(j->finish[i]));
@@ -821,8 +820,8 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
     tc_oai_request *q = &j->req;
     if (q->model && strcmp(q->model, s->o.model_id))
         return tc_oai_fail(err, 404, "invalid_request_error", "model", "model_not_found",
-                           "the model '%.200s' does not exist; this server has '%.200s'",
-                           q->model, s->o.model_id);
+                           "the model '%.200s' does not exist; this server has '%.200s'", q->model,
+                           s->o.model_id);
     int32_t *ids = NULL;
     size_t n = 0;
     if (!prompt_tokens(s, q, true, &ids, &n, err)) {
@@ -841,12 +840,11 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
     }
     if (explicit_max && (int64_t)n + max > s->m.context) {
         tc_host_free(ids);
-        return tc_oai_fail(err, 400, "invalid_request_error", "max_tokens",
-                           "context_length_exceeded",
-                           "this model's context holds %lld tokens; you asked for %lld (%zu in "
-                           "the %s, %lld to generate)",
-                           (long long)s->m.context, (long long)((int64_t)n + max), n, what,
-                           (long long)max);
+        return tc_oai_fail(
+            err, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",
+            "this model's context holds %lld tokens; you asked for %lld (%zu in "
+            "the %s, %lld to generate)",
+            (long long)s->m.context, (long long)((int64_t)n + max), n, what, (long long)max);
     }
     if (max > s->m.context - (int64_t)n)
         max = s->m.context - (int64_t)n;
@@ -905,9 +903,8 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
     return true;
 }
 
-static enum MHD_Result handle_completion(tc_server *s, struct MHD_Connection *c,
-                                         const char *route, tc_oai_kind kind, const char *body,
-                                         size_t len)
+static enum MHD_Result handle_completion(tc_server *s, struct MHD_Connection *c, const char *route,
+                                         tc_oai_kind kind, const char *body, size_t len)
 {
     tc_oai_request q;
     tc_oai_error err;
@@ -936,8 +933,8 @@ static enum MHD_Result handle_completion(tc_server *s, struct MHD_Connection *c,
         return send_error(s, c, route, &err, NULL);
     }
     if (j->req.stream) {
-        struct MHD_Response *r = s->mhd.create_response_from_callback(
-            MHD_SIZE_UNKNOWN, 4096, stream_read, j, stream_free);
+        struct MHD_Response *r = s->mhd.create_response_from_callback(MHD_SIZE_UNKNOWN, 4096,
+                                                                      stream_read, j, stream_free);
         if (!r) {
             release_job(j);
             return MHD_NO;
@@ -1014,8 +1011,8 @@ static enum MHD_Result handle_tokenize(tc_server *s, struct MHD_Connection *c, c
     return out ? send_json(s, c, route, 200, out) : send_error(s, c, route, &err, NULL);
 }
 
-static enum MHD_Result handle_detokenize(tc_server *s, struct MHD_Connection *c,
-                                         const char *route, const char *body, size_t len)
+static enum MHD_Result handle_detokenize(tc_server *s, struct MHD_Connection *c, const char *route,
+                                         const char *body, size_t len)
 {
     json_error_t je;
     json_t *root = json_loadb(body, len, 0, &je);
@@ -1040,8 +1037,8 @@ static enum MHD_Result handle_detokenize(tc_server *s, struct MHD_Connection *c,
             return fail(s, c, route, 400, "invalid_request_error", "tokens", NULL,
                         "'tokens[%zu]' must be a token id in [0, %d)", i, s->m.vocab);
         }
-        size_t w = tc_detok_push(s->m.tok, &d, (int32_t)json_integer_value(t), true, buf,
-                                 sizeof buf);
+        size_t w =
+            tc_detok_push(s->m.tok, &d, (int32_t)json_integer_value(t), true, buf, sizeof buf);
         char *nt = realloc(text, text_len + w + sizeof buf);
         if (!nt)
             break;
@@ -1093,8 +1090,8 @@ static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
     }
 }
 
-static void histogram_text(char **b, size_t *len, size_t *cap, const char *name,
-                           const char *help, const histogram *h, const double *bounds, int nb)
+static void histogram_text(char **b, size_t *len, size_t *cap, const char *name, const char *help,
+                           const histogram *h, const double *bounds, int nb)
 {
     append(b, len, cap, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
@@ -1125,14 +1122,12 @@ static enum MHD_Result handle_metrics(tc_server *s, struct MHD_Connection *c)
     for (int i = 0; i < m.n_rows; i++)
         append(&b, &len, &cap, "thincuda_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
                m.by_status[i].route, m.by_status[i].code, (unsigned long long)m.by_status[i].n);
-#define COUNTER(name, help, v)                                                                  \
+#define COUNTER(name, help, v)                                                                   \
     append(&b, &len, &cap, "# HELP " name " " help "\n# TYPE " name " counter\n" name " %llu\n", \
            (unsigned long long)(v))
-#define GAUGE(name, help, fmt, v)                                                               \
-    append(&b, &len, &cap, "# HELP " name " " help "\n# TYPE " name " gauge\n" name " " fmt "\n", \
-           v)
-    COUNTER("thincuda_prompt_tokens_total", "Prompt tokens of accepted requests.",
-            m.prompt_tokens);
+#define GAUGE(name, help, fmt, v) \
+    append(&b, &len, &cap, "# HELP " name " " help "\n# TYPE " name " gauge\n" name " " fmt "\n", v)
+    COUNTER("thincuda_prompt_tokens_total", "Prompt tokens of accepted requests.", m.prompt_tokens);
     COUNTER("thincuda_generation_tokens_total", "Tokens generated.", m.generation_tokens);
     COUNTER("thincuda_prefix_cache_hit_tokens_total",
             "Prompt tokens found in the prefix cache instead of computed.",
@@ -1144,8 +1139,8 @@ static enum MHD_Result handle_metrics(tc_server *s, struct MHD_Connection *c)
     COUNTER("thincuda_preemptions_total", "Sequences preempted for want of KV blocks.",
             es.preemptions);
     COUNTER("thincuda_engine_steps_total", "Engine steps (forward passes).", es.steps);
-    COUNTER("thincuda_client_disconnects_total",
-            "Requests cancelled because the client went away.", m.disconnects);
+    COUNTER("thincuda_client_disconnects_total", "Requests cancelled because the client went away.",
+            m.disconnects);
     GAUGE("thincuda_ready", "1 once the model is loaded.", "%d", ready ? 1 : 0);
     GAUGE("thincuda_requests_in_flight", "Requests with an engine sequence.", "%d", jobs);
     GAUGE("thincuda_queue_length", "Sequences waiting to start.", "%d", es.waiting);
@@ -1162,8 +1157,8 @@ static enum MHD_Result handle_metrics(tc_server *s, struct MHD_Connection *c)
     histogram_text(&b, &len, &cap, "thincuda_inter_token_latency_seconds",
                    "Between consecutive tokens of one choice.", &m.itl, itl_buckets, N_ITL);
     count_status(s, "/metrics", b ? 200 : 500);
-    enum MHD_Result r = b ? send_body(s, c, 200, "text/plain; version=0.0.4", b, len, NULL)
-                          : MHD_NO;
+    enum MHD_Result r =
+        b ? send_body(s, c, 200, "text/plain; version=0.0.4", b, len, NULL) : MHD_NO;
     free(b);
     return r;
 }
@@ -1259,7 +1254,8 @@ static enum MHD_Result first_call(tc_server *s, struct MHD_Connection *c, const 
     if (match >= 0 && routes[match].r == R_HEALTH) {
         k->answered = true;
         const char *st = stopping ? "shutting down" : ready ? "ok" : "loading";
-        return send_json(s, c, route, ready && !stopping ? 200 : 503, json_pack("{s:s}", "status", st));
+        return send_json(s, c, route, ready && !stopping ? 200 : 503,
+                         json_pack("{s:s}", "status", st));
     }
     if (match >= 0 && routes[match].r == R_METRICS) {
         k->answered = true;
@@ -1292,8 +1288,8 @@ static enum MHD_Result first_call(tc_server *s, struct MHD_Connection *c, const 
 }
 
 static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const char *url,
-                                      const char *method, const char *version,
-                                      const char *upload, size_t *upload_size, void **con_cls)
+                                      const char *method, const char *version, const char *upload,
+                                      size_t *upload_size, void **con_cls)
 {
     (void)version;
     tc_server *s = cls;
@@ -1383,8 +1379,7 @@ bool tc_server_start(const tc_server_options *o, tc_server **out, char *msg, siz
         s->o.read_timeout_s = 30;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    struct addrinfo hints = { .ai_flags = AI_NUMERICHOST | AI_PASSIVE,
-                              .ai_socktype = SOCK_STREAM },
+    struct addrinfo hints = { .ai_flags = AI_NUMERICHOST | AI_PASSIVE, .ai_socktype = SOCK_STREAM },
                     *ai = NULL;
     char port[16];
     snprintf(port, sizeof port, "%d", o->port);
@@ -1399,11 +1394,11 @@ bool tc_server_start(const tc_server_options *o, tc_server **out, char *msg, siz
                      MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    s->d = s->mhd.start_daemon(
-        flags, (uint16_t)o->port, NULL, NULL, access_handler, s, MHD_OPTION_SOCK_ADDR,
-        ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT, s->o.read_timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, s->o.max_connections, MHD_OPTION_NOTIFY_COMPLETED, completed,
-        s, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_END);
+    s->d = s->mhd.start_daemon(flags, (uint16_t)o->port, NULL, NULL, access_handler, s,
+                               MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT,
+                               s->o.read_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                               s->o.max_connections, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                               MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
         snprintf(msg, len, "cannot listen on %s port %d (in use, or not an address of this host)",

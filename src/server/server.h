@@ -21,13 +21,13 @@
 typedef struct tc_server tc_server;
 
 typedef struct tc_server_options {
-    const char *host;        /* address to bind; NULL: 127.0.0.1 */
-    int port;                /* 0: any free port (see tc_server_port) */
-    const char *api_key;     /* NULL: none; else required as "Authorization: Bearer KEY" on /v1 */
-    const char *model_id;    /* the name /v1/models lists and requests may give */
-    size_t max_body;         /* request bodies beyond it get 413; 0: 4 MiB */
+    const char *host;         /* address to bind; NULL: 127.0.0.1 */
+    int port;                 /* 0: any free port (see tc_server_port) */
+    const char *api_key;      /* NULL: none; else required as "Authorization: Bearer KEY" on /v1 */
+    const char *model_id;     /* the name /v1/models lists and requests may give */
+    size_t max_body;          /* request bodies beyond it get 413; 0: 4 MiB */
     unsigned max_connections; /* 0: 1024 */
-    unsigned read_timeout_s; /* a request must arrive within this; 0: 30 */
+    unsigned read_timeout_s;  /* a request must arrive within this; 0: 30 */
 } tc_server_options;
 
 /* What the server runs once the model is loaded; pointers stay valid until tc_server_stop. */
