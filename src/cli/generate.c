@@ -1,5 +1,6 @@
-/* `thincuda generate`, `chat` and `info`: a model file, one sequence, streamed text. The
- * sequence owns a KV cache of consecutive blocks, so token t lives in slot t. */
+/* `thincuda generate`, `chat` and `info`: a model file, one sequence at a time through the
+ * engine (stepped on this thread), streamed text. Each chat turn re-renders the conversation
+ * and the engine's prefix cache finds the turns before it. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "inference/engine.h"
 #include "model/chat.h"
 #include "model/hf.h"
 #include "model/llama.h"
@@ -37,9 +39,10 @@ typedef struct session {
     tc_llama *m;
     tc_tokenizer *tok;
     tc_kv_cache kv;
-    int32_t *cached; /* tokens whose keys and values are in the cache, [ctx] */
-    int64_t n_cached, ctx;
-    int32_t *table; /* [max_blocks]: block i of the sequence is block i of the cache */
+    bool kv_made;
+    int64_t ctx;
+    int32_t *stops; /* EOS and the other control tokens but BOS */
+    tc_engine *e;
     double t_start;
 } session;
 
@@ -309,69 +312,90 @@ static int load_weights(session *s, int64_t ctx)
     s->ctx = s->m->s.max_blocks * 16;
     if (tc_kv_cache_init(&s->kv, s->m, s->m->s.max_blocks, 16) != TC_OK)
         return fail("cannot allocate the KV cache");
-    s->cached = calloc((size_t)s->ctx, sizeof *s->cached);
-    s->table = calloc((size_t)s->m->s.max_blocks, sizeof *s->table);
-    if (!s->cached || !s->table) {
+    s->kv_made = true;
+    int32_t vocab = tc_tokenizer_vocab(s->tok), n_stops = 0;
+    s->stops = calloc((size_t)vocab, sizeof *s->stops);
+    if (!s->stops) {
         fprintf(stderr, "thincuda: out of host memory\n");
         return 1;
     }
-    for (int64_t i = 0; i < s->m->s.max_blocks; i++)
-        s->table[i] = (int32_t)i;
+    for (int32_t id = 0; id < vocab; id++)
+        if (id == tc_tokenizer_eos(s->tok) ||
+            (tc_tokenizer_is_control(s->tok, id) && id != tc_tokenizer_bos(s->tok)))
+            s->stops[n_stops++] = id;
+    tc_engine_model em = tc_engine_model_llama(s->m, &s->kv);
+    tc_engine_options eo = { .max_running = 1,
+                             .tok = s->tok,
+                             .show_special = s->o.show_special,
+                             .stop_tokens = s->stops,
+                             .n_stop_tokens = n_stops };
+    if (tc_engine_create(&em, &eo, &s->e) != TC_OK)
+        return fail("cannot start the engine");
     return 0;
 }
 
 static void close_session(session *s)
 {
-    tc_kv_cache_deinit(&s->kv);
+    tc_engine_destroy(s->e);
+    if (s->kv_made)
+        tc_kv_cache_deinit(&s->kv);
     tc_llama_destroy(s->m);
     tc_tokenizer_destroy(s->tok);
     tc_backend_destroy(s->b);
     tc_gguf_close(&s->g);
     tc_hf_close(&s->hf);
-    free(s->cached);
-    free(s->table);
+    free(s->stops);
 }
 
-/* Run tokens[from .. n) through the model (the cache already holds tokens[0 .. from)) in
- * chunks of the model's scratch, leaving the last token's logits in *logits. */
-static tc_status feed(session *s, const int32_t *tokens, int64_t from, int64_t n,
-                      tc_tensor **logits)
+/* What one generation collects from the engine's events. */
+typedef struct gen_state {
+    session *s;
+    bool report;
+    double t_first, t_end;
+    int64_t generated, cached;
+    char *reply;
+    size_t reply_len;
+    const char *error;
+    char error_buf[256];
+} gen_state;
+
+static void on_event(void *user, const tc_engine_event *ev)
 {
-    int64_t chunk = s->m->s.max_tokens;
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)chunk);
-    if (!pos)
-        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "feed", "no host memory");
-    tc_status st = TC_OK;
-    for (int64_t i = from; i < n && st == TC_OK; i += chunk) {
-        int32_t m = (int32_t)(n - i < chunk ? n - i : chunk);
-        for (int32_t j = 0; j < m; j++)
-            pos[j] = (int32_t)(i + j);
-        int32_t q_start[2] = { 0, m }, len = (int32_t)(i + m);
-        tc_llama_batch b = { m,          1,    (int32_t)s->m->s.max_blocks,
-                             tokens + i, pos,  pos,
-                             q_start,    &len, s->table };
-        st = tc_llama_forward(s->m, &s->kv, &b, logits);
-        if (st == TC_OK) {
-            memcpy(s->cached + i, tokens + i, sizeof(int32_t) * (size_t)m);
-            s->n_cached = i + m;
+    gen_state *g = user;
+    if (ev->token >= 0) {
+        if (g->generated == 0) {
+            g->t_first = now();
+            if (g->report)
+                fprintf(stderr, "[first token ready %.3f s after start]\n",
+                        g->t_first - g->s->t_start);
+        }
+        g->generated = ev->completion_tokens;
+    }
+    g->cached = ev->cached_tokens;
+    if (ev->text_len) {
+        fwrite(ev->text, 1, ev->text_len, stdout);
+        fflush(stdout);
+        char *r = realloc(g->reply, g->reply_len + ev->text_len + 1);
+        if (r) {
+            memcpy(r + g->reply_len, ev->text, ev->text_len);
+            g->reply_len += ev->text_len;
+            r[g->reply_len] = 0;
+            g->reply = r;
         }
     }
-    free(pos);
-    return st;
+    if (ev->finish == TC_FINISH_ERROR) {
+        snprintf(g->error_buf, sizeof g->error_buf, "%s", ev->error ? ev->error : "failed");
+        g->error = g->error_buf;
+    }
+    if (ev->finish != TC_FINISH_NONE)
+        g->t_end = now();
 }
 
-static bool is_stop(const session *s, int32_t id)
-{
-    return id == tc_tokenizer_eos(s->tok) ||
-           (tc_tokenizer_is_control(s->tok, id) && id != tc_tokenizer_bos(s->tok));
-}
-
-/* Generate up to n_predict tokens after the prompt tokens (whose common prefix with the
- * cache is reused), streaming text to stdout. Returns 0 or an exit code. */
+/* Generate up to n_predict tokens after the prompt tokens, streaming text to stdout; the
+ * reply's text goes to *reply when asked. Returns 0 or an exit code. */
 static int run(session *s, const int32_t *prompt, int64_t n_prompt, tc_sample_params sp,
                bool report, char **reply)
 {
-    size_t reply_len = 0;
     if (n_prompt < 1) {
         fprintf(stderr, "thincuda: the prompt is empty\n");
         return 1;
@@ -382,71 +406,42 @@ static int run(session *s, const int32_t *prompt, int64_t n_prompt, tc_sample_pa
                 (long long)n_prompt, s->o.n_predict, (long long)s->ctx);
         return 1;
     }
-    int64_t reuse = 0;
-    while (reuse < s->n_cached && reuse < n_prompt - 1 && s->cached[reuse] == prompt[reuse])
-        reuse++;
-    tc_tensor *logits;
-    double t0 = now();
-    if (feed(s, prompt, reuse, n_prompt, &logits) != TC_OK)
-        return fail("forward pass");
-    int32_t *hist = malloc(sizeof(int32_t) * (size_t)(n_prompt + s->o.n_predict + 1));
-    if (!hist)
-        return 1;
-    memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
-    int64_t n = n_prompt, generated = 0;
-    double t_first = 0;
-    tc_detok d = { 0 };
-    char text[4096];
-    int rc = 0;
-    while (generated < s->o.n_predict) {
-        tc_sample_row row = { sp, hist, n, n_prompt, (uint64_t)generated };
-        int32_t id;
-        if (tc_sample(&id, logits, &row) != TC_OK) {
-            rc = fail("sampling");
-            break;
+    gen_state g = { .s = s, .report = report };
+    if (s->o.n_predict > 0) {
+        tc_request r = { .prompt = prompt,
+                         .n_prompt = n_prompt,
+                         .max_tokens = s->o.n_predict,
+                         .sample = sp,
+                         .callback = on_event,
+                         .user = &g };
+        double t0 = now();
+        if (tc_engine_submit(s->e, &r, NULL) != TC_OK)
+            return fail("generation");
+        int32_t active = 1;
+        while (active > 0)
+            if (tc_engine_step(s->e, &active) != TC_OK && !g.error)
+                return fail("forward pass");
+        if (g.error) {
+            free(g.reply);
+            fprintf(stderr, "thincuda: generation failed: %s\n", g.error);
+            return 1;
         }
-        if (generated == 0) {
-            t_first = now();
-            if (report)
-                fprintf(stderr, "[first token ready %.3f s after start]\n", t_first - s->t_start);
-        }
-        hist[n++] = id;
-        generated++;
-        if (is_stop(s, id))
-            break;
-        size_t w = tc_detok_push(s->tok, &d, id, s->o.show_special, text, sizeof text);
-        fwrite(text, 1, w, stdout);
-        fflush(stdout);
-        if (reply) {
-            char *r = realloc(*reply, reply_len + w + 1);
-            if (r) {
-                memcpy(r + reply_len, text, w);
-                reply_len += w;
-                r[reply_len] = 0;
-                *reply = r;
-            }
-        }
-        if (generated == s->o.n_predict)
-            break;
-        if (feed(s, hist, n - 1, n, &logits) != TC_OK) {
-            rc = fail("forward pass");
-            break;
+        if (report && g.generated > 0) {
+            double pre = g.t_first - t0, dec = g.t_end - g.t_first;
+            int64_t fed = n_prompt - g.cached;
+            fprintf(stderr,
+                    "\n[%s %s: prompt %lld tokens in %.3f s (%.1f tokens/s); generated %lld "
+                    "tokens, %.1f tokens/s]\n",
+                    tc_backend_name(s->b), tc_dtype_name(s->m->act), (long long)fed, pre,
+                    (double)fed / (pre > 0 ? pre : 1e-9), (long long)g.generated,
+                    g.generated > 1 ? (double)(g.generated - 1) / (dec > 0 ? dec : 1e-9) : 0.0);
         }
     }
-    size_t w = tc_detok_flush(&d, text, sizeof text);
-    fwrite(text, 1, w, stdout);
-    double t_end = now();
-    if (report && rc == 0) {
-        double pre = t_first - t0, dec = t_end - t_first;
-        fprintf(stderr,
-                "\n[%s %s: prompt %lld tokens in %.3f s (%.1f tokens/s); generated %lld tokens, "
-                "%.1f tokens/s]\n",
-                tc_backend_name(s->b), tc_dtype_name(s->m->act), (long long)(n_prompt - reuse), pre,
-                (double)(n_prompt - reuse) / (pre > 0 ? pre : 1e-9), (long long)generated,
-                generated > 1 ? (double)(generated - 1) / (dec > 0 ? dec : 1e-9) : 0.0);
-    }
-    free(hist);
-    return rc;
+    if (reply)
+        *reply = g.reply ? g.reply : strdup("");
+    else
+        free(g.reply);
+    return 0;
 }
 
 static int template_of(session *s, tc_chat_template *t)
