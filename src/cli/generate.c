@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "model/hf.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
+#include "runtime/log.h"
 #include "runtime/runtime.h"
 
 typedef struct options {
@@ -44,6 +46,11 @@ typedef struct session {
     int32_t *stops; /* EOS and the other control tokens but BOS */
     tc_engine *e;
     double t_start;
+    /* The GPU backend is created on a second thread while the files and tokenizer load. */
+    pthread_t gpu_thread;
+    bool gpu_started;
+    tc_status gpu_status;
+    char gpu_error[512];
 } session;
 
 static double now(void)
@@ -284,13 +291,36 @@ static int open_files(session *s)
 }
 
 /* Pick the backend, place the weights and allocate a KV cache of ctx tokens. */
+static void *create_gpu(void *arg)
+{
+    session *s = arg;
+    s->gpu_status = tc_backend_create_cuda(0, 0, &s->b);
+    if (s->gpu_status != TC_OK)
+        snprintf(s->gpu_error, sizeof s->gpu_error, "%s", tc_last_error());
+    return NULL;
+}
+
+/* Start creating the GPU backend (driver, context: a few hundred ms) unless --device cpu. */
+static void begin_backend(session *s)
+{
+    if (strcmp(s->o.device, "cpu") != 0)
+        s->gpu_started = pthread_create(&s->gpu_thread, NULL, create_gpu, s) == 0;
+}
+
 static int load_weights(session *s, int64_t ctx)
 {
     tc_status st = TC_ERR_NO_DEVICE;
     if (strcmp(s->o.device, "cpu") != 0) {
-        st = tc_backend_create_cuda(0, 0, &s->b);
-        if (st != TC_OK && !strcmp(s->o.device, "cuda"))
-            return fail("cannot use the GPU");
+        if (!s->gpu_started)
+            create_gpu(s);
+        else
+            pthread_join(s->gpu_thread, NULL);
+        s->gpu_started = false;
+        st = s->gpu_status;
+        if (st != TC_OK && !strcmp(s->o.device, "cuda")) {
+            fprintf(stderr, "thincuda: cannot use the GPU: %s\n", s->gpu_error);
+            return 1;
+        }
         if (st != TC_OK)
             fprintf(stderr, "thincuda: no GPU (%s); running on the CPU\n", tc_status_string(st));
     }
@@ -336,6 +366,8 @@ static int load_weights(session *s, int64_t ctx)
 
 static void close_session(session *s)
 {
+    if (s->gpu_started)
+        pthread_join(s->gpu_thread, NULL);
     tc_engine_destroy(s->e);
     if (s->kv_made)
         tc_kv_cache_deinit(&s->kv);
@@ -473,6 +505,7 @@ int tc_cli_generate(int argc, char **argv)
 {
     session s = { 0 };
     s.t_start = now(); /* start to first token counts the tokenizer built below */
+    TC_INFO("generate: start");
     char usage[2048];
     snprintf(usage, sizeof usage, "%s%s%s", generate_usage, common_usage, sample_usage);
     int rc = parse(argc, argv, &s.o, usage);
@@ -483,11 +516,13 @@ int tc_cli_generate(int argc, char **argv)
         return 2;
     }
     /* The prompt is tokenised before the weights are placed, so that the KV cache can be sized
-     * to prompt + tokens to generate (unless --ctx). */
+     * to prompt + tokens to generate (unless --ctx); the GPU starts meanwhile. */
+    begin_backend(&s);
     if ((rc = open_files(&s)) != 0) {
         close_session(&s);
         return rc;
     }
+    TC_INFO("generate: model files and tokenizer open");
     char *text = NULL;
     const char *prompt = s.o.prompt;
     if (s.o.chat_prompt) {
@@ -513,6 +548,7 @@ int tc_cli_generate(int argc, char **argv)
     }
     int64_t ctx = s.o.ctx ? s.o.ctx : (int64_t)n + s.o.n_predict;
     rc = load_weights(&s, ctx);
+    TC_INFO("generate: weights, KV cache and engine ready");
     if (rc == 0)
         rc = run(&s, ids, (int64_t)n, s.o.sp, true, NULL);
     tc_host_free(ids);
@@ -540,6 +576,7 @@ int tc_cli_chat(int argc, char **argv)
     }
     if (!s.o.n_predict_set)
         s.o.n_predict = 512;
+    begin_backend(&s);
     rc = open_files(&s);
     if (rc == 0)
         rc = load_weights(&s, s.o.ctx ? s.o.ctx : 4096);

@@ -529,6 +529,7 @@ static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *
     pthread_t warm;
     bool warming = !cpu && pthread_create(&warm, NULL, prepare_gemm, b) == 0;
     st = load(&L);
+    TC_INFO("tc_llama_load: %.2f GiB of weights placed", (double)m->weight_bytes / (1 << 30));
     if (warming)
         pthread_join(warm, NULL);
     if (st != TC_OK)

@@ -149,10 +149,14 @@ tc_status tc_backend_create_cuda(int ordinal, size_t limit_bytes, tc_backend **o
     b->kind = TC_BACKEND_CUDA;
     b->threads = 1;
     snprintf(b->name, sizeof b->name, "cuda:%d", ordinal);
-    TC_CHECK(st, tc__workers_start(&b->workers, 0));
+    /* Threads that fill the staging of large uploads (placing weights): a few are enough to
+     * outrun the host-to-device link. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    TC_CHECK(st, tc__workers_start(&b->workers, cores > 8 ? 7 : cores > 1 ? (int)cores - 1 : 0));
     TC_CHECK(st, tc_context_retain(ordinal, &b->ctx));
     TC_CHECK(st, tc_stream_create(b->ctx, 0, &b->stream));
     TC_CHECK(st, tc_pool_create_device(b->ctx, limit_bytes, &b->pool));
+    TC_INFO("%s: backend ready (context, stream, pool)", b->name);
     *out = b;
     return TC_OK;
 fail:
@@ -178,6 +182,11 @@ void tc_backend_destroy(tc_backend *b)
             tc_pool_free(b->pool, (CUdeviceptr)(uintptr_t)b->cublas_workspace);
         if (b->ws)
             tc_pool_free(b->pool, b->ws);
+        for (int i = 0; i < 3; i++) {
+            tc_event_destroy(b->stage_done[i]);
+            if (b->stage[i])
+                tc_pinned_free(b->ctx, b->stage[i]);
+        }
         if (b->pool && b->stream)
             tc_pool_release_stream(b->pool, b->stream);
         tc_pool_destroy(b->pool);
@@ -278,6 +287,7 @@ tc_status tc__backend_cublas(tc_backend *b, void **handle)
     TC_CHECK(st, tc_cublasSetWorkspace(h, b->cublas_workspace, b->cublas_workspace_bytes));
     b->cublas = h;
     *handle = h;
+    TC_INFO("%s: cuBLAS loaded", b->name);
     return TC_OK;
 fail:
     tc_cublasDestroy(h);
@@ -290,6 +300,54 @@ tc_status tc_backend_prepare_gemm(tc_backend *b)
     if (b->kind != TC_BACKEND_CUDA || b->gemm == TC_GEMM_OWN)
         return TC_OK;
     return tc__backend_cublas(b, &handle);
+}
+
+enum { STAGE_BYTES = 16 << 20, STAGE_SLICE = 1 << 20 };
+
+typedef struct stage_copy {
+    char *dst;
+    const char *src;
+    size_t bytes;
+} stage_copy;
+
+static void copy_slices(void *ctx, int64_t lo, int64_t hi)
+{
+    stage_copy *c = ctx;
+    size_t from = (size_t)lo * STAGE_SLICE, to = (size_t)hi * STAGE_SLICE;
+    if (to > c->bytes)
+        to = c->bytes;
+    memcpy(c->dst + from, c->src + from, to - from);
+}
+
+tc_status tc__backend_upload(tc_backend *b, CUdeviceptr dst, const void *src, size_t bytes)
+{
+    if (bytes < 2 * (size_t)STAGE_BYTES || b->workers.count == 0) {
+        TC_TRY(tc_stream_copy_h2d(b->stream, dst, src, bytes));
+        return tc_stream_synchronize(b->stream);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (!b->stage[i])
+            TC_TRY(tc_pinned_alloc(b->ctx, STAGE_BYTES, &b->stage[i]));
+        if (!b->stage_done[i])
+            TC_TRY(tc_event_create(b->ctx, false, &b->stage_done[i]));
+    }
+    const char *p = src;
+    tc_status st = TC_OK;
+    for (size_t off = 0, k = 0; off < bytes && st == TC_OK; off += STAGE_BYTES, k++) {
+        int slot = (int)(k % 3);
+        size_t n = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
+        if (k >= 3)
+            st = tc_event_synchronize(b->stage_done[slot]); /* its last transfer is done */
+        if (st != TC_OK)
+            break;
+        stage_copy c = { b->stage[slot], p + off, n };
+        tc__parallel_for(b, (int64_t)((n + STAGE_SLICE - 1) / STAGE_SLICE), 1, copy_slices, &c);
+        st = tc_stream_copy_h2d(b->stream, dst + off, b->stage[slot], n);
+        if (st == TC_OK)
+            st = tc_event_record(b->stage_done[slot], b->stream);
+    }
+    tc_status st2 = tc_stream_synchronize(b->stream);
+    return st != TC_OK ? st : st2;
 }
 
 tc_status tc__backend_workspace(tc_backend *b, size_t bytes, CUdeviceptr *out)

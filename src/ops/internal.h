@@ -46,6 +46,10 @@ struct tc_backend {
     CUdeviceptr ws;
     size_t ws_bytes;
     uint64_t ws_generation;
+    /* Pinned staging for large host-to-device copies (CUDA), made at the first one: the
+     * workers copy a slot while the previous slot's transfer runs. */
+    void *stage[3];
+    tc_event *stage_done[3];
 };
 
 /* Run fn over [0, n) in chunks of at least `grain` items on b's threads; returns when done. */
@@ -58,6 +62,9 @@ tc_status tc__backend_cublas(tc_backend *b, void **handle);
 /* At least `bytes` of the CUDA backend's op scratch (one op's temporaries at a time: valid
  * until the next call, in stream order). */
 tc_status tc__backend_workspace(tc_backend *b, size_t bytes, CUdeviceptr *out);
+/* Copy bytes from host memory (pageable: a mapped file, say) to device memory of a CUDA
+ * backend and wait: through pinned staging filled by the backend's threads when large. */
+tc_status tc__backend_upload(tc_backend *b, CUdeviceptr dst, const void *src, size_t bytes);
 
 /* Element conversions (round to nearest even; NaN stays NaN). */
 static inline float tc__bf16_to_f32(uint16_t h)

@@ -190,8 +190,7 @@ tc_status tc_tensor_copy_from_host(tc_tensor *t, const void *src, size_t bytes)
         memmove(t->data, src, bytes);
         return TC_OK;
     }
-    TC_TRY(tc_stream_copy_h2d(t->backend->stream, (CUdeviceptr)(uintptr_t)t->data, src, bytes));
-    return tc_stream_synchronize(t->backend->stream);
+    return tc__backend_upload(t->backend, (CUdeviceptr)(uintptr_t)t->data, src, bytes);
 }
 
 tc_status tc_tensor_copy_to_host(const tc_tensor *t, void *dst, size_t bytes)
