@@ -6,13 +6,11 @@
  * decode rates, time to first token and inter-token latency percentiles, and peak device
  * memory; batch-1 decode also reports the fraction of the bandwidth bound. */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -187,15 +185,7 @@ static const char usage[] =
 
 static bool num(const char *flag, const char *s, double lo, double hi, double *v)
 {
-    char *end;
-    errno = 0;
-    *v = strtod(s, &end);
-    if (errno || end == s || *end || !(*v >= lo && *v <= hi)) {
-        fprintf(stderr, "thincuda bench: %s wants a number in [%g, %g], got '%s'\n", flag, lo, hi,
-                s);
-        return false;
-    }
-    return true;
+    return tc_cli_num("thincuda bench", flag, s, lo, hi, v);
 }
 
 static int parse(int argc, char **argv, bench_opts *o)
@@ -320,44 +310,24 @@ int tc_cli_bench(int argc, char **argv)
         return rc;
     double t_start = now();
     tc_llama_config cfg;
-    tc_gguf g = { 0 };
-    tc_hf hf = { 0 };
-    bool is_hf = false, is_gguf = false;
-    const tc_gguf *src = NULL;
+    tc_cli_model f = { 0 };
     if (o.shape) {
         if (tc_llama_config_preset(o.shape, &cfg) != TC_OK)
             return fprintf(stderr, "thincuda bench: %s\n", tc_last_error()), 2;
     } else {
-        struct stat sb;
-        is_hf = stat(o.model, &sb) == 0 && S_ISDIR(sb.st_mode);
-        if (is_hf) {
-            if (tc_hf_open(&hf, o.model) != TC_OK)
-                return fail("cannot load the model");
-            src = &hf.view;
-            cfg = hf.cfg;
-        } else {
-            if (tc_gguf_open(&g, o.model) != TC_OK)
-                return fail("cannot load the model");
-            is_gguf = true;
-            src = &g;
-            if (tc_llama_config_from_gguf(&g, &cfg) != TC_OK) {
-                tc_gguf_close(&g);
-                return fail("cannot load the model");
-            }
+        if (!tc_cli_model_open(&f, o.model, true, false, "thincuda bench")) {
+            tc_cli_model_close(&f);
+            return 1;
         }
+        cfg = f.cfg;
     }
-    tc_backend *b = NULL;
-    tc_status st = TC_ERR_NO_DEVICE;
-    if (strcmp(o.device, "cpu") != 0) {
-        st = tc_backend_create_cuda(0, 0, &b);
-        if (st != TC_OK && !strcmp(o.device, "cuda"))
-            return fail("cannot use the GPU");
-        if (st != TC_OK)
-            fprintf(stderr, "thincuda bench: no GPU (%s); running on the CPU\n",
-                    tc_status_string(st));
+    const tc_gguf *src = f.src;
+    tc_backend *b = tc_cli_backend_create("thincuda bench", o.device, (int)o.threads);
+    if (!b) {
+        tc_cli_model_close(&f);
+        return 1;
     }
-    if (st != TC_OK && tc_backend_create_cpu((int)o.threads, &b) != TC_OK)
-        return fail("cannot start the CPU backend");
+    tc_status st;
     bool cuda = tc_backend_get_kind(b) == TC_BACKEND_CUDA;
     bool throughput = o.requests > 0;
     int64_t max_p = throughput ? o.prompt_len * 3 / 2 : o.prompt_len,
@@ -542,9 +512,6 @@ done:
 out:
     tc_llama_destroy(m);
     tc_backend_destroy(b);
-    if (is_gguf)
-        tc_gguf_close(&g);
-    if (is_hf)
-        tc_hf_close(&hf);
+    tc_cli_model_close(&f);
     return rc;
 }

@@ -18,4 +18,48 @@ int tc_cli_serve(int argc, char **argv);
 /* `thincuda bench (--model PATH | --shape NAME)`: the engine's speed. */
 int tc_cli_bench(int argc, char **argv);
 
+/* ---------------------------------------------------------------- shared helpers */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/gguf.h"
+#include "model/hf.h"
+#include "model/llama.h"
+#include "model/tokenizer.h"
+#include "ops/ops.h"
+
+/* Parse a number flag in [lo, hi]; false with a sentence ("WHO: FLAG wants ...") otherwise. */
+bool tc_cli_num(const char *who, const char *flag, const char *s, double lo, double hi, double *v);
+
+/* A model's files: a GGUF file or a Hugging Face folder, its Llama configuration and its
+ * tokenizer. */
+typedef struct tc_cli_model {
+    tc_gguf g;
+    tc_hf hf;
+    bool is_hf;
+    const tc_gguf *src; /* the tensors of either */
+    tc_llama_config cfg;
+    tc_tokenizer *tok;
+} tc_cli_model;
+/* Open path; without `config` a GGUF's configuration is not read (its tensors may be absent),
+ * without `tokenizer` none is built. False after one sentence on stderr; close either way. */
+bool tc_cli_model_open(tc_cli_model *f, const char *path, bool config, bool tokenizer,
+                       const char *who);
+/* The chat template's source the model carries; ptr NULL when none. */
+tc_gguf_str tc_cli_model_template(const tc_cli_model *f);
+void tc_cli_model_close(tc_cli_model *f);
+
+/* The backend for --device cpu|cuda|auto given how creating the CUDA one went (cuda_status,
+ * cuda, cuda_error): the GPU when it answered, else the CPU (with a line saying so) unless
+ * cuda was demanded. NULL after a sentence on stderr. */
+tc_backend *tc_cli_backend(const char *who, const char *device, int threads, tc_status cuda_status,
+                           tc_backend *cuda, const char *cuda_error);
+/* The same, creating the CUDA backend here. */
+tc_backend *tc_cli_backend_create(const char *who, const char *device, int threads);
+
+/* EOS and every control token but BOS (end of turn): where generation ends. *out is freed with
+ * free(); -1 when out of memory. */
+int32_t tc_cli_stop_tokens(const tc_tokenizer *t, int32_t **out);
+
 #endif /* TC_CLI_H */

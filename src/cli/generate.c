@@ -2,7 +2,6 @@
  * engine (stepped on this thread), streamed text. Each chat turn re-renders the conversation
  * and the engine's prefix cache finds the turns before it. */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
@@ -10,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -32,14 +30,9 @@ typedef struct options {
 
 typedef struct session {
     options o;
-    tc_gguf g; /* a GGUF file, or */
-    tc_hf hf;  /* a Hugging Face folder */
-    bool is_hf;
-    const tc_gguf *src; /* the tensors of either */
-    tc_llama_config cfg;
+    tc_cli_model f;
     tc_backend *b;
     tc_llama *m;
-    tc_tokenizer *tok;
     tc_kv_cache kv;
     bool kv_made;
     int64_t ctx;
@@ -66,17 +59,9 @@ static int fail(const char *what)
     return 1;
 }
 
-/* Parse a number flag; false (with a message) when it is not one or out of range. */
 static bool num(const char *flag, const char *s, double lo, double hi, double *v)
 {
-    char *end;
-    errno = 0;
-    *v = strtod(s, &end);
-    if (errno || end == s || *end || !(*v >= lo && *v <= hi)) {
-        fprintf(stderr, "thincuda: %s wants a number in [%g, %g], got '%s'\n", flag, lo, hi, s);
-        return false;
-    }
-    return true;
+    return tc_cli_num("thincuda", flag, s, lo, hi, v);
 }
 
 static const char common_usage[] =
@@ -265,29 +250,7 @@ static int open_files(session *s)
 {
     if (s->t_start == 0)
         s->t_start = now();
-    struct stat sb;
-    s->is_hf = stat(s->o.model, &sb) == 0 && S_ISDIR(sb.st_mode);
-    if (s->is_hf) {
-        if (tc_hf_open(&s->hf, s->o.model) != TC_OK)
-            return fail("cannot load the model");
-        s->src = &s->hf.view;
-        s->cfg = s->hf.cfg;
-        if (!s->hf.tokenizer_json) {
-            fprintf(stderr, "thincuda: %s has no tokenizer.json\n", s->o.model);
-            return 1;
-        }
-        if (tc_tokenizer_from_json(s->hf.tokenizer_json, s->hf.tokenizer_config, &s->tok) != TC_OK)
-            return fail("cannot load the tokenizer");
-        return 0;
-    }
-    if (tc_gguf_open(&s->g, s->o.model) != TC_OK)
-        return fail("cannot load the model");
-    s->src = &s->g;
-    if (tc_llama_config_from_gguf(&s->g, &s->cfg) != TC_OK)
-        return fail("cannot load the model");
-    if (tc_tokenizer_from_gguf(&s->g, &s->tok) != TC_OK)
-        return fail("cannot load the tokenizer");
-    return 0;
+    return tc_cli_model_open(&s->f, s->o.model, true, true, "thincuda") ? 0 : 1;
 }
 
 /* Pick the backend, place the weights and allocate a KV cache of ctx tokens. */
@@ -309,23 +272,18 @@ static void begin_backend(session *s)
 
 static int load_weights(session *s, int64_t ctx)
 {
-    tc_status st = TC_ERR_NO_DEVICE;
+    s->gpu_status = TC_ERR_NO_DEVICE;
     if (strcmp(s->o.device, "cpu") != 0) {
         if (!s->gpu_started)
             create_gpu(s);
         else
             pthread_join(s->gpu_thread, NULL);
         s->gpu_started = false;
-        st = s->gpu_status;
-        if (st != TC_OK && !strcmp(s->o.device, "cuda")) {
-            fprintf(stderr, "thincuda: cannot use the GPU: %s\n", s->gpu_error);
-            return 1;
-        }
-        if (st != TC_OK)
-            fprintf(stderr, "thincuda: no GPU (%s); running on the CPU\n", tc_status_string(st));
     }
-    if (st != TC_OK && tc_backend_create_cpu((int)s->o.threads, &s->b) != TC_OK)
-        return fail("cannot start the CPU backend");
+    s->b = tc_cli_backend("thincuda", s->o.device, (int)s->o.threads, s->gpu_status, s->b,
+                          s->gpu_error);
+    if (!s->b)
+        return 1;
     tc_llama_options lo = { 0 };
     if (s->o.dtype) {
         lo.act_set = true;
@@ -337,25 +295,20 @@ static int load_weights(session *s, int64_t ctx)
     lo.max_tokens = 256;
     if (isatty(2))
         lo.progress = progress;
-    if (tc_llama_load(s->src, &s->cfg, s->b, &lo, &s->m) != TC_OK)
+    if (tc_llama_load(s->f.src, &s->f.cfg, s->b, &lo, &s->m) != TC_OK)
         return fail("cannot load the model");
     s->ctx = s->m->s.max_blocks * 16;
     if (tc_kv_cache_init(&s->kv, s->m, s->m->s.max_blocks, 16) != TC_OK)
         return fail("cannot allocate the KV cache");
     s->kv_made = true;
-    int32_t vocab = tc_tokenizer_vocab(s->tok), n_stops = 0;
-    s->stops = calloc((size_t)vocab, sizeof *s->stops);
-    if (!s->stops) {
+    int32_t n_stops = tc_cli_stop_tokens(s->f.tok, &s->stops);
+    if (n_stops < 0) {
         fprintf(stderr, "thincuda: out of host memory\n");
         return 1;
     }
-    for (int32_t id = 0; id < vocab; id++)
-        if (id == tc_tokenizer_eos(s->tok) ||
-            (tc_tokenizer_is_control(s->tok, id) && id != tc_tokenizer_bos(s->tok)))
-            s->stops[n_stops++] = id;
     tc_engine_model em = tc_engine_model_llama(s->m, &s->kv);
     tc_engine_options eo = { .max_running = 1,
-                             .tok = s->tok,
+                             .tok = s->f.tok,
                              .show_special = s->o.show_special,
                              .stop_tokens = s->stops,
                              .n_stop_tokens = n_stops };
@@ -372,10 +325,8 @@ static void close_session(session *s)
     if (s->kv_made)
         tc_kv_cache_deinit(&s->kv);
     tc_llama_destroy(s->m);
-    tc_tokenizer_destroy(s->tok);
     tc_backend_destroy(s->b);
-    tc_gguf_close(&s->g);
-    tc_hf_close(&s->hf);
+    tc_cli_model_close(&s->f);
     free(s->stops);
 }
 
@@ -480,11 +431,7 @@ static int template_of(session *s, tc_chat_template *t)
 {
     if (s->o.template_name)
         return tc_chat_template_named(s->o.template_name, t) == TC_OK ? 0 : fail("chat template");
-    tc_gguf_str src = { NULL, 0 };
-    if (s->is_hf && s->hf.chat_template)
-        src = (tc_gguf_str){ s->hf.chat_template, strlen(s->hf.chat_template) };
-    else if (!s->is_hf)
-        tc_gguf_get_str(&s->g, "tokenizer.chat_template", &src);
+    tc_gguf_str src = tc_cli_model_template(&s->f);
     if (!src.ptr) {
         fprintf(stderr, "thincuda: the model has no chat template; choose one with --template "
                         "chatml|llama3|llama2|zephyr\n");
@@ -540,7 +487,7 @@ int tc_cli_generate(int argc, char **argv)
     }
     int32_t *ids;
     size_t n;
-    tc_status st = tc_tokenizer_encode(s.tok, prompt, strlen(prompt), true, true, &ids, &n);
+    tc_status st = tc_tokenizer_encode(s.f.tok, prompt, strlen(prompt), true, true, &ids, &n);
     tc_host_free(text);
     if (st != TC_OK) {
         close_session(&s);
@@ -614,7 +561,7 @@ int tc_cli_chat(int argc, char **argv)
         }
         int32_t *ids;
         size_t n;
-        if (tc_tokenizer_encode(s.tok, prompt, strlen(prompt), true, true, &ids, &n) != TC_OK) {
+        if (tc_tokenizer_encode(s.f.tok, prompt, strlen(prompt), true, true, &ids, &n) != TC_OK) {
             rc = fail("tokenizer");
             break;
         }
@@ -653,8 +600,8 @@ int tc_cli_info(int argc, char **argv)
         close_session(&ss);
         return rc;
     }
-    const tc_gguf g = *ss.src;
-    tc_llama_config c = ss.cfg;
+    const tc_gguf g = *ss.f.src;
+    tc_llama_config c = ss.f.cfg;
     uint64_t params = 0, file_bytes = 0, counts[31] = { 0 };
     for (uint64_t i = 0; i < g.n_tensors; i++) {
         params += g.tensors[i].n_elements;

@@ -5,7 +5,6 @@
  * gracefully: no new connections, requests under way get --shutdown-timeout seconds to
  * finish, the rest are cancelled; exit status 0. */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <pthread.h>
@@ -13,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -35,12 +33,7 @@ typedef struct serve_opts {
 typedef struct served {
     serve_opts o;
     tc_server *srv;
-    tc_gguf g;
-    tc_hf hf;
-    bool is_hf;
-    const tc_gguf *src;
-    tc_llama_config cfg;
-    tc_tokenizer *tok;
+    tc_cli_model f;
     tc_chat_template chat;
     bool has_chat;
     tc_backend *b;
@@ -84,15 +77,7 @@ static const char usage[] =
 
 static bool num(const char *flag, const char *s, double lo, double hi, double *v)
 {
-    char *end;
-    errno = 0;
-    *v = strtod(s, &end);
-    if (errno || end == s || *end || !(*v >= lo && *v <= hi)) {
-        fprintf(stderr, "thincuda serve: %s wants a number in [%g, %g], got '%s'\n", flag, lo, hi,
-                s);
-        return false;
-    }
-    return true;
+    return tc_cli_num("thincuda serve", flag, s, lo, hi, v);
 }
 
 static int parse(int argc, char **argv, serve_opts *o)
@@ -231,34 +216,12 @@ static bool fail(served *s, const char *what)
 /* Model files, tokenizer and chat template. */
 static bool open_model(served *s)
 {
-    struct stat sb;
-    s->is_hf = stat(s->o.model, &sb) == 0 && S_ISDIR(sb.st_mode);
-    tc_gguf_str tmpl = { NULL, 0 };
-    if (s->is_hf) {
-        if (tc_hf_open(&s->hf, s->o.model) != TC_OK)
-            return fail(s, "cannot load the model");
-        s->src = &s->hf.view;
-        s->cfg = s->hf.cfg;
-        if (!s->hf.tokenizer_json) {
-            fprintf(stderr, "thincuda serve: %s has no tokenizer.json\n", s->o.model);
-            s->failed = true;
-            return false;
-        }
-        if (tc_tokenizer_from_json(s->hf.tokenizer_json, s->hf.tokenizer_config, &s->tok) != TC_OK)
-            return fail(s, "cannot load the tokenizer");
-        if (s->hf.chat_template)
-            tmpl = (tc_gguf_str){ s->hf.chat_template, strlen(s->hf.chat_template) };
-    } else {
-        if (tc_gguf_open(&s->g, s->o.model) != TC_OK)
-            return fail(s, "cannot load the model");
-        s->src = &s->g;
-        /* With --shape only the tokenizer is read: the file may have no tensors. */
-        if (!s->o.shape && tc_llama_config_from_gguf(&s->g, &s->cfg) != TC_OK)
-            return fail(s, "cannot load the model");
-        if (tc_tokenizer_from_gguf(&s->g, &s->tok) != TC_OK)
-            return fail(s, "cannot load the tokenizer");
-        tc_gguf_get_str(&s->g, "tokenizer.chat_template", &tmpl);
+    /* With --shape only the tokenizer is read: a GGUF may have no tensors. */
+    if (!tc_cli_model_open(&s->f, s->o.model, !s->o.shape, true, "thincuda serve")) {
+        s->failed = true;
+        return false;
     }
+    tc_gguf_str tmpl = tc_cli_model_template(&s->f);
     if (s->o.template_name) {
         if (tc_chat_template_named(s->o.template_name, &s->chat) != TC_OK)
             return fail(s, "--template");
@@ -278,25 +241,19 @@ static bool open_model(served *s)
 /* Backend, weights, KV cache and engine. */
 static bool start_engine(served *s)
 {
-    tc_status st = TC_ERR_NO_DEVICE;
-    if (strcmp(s->o.device, "cpu") != 0) {
-        st = tc_backend_create_cuda(0, 0, &s->b);
-        if (st != TC_OK && !strcmp(s->o.device, "cuda"))
-            return fail(s, "cannot use the GPU");
-        if (st != TC_OK)
-            fprintf(stderr, "thincuda serve: no GPU (%s); running on the CPU\n",
-                    tc_status_string(st));
+    s->b = tc_cli_backend_create("thincuda serve", s->o.device, (int)s->o.threads);
+    if (!s->b) {
+        s->failed = true;
+        return false;
     }
-    if (st != TC_OK && tc_backend_create_cpu((int)s->o.threads, &s->b) != TC_OK)
-        return fail(s, "cannot start the CPU backend");
     bool cuda = tc_backend_get_kind(s->b) == TC_BACKEND_CUDA;
     if (s->o.shape) {
         /* The named shape with the tokenizer's vocabulary; weights random below. */
-        if (tc_llama_config_preset(s->o.shape, &s->cfg) != TC_OK)
+        if (tc_llama_config_preset(s->o.shape, &s->f.cfg) != TC_OK)
             return fail(s, "--shape");
-        s->cfg.vocab = tc_tokenizer_vocab(s->tok);
+        s->f.cfg.vocab = tc_tokenizer_vocab(s->f.tok);
     }
-    int64_t ctx = s->o.ctx ? s->o.ctx : s->cfg.max_positions;
+    int64_t ctx = s->o.ctx ? s->o.ctx : s->f.cfg.max_positions;
     if (!s->o.ctx && ctx > (cuda ? 8192 : 2048))
         ctx = cuda ? 8192 : 2048;
     int64_t running = s->o.max_running ? s->o.max_running : cuda ? 256 : 16;
@@ -313,9 +270,9 @@ static bool start_engine(served *s)
                                               : TC_DTYPE_BF16;
     }
     if (s->o.shape) {
-        if (tc_llama_random(&s->cfg, 1, s->b, &lo, &s->m) != TC_OK)
+        if (tc_llama_random(&s->f.cfg, 1, s->b, &lo, &s->m) != TC_OK)
             return fail(s, "cannot make the model");
-    } else if (tc_llama_load(s->src, &s->cfg, s->b, &lo, &s->m) != TC_OK) {
+    } else if (tc_llama_load(s->f.src, &s->f.cfg, s->b, &lo, &s->m) != TC_OK) {
         return fail(s, "cannot load the model");
     }
     int64_t blocks = tc_engine_kv_blocks(s->m, (int64_t)s->o.kv_tokens, s->o.kv_fraction, 16);
@@ -331,19 +288,14 @@ static bool start_engine(served *s)
         return fail(s, "cannot allocate the KV cache");
     s->kv_made = true;
     /* Generation ends at EOS and at every other control token but BOS (end of turn). */
-    int32_t vocab = tc_tokenizer_vocab(s->tok), n_stops = 0;
-    s->stops = calloc((size_t)vocab, sizeof *s->stops);
-    if (!s->stops)
+    int32_t vocab = tc_tokenizer_vocab(s->f.tok), n_stops = tc_cli_stop_tokens(s->f.tok, &s->stops);
+    if (n_stops < 0)
         return fail(s, "out of host memory");
-    for (int32_t id = 0; id < vocab; id++)
-        if (id == tc_tokenizer_eos(s->tok) ||
-            (tc_tokenizer_is_control(s->tok, id) && id != tc_tokenizer_bos(s->tok)))
-            s->stops[n_stops++] = id;
     tc_engine_model em = tc_engine_model_llama(s->m, &s->kv);
     tc_engine_options eo = { .threaded = true,
                              .max_running = (int32_t)running,
                              .max_queue = (int32_t)s->o.max_queue,
-                             .tok = s->tok,
+                             .tok = s->f.tok,
                              .stop_tokens = s->stops,
                              .n_stop_tokens = n_stops };
     if (tc_engine_create(&em, &eo, &s->e) != TC_OK)
@@ -358,7 +310,7 @@ static bool start_engine(served *s)
             s->o.name, tc_backend_name(s->b), tc_dtype_name(s->m->act), (long long)blocks,
             (long long)blocks * 16, (long long)(blocks * 16 / ctx), (long long)ctx,
             (double)tc_kv_cache_bytes(s->m, blocks, 16) / (1 << 30), left);
-    tc_server_model sm = { s->e, s->tok, s->has_chat ? &s->chat : NULL, s->m->s.max_blocks * 16,
+    tc_server_model sm = { s->e, s->f.tok, s->has_chat ? &s->chat : NULL, s->m->s.max_blocks * 16,
                            vocab };
     tc_server_set_model(s->srv, &sm);
     return true;
@@ -381,10 +333,8 @@ static void close_model(served *s)
     if (s->kv_made)
         tc_kv_cache_deinit(&s->kv);
     tc_llama_destroy(s->m);
-    tc_tokenizer_destroy(s->tok);
     tc_backend_destroy(s->b);
-    tc_gguf_close(&s->g);
-    tc_hf_close(&s->hf);
+    tc_cli_model_close(&s->f);
     free(s->stops);
 }
 
