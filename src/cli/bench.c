@@ -44,13 +44,6 @@ typedef struct run_state {
     req_times *t;
 } run_state;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int fail(const char *what)
 {
     fprintf(stderr, "thincuda bench: %s: %s\n", what, tc_last_error());
@@ -66,7 +59,7 @@ static void on_token(void *user, const tc_engine_event *ev)
 {
     cb_ctx *c = user;
     req_times *t = c->t;
-    double n = now();
+    double n = tc_host_seconds();
     if (ev->token >= 0) {
         if (t->n_out == 0)
             t->first = n;
@@ -128,7 +121,7 @@ static double run_requests(tc_engine *e, int32_t vocab, int64_t n, const int64_t
         *rc = 1;
         return 0;
     }
-    double t0 = now();
+    double t0 = tc_host_seconds();
     for (int64_t i = 0; i < n; i++) {
         for (int64_t j = 0; j < plen[i]; j++)
             prompt[j] = (int32_t)(1 + rnd((uint32_t)vocab - 1));
@@ -143,7 +136,7 @@ static double run_requests(tc_engine *e, int32_t vocab, int64_t n, const int64_t
         q.ignore_eos = true;
         q.callback = on_token;
         q.user = &ctx[i];
-        t[i].submit = now();
+        t[i].submit = tc_host_seconds();
         if (tc_engine_submit(e, &q, NULL) != TC_OK) {
             *rc = fail("submit");
             pthread_mutex_lock(&rs.mu);
@@ -156,7 +149,7 @@ static double run_requests(tc_engine *e, int32_t vocab, int64_t n, const int64_t
     while (rs.remaining > 0)
         pthread_cond_wait(&rs.cv, &rs.mu);
     pthread_mutex_unlock(&rs.mu);
-    double wall = now() - t0;
+    double wall = tc_host_seconds() - t0;
     free(ctx);
     free(prompt);
     return wall;
@@ -308,7 +301,7 @@ int tc_cli_bench(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
-    double t_start = now();
+    double t_start = tc_host_seconds();
     tc_llama_config cfg;
     tc_cli_model f = { 0 };
     if (o.shape) {
@@ -348,7 +341,7 @@ int tc_cli_bench(int argc, char **argv)
                                            : TC_DTYPE_BF16;
     }
     tc_llama *m = NULL;
-    double t_load = now();
+    double t_load = tc_host_seconds();
     st = o.shape ? tc_llama_random(&cfg, (uint64_t)o.seed, b, &lo, &m)
                  : tc_llama_load(src, &cfg, b, &lo, &m);
     if (st == TC_OK)
@@ -357,33 +350,15 @@ int tc_cli_bench(int argc, char **argv)
         rc = fail("cannot load the model");
         goto out;
     }
-    t_load = now() - t_load;
-    int64_t blocks = tc_engine_kv_blocks(m, o.kv_tokens, o.kv_fraction, 16);
+    t_load = tc_host_seconds() - t_load;
     tc_kv_cache kv;
-    if (blocks < m->s.max_blocks) {
-        fprintf(stderr,
-                "thincuda bench: room for %lld KV blocks, less than one sequence of %lld tokens; "
-                "lower --ctx or raise --kv-fraction\n",
-                (long long)blocks, (long long)ctx);
+    char kv_line[256];
+    if (!tc_cli_kv_cache("thincuda bench", m, o.kv_tokens, o.kv_fraction, &kv, kv_line,
+                         sizeof kv_line)) {
         rc = 1;
         goto out;
     }
-    if (tc_kv_cache_init(&kv, m, blocks, 16) != TC_OK) {
-        rc = fail("cannot allocate the KV cache");
-        goto out;
-    }
-    uint64_t kv_bytes = tc_kv_cache_bytes(m, blocks, 16);
-    size_t free_b = 0, total_b = 0;
-    if (cuda)
-        tc_context_mem_info(tc_backend_context(b), &free_b, &total_b);
-    char left[64] = "";
-    if (cuda)
-        snprintf(left, sizeof left, "; %.2f GiB of device memory left", (double)free_b / (1 << 30));
-    fprintf(stderr,
-            "[kv cache: %lld blocks x 16 = %lld tokens, %lld sequences of %lld tokens at once, "
-            "%.2f GiB%s]\n",
-            (long long)blocks, (long long)blocks * 16, (long long)(blocks * 16 / ctx),
-            (long long)ctx, (double)kv_bytes / (1 << 30), left);
+    fprintf(stderr, "[kv cache: %s]\n", kv_line);
     tc_engine_model em = tc_engine_model_llama(m, &kv);
     tc_engine_options eo = { .threaded = true,
                              .max_queue = (int32_t)(throughput ? o.requests + 64 : 1024),
@@ -497,7 +472,7 @@ int tc_cli_bench(int argc, char **argv)
            "launches\n",
            (unsigned long long)es.steps, (unsigned long long)es.preemptions,
            (long long)m->s.graph_captures, (long long)m->s.graph_launches);
-    printf("process          %.2f s from start\n", now() - t_start);
+    printf("process          %.2f s from start\n", tc_host_seconds() - t_start);
     (void)ps0;
     free(ttft);
 done:

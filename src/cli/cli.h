@@ -23,6 +23,7 @@ int tc_cli_bench(int argc, char **argv);
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "inference/engine.h"
 #include "model/gguf.h"
 #include "model/hf.h"
 #include "model/llama.h"
@@ -57,6 +58,13 @@ tc_backend *tc_cli_backend(const char *who, const char *device, int threads, tc_
                            tc_backend *cuda, const char *cuda_error);
 /* The same, creating the CUDA backend here. */
 tc_backend *tc_cli_backend_create(const char *who, const char *device, int threads);
+
+/* Size the engine's KV cache for m (`tokens` when nonzero, else `fraction` of free memory; see
+ * tc_engine_kv_blocks) and allocate it. *line gets its capacity in words (blocks, tokens,
+ * sequences of m's context, GiB, device memory left). False after a sentence on stderr when
+ * not one sequence of the context fits or the allocation fails. */
+bool tc_cli_kv_cache(const char *who, tc_llama *m, int64_t tokens, double fraction, tc_kv_cache *kv,
+                     char *line, size_t len);
 
 /* EOS and every control token but BOS (end of turn): where generation ends. *out is freed with
  * free(); -1 when out of memory. */

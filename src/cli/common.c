@@ -118,3 +118,32 @@ int32_t tc_cli_stop_tokens(const tc_tokenizer *t, int32_t **out)
             (*out)[n++] = id;
     return n;
 }
+
+bool tc_cli_kv_cache(const char *who, tc_llama *m, int64_t tokens, double fraction, tc_kv_cache *kv,
+                     char *line, size_t len)
+{
+    int64_t ctx = m->s.max_blocks * 16, blocks = tc_engine_kv_blocks(m, tokens, fraction, 16);
+    if (blocks < m->s.max_blocks) {
+        fprintf(stderr,
+                "%s: room for %lld KV blocks, less than one sequence of %lld tokens; lower "
+                "--ctx or raise --kv-tokens / --kv-fraction\n",
+                who, (long long)blocks, (long long)ctx);
+        return false;
+    }
+    if (tc_kv_cache_init(kv, m, blocks, 16) != TC_OK) {
+        fprintf(stderr, "%s: cannot allocate the KV cache: %s\n", who, tc_last_error());
+        return false;
+    }
+    char left[64] = "";
+    size_t free_b = 0, total_b = 0;
+    tc_backend *b = m->backend;
+    if (tc_backend_get_kind(b) == TC_BACKEND_CUDA &&
+        tc_context_mem_info(tc_backend_context(b), &free_b, &total_b) == TC_OK)
+        snprintf(left, sizeof left, "; %.2f GiB of device memory left", (double)free_b / (1 << 30));
+    snprintf(line, len,
+             "%lld blocks x 16 = %lld tokens, %lld sequences of %lld tokens at once, "
+             "%.2f GiB%s",
+             (long long)blocks, (long long)blocks * 16, (long long)(blocks * 16 / ctx),
+             (long long)ctx, (double)tc_kv_cache_bytes(m, blocks, 16) / (1 << 30), left);
+    return true;
+}

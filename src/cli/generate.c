@@ -46,13 +46,6 @@ typedef struct session {
     char gpu_error[512];
 } session;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int fail(const char *what)
 {
     fprintf(stderr, "thincuda: %s: %s\n", what, tc_last_error());
@@ -249,7 +242,7 @@ static void progress(void *ctx, uint64_t done, uint64_t total)
 static int open_files(session *s)
 {
     if (s->t_start == 0)
-        s->t_start = now();
+        s->t_start = tc_host_seconds();
     return tc_cli_model_open(&s->f, s->o.model, true, true, "thincuda") ? 0 : 1;
 }
 
@@ -347,7 +340,7 @@ static void on_event(void *user, const tc_engine_event *ev)
     gen_state *g = user;
     if (ev->token >= 0) {
         if (g->generated == 0) {
-            g->t_first = now();
+            g->t_first = tc_host_seconds();
             if (g->report)
                 fprintf(stderr, "[first token ready %.3f s after start]\n",
                         g->t_first - g->s->t_start);
@@ -371,7 +364,7 @@ static void on_event(void *user, const tc_engine_event *ev)
         g->error = g->error_buf;
     }
     if (ev->finish != TC_FINISH_NONE)
-        g->t_end = now();
+        g->t_end = tc_host_seconds();
 }
 
 /* Generate up to n_predict tokens after the prompt tokens, streaming text to stdout; the
@@ -397,7 +390,7 @@ static int run(session *s, const int32_t *prompt, int64_t n_prompt, tc_sample_pa
                          .sample = sp,
                          .callback = on_event,
                          .user = &g };
-        double t0 = now();
+        double t0 = tc_host_seconds();
         if (tc_engine_submit(s->e, &r, NULL) != TC_OK)
             return fail("generation");
         int32_t active = 1;
@@ -451,7 +444,7 @@ static const char generate_usage[] =
 int tc_cli_generate(int argc, char **argv)
 {
     session s = { 0 };
-    s.t_start = now(); /* start to first token counts the tokenizer built below */
+    s.t_start = tc_host_seconds(); /* start to first token counts the tokenizer built below */
     TC_INFO("generate: start");
     char usage[2048];
     snprintf(usage, sizeof usage, "%s%s%s", generate_usage, common_usage, sample_usage);

@@ -275,17 +275,12 @@ static bool start_engine(served *s)
     } else if (tc_llama_load(s->f.src, &s->f.cfg, s->b, &lo, &s->m) != TC_OK) {
         return fail(s, "cannot load the model");
     }
-    int64_t blocks = tc_engine_kv_blocks(s->m, (int64_t)s->o.kv_tokens, s->o.kv_fraction, 16);
-    if (blocks < s->m->s.max_blocks) {
-        fprintf(stderr,
-                "thincuda serve: room for %lld KV blocks, less than one sequence of %lld "
-                "tokens; lower --ctx or raise --kv-tokens / --kv-fraction\n",
-                (long long)blocks, (long long)ctx);
+    char kv_line[256];
+    if (!tc_cli_kv_cache("thincuda serve", s->m, (int64_t)s->o.kv_tokens, s->o.kv_fraction, &s->kv,
+                         kv_line, sizeof kv_line)) {
         s->failed = true;
         return false;
     }
-    if (tc_kv_cache_init(&s->kv, s->m, blocks, 16) != TC_OK)
-        return fail(s, "cannot allocate the KV cache");
     s->kv_made = true;
     /* Generation ends at EOS and at every other control token but BOS (end of turn). */
     int32_t vocab = tc_tokenizer_vocab(s->f.tok), n_stops = tc_cli_stop_tokens(s->f.tok, &s->stops);
@@ -300,16 +295,8 @@ static bool start_engine(served *s)
                              .n_stop_tokens = n_stops };
     if (tc_engine_create(&em, &eo, &s->e) != TC_OK)
         return fail(s, "cannot start the engine");
-    size_t free_b = 0, total_b = 0;
-    char left[64] = "";
-    if (cuda && tc_context_mem_info(tc_backend_context(s->b), &free_b, &total_b) == TC_OK)
-        snprintf(left, sizeof left, "; %.2f GiB of device memory left", (double)free_b / (1 << 30));
-    fprintf(stderr,
-            "thincuda serve: %s on %s %s; kv cache %lld blocks x 16 = %lld tokens, %lld "
-            "sequences of %lld tokens at once, %.2f GiB%s\n",
-            s->o.name, tc_backend_name(s->b), tc_dtype_name(s->m->act), (long long)blocks,
-            (long long)blocks * 16, (long long)(blocks * 16 / ctx), (long long)ctx,
-            (double)tc_kv_cache_bytes(s->m, blocks, 16) / (1 << 30), left);
+    fprintf(stderr, "thincuda serve: %s on %s %s; kv cache %s\n", s->o.name, tc_backend_name(s->b),
+            tc_dtype_name(s->m->act), kv_line);
     tc_server_model sm = { s->e, s->f.tok, s->has_chat ? &s->chat : NULL, s->m->s.max_blocks * 16,
                            vocab };
     tc_server_set_model(s->srv, &sm);

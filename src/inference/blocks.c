@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/internal.h"
+
 struct tc_blocks {
     int32_t n, block_size;
     int32_t *refs;
@@ -165,20 +167,11 @@ int32_t tc_blocks_refs(const tc_blocks *bm, int32_t b)
     return bm->refs[b];
 }
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 uint64_t tc_blocks_hash(uint64_t parent, const int32_t *tokens, int32_t block_size)
 {
-    uint64_t h = mix(parent ^ 0x9e3779b97f4a7c15ull);
+    uint64_t h = tc__mix64(parent ^ 0x9e3779b97f4a7c15ull);
     for (int32_t i = 0; i < block_size; i++)
-        h = mix(h + (uint32_t)tokens[i] + 0x9e3779b97f4a7c15ull);
+        h = tc__mix64(h + (uint32_t)tokens[i] + 0x9e3779b97f4a7c15ull);
     /* 0 means "no prefix". */
     return h ? h : 1;
 }

@@ -239,6 +239,20 @@ static request *copy_request(const tc_request *r, int64_t max_tokens)
     return q;
 }
 
+/* Grow a list of ids so that one more fits; false when out of memory. */
+static bool room_for_one(uint64_t **list, int32_t n, int32_t *cap)
+{
+    if (n < *cap)
+        return true;
+    int32_t c = *cap ? 2 * *cap : 64;
+    uint64_t *l = tc_host_realloc(*list, sizeof *l * (size_t)c);
+    if (!l)
+        return false;
+    *list = l;
+    *cap = c;
+    return true;
+}
+
 tc_status tc_engine_submit(tc_engine *e, const tc_request *r, uint64_t *id)
 {
     int64_t max_tokens = 0;
@@ -253,16 +267,8 @@ tc_status tc_engine_submit(tc_engine *e, const tc_request *r, uint64_t *id)
     else if (e->n_incoming + e->stats.waiting >= e->o.max_queue)
         st = tc_set_error(TC_ERR_LIMIT, "tc_engine_submit", "the queue is full (%d requests)",
                           e->o.max_queue);
-    else if (e->n_ids == e->cap_ids) {
-        int32_t cap = e->cap_ids ? 2 * e->cap_ids : 64;
-        uint64_t *ids = tc_host_realloc(e->ids, sizeof *ids * (size_t)cap);
-        if (!ids)
-            st = tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_engine_submit", "no host memory");
-        else {
-            e->ids = ids;
-            e->cap_ids = cap;
-        }
-    }
+    else if (!room_for_one(&e->ids, e->n_ids, &e->cap_ids))
+        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_engine_submit", "no host memory");
     if (st == TC_OK) {
         q->id = ++e->next_id;
         e->ids[e->n_ids++] = q->id;
@@ -292,16 +298,8 @@ tc_status tc_engine_cancel(tc_engine *e, uint64_t id)
     if (!known)
         st = tc_set_error(TC_ERR_NOT_FOUND, "tc_engine_cancel", "no unfinished request %llu",
                           (unsigned long long)id);
-    else if (e->n_cancels == e->cap_cancels) {
-        int32_t cap = e->cap_cancels ? 2 * e->cap_cancels : 16;
-        uint64_t *c = tc_host_realloc(e->cancels, sizeof *c * (size_t)cap);
-        if (!c)
-            st = tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_engine_cancel", "no host memory");
-        else {
-            e->cancels = c;
-            e->cap_cancels = cap;
-        }
-    }
+    else if (!room_for_one(&e->cancels, e->n_cancels, &e->cap_cancels))
+        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_engine_cancel", "no host memory");
     if (st == TC_OK) {
         e->cancels[e->n_cancels++] = id;
         pthread_cond_signal(&e->cv);

@@ -67,6 +67,17 @@ tc_status tc__backend_workspace(tc_backend *b, size_t bytes, CUdeviceptr *out);
 tc_status tc__backend_upload(tc_backend *b, CUdeviceptr dst, const void *src, size_t bytes);
 
 /* Element conversions (round to nearest even; NaN stays NaN). */
+/* splitmix64's finaliser (Steele, Lea & Flood 2014): a 64-bit mix for random streams and
+ * hashes. */
+static inline uint64_t tc__mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 static inline float tc__bf16_to_f32(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;

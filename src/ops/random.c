@@ -1,15 +1,6 @@
 /* Deterministic pseudo-random fills: the same numbers on every backend (see kernels/random.cu). */
 #include "ops/internal.h"
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 typedef struct {
     tc_tensor *t;
     uint64_t key;
@@ -20,7 +11,7 @@ static void fill_range(void *ctx, int64_t begin, int64_t end)
 {
     fill_job *j = ctx;
     for (int64_t i = begin; i < end; i++) {
-        float u = (float)(mix(j->key ^ (uint64_t)i) >> 40) * (1.0f / 16777216.0f);
+        float u = (float)(tc__mix64(j->key ^ (uint64_t)i) >> 40) * (1.0f / 16777216.0f);
         tc__store(j->t->dtype, j->t->data, i, j->offset + j->scale * (2.0f * u - 1.0f));
     }
 }
@@ -35,7 +26,7 @@ tc_status tc_fill_random(tc_tensor *t, uint64_t seed, float offset, float scale)
     if (n == 0)
         return TC_OK;
     tc_backend *b = t->backend;
-    fill_job j = { t, mix(seed + 0x9e3779b97f4a7c15ull), offset, scale };
+    fill_job j = { t, tc__mix64(seed + 0x9e3779b97f4a7c15ull), offset, scale };
     if (b->kind == TC_BACKEND_CPU) {
         tc__parallel_for(b, n, 1 << 16, fill_range, &j);
         return TC_OK;

@@ -19,12 +19,8 @@ tc_sample_params tc_sample_defaults(void)
 static double uniform(uint64_t seed, uint64_t counter)
 {
     uint64_t z = seed ^ (counter * 0x9e3779b97f4a7c15ull) ^ 0x5851f42d4c957f2dull;
-    for (int i = 0; i < 2; i++) {
-        z += 0x9e3779b97f4a7c15ull;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-    }
+    for (int i = 0; i < 2; i++)
+        z = tc__mix64(z + 0x9e3779b97f4a7c15ull);
     return (double)(z >> 11) * 0x1.0p-53;
 }
 

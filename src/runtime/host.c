@@ -3,6 +3,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 static void *std_alloc(void *user, size_t bytes)
@@ -55,4 +56,11 @@ void tc_host_free(void *ptr)
 {
     if (ptr != NULL)
         current.free(current.user, ptr);
+}
+
+double tc_host_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

@@ -35,6 +35,9 @@ TC_API void *tc_host_realloc(void *ptr, size_t bytes);
 /* Free an allocation; NULL is a no-op. */
 TC_API void tc_host_free(void *ptr);
 
+/* Seconds on the monotonic clock, for timing. */
+TC_API double tc_host_seconds(void);
+
 #ifdef __cplusplus
 }
 #endif

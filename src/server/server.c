@@ -127,13 +127,6 @@ struct tc_server {
     uint64_t next_rid;
 };
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Wait on cv for at most ms milliseconds. */
 static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, long ms)
 {
@@ -195,7 +188,7 @@ static job *new_job(tc_server *s, int n)
         return NULL;
     }
     j->created = (long long)time(NULL);
-    j->t_arrival = now();
+    j->t_arrival = tc_host_seconds();
     return j;
 }
 
@@ -219,7 +212,7 @@ static void on_event(void *user, const tc_engine_event *ev)
 {
     job *j = user;
     tc_server *s = j->srv;
-    double t = now();
+    double t = tc_host_seconds();
     pthread_mutex_lock(&s->mu);
     if (ev->token >= 0) {
         s->met.generation_tokens++;
@@ -863,7 +856,7 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
     if (!q->seed_set) {
         uint64_t seed;
         if (getentropy(&seed, sizeof seed) != 0)
-            seed = (uint64_t)(now() * 1e9);
+            seed = (uint64_t)(tc_host_seconds() * 1e9);
         r.sample.seed = seed;
     }
     /* On the list before the engine can call back. */
@@ -1409,7 +1402,7 @@ bool tc_server_start(const tc_server_options *o, tc_server **out, char *msg, siz
     const union MHD_DaemonInfo *di = s->mhd.get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
     if (getentropy(&s->next_rid, sizeof s->next_rid) != 0)
-        s->next_rid = (uint64_t)(now() * 1e9);
+        s->next_rid = (uint64_t)(tc_host_seconds() * 1e9);
     *out = s;
     return true;
 }
@@ -1437,9 +1430,9 @@ void tc_server_stop(tc_server *s, double grace_s)
         if (fd != MHD_INVALID_SOCKET)
             close(fd);
     }
-    double until = now() + grace_s;
+    double until = tc_host_seconds() + grace_s;
     pthread_mutex_lock(&s->mu);
-    while (s->n_jobs > 0 && now() < until) {
+    while (s->n_jobs > 0 && tc_host_seconds() < until) {
         timed_wait(&s->cv, &s->mu, 50);
     }
     for (job *j = s->jobs; j; j = j->next)
@@ -1448,8 +1441,8 @@ void tc_server_stop(tc_server *s, double grace_s)
     while (s->n_jobs > 0)
         pthread_cond_wait(&s->cv, &s->mu);
     /* Let streams write their last events (a client that stopped reading gets 10 s). */
-    until = now() + 10;
-    while (s->n_busy > 0 && now() < until) {
+    until = tc_host_seconds() + 10;
+    while (s->n_busy > 0 && tc_host_seconds() < until) {
         timed_wait(&s->cv, &s->mu, 50);
     }
     pthread_mutex_unlock(&s->mu);
