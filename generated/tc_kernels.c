@@ -92,12 +92,18 @@ static const uint16_t sizes_tc_k_gemm_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_gemm_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
 static const uint16_t sizes_tc_k_gemm_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_gemm_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
-static const uint16_t sizes_tc_k_matvec_f32[] = {8, 8, 8, 4, 4, 8, 8, 8, 8};
-static const char *const names_tc_k_matvec_f32[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride"};
-static const uint16_t sizes_tc_k_matvec_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8};
-static const char *const names_tc_k_matvec_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride"};
-static const uint16_t sizes_tc_k_matvec_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8};
-static const char *const names_tc_k_matvec_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride"};
+static const uint16_t sizes_tc_k_matvec_f32[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_matvec_f32[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_matvec_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_matvec_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_matvec_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_matvec_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_matvec1_f32[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_matvec1_f32[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_matvec1_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_matvec1_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_matvec1_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_matvec1_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_fill_random_f32[] = {8, 8, 8, 4, 4};
 static const char *const names_tc_k_fill_random_f32[] = {"out", "n", "seed", "offset", "scale"};
 static const uint16_t sizes_tc_k_fill_random_f16[] = {8, 8, 8, 4, 4};
@@ -134,56 +140,59 @@ static const uint16_t sizes_tc_k_swiglu_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_swiglu_bf16[] = {"out", "gate", "up", "rows", "cols", "out_stride", "gate_stride", "up_stride"};
 
 const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
-    {"tc_k_argmax_f32", "kernels/argmax.cu", 56, 4, sizes_tc_k_argmax_f32, names_tc_k_argmax_f32},
-    {"tc_k_argmax_f16", "kernels/argmax.cu", 61, 4, sizes_tc_k_argmax_f16, names_tc_k_argmax_f16},
-    {"tc_k_argmax_bf16", "kernels/argmax.cu", 66, 4, sizes_tc_k_argmax_bf16, names_tc_k_argmax_bf16},
+    {"tc_k_argmax_f32", "kernels/argmax.cu", 86, 4, sizes_tc_k_argmax_f32, names_tc_k_argmax_f32},
+    {"tc_k_argmax_f16", "kernels/argmax.cu", 92, 4, sizes_tc_k_argmax_f16, names_tc_k_argmax_f16},
+    {"tc_k_argmax_bf16", "kernels/argmax.cu", 98, 4, sizes_tc_k_argmax_bf16, names_tc_k_argmax_bf16},
     {"tc_k_attn_store_f32", "kernels/attention.cu", 306, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
-    {"tc_k_attn_decode64_f32", "kernels/attention.cu", 315, 15, sizes_tc_k_attn_decode64_f32, names_tc_k_attn_decode64_f32},
-    {"tc_k_attn_prefill64_f32", "kernels/attention.cu", 327, 15, sizes_tc_k_attn_prefill64_f32, names_tc_k_attn_prefill64_f32},
-    {"tc_k_attn_decode128_f32", "kernels/attention.cu", 340, 15, sizes_tc_k_attn_decode128_f32, names_tc_k_attn_decode128_f32},
-    {"tc_k_attn_prefill128_f32", "kernels/attention.cu", 352, 15, sizes_tc_k_attn_prefill128_f32, names_tc_k_attn_prefill128_f32},
-    {"tc_k_attn_combine_f32", "kernels/attention.cu", 363, 6, sizes_tc_k_attn_combine_f32, names_tc_k_attn_combine_f32},
-    {"tc_k_attn_store_f16", "kernels/attention.cu", 370, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
-    {"tc_k_attn_decode64_f16", "kernels/attention.cu", 379, 15, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
-    {"tc_k_attn_prefill64_f16", "kernels/attention.cu", 391, 15, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
-    {"tc_k_attn_decode128_f16", "kernels/attention.cu", 404, 15, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
-    {"tc_k_attn_prefill128_f16", "kernels/attention.cu", 416, 15, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
-    {"tc_k_attn_combine_f16", "kernels/attention.cu", 427, 6, sizes_tc_k_attn_combine_f16, names_tc_k_attn_combine_f16},
-    {"tc_k_attn_store_bf16", "kernels/attention.cu", 434, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
-    {"tc_k_attn_decode64_bf16", "kernels/attention.cu", 443, 15, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
-    {"tc_k_attn_prefill64_bf16", "kernels/attention.cu", 455, 15, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
-    {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 468, 15, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
-    {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 480, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
-    {"tc_k_attn_combine_bf16", "kernels/attention.cu", 491, 6, sizes_tc_k_attn_combine_bf16, names_tc_k_attn_combine_bf16},
+    {"tc_k_attn_decode64_f32", "kernels/attention.cu", 316, 15, sizes_tc_k_attn_decode64_f32, names_tc_k_attn_decode64_f32},
+    {"tc_k_attn_prefill64_f32", "kernels/attention.cu", 329, 15, sizes_tc_k_attn_prefill64_f32, names_tc_k_attn_prefill64_f32},
+    {"tc_k_attn_decode128_f32", "kernels/attention.cu", 343, 15, sizes_tc_k_attn_decode128_f32, names_tc_k_attn_decode128_f32},
+    {"tc_k_attn_prefill128_f32", "kernels/attention.cu", 356, 15, sizes_tc_k_attn_prefill128_f32, names_tc_k_attn_prefill128_f32},
+    {"tc_k_attn_combine_f32", "kernels/attention.cu", 368, 6, sizes_tc_k_attn_combine_f32, names_tc_k_attn_combine_f32},
+    {"tc_k_attn_store_f16", "kernels/attention.cu", 376, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
+    {"tc_k_attn_decode64_f16", "kernels/attention.cu", 386, 15, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
+    {"tc_k_attn_prefill64_f16", "kernels/attention.cu", 399, 15, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
+    {"tc_k_attn_decode128_f16", "kernels/attention.cu", 413, 15, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
+    {"tc_k_attn_prefill128_f16", "kernels/attention.cu", 426, 15, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
+    {"tc_k_attn_combine_f16", "kernels/attention.cu", 438, 6, sizes_tc_k_attn_combine_f16, names_tc_k_attn_combine_f16},
+    {"tc_k_attn_store_bf16", "kernels/attention.cu", 446, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
+    {"tc_k_attn_decode64_bf16", "kernels/attention.cu", 456, 15, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
+    {"tc_k_attn_prefill64_bf16", "kernels/attention.cu", 469, 15, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
+    {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 483, 15, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
+    {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 496, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
+    {"tc_k_attn_combine_bf16", "kernels/attention.cu", 508, 6, sizes_tc_k_attn_combine_bf16, names_tc_k_attn_combine_bf16},
     {"tc_k_convert", "kernels/convert.cu", 7, 8, sizes_tc_k_convert, names_tc_k_convert},
     {"tc_k_copy_u8", "kernels/copy.cu", 32, 3, sizes_tc_k_copy_u8, names_tc_k_copy_u8},
-    {"tc_k_fill_f32", "kernels/copy.cu", 49, 3, sizes_tc_k_fill_f32, names_tc_k_fill_f32},
+    {"tc_k_fill_f32", "kernels/copy.cu", 50, 3, sizes_tc_k_fill_f32, names_tc_k_fill_f32},
     {"tc_k_embedding_f32", "kernels/embedding.cu", 34, 8, sizes_tc_k_embedding_f32, names_tc_k_embedding_f32},
-    {"tc_k_embedding_f16", "kernels/embedding.cu", 40, 8, sizes_tc_k_embedding_f16, names_tc_k_embedding_f16},
-    {"tc_k_embedding_bf16", "kernels/embedding.cu", 46, 8, sizes_tc_k_embedding_bf16, names_tc_k_embedding_bf16},
+    {"tc_k_embedding_f16", "kernels/embedding.cu", 41, 8, sizes_tc_k_embedding_f16, names_tc_k_embedding_f16},
+    {"tc_k_embedding_bf16", "kernels/embedding.cu", 48, 8, sizes_tc_k_embedding_bf16, names_tc_k_embedding_bf16},
     {"tc_k_gemm_tc_f16", "kernels/gemm.cu", 161, 8, sizes_tc_k_gemm_tc_f16, names_tc_k_gemm_tc_f16},
-    {"tc_k_gemm_tc_bf16", "kernels/gemm.cu", 169, 8, sizes_tc_k_gemm_tc_bf16, names_tc_k_gemm_tc_bf16},
-    {"tc_k_gemm_f32", "kernels/gemm.cu", 176, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
-    {"tc_k_gemm_f16", "kernels/gemm.cu", 181, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
-    {"tc_k_gemm_bf16", "kernels/gemm.cu", 186, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
-    {"tc_k_matvec_f32", "kernels/matvec.cu", 194, 9, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
-    {"tc_k_matvec_f16", "kernels/matvec.cu", 200, 9, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
-    {"tc_k_matvec_bf16", "kernels/matvec.cu", 206, 9, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},
+    {"tc_k_gemm_tc_bf16", "kernels/gemm.cu", 170, 8, sizes_tc_k_gemm_tc_bf16, names_tc_k_gemm_tc_bf16},
+    {"tc_k_gemm_f32", "kernels/gemm.cu", 178, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
+    {"tc_k_gemm_f16", "kernels/gemm.cu", 184, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
+    {"tc_k_gemm_bf16", "kernels/gemm.cu", 190, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
+    {"tc_k_matvec_f32", "kernels/matvec.cu", 329, 10, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
+    {"tc_k_matvec_f16", "kernels/matvec.cu", 335, 10, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
+    {"tc_k_matvec_bf16", "kernels/matvec.cu", 341, 10, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},
+    {"tc_k_matvec1_f32", "kernels/matvec.cu", 350, 10, sizes_tc_k_matvec1_f32, names_tc_k_matvec1_f32},
+    {"tc_k_matvec1_f16", "kernels/matvec.cu", 356, 10, sizes_tc_k_matvec1_f16, names_tc_k_matvec1_f16},
+    {"tc_k_matvec1_bf16", "kernels/matvec.cu", 362, 10, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
     {"tc_k_fill_random_f32", "kernels/random.cu", 31, 5, sizes_tc_k_fill_random_f32, names_tc_k_fill_random_f32},
-    {"tc_k_fill_random_f16", "kernels/random.cu", 37, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
-    {"tc_k_fill_random_bf16", "kernels/random.cu", 43, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},
+    {"tc_k_fill_random_f16", "kernels/random.cu", 38, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
+    {"tc_k_fill_random_bf16", "kernels/random.cu", 45, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},
     {"tc_k_rmsnorm_f32", "kernels/rmsnorm.cu", 67, 9, sizes_tc_k_rmsnorm_f32, names_tc_k_rmsnorm_f32},
-    {"tc_k_rmsnorm_f16", "kernels/rmsnorm.cu", 73, 9, sizes_tc_k_rmsnorm_f16, names_tc_k_rmsnorm_f16},
-    {"tc_k_rmsnorm_bf16", "kernels/rmsnorm.cu", 79, 9, sizes_tc_k_rmsnorm_bf16, names_tc_k_rmsnorm_bf16},
+    {"tc_k_rmsnorm_f16", "kernels/rmsnorm.cu", 74, 9, sizes_tc_k_rmsnorm_f16, names_tc_k_rmsnorm_f16},
+    {"tc_k_rmsnorm_bf16", "kernels/rmsnorm.cu", 81, 9, sizes_tc_k_rmsnorm_bf16, names_tc_k_rmsnorm_bf16},
     {"tc_k_rope_f32", "kernels/rope.cu", 110, 15, sizes_tc_k_rope_f32, names_tc_k_rope_f32},
-    {"tc_k_rope_f16", "kernels/rope.cu", 121, 15, sizes_tc_k_rope_f16, names_tc_k_rope_f16},
-    {"tc_k_rope_bf16", "kernels/rope.cu", 132, 15, sizes_tc_k_rope_bf16, names_tc_k_rope_bf16},
+    {"tc_k_rope_f16", "kernels/rope.cu", 122, 15, sizes_tc_k_rope_f16, names_tc_k_rope_f16},
+    {"tc_k_rope_bf16", "kernels/rope.cu", 134, 15, sizes_tc_k_rope_bf16, names_tc_k_rope_bf16},
     {"tc_k_selftest_params", "kernels/selftest.cu", 7, 10, sizes_tc_k_selftest_params, names_tc_k_selftest_params},
-    {"tc_k_selftest_delay_store", "kernels/selftest.cu", 25, 3, sizes_tc_k_selftest_delay_store, names_tc_k_selftest_delay_store},
+    {"tc_k_selftest_delay_store", "kernels/selftest.cu", 26, 3, sizes_tc_k_selftest_delay_store, names_tc_k_selftest_delay_store},
     {"tc_k_softmax_f32", "kernels/softmax.cu", 28, 5, sizes_tc_k_softmax_f32, names_tc_k_softmax_f32},
-    {"tc_k_softmax_f16", "kernels/softmax.cu", 34, 5, sizes_tc_k_softmax_f16, names_tc_k_softmax_f16},
-    {"tc_k_softmax_bf16", "kernels/softmax.cu", 40, 5, sizes_tc_k_softmax_bf16, names_tc_k_softmax_bf16},
+    {"tc_k_softmax_f16", "kernels/softmax.cu", 35, 5, sizes_tc_k_softmax_f16, names_tc_k_softmax_f16},
+    {"tc_k_softmax_bf16", "kernels/softmax.cu", 42, 5, sizes_tc_k_softmax_bf16, names_tc_k_softmax_bf16},
     {"tc_k_swiglu_f32", "kernels/swiglu.cu", 40, 8, sizes_tc_k_swiglu_f32, names_tc_k_swiglu_f32},
-    {"tc_k_swiglu_f16", "kernels/swiglu.cu", 47, 8, sizes_tc_k_swiglu_f16, names_tc_k_swiglu_f16},
-    {"tc_k_swiglu_bf16", "kernels/swiglu.cu", 54, 8, sizes_tc_k_swiglu_bf16, names_tc_k_swiglu_bf16},
+    {"tc_k_swiglu_f16", "kernels/swiglu.cu", 48, 8, sizes_tc_k_swiglu_f16, names_tc_k_swiglu_f16},
+    {"tc_k_swiglu_bf16", "kernels/swiglu.cu", 56, 8, sizes_tc_k_swiglu_bf16, names_tc_k_swiglu_bf16},
 };

@@ -77,24 +77,27 @@ typedef enum tc_kernel_id {
     TC_KERNEL_MATVEC_F32 = 32,
     TC_KERNEL_MATVEC_F16 = 33,
     TC_KERNEL_MATVEC_BF16 = 34,
-    TC_KERNEL_FILL_RANDOM_F32 = 35,
-    TC_KERNEL_FILL_RANDOM_F16 = 36,
-    TC_KERNEL_FILL_RANDOM_BF16 = 37,
-    TC_KERNEL_RMSNORM_F32 = 38,
-    TC_KERNEL_RMSNORM_F16 = 39,
-    TC_KERNEL_RMSNORM_BF16 = 40,
-    TC_KERNEL_ROPE_F32 = 41,
-    TC_KERNEL_ROPE_F16 = 42,
-    TC_KERNEL_ROPE_BF16 = 43,
-    TC_KERNEL_SELFTEST_PARAMS = 44,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 45,
-    TC_KERNEL_SOFTMAX_F32 = 46,
-    TC_KERNEL_SOFTMAX_F16 = 47,
-    TC_KERNEL_SOFTMAX_BF16 = 48,
-    TC_KERNEL_SWIGLU_F32 = 49,
-    TC_KERNEL_SWIGLU_F16 = 50,
-    TC_KERNEL_SWIGLU_BF16 = 51,
-    TC_KERNEL_COUNT = 52
+    TC_KERNEL_MATVEC1_F32 = 35,
+    TC_KERNEL_MATVEC1_F16 = 36,
+    TC_KERNEL_MATVEC1_BF16 = 37,
+    TC_KERNEL_FILL_RANDOM_F32 = 38,
+    TC_KERNEL_FILL_RANDOM_F16 = 39,
+    TC_KERNEL_FILL_RANDOM_BF16 = 40,
+    TC_KERNEL_RMSNORM_F32 = 41,
+    TC_KERNEL_RMSNORM_F16 = 42,
+    TC_KERNEL_RMSNORM_BF16 = 43,
+    TC_KERNEL_ROPE_F32 = 44,
+    TC_KERNEL_ROPE_F16 = 45,
+    TC_KERNEL_ROPE_BF16 = 46,
+    TC_KERNEL_SELFTEST_PARAMS = 47,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 48,
+    TC_KERNEL_SOFTMAX_F32 = 49,
+    TC_KERNEL_SOFTMAX_F16 = 50,
+    TC_KERNEL_SOFTMAX_BF16 = 51,
+    TC_KERNEL_SWIGLU_F32 = 52,
+    TC_KERNEL_SWIGLU_F16 = 53,
+    TC_KERNEL_SWIGLU_BF16 = 54,
+    TC_KERNEL_COUNT = 55
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -119,7 +122,7 @@ tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **
 #define TC__KARG_CONST(T, TNC, x) _Generic((x), T: (x), TNC: (x))
 #endif
 
-/* kernels/argmax.cu:56 tc_k_argmax_f32: out[r] = the index of the largest of `cols` elements of row r, one block per row. */
+/* kernels/argmax.cu:86 tc_k_argmax_f32: out[r] = the index of the largest of `cols` elements of row r, one block per row. */
 static inline tc_status tc_launch_argmax_f32(tc_launch_config cfg, int32_t *out, const float *x, int64_t cols, int64_t x_stride)
 {
     void *args[] = {&out, &x, &cols, &x_stride};
@@ -130,7 +133,7 @@ static inline tc_status tc_launch_argmax_f32(tc_launch_config cfg, int32_t *out,
     tc_launch_argmax_f32((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride))
 #endif
 
-/* kernels/argmax.cu:61 tc_k_argmax_f16: out[r] = the index of the largest of `cols` elements of row r, one block per row. */
+/* kernels/argmax.cu:92 tc_k_argmax_f16: out[r] = the index of the largest of `cols` elements of row r, one block per row. */
 static inline tc_status tc_launch_argmax_f16(tc_launch_config cfg, int32_t *out, const tc_half *x, int64_t cols, int64_t x_stride)
 {
     void *args[] = {&out, &x, &cols, &x_stride};
@@ -141,7 +144,7 @@ static inline tc_status tc_launch_argmax_f16(tc_launch_config cfg, int32_t *out,
     tc_launch_argmax_f16((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride))
 #endif
 
-/* kernels/argmax.cu:66 tc_k_argmax_bf16: out[r] = the index of the largest of `cols` elements of row r, one block per row. */
+/* kernels/argmax.cu:98 tc_k_argmax_bf16: out[r] = the index of the largest of `cols` elements of row r, one block per row. */
 static inline tc_status tc_launch_argmax_bf16(tc_launch_config cfg, int32_t *out, const tc_bf16 *x, int64_t cols, int64_t x_stride)
 {
     void *args[] = {&out, &x, &cols, &x_stride};
@@ -163,7 +166,7 @@ static inline tc_status tc_launch_attn_store_f32(tc_launch_config cfg, float *k_
     tc_launch_attn_store_f32((cfg), TC__KARG(float *, k_cache), TC__KARG(float *, v_cache), TC__KARG_CONST(const float *, float *, k), TC__KARG_CONST(const float *, float *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:315 tc_k_attn_decode64_f32: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f32. */
+/* kernels/attention.cu:316 tc_k_attn_decode64_f32: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f32. */
 static inline tc_status tc_launch_attn_decode64_f32(tc_launch_config cfg, float *out, float *partials, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
     void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
@@ -174,7 +177,7 @@ static inline tc_status tc_launch_attn_decode64_f32(tc_launch_config cfg, float 
     tc_launch_attn_decode64_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, partials), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:327 tc_k_attn_prefill64_f32: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+/* kernels/attention.cu:329 tc_k_attn_prefill64_f32: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill64_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -185,7 +188,7 @@ static inline tc_status tc_launch_attn_prefill64_f32(tc_launch_config cfg, float
     tc_launch_attn_prefill64_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:340 tc_k_attn_decode128_f32: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f32. */
+/* kernels/attention.cu:343 tc_k_attn_decode128_f32: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f32. */
 static inline tc_status tc_launch_attn_decode128_f32(tc_launch_config cfg, float *out, float *partials, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
     void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
@@ -196,7 +199,7 @@ static inline tc_status tc_launch_attn_decode128_f32(tc_launch_config cfg, float
     tc_launch_attn_decode128_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, partials), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:352 tc_k_attn_prefill128_f32: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+/* kernels/attention.cu:356 tc_k_attn_prefill128_f32: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill128_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -207,7 +210,7 @@ static inline tc_status tc_launch_attn_prefill128_f32(tc_launch_config cfg, floa
     tc_launch_attn_prefill128_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:363 tc_k_attn_combine_f32: Merge decode partials: one block per (sequence, head). */
+/* kernels/attention.cu:368 tc_k_attn_combine_f32: Merge decode partials: one block per (sequence, head). */
 static inline tc_status tc_launch_attn_combine_f32(tc_launch_config cfg, float *out, const float *partials, int32_t n_heads, int32_t head_dim, int32_t splits, int64_t out_stride)
 {
     void *args[] = {&out, &partials, &n_heads, &head_dim, &splits, &out_stride};
@@ -218,7 +221,7 @@ static inline tc_status tc_launch_attn_combine_f32(tc_launch_config cfg, float *
     tc_launch_attn_combine_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, partials), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, splits), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/attention.cu:370 tc_k_attn_store_f16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
+/* kernels/attention.cu:376 tc_k_attn_store_f16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
 static inline tc_status tc_launch_attn_store_f16(tc_launch_config cfg, tc_half *k_cache, tc_half *v_cache, const tc_half *k, const tc_half *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -229,7 +232,7 @@ static inline tc_status tc_launch_attn_store_f16(tc_launch_config cfg, tc_half *
     tc_launch_attn_store_f16((cfg), TC__KARG(tc_half *, k_cache), TC__KARG(tc_half *, v_cache), TC__KARG_CONST(const tc_half *, tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:379 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f16. */
+/* kernels/attention.cu:386 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f16. */
 static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_half *out, float *partials, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
     void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
@@ -240,7 +243,7 @@ static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_hal
     tc_launch_attn_decode64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:391 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+/* kernels/attention.cu:399 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -251,7 +254,7 @@ static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_ha
     tc_launch_attn_prefill64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:404 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f16. */
+/* kernels/attention.cu:413 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f16. */
 static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_half *out, float *partials, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
     void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
@@ -262,7 +265,7 @@ static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_ha
     tc_launch_attn_decode128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:416 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+/* kernels/attention.cu:426 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -273,7 +276,7 @@ static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_h
     tc_launch_attn_prefill128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:427 tc_k_attn_combine_f16: Merge decode partials: one block per (sequence, head). */
+/* kernels/attention.cu:438 tc_k_attn_combine_f16: Merge decode partials: one block per (sequence, head). */
 static inline tc_status tc_launch_attn_combine_f16(tc_launch_config cfg, tc_half *out, const float *partials, int32_t n_heads, int32_t head_dim, int32_t splits, int64_t out_stride)
 {
     void *args[] = {&out, &partials, &n_heads, &head_dim, &splits, &out_stride};
@@ -284,7 +287,7 @@ static inline tc_status tc_launch_attn_combine_f16(tc_launch_config cfg, tc_half
     tc_launch_attn_combine_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const float *, float *, partials), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, splits), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/attention.cu:434 tc_k_attn_store_bf16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
+/* kernels/attention.cu:446 tc_k_attn_store_bf16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
 static inline tc_status tc_launch_attn_store_bf16(tc_launch_config cfg, tc_bf16 *k_cache, tc_bf16 *v_cache, const tc_bf16 *k, const tc_bf16 *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -295,7 +298,7 @@ static inline tc_status tc_launch_attn_store_bf16(tc_launch_config cfg, tc_bf16 
     tc_launch_attn_store_bf16((cfg), TC__KARG(tc_bf16 *, k_cache), TC__KARG(tc_bf16 *, v_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:443 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_bf16. */
+/* kernels/attention.cu:456 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_bf16. */
 static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
     void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
@@ -306,7 +309,7 @@ static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf
     tc_launch_attn_decode64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:455 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+/* kernels/attention.cu:469 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -317,7 +320,7 @@ static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_b
     tc_launch_attn_prefill64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:468 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_bf16. */
+/* kernels/attention.cu:483 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_bf16. */
 static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
     void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
@@ -328,7 +331,7 @@ static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_b
     tc_launch_attn_decode128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:480 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+/* kernels/attention.cu:496 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -339,7 +342,7 @@ static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_
     tc_launch_attn_prefill128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:491 tc_k_attn_combine_bf16: Merge decode partials: one block per (sequence, head). */
+/* kernels/attention.cu:508 tc_k_attn_combine_bf16: Merge decode partials: one block per (sequence, head). */
 static inline tc_status tc_launch_attn_combine_bf16(tc_launch_config cfg, tc_bf16 *out, const float *partials, int32_t n_heads, int32_t head_dim, int32_t splits, int64_t out_stride)
 {
     void *args[] = {&out, &partials, &n_heads, &head_dim, &splits, &out_stride};
@@ -372,7 +375,7 @@ static inline tc_status tc_launch_copy_u8(tc_launch_config cfg, uint8_t *dst, co
     tc_launch_copy_u8((cfg), TC__KARG(uint8_t *, dst), TC__KARG_CONST(const uint8_t *, uint8_t *, src), TC__KARG(size_t, bytes))
 #endif
 
-/* kernels/copy.cu:49 tc_k_fill_f32: Set n floats at out to value (grid-stride; any grid size works). */
+/* kernels/copy.cu:50 tc_k_fill_f32: Set n floats at out to value (grid-stride; any grid size works). */
 static inline tc_status tc_launch_fill_f32(tc_launch_config cfg, float *out, float value, size_t n)
 {
     void *args[] = {&out, &value, &n};
@@ -394,7 +397,7 @@ static inline tc_status tc_launch_embedding_f32(tc_launch_config cfg, float *out
     tc_launch_embedding_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const void *, void *, table), TC__KARG(int32_t, table_dtype), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, vocab), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, table_row_bytes))
 #endif
 
-/* kernels/embedding.cu:40 tc_k_embedding_f16 */
+/* kernels/embedding.cu:41 tc_k_embedding_f16 */
 static inline tc_status tc_launch_embedding_f16(tc_launch_config cfg, tc_half *out, const void *table, int32_t table_dtype, const int32_t *ids, int64_t vocab, int64_t dim, int64_t out_stride, int64_t table_row_bytes)
 {
     void *args[] = {&out, &table, &table_dtype, &ids, &vocab, &dim, &out_stride, &table_row_bytes};
@@ -405,7 +408,7 @@ static inline tc_status tc_launch_embedding_f16(tc_launch_config cfg, tc_half *o
     tc_launch_embedding_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const void *, void *, table), TC__KARG(int32_t, table_dtype), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, vocab), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, table_row_bytes))
 #endif
 
-/* kernels/embedding.cu:46 tc_k_embedding_bf16 */
+/* kernels/embedding.cu:48 tc_k_embedding_bf16 */
 static inline tc_status tc_launch_embedding_bf16(tc_launch_config cfg, tc_bf16 *out, const void *table, int32_t table_dtype, const int32_t *ids, int64_t vocab, int64_t dim, int64_t out_stride, int64_t table_row_bytes)
 {
     void *args[] = {&out, &table, &table_dtype, &ids, &vocab, &dim, &out_stride, &table_row_bytes};
@@ -427,7 +430,7 @@ static inline tc_status tc_launch_gemm_tc_f16(tc_launch_config cfg, tc_half *out
     tc_launch_gemm_tc_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:169 tc_k_gemm_tc_bf16 */
+/* kernels/gemm.cu:170 tc_k_gemm_tc_bf16 */
 static inline tc_status tc_launch_gemm_tc_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -438,7 +441,7 @@ static inline tc_status tc_launch_gemm_tc_bf16(tc_launch_config cfg, tc_bf16 *ou
     tc_launch_gemm_tc_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:176 tc_k_gemm_f32: f32-arithmetic product for any shape and alignment: grid (ceil(n/64), ceil(m/64)), 256 threads. */
+/* kernels/gemm.cu:178 tc_k_gemm_f32: f32-arithmetic product for any shape and alignment: grid (ceil(n/64), ceil(m/64)), 256 threads. */
 static inline tc_status tc_launch_gemm_f32(tc_launch_config cfg, float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -449,7 +452,7 @@ static inline tc_status tc_launch_gemm_f32(tc_launch_config cfg, float *out, con
     tc_launch_gemm_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const float *, float *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:181 tc_k_gemm_f16 */
+/* kernels/gemm.cu:184 tc_k_gemm_f16 */
 static inline tc_status tc_launch_gemm_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -460,7 +463,7 @@ static inline tc_status tc_launch_gemm_f16(tc_launch_config cfg, tc_half *out, c
     tc_launch_gemm_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:186 tc_k_gemm_bf16 */
+/* kernels/gemm.cu:190 tc_k_gemm_bf16 */
 static inline tc_status tc_launch_gemm_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -471,37 +474,70 @@ static inline tc_status tc_launch_gemm_bf16(tc_launch_config cfg, tc_bf16 *out, 
     tc_launch_gemm_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/matvec.cu:194 tc_k_matvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8, w of run-time dtype w_dtype (tc_dtype); one warp per weight row, grid-stride over rows. */
-static inline tc_status tc_launch_matvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
+/* kernels/matvec.cu:329 tc_k_matvec_f32: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8, w of run-time dtype w_dtype (tc_dtype); one warp per output row, grid-stride over rows. Fused options (tc_linear): flags bit 0: SwiGLU, w holds 2n rows (gate, then up) and out = silu(gate) * up; bit 1: out += the result. */
+static inline tc_status tc_launch_matvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
-    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride};
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
     return tc_launch_kernel(TC_KERNEL_MATVEC_F32, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_matvec_f32(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride) \
-    tc_launch_matvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
+#define tc_launch_matvec_f32(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
+    tc_launch_matvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/matvec.cu:200 tc_k_matvec_f16 */
-static inline tc_status tc_launch_matvec_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
+/* kernels/matvec.cu:335 tc_k_matvec_f16 */
+static inline tc_status tc_launch_matvec_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
-    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride};
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
     return tc_launch_kernel(TC_KERNEL_MATVEC_F16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_matvec_f16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride) \
-    tc_launch_matvec_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
+#define tc_launch_matvec_f16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
+    tc_launch_matvec_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/matvec.cu:206 tc_k_matvec_bf16 */
-static inline tc_status tc_launch_matvec_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
+/* kernels/matvec.cu:341 tc_k_matvec_bf16 */
+static inline tc_status tc_launch_matvec_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
-    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride};
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
     return tc_launch_kernel(TC_KERNEL_MATVEC_BF16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_matvec_bf16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride) \
-    tc_launch_matvec_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
+#define tc_launch_matvec_bf16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
+    tc_launch_matvec_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/matvec.cu:350 tc_k_matvec1_f32: The same for one row of x (m must be 1). The launch bounds (64 threads, 8 blocks per SM) let ptxas spend registers on keeping a row's sixteen weight loads in flight: by itself it chose 43 registers and issued each load just before its use. */
+static inline tc_status tc_launch_matvec1_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_MATVEC1_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_matvec1_f32(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
+    tc_launch_matvec1_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/matvec.cu:356 tc_k_matvec1_f16 */
+static inline tc_status tc_launch_matvec1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_MATVEC1_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_matvec1_f16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
+    tc_launch_matvec1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/matvec.cu:362 tc_k_matvec1_bf16 */
+static inline tc_status tc_launch_matvec1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_MATVEC1_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_matvec1_bf16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
+    tc_launch_matvec1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
 /* kernels/random.cu:31 tc_k_fill_random_f32: out[i] = offset + scale * (2u - 1), u from a hash of (seed, i) (grid-stride). */
@@ -515,7 +551,7 @@ static inline tc_status tc_launch_fill_random_f32(tc_launch_config cfg, float *o
     tc_launch_fill_random_f32((cfg), TC__KARG(float *, out), TC__KARG(int64_t, n), TC__KARG(uint64_t, seed), TC__KARG(float, offset), TC__KARG(float, scale))
 #endif
 
-/* kernels/random.cu:37 tc_k_fill_random_f16: out[i] = offset + scale * (2u - 1), u from a hash of (seed, i) (grid-stride). */
+/* kernels/random.cu:38 tc_k_fill_random_f16: out[i] = offset + scale * (2u - 1), u from a hash of (seed, i) (grid-stride). */
 static inline tc_status tc_launch_fill_random_f16(tc_launch_config cfg, tc_half *out, int64_t n, uint64_t seed, float offset, float scale)
 {
     void *args[] = {&out, &n, &seed, &offset, &scale};
@@ -526,7 +562,7 @@ static inline tc_status tc_launch_fill_random_f16(tc_launch_config cfg, tc_half 
     tc_launch_fill_random_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(int64_t, n), TC__KARG(uint64_t, seed), TC__KARG(float, offset), TC__KARG(float, scale))
 #endif
 
-/* kernels/random.cu:43 tc_k_fill_random_bf16: out[i] = offset + scale * (2u - 1), u from a hash of (seed, i) (grid-stride). */
+/* kernels/random.cu:45 tc_k_fill_random_bf16: out[i] = offset + scale * (2u - 1), u from a hash of (seed, i) (grid-stride). */
 static inline tc_status tc_launch_fill_random_bf16(tc_launch_config cfg, tc_bf16 *out, int64_t n, uint64_t seed, float offset, float scale)
 {
     void *args[] = {&out, &n, &seed, &offset, &scale};
@@ -548,7 +584,7 @@ static inline tc_status tc_launch_rmsnorm_f32(tc_launch_config cfg, float *out, 
     tc_launch_rmsnorm_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, residual), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const float *, float *, w), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, res_stride), TC__KARG(int64_t, x_stride), TC__KARG(float, eps))
 #endif
 
-/* kernels/rmsnorm.cu:73 tc_k_rmsnorm_f16 */
+/* kernels/rmsnorm.cu:74 tc_k_rmsnorm_f16 */
 static inline tc_status tc_launch_rmsnorm_f16(tc_launch_config cfg, tc_half *out, tc_half *residual, const tc_half *x, const tc_half *w, int64_t dim, int64_t out_stride, int64_t res_stride, int64_t x_stride, float eps)
 {
     void *args[] = {&out, &residual, &x, &w, &dim, &out_stride, &res_stride, &x_stride, &eps};
@@ -559,7 +595,7 @@ static inline tc_status tc_launch_rmsnorm_f16(tc_launch_config cfg, tc_half *out
     tc_launch_rmsnorm_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(tc_half *, residual), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, res_stride), TC__KARG(int64_t, x_stride), TC__KARG(float, eps))
 #endif
 
-/* kernels/rmsnorm.cu:79 tc_k_rmsnorm_bf16 */
+/* kernels/rmsnorm.cu:81 tc_k_rmsnorm_bf16 */
 static inline tc_status tc_launch_rmsnorm_bf16(tc_launch_config cfg, tc_bf16 *out, tc_bf16 *residual, const tc_bf16 *x, const tc_bf16 *w, int64_t dim, int64_t out_stride, int64_t res_stride, int64_t x_stride, float eps)
 {
     void *args[] = {&out, &residual, &x, &w, &dim, &out_stride, &res_stride, &x_stride, &eps};
@@ -581,7 +617,7 @@ static inline tc_status tc_launch_rope_f32(tc_launch_config cfg, float *q, float
     tc_launch_rope_f32((cfg), TC__KARG(float *, q), TC__KARG(float *, k), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/rope.cu:121 tc_k_rope_f16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row], one block per row; scaling 1 is Llama 3's. */
+/* kernels/rope.cu:122 tc_k_rope_f16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row], one block per row; scaling 1 is Llama 3's. */
 static inline tc_status tc_launch_rope_f16(tc_launch_config cfg, tc_half *q, tc_half *k, const int32_t *pos, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&q, &k, &pos, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -592,7 +628,7 @@ static inline tc_status tc_launch_rope_f16(tc_launch_config cfg, tc_half *q, tc_
     tc_launch_rope_f16((cfg), TC__KARG(tc_half *, q), TC__KARG(tc_half *, k), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/rope.cu:132 tc_k_rope_bf16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row], one block per row; scaling 1 is Llama 3's. */
+/* kernels/rope.cu:134 tc_k_rope_bf16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row], one block per row; scaling 1 is Llama 3's. */
 static inline tc_status tc_launch_rope_bf16(tc_launch_config cfg, tc_bf16 *q, tc_bf16 *k, const int32_t *pos, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&q, &k, &pos, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -614,7 +650,7 @@ static inline tc_status tc_launch_selftest_params(tc_launch_config cfg, int8_t a
     tc_launch_selftest_params((cfg), TC__KARG(int8_t, a), TC__KARG(int16_t, b), TC__KARG(int32_t, c), TC__KARG(int64_t, d), TC__KARG(float, e), TC__KARG(double, f), TC__KARG(tc_half, g), TC__KARG(tc_bf16, h), TC__KARG(uint8_t, i), TC__KARG(uint64_t *, out))
 #endif
 
-/* kernels/selftest.cu:25 tc_k_selftest_delay_store: Wait about `ns` nanoseconds of GPU time, then store value at *dst (one thread). */
+/* kernels/selftest.cu:26 tc_k_selftest_delay_store: Wait about `ns` nanoseconds of GPU time, then store value at *dst (one thread). */
 static inline tc_status tc_launch_selftest_delay_store(tc_launch_config cfg, int32_t *dst, int32_t value, uint64_t ns)
 {
     void *args[] = {&dst, &value, &ns};
@@ -636,7 +672,7 @@ static inline tc_status tc_launch_softmax_f32(tc_launch_config cfg, float *out, 
     tc_launch_softmax_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, x_stride))
 #endif
 
-/* kernels/softmax.cu:34 tc_k_softmax_f16: Softmax of gridDim.x rows of `cols` elements (out may alias x). */
+/* kernels/softmax.cu:35 tc_k_softmax_f16: Softmax of gridDim.x rows of `cols` elements (out may alias x). */
 static inline tc_status tc_launch_softmax_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, int64_t cols, int64_t out_stride, int64_t x_stride)
 {
     void *args[] = {&out, &x, &cols, &out_stride, &x_stride};
@@ -647,7 +683,7 @@ static inline tc_status tc_launch_softmax_f16(tc_launch_config cfg, tc_half *out
     tc_launch_softmax_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, x_stride))
 #endif
 
-/* kernels/softmax.cu:40 tc_k_softmax_bf16: Softmax of gridDim.x rows of `cols` elements (out may alias x). */
+/* kernels/softmax.cu:42 tc_k_softmax_bf16: Softmax of gridDim.x rows of `cols` elements (out may alias x). */
 static inline tc_status tc_launch_softmax_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, int64_t cols, int64_t out_stride, int64_t x_stride)
 {
     void *args[] = {&out, &x, &cols, &out_stride, &x_stride};
@@ -669,7 +705,7 @@ static inline tc_status tc_launch_swiglu_f32(tc_launch_config cfg, float *out, c
     tc_launch_swiglu_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, gate), TC__KARG_CONST(const float *, float *, up), TC__KARG(int64_t, rows), TC__KARG(int64_t, cols), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, gate_stride), TC__KARG(int64_t, up_stride))
 #endif
 
-/* kernels/swiglu.cu:47 tc_k_swiglu_f16: out = silu(gate) * up over rows x cols (grid-stride: any grid size works). */
+/* kernels/swiglu.cu:48 tc_k_swiglu_f16: out = silu(gate) * up over rows x cols (grid-stride: any grid size works). */
 static inline tc_status tc_launch_swiglu_f16(tc_launch_config cfg, tc_half *out, const tc_half *gate, const tc_half *up, int64_t rows, int64_t cols, int64_t out_stride, int64_t gate_stride, int64_t up_stride)
 {
     void *args[] = {&out, &gate, &up, &rows, &cols, &out_stride, &gate_stride, &up_stride};
@@ -680,7 +716,7 @@ static inline tc_status tc_launch_swiglu_f16(tc_launch_config cfg, tc_half *out,
     tc_launch_swiglu_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, gate), TC__KARG_CONST(const tc_half *, tc_half *, up), TC__KARG(int64_t, rows), TC__KARG(int64_t, cols), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, gate_stride), TC__KARG(int64_t, up_stride))
 #endif
 
-/* kernels/swiglu.cu:54 tc_k_swiglu_bf16: out = silu(gate) * up over rows x cols (grid-stride: any grid size works). */
+/* kernels/swiglu.cu:56 tc_k_swiglu_bf16: out = silu(gate) * up over rows x cols (grid-stride: any grid size works). */
 static inline tc_status tc_launch_swiglu_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *gate, const tc_bf16 *up, int64_t rows, int64_t cols, int64_t out_stride, int64_t gate_stride, int64_t up_stride)
 {
     void *args[] = {&out, &gate, &up, &rows, &cols, &out_stride, &gate_stride, &up_stride};

@@ -307,6 +307,7 @@ extern "C" __global__ void tc_k_attn_store_f32(float *k_cache, float *v_cache, c
                                            const int32_t *slots, int64_t row_elems, int64_t k_stride,
                                            int64_t v_stride)
 {
+    tc::await_inputs();
     attention_cu::store(k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride);
 }
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
@@ -319,6 +320,7 @@ extern "C" __global__ void tc_k_attn_decode64_f32(float *out, float *partials, c
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
                                               int32_t chunk, float scale)
 {
+    tc::await_inputs();
     attention_cu::decode<float, 64>(out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
@@ -331,6 +333,7 @@ extern "C" __global__ void tc_k_attn_prefill64_f32(float *out, const float *q, c
                                                int32_t block_size, int32_t max_blocks, int64_t q_stride,
                                                int64_t out_stride, float scale)
 {
+    tc::await_inputs();
     attention_cu::prefill<float, 64>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
@@ -344,6 +347,7 @@ extern "C" __global__ void tc_k_attn_decode128_f32(float *out, float *partials, 
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
                                               int32_t chunk, float scale)
 {
+    tc::await_inputs();
     attention_cu::decode<float, 128>(out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
@@ -356,6 +360,7 @@ extern "C" __global__ void tc_k_attn_prefill128_f32(float *out, const float *q, 
                                                int32_t block_size, int32_t max_blocks, int64_t q_stride,
                                                int64_t out_stride, float scale)
 {
+    tc::await_inputs();
     attention_cu::prefill<float, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
@@ -363,6 +368,7 @@ extern "C" __global__ void tc_k_attn_prefill128_f32(float *out, const float *q, 
 extern "C" __global__ void tc_k_attn_combine_f32(float *out, const float *partials, int32_t n_heads,
                                              int32_t head_dim, int32_t splits, int64_t out_stride)
 {
+    tc::await_inputs();
     attention_cu::combine(out, partials, n_heads, head_dim, splits, out_stride);
 }
 /** Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i]
@@ -371,6 +377,7 @@ extern "C" __global__ void tc_k_attn_store_f16(__half *k_cache, __half *v_cache,
                                            const int32_t *slots, int64_t row_elems, int64_t k_stride,
                                            int64_t v_stride)
 {
+    tc::await_inputs();
     attention_cu::store(k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride);
 }
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
@@ -383,6 +390,7 @@ extern "C" __global__ void tc_k_attn_decode64_f16(__half *out, float *partials, 
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
                                               int32_t chunk, float scale)
 {
+    tc::await_inputs();
     attention_cu::decode<__half, 64>(out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
@@ -395,6 +403,7 @@ extern "C" __global__ void tc_k_attn_prefill64_f16(__half *out, const __half *q,
                                                int32_t block_size, int32_t max_blocks, int64_t q_stride,
                                                int64_t out_stride, float scale)
 {
+    tc::await_inputs();
     attention_cu::prefill<__half, 64>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
@@ -408,6 +417,7 @@ extern "C" __global__ void tc_k_attn_decode128_f16(__half *out, float *partials,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
                                               int32_t chunk, float scale)
 {
+    tc::await_inputs();
     attention_cu::decode<__half, 128>(out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
@@ -420,6 +430,7 @@ extern "C" __global__ void tc_k_attn_prefill128_f16(__half *out, const __half *q
                                                int32_t block_size, int32_t max_blocks, int64_t q_stride,
                                                int64_t out_stride, float scale)
 {
+    tc::await_inputs();
     attention_cu::prefill<__half, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
@@ -427,6 +438,7 @@ extern "C" __global__ void tc_k_attn_prefill128_f16(__half *out, const __half *q
 extern "C" __global__ void tc_k_attn_combine_f16(__half *out, const float *partials, int32_t n_heads,
                                              int32_t head_dim, int32_t splits, int64_t out_stride)
 {
+    tc::await_inputs();
     attention_cu::combine(out, partials, n_heads, head_dim, splits, out_stride);
 }
 /** Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i]
@@ -435,6 +447,7 @@ extern "C" __global__ void tc_k_attn_store_bf16(__nv_bfloat16 *k_cache, __nv_bfl
                                            const int32_t *slots, int64_t row_elems, int64_t k_stride,
                                            int64_t v_stride)
 {
+    tc::await_inputs();
     attention_cu::store(k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride);
 }
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
@@ -447,6 +460,7 @@ extern "C" __global__ void tc_k_attn_decode64_bf16(__nv_bfloat16 *out, float *pa
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
                                               int32_t chunk, float scale)
 {
+    tc::await_inputs();
     attention_cu::decode<__nv_bfloat16, 64>(out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
@@ -459,6 +473,7 @@ extern "C" __global__ void tc_k_attn_prefill64_bf16(__nv_bfloat16 *out, const __
                                                int32_t block_size, int32_t max_blocks, int64_t q_stride,
                                                int64_t out_stride, float scale)
 {
+    tc::await_inputs();
     attention_cu::prefill<__nv_bfloat16, 64>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
@@ -472,6 +487,7 @@ extern "C" __global__ void tc_k_attn_decode128_bf16(__nv_bfloat16 *out, float *p
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
                                               int32_t chunk, float scale)
 {
+    tc::await_inputs();
     attention_cu::decode<__nv_bfloat16, 128>(out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
@@ -484,6 +500,7 @@ extern "C" __global__ void tc_k_attn_prefill128_bf16(__nv_bfloat16 *out, const _
                                                int32_t block_size, int32_t max_blocks, int64_t q_stride,
                                                int64_t out_stride, float scale)
 {
+    tc::await_inputs();
     attention_cu::prefill<__nv_bfloat16, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
@@ -491,5 +508,6 @@ extern "C" __global__ void tc_k_attn_prefill128_bf16(__nv_bfloat16 *out, const _
 extern "C" __global__ void tc_k_attn_combine_bf16(__nv_bfloat16 *out, const float *partials, int32_t n_heads,
                                              int32_t head_dim, int32_t splits, int64_t out_stride)
 {
+    tc::await_inputs();
     attention_cu::combine(out, partials, n_heads, head_dim, splits, out_stride);
 }

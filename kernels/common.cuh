@@ -102,6 +102,24 @@ __device__ __forceinline__ float block_max(float v, float *scratch)
     return warp_max(v);
 }
 
+// Programmatic dependent launch (compute capability 9.0+; a no-op before that, and when the
+// launch did not ask for it: tc_stream_set_overlap). Every kernel calls await_inputs() before it
+// touches memory that an earlier kernel on its stream writes or reads; only reads of data that no
+// kernel writes (weights) may come before it. The call then lets the next kernel's blocks be
+// scheduled; they in turn wait here until this grid has finished and its writes are visible.
+__device__ __forceinline__ void await_inputs()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+// Ask for the 128-byte line holding p in L2 (no register written, nothing waited for).
+__device__ __forceinline__ void prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 // Whether every pointer is aligned to `bytes`.
 __device__ __forceinline__ bool aligned(const void *a, const void *b, const void *c, int bytes)
 {

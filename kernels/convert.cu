@@ -7,6 +7,7 @@
 extern "C" __global__ void tc_k_convert(void *out, int32_t out_dtype, const void *x, int32_t x_dtype,
                                         int64_t rows, int64_t cols, int64_t out_stride, int64_t x_stride)
 {
+    tc::await_inputs();
     int64_t total = rows * cols;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {

@@ -32,6 +32,7 @@ __device__ __forceinline__ void copy_vectors(uint4 *__restrict__ dst, const uint
 extern "C" __global__ void tc_k_copy_u8(uint8_t *__restrict__ dst, const uint8_t *__restrict__ src,
                                         size_t bytes)
 {
+    tc::await_inputs();
     if ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) {
         size_t nvec = bytes / 16;
         copy_cu::copy_vectors((uint4 *)dst, (const uint4 *)src, nvec);
@@ -48,6 +49,7 @@ extern "C" __global__ void tc_k_copy_u8(uint8_t *__restrict__ dst, const uint8_t
 /** Set n floats at out to value (grid-stride; any grid size works). */
 extern "C" __global__ void tc_k_fill_f32(float *out, float value, size_t n)
 {
+    tc::await_inputs();
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         out[i] = value;

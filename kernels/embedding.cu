@@ -35,17 +35,20 @@ extern "C" __global__ void tc_k_embedding_f32(float *out, const void *table, int
                                               const int32_t *ids, int64_t vocab, int64_t dim,
                                               int64_t out_stride, int64_t table_row_bytes)
 {
+    tc::await_inputs();
     embedding_cu::gather(out, table, table_dtype, ids, vocab, dim, out_stride, table_row_bytes);
 }
 extern "C" __global__ void tc_k_embedding_f16(__half *out, const void *table, int32_t table_dtype,
                                               const int32_t *ids, int64_t vocab, int64_t dim,
                                               int64_t out_stride, int64_t table_row_bytes)
 {
+    tc::await_inputs();
     embedding_cu::gather(out, table, table_dtype, ids, vocab, dim, out_stride, table_row_bytes);
 }
 extern "C" __global__ void tc_k_embedding_bf16(__nv_bfloat16 *out, const void *table,
                                                int32_t table_dtype, const int32_t *ids, int64_t vocab,
                                                int64_t dim, int64_t out_stride, int64_t table_row_bytes)
 {
+    tc::await_inputs();
     embedding_cu::gather(out, table, table_dtype, ids, vocab, dim, out_stride, table_row_bytes);
 }

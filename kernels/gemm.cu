@@ -163,12 +163,14 @@ extern "C" __global__ void __launch_bounds__(256) tc_k_gemm_tc_f16(__half *out, 
                                                                    int64_t n, int64_t k,
                                                                    int64_t x_stride, int64_t out_stride)
 {
+    tc::await_inputs();
     gemm_cu::tensor_core(out, x, w, m, n, k, x_stride, out_stride);
 }
 extern "C" __global__ void __launch_bounds__(256)
     tc_k_gemm_tc_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int64_t m,
                       int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
+    tc::await_inputs();
     gemm_cu::tensor_core(out, x, w, m, n, k, x_stride, out_stride);
 }
 /** f32-arithmetic product for any shape and alignment: grid (ceil(n/64), ceil(m/64)), 256
@@ -176,16 +178,19 @@ extern "C" __global__ void __launch_bounds__(256)
 extern "C" __global__ void tc_k_gemm_f32(float *out, const float *x, const float *w, int64_t m, int64_t n,
                                          int64_t k, int64_t x_stride, int64_t out_stride)
 {
+    tc::await_inputs();
     gemm_cu::simt(out, x, w, m, n, k, x_stride, out_stride);
 }
 extern "C" __global__ void tc_k_gemm_f16(__half *out, const __half *x, const __half *w, int64_t m,
                                          int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
+    tc::await_inputs();
     gemm_cu::simt(out, x, w, m, n, k, x_stride, out_stride);
 }
 extern "C" __global__ void tc_k_gemm_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x,
                                           const __nv_bfloat16 *w, int64_t m, int64_t n, int64_t k,
                                           int64_t x_stride, int64_t out_stride)
 {
+    tc::await_inputs();
     gemm_cu::simt(out, x, w, m, n, k, x_stride, out_stride);
 }

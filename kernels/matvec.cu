@@ -8,20 +8,25 @@ namespace matvec_cu {
 
 constexpr int kUnroll = 8;
 
-// N weights from p (16-byte streaming load when N * sizeof(TW) == 16).
-template <typename TW, int N> __device__ __forceinline__ void load_w(const TW *p, float (&out)[N])
+// N weights from p, as stored: a 16-byte streaming load when N * sizeof(TW) == 16. That one is
+// volatile asm so that the compiler keeps a loop's loads in program order, all issued before
+// their first use: left to itself, ptxas sinks each load to just before its use, which keeps
+// two in flight instead of sixteen and cost a fifth of the bandwidth on small matrices.
+template <typename TW, int N> __device__ __forceinline__ tc::Vec<TW, N> load_w(const TW *p)
 {
+    tc::Vec<TW, N> v;
     if constexpr (N * sizeof(TW) == 16) {
-        uint4 raw = __ldcs(reinterpret_cast<const uint4 *>(p));
-        const TW *e = reinterpret_cast<const TW *>(&raw);
-#pragma unroll
-        for (int i = 0; i < N; i++)
-            out[i] = tc::to_f32(e[i]);
+        uint4 raw;
+        asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
+                     : "l"(p));
+        v = *reinterpret_cast<const tc::Vec<TW, N> *>(&raw);
     } else {
 #pragma unroll
         for (int i = 0; i < N; i++)
-            out[i] = tc::to_f32(p[i]);
+            v.v[i] = p[i];
     }
+    return v;
 }
 
 template <typename TX, int N> __device__ __forceinline__ void load_x(const TX *p, float (&out)[N])
@@ -35,42 +40,73 @@ template <typename TX, int N> __device__ __forceinline__ void load_x(const TX *p
     }
 }
 
+// What a fused linear layer does after the product (tc_linear_opts).
+enum : int { kSwiglu = 1, kAccumulate = 2 };
+
+// Reduce the lanes' partial sums and write row `row` of out (lane 0): SwiGLU of the gate and
+// up sums, and added to out's old value, as the flags ask.
 template <typename TX, int M>
-__device__ __forceinline__ void finish(float (&acc)[M], TX *out, int m, int64_t row, int64_t os)
+__device__ __forceinline__ void finish(float (&acc)[M], float (&up)[M], TX *out, int m, int64_t row,
+                                       int64_t os, int flags)
 {
 #pragma unroll
-    for (int r = 0; r < M; r++)
+    for (int r = 0; r < M; r++) {
         acc[r] = tc::warp_sum(acc[r]);
+        if (flags & kSwiglu)
+            up[r] = tc::warp_sum(up[r]);
+    }
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
-        for (int r = 0; r < M; r++)
-            if (r < m)
-                out[r * os + row] = tc::from_f32<TX>(acc[r]);
+        for (int r = 0; r < M; r++) {
+            if (r >= m)
+                break;
+            float v = acc[r];
+            if (flags & kSwiglu)
+                v = v / (1.0f + expf(-v)) * up[r];
+            if (flags & kAccumulate)
+                v += tc::to_f32(out[r * os + row]);
+            out[r * os + row] = tc::from_f32<TX>(v);
+        }
 }
 
-// Float weights, N per access (16 bytes of weights, or 1 for unaligned shapes).
+// The lane's partial dot products of one float weight row with the m rows of x. One row of x
+// uses each weight once: the weights stay as stored until used, and twice as many loads are
+// in flight (a 4096-wide bf16 row in one go). More rows reuse each weight: converted once.
 template <typename TX, typename TW, int M, int N>
-__device__ void float_rows(TX *out, const TX *x, const TW *w, int m, int64_t n, int64_t k, int64_t xs,
-                           int64_t os)
+__device__ __forceinline__ void dot_float_row(float (&acc)[M], const TX *x, const TW *wr, int m, int64_t k,
+                                              int64_t xs)
 {
     int lane = threadIdx.x & 31;
-    int64_t warps = blockDim.x >> 5;
     constexpr int64_t step = 32 * N;
-    for (int64_t row = blockIdx.x * warps + (threadIdx.x >> 5); row < n; row += gridDim.x * warps) {
-        const TW *wr = w + row * k;
-        float acc[M] = {};
-        int64_t kk = lane * N;
-        for (; kk + (kUnroll - 1) * step < k; kk += kUnroll * step) {
-            float wv[kUnroll][N];
+    constexpr int U = M == 1 ? 2 * kUnroll : kUnroll;
+    int64_t kk = lane * N;
+    for (; kk + (U - 1) * step < k; kk += U * step) {
+        tc::Vec<TW, N> raw[U];
 #pragma unroll
-            for (int u = 0; u < kUnroll; u++)
-                load_w<TW, N>(wr + kk + u * step, wv[u]);
+        for (int u = 0; u < U; u++)
+            raw[u] = load_w<TW, N>(wr + kk + u * step);
+        if constexpr (M == 1) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float xv[N];
+                load_x<TX, N>(x + kk + u * step, xv);
+#pragma unroll
+                for (int j = 0; j < N; j++)
+                    acc[0] = fmaf(tc::to_f32(raw[u].v[j]), xv[j], acc[0]);
+            }
+        } else {
+            float wv[U][N];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int j = 0; j < N; j++)
+                    wv[u][j] = tc::to_f32(raw[u].v[j]);
 #pragma unroll
             for (int r = 0; r < M; r++) {
                 if (r >= m)
                     break;
 #pragma unroll
-                for (int u = 0; u < kUnroll; u++) {
+                for (int u = 0; u < U; u++) {
                     float xv[N];
                     load_x<TX, N>(x + r * xs + kk + u * step, xv);
 #pragma unroll
@@ -79,133 +115,253 @@ __device__ void float_rows(TX *out, const TX *x, const TW *w, int m, int64_t n, 
                 }
             }
         }
-        for (; kk < k; kk += step) {
-            float wv[N];
-            load_w<TW, N>(wr + kk, wv);
+    }
+    for (; kk < k; kk += step) {
+        tc::Vec<TW, N> wv = load_w<TW, N>(wr + kk);
 #pragma unroll
-            for (int r = 0; r < M; r++) {
-                if (r >= m)
-                    break;
-                float xv[N];
-                load_x<TX, N>(x + r * xs + kk, xv);
+        for (int r = 0; r < M; r++) {
+            if (r >= m)
+                break;
+            float xv[N];
+            load_x<TX, N>(x + r * xs + kk, xv);
 #pragma unroll
-                for (int j = 0; j < N; j++)
-                    acc[r] = fmaf(wv[j], xv[j], acc[r]);
-            }
+            for (int j = 0; j < N; j++)
+                acc[r] = fmaf(tc::to_f32(wv.v[j]), xv[j], acc[r]);
         }
-        finish<TX, M>(acc, out, m, row, os);
     }
 }
 
-// Block-quantised weights (GGUF Q4_0 / Q8_0 layout): one lane per block of 32.
+// One row of x against a gate row and an up row at once (SwiGLU): eight loads of each in flight
+// together, where one row after the other would drain the loads between the two.
+template <typename TX, typename TW, int N>
+__device__ __forceinline__ void dot_pair_row1(float &a, float &b, const TX *x, const TW *wg, const TW *wu,
+                                              int64_t k)
+{
+    int lane = threadIdx.x & 31;
+    constexpr int64_t step = 32 * N;
+    int64_t kk = lane * N;
+    for (; kk + (kUnroll - 1) * step < k; kk += kUnroll * step) {
+        tc::Vec<TW, N> rg[kUnroll], ru[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++)
+            rg[u] = load_w<TW, N>(wg + kk + u * step);
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++)
+            ru[u] = load_w<TW, N>(wu + kk + u * step);
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++) {
+            float xv[N];
+            load_x<TX, N>(x + kk + u * step, xv);
+#pragma unroll
+            for (int j = 0; j < N; j++) {
+                a = fmaf(tc::to_f32(rg[u].v[j]), xv[j], a);
+                b = fmaf(tc::to_f32(ru[u].v[j]), xv[j], b);
+            }
+        }
+    }
+    for (; kk < k; kk += step) {
+        tc::Vec<TW, N> g = load_w<TW, N>(wg + kk), u = load_w<TW, N>(wu + kk);
+        float xv[N];
+        load_x<TX, N>(x + kk, xv);
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            a = fmaf(tc::to_f32(g.v[j]), xv[j], a);
+            b = fmaf(tc::to_f32(u.v[j]), xv[j], b);
+        }
+    }
+}
+
+// Float weights, N per access (16 bytes of weights, or 1 for unaligned shapes). With SwiGLU
+// the warp of output row `row` reads weight rows row (gate) and n + row (up).
+template <typename TX, typename TW, int M, int N>
+__device__ void float_rows(TX *out, const TX *x, const TW *w, int m, int64_t n, int64_t k, int64_t xs,
+                           int64_t os, int flags)
+{
+    int64_t warps = blockDim.x >> 5;
+    for (int64_t row = blockIdx.x * warps + (threadIdx.x >> 5); row < n; row += gridDim.x * warps) {
+        float acc[M] = {}, up[M] = {};
+        if (M == 1 && (flags & kSwiglu)) {
+            dot_pair_row1<TX, TW, N>(acc[0], up[0], x, w + row * k, w + (n + row) * k, k);
+        } else {
+            dot_float_row<TX, TW, M, N>(acc, x, w + row * k, m, k, xs);
+            if (flags & kSwiglu)
+                dot_float_row<TX, TW, M, N>(up, x, w + (n + row) * k, m, k, xs);
+        }
+        finish<TX, M>(acc, up, out, m, row, os, flags);
+    }
+}
+
+// The lane's partial dot products of one block-quantised weight row (GGUF Q4_0 / Q8_0
+// layout, one lane per block of 32) with the m rows of x.
 template <typename TX, int M, int DT>
-__device__ void block_rows(TX *out, const TX *x, const uint8_t *w, int m, int64_t n, int64_t k,
-                           int64_t xs, int64_t os)
+__device__ __forceinline__ void dot_block_row(float (&acc)[M], const TX *x, const uint8_t *wr, int m,
+                                              int64_t k, int64_t xs)
 {
     constexpr int kBytes = DT == tc::DT_Q4_0 ? 18 : 34;
     int lane = threadIdx.x & 31;
-    int64_t warps = blockDim.x >> 5, nblocks = k / tc::kQBlock;
-    for (int64_t row = blockIdx.x * warps + (threadIdx.x >> 5); row < n; row += gridDim.x * warps) {
-        const uint8_t *wr = w + row * nblocks * kBytes;
-        float acc[M] = {};
-        for (int64_t b = lane; b < nblocks; b += 32) {
-            const uint16_t *blk = reinterpret_cast<const uint16_t *>(wr + b * kBytes);
-            float d = __half2float(__ushort_as_half(blk[0]));
-            float wv[tc::kQBlock];
+    int64_t nblocks = k / tc::kQBlock;
+    for (int64_t b = lane; b < nblocks; b += 32) {
+        const uint16_t *blk = reinterpret_cast<const uint16_t *>(wr + b * kBytes);
+        float d = __half2float(__ushort_as_half(blk[0]));
+        float wv[tc::kQBlock];
 #pragma unroll
-            for (int j = 0; j < tc::kQBlock / 2; j++) {
-                uint16_t two = blk[1 + j / (DT == tc::DT_Q4_0 ? 2 : 1)];
-                if constexpr (DT == tc::DT_Q4_0) {
-                    uint8_t byte = (uint8_t)(j % 2 ? two >> 8 : two);
-                    wv[j] = (float)((byte & 0xf) - 8);
-                    wv[j + 16] = (float)((byte >> 4) - 8);
-                } else {
-                    wv[2 * j] = (float)(int8_t)(two & 0xff);
-                    wv[2 * j + 1] = (float)(int8_t)(two >> 8);
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < M; r++) {
-                if (r >= m)
-                    break;
-                const TX *xr = x + r * xs + b * tc::kQBlock;
-                float s = 0.0f;
-#pragma unroll
-                for (int j = 0; j < tc::kQBlock; j++)
-                    s = fmaf(wv[j], tc::to_f32(xr[j]), s);
-                acc[r] = fmaf(d, s, acc[r]);
+        for (int j = 0; j < tc::kQBlock / 2; j++) {
+            uint16_t two = blk[1 + j / (DT == tc::DT_Q4_0 ? 2 : 1)];
+            if constexpr (DT == tc::DT_Q4_0) {
+                uint8_t byte = (uint8_t)(j % 2 ? two >> 8 : two);
+                wv[j] = (float)((byte & 0xf) - 8);
+                wv[j + 16] = (float)((byte >> 4) - 8);
+            } else {
+                wv[2 * j] = (float)(int8_t)(two & 0xff);
+                wv[2 * j + 1] = (float)(int8_t)(two >> 8);
             }
         }
-        finish<TX, M>(acc, out, m, row, os);
+#pragma unroll
+        for (int r = 0; r < M; r++) {
+            if (r >= m)
+                break;
+            const TX *xr = x + r * xs + b * tc::kQBlock;
+            float s = 0.0f;
+#pragma unroll
+            for (int j = 0; j < tc::kQBlock; j++)
+                s = fmaf(wv[j], tc::to_f32(xr[j]), s);
+            acc[r] = fmaf(d, s, acc[r]);
+        }
+    }
+}
+
+template <typename TX, int M, int DT>
+__device__ void block_rows(TX *out, const TX *x, const uint8_t *w, int m, int64_t n, int64_t k,
+                           int64_t xs, int64_t os, int flags)
+{
+    constexpr int kBytes = DT == tc::DT_Q4_0 ? 18 : 34;
+    int64_t warps = blockDim.x >> 5, row_bytes = k / tc::kQBlock * kBytes;
+    for (int64_t row = blockIdx.x * warps + (threadIdx.x >> 5); row < n; row += gridDim.x * warps) {
+        float acc[M] = {}, up[M] = {};
+        dot_block_row<TX, M, DT>(acc, x, w + row * row_bytes, m, k, xs);
+        if (flags & kSwiglu)
+            dot_block_row<TX, M, DT>(up, x, w + (n + row) * row_bytes, m, k, xs);
+        finish<TX, M>(acc, up, out, m, row, os, flags);
     }
 }
 
 template <typename TX, int M>
 __device__ void by_weight(TX *out, const TX *x, const void *w, int dt, int m, int64_t n, int64_t k,
-                          int64_t xs, int64_t os)
+                          int64_t xs, int64_t os, int flags)
 {
     // 16-byte vectors need every row start aligned: k, the x stride and the pointers.
+    bool vec = xs % (16 / (int)sizeof(TX)) == 0 && tc::aligned(x, w, w, 16);
     switch (dt) {
     case tc::DT_F32:
-        if (k % 4 == 0 && xs % 4 == 0 && tc::aligned(x, w, w, 16))
-            float_rows<TX, float, M, 4>(out, x, (const float *)w, m, n, k, xs, os);
+        if (k % 4 == 0 && vec)
+            float_rows<TX, float, M, 4>(out, x, (const float *)w, m, n, k, xs, os, flags);
         else
-            float_rows<TX, float, M, 1>(out, x, (const float *)w, m, n, k, xs, os);
+            float_rows<TX, float, M, 1>(out, x, (const float *)w, m, n, k, xs, os, flags);
         break;
     case tc::DT_F16:
-        if (k % 8 == 0 && xs % 8 == 0 && tc::aligned(x, w, w, 16))
-            float_rows<TX, __half, M, 8>(out, x, (const __half *)w, m, n, k, xs, os);
+        if (k % 8 == 0 && vec)
+            float_rows<TX, __half, M, 8>(out, x, (const __half *)w, m, n, k, xs, os, flags);
         else
-            float_rows<TX, __half, M, 1>(out, x, (const __half *)w, m, n, k, xs, os);
+            float_rows<TX, __half, M, 1>(out, x, (const __half *)w, m, n, k, xs, os, flags);
         break;
     case tc::DT_BF16:
-        if (k % 8 == 0 && xs % 8 == 0 && tc::aligned(x, w, w, 16))
-            float_rows<TX, __nv_bfloat16, M, 8>(out, x, (const __nv_bfloat16 *)w, m, n, k, xs, os);
+        if (k % 8 == 0 && vec)
+            float_rows<TX, __nv_bfloat16, M, 8>(out, x, (const __nv_bfloat16 *)w, m, n, k, xs, os, flags);
         else
-            float_rows<TX, __nv_bfloat16, M, 1>(out, x, (const __nv_bfloat16 *)w, m, n, k, xs, os);
+            float_rows<TX, __nv_bfloat16, M, 1>(out, x, (const __nv_bfloat16 *)w, m, n, k, xs, os, flags);
         break;
     case tc::DT_Q4_0:
-        block_rows<TX, M, tc::DT_Q4_0>(out, x, (const uint8_t *)w, m, n, k, xs, os);
+        block_rows<TX, M, tc::DT_Q4_0>(out, x, (const uint8_t *)w, m, n, k, xs, os, flags);
         break;
     case tc::DT_Q8_0:
-        block_rows<TX, M, tc::DT_Q8_0>(out, x, (const uint8_t *)w, m, n, k, xs, os);
+        block_rows<TX, M, tc::DT_Q8_0>(out, x, (const uint8_t *)w, m, n, k, xs, os, flags);
         break;
     }
 }
 
-template <typename TX>
-__device__ void by_rows(TX *out, const TX *x, const void *w, int dt, int m, int64_t n, int64_t k,
-                        int64_t xs, int64_t os)
+// Bytes of one weight row of run-time dtype dt.
+__device__ __forceinline__ int64_t row_bytes(int dt, int64_t k)
 {
-    if (m <= 1)
-        by_weight<TX, 1>(out, x, w, dt, m, n, k, xs, os);
+    switch (dt) {
+    case tc::DT_F32:
+        return k * 4;
+    case tc::DT_Q4_0:
+        return k / tc::kQBlock * 18;
+    case tc::DT_Q8_0:
+        return k / tc::kQBlock * 34;
+    default:
+        return k * 2;
+    }
+}
+
+// MIN_M..8 rows of x (MIN_M 1: exactly one row, a kernel of its own, because registers are
+// allocated for a kernel's largest path: the many-row paths would cost the one-row path, the
+// decode step of a single sequence, a third of its resident warps).
+template <typename TX, int MIN_M>
+__device__ void by_rows(TX *out, const TX *x, const void *w, int dt, int m, int64_t n, int64_t k,
+                        int64_t xs, int64_t os, int flags)
+{
+    // The weights are never written by a kernel: ask for the start of this warp's first row
+    // (up to 4 KiB, a line per lane) while the previous kernel finishes, then wait for x.
+    int64_t first = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (first < n) {
+        int64_t rb = row_bytes(dt, k), off = (int64_t)(threadIdx.x & 31) * 128;
+        if (off < rb)
+            tc::prefetch_l2((const char *)w + first * rb + off);
+    }
+    tc::await_inputs();
+    if (MIN_M == 1)
+        by_weight<TX, 1>(out, x, w, dt, 1, n, k, xs, os, flags);
     else if (m <= 2)
-        by_weight<TX, 2>(out, x, w, dt, m, n, k, xs, os);
+        by_weight<TX, 2>(out, x, w, dt, m, n, k, xs, os, flags);
     else if (m <= 4)
-        by_weight<TX, 4>(out, x, w, dt, m, n, k, xs, os);
+        by_weight<TX, 4>(out, x, w, dt, m, n, k, xs, os, flags);
     else
-        by_weight<TX, 8>(out, x, w, dt, m, n, k, xs, os);
+        by_weight<TX, 8>(out, x, w, dt, m, n, k, xs, os, flags);
 }
 
 } // namespace matvec_cu
 
-/** out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8, w of run-time dtype w_dtype (tc_dtype);
- *  one warp per weight row, grid-stride over rows. */
+/** out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8, w of run-time dtype w_dtype (tc_dtype);
+ *  one warp per output row, grid-stride over rows. Fused options (tc_linear): flags bit 0:
+ *  SwiGLU, w holds 2n rows (gate, then up) and out = silu(gate) * up; bit 1: out += the
+ *  result. */
 extern "C" __global__ void tc_k_matvec_f32(float *out, const float *x, const void *w, int32_t w_dtype,
                                            int32_t m, int64_t n, int64_t k, int64_t x_stride,
-                                           int64_t out_stride)
+                                           int64_t out_stride, int32_t flags)
 {
-    matvec_cu::by_rows(out, x, w, w_dtype, m, n, k, x_stride, out_stride);
+    matvec_cu::by_rows<float, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void tc_k_matvec_f16(__half *out, const __half *x, const void *w,
                                            int32_t w_dtype, int32_t m, int64_t n, int64_t k,
-                                           int64_t x_stride, int64_t out_stride)
+                                           int64_t x_stride, int64_t out_stride, int32_t flags)
 {
-    matvec_cu::by_rows(out, x, w, w_dtype, m, n, k, x_stride, out_stride);
+    matvec_cu::by_rows<__half, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void tc_k_matvec_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x,
                                             const void *w, int32_t w_dtype, int32_t m, int64_t n,
-                                            int64_t k, int64_t x_stride, int64_t out_stride)
+                                            int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
-    matvec_cu::by_rows(out, x, w, w_dtype, m, n, k, x_stride, out_stride);
+    matvec_cu::by_rows<__nv_bfloat16, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
+}
+/** The same for one row of x (m must be 1). The launch bounds (64 threads, 8 blocks per SM)
+ *  let ptxas spend registers on keeping a row's sixteen weight loads in flight: by itself it
+ *  chose 43 registers and issued each load just before its use. */
+extern "C" __global__ void __launch_bounds__(64, 8) tc_k_matvec1_f32(float *out, const float *x, const void *w, int32_t w_dtype,
+                                            int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                                            int64_t out_stride, int32_t flags)
+{
+    matvec_cu::by_rows<float, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(64, 8) tc_k_matvec1_f16(__half *out, const __half *x, const void *w,
+                                            int32_t w_dtype, int32_t m, int64_t n, int64_t k,
+                                            int64_t x_stride, int64_t out_stride, int32_t flags)
+{
+    matvec_cu::by_rows<__half, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(64, 8) tc_k_matvec1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x,
+                                             const void *w, int32_t w_dtype, int32_t m, int64_t n,
+                                             int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+{
+    matvec_cu::by_rows<__nv_bfloat16, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
 }

@@ -31,17 +31,20 @@ __device__ void fill(T *out, int64_t n, uint64_t seed, float offset, float scale
 extern "C" __global__ void tc_k_fill_random_f32(float *out, int64_t n, uint64_t seed, float offset,
                                               float scale)
 {
+    tc::await_inputs();
     random_cu::fill(out, n, seed, offset, scale);
 }
 /** out[i] = offset + scale * (2u - 1), u from a hash of (seed, i) (grid-stride). */
 extern "C" __global__ void tc_k_fill_random_f16(__half *out, int64_t n, uint64_t seed, float offset,
                                               float scale)
 {
+    tc::await_inputs();
     random_cu::fill(out, n, seed, offset, scale);
 }
 /** out[i] = offset + scale * (2u - 1), u from a hash of (seed, i) (grid-stride). */
 extern "C" __global__ void tc_k_fill_random_bf16(__nv_bfloat16 *out, int64_t n, uint64_t seed,
                                                float offset, float scale)
 {
+    tc::await_inputs();
     random_cu::fill(out, n, seed, offset, scale);
 }

@@ -68,12 +68,14 @@ extern "C" __global__ void tc_k_rmsnorm_f32(float *out, float *residual, const f
                                             const float *w, int64_t dim, int64_t out_stride,
                                             int64_t res_stride, int64_t x_stride, float eps)
 {
+    tc::await_inputs();
     rmsnorm_cu::dispatch(out, residual, x, w, dim, out_stride, res_stride, x_stride, eps);
 }
 extern "C" __global__ void tc_k_rmsnorm_f16(__half *out, __half *residual, const __half *x,
                                             const __half *w, int64_t dim, int64_t out_stride,
                                             int64_t res_stride, int64_t x_stride, float eps)
 {
+    tc::await_inputs();
     rmsnorm_cu::dispatch(out, residual, x, w, dim, out_stride, res_stride, x_stride, eps);
 }
 extern "C" __global__ void tc_k_rmsnorm_bf16(__nv_bfloat16 *out, __nv_bfloat16 *residual,
@@ -81,5 +83,6 @@ extern "C" __global__ void tc_k_rmsnorm_bf16(__nv_bfloat16 *out, __nv_bfloat16 *
                                              int64_t dim, int64_t out_stride, int64_t res_stride,
                                              int64_t x_stride, float eps)
 {
+    tc::await_inputs();
     rmsnorm_cu::dispatch(out, residual, x, w, dim, out_stride, res_stride, x_stride, eps);
 }

@@ -113,6 +113,7 @@ extern "C" __global__ void tc_k_rope_f32(float *q, float *k, const int32_t *pos,
                                        int32_t scaling, double factor, double low_freq_factor,
                                        double high_freq_factor, double original_max_position)
 {
+    tc::await_inputs();
     rope_cu::run(q, k, pos, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, theta,
                  scaling, factor, low_freq_factor, high_freq_factor, original_max_position);
 }
@@ -124,6 +125,7 @@ extern "C" __global__ void tc_k_rope_f16(__half *q, __half *k, const int32_t *po
                                        int32_t scaling, double factor, double low_freq_factor,
                                        double high_freq_factor, double original_max_position)
 {
+    tc::await_inputs();
     rope_cu::run(q, k, pos, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, theta,
                  scaling, factor, low_freq_factor, high_freq_factor, original_max_position);
 }
@@ -135,6 +137,7 @@ extern "C" __global__ void tc_k_rope_bf16(__nv_bfloat16 *q, __nv_bfloat16 *k, co
                                        int32_t scaling, double factor, double low_freq_factor,
                                        double high_freq_factor, double original_max_position)
 {
+    tc::await_inputs();
     rope_cu::run(q, k, pos, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, theta,
                  scaling, factor, low_freq_factor, high_freq_factor, original_max_position);
 }

@@ -8,6 +8,7 @@ extern "C" __global__ void tc_k_selftest_params(int8_t a, int16_t b, int32_t c, 
                                                 double f, __half g, __nv_bfloat16 h, uint8_t i,
                                                 uint64_t *out)
 {
+    tc::await_inputs();
     if (blockIdx.x != 0 || threadIdx.x != 0)
         return;
     out[0] = (uint64_t)(int64_t)a;
@@ -24,6 +25,7 @@ extern "C" __global__ void tc_k_selftest_params(int8_t a, int16_t b, int32_t c, 
 /** Wait about `ns` nanoseconds of GPU time, then store value at *dst (one thread). */
 extern "C" __global__ void tc_k_selftest_delay_store(int32_t *dst, int32_t value, uint64_t ns)
 {
+    tc::await_inputs();
     if (blockIdx.x != 0 || threadIdx.x != 0)
         return;
     uint64_t start, now;

@@ -28,17 +28,20 @@ __device__ void run(T *out, const T *x, int64_t cols, int64_t out_stride, int64_
 extern "C" __global__ void tc_k_softmax_f32(float *out, const float *x, int64_t cols, int64_t out_stride,
                                           int64_t x_stride)
 {
+    tc::await_inputs();
     softmax_cu::run(out, x, cols, out_stride, x_stride);
 }
 /** Softmax of gridDim.x rows of `cols` elements (out may alias x). */
 extern "C" __global__ void tc_k_softmax_f16(__half *out, const __half *x, int64_t cols, int64_t out_stride,
                                           int64_t x_stride)
 {
+    tc::await_inputs();
     softmax_cu::run(out, x, cols, out_stride, x_stride);
 }
 /** Softmax of gridDim.x rows of `cols` elements (out may alias x). */
 extern "C" __global__ void tc_k_softmax_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, int64_t cols, int64_t out_stride,
                                           int64_t x_stride)
 {
+    tc::await_inputs();
     softmax_cu::run(out, x, cols, out_stride, x_stride);
 }

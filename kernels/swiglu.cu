@@ -41,6 +41,7 @@ extern "C" __global__ void tc_k_swiglu_f32(float *out, const float *gate, const 
                                          int64_t cols, int64_t out_stride, int64_t gate_stride,
                                          int64_t up_stride)
 {
+    tc::await_inputs();
     swiglu_cu::dispatch(out, gate, up, rows, cols, out_stride, gate_stride, up_stride);
 }
 /** out = silu(gate) * up over rows x cols (grid-stride: any grid size works). */
@@ -48,6 +49,7 @@ extern "C" __global__ void tc_k_swiglu_f16(__half *out, const __half *gate, cons
                                          int64_t cols, int64_t out_stride, int64_t gate_stride,
                                          int64_t up_stride)
 {
+    tc::await_inputs();
     swiglu_cu::dispatch(out, gate, up, rows, cols, out_stride, gate_stride, up_stride);
 }
 /** out = silu(gate) * up over rows x cols (grid-stride: any grid size works). */
@@ -55,5 +57,6 @@ extern "C" __global__ void tc_k_swiglu_bf16(__nv_bfloat16 *out, const __nv_bfloa
                                          int64_t cols, int64_t out_stride, int64_t gate_stride,
                                          int64_t up_stride)
 {
+    tc::await_inputs();
     swiglu_cu::dispatch(out, gate, up, rows, cols, out_stride, gate_stride, up_stride);
 }

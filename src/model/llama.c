@@ -782,12 +782,16 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         pqs = rows(&s->q_start2, S - D + 1);
     }
 
+    /* Few rows (decode steps): each sublayer's residual add is fused into its last
+     * matrix-vector product, and SwiGLU into the gate/up one (tc_linear), so x always holds the
+     * residual stream. More rows: separate ops, with the residual add of each sublayer's output
+     * fused into the next norm. */
+    bool fused = T <= TC_MATVEC_MAX_ROWS;
+    const tc_linear_opts add = { .accumulate = true }, swiglu = { .swiglu = true };
     TC_CHECK(st, tc_embedding(&x, &m->tok_embd, &ids));
     for (int l = 0; l < c->n_layers; l++) {
         tc_llama_layer *y = &m->layers[l];
-        /* The residual add of the previous block's feed-forward output is fused into this
-         * block's first norm. */
-        if (l == 0)
+        if (fused || l == 0)
             TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, &y->attn_norm, c->norm_eps));
         else
             TC_CHECK(st, tc_rmsnorm(&h, &x, &o, &y->attn_norm, c->norm_eps));
@@ -820,6 +824,19 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             TC_CHECK(st, tc_attention_prefill(&patt, &pq, &kv->k[l], &kv->v[l], &ptable, &plens,
                                               &pqs, scale));
         }
+        if (fused) {
+            TC_CHECK(st, tc_linear(&x, &att, &y->wo, &add));
+            TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, &y->ffn_norm, c->norm_eps));
+            if (y->w_gu.data) {
+                TC_CHECK(st, tc_linear(&gate, &h, &y->w_gu, &swiglu));
+            } else {
+                TC_CHECK(st, tc_matmul(&gate, &h, &y->w_gate));
+                TC_CHECK(st, tc_matmul(&up, &h, &y->w_up));
+                TC_CHECK(st, tc_swiglu(&gate, &gate, &up));
+            }
+            TC_CHECK(st, tc_linear(&x, &gate, &y->w_down, &add));
+            continue;
+        }
         TC_CHECK(st, tc_matmul(&o, &att, &y->wo));
         TC_CHECK(st, tc_rmsnorm(&h, &x, &o, &y->ffn_norm, c->norm_eps));
         if (y->w_gu.data) {
@@ -832,7 +849,7 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         }
         TC_CHECK(st, tc_matmul(&o, &gate, &y->w_down));
     }
-    TC_CHECK(st, tc_rmsnorm(&h, &x, &o, &m->out_norm, c->norm_eps));
+    TC_CHECK(st, tc_rmsnorm(&h, fused ? NULL : &x, fused ? &x : &o, &m->out_norm, c->norm_eps));
     /* Only each sequence's last row needs logits: gather those rows (the embedding op over the
      * hidden states as a table), widen to f32, project. */
     tc_tensor lst = rows(&s->last, S), lstf = rows(&s->lastf, S), logits = rows(&s->logits, S);

@@ -155,6 +155,11 @@ tc_status tc_backend_create_cuda(int ordinal, size_t limit_bytes, tc_backend **o
     TC_CHECK(st, tc__workers_start(&b->workers, cores > 8 ? 7 : cores > 1 ? (int)cores - 1 : 0));
     TC_CHECK(st, tc_context_retain(ordinal, &b->ctx));
     TC_CHECK(st, tc_stream_create(b->ctx, 0, &b->stream));
+    /* Overlapped launches where the device has them (compute capability 9.0+): each kernel's
+     * blocks start while the previous kernel finishes. THINCUDA_OVERLAP=0 turns them off. */
+    const char *overlap = getenv("THINCUDA_OVERLAP");
+    if (!(overlap && !strcmp(overlap, "0")) && tc_stream_set_overlap(b->stream, true) != TC_OK)
+        tc_clear_error();
     TC_CHECK(st, tc_pool_create_device(b->ctx, limit_bytes, &b->pool));
     TC_INFO("%s: backend ready (context, stream, pool)", b->name);
     *out = b;

@@ -59,20 +59,29 @@ static tc_status matmul_cpu(tc_tensor *out, const tc_tensor *x, const tc_tensor 
     return TC_OK;
 }
 
+/* Rows [r0, r0 + rows) of out = x w^T (rows <= TC_MATVEC_MAX_ROWS), with tc_linear's fused
+ * options when o is not NULL. */
 static tc_status matvec_cuda(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, int64_t r0,
-                             int64_t rows)
+                             int64_t rows, const tc_linear_opts *o)
 {
     tc_backend *b = out->backend;
-    int64_t n = w->shape[0], k = w->shape[1];
+    int64_t n = out->shape[1], k = w->shape[1];
+    int32_t flags = o ? (o->swiglu ? 1 : 0) | (o->accumulate ? 2 : 0) : 0;
     /* One warp per weight row, two per block: small blocks spread the rows evenly over the
      * SMs (with 8-warp blocks a 4096-row matrix gave some SMs 4 blocks and others 3). */
     int64_t blocks = (n + 1) / 2, cap = (int64_t)b->ctx->sm_count * 32;
     tc_launch_config cfg = tc__cfg(b, (unsigned)(blocks < cap ? blocks : cap), 64, 0);
     tc_status st;
-#define LAUNCH(sfx)                                                                             \
-    tc_launch_matvec_##sfx(cfg, TC__DEV(T, out) + r0 * out->stride[0],                          \
-                           TC__DEV(const T, x) + r0 * x->stride[0], w->data, (int32_t)w->dtype, \
-                           (int32_t)rows, n, k, x->stride[0], out->stride[0])
+    /* One row has a kernel of its own: fewer registers, more resident warps. */
+#define LAUNCH(sfx)                                                                                \
+    (rows == 1 ? tc_launch_matvec1_##sfx(cfg, TC__DEV(T, out) + r0 * out->stride[0],               \
+                                         TC__DEV(const T, x) + r0 * x->stride[0], w->data,         \
+                                         (int32_t)w->dtype, 1, n, k, x->stride[0], out->stride[0], \
+                                         flags)                                                    \
+               : tc_launch_matvec_##sfx(cfg, TC__DEV(T, out) + r0 * out->stride[0],                \
+                                        TC__DEV(const T, x) + r0 * x->stride[0], w->data,          \
+                                        (int32_t)w->dtype, (int32_t)rows, n, k, x->stride[0],      \
+                                        out->stride[0], flags))
     TC__BY_DTYPE(st, x->dtype, LAUNCH);
 #undef LAUNCH
     return st;
@@ -165,8 +174,8 @@ tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
         /* Weights of another dtype (quantised ones) have only the matrix-vector kernel, which
          * then runs once per TC_MATVEC_MAX_ROWS rows. */
         for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS)
-            TC_TRY(
-                matvec_cuda(out, x, w, r, m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS));
+            TC_TRY(matvec_cuda(out, x, w, r,
+                               m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS, NULL));
         return TC_OK;
     }
     if (b->gemm != TC_GEMM_OWN) {
@@ -179,4 +188,111 @@ tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
         TC_DEBUG("%s: cuBLAS unavailable (%s); using thincuda's kernels", b->name, tc_last_error());
     }
     return gemm_own(out, x, w);
+}
+
+/* Whether the bytes two float tensors span (non-negative strides) intersect. */
+static bool overlaps(const tc_tensor *a, const tc_tensor *b)
+{
+    const tc_tensor *t[2] = { a, b };
+    uintptr_t lo[2], hi[2];
+    for (int i = 0; i < 2; i++) {
+        int64_t last = 0;
+        for (int d = 0; d < t[i]->ndim; d++)
+            last += (t[i]->shape[d] - 1) * t[i]->stride[d];
+        lo[i] = (uintptr_t)t[i]->data;
+        hi[i] = lo[i] + tc_dtype_bytes(t[i]->dtype, last + 1);
+    }
+    return lo[0] < hi[1] && lo[1] < hi[0];
+}
+
+typedef struct {
+    tc_tensor *out;
+    const tc_tensor *w;
+    const float *x; /* [m, k] as f32 */
+    int64_t m, k, n;
+    bool swiglu, accumulate;
+    atomic_bool oom;
+} linear_job;
+
+static void linear_cols(void *ctx, int64_t begin, int64_t end)
+{
+    linear_job *j = ctx;
+    float *wrow = tc_host_alloc((size_t)(2 * j->k) * sizeof(float));
+    if (!wrow) {
+        atomic_store(&j->oom, true);
+        return;
+    }
+    float *urow = wrow + j->k;
+    size_t row_bytes = tc_dtype_bytes(j->w->dtype, j->k);
+    for (int64_t c = begin; c < end; c++) {
+        tc__load_row(j->w->dtype, (const char *)j->w->data + (size_t)c * row_bytes, j->k, wrow);
+        if (j->swiglu)
+            tc__load_row(j->w->dtype, (const char *)j->w->data + (size_t)(j->n + c) * row_bytes,
+                         j->k, urow);
+        for (int64_t r = 0; r < j->m; r++) {
+            float v = dot(j->x + r * j->k, wrow, j->k);
+            if (j->swiglu)
+                v = v / (1.0f + expf(-v)) * dot(j->x + r * j->k, urow, j->k);
+            void *orow = tc__row(j->out, r);
+            if (j->accumulate)
+                v += tc__load(j->out->dtype, orow, c);
+            tc__store(j->out->dtype, orow, c, v);
+        }
+    }
+    tc_host_free(wrow);
+}
+
+static tc_status linear_cpu(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
+                            const tc_linear_opts *o)
+{
+    int64_t m = x->shape[0], k = x->shape[1];
+    float *xf = tc_host_alloc((size_t)(m * k) * sizeof(float) + 1);
+    if (!xf)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_linear",
+                            "no host memory for %lld x %lld floats", (long long)m, (long long)k);
+    for (int64_t r = 0; r < m; r++)
+        tc__load_row(x->dtype, tc__row(x, r), k, xf + r * k);
+    linear_job j = { out, w, xf, m, k, out->shape[1], o->swiglu, o->accumulate, false };
+    tc__parallel_for(out->backend, out->shape[1], 8, linear_cols, &j);
+    tc_host_free(xf);
+    if (atomic_load(&j.oom))
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_linear", "no host memory for a weight row");
+    return TC_OK;
+}
+
+tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
+                    const tc_linear_opts *opts)
+{
+    const char *op = "tc_linear";
+    static const tc_linear_opts none;
+    const tc_linear_opts *o = opts ? opts : &none;
+    TC_TRY(tc__check_dtype(op, "x", x, TC__FLOATS));
+    TC_TRY(tc__check_dtype(op, "out", out, TC__MASK(x->dtype)));
+    TC_TRY(tc__check_dtype(op, "w", w,
+                           TC__FLOATS | TC__MASK(TC_DTYPE_Q4_0) | TC__MASK(TC_DTYPE_Q8_0)));
+    TC_TRY(tc__check_ndim(op, "x", x, 2));
+    TC_TRY(tc__check_ndim(op, "w", w, 2));
+    TC_TRY(tc__check_ndim(op, "out", out, 2));
+    int64_t m = x->shape[0], k = x->shape[1], n = out->shape[1];
+    TC_TRY(tc__check_dim(op, "w", w, 1, k, "x's width, in_features"));
+    TC_TRY(tc__check_dim(op, "out", out, 0, m, "x's rows"));
+    TC_TRY(tc__check_dim(op, "w", w, 0, o->swiglu ? 2 * n : n,
+                         o->swiglu ? "twice out's width (gate rows, then up rows)"
+                                   : "out's width, out_features"));
+    TC_TRY(tc__check_same_backend(op, out, x));
+    TC_TRY(tc__check_same_backend(op, out, w));
+    TC_TRY(tc__check_rows_dense(op, "x", x));
+    TC_TRY(tc__check_rows_dense(op, "out", out));
+    if (!tc_tensor_is_contiguous(w))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "w must be contiguous");
+    if (m == 0 || n == 0)
+        return TC_OK;
+    if (overlaps(out, x))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "out must not overlap x");
+    if (out->backend->kind == TC_BACKEND_CPU)
+        return linear_cpu(out, x, w, o);
+    for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS)
+        TC_TRY(
+            matvec_cuda(out, x, w, r, m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS, o));
+    return TC_OK;
 }

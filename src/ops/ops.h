@@ -53,6 +53,23 @@ TC_API tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos,
  * tc_backend_set_gemm). Rows of x and out may be strided. */
 TC_API tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w);
 
+/* What tc_linear fuses after the product. Zero-initialised: a plain product. */
+typedef struct tc_linear_opts {
+    /* w is [2n, k], gate rows then up rows: out = silu(x w_gate^T) * (x w_up^T). */
+    bool swiglu;
+    /* out += the result (a residual add) instead of out = the result. */
+    bool accumulate;
+} tc_linear_opts;
+
+/* The fused linear layer of a decode step: out [m, n] = x [m, k] w^T with the options above,
+ * so that a transformer block's SwiGLU and residual adds cost no kernels of their own. Dtypes
+ * as tc_matmul. On CUDA it runs the matrix-vector kernel, which reads the weights once per
+ * TC_MATVEC_MAX_ROWS rows of x: meant for decode steps. out must not overlap x. (A fused
+ * RMSNorm was tried and dropped: its extra loads in the kernel's inner loop cost more
+ * registers, so fewer resident warps, than the separate norm kernel costs.) */
+TC_API tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
+                           const tc_linear_opts *opts);
+
 /* out = x converted to out's dtype (f32, f16 or bf16; round to nearest even), both [n, d];
  * rows may be strided. */
 TC_API tc_status tc_convert(tc_tensor *out, const tc_tensor *x);

@@ -39,6 +39,7 @@ struct tc_stream {
     CUstream cu;
     tc_context *ctx;
     int priority;
+    bool overlap; /* launches carry the programmatic-serialization attribute */
 };
 
 struct tc_event {

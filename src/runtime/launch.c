@@ -75,9 +75,20 @@ tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **
         return st;
     TC_TRY(check_config(c, id, cfg));
     TC_TRY(tc__context_enter(c));
-    st = tc_cuLaunchKernel(c->funcs[id], cfg->grid.x, cfg->grid.y, cfg->grid.z, cfg->block.x,
-                           cfg->block.y, cfg->block.z, cfg->shared_bytes, cfg->stream->cu, args,
-                           NULL);
+    if (cfg->stream->overlap) {
+        CUlaunchAttribute attr = { 0 };
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig lc = {
+            cfg->grid.x,  cfg->grid.y,       cfg->grid.z,     cfg->block.x, cfg->block.y,
+            cfg->block.z, cfg->shared_bytes, cfg->stream->cu, &attr,        1
+        };
+        st = tc_cuLaunchKernelEx(&lc, c->funcs[id], args, NULL);
+    } else {
+        st = tc_cuLaunchKernel(c->funcs[id], cfg->grid.x, cfg->grid.y, cfg->grid.z, cfg->block.x,
+                               cfg->block.y, cfg->block.z, cfg->shared_bytes, cfg->stream->cu, args,
+                               NULL);
+    }
     if (st != TC_OK)
         return bad_launch(id, cfg, st, tc_status_string(st));
     return TC_OK;

@@ -35,6 +35,21 @@ tc_status tc_stream_create(tc_context *ctx, int priority, tc_stream **out)
     return TC_OK;
 }
 
+tc_status tc_stream_set_overlap(tc_stream *s, bool on)
+{
+    if (on && s->ctx->cc_major < 9)
+        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_stream_set_overlap",
+                            "overlapped launches need compute capability 9.0; this device is %d.%d",
+                            s->ctx->cc_major, s->ctx->cc_minor);
+    s->overlap = on;
+    return TC_OK;
+}
+
+bool tc_stream_overlap(const tc_stream *s)
+{
+    return s->overlap;
+}
+
 void tc_stream_destroy(tc_stream *s)
 {
     if (s == NULL)

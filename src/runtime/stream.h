@@ -46,6 +46,14 @@ TC_API tc_status tc_stream_copy_d2d(tc_stream *s, CUdeviceptr dst, CUdeviceptr s
 /* Queue setting `bytes` bytes at dst to `value` on s. */
 TC_API tc_status tc_stream_memset(tc_stream *s, CUdeviceptr dst, unsigned char value, size_t bytes);
 
+/* Overlapped launches (programmatic dependent launch, compute capability 9.0 and up): when on,
+ * each kernel launched on s may start while the previous one finishes; our kernels wait for
+ * their predecessor (tc::wait_upstream in kernels/common.cuh) before reading anything it wrote
+ * or writing anything it reads, so results are unchanged. Returns TC_ERR_UNSUPPORTED on older
+ * devices when on is true. Off by default. */
+TC_API tc_status tc_stream_set_overlap(tc_stream *s, bool on);
+TC_API bool tc_stream_overlap(const tc_stream *s);
+
 /* The stream's context, priority and driver handle. */
 TC_API tc_context *tc_stream_context(const tc_stream *s);
 TC_API int tc_stream_priority(const tc_stream *s);

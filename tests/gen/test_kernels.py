@@ -77,3 +77,26 @@ def test_launchers_check_types_and_table_matches(rendered):
         assert "tc_launch_%s(tc_launch_config cfg" % k.short in h
         assert '{"%s", "%s", %d, %d,' % (k.name, k.file, k.line, len(k.params)) in c
     assert "TC__KARG_CONST(const uint8_t *, uint8_t *, src)" in h
+
+
+def test_every_kernel_waits_for_its_inputs_before_touching_memory():
+    """Launches on an overlapped stream (tc_stream_set_overlap) may start while the previous
+    kernel runs: each kernel's body must begin with tc::await_inputs(), except the matrix-vector
+    kernels, whose shared body (matvec_cu::by_rows) reads only weights before calling it."""
+    missing = []
+    for f in sorted(os.listdir(os.path.join(ROOT, "kernels"))):
+        if not f.endswith(".cu"):
+            continue
+        text = open(os.path.join(ROOT, "kernels", f)).read()
+        for m in re.finditer(r'extern "C" __global__ void[^{]*?(tc_k_\w+)\([^)]*\)\s*\{\s*([^;]*;)', text):
+            name, first = m.group(1), m.group(2)
+            if name.startswith("tc_k_matvec"):
+                assert first.startswith("matvec_cu::by_rows"), name
+                continue
+            if first.strip() != "tc::await_inputs();":
+                missing.append(f"{f}: {name}")
+    assert not missing, "kernels that do not begin with tc::await_inputs(): " + ", ".join(missing)
+    body = open(os.path.join(ROOT, "kernels", "matvec.cu")).read()
+    by_rows = body[body.index("__device__ void by_rows"):]
+    before_wait = by_rows[:by_rows.index("tc::await_inputs();")]
+    assert "out[" not in before_wait and "x[" not in before_wait

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Check the CUDA ops' outputs dumped by gpu_ops (TC_OPS_DUMP=DIR) against PyTorch on the
-same inputs: F.embedding, F.rms_norm, Hugging Face's rotate_half rope, F.linear, F.silu,
+same inputs: F.embedding, F.rms_norm, Hugging Face's rotate_half rope, F.linear (also with
+the fused SwiGLU and residual add of tc_linear, in f64), F.silu,
 softmax and F.scaled_dot_product_attention (GQA by repeating kv heads). Prints one line per
 case and exits 1 if any relative error (max |ours - torch| / max |torch|) exceeds the dtype's
 tolerance or is NaN."""
@@ -96,6 +97,14 @@ def main(d):
             checks.append(("k", t["k_out"], rope_ref(t["k"], t["pos"], p)))
         elif op == "matmul":
             checks.append(("out", t["out"], F.linear(t["x"], t["w"])))
+        elif op == "linear":
+            y = F.linear(t["x"].double(), t["w"].double())
+            if p["swiglu"]:
+                g, u = y.chunk(2, dim=-1)
+                y = F.silu(g) * u
+            if "acc" in t:
+                y = y + t["acc"].double()
+            checks.append(("out", t["out"], y))
         elif op == "swiglu":
             g, u = t["gate_up"].chunk(2, dim=-1)
             checks.append(("out", t["out"], F.silu(g) * u))

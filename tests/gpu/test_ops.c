@@ -278,6 +278,67 @@ static void matmul(rng_t *r)
                 "q4_0 by matvec chunks", false);
 }
 
+/* tc_linear (the decode step's fused layer) with each combination of its options (bit 0
+ * SwiGLU, bit 1 accumulate). For
+ * accumulate, out starts as random values, so unwritten elements still fail. */
+static void linear_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n, int64_t k,
+                        int mode, bool dump_it)
+{
+    bool swiglu = mode & 1, acc = mode & 2;
+    tc_tensor gx, cx, gw, cw, go, co, old;
+    double *xv = twin(r, xt, TC_SHAPE(m, k), -1, 1, &gx, &cx);
+    double *wv = twin(r, wt, TC_SHAPE(swiglu ? 2 * n : n, k), -0.05, 0.05, &gw, &cw);
+    double *ov = NULL;
+    if (acc) {
+        ov = twin(r, xt, TC_SHAPE(m, n), -1, 1, &go, &co);
+        CHECK(tc_tensor_init(&old, gpu, xt, TC_SHAPE(m, n)));
+        CHECK(tc_tensor_copy(&old, &go));
+    } else {
+        poisoned(&go, gpu, xt, TC_SHAPE(m, n));
+        poisoned(&co, cpu, xt, TC_SHAPE(m, n));
+    }
+    tc_linear_opts o = { swiglu, acc };
+    CHECK(tc_linear(&go, &gx, &gw, &o));
+    CHECK(tc_linear(&co, &cx, &cw, &o));
+    double *want = malloc(sizeof(double) * (size_t)(m * n));
+    ref_linear(want, xv, wv, swiglu, ov, m, n, k);
+    char what[96];
+    snprintf(what, sizeof what, "linear %s x %s [%lld x %lld x %lld] swiglu %d acc %d",
+             tc_dtype_name(xt), tc_dtype_name(wt), (long long)m, (long long)n, (long long)k, swiglu,
+             acc);
+    expect_close(what, &go, want, &co, tolerance(xt));
+    if (dump_it) {
+        char params[96];
+        snprintf(params, sizeof params, "{\"swiglu\": %s}", swiglu ? "true" : "false");
+        begin_case("linear", params);
+        dump("x", &gx), dump("w", &gw), dump("out", &go);
+        if (acc)
+            dump("acc", &old);
+        end_case();
+    }
+    free(xv), free(wv), free(ov), free(want);
+    tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&gw), tc_tensor_deinit(&cw);
+    tc_tensor_deinit(&go), tc_tensor_deinit(&co);
+    if (acc)
+        tc_tensor_deinit(&old);
+}
+
+static void linear(rng_t *r)
+{
+    const tc_dtype ws[] = { TC_DTYPE_BF16, TC_DTYPE_Q8_0, TC_DTYPE_Q4_0, TC_DTYPE_F32 };
+    const int64_t ms[] = { 1, 5, 11 };
+    for (int mode = 0; mode < 8; mode++)
+        for (int mi = 0; mi < 3; mi++) {
+            /* mode 4-7 repeat 0-3 with the other weight dtypes */
+            /* PyTorch sees the float weights (it has no GGUF block types). */
+            linear_case(r, TC_DTYPE_BF16, ws[mode % 4], ms[mi], 1000, 4096, mode,
+                        mi == 0 && !tc_dtype_is_block(ws[mode % 4]));
+            linear_case(r, TC_DTYPE_F32, ws[(mode + 1) % 4], ms[mi], 999, 2048, mode,
+                        mi == 1 && !tc_dtype_is_block(ws[(mode + 1) % 4]));
+        }
+    linear_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 2, 77, 127, 3, false);
+}
+
 static void swiglu_softmax_argmax(rng_t *r)
 {
     const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F32, TC_DTYPE_F16 };
@@ -334,14 +395,25 @@ static void swiglu_softmax_argmax(rng_t *r)
                 dump("gate_up", &gb), dump("out", &gs);
                 end_case();
             }
-            /* argmax of the gate half, with a planted tie */
+            /* argmax of the gate half, with a planted tie in each row: the lower index wins */
+            double *tie = malloc(sizeof(double) * (size_t)n);
+            for (int64_t i = 0; i < n; i++) {
+                int64_t j1 = (i * 37) % f, j2 = j1 + (f - j1) / 2;
+                tc__store(dt, tc__row(&cg, i), j1, 100.0f);
+                tc__store(dt, tc__row(&cg, i), j2, 100.0f);
+                tie[i] = (double)j1;
+            }
+            CHECK(tc_tensor_copy(&gb, &cb));
             tc_tensor ga, ca;
             poisoned(&ga, gpu, TC_DTYPE_I32, TC_SHAPE(n));
             poisoned(&ca, cpu, TC_DTYPE_I32, TC_SHAPE(n));
             CHECK(tc_argmax(&ga, &gg));
             CHECK(tc_argmax(&ca, &cg));
             double *cav = tensor_values(&ca);
-            expect_close("  argmax of the gate rows (indices equal)", &ga, cav, NULL, 0.0);
+            snprintf(what, sizeof what, "  argmax %s, tied rows (the lower index)",
+                     tc_dtype_name(dt));
+            expect_close(what, &ga, tie, &ca, 0.0);
+            free(tie);
             free(cav), free(bv), free(want);
             tc_tensor_deinit(&gs), tc_tensor_deinit(&cs), tc_tensor_deinit(&ga),
                 tc_tensor_deinit(&ca);
@@ -498,6 +570,7 @@ int main(void)
     tc_pool_get_stats(tc_backend_pool(gpu), &ps);
     size_t baseline = ps.bytes_requested - tc_backend_workspace_bytes(gpu);
     swiglu_softmax_argmax(&r);
+    linear(&r);
     attention(&r);
     sampling(&r);
     if (manifest)

@@ -209,6 +209,26 @@ static inline void ref_matmul(double *out, const double *x, const double *w, int
         }
 }
 
+/* tc_linear: out [m, n] = x w^T, SwiGLU over w's gate and up halves [2n, k] when asked, plus
+ * out's old values (acc, or NULL). */
+static inline void ref_linear(double *out, const double *x, const double *w, bool swiglu,
+                              const double *acc, int64_t m, int64_t n, int64_t k)
+{
+    for (int64_t r = 0; r < m; r++) {
+        for (int64_t c = 0; c < n; c++) {
+            double a = 0.0, b = 0.0;
+            for (int64_t i = 0; i < k; i++) {
+                double xv = x[r * k + i];
+                a += xv * w[c * k + i];
+                if (swiglu)
+                    b += xv * w[(n + c) * k + i];
+            }
+            double v = swiglu ? a / (1.0 + exp(-a)) * b : a;
+            out[r * n + c] = v + (acc ? acc[r * n + c] : 0.0);
+        }
+    }
+}
+
 /* Causal attention of one sequence's m newest queries q [m, H, hd] over contiguous keys and
  * values [len, KV, hd]. */
 static inline void ref_attention(double *out, const double *q, const double *k, const double *v, int64_t m,

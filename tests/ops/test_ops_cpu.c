@@ -275,6 +275,63 @@ static void matmul_is_the_same_on_one_and_many_threads(void **state)
     tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&o1), tc_tensor_deinit(&o4);
 }
 
+static void linear_fuses_swiglu_and_residual(void **state)
+{
+    (void)state;
+    rng_t r = { 61 };
+    const tc_dtype ws[] = { TC_DTYPE_F32, TC_DTYPE_BF16, TC_DTYPE_Q8_0, TC_DTYPE_Q4_0 };
+    const int64_t shapes[][3] = { { 1, 1, 32 }, { 3, 5, 96 }, { 9, 33, 4097 }, { 2, 127, 64 } };
+    for (size_t wi = 0; wi < 4; wi++)
+        for (size_t xi = 0; xi < 3; xi++)
+            for (size_t si = 0; si < 4; si++)
+                for (int mode = 0; mode < 4; mode++) {
+                    bool swiglu = mode & 1, acc = mode & 2;
+                    int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+                    if (tc_dtype_is_block(ws[wi]))
+                        k = (k + 31) / 32 * 32;
+                    /* gate * up of these random weights passes f16's largest value at 4097 */
+                    if (floats[xi] == TC_DTYPE_F16 && swiglu && k > 1000)
+                        continue;
+                    double *xv, *wv, *ov;
+                    tc_tensor x, w, out;
+                    assert_int_equal(
+                        random_tensor(&r, cpu, &x, floats[xi], TC_SHAPE(m, k), -1, 1, &xv), TC_OK);
+                    assert_int_equal(random_tensor(&r, cpu, &w, ws[wi],
+                                                   TC_SHAPE(swiglu ? 2 * n : n, k), -1, 1, &wv),
+                                     TC_OK);
+                    assert_int_equal(
+                        random_tensor(&r, cpu, &out, floats[xi], TC_SHAPE(m, n), -1, 1, &ov),
+                        TC_OK);
+                    tc_linear_opts o = { swiglu, acc };
+                    assert_int_equal(tc_linear(&out, &x, &w, &o), TC_OK);
+                    double *want = malloc(sizeof(double) * (size_t)(m * n)),
+                           *got = tensor_values(&out);
+                    ref_linear(want, xv, wv, swiglu, acc ? ov : NULL, m, n, k);
+                    EXPECT_CLOSE(got, want, m * n, tolerance(floats[xi]),
+                                 "linear x %s w %s %lldx%lldx%lld swiglu %d acc %d",
+                                 tc_dtype_name(floats[xi]), tc_dtype_name(ws[wi]), (long long)m,
+                                 (long long)n, (long long)k, swiglu, acc);
+                    free(want), free(got), free(xv), free(wv), free(ov);
+                    tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&out);
+                }
+    /* Argument checks: the gate/up height, and aliasing. */
+    tc_tensor x, w, out;
+    assert_int_equal(tc_tensor_init(&x, cpu, TC_DTYPE_F32, TC_SHAPE(2, 8)), TC_OK);
+    assert_int_equal(tc_tensor_init(&w, cpu, TC_DTYPE_F32, TC_SHAPE(6, 8)), TC_OK);
+    assert_int_equal(tc_tensor_init(&out, cpu, TC_DTYPE_F32, TC_SHAPE(2, 6)), TC_OK);
+    tc_linear_opts o = { .swiglu = true };
+    assert_int_equal(tc_linear(&out, &x, &w, &o), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "twice out's width"));
+    tc_tensor sq, self;
+    assert_int_equal(tc_tensor_init(&sq, cpu, TC_DTYPE_F32, TC_SHAPE(8, 8)), TC_OK);
+    assert_int_equal(tc_tensor_slice(&x, 1, 0, 8, &self), TC_OK);
+    o = (tc_linear_opts){ .accumulate = true };
+    assert_int_equal(tc_linear(&self, &x, &sq, &o), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "must not overlap"));
+    assert_int_equal(tc_linear(&out, &x, &w, NULL), TC_OK);
+    tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&out), tc_tensor_deinit(&sq);
+}
+
 static void swiglu_and_softmax_on_strided_rows(void **state)
 {
     (void)state;
@@ -675,6 +732,7 @@ int main(void)
         cmocka_unit_test(rope_plain_llama3_and_interleaved),
         cmocka_unit_test(matmul_every_weight_dtype_and_odd_shapes),
         cmocka_unit_test(matmul_is_the_same_on_one_and_many_threads),
+        cmocka_unit_test(linear_fuses_swiglu_and_residual),
         cmocka_unit_test(swiglu_and_softmax_on_strided_rows),
         cmocka_unit_test(convert_between_float_dtypes),
         cmocka_unit_test(attention_prefill_and_decode_over_paged_cache),
