@@ -3,14 +3,6 @@
  * for prefill (compute bound), our own kernels where cuBLAS is missing. */
 #include "ops/internal.h"
 
-typedef struct {
-    tc_tensor *out;
-    const tc_tensor *w;
-    const float *x; /* [m, k] as f32 */
-    int64_t m, k;
-    atomic_bool oom;
-} matmul_job;
-
 static float dot(const float *a, const float *b, int64_t n)
 {
     /* Eight partial sums let the compiler vectorise without reassociating by itself. */
@@ -23,40 +15,6 @@ static float dot(const float *a, const float *b, int64_t n)
     for (; i < n; i++)
         t += a[i] * b[i];
     return t + ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
-
-static void matmul_cols(void *ctx, int64_t begin, int64_t end)
-{
-    matmul_job *j = ctx;
-    float *wrow = tc_host_alloc((size_t)j->k * sizeof(float));
-    if (!wrow) {
-        atomic_store(&j->oom, true);
-        return;
-    }
-    size_t row_bytes = tc_dtype_bytes(j->w->dtype, j->k);
-    for (int64_t c = begin; c < end; c++) {
-        tc__load_row(j->w->dtype, (const char *)j->w->data + (size_t)c * row_bytes, j->k, wrow);
-        for (int64_t r = 0; r < j->m; r++)
-            tc__store(j->out->dtype, tc__row(j->out, r), c, dot(j->x + r * j->k, wrow, j->k));
-    }
-    tc_host_free(wrow);
-}
-
-static tc_status matmul_cpu(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
-{
-    int64_t m = x->shape[0], k = x->shape[1];
-    float *xf = tc_host_alloc((size_t)(m * k) * sizeof(float) + 1);
-    if (!xf)
-        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_matmul",
-                            "no host memory for %lld x %lld floats", (long long)m, (long long)k);
-    for (int64_t r = 0; r < m; r++)
-        tc__load_row(x->dtype, tc__row(x, r), k, xf + r * k);
-    matmul_job j = { out, w, xf, m, k, false };
-    tc__parallel_for(out->backend, w->shape[0], 8, matmul_cols, &j);
-    tc_host_free(xf);
-    if (atomic_load(&j.oom))
-        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_matmul", "no host memory for a weight row");
-    return TC_OK;
 }
 
 /* Rows [r0, r0 + rows) of out = x w^T (rows <= TC_MATVEC_MAX_ROWS), with tc_linear's fused
@@ -143,53 +101,6 @@ static tc_status gemm_own(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
     return st;
 }
 
-tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
-{
-    const char *op = "tc_matmul";
-    TC_TRY(tc__check_dtype(op, "x", x, TC__FLOATS));
-    TC_TRY(tc__check_dtype(op, "out", out, TC__MASK(x->dtype)));
-    TC_TRY(tc__check_dtype(op, "w", w,
-                           TC__FLOATS | TC__MASK(TC_DTYPE_Q4_0) | TC__MASK(TC_DTYPE_Q8_0)));
-    TC_TRY(tc__check_ndim(op, "x", x, 2));
-    TC_TRY(tc__check_ndim(op, "w", w, 2));
-    TC_TRY(tc__check_ndim(op, "out", out, 2));
-    int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
-    TC_TRY(tc__check_dim(op, "w", w, 1, k, "x's width, in_features"));
-    TC_TRY(tc__check_dim(op, "out", out, 0, m, "x's rows"));
-    TC_TRY(tc__check_dim(op, "out", out, 1, n, "w's rows, out_features"));
-    TC_TRY(tc__check_same_backend(op, out, x));
-    TC_TRY(tc__check_same_backend(op, out, w));
-    TC_TRY(tc__check_rows_dense(op, "x", x));
-    TC_TRY(tc__check_rows_dense(op, "out", out));
-    if (!tc_tensor_is_contiguous(w))
-        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "w must be contiguous");
-    if (m == 0 || n == 0)
-        return TC_OK;
-    if (out->data == x->data)
-        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "out must not alias x");
-    tc_backend *b = out->backend;
-    if (b->kind == TC_BACKEND_CPU)
-        return matmul_cpu(out, x, w);
-    if (m <= TC_MATVEC_MAX_ROWS || w->dtype != x->dtype) {
-        /* Weights of another dtype (quantised ones) have only the matrix-vector kernel, which
-         * then runs once per TC_MATVEC_MAX_ROWS rows. */
-        for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS)
-            TC_TRY(matvec_cuda(out, x, w, r,
-                               m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS, NULL));
-        return TC_OK;
-    }
-    if (b->gemm != TC_GEMM_OWN) {
-        void *handle = NULL;
-        tc_status st = tc__backend_cublas(b, &handle);
-        if (st == TC_OK)
-            return gemm_cublas(out, x, w, handle);
-        if (b->gemm == TC_GEMM_CUBLAS)
-            return st;
-        TC_DEBUG("%s: cuBLAS unavailable (%s); using thincuda's kernels", b->name, tc_last_error());
-    }
-    return gemm_own(out, x, w);
-}
-
 /* Whether the bytes two float tensors span (non-negative strides) intersect. */
 static bool overlaps(const tc_tensor *a, const tc_tensor *b)
 {
@@ -260,12 +171,11 @@ static tc_status linear_cpu(tc_tensor *out, const tc_tensor *x, const tc_tensor 
     return TC_OK;
 }
 
-tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
-                    const tc_linear_opts *opts)
+/* The checks tc_matmul and tc_linear share: dtypes, shapes (w has twice out's width of rows
+ * with SwiGLU), backends, layouts, and an out that does not overlap x. */
+static tc_status check_product(const char *op, const tc_tensor *out, const tc_tensor *x,
+                               const tc_tensor *w, bool swiglu)
 {
-    const char *op = "tc_linear";
-    static const tc_linear_opts none;
-    const tc_linear_opts *o = opts ? opts : &none;
     TC_TRY(tc__check_dtype(op, "x", x, TC__FLOATS));
     TC_TRY(tc__check_dtype(op, "out", out, TC__MASK(x->dtype)));
     TC_TRY(tc__check_dtype(op, "w", w,
@@ -273,22 +183,61 @@ tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
     TC_TRY(tc__check_ndim(op, "x", x, 2));
     TC_TRY(tc__check_ndim(op, "w", w, 2));
     TC_TRY(tc__check_ndim(op, "out", out, 2));
-    int64_t m = x->shape[0], k = x->shape[1], n = out->shape[1];
-    TC_TRY(tc__check_dim(op, "w", w, 1, k, "x's width, in_features"));
-    TC_TRY(tc__check_dim(op, "out", out, 0, m, "x's rows"));
-    TC_TRY(tc__check_dim(op, "w", w, 0, o->swiglu ? 2 * n : n,
-                         o->swiglu ? "twice out's width (gate rows, then up rows)"
-                                   : "out's width, out_features"));
+    int64_t n = out->shape[1];
+    TC_TRY(tc__check_dim(op, "w", w, 1, x->shape[1], "x's width, in_features"));
+    TC_TRY(tc__check_dim(op, "out", out, 0, x->shape[0], "x's rows"));
+    TC_TRY(tc__check_dim(op, "w", w, 0, swiglu ? 2 * n : n,
+                         swiglu ? "twice out's width (gate rows, then up rows)"
+                                : "out's width, out_features"));
     TC_TRY(tc__check_same_backend(op, out, x));
     TC_TRY(tc__check_same_backend(op, out, w));
     TC_TRY(tc__check_rows_dense(op, "x", x));
     TC_TRY(tc__check_rows_dense(op, "out", out));
     if (!tc_tensor_is_contiguous(w))
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "w must be contiguous");
+    if (x->shape[0] > 0 && n > 0 && overlaps(out, x))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "out must not overlap x");
+    return TC_OK;
+}
+
+tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
+{
+    TC_TRY(check_product("tc_matmul", out, x, w, false));
+    int64_t m = x->shape[0], n = w->shape[0];
     if (m == 0 || n == 0)
         return TC_OK;
-    if (overlaps(out, x))
-        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "out must not overlap x");
+    tc_backend *b = out->backend;
+    if (b->kind == TC_BACKEND_CPU)
+        return linear_cpu(out, x, w, &(tc_linear_opts){ 0 });
+    if (m <= TC_MATVEC_MAX_ROWS || w->dtype != x->dtype) {
+        /* Weights of another dtype (quantised ones) have only the matrix-vector kernel, which
+         * then runs once per TC_MATVEC_MAX_ROWS rows. */
+        for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS)
+            TC_TRY(matvec_cuda(out, x, w, r,
+                               m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS, NULL));
+        return TC_OK;
+    }
+    if (b->gemm != TC_GEMM_OWN) {
+        void *handle = NULL;
+        tc_status st = tc__backend_cublas(b, &handle);
+        if (st == TC_OK)
+            return gemm_cublas(out, x, w, handle);
+        if (b->gemm == TC_GEMM_CUBLAS)
+            return st;
+        TC_DEBUG("%s: cuBLAS unavailable (%s); using thincuda's kernels", b->name, tc_last_error());
+    }
+    return gemm_own(out, x, w);
+}
+
+tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
+                    const tc_linear_opts *opts)
+{
+    static const tc_linear_opts none;
+    const tc_linear_opts *o = opts ? opts : &none;
+    TC_TRY(check_product("tc_linear", out, x, w, o->swiglu));
+    int64_t m = x->shape[0];
+    if (m == 0 || out->shape[1] == 0)
+        return TC_OK;
     if (out->backend->kind == TC_BACKEND_CPU)
         return linear_cpu(out, x, w, o);
     for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS)
