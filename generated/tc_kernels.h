@@ -474,7 +474,7 @@ static inline tc_status tc_launch_gemm_bf16(tc_launch_config cfg, tc_bf16 *out, 
     tc_launch_gemm_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/matvec.cu:326 tc_k_matvec_f32: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8, w of run-time dtype w_dtype (tc_dtype); one warp per output row, grid-stride over rows. Fused options (tc_linear): flags bit 0: SwiGLU, w holds 2n rows (gate, then up) and out = silu(gate) * up; bit 1: out += the result. */
+/* kernels/matvec.cu:325 tc_k_matvec_f32: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8, w of run-time dtype w_dtype (tc_dtype); one warp per output row, grid-stride over rows. Fused options (tc_linear): flags bit 0: SwiGLU, w holds 2n rows (gate, then up) and out = silu(gate) * up; bit 1: out += the result. */
 static inline tc_status tc_launch_matvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -485,7 +485,7 @@ static inline tc_status tc_launch_matvec_f32(tc_launch_config cfg, float *out, c
     tc_launch_matvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/matvec.cu:332 tc_k_matvec_f16 */
+/* kernels/matvec.cu:331 tc_k_matvec_f16 */
 static inline tc_status tc_launch_matvec_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -496,7 +496,7 @@ static inline tc_status tc_launch_matvec_f16(tc_launch_config cfg, tc_half *out,
     tc_launch_matvec_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/matvec.cu:338 tc_k_matvec_bf16 */
+/* kernels/matvec.cu:337 tc_k_matvec_bf16 */
 static inline tc_status tc_launch_matvec_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -507,7 +507,7 @@ static inline tc_status tc_launch_matvec_bf16(tc_launch_config cfg, tc_bf16 *out
     tc_launch_matvec_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/matvec.cu:347 tc_k_matvec1_f32: The same for one row of x (m must be 1). The launch bounds (64 threads, 8 blocks per SM) let ptxas spend registers on keeping a row's sixteen weight loads in flight: by itself it chose 43 registers and issued each load just before its use. */
+/* kernels/matvec.cu:346 tc_k_matvec1_f32: The same for one row of x (m must be 1). The launch bounds (64 threads, 8 blocks per SM) let ptxas spend registers on keeping a row's sixteen weight loads in flight: by itself it chose 43 registers and issued each load just before its use. */
 static inline tc_status tc_launch_matvec1_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -518,7 +518,7 @@ static inline tc_status tc_launch_matvec1_f32(tc_launch_config cfg, float *out, 
     tc_launch_matvec1_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/matvec.cu:353 tc_k_matvec1_f16 */
+/* kernels/matvec.cu:352 tc_k_matvec1_f16 */
 static inline tc_status tc_launch_matvec1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -529,7 +529,7 @@ static inline tc_status tc_launch_matvec1_f16(tc_launch_config cfg, tc_half *out
     tc_launch_matvec1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/matvec.cu:359 tc_k_matvec1_bf16 */
+/* kernels/matvec.cu:358 tc_k_matvec1_bf16 */
 static inline tc_status tc_launch_matvec1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};

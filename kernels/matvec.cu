@@ -230,17 +230,31 @@ __device__ __forceinline__ void dot_block_row(float (&acc)[M], const TX *x, cons
     }
 }
 
+// Bytes of one weight row of run-time dtype dt.
+__device__ __forceinline__ int64_t row_bytes(int dt, int64_t k)
+{
+    switch (dt) {
+    case tc::DT_F32:
+        return k * 4;
+    case tc::DT_Q4_0:
+        return k / tc::kQBlock * 18;
+    case tc::DT_Q8_0:
+        return k / tc::kQBlock * 34;
+    default:
+        return k * 2;
+    }
+}
+
 template <typename TX, int M, int DT>
 __device__ void block_rows(TX *out, const TX *x, const uint8_t *w, int m, int64_t n, int64_t k,
                            int64_t xs, int64_t os, int flags)
 {
-    constexpr int kBytes = DT == tc::DT_Q4_0 ? 18 : 34;
-    int64_t warps = blockDim.x >> 5, row_bytes = k / tc::kQBlock * kBytes;
+    int64_t warps = blockDim.x >> 5, rb = row_bytes(DT, k);
     for (int64_t row = blockIdx.x * warps + (threadIdx.x >> 5); row < n; row += gridDim.x * warps) {
         float acc[M] = {}, up[M] = {};
-        dot_block_row<TX, M, DT>(acc, x, w + row * row_bytes, m, k, xs);
+        dot_block_row<TX, M, DT>(acc, x, w + row * rb, m, k, xs);
         if (flags & kSwiglu)
-            dot_block_row<TX, M, DT>(up, x, w + (n + row) * row_bytes, m, k, xs);
+            dot_block_row<TX, M, DT>(up, x, w + (n + row) * rb, m, k, xs);
         finish<TX, M>(acc, up, out, m, row, os, flags);
     }
 }
@@ -276,21 +290,6 @@ __device__ void by_weight(TX *out, const TX *x, const void *w, int dt, int m, in
     case tc::DT_Q8_0:
         block_rows<TX, M, tc::DT_Q8_0>(out, x, (const uint8_t *)w, m, n, k, xs, os, flags);
         break;
-    }
-}
-
-// Bytes of one weight row of run-time dtype dt.
-__device__ __forceinline__ int64_t row_bytes(int dt, int64_t k)
-{
-    switch (dt) {
-    case tc::DT_F32:
-        return k * 4;
-    case tc::DT_Q4_0:
-        return k / tc::kQBlock * 18;
-    case tc::DT_Q8_0:
-        return k / tc::kQBlock * 34;
-    default:
-        return k * 2;
     }
 }
 
