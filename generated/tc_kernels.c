@@ -36,40 +36,34 @@ static const uint16_t sizes_tc_k_argmax_bf16[] = {8, 8, 8, 8};
 static const char *const names_tc_k_argmax_bf16[] = {"out", "x", "cols", "x_stride"};
 static const uint16_t sizes_tc_k_attn_store_f32[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_attn_store_f32[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
-static const char *const names_tc_k_attn_decode64_f32[] = {"out", "partials", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_decode64_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_decode64_f32[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
 static const uint16_t sizes_tc_k_attn_prefill64_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill64_f32[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
-static const char *const names_tc_k_attn_decode128_f32[] = {"out", "partials", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_decode128_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_decode128_f32[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
 static const uint16_t sizes_tc_k_attn_prefill128_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill128_f32[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_combine_f32[] = {8, 8, 4, 4, 4, 8};
-static const char *const names_tc_k_attn_combine_f32[] = {"out", "partials", "n_heads", "head_dim", "splits", "out_stride"};
 static const uint16_t sizes_tc_k_attn_store_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_attn_store_f16[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
-static const char *const names_tc_k_attn_decode64_f16[] = {"out", "partials", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_decode64_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_decode64_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
 static const uint16_t sizes_tc_k_attn_prefill64_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill64_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
-static const char *const names_tc_k_attn_decode128_f16[] = {"out", "partials", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_decode128_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_decode128_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
 static const uint16_t sizes_tc_k_attn_prefill128_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill128_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_combine_f16[] = {8, 8, 4, 4, 4, 8};
-static const char *const names_tc_k_attn_combine_f16[] = {"out", "partials", "n_heads", "head_dim", "splits", "out_stride"};
 static const uint16_t sizes_tc_k_attn_store_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_attn_store_bf16[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
-static const char *const names_tc_k_attn_decode64_bf16[] = {"out", "partials", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_decode64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_decode64_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
 static const uint16_t sizes_tc_k_attn_prefill64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill64_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
-static const char *const names_tc_k_attn_decode128_bf16[] = {"out", "partials", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_decode128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_decode128_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
 static const uint16_t sizes_tc_k_attn_prefill128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill128_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_combine_bf16[] = {8, 8, 4, 4, 4, 8};
-static const char *const names_tc_k_attn_combine_bf16[] = {"out", "partials", "n_heads", "head_dim", "splits", "out_stride"};
 static const uint16_t sizes_tc_k_convert[] = {8, 4, 8, 4, 8, 8, 8, 8};
 static const char *const names_tc_k_convert[] = {"out", "out_dtype", "x", "x_dtype", "rows", "cols", "out_stride", "x_stride"};
 static const uint16_t sizes_tc_k_copy_u8[] = {8, 8, 8};
@@ -143,24 +137,21 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_argmax_f32", "kernels/argmax.cu", 86, 4, sizes_tc_k_argmax_f32, names_tc_k_argmax_f32},
     {"tc_k_argmax_f16", "kernels/argmax.cu", 92, 4, sizes_tc_k_argmax_f16, names_tc_k_argmax_f16},
     {"tc_k_argmax_bf16", "kernels/argmax.cu", 98, 4, sizes_tc_k_argmax_bf16, names_tc_k_argmax_bf16},
-    {"tc_k_attn_store_f32", "kernels/attention.cu", 306, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
-    {"tc_k_attn_decode64_f32", "kernels/attention.cu", 316, 15, sizes_tc_k_attn_decode64_f32, names_tc_k_attn_decode64_f32},
-    {"tc_k_attn_prefill64_f32", "kernels/attention.cu", 329, 15, sizes_tc_k_attn_prefill64_f32, names_tc_k_attn_prefill64_f32},
-    {"tc_k_attn_decode128_f32", "kernels/attention.cu", 343, 15, sizes_tc_k_attn_decode128_f32, names_tc_k_attn_decode128_f32},
-    {"tc_k_attn_prefill128_f32", "kernels/attention.cu", 356, 15, sizes_tc_k_attn_prefill128_f32, names_tc_k_attn_prefill128_f32},
-    {"tc_k_attn_combine_f32", "kernels/attention.cu", 368, 6, sizes_tc_k_attn_combine_f32, names_tc_k_attn_combine_f32},
-    {"tc_k_attn_store_f16", "kernels/attention.cu", 376, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
-    {"tc_k_attn_decode64_f16", "kernels/attention.cu", 386, 15, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
-    {"tc_k_attn_prefill64_f16", "kernels/attention.cu", 399, 15, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
-    {"tc_k_attn_decode128_f16", "kernels/attention.cu", 413, 15, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
-    {"tc_k_attn_prefill128_f16", "kernels/attention.cu", 426, 15, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
-    {"tc_k_attn_combine_f16", "kernels/attention.cu", 438, 6, sizes_tc_k_attn_combine_f16, names_tc_k_attn_combine_f16},
-    {"tc_k_attn_store_bf16", "kernels/attention.cu", 446, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
-    {"tc_k_attn_decode64_bf16", "kernels/attention.cu", 456, 15, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
-    {"tc_k_attn_prefill64_bf16", "kernels/attention.cu", 469, 15, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
-    {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 483, 15, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
-    {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 496, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
-    {"tc_k_attn_combine_bf16", "kernels/attention.cu", 508, 6, sizes_tc_k_attn_combine_bf16, names_tc_k_attn_combine_bf16},
+    {"tc_k_attn_store_f32", "kernels/attention.cu", 558, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
+    {"tc_k_attn_decode64_f32", "kernels/attention.cu", 570, 16, sizes_tc_k_attn_decode64_f32, names_tc_k_attn_decode64_f32},
+    {"tc_k_attn_prefill64_f32", "kernels/attention.cu", 583, 15, sizes_tc_k_attn_prefill64_f32, names_tc_k_attn_prefill64_f32},
+    {"tc_k_attn_decode128_f32", "kernels/attention.cu", 599, 16, sizes_tc_k_attn_decode128_f32, names_tc_k_attn_decode128_f32},
+    {"tc_k_attn_prefill128_f32", "kernels/attention.cu", 612, 15, sizes_tc_k_attn_prefill128_f32, names_tc_k_attn_prefill128_f32},
+    {"tc_k_attn_store_f16", "kernels/attention.cu", 625, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
+    {"tc_k_attn_decode64_f16", "kernels/attention.cu", 637, 16, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
+    {"tc_k_attn_prefill64_f16", "kernels/attention.cu", 650, 15, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
+    {"tc_k_attn_decode128_f16", "kernels/attention.cu", 666, 16, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
+    {"tc_k_attn_prefill128_f16", "kernels/attention.cu", 679, 15, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
+    {"tc_k_attn_store_bf16", "kernels/attention.cu", 692, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
+    {"tc_k_attn_decode64_bf16", "kernels/attention.cu", 704, 16, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
+    {"tc_k_attn_prefill64_bf16", "kernels/attention.cu", 717, 15, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
+    {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 733, 16, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
+    {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 746, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
     {"tc_k_convert", "kernels/convert.cu", 7, 8, sizes_tc_k_convert, names_tc_k_convert},
     {"tc_k_copy_u8", "kernels/copy.cu", 32, 3, sizes_tc_k_copy_u8, names_tc_k_copy_u8},
     {"tc_k_fill_f32", "kernels/copy.cu", 50, 3, sizes_tc_k_fill_f32, names_tc_k_fill_f32},

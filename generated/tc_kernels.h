@@ -50,54 +50,51 @@ typedef enum tc_kernel_id {
     TC_KERNEL_ATTN_PREFILL64_F32 = 5,
     TC_KERNEL_ATTN_DECODE128_F32 = 6,
     TC_KERNEL_ATTN_PREFILL128_F32 = 7,
-    TC_KERNEL_ATTN_COMBINE_F32 = 8,
-    TC_KERNEL_ATTN_STORE_F16 = 9,
-    TC_KERNEL_ATTN_DECODE64_F16 = 10,
-    TC_KERNEL_ATTN_PREFILL64_F16 = 11,
-    TC_KERNEL_ATTN_DECODE128_F16 = 12,
-    TC_KERNEL_ATTN_PREFILL128_F16 = 13,
-    TC_KERNEL_ATTN_COMBINE_F16 = 14,
-    TC_KERNEL_ATTN_STORE_BF16 = 15,
-    TC_KERNEL_ATTN_DECODE64_BF16 = 16,
-    TC_KERNEL_ATTN_PREFILL64_BF16 = 17,
-    TC_KERNEL_ATTN_DECODE128_BF16 = 18,
-    TC_KERNEL_ATTN_PREFILL128_BF16 = 19,
-    TC_KERNEL_ATTN_COMBINE_BF16 = 20,
-    TC_KERNEL_CONVERT = 21,
-    TC_KERNEL_COPY_U8 = 22,
-    TC_KERNEL_FILL_F32 = 23,
-    TC_KERNEL_EMBEDDING_F32 = 24,
-    TC_KERNEL_EMBEDDING_F16 = 25,
-    TC_KERNEL_EMBEDDING_BF16 = 26,
-    TC_KERNEL_GEMM_TC_F16 = 27,
-    TC_KERNEL_GEMM_TC_BF16 = 28,
-    TC_KERNEL_GEMM_F32 = 29,
-    TC_KERNEL_GEMM_F16 = 30,
-    TC_KERNEL_GEMM_BF16 = 31,
-    TC_KERNEL_MATVEC_F32 = 32,
-    TC_KERNEL_MATVEC_F16 = 33,
-    TC_KERNEL_MATVEC_BF16 = 34,
-    TC_KERNEL_MATVEC1_F32 = 35,
-    TC_KERNEL_MATVEC1_F16 = 36,
-    TC_KERNEL_MATVEC1_BF16 = 37,
-    TC_KERNEL_FILL_RANDOM_F32 = 38,
-    TC_KERNEL_FILL_RANDOM_F16 = 39,
-    TC_KERNEL_FILL_RANDOM_BF16 = 40,
-    TC_KERNEL_RMSNORM_F32 = 41,
-    TC_KERNEL_RMSNORM_F16 = 42,
-    TC_KERNEL_RMSNORM_BF16 = 43,
-    TC_KERNEL_ROPE_F32 = 44,
-    TC_KERNEL_ROPE_F16 = 45,
-    TC_KERNEL_ROPE_BF16 = 46,
-    TC_KERNEL_SELFTEST_PARAMS = 47,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 48,
-    TC_KERNEL_SOFTMAX_F32 = 49,
-    TC_KERNEL_SOFTMAX_F16 = 50,
-    TC_KERNEL_SOFTMAX_BF16 = 51,
-    TC_KERNEL_SWIGLU_F32 = 52,
-    TC_KERNEL_SWIGLU_F16 = 53,
-    TC_KERNEL_SWIGLU_BF16 = 54,
-    TC_KERNEL_COUNT = 55
+    TC_KERNEL_ATTN_STORE_F16 = 8,
+    TC_KERNEL_ATTN_DECODE64_F16 = 9,
+    TC_KERNEL_ATTN_PREFILL64_F16 = 10,
+    TC_KERNEL_ATTN_DECODE128_F16 = 11,
+    TC_KERNEL_ATTN_PREFILL128_F16 = 12,
+    TC_KERNEL_ATTN_STORE_BF16 = 13,
+    TC_KERNEL_ATTN_DECODE64_BF16 = 14,
+    TC_KERNEL_ATTN_PREFILL64_BF16 = 15,
+    TC_KERNEL_ATTN_DECODE128_BF16 = 16,
+    TC_KERNEL_ATTN_PREFILL128_BF16 = 17,
+    TC_KERNEL_CONVERT = 18,
+    TC_KERNEL_COPY_U8 = 19,
+    TC_KERNEL_FILL_F32 = 20,
+    TC_KERNEL_EMBEDDING_F32 = 21,
+    TC_KERNEL_EMBEDDING_F16 = 22,
+    TC_KERNEL_EMBEDDING_BF16 = 23,
+    TC_KERNEL_GEMM_TC_F16 = 24,
+    TC_KERNEL_GEMM_TC_BF16 = 25,
+    TC_KERNEL_GEMM_F32 = 26,
+    TC_KERNEL_GEMM_F16 = 27,
+    TC_KERNEL_GEMM_BF16 = 28,
+    TC_KERNEL_MATVEC_F32 = 29,
+    TC_KERNEL_MATVEC_F16 = 30,
+    TC_KERNEL_MATVEC_BF16 = 31,
+    TC_KERNEL_MATVEC1_F32 = 32,
+    TC_KERNEL_MATVEC1_F16 = 33,
+    TC_KERNEL_MATVEC1_BF16 = 34,
+    TC_KERNEL_FILL_RANDOM_F32 = 35,
+    TC_KERNEL_FILL_RANDOM_F16 = 36,
+    TC_KERNEL_FILL_RANDOM_BF16 = 37,
+    TC_KERNEL_RMSNORM_F32 = 38,
+    TC_KERNEL_RMSNORM_F16 = 39,
+    TC_KERNEL_RMSNORM_BF16 = 40,
+    TC_KERNEL_ROPE_F32 = 41,
+    TC_KERNEL_ROPE_F16 = 42,
+    TC_KERNEL_ROPE_BF16 = 43,
+    TC_KERNEL_SELFTEST_PARAMS = 44,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 45,
+    TC_KERNEL_SOFTMAX_F32 = 46,
+    TC_KERNEL_SOFTMAX_F16 = 47,
+    TC_KERNEL_SOFTMAX_BF16 = 48,
+    TC_KERNEL_SWIGLU_F32 = 49,
+    TC_KERNEL_SWIGLU_F16 = 50,
+    TC_KERNEL_SWIGLU_BF16 = 51,
+    TC_KERNEL_COUNT = 52
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -155,7 +152,7 @@ static inline tc_status tc_launch_argmax_bf16(tc_launch_config cfg, int32_t *out
     tc_launch_argmax_bf16((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride))
 #endif
 
-/* kernels/attention.cu:306 tc_k_attn_store_f32: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
+/* kernels/attention.cu:558 tc_k_attn_store_f32: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
 static inline tc_status tc_launch_attn_store_f32(tc_launch_config cfg, float *k_cache, float *v_cache, const float *k, const float *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -166,18 +163,18 @@ static inline tc_status tc_launch_attn_store_f32(tc_launch_config cfg, float *k_
     tc_launch_attn_store_f32((cfg), TC__KARG(float *, k_cache), TC__KARG(float *, v_cache), TC__KARG_CONST(const float *, float *, k), TC__KARG_CONST(const float *, float *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:316 tc_k_attn_decode64_f32: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f32. */
-static inline tc_status tc_launch_attn_decode64_f32(tc_launch_config cfg, float *out, float *partials, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
+/* kernels/attention.cu:570 tc_k_attn_decode64_f32: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, 71680 bytes of dynamic shared memory; each split covers `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). */
+static inline tc_status tc_launch_attn_decode64_f32(tc_launch_config cfg, float *out, float *partials, int32_t *counters, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
-    void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
     return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_F32, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_attn_decode64_f32(cfg, out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
-    tc_launch_attn_decode64_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, partials), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
+#define tc_launch_attn_decode64_f32(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
+    tc_launch_attn_decode64_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:329 tc_k_attn_prefill64_f32: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+/* kernels/attention.cu:583 tc_k_attn_prefill64_f32: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill64_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -188,18 +185,18 @@ static inline tc_status tc_launch_attn_prefill64_f32(tc_launch_config cfg, float
     tc_launch_attn_prefill64_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:343 tc_k_attn_decode128_f32: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f32. */
-static inline tc_status tc_launch_attn_decode128_f32(tc_launch_config cfg, float *out, float *partials, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
+/* kernels/attention.cu:599 tc_k_attn_decode128_f32: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, 139264 bytes of dynamic shared memory; each split covers `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). */
+static inline tc_status tc_launch_attn_decode128_f32(tc_launch_config cfg, float *out, float *partials, int32_t *counters, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
-    void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
     return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_F32, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_attn_decode128_f32(cfg, out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
-    tc_launch_attn_decode128_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, partials), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
+#define tc_launch_attn_decode128_f32(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
+    tc_launch_attn_decode128_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:356 tc_k_attn_prefill128_f32: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+/* kernels/attention.cu:612 tc_k_attn_prefill128_f32: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill128_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -210,18 +207,7 @@ static inline tc_status tc_launch_attn_prefill128_f32(tc_launch_config cfg, floa
     tc_launch_attn_prefill128_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:368 tc_k_attn_combine_f32: Merge decode partials: one block per (sequence, head). */
-static inline tc_status tc_launch_attn_combine_f32(tc_launch_config cfg, float *out, const float *partials, int32_t n_heads, int32_t head_dim, int32_t splits, int64_t out_stride)
-{
-    void *args[] = {&out, &partials, &n_heads, &head_dim, &splits, &out_stride};
-    return tc_launch_kernel(TC_KERNEL_ATTN_COMBINE_F32, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_combine_f32(cfg, out, partials, n_heads, head_dim, splits, out_stride) \
-    tc_launch_attn_combine_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, partials), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, splits), TC__KARG(int64_t, out_stride))
-#endif
-
-/* kernels/attention.cu:376 tc_k_attn_store_f16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
+/* kernels/attention.cu:625 tc_k_attn_store_f16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
 static inline tc_status tc_launch_attn_store_f16(tc_launch_config cfg, tc_half *k_cache, tc_half *v_cache, const tc_half *k, const tc_half *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -232,18 +218,18 @@ static inline tc_status tc_launch_attn_store_f16(tc_launch_config cfg, tc_half *
     tc_launch_attn_store_f16((cfg), TC__KARG(tc_half *, k_cache), TC__KARG(tc_half *, v_cache), TC__KARG_CONST(const tc_half *, tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:386 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f16. */
-static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_half *out, float *partials, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
+/* kernels/attention.cu:637 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, 55296 bytes of dynamic shared memory; each split covers `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). */
+static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
-    void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
     return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_F16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_attn_decode64_f16(cfg, out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
-    tc_launch_attn_decode64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
+#define tc_launch_attn_decode64_f16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
+    tc_launch_attn_decode64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:399 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+/* kernels/attention.cu:650 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -254,18 +240,18 @@ static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_ha
     tc_launch_attn_prefill64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:413 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f16. */
-static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_half *out, float *partials, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
+/* kernels/attention.cu:666 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, 104448 bytes of dynamic shared memory; each split covers `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). */
+static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
-    void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
     return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_F16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_attn_decode128_f16(cfg, out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
-    tc_launch_attn_decode128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
+#define tc_launch_attn_decode128_f16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
+    tc_launch_attn_decode128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:426 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+/* kernels/attention.cu:679 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -276,18 +262,7 @@ static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_h
     tc_launch_attn_prefill128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:438 tc_k_attn_combine_f16: Merge decode partials: one block per (sequence, head). */
-static inline tc_status tc_launch_attn_combine_f16(tc_launch_config cfg, tc_half *out, const float *partials, int32_t n_heads, int32_t head_dim, int32_t splits, int64_t out_stride)
-{
-    void *args[] = {&out, &partials, &n_heads, &head_dim, &splits, &out_stride};
-    return tc_launch_kernel(TC_KERNEL_ATTN_COMBINE_F16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_combine_f16(cfg, out, partials, n_heads, head_dim, splits, out_stride) \
-    tc_launch_attn_combine_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const float *, float *, partials), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, splits), TC__KARG(int64_t, out_stride))
-#endif
-
-/* kernels/attention.cu:446 tc_k_attn_store_bf16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
+/* kernels/attention.cu:692 tc_k_attn_store_bf16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); one block per row. */
 static inline tc_status tc_launch_attn_store_bf16(tc_launch_config cfg, tc_bf16 *k_cache, tc_bf16 *v_cache, const tc_bf16 *k, const tc_bf16 *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -298,18 +273,18 @@ static inline tc_status tc_launch_attn_store_bf16(tc_launch_config cfg, tc_bf16 
     tc_launch_attn_store_bf16((cfg), TC__KARG(tc_bf16 *, k_cache), TC__KARG(tc_bf16 *, v_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:456 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_bf16. */
-static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
+/* kernels/attention.cu:704 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, 55296 bytes of dynamic shared memory; each split covers `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). */
+static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
-    void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
     return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_BF16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_attn_decode64_bf16(cfg, out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
-    tc_launch_attn_decode64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
+#define tc_launch_attn_decode64_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
+    tc_launch_attn_decode64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:469 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+/* kernels/attention.cu:717 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -320,18 +295,18 @@ static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_b
     tc_launch_attn_prefill64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:483 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_bf16. */
-static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
+/* kernels/attention.cu:733 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, 104448 bytes of dynamic shared memory; each split covers `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). */
+static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale)
 {
-    void *args[] = {&out, &partials, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale};
     return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_BF16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_attn_decode128_bf16(cfg, out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
-    tc_launch_attn_decode128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
+#define tc_launch_attn_decode128_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale) \
+    tc_launch_attn_decode128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:496 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+/* kernels/attention.cu:746 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -340,17 +315,6 @@ static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_
 #ifndef __cplusplus
 #define tc_launch_attn_prefill128_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale) \
     tc_launch_attn_prefill128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
-#endif
-
-/* kernels/attention.cu:508 tc_k_attn_combine_bf16: Merge decode partials: one block per (sequence, head). */
-static inline tc_status tc_launch_attn_combine_bf16(tc_launch_config cfg, tc_bf16 *out, const float *partials, int32_t n_heads, int32_t head_dim, int32_t splits, int64_t out_stride)
-{
-    void *args[] = {&out, &partials, &n_heads, &head_dim, &splits, &out_stride};
-    return tc_launch_kernel(TC_KERNEL_ATTN_COMBINE_BF16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_combine_bf16(cfg, out, partials, n_heads, head_dim, splits, out_stride) \
-    tc_launch_attn_combine_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const float *, float *, partials), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, splits), TC__KARG(int64_t, out_stride))
 #endif
 
 /* kernels/convert.cu:7 tc_k_convert: out[r, c] = x[r, c] converted from x_dtype to out_dtype (DT_F32/F16/BF16 codes), rounding to nearest even (grid-stride: any grid size works). */

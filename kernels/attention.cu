@@ -1,7 +1,8 @@
 // Attention over a paged KV cache (layout in src/ops/ops.h): writing new keys and values into
 // their slots, decode (one query per sequence, split over the cached length as in
-// flash-decoding, then combined) and causal prefill (flash-attention style online softmax
-// over key tiles held in shared memory; Dao et al. 2022). f32 arithmetic throughout.
+// flash-decoding; the last split to finish merges) and causal prefill (flash-attention style
+// online softmax over key tiles held in shared memory; Dao et al. 2022). f32 arithmetic
+// throughout.
 #include "common.cuh"
 
 namespace attention_cu {
@@ -31,162 +32,413 @@ __device__ void store(T *k_cache, T *v_cache, const T *k, const T *v, const int3
     }
 }
 
-// Decode: block (seq, kv head x head chunk, split) of 4 warps. The split's keys and values
-// go through shared memory in tiles of kTile tokens (cp.async, double-buffered), loaded by all
-// threads; each warp then owns heads of the group (warp w: heads w and w + 4). Scores: lane j
-// takes token j of the tile, a whole dot product against q from shared memory (no shuffle
-// reductions per key, which made the previous kernel compute-bound); then one online-softmax
-// update per tile, and values accumulate with each lane owning HD/32 dimensions.
-constexpr int kMaxGroup = 8, kWarps = 4, kHeadsPerWarp = kMaxGroup / kWarps;
+// Decode: block (seq, kv head x head chunk, split) of 4 warps, each a flash-decoding worker of
+// its own. Warp w streams tiles w, w + 4, ... (16 tokens each) of the split's keys and values
+// through a private ring of shared-memory stages (cp.async; only warp barriers in the loop) and
+// scores each tile against every query head of the block, so keys and values are read once per
+// group of heads. 16-bit caches go through the tensor cores: the heads are the rows of one
+// m16n8k16 product with the tile's keys, and the probabilities (rounded to T, as flash
+// attention does) the rows of one with its values. f32 caches take a SIMT path with f32
+// arithmetic throughout. The warps merge at the end. With several splits each writes its
+// result to partials, and the last split of a (sequence, head group) to arrive merges them (an
+// arrival counter per group, reset by that block), so no second kernel is launched. Splits past
+// the sequence's length return at once.
+constexpr int kMaxGroup = 8, kWarps = 4, kTile = 16, kMaxSplits = 256;
 
-template <typename T> __host__ __device__ constexpr int tile_tokens() { return sizeof(T) == 4 ? 16 : 32; }
-// Padded row of a tile, in elements: 16 extra bytes make the rows of a quarter-warp's 16-byte
-// reads fall in distinct banks.
-template <typename T, int HD> __host__ __device__ constexpr int tile_ld() { return HD + 16 / (int)sizeof(T); }
-
-template <typename T, int HD>
-__device__ void decode(T *out, float *part, const T *q, const T *k_cache, const T *v_cache, const int32_t *table,
-                       const int32_t *seq_lens, int n_heads, int n_kv_heads, int block_size, int max_blocks,
-                       int64_t q_stride, int64_t out_stride, int chunk, float scale)
+template <typename T> __host__ __device__ constexpr int decode_stages() { return sizeof(T) == 4 ? 2 : 3; }
+// Padded row of a stage, in elements: 16 extra bytes put the rows read by a quarter-warp (and
+// the eight row addresses of an ldmatrix) in distinct banks.
+template <typename T, int HD> __host__ __device__ constexpr int decode_ld() { return HD + 16 / (int)sizeof(T); }
+template <typename T, int HD> __host__ __device__ constexpr int decode_stage_elems()
 {
-    constexpr int TT = tile_tokens<T>(), LD = tile_ld<T, HD>(), VE = 16 / (int)sizeof(T), D = HD / 32;
-    constexpr int CR = HD / VE; // 16-byte chunks per row
-    __shared__ __align__(16) T tiles[2][2][TT * LD]; // [buffer][K, V][token, dim]
-    __shared__ __align__(16) float qs[kMaxGroup][HD];
-    int seq = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
-    int group = n_heads / n_kv_heads, chunks = (group + kMaxGroup - 1) / kMaxGroup;
-    int kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * kMaxGroup;
-    int g = min(kMaxGroup, kvh * group + group - h0);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int32_t *tbl = table + (int64_t)seq * max_blocks;
-    int64_t len = seq_lens[seq];
-    int64_t t0 = (int64_t)split * chunk, t1 = min(len, t0 + chunk);
-    int n_tiles = t1 > t0 ? (int)((t1 - t0 + TT - 1) / TT) : 0;
+    return 2 * kTile * decode_ld<T, HD>();
+}
 
-    for (int e = threadIdx.x; e < g * HD; e += blockDim.x)
-        qs[e / HD][e % HD] = tc::to_f32(q[seq * q_stride + (int64_t)(h0 + e / HD) * HD + e % HD]) * scale;
-    auto load_tile = [&](int buf, int64_t ts) {
-        for (int c = threadIdx.x; c < 2 * TT * CR; c += blockDim.x) {
-            int which = c / (TT * CR), r = (c / CR) % TT, col = c % CR;
-            int64_t t = ts + r;
-            bool ok = t < t1;
-            const T *src = which == 0 ? k_cache : v_cache;
-            if (ok)
-                src = kv_row(src, tbl, t, block_size, n_kv_heads, HD, kvh) + col * VE;
-            tc::cp_async16(&tiles[buf][which][r * LD + col * VE], src, ok);
-        }
-    };
-    float m[kHeadsPerWarp], l[kHeadsPerWarp], acc[kHeadsPerWarp][D];
-#pragma unroll
-    for (int i = 0; i < kHeadsPerWarp; i++) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-#pragma unroll
-        for (int d = 0; d < D; d++)
-            acc[i][d] = 0.0f;
+// Queue the cp.async copies of one tile (keys, then values) of kv head kvh starting at token ts
+// (a multiple of kTile): tokens at or past t1 are zero-filled.
+template <typename T, int HD>
+__device__ __forceinline__ void decode_load(T *stage, const T *k_cache, const T *v_cache, const int32_t *tbl,
+                                            int64_t ts, int64_t t1, int block_size, int n_kv_heads, int kvh,
+                                            int lane)
+{
+    constexpr int LD = decode_ld<T, HD>(), VE = 16 / (int)sizeof(T), CR = HD / VE, RP = 32 / CR;
+    int col = lane % CR;
+    // A tile lies in one cache block when the block size is a multiple of the tile: one table
+    // read for the tile instead of one per row.
+    bool one_block = (block_size % kTile) == 0;
+    int64_t base = 0;
+    if (one_block) {
+        uint32_t bi = (uint32_t)ts / (uint32_t)block_size;
+        base = (int64_t)tbl[bi] * block_size + ((uint32_t)ts - bi * (uint32_t)block_size);
     }
-    if (n_tiles > 0)
-        load_tile(0, t0);
-    tc::cp_commit();
-    for (int it = 0; it < n_tiles; it++) {
-        int buf = it & 1;
-        int64_t ts = t0 + (int64_t)it * TT;
-        if (it + 1 < n_tiles)
-            load_tile(buf ^ 1, ts + TT);
+#pragma unroll
+    for (int i = 0; i < kTile / RP; i++) {
+        int r = lane / CR + i * RP;
+        int64_t t = ts + r;
+        bool ok = t < t1;
+        int64_t off = 0;
+        if (ok) {
+            if (one_block)
+                off = ((base + r) * n_kv_heads + kvh) * (int64_t)HD;
+            else
+                off = kv_row(k_cache, tbl, t, block_size, n_kv_heads, HD, kvh) - k_cache;
+        }
+        tc::cp_async16(stage + r * LD + col * VE, k_cache + off + col * VE, ok);
+        tc::cp_async16(stage + (kTile + r) * LD + col * VE, v_cache + off + col * VE, ok);
+    }
+}
+
+// What a block works on, and where the warps leave their results: ms, ls [kWarps][kMaxGroup]
+// (running max and sum of each head) and as [kWarps][kMaxGroup][HD] (unnormalised output),
+// laid over the rings once every warp is done.
+struct DecodeWork {
+    int seq, h0, g, kvh, used, n_tiles, mine;
+    int64_t t0, t1;
+};
+
+// The warp's ring and the copy of its j-th tile (tile warp + 4 j of the split).
+template <typename T, int HD> struct DecodeRing {
+    T *ring;
+    const T *k_cache, *v_cache;
+    const int32_t *tbl;
+    int block_size, n_kv_heads;
+    __device__ __forceinline__ const T *stage(int j) const
+    {
+        return ring + (j % decode_stages<T>()) * decode_stage_elems<T, HD>();
+    }
+    __device__ __forceinline__ void load(const DecodeWork &w, int warp, int lane, int j) const
+    {
+        if (j < w.mine)
+            decode_load<T, HD>(const_cast<T *>(stage(j)), k_cache, v_cache, tbl,
+                               w.t0 + (int64_t)(warp + j * kWarps) * kTile, w.t1, block_size, n_kv_heads, w.kvh,
+                               lane);
         tc::cp_commit();
-        tc::cp_wait<1>();
-        __syncthreads();
-        int nv = (int)min((int64_t)TT, t1 - ts);
-        const T *kt = tiles[buf][0], *vt = tiles[buf][1];
-#pragma unroll
-        for (int i = 0; i < kHeadsPerWarp; i++) {
-            int h = warp + i * kWarps;
-            if (h >= g)
-                break;
-            float s = -INFINITY;
-            if (lane < nv) {
-                // Four partial sums: a single chain of HD dependent FMAs would be latency-bound.
-                float d4[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-#pragma unroll
-                for (int c = 0; c < CR; c++) {
-                    tc::Vec<T, VE> kv = *reinterpret_cast<const tc::Vec<T, VE> *>(kt + lane * LD + c * VE);
-#pragma unroll
-                    for (int e = 0; e < VE; e += 4) {
-                        float4 qv = *reinterpret_cast<const float4 *>(&qs[h][c * VE + e]);
-                        d4[0] = fmaf(qv.x, tc::to_f32(kv.v[e]), d4[0]);
-                        d4[1] = fmaf(qv.y, tc::to_f32(kv.v[e + 1]), d4[1]);
-                        d4[2] = fmaf(qv.z, tc::to_f32(kv.v[e + 2]), d4[2]);
-                        d4[3] = fmaf(qv.w, tc::to_f32(kv.v[e + 3]), d4[3]);
-                    }
-                }
-                s = (d4[0] + d4[1]) + (d4[2] + d4[3]);
-            }
-            float mn = fmaxf(m[i], tc::warp_max(s));
-            float corr = __expf(m[i] - mn);
-            float p = lane < nv ? __expf(s - mn) : 0.0f;
-            l[i] = l[i] * corr + tc::warp_sum(p);
-#pragma unroll
-            for (int d = 0; d < D; d++)
-                acc[i][d] *= corr;
-            // Unrolled so that several value loads and shuffles are in flight; rows past nv were
-            // zero-filled and their p is 0, so whole groups of 8 are safe.
-            for (int t0v = 0; t0v < nv; t0v += 8) {
-#pragma unroll
-                for (int u = 0; u < 8; u++) {
-                    float pt = __shfl_sync(0xffffffffu, p, t0v + u);
-                    tc::Vec<T, D> vv = *reinterpret_cast<const tc::Vec<T, D> *>(vt + (t0v + u) * LD + lane * D);
-#pragma unroll
-                    for (int d = 0; d < D; d++)
-                        acc[i][d] = fmaf(pt, tc::to_f32(vv.v[d]), acc[i][d]);
-                }
-            }
-            m[i] = mn;
-        }
-        __syncthreads(); // the buffer is refilled by the next iteration's load
     }
+};
+
+// 16-bit caches: tensor-core scores and value products. Rows of the products are the heads
+// (g of 16 used); lane l holds row l / 4.
+template <typename T, int HD>
+__device__ void decode_warp_mma(const DecodeWork &w, const DecodeRing<T, HD> &ring, const T *q, int64_t q_stride,
+                                float scale, float *ms, float *ls, float *as)
+{
+    constexpr int S = decode_stages<T>(), LD = decode_ld<T, HD>(), KS = HD / 16, NT = HD / 8;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, pos = lane & 3;
 #pragma unroll
-    for (int i = 0; i < kHeadsPerWarp; i++) {
-        int h = warp + i * kWarps;
-        if (h >= g)
-            break;
-        int head = h0 + h;
-        if (splits == 1) {
+    for (int j = 0; j < S - 1; j++)
+        ring.load(w, warp, lane, j);
+    // The block's queries as A fragments (rows g..15 zero), read once.
+    uint32_t qa[KS][2];
+    const T *qrow = q + w.seq * q_stride + (int64_t)(w.h0 + gr) * HD + 2 * pos;
 #pragma unroll
-            for (int d = 0; d < D; d++)
-                out[seq * out_stride + (int64_t)head * HD + lane * D + d] =
-                    tc::from_f32<T>(l[i] > 0.0f ? acc[i][d] / l[i] : 0.0f);
-        } else {
-            // Partials: [seq, head, split] records of (m, l, acc[HD]).
-            float *pr = part + (((int64_t)seq * n_heads + head) * splits + split) * (HD + 2);
-            if (lane == 0) {
-                pr[0] = m[i];
-                pr[1] = l[i];
+    for (int kk = 0; kk < KS; kk++) {
+        qa[kk][0] = gr < w.g ? *reinterpret_cast<const uint32_t *>(qrow + 16 * kk) : 0u;
+        qa[kk][1] = gr < w.g ? *reinterpret_cast<const uint32_t *>(qrow + 16 * kk + 8) : 0u;
+    }
+    float o[NT][4], mrow = -INFINITY, lrow = 0.0f;
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int j = 0; j < w.mine; j++) {
+        __syncwarp(); // every lane is done with the stage that the next load refills
+        ring.load(w, warp, lane, j + S - 1);
+        tc::cp_wait<S - 1>();
+        __syncwarp();
+        const T *kt = ring.stage(j), *vt = kt + kTile * LD;
+        int64_t ts = w.t0 + (int64_t)(warp + j * kWarps) * kTile;
+        float s[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+            for (int kp = 0; kp < KS / 2; kp++) {
+                uint32_t kb[4];
+                tc::ldmatrix_x4(kb, kt + (8 * nt + (lane & 7)) * LD + 32 * kp + 8 * (lane >> 3));
+                tc::mma16816<T>(s[nt], qa[2 * kp][0], 0u, qa[2 * kp][1], 0u, kb[0], kb[1]);
+                tc::mma16816<T>(s[nt], qa[2 * kp + 1][0], 0u, qa[2 * kp + 1][1], 0u, kb[2], kb[3]);
             }
+        }
+        // Lane holds tokens 2 pos, +1 (s[0]) and 8 + 2 pos, +1 (s[1]) of row gr; the row's
+        // other tokens are in the three lanes beside it.
+        float mx = -INFINITY;
 #pragma unroll
-            for (int d = 0; d < D; d++)
-                pr[2 + lane * D + d] = acc[i][d];
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                bool ok = ts + 8 * nt + 2 * pos + e < w.t1;
+                s[nt][e] = ok ? s[nt][e] * scale : -INFINITY;
+                mx = fmaxf(mx, s[nt][e]);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float mn = fmaxf(mrow, mx), corr = __expf(mrow - mn);
+        float ps = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                s[nt][e] = __expf(s[nt][e] - mn);
+                ps += s[nt][e];
+            }
+        lrow = lrow * corr + ps; // this lane's share; the row's lanes are summed at the end
+        mrow = mn;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            o[n][0] *= corr;
+            o[n][1] *= corr;
+        }
+        uint32_t pa0 = tc::pack2<T>(s[0][0], s[0][1]), pa2 = tc::pack2<T>(s[1][0], s[1][1]);
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t vb[4];
+            tc::ldmatrix_x4_trans(vb, vt + ((lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (2 * np + (lane >> 4)));
+            tc::mma16816<T>(o[2 * np], pa0, 0u, pa2, 0u, vb[0], vb[1]);
+            tc::mma16816<T>(o[2 * np + 1], pa0, 0u, pa2, 0u, vb[2], vb[3]);
+        }
+    }
+    lrow += __shfl_xor_sync(0xffffffffu, lrow, 1);
+    lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
+    tc::cp_wait<0>();
+    __syncthreads(); // the rings are free
+    if (gr < w.g) {
+        if (pos == 0) {
+            ms[warp * kMaxGroup + gr] = mrow;
+            ls[warp * kMaxGroup + gr] = lrow;
+        }
+        float *a = as + (warp * kMaxGroup + gr) * HD + 2 * pos;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            a[8 * n] = o[n][0];
+            a[8 * n + 1] = o[n][1];
         }
     }
 }
 
-template <typename T>
-__device__ void combine(T *out, const float *part, int n_heads, int head_dim, int splits, int64_t out_stride)
+// f32 caches: lane l scores token l % 16 over half of the dimensions (l / 16), the halves
+// summed by one shuffle; values accumulate with each lane owning HD/32 dimensions.
+template <typename T, int HD>
+__device__ void decode_warp_simt(const DecodeWork &w, const DecodeRing<T, HD> &ring, const T *q, int64_t q_stride,
+                                 float scale, float *qs, float *ms, float *ls, float *as)
 {
-    int seq = blockIdx.x / n_heads, head = blockIdx.x % n_heads;
-    const float *p = part + ((int64_t)seq * n_heads + head) * splits * (head_dim + 2);
-    float mx = -INFINITY;
-    for (int s = 0; s < splits; s++)
-        mx = fmaxf(mx, p[s * (head_dim + 2)]);
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float sl = 0.0f, sa = 0.0f;
-        if (mx != -INFINITY)
-            for (int s = 0; s < splits; s++) {
-                const float *r = p + s * (head_dim + 2);
-                float f = __expf(r[0] - mx);
-                sl += r[1] * f;
-                sa += r[2 + d] * f;
+    constexpr int S = decode_stages<T>(), LD = decode_ld<T, HD>(), VE = 16 / (int)sizeof(T), D = HD / 32,
+                  HALF = HD / 2;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int j = 0; j < S - 1; j++)
+        ring.load(w, warp, lane, j);
+    for (int e = threadIdx.x; e < w.g * HD; e += blockDim.x)
+        qs[e] = tc::to_f32(q[w.seq * q_stride + (int64_t)w.h0 * HD + e]) * scale;
+    __syncthreads();
+    float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][D];
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < D; d++)
+            acc[h][d] = 0.0f;
+    }
+    int r = lane & (kTile - 1), half = lane >> 4;
+    for (int j = 0; j < w.mine; j++) {
+        __syncwarp(); // every lane is done with the stage that the next load refills
+        ring.load(w, warp, lane, j + S - 1);
+        tc::cp_wait<S - 1>();
+        __syncwarp();
+        const T *kt = ring.stage(j), *vt = kt + kTile * LD;
+        bool valid = w.t0 + (int64_t)(warp + j * kWarps) * kTile + r < w.t1;
+        // Two partial sums per head: one chain of HD/2 dependent FMAs would be latency-bound.
+        float d2[kMaxGroup][2];
+#pragma unroll
+        for (int h = 0; h < kMaxGroup; h++)
+            d2[h][0] = d2[h][1] = 0.0f;
+#pragma unroll 2
+        for (int c = 0; c < HALF / VE; c++) {
+            tc::Vec<T, VE> kv = *reinterpret_cast<const tc::Vec<T, VE> *>(kt + r * LD + half * HALF + c * VE);
+#pragma unroll
+            for (int h = 0; h < kMaxGroup; h++) {
+                if (h < w.g) {
+#pragma unroll
+                    for (int e = 0; e < VE; e += 4) {
+                        float4 qv = *reinterpret_cast<const float4 *>(&qs[h * HD + half * HALF + c * VE + e]);
+                        d2[h][0] = fmaf(qv.x, tc::to_f32(kv.v[e]), d2[h][0]);
+                        d2[h][1] = fmaf(qv.y, tc::to_f32(kv.v[e + 1]), d2[h][1]);
+                        d2[h][0] = fmaf(qv.z, tc::to_f32(kv.v[e + 2]), d2[h][0]);
+                        d2[h][1] = fmaf(qv.w, tc::to_f32(kv.v[e + 3]), d2[h][1]);
+                    }
+                }
             }
-        out[seq * out_stride + (int64_t)head * head_dim + d] = tc::from_f32<T>(sl > 0.0f ? sa / sl : 0.0f);
+        }
+        float p[kMaxGroup];
+#pragma unroll
+        for (int h = 0; h < kMaxGroup; h++) {
+            p[h] = 0.0f;
+            if (h < w.g) {
+                float s = d2[h][0] + d2[h][1];
+                s += __shfl_xor_sync(0xffffffffu, s, 16);
+                s = valid ? s : -INFINITY;
+                float mx = s;
+#pragma unroll
+                for (int o = kTile / 2; o > 0; o >>= 1)
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                float mn = fmaxf(m[h], mx), corr = __expf(m[h] - mn);
+                p[h] = valid ? __expf(s - mn) : 0.0f;
+                float ps = p[h];
+#pragma unroll
+                for (int o = kTile / 2; o > 0; o >>= 1)
+                    ps += __shfl_xor_sync(0xffffffffu, ps, o);
+                l[h] = l[h] * corr + ps;
+#pragma unroll
+                for (int d = 0; d < D; d++)
+                    acc[h][d] *= corr;
+                m[h] = mn;
+            }
+        }
+        // Rows past t1 were zero-filled and their p is 0.
+#pragma unroll 4
+        for (int t = 0; t < kTile; t++) {
+            tc::Vec<T, D> vv = *reinterpret_cast<const tc::Vec<T, D> *>(vt + t * LD + lane * D);
+#pragma unroll
+            for (int h = 0; h < kMaxGroup; h++) {
+                if (h < w.g) {
+                    float pt = __shfl_sync(0xffffffffu, p[h], t);
+#pragma unroll
+                    for (int d = 0; d < D; d++)
+                        acc[h][d] = fmaf(pt, tc::to_f32(vv.v[d]), acc[h][d]);
+                }
+            }
+        }
+    }
+    tc::cp_wait<0>();
+    __syncthreads(); // the rings are free
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; h++) {
+        if (h < w.g) {
+            if (lane == 0) {
+                ms[warp * kMaxGroup + h] = m[h];
+                ls[warp * kMaxGroup + h] = l[h];
+            }
+#pragma unroll
+            for (int d = 0; d < D; d++)
+                as[(warp * kMaxGroup + h) * HD + lane * D + d] = acc[h][d];
+        }
+    }
+}
+
+template <typename T, int HD>
+__device__ void decode(T *out, float *part, int32_t *counters, const T *q, const T *k_cache, const T *v_cache,
+                       const int32_t *table, const int32_t *seq_lens, int n_heads, int n_kv_heads, int block_size,
+                       int max_blocks, int64_t q_stride, int64_t out_stride, int chunk, float scale)
+{
+    constexpr int S = decode_stages<T>(), STAGE = decode_stage_elems<T, HD>(), REC = HD + 4;
+    // Dynamic shared memory: the warps' rings, then (f32) the block's queries.
+    extern __shared__ float sh[];
+    __shared__ int last;
+    DecodeWork w;
+    w.seq = blockIdx.x;
+    int split = blockIdx.z, splits = gridDim.z;
+    int group = n_heads / n_kv_heads, chunks = (group + kMaxGroup - 1) / kMaxGroup;
+    w.kvh = blockIdx.y / chunks;
+    w.h0 = w.kvh * group + (blockIdx.y % chunks) * kMaxGroup;
+    w.g = min(kMaxGroup, w.kvh * group + group - w.h0);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int64_t len = seq_lens[w.seq];
+    w.used = len > 0 ? (int)min((int64_t)splits, (len + chunk - 1) / chunk) : 1;
+    if (split >= w.used)
+        return;
+    w.t0 = (int64_t)split * chunk;
+    w.t1 = min(len, w.t0 + chunk);
+    w.n_tiles = w.t1 > w.t0 ? (int)((w.t1 - w.t0 + kTile - 1) / kTile) : 0;
+    w.mine = w.n_tiles > warp ? (w.n_tiles - warp + kWarps - 1) / kWarps : 0;
+    DecodeRing<T, HD> ring = { reinterpret_cast<T *>(sh) + warp * S * STAGE,
+                               k_cache,
+                               v_cache,
+                               table + (int64_t)w.seq * max_blocks,
+                               block_size,
+                               n_kv_heads };
+    float *ms = sh, *ls = ms + kWarps * kMaxGroup, *as = ls + kWarps * kMaxGroup;
+    if constexpr (sizeof(T) == 2)
+        decode_warp_mma<T, HD>(w, ring, q, q_stride, scale, ms, ls, as);
+    else
+        decode_warp_simt<T, HD>(w, ring, q, q_stride, scale, sh + kWarps * S * STAGE * sizeof(T) / sizeof(float),
+                                ms, ls, as);
+    __syncthreads();
+
+    int g = w.g, used = w.used, seq = w.seq, h0 = w.h0;
+    for (int e = threadIdx.x; e < g * HD; e += blockDim.x) {
+        int h = e / HD, d = e % HD;
+        float mx = -INFINITY, sl = 0.0f, sa = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kWarps; i++)
+            mx = fmaxf(mx, ms[i * kMaxGroup + h]);
+#pragma unroll
+        for (int i = 0; i < kWarps; i++) {
+            float mw = ms[i * kMaxGroup + h];
+            float f = mw == -INFINITY ? 0.0f : __expf(mw - mx);
+            sl += ls[i * kMaxGroup + h] * f;
+            sa += as[(i * kMaxGroup + h) * HD + d] * f;
+        }
+        if (used == 1) {
+            out[seq * out_stride + (int64_t)(h0 + h) * HD + d] = tc::from_f32<T>(sl > 0.0f ? sa / sl : 0.0f);
+        } else {
+            // Partials: [seq, head, split] records of (m, l, -, -, acc[HD]).
+            float *rec = part + (((int64_t)seq * n_heads + h0 + h) * splits + split) * REC;
+            rec[4 + d] = sa;
+            if (d == 0) {
+                rec[0] = mx;
+                rec[1] = sl;
+            }
+        }
+    }
+    if (used == 1)
+        return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t *cnt = counters + (int64_t)seq * gridDim.y + blockIdx.y;
+        last = atomicAdd(cnt, 1) == used - 1;
+        if (last)
+            *cnt = 0; // every split has arrived: ready for the next launch
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    // The merge: per head, the weight of each split's result, then the weighted sum.
+    float *wgt = sh, *inv = wgt + kMaxGroup * kMaxSplits;
+    for (int h = warp; h < g; h += kWarps) {
+        const float *base = part + ((int64_t)seq * n_heads + h0 + h) * splits * REC;
+        float mx = -INFINITY, sl = 0.0f;
+        for (int s = lane; s < used; s += 32)
+            mx = fmaxf(mx, __ldcg(base + s * REC));
+        mx = tc::warp_max(mx);
+        for (int s = lane; s < used; s += 32) {
+            float m_s = __ldcg(base + s * REC);
+            float f = m_s == -INFINITY ? 0.0f : __expf(m_s - mx);
+            wgt[h * kMaxSplits + s] = f;
+            sl += f * __ldcg(base + s * REC + 1);
+        }
+        sl = tc::warp_sum(sl);
+        if (lane == 0)
+            inv[h] = sl > 0.0f ? 1.0f / sl : 0.0f;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < g * (HD / 4); e += blockDim.x) {
+        int h = e / (HD / 4), d4 = e % (HD / 4);
+        const float *base = part + ((int64_t)seq * n_heads + h0 + h) * splits * REC + 4 + d4 * 4;
+        float a[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+#pragma unroll 4
+        for (int s = 0; s < used; s++) {
+            float f = wgt[h * kMaxSplits + s];
+            float4 v = __ldcg(reinterpret_cast<const float4 *>(base + (int64_t)s * REC));
+            a[0] = fmaf(f, v.x, a[0]);
+            a[1] = fmaf(f, v.y, a[1]);
+            a[2] = fmaf(f, v.z, a[2]);
+            a[3] = fmaf(f, v.w, a[3]);
+        }
+        T *o = out + seq * out_stride + (int64_t)(h0 + h) * HD + d4 * 4;
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            o[i] = tc::from_f32<T>(a[i] * inv[h]);
     }
 }
 
@@ -311,9 +563,11 @@ extern "C" __global__ void tc_k_attn_store_f32(float *k_cache, float *v_cache, c
     attention_cu::store(k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride);
 }
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials
- *  [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f32. */
-extern "C" __global__ void tc_k_attn_decode64_f32(float *out, float *partials, const float *q,
+ *  threads, 71680 bytes of dynamic shared memory; each split covers
+ *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
+ *  partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y
+ *  zeroed int32 (left zeroed). */
+extern "C" __global__ void tc_k_attn_decode64_f32(float *out, float *partials, int32_t *counters, const float *q,
                                               const float *k_cache, const float *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
@@ -321,7 +575,7 @@ extern "C" __global__ void tc_k_attn_decode64_f32(float *out, float *partials, c
                                               int32_t chunk, float scale)
 {
     tc::await_inputs();
-    attention_cu::decode<float, 64>(out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads,
+    attention_cu::decode<float, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
 /** Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
@@ -338,9 +592,11 @@ extern "C" __global__ void tc_k_attn_prefill64_f32(float *out, const float *q, c
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials
- *  [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f32. */
-extern "C" __global__ void tc_k_attn_decode128_f32(float *out, float *partials, const float *q,
+ *  threads, 139264 bytes of dynamic shared memory; each split covers
+ *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
+ *  partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y
+ *  zeroed int32 (left zeroed). */
+extern "C" __global__ void tc_k_attn_decode128_f32(float *out, float *partials, int32_t *counters, const float *q,
                                               const float *k_cache, const float *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
@@ -348,7 +604,7 @@ extern "C" __global__ void tc_k_attn_decode128_f32(float *out, float *partials, 
                                               int32_t chunk, float scale)
 {
     tc::await_inputs();
-    attention_cu::decode<float, 128>(out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads,
+    attention_cu::decode<float, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
 /** Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
@@ -364,13 +620,6 @@ extern "C" __global__ void tc_k_attn_prefill128_f32(float *out, const float *q, 
     attention_cu::prefill<float, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
-/** Merge decode partials: one block per (sequence, head). */
-extern "C" __global__ void tc_k_attn_combine_f32(float *out, const float *partials, int32_t n_heads,
-                                             int32_t head_dim, int32_t splits, int64_t out_stride)
-{
-    tc::await_inputs();
-    attention_cu::combine(out, partials, n_heads, head_dim, splits, out_stride);
-}
 /** Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i]
  *  (skipped when negative); one block per row. */
 extern "C" __global__ void tc_k_attn_store_f16(__half *k_cache, __half *v_cache, const __half *k, const __half *v,
@@ -381,9 +630,11 @@ extern "C" __global__ void tc_k_attn_store_f16(__half *k_cache, __half *v_cache,
     attention_cu::store(k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride);
 }
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials
- *  [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_f16. */
-extern "C" __global__ void tc_k_attn_decode64_f16(__half *out, float *partials, const __half *q,
+ *  threads, 55296 bytes of dynamic shared memory; each split covers
+ *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
+ *  partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y
+ *  zeroed int32 (left zeroed). */
+extern "C" __global__ void tc_k_attn_decode64_f16(__half *out, float *partials, int32_t *counters, const __half *q,
                                               const __half *k_cache, const __half *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
@@ -391,7 +642,7 @@ extern "C" __global__ void tc_k_attn_decode64_f16(__half *out, float *partials, 
                                               int32_t chunk, float scale)
 {
     tc::await_inputs();
-    attention_cu::decode<__half, 64>(out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads,
+    attention_cu::decode<__half, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
 /** Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
@@ -408,9 +659,11 @@ extern "C" __global__ void tc_k_attn_prefill64_f16(__half *out, const __half *q,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials
- *  [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_f16. */
-extern "C" __global__ void tc_k_attn_decode128_f16(__half *out, float *partials, const __half *q,
+ *  threads, 104448 bytes of dynamic shared memory; each split covers
+ *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
+ *  partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y
+ *  zeroed int32 (left zeroed). */
+extern "C" __global__ void tc_k_attn_decode128_f16(__half *out, float *partials, int32_t *counters, const __half *q,
                                               const __half *k_cache, const __half *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
@@ -418,7 +671,7 @@ extern "C" __global__ void tc_k_attn_decode128_f16(__half *out, float *partials,
                                               int32_t chunk, float scale)
 {
     tc::await_inputs();
-    attention_cu::decode<__half, 128>(out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads,
+    attention_cu::decode<__half, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
 /** Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
@@ -434,13 +687,6 @@ extern "C" __global__ void tc_k_attn_prefill128_f16(__half *out, const __half *q
     attention_cu::prefill<__half, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
-/** Merge decode partials: one block per (sequence, head). */
-extern "C" __global__ void tc_k_attn_combine_f16(__half *out, const float *partials, int32_t n_heads,
-                                             int32_t head_dim, int32_t splits, int64_t out_stride)
-{
-    tc::await_inputs();
-    attention_cu::combine(out, partials, n_heads, head_dim, splits, out_stride);
-}
 /** Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i]
  *  (skipped when negative); one block per row. */
 extern "C" __global__ void tc_k_attn_store_bf16(__nv_bfloat16 *k_cache, __nv_bfloat16 *v_cache, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
@@ -451,9 +697,11 @@ extern "C" __global__ void tc_k_attn_store_bf16(__nv_bfloat16 *k_cache, __nv_bfl
     attention_cu::store(k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride);
 }
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials
- *  [n_seqs, n_heads, splits, 64 + 2] for tc_k_attn_combine_bf16. */
-extern "C" __global__ void tc_k_attn_decode64_bf16(__nv_bfloat16 *out, float *partials, const __nv_bfloat16 *q,
+ *  threads, 55296 bytes of dynamic shared memory; each split covers
+ *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
+ *  partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y
+ *  zeroed int32 (left zeroed). */
+extern "C" __global__ void tc_k_attn_decode64_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
                                               const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
@@ -461,7 +709,7 @@ extern "C" __global__ void tc_k_attn_decode64_bf16(__nv_bfloat16 *out, float *pa
                                               int32_t chunk, float scale)
 {
     tc::await_inputs();
-    attention_cu::decode<__nv_bfloat16, 64>(out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads,
+    attention_cu::decode<__nv_bfloat16, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
 /** Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
@@ -478,9 +726,11 @@ extern "C" __global__ void tc_k_attn_prefill64_bf16(__nv_bfloat16 *out, const __
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads; each split covers `chunk` cached tokens; with splits > 1 it writes partials
- *  [n_seqs, n_heads, splits, 128 + 2] for tc_k_attn_combine_bf16. */
-extern "C" __global__ void tc_k_attn_decode128_bf16(__nv_bfloat16 *out, float *partials, const __nv_bfloat16 *q,
+ *  threads, 104448 bytes of dynamic shared memory; each split covers
+ *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
+ *  partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y
+ *  zeroed int32 (left zeroed). */
+extern "C" __global__ void tc_k_attn_decode128_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
                                               const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
@@ -488,7 +738,7 @@ extern "C" __global__ void tc_k_attn_decode128_bf16(__nv_bfloat16 *out, float *p
                                               int32_t chunk, float scale)
 {
     tc::await_inputs();
-    attention_cu::decode<__nv_bfloat16, 128>(out, partials, q, k_cache, v_cache, block_table, seq_lens, n_heads,
+    attention_cu::decode<__nv_bfloat16, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
 /** Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
@@ -503,11 +753,4 @@ extern "C" __global__ void tc_k_attn_prefill128_bf16(__nv_bfloat16 *out, const _
     tc::await_inputs();
     attention_cu::prefill<__nv_bfloat16, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
-}
-/** Merge decode partials: one block per (sequence, head). */
-extern "C" __global__ void tc_k_attn_combine_bf16(__nv_bfloat16 *out, const float *partials, int32_t n_heads,
-                                             int32_t head_dim, int32_t splits, int64_t out_stride)
-{
-    tc::await_inputs();
-    attention_cu::combine(out, partials, n_heads, head_dim, splits, out_stride);
 }

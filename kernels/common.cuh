@@ -60,6 +60,57 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pr
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+// Tensor-core fragments (sm_80 mma.sync m16n8k16, f32 accumulate). In a warp, lane l is in
+// group l / 4 at position l % 4. A (16 x 16, row-major) is four registers of two 16-bit
+// elements: (row g, cols 2p, 2p+1), (row g + 8, same), (row g, cols 2p + 8, +9), (row g + 8,
+// same); B (16 x 8, k x n) is two: (rows k 2p, 2p+1, col g), (rows 2p + 8, +9, col g); C is
+// (row g, cols 2p, 2p+1) then (row g + 8, same).
+// Four 8 x 8 matrices of 16-bit elements from shared memory: lanes 8i..8i+7 give the row
+// addresses of matrix i (16 bytes each), and register i receives lane l's (row l / 4, cols
+// 2 (l % 4), +1) of matrix i, or with trans its (rows 2 (l % 4), +1, col l / 4).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *row)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void *row)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+template <typename T> constexpr bool is_half = false;
+template <> constexpr bool is_half<__half> = true;
+// c += a b for 16-bit T (__half or __nv_bfloat16).
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1)
+{
+    if constexpr (is_half<T>)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// Two floats as one register of 16-bit T: lo in the low half.
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+    T v[2] = { from_f32<T>(lo), from_f32<T>(hi) };
+    uint32_t r;
+    memcpy(&r, v, 4);
+    return r;
+}
+
 // Elements of T per 16-byte vector.
 template <typename T> __host__ __device__ constexpr int vec16() { return 16 / (int)sizeof(T); }
 

@@ -256,60 +256,70 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
         return st;
     }
     TC_TRY(check_head_dim(op, hd));
+    /* The kernel (kernels/attention.cu): 4 warps, each with a ring of 16-token stages of keys
+     * and values (3 stages; 2 for f32, followed by 8 query heads). */
+    size_t el = tc_dtype_bytes(q->dtype, 1);
+    /* 16-bit queries are read in pairs of elements. */
+    if (el == 2 && (((uintptr_t)q->data | (uintptr_t)(q->stride[0] * 2)) & 3))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                            "q's rows must start on 4-byte boundaries on CUDA");
+    size_t shared = (size_t)4 * (el == 4 ? 2 : 3) * 2 * 16 * (size_t)(hd + 16 / (int64_t)el) * el +
+                    (el == 4 ? 8 * (size_t)hd * sizeof(float) : 0);
+    tc_kernel_id id = q->dtype == TC_DTYPE_F32
+                          ? (hd == 64 ? TC_KERNEL_ATTN_DECODE64_F32 : TC_KERNEL_ATTN_DECODE128_F32)
+                      : q->dtype == TC_DTYPE_F16
+                          ? (hd == 64 ? TC_KERNEL_ATTN_DECODE64_F16 : TC_KERNEL_ATTN_DECODE128_F16)
+                      : hd == 64 ? TC_KERNEL_ATTN_DECODE64_BF16
+                                 : TC_KERNEL_ATTN_DECODE128_BF16;
     /* Split each sequence's cache (flash-decoding) into as many parts as fill the GPU's resident
-     * block slots once: a partial second wave would leave most SMs idle at the end. At least 64
-     * tokens (two tiles) per split. */
+     * block slots once: a partial second wave would leave most SMs idle at the end. Splits are
+     * multiples of 64 tokens (a tile for each warp) and at most 256 (the merge's limit). */
     int64_t group = n_heads / n_kv, chunks = (group + 7) / 8;
     int64_t capacity = block_table->shape[1] * k_cache->shape[1];
     int64_t base_blocks = n_seqs * n_kv * chunks;
     int resident = 0;
-    if (tc_launch_blocks_per_sm(
-            b->ctx, hd == 64 ? TC_KERNEL_ATTN_DECODE64_BF16 : TC_KERNEL_ATTN_DECODE128_BF16, 128, 0,
-            &resident) != TC_OK ||
-        resident < 1)
-        resident = 4;
+    if (tc_launch_blocks_per_sm(b->ctx, id, 128, shared, &resident) != TC_OK || resident < 1)
+        resident = 1;
     int64_t want = (int64_t)resident * b->ctx->sm_count / base_blocks;
     int64_t max_splits = (capacity + 63) / 64;
     int64_t splits = want < max_splits ? want : max_splits;
+    if (splits > 256)
+        splits = 256;
     if (splits < 1)
         splits = 1;
-    /* Rounded up to 16 tokens so that splits start on KV-cache block boundaries (the kernel
-     * itself masks token by token, so any split length is correct). */
-    int64_t chunk = ((capacity + splits - 1) / splits + 15) / 16 * 16;
-    CUdeviceptr part = 0;
-    if (splits > 1)
+    int64_t chunk = ((capacity + splits - 1) / splits + 63) / 64 * 64;
+    splits = (capacity + chunk - 1) / chunk;
+    if (splits < 1)
+        splits = 1;
+    CUdeviceptr part = 0, counters = 0;
+    if (splits > 1) {
         TC_TRY(tc__backend_workspace(
-            b, (size_t)(n_seqs * n_heads * splits * (hd + 2)) * sizeof(float), &part));
+            b, (size_t)(n_seqs * n_heads * splits * (hd + 4)) * sizeof(float), &part));
+        TC_TRY(tc__backend_counters(b, (size_t)(n_seqs * n_kv * chunks), &counters));
+    }
     tc_launch_config cfg = { { (uint32_t)n_seqs, (uint32_t)(n_kv * chunks), (uint32_t)splits },
                              { 128, 1, 1 },
-                             0,
+                             (unsigned)shared,
                              b->stream };
     tc_status st;
-#define LAUNCH(sfx)                                                                               \
-    (hd == 64 ? tc_launch_attn_decode64_##sfx(                                                    \
-                    cfg, TC__DEV(T, out), (float *)(uintptr_t)part, TC__DEV(const T, q),          \
-                    TC__DEV(const T, k_cache), TC__DEV(const T, v_cache),                         \
-                    TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens),        \
-                    (int32_t)n_heads, (int32_t)n_kv, (int32_t)k_cache->shape[1],                  \
-                    (int32_t)block_table->shape[1], q->stride[0], out->stride[0], (int32_t)chunk, \
-                    scale)                                                                        \
-              : tc_launch_attn_decode128_##sfx(                                                   \
-                    cfg, TC__DEV(T, out), (float *)(uintptr_t)part, TC__DEV(const T, q),          \
-                    TC__DEV(const T, k_cache), TC__DEV(const T, v_cache),                         \
-                    TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens),        \
-                    (int32_t)n_heads, (int32_t)n_kv, (int32_t)k_cache->shape[1],                  \
-                    (int32_t)block_table->shape[1], q->stride[0], out->stride[0], (int32_t)chunk, \
-                    scale))
+#define LAUNCH(sfx)                                                                            \
+    (hd == 64                                                                                  \
+         ? tc_launch_attn_decode64_##sfx(                                                      \
+               cfg, TC__DEV(T, out), (float *)(uintptr_t)part, (int32_t *)(uintptr_t)counters, \
+               TC__DEV(const T, q), TC__DEV(const T, k_cache), TC__DEV(const T, v_cache),      \
+               TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens),          \
+               (int32_t)n_heads, (int32_t)n_kv, (int32_t)k_cache->shape[1],                    \
+               (int32_t)block_table->shape[1], q->stride[0], out->stride[0], (int32_t)chunk,   \
+               scale)                                                                          \
+         : tc_launch_attn_decode128_##sfx(                                                     \
+               cfg, TC__DEV(T, out), (float *)(uintptr_t)part, (int32_t *)(uintptr_t)counters, \
+               TC__DEV(const T, q), TC__DEV(const T, k_cache), TC__DEV(const T, v_cache),      \
+               TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens),          \
+               (int32_t)n_heads, (int32_t)n_kv, (int32_t)k_cache->shape[1],                    \
+               (int32_t)block_table->shape[1], q->stride[0], out->stride[0], (int32_t)chunk,   \
+               scale))
     TC__BY_DTYPE(st, q->dtype, LAUNCH);
 #undef LAUNCH
-    if (st == TC_OK && splits > 1) {
-        tc_launch_config c2 = tc__cfg(b, (unsigned)(n_seqs * n_heads), (unsigned)hd, 0);
-#define LAUNCH(sfx)                                                                   \
-    tc_launch_attn_combine_##sfx(c2, TC__DEV(T, out), (const float *)(uintptr_t)part, \
-                                 (int32_t)n_heads, (int32_t)hd, (int32_t)splits, out->stride[0])
-        TC__BY_DTYPE(st, q->dtype, LAUNCH);
-#undef LAUNCH
-    }
     return st;
 }
 

@@ -187,6 +187,8 @@ void tc_backend_destroy(tc_backend *b)
             tc_pool_free(b->pool, (CUdeviceptr)(uintptr_t)b->cublas_workspace);
         if (b->ws)
             tc_pool_free(b->pool, b->ws);
+        if (b->counters)
+            tc_pool_free(b->pool, b->counters);
         for (int i = 0; i < 3; i++) {
             tc_event_destroy(b->stage_done[i]);
             if (b->stage[i])
@@ -371,6 +373,28 @@ tc_status tc__backend_workspace(tc_backend *b, size_t bytes, CUdeviceptr *out)
     return TC_OK;
 }
 
+tc_status tc__backend_counters(tc_backend *b, size_t count, CUdeviceptr *out)
+{
+    size_t bytes = count * sizeof(int32_t);
+    if (bytes > b->counters_bytes) {
+        size_t want = bytes < 4096 ? 4096 : bytes + bytes / 2;
+        CUdeviceptr p;
+        TC_TRY(tc_pool_alloc(b->pool, want, b->stream, &p));
+        tc_status st = tc_stream_memset(b->stream, p, 0, want);
+        if (st != TC_OK) {
+            tc_pool_free(b->pool, p);
+            return st;
+        }
+        if (b->counters)
+            tc_pool_free(b->pool, b->counters);
+        b->counters = p;
+        b->counters_bytes = want;
+        b->ws_generation++;
+    }
+    *out = b->counters;
+    return TC_OK;
+}
+
 uint64_t tc_backend_workspace_generation(const tc_backend *b)
 {
     return b->ws_generation;
@@ -378,5 +402,5 @@ uint64_t tc_backend_workspace_generation(const tc_backend *b)
 
 size_t tc_backend_workspace_bytes(const tc_backend *b)
 {
-    return b->ws_bytes;
+    return b->ws_bytes + b->counters_bytes;
 }

@@ -45,10 +45,10 @@ TC_API void tc_backend_set_gemm(tc_backend *b, tc_gemm_mode mode);
  * product does not wait for it; a no-op on the CPU or with TC_GEMM_OWN. It may run on another
  * thread while b places weights; a failure shows again at the first product. */
 TC_API tc_status tc_backend_prepare_gemm(tc_backend *b);
-/* Changes whenever the buffer that ops keep their temporaries in moves (a CUDA graph captured
- * over ops must then be captured again). */
+/* Changes whenever a buffer that ops keep their temporaries or counters in moves (a CUDA graph
+ * captured over ops must then be captured again). */
 TC_API uint64_t tc_backend_workspace_generation(const tc_backend *b);
-/* Bytes of that buffer (pool memory the backend holds until it is destroyed). */
+/* Bytes of those buffers (pool memory the backend holds until it is destroyed). */
 TC_API size_t tc_backend_workspace_bytes(const tc_backend *b);
 /* Allocate and free `bytes` of backend memory (pool memory on CUDA, in stream order). */
 TC_API tc_status tc_backend_alloc(tc_backend *b, size_t bytes, void **out);

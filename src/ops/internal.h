@@ -46,6 +46,10 @@ struct tc_backend {
     CUdeviceptr ws;
     size_t ws_bytes;
     uint64_t ws_generation;
+    /* Zeroed counters of kernels that hand work to the last block to finish (decode attention's
+     * merge); every kernel leaves the counters it used at zero. Moving them bumps ws_generation. */
+    CUdeviceptr counters;
+    size_t counters_bytes;
     /* Pinned staging for large host-to-device copies (CUDA), made at the first one: the
      * workers copy a slot while the previous slot's transfer runs. */
     void *stage[3];
@@ -62,6 +66,8 @@ tc_status tc__backend_cublas(tc_backend *b, void **handle);
 /* At least `bytes` of the CUDA backend's op scratch (one op's temporaries at a time: valid
  * until the next call, in stream order). */
 tc_status tc__backend_workspace(tc_backend *b, size_t bytes, CUdeviceptr *out);
+/* At least `count` zeroed int32 counters of the CUDA backend (see tc_backend.counters). */
+tc_status tc__backend_counters(tc_backend *b, size_t count, CUdeviceptr *out);
 /* Copy bytes from host memory (pageable: a mapped file, say) to device memory of a CUDA
  * backend and wait: through pinned staging filled by the backend's threads when large. */
 tc_status tc__backend_upload(tc_backend *b, CUdeviceptr dst, const void *src, size_t bytes);

@@ -436,6 +436,44 @@ static void dump_attention(const paged_case *c, const tc_tensor *out, double sca
     end_case();
 }
 
+/* Decode with cache blocks that are not a multiple of the kernel's 16-token tile, in f16, and
+ * twice in a row: the second run finds the merge's arrival counters where the first left them. */
+static void decode_odd_blocks(rng_t *r)
+{
+    struct {
+        int64_t H, KV, hd, bs;
+    } shapes[] = { { 32, 8, 128, 24 }, { 16, 1, 64, 7 }, { 12, 12, 128, 40 } };
+    for (int si = 0; si < 3; si++) {
+        int64_t H = shapes[si].H, KV = shapes[si].KV, hd = shapes[si].hd;
+        double scale = 1.0 / sqrt((double)hd);
+        int64_t len[] = { 3, 200, 2999 }, ones[] = { 1, 1, 1 };
+        paged_case gc, cc;
+        rng_t r2 = *r;
+        CHECK(paged_build(&gc, r, gpu, TC_DTYPE_F16, 3, len, ones, H, KV, hd, shapes[si].bs));
+        CHECK(paged_build(&cc, &r2, cpu, TC_DTYPE_F16, 3, len, ones, H, KV, hd, shapes[si].bs));
+        tc_tensor co;
+        poisoned(&co, cpu, TC_DTYPE_F16, TC_SHAPE(3, H, hd));
+        CHECK(
+            tc_attention_decode(&co, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens, (float)scale));
+        double *want = paged_reference(&cc, scale);
+        for (int run = 0; run < 2; run++) {
+            tc_tensor go;
+            poisoned(&go, gpu, TC_DTYPE_F16, TC_SHAPE(3, H, hd));
+            CHECK(tc_attention_decode(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens,
+                                      (float)scale));
+            char what[128];
+            snprintf(what, sizeof what,
+                     "attention decode f16 H %lld KV %lld hd %lld, block size %lld, run %d",
+                     (long long)H, (long long)KV, (long long)hd, (long long)shapes[si].bs, run + 1);
+            expect_close(what, &go, want, &co, tolerance(TC_DTYPE_F16));
+            tc_tensor_deinit(&go);
+        }
+        free(want);
+        tc_tensor_deinit(&co);
+        paged_free(&gc), paged_free(&cc);
+    }
+}
+
 static void attention(rng_t *r)
 {
     struct {
@@ -571,6 +609,7 @@ int main(void)
     swiglu_softmax_argmax(&r);
     linear(&r);
     attention(&r);
+    decode_odd_blocks(&r);
     sampling(&r);
     if (manifest)
         fclose(manifest);
