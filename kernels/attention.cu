@@ -341,6 +341,10 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
     w.h0 = w.kvh * group + (blockIdx.y % chunks) * kMaxGroup;
     w.g = min(kMaxGroup, w.kvh * group + group - w.h0);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // The table entry of the warp's first tile is asked for beside the length: one memory
+    // round trip instead of two before the first copies are queued.
+    const int32_t *tbl = table + (int64_t)w.seq * max_blocks;
+    tc::prefetch_l1(tbl + min(((int64_t)split * chunk + warp * kTile) / block_size, (int64_t)max_blocks - 1));
     int64_t len = seq_lens[w.seq];
     w.used = len > 0 ? (int)min((int64_t)splits, (len + chunk - 1) / chunk) : 1;
     if (split >= w.used)
@@ -352,7 +356,7 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
     DecodeRing<T, HD> ring = { reinterpret_cast<T *>(sh) + warp * S * STAGE,
                                k_cache,
                                v_cache,
-                               table + (int64_t)w.seq * max_blocks,
+                               tbl,
                                block_size,
                                n_kv_heads };
     float *ms = sh, *ls = ms + kWarps * kMaxGroup, *as = ls + kWarps * kMaxGroup;
@@ -403,37 +407,50 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
     if (!last)
         return;
     __threadfence();
-    // The merge: per head, the weight of each split's result, then the weighted sum.
-    float *wgt = sh, *inv = wgt + kMaxGroup * kMaxSplits;
+    // The merge: per head, the weight of each split's result (m and l read together), then the
+    // weighted sum, sixteen records in flight per thread.
+    float *wgt = sh, *lsp = wgt + kMaxGroup * kMaxSplits, *inv = lsp + kMaxGroup * kMaxSplits;
     for (int h = warp; h < g; h += kWarps) {
         const float *base = part + ((int64_t)seq * n_heads + h0 + h) * splits * REC;
         float mx = -INFINITY, sl = 0.0f;
-        for (int s = lane; s < used; s += 32)
-            mx = fmaxf(mx, __ldcg(base + s * REC));
+        for (int s = lane; s < used; s += 32) {
+            float2 ml = __ldcg(reinterpret_cast<const float2 *>(base + (int64_t)s * REC));
+            wgt[h * kMaxSplits + s] = ml.x;
+            lsp[h * kMaxSplits + s] = ml.y;
+            mx = fmaxf(mx, ml.x);
+        }
         mx = tc::warp_max(mx);
         for (int s = lane; s < used; s += 32) {
-            float m_s = __ldcg(base + s * REC);
+            float m_s = wgt[h * kMaxSplits + s];
             float f = m_s == -INFINITY ? 0.0f : __expf(m_s - mx);
             wgt[h * kMaxSplits + s] = f;
-            sl += f * __ldcg(base + s * REC + 1);
+            sl += f * lsp[h * kMaxSplits + s];
         }
         sl = tc::warp_sum(sl);
         if (lane == 0)
             inv[h] = sl > 0.0f ? 1.0f / sl : 0.0f;
     }
     __syncthreads();
+    constexpr int U = 16;
     for (int e = threadIdx.x; e < g * (HD / 4); e += blockDim.x) {
         int h = e / (HD / 4), d4 = e % (HD / 4);
         const float *base = part + ((int64_t)seq * n_heads + h0 + h) * splits * REC + 4 + d4 * 4;
+        const float *f = wgt + h * kMaxSplits;
         float a[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-#pragma unroll 4
-        for (int s = 0; s < used; s++) {
-            float f = wgt[h * kMaxSplits + s];
-            float4 v = __ldcg(reinterpret_cast<const float4 *>(base + (int64_t)s * REC));
-            a[0] = fmaf(f, v.x, a[0]);
-            a[1] = fmaf(f, v.y, a[1]);
-            a[2] = fmaf(f, v.z, a[2]);
-            a[3] = fmaf(f, v.w, a[3]);
+        for (int s0 = 0; s0 < used; s0 += U) {
+            float4 v[U];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                v[u] = s0 + u < used ? __ldcg(reinterpret_cast<const float4 *>(base + (int64_t)(s0 + u) * REC))
+                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float fu = s0 + u < used ? f[s0 + u] : 0.0f;
+                a[0] = fmaf(fu, v[u].x, a[0]);
+                a[1] = fmaf(fu, v[u].y, a[1]);
+                a[2] = fmaf(fu, v[u].z, a[2]);
+                a[3] = fmaf(fu, v[u].w, a[3]);
+            }
         }
         T *o = out + seq * out_stride + (int64_t)(h0 + h) * HD + d4 * 4;
 #pragma unroll

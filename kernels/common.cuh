@@ -165,6 +165,11 @@ __device__ __forceinline__ void await_inputs()
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+// Ask for the line holding p in L1 (no register written, nothing waited for).
+__device__ __forceinline__ void prefetch_l1(const void *p)
+{
+    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
 // Ask for the 128-byte line holding p in L2 (no register written, nothing waited for).
 __device__ __forceinline__ void prefetch_l2(const void *p)
 {
