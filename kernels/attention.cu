@@ -459,13 +459,15 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
     }
 }
 
-// Prefill: block (tile of BQ query rows of one sequence, head); 128 threads, 4 per query row.
+// Prefill of f32 caches: block (tile of BQ query rows of one sequence, head); 128 threads, 4
+// per query row.
 constexpr int BQ = 32, BK = 32, kPrefillThreads = 128;
 
 template <typename T, int HD>
-__device__ void prefill(T *out, const T *q, const T *k_cache, const T *v_cache, const int32_t *table,
-                        const int32_t *seq_lens, const int32_t *q_start, int n_seqs, int n_heads, int n_kv_heads,
-                        int block_size, int max_blocks, int64_t q_stride, int64_t out_stride, float scale)
+__device__ void prefill_simt(T *out, const T *q, const T *k_cache, const T *v_cache, const int32_t *table,
+                             const int32_t *seq_lens, const int32_t *q_start, int n_seqs, int n_heads,
+                             int n_kv_heads, int block_size, int max_blocks, int64_t q_stride, int64_t out_stride,
+                             float scale)
 {
     extern __shared__ float sh[];
     float *qs = sh, *ks = qs + BQ * (HD + 1), *vs = ks + BK * (HD + 1), *ps = vs + BK * (HD + 1);
@@ -568,6 +570,194 @@ __device__ void prefill(T *out, const T *q, const T *k_cache, const T *v_cache, 
     }
 }
 
+
+// Prefill of 16-bit caches on the tensor cores (flash attention 2's arrangement, Dao 2023):
+// block (tile of 64 query rows of one sequence, head) of 4 warps, 16 rows each. Key and value
+// tiles of 64 tokens go through shared memory (cp.async, double-buffered); each warp keeps its
+// queries as A fragments, computes its 16 x 64 scores with m16n8k16 products, updates its
+// rows' online softmax in registers (lane l holds rows l / 4 and l / 4 + 8) and multiplies the
+// probabilities, rounded to T, by the values straight from the score registers. Warps whose
+// rows all precede a key tile skip it. The sequence's last query tiles (the longest) go first.
+constexpr int kPBQ = 64, kPBK = 64;
+template <int HD> __host__ __device__ constexpr int prefill_ld() { return HD + 8; }
+
+template <typename T, int HD>
+__device__ void prefill_mma(T *out, const T *q, const T *k_cache, const T *v_cache, const int32_t *table,
+                            const int32_t *seq_lens, const int32_t *q_start, int n_seqs, int n_heads,
+                            int n_kv_heads, int block_size, int max_blocks, int64_t q_stride, int64_t out_stride,
+                            float scale)
+{
+    constexpr int LD = prefill_ld<HD>(), KS = HD / 16, NT = HD / 8, NK = kPBK / 8, VE = 8, CR = HD / VE;
+    constexpr int STAGE = 2 * kPBK * LD;
+    extern __shared__ float sh[];
+    T *smem = reinterpret_cast<T *>(sh);
+    __shared__ int s_seq, s_tile;
+    if (threadIdx.x == 0) {
+        int found = -1, tile = 0, cum = 0;
+        for (int s = 0; s < n_seqs; s++) {
+            int tiles = (q_start[s + 1] - q_start[s] + kPBQ - 1) / kPBQ;
+            if ((int)blockIdx.x < cum + tiles) {
+                found = s;
+                tile = tiles - 1 - ((int)blockIdx.x - cum);
+                break;
+            }
+            cum += tiles;
+        }
+        s_seq = found;
+        s_tile = tile;
+    }
+    __syncthreads();
+    if (s_seq < 0)
+        return;
+    int seq = s_seq, head = blockIdx.y, kvh = head / (n_heads / n_kv_heads);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, pos = lane & 3;
+    int64_t qbeg = q_start[seq], m = q_start[seq + 1] - qbeg, len = seq_lens[seq];
+    int64_t r0 = (int64_t)s_tile * kPBQ;
+    int rows = (int)min((int64_t)kPBQ, m - r0);
+    int64_t first_pos = len - m + r0, kend = first_pos + rows;
+    int n_kt = (int)((kend + kPBK - 1) / kPBK);
+    const int32_t *tbl = table + (int64_t)seq * max_blocks;
+
+    auto load = [&](int kt) {
+        if (kt < n_kt) {
+            T *ks = smem + (kt & 1) * STAGE, *vs = ks + kPBK * LD;
+            for (int c = threadIdx.x; c < kPBK * CR; c += blockDim.x) {
+                int r = c / CR, col = c % CR;
+                int64_t t = (int64_t)kt * kPBK + r;
+                bool ok = t < kend;
+                int64_t off = ok ? kv_row(k_cache, tbl, t, block_size, n_kv_heads, HD, kvh) - k_cache : 0;
+                tc::cp_async16(ks + r * LD + col * VE, k_cache + off + col * VE, ok);
+                tc::cp_async16(vs + r * LD + col * VE, v_cache + off + col * VE, ok);
+            }
+        }
+        tc::cp_commit();
+    };
+    load(0);
+
+    // The warp's queries as A fragments: registers 0, 2 hold row gr, 1, 3 row gr + 8.
+    int wrow = 16 * warp; // the warp's first row within the tile
+    uint32_t qa[KS][4];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        int rr = wrow + gr + 8 * hr;
+        const T *qp = q + (qbeg + r0 + rr) * q_stride + (int64_t)head * HD + 2 * pos;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            qa[kk][hr] = rr < rows ? *reinterpret_cast<const uint32_t *>(qp + 16 * kk) : 0u;
+            qa[kk][2 + hr] = rr < rows ? *reinterpret_cast<const uint32_t *>(qp + 16 * kk + 8) : 0u;
+        }
+    }
+    float o[NT][4], mr[2] = { -INFINITY, -INFINITY }, lr[2] = { 0.0f, 0.0f };
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    int64_t wpos = first_pos + wrow; // position of the warp's first row
+    bool active = wrow < rows;
+
+    for (int kt = 0; kt < n_kt; kt++) {
+        load(kt + 1);
+        tc::cp_wait<1>();
+        __syncthreads();
+        const T *ks = smem + (kt & 1) * STAGE, *vs = ks + kPBK * LD;
+        int64_t k0 = (int64_t)kt * kPBK;
+        if (active && k0 <= wpos + 15) {
+            float s[NK][4];
+#pragma unroll
+            for (int nt = 0; nt < NK; nt++) {
+                s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+                for (int kp = 0; kp < KS / 2; kp++) {
+                    uint32_t kb[4];
+                    tc::ldmatrix_x4(kb, ks + (8 * nt + (lane & 7)) * LD + 32 * kp + 8 * (lane >> 3));
+                    tc::mma16816<T>(s[nt], qa[2 * kp][0], qa[2 * kp][1], qa[2 * kp][2], qa[2 * kp][3], kb[0],
+                                    kb[1]);
+                    tc::mma16816<T>(s[nt], qa[2 * kp + 1][0], qa[2 * kp + 1][1], qa[2 * kp + 1][2],
+                                    qa[2 * kp + 1][3], kb[2], kb[3]);
+                }
+            }
+            // Element e of s[nt]: row gr + 8 (e / 2), key k0 + 8 nt + 2 pos + e % 2.
+            float mx[2] = { -INFINITY, -INFINITY };
+#pragma unroll
+            for (int nt = 0; nt < NK; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int64_t key = k0 + 8 * nt + 2 * pos + (e & 1), qpos = wpos + gr + 8 * (e >> 1);
+                    s[nt][e] = key <= qpos ? s[nt][e] * scale : -INFINITY;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+                }
+            float corr[2];
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+                mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+                float mn = fmaxf(mr[hr], mx[hr]); // finite: key 0 is visible to every row
+                corr[hr] = __expf(mr[hr] - mn);
+                mr[hr] = mn;
+                lr[hr] *= corr[hr];
+            }
+#pragma unroll
+            for (int nt = 0; nt < NK; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[nt][e] = __expf(s[nt][e] - mr[e >> 1]);
+                    lr[e >> 1] += s[nt][e];
+                }
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                o[n][0] *= corr[0];
+                o[n][1] *= corr[0];
+                o[n][2] *= corr[1];
+                o[n][3] *= corr[1];
+            }
+#pragma unroll
+            for (int kk = 0; kk < kPBK / 16; kk++) {
+                uint32_t a0 = tc::pack2<T>(s[2 * kk][0], s[2 * kk][1]), a1 = tc::pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                         a2 = tc::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                         a3 = tc::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+                for (int np = 0; np < NT / 2; np++) {
+                    uint32_t vb[4];
+                    tc::ldmatrix_x4_trans(vb, vs + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD +
+                                                  8 * (2 * np + (lane >> 4)));
+                    tc::mma16816<T>(o[2 * np], a0, a1, a2, a3, vb[0], vb[1]);
+                    tc::mma16816<T>(o[2 * np + 1], a0, a1, a2, a3, vb[2], vb[3]);
+                }
+            }
+        }
+        __syncthreads(); // the stage is refilled by the next iteration's load
+    }
+    tc::cp_wait<0>();
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        lr[hr] += __shfl_xor_sync(0xffffffffu, lr[hr], 1);
+        lr[hr] += __shfl_xor_sync(0xffffffffu, lr[hr], 2);
+        int rr = wrow + gr + 8 * hr;
+        if (rr >= rows)
+            continue;
+        float inv = lr[hr] > 0.0f ? 1.0f / lr[hr] : 0.0f;
+        T *orow = out + (qbeg + r0 + rr) * out_stride + (int64_t)head * HD + 2 * pos;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            orow[8 * n] = tc::from_f32<T>(o[n][2 * hr] * inv);
+            orow[8 * n + 1] = tc::from_f32<T>(o[n][2 * hr + 1] * inv);
+        }
+    }
+}
+
+
+template <typename T, int HD>
+__device__ void prefill(T *out, const T *q, const T *k_cache, const T *v_cache, const int32_t *table,
+                        const int32_t *seq_lens, const int32_t *q_start, int n_seqs, int n_heads, int n_kv_heads,
+                        int block_size, int max_blocks, int64_t q_stride, int64_t out_stride, float scale)
+{
+    if constexpr (sizeof(T) == 2)
+        prefill_mma<T, HD>(out, q, k_cache, v_cache, table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads,
+                           block_size, max_blocks, q_stride, out_stride, scale);
+    else
+        prefill_simt<T, HD>(out, q, k_cache, v_cache, table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads,
+                            block_size, max_blocks, q_stride, out_stride, scale);
+}
+
 } // namespace attention_cu
 
 /** Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i]
@@ -662,8 +852,8 @@ extern "C" __global__ void tc_k_attn_decode64_f16(__half *out, float *partials, 
     attention_cu::decode<__half, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
-/** Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
- *  shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+/** Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
+ *  36864 bytes of dynamic shared memory. */
 extern "C" __global__ void tc_k_attn_prefill64_f16(__half *out, const __half *q, const __half *k_cache,
                                                const __half *v_cache, const int32_t *block_table,
                                                const int32_t *seq_lens, const int32_t *q_start,
@@ -691,8 +881,8 @@ extern "C" __global__ void tc_k_attn_decode128_f16(__half *out, float *partials,
     attention_cu::decode<__half, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
-/** Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
- *  shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+/** Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
+ *  69632 bytes of dynamic shared memory. */
 extern "C" __global__ void tc_k_attn_prefill128_f16(__half *out, const __half *q, const __half *k_cache,
                                                const __half *v_cache, const int32_t *block_table,
                                                const int32_t *seq_lens, const int32_t *q_start,
@@ -729,8 +919,8 @@ extern "C" __global__ void tc_k_attn_decode64_bf16(__nv_bfloat16 *out, float *pa
     attention_cu::decode<__nv_bfloat16, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
-/** Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
- *  shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+/** Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
+ *  36864 bytes of dynamic shared memory. */
 extern "C" __global__ void tc_k_attn_prefill64_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k_cache,
                                                const __nv_bfloat16 *v_cache, const int32_t *block_table,
                                                const int32_t *seq_lens, const int32_t *q_start,
@@ -758,8 +948,8 @@ extern "C" __global__ void tc_k_attn_decode128_bf16(__nv_bfloat16 *out, float *p
     attention_cu::decode<__nv_bfloat16, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
 }
-/** Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
- *  shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+/** Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
+ *  69632 bytes of dynamic shared memory. */
 extern "C" __global__ void tc_k_attn_prefill128_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k_cache,
                                                const __nv_bfloat16 *v_cache, const int32_t *block_table,
                                                const int32_t *seq_lens, const int32_t *q_start,

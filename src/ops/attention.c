@@ -232,6 +232,16 @@ tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
     return st;
 }
 
+/* The CUDA kernels read 16-bit queries in pairs of elements (tensor-core fragments). */
+static tc_status check_q_pairs(const char *op, const tc_tensor *q)
+{
+    if (tc_dtype_bytes(q->dtype, 1) == 2 &&
+        (((uintptr_t)q->data | (uintptr_t)(q->stride[0] * 2)) & 3))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                            "q's rows must start on 4-byte boundaries on CUDA");
+    return TC_OK;
+}
+
 tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tensor *k_cache,
                               const tc_tensor *v_cache, const tc_tensor *block_table,
                               const tc_tensor *seq_lens, float scale)
@@ -259,10 +269,7 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
     /* The kernel (kernels/attention.cu): 4 warps, each with a ring of 16-token stages of keys
      * and values (3 stages; 2 for f32, followed by 8 query heads). */
     size_t el = tc_dtype_bytes(q->dtype, 1);
-    /* 16-bit queries are read in pairs of elements. */
-    if (el == 2 && (((uintptr_t)q->data | (uintptr_t)(q->stride[0] * 2)) & 3))
-        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
-                            "q's rows must start on 4-byte boundaries on CUDA");
+    TC_TRY(check_q_pairs(op, q));
     size_t shared = (size_t)4 * (el == 4 ? 2 : 3) * 2 * 16 * (size_t)(hd + 16 / (int64_t)el) * el +
                     (el == 4 ? 8 * (size_t)hd * sizeof(float) : 0);
     tc_kernel_id id = q->dtype == TC_DTYPE_F32
@@ -345,9 +352,15 @@ tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const tc_tens
         return attend_cpu(out, q, k_cache, v_cache, block_table, seq_lens, q_start->data, scale);
     }
     TC_TRY(check_head_dim(op, hd));
-    /* Shared floats of tc_k_attn_prefill*: q, k and v tiles of 32 padded rows, 32 x 33 scores. */
-    uint32_t shared = (uint32_t)(4 * (32 * (hd + 1) * 3 + 32 * 33));
-    tc_launch_config cfg = { { (uint32_t)(n_tokens / 32 + n_seqs), (uint32_t)n_heads, 1 },
+    TC_TRY(check_q_pairs(op, q));
+    /* tc_k_attn_prefill* (kernels/attention.cu): 16-bit, tiles of 64 query rows and two
+     * stages of 64 keys and values in padded rows; f32, tiles of 32 rows, shared floats for q,
+     * k and v tiles of 32 padded rows and 32 x 33 scores. */
+    bool f32 = q->dtype == TC_DTYPE_F32;
+    int64_t bq = f32 ? 32 : 64;
+    uint32_t shared =
+        f32 ? (uint32_t)(4 * (32 * (hd + 1) * 3 + 32 * 33)) : (uint32_t)(2 * 2 * 64 * (hd + 8) * 2);
+    tc_launch_config cfg = { { (uint32_t)(n_tokens / bq + n_seqs), (uint32_t)n_heads, 1 },
                              { 128, 1, 1 },
                              shared,
                              b->stream };
