@@ -383,7 +383,7 @@ static inline tc_status tc_launch_embedding_bf16(tc_launch_config cfg, tc_bf16 *
     tc_launch_embedding_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const void *, void *, table), TC__KARG(int32_t, table_dtype), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, vocab), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, table_row_bytes))
 #endif
 
-/* kernels/gemm.cu:161 tc_k_gemm_tc_f16: Tensor-core product out[m, n] = x[m, k] w[n, k]^T: grid (ceil(n/128), ceil(m/128)), 256 threads, 67584 bytes of dynamic shared memory (the f32 epilogue tile, 128 x 132 floats, outgrows the 3 x 256 x 40 halves of the pipeline); k and x_stride multiples of 8, x and w 16-byte aligned. */
+/* kernels/gemm.cu:185 tc_k_gemm_tc_f16: Tensor-core product out[m, n] = x[m, k] w[n, k]^T: grid (ceil(n/128), ceil(m/128)), 256 threads, 110592 bytes of dynamic shared memory (3 stages of 256 rows x 72 halves); k and x_stride multiples of 8, x and w 16-byte aligned. */
 static inline tc_status tc_launch_gemm_tc_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -394,7 +394,7 @@ static inline tc_status tc_launch_gemm_tc_f16(tc_launch_config cfg, tc_half *out
     tc_launch_gemm_tc_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:170 tc_k_gemm_tc_bf16 */
+/* kernels/gemm.cu:194 tc_k_gemm_tc_bf16 */
 static inline tc_status tc_launch_gemm_tc_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -405,7 +405,7 @@ static inline tc_status tc_launch_gemm_tc_bf16(tc_launch_config cfg, tc_bf16 *ou
     tc_launch_gemm_tc_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:178 tc_k_gemm_f32: f32-arithmetic product for any shape and alignment: grid (ceil(n/64), ceil(m/64)), 256 threads. */
+/* kernels/gemm.cu:202 tc_k_gemm_f32: f32-arithmetic product for any shape and alignment: grid (ceil(n/64), ceil(m/64)), 256 threads. */
 static inline tc_status tc_launch_gemm_f32(tc_launch_config cfg, float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -416,7 +416,7 @@ static inline tc_status tc_launch_gemm_f32(tc_launch_config cfg, float *out, con
     tc_launch_gemm_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const float *, float *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:184 tc_k_gemm_f16 */
+/* kernels/gemm.cu:208 tc_k_gemm_f16 */
 static inline tc_status tc_launch_gemm_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -427,7 +427,7 @@ static inline tc_status tc_launch_gemm_f16(tc_launch_config cfg, tc_half *out, c
     tc_launch_gemm_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:190 tc_k_gemm_bf16 */
+/* kernels/gemm.cu:214 tc_k_gemm_bf16 */
 static inline tc_status tc_launch_gemm_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};

@@ -1,112 +1,137 @@
 // Our own matrix products out[m, n] = x[m, k] w[n, k]^T, for where cuBLAS is not installed
-// (only the driver is promised). f16/bf16 run on tensor cores (WMMA 16x16x16, f32
+// (only the driver is promised). f16/bf16 run on tensor cores (mma.sync m16n8k16, f32
 // accumulate) with a three-stage cp.async pipeline; everything else runs a tiled f32 kernel.
-#include <mma.h>
 #include "common.cuh"
 
 namespace gemm_cu {
 
-// Tensor-core tiling: a 128x128 block tile, K steps of 32, 8 warps of 64x32 each.
-constexpr int BM = 128, BN = 128, BK = 32, kStages = 3, kThreads = 256;
-constexpr int kLd = BK + 8; // padded smem row (halves), 80 bytes: keeps 16-byte alignment
+// Tensor-core tiling: a 128x128 block tile, K steps of 64 through a three-stage cp.async
+// pipeline, 8 warps of 64x32 each. Fragments come from shared memory by ldmatrix and go
+// through mma.sync m16n8k16 (f32 accumulate); the epilogue converts and stores straight from
+// the accumulator registers.
+constexpr int BM = 128, BN = 128, BK = 64, kStages = 3, kThreads = 256;
+constexpr int kLd = BK + 8; // padded smem row (halves), 144 bytes: ldmatrix rows in distinct banks
 constexpr int kStageElems = (BM + BN) * kLd;
-constexpr int kEpLd = BN + 4;
 
 using tc::cp_async16;
 using tc::cp_commit;
 using tc::cp_wait;
 
-// Queue the loads of K step `kt` (rows of x and of w, 32 halves each) into stage buffer s.
-template <typename T>
-__device__ __forceinline__ void load_stage(T *s, const T *x, const T *w, int64_t m, int64_t n, int64_t k,
-                                           int64_t xs, int64_t row0, int64_t col0, int64_t kt)
-{
-    // 256 rows x 4 chunks of 8 halves = 1024 chunks, 4 per thread.
+// The rows this thread copies in every K step: chunk c = threadIdx.x + 256 i of a stage's 2048
+// (256 rows of x then w, 8 chunks of 8 halves each) is row c / 8, part c % 8.
+template <typename T> struct StageLoader {
+    const T *src[8];
+    bool ok[8];
+    int part;
+    __device__ StageLoader(const T *x, const T *w, int64_t m, int64_t n, int64_t k, int64_t xs, int64_t row0,
+                           int64_t col0)
+    {
+        part = (threadIdx.x & 7) * 8;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int c = threadIdx.x + i * kThreads;
-        int r = c >> 2, part = (c & 3) * 8;
-        int64_t kk = kt * BK + part;
-        const T *src;
-        bool ok;
-        if (r < BM) {
-            ok = row0 + r < m && kk < k;
-            src = ok ? x + (row0 + r) * xs + kk : x;
-        } else {
-            ok = col0 + (r - BM) < n && kk < k;
-            src = ok ? w + (col0 + r - BM) * k + kk : w;
+        for (int i = 0; i < 8; i++) {
+            int r = (threadIdx.x >> 3) + 32 * i;
+            if (r < BM) {
+                ok[i] = row0 + r < m;
+                src[i] = ok[i] ? x + (row0 + r) * xs + part : x;
+            } else {
+                ok[i] = col0 + (r - BM) < n;
+                src[i] = ok[i] ? w + (col0 + r - BM) * k + part : w;
+            }
         }
-        cp_async16(s + r * kLd + part, src, ok);
     }
-}
+    // Queue K step kt into stage buffer s; columns past k (a multiple of 8) are zero-filled.
+    __device__ __forceinline__ void load(T *s, int64_t kt, int64_t k) const
+    {
+        int64_t kk = kt * BK;
+        bool in_k = kk + part < k;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int r = (threadIdx.x >> 3) + 32 * i;
+            bool ok_i = ok[i] && in_k;
+            cp_async16(s + r * kLd + part, ok_i ? src[i] + kk : src[i], ok_i);
+        }
+    }
+};
 
 template <typename T>
 __device__ void tensor_core(T *out, const T *x, const T *w, int64_t m, int64_t n, int64_t k, int64_t xs,
                             int64_t os)
 {
-    using namespace nvcuda;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *smem = reinterpret_cast<T *>(smem_raw);
-    int warp = threadIdx.x >> 5;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int wm = warp >> 2, wn = warp & 3; // 2 x 4 warps, each 64 rows x 32 columns
     int64_t row0 = (int64_t)blockIdx.y * BM, col0 = (int64_t)blockIdx.x * BN;
     int64_t ktiles = (k + BK - 1) / BK;
+    StageLoader<T> loader(x, w, m, n, k, xs, row0, col0);
 
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][2];
+    float acc[4][4][4];
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int j = 0; j < 2; j++)
-            wmma::fill_fragment(acc[i][j], 0.0f);
+        for (int j = 0; j < 4; j++)
+            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) {
         if (s < ktiles)
-            load_stage(smem + s * kStageElems, x, w, m, n, k, xs, row0, col0, s);
+            loader.load(smem + s * kStageElems, s, k);
         cp_commit();
     }
+    // ldmatrix row addresses: A (16 x 16): lanes 0-15 rows 0-15 at k 0, lanes 16-31 at k 8;
+    // B (two n-tiles x 16 k): lanes 0-7 n 0-7 k 0, 8-15 n 0-7 k 8, 16-23 n 8-15 k 0, 24-31 k 8.
+    int a_off = (wm * 64 + (lane & 15)) * kLd + 8 * (lane >> 4);
+    int b_off = BM * kLd + (wn * 32 + (lane & 7) + 8 * (lane >> 4)) * kLd + 8 * ((lane >> 3) & 1);
     for (int64_t kt = 0; kt < ktiles; kt++) {
         cp_wait<kStages - 2>();
         __syncthreads();
         int64_t next = kt + kStages - 1;
         if (next < ktiles)
-            load_stage(smem + (next % kStages) * kStageElems, x, w, m, n, k, xs, row0, col0, next);
+            loader.load(smem + (next % kStages) * kStageElems, next, k);
         cp_commit();
-        const T *a = smem + (kt % kStages) * kStageElems;
-        const T *b = a + BM * kLd;
+        const T *st = smem + (kt % kStages) * kStageElems;
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[4];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb[2];
+            uint32_t a[4][4], b[2][4];
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                wmma::load_matrix_sync(fa[i], a + (wm * 64 + i * 16) * kLd + kk, kLd);
+                tc::ldmatrix_x4(a[i], st + a_off + i * 16 * kLd + kk);
 #pragma unroll
             for (int j = 0; j < 2; j++)
-                wmma::load_matrix_sync(fb[j], b + (wn * 32 + j * 16) * kLd + kk, kLd);
+                tc::ldmatrix_x4(b[j], st + b_off + j * 16 * kLd + kk);
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
-                for (int j = 0; j < 2; j++)
-                    wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+                for (int j = 0; j < 4; j++)
+                    tc::mma16816<T>(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b[j >> 1][2 * (j & 1)],
+                                    b[j >> 1][2 * (j & 1) + 1]);
         }
     }
     cp_wait<0>();
-    __syncthreads();
-    // Epilogue through shared memory: f32 tile, then converted, bounds-checked stores.
-    float *ep = reinterpret_cast<float *>(smem_raw);
+    // acc[i][j]: rows wm 64 + 16 i + lane / 4 (+ 8 for elements 2, 3), columns wn 32 + 8 j +
+    // 2 (lane % 4), +1.
+    bool pairs = (os & 1) == 0 && (((uintptr_t)out) & 3) == 0;
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(ep + (wm * 64 + i * 16) * kEpLd + wn * 32 + j * 16, acc[i][j], kEpLd,
-                                    wmma::mem_row_major);
-    __syncthreads();
-    for (int e = threadIdx.x; e < BM * BN; e += kThreads) {
-        int r = e / BN, c = e % BN;
-        if (row0 + r < m && col0 + c < n)
-            out[(row0 + r) * os + col0 + c] = tc::from_f32<T>(ep[r * kEpLd + c]);
-    }
+        for (int h = 0; h < 2; h++) {
+            int64_t r = row0 + wm * 64 + 16 * i + (lane >> 2) + 8 * h;
+            if (r >= m)
+                continue;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int64_t c = col0 + wn * 32 + 8 * j + 2 * (lane & 3);
+                T *o = out + r * os + c;
+                if (pairs && c + 1 < n) {
+                    *reinterpret_cast<uint32_t *>(o) = tc::pack2<T>(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                } else {
+                    if (c < n)
+                        o[0] = tc::from_f32<T>(acc[i][j][2 * h]);
+                    if (c + 1 < n)
+                        o[1] = tc::from_f32<T>(acc[i][j][2 * h + 1]);
+                }
+            }
+        }
 }
 
 // The f32 fallback: 64x64 tiles, 16 K per step, each thread a 4x4 block of outputs.
@@ -155,9 +180,8 @@ __device__ void simt(T *out, const T *x, const T *w, int64_t m, int64_t n, int64
 } // namespace gemm_cu
 
 /** Tensor-core product out[m, n] = x[m, k] w[n, k]^T: grid (ceil(n/128), ceil(m/128)), 256
- *  threads, 67584 bytes of dynamic shared memory (the f32 epilogue tile, 128 x 132 floats,
- *  outgrows the 3 x 256 x 40 halves of the pipeline); k and x_stride multiples of 8, x and w
- *  16-byte aligned. */
+ *  threads, 110592 bytes of dynamic shared memory (3 stages of 256 rows x 72 halves); k and
+ *  x_stride multiples of 8, x and w 16-byte aligned. */
 extern "C" __global__ void __launch_bounds__(256) tc_k_gemm_tc_f16(__half *out, const __half *x,
                                                                    const __half *w, int64_t m,
                                                                    int64_t n, int64_t k,

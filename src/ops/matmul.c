@@ -68,7 +68,7 @@ static tc_status gemm_cublas(tc_tensor *out, const tc_tensor *x, const tc_tensor
 }
 
 /* Bytes of dynamic shared memory of tc_k_gemm_tc_* (see kernels/gemm.cu). */
-#define GEMM_TC_SHARED 67584
+#define GEMM_TC_SHARED 110592
 
 static tc_status gemm_own(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
 {

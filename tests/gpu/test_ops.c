@@ -267,6 +267,8 @@ static void matmul(rng_t *r)
                     "own tensor core", false);
         matmul_case(r, TC_DTYPE_F16, TC_DTYPE_F16, gm[i], 513, 1024, TC_GEMM_OWN, "own tensor core",
                     false);
+        matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, gm[i], 77, 1000, TC_GEMM_OWN,
+                    "own tensor core (k 1000, odd n)", false);
         matmul_case(r, TC_DTYPE_F32, TC_DTYPE_F32, gm[i], 257, 1000, TC_GEMM_CUBLAS, "cublas",
                     false);
         matmul_case(r, TC_DTYPE_F32, TC_DTYPE_F32, gm[i], 257, 1000, TC_GEMM_OWN, "own simt",
