@@ -36,32 +36,32 @@ static const uint16_t sizes_tc_k_argmax_bf16[] = {8, 8, 8, 8};
 static const char *const names_tc_k_argmax_bf16[] = {"out", "x", "cols", "x_stride"};
 static const uint16_t sizes_tc_k_attn_store_f32[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_attn_store_f32[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
-static const char *const names_tc_k_attn_decode64_f32[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_decode64_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4};
+static const char *const names_tc_k_attn_decode64_f32[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages"};
 static const uint16_t sizes_tc_k_attn_prefill64_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill64_f32[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
-static const char *const names_tc_k_attn_decode128_f32[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_decode128_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4};
+static const char *const names_tc_k_attn_decode128_f32[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages"};
 static const uint16_t sizes_tc_k_attn_prefill128_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill128_f32[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
 static const uint16_t sizes_tc_k_attn_store_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_attn_store_f16[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
-static const char *const names_tc_k_attn_decode64_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_decode64_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4};
+static const char *const names_tc_k_attn_decode64_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages"};
 static const uint16_t sizes_tc_k_attn_prefill64_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill64_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
-static const char *const names_tc_k_attn_decode128_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_decode128_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4};
+static const char *const names_tc_k_attn_decode128_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages"};
 static const uint16_t sizes_tc_k_attn_prefill128_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill128_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
 static const uint16_t sizes_tc_k_attn_store_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_attn_store_bf16[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
-static const char *const names_tc_k_attn_decode64_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_decode64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4};
+static const char *const names_tc_k_attn_decode64_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages"};
 static const uint16_t sizes_tc_k_attn_prefill64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill64_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4};
-static const char *const names_tc_k_attn_decode128_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale"};
+static const uint16_t sizes_tc_k_attn_decode128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4};
+static const char *const names_tc_k_attn_decode128_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages"};
 static const uint16_t sizes_tc_k_attn_prefill128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill128_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
 static const uint16_t sizes_tc_k_convert[] = {8, 4, 8, 4, 8, 8, 8, 8};
@@ -76,10 +76,10 @@ static const uint16_t sizes_tc_k_embedding_f16[] = {8, 8, 4, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_embedding_f16[] = {"out", "table", "table_dtype", "ids", "vocab", "dim", "out_stride", "table_row_bytes"};
 static const uint16_t sizes_tc_k_embedding_bf16[] = {8, 8, 4, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_embedding_bf16[] = {"out", "table", "table_dtype", "ids", "vocab", "dim", "out_stride", "table_row_bytes"};
-static const uint16_t sizes_tc_k_gemm_tc_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_gemm_tc_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
-static const uint16_t sizes_tc_k_gemm_tc_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_gemm_tc_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
+static const uint16_t sizes_tc_k_gemm_tc_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_gemm_tc_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "stages"};
+static const uint16_t sizes_tc_k_gemm_tc_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_gemm_tc_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "stages"};
 static const uint16_t sizes_tc_k_gemm_f32[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_gemm_f32[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
 static const uint16_t sizes_tc_k_gemm_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
@@ -137,32 +137,32 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_argmax_f32", "kernels/argmax.cu", 86, 4, sizes_tc_k_argmax_f32, names_tc_k_argmax_f32},
     {"tc_k_argmax_f16", "kernels/argmax.cu", 92, 4, sizes_tc_k_argmax_f16, names_tc_k_argmax_f16},
     {"tc_k_argmax_bf16", "kernels/argmax.cu", 98, 4, sizes_tc_k_argmax_bf16, names_tc_k_argmax_bf16},
-    {"tc_k_attn_store_f32", "kernels/attention.cu", 765, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
-    {"tc_k_attn_decode64_f32", "kernels/attention.cu", 777, 16, sizes_tc_k_attn_decode64_f32, names_tc_k_attn_decode64_f32},
-    {"tc_k_attn_prefill64_f32", "kernels/attention.cu", 790, 15, sizes_tc_k_attn_prefill64_f32, names_tc_k_attn_prefill64_f32},
-    {"tc_k_attn_decode128_f32", "kernels/attention.cu", 806, 16, sizes_tc_k_attn_decode128_f32, names_tc_k_attn_decode128_f32},
-    {"tc_k_attn_prefill128_f32", "kernels/attention.cu", 819, 15, sizes_tc_k_attn_prefill128_f32, names_tc_k_attn_prefill128_f32},
-    {"tc_k_attn_store_f16", "kernels/attention.cu", 832, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
-    {"tc_k_attn_decode64_f16", "kernels/attention.cu", 844, 16, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
-    {"tc_k_attn_prefill64_f16", "kernels/attention.cu", 857, 15, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
-    {"tc_k_attn_decode128_f16", "kernels/attention.cu", 873, 16, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
-    {"tc_k_attn_prefill128_f16", "kernels/attention.cu", 886, 15, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
-    {"tc_k_attn_store_bf16", "kernels/attention.cu", 899, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
-    {"tc_k_attn_decode64_bf16", "kernels/attention.cu", 911, 16, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
-    {"tc_k_attn_prefill64_bf16", "kernels/attention.cu", 924, 15, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
-    {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 940, 16, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
-    {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 953, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
+    {"tc_k_attn_store_f32", "kernels/attention.cu", 766, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
+    {"tc_k_attn_decode64_f32", "kernels/attention.cu", 778, 17, sizes_tc_k_attn_decode64_f32, names_tc_k_attn_decode64_f32},
+    {"tc_k_attn_prefill64_f32", "kernels/attention.cu", 791, 15, sizes_tc_k_attn_prefill64_f32, names_tc_k_attn_prefill64_f32},
+    {"tc_k_attn_decode128_f32", "kernels/attention.cu", 807, 17, sizes_tc_k_attn_decode128_f32, names_tc_k_attn_decode128_f32},
+    {"tc_k_attn_prefill128_f32", "kernels/attention.cu", 820, 15, sizes_tc_k_attn_prefill128_f32, names_tc_k_attn_prefill128_f32},
+    {"tc_k_attn_store_f16", "kernels/attention.cu", 833, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
+    {"tc_k_attn_decode64_f16", "kernels/attention.cu", 845, 17, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
+    {"tc_k_attn_prefill64_f16", "kernels/attention.cu", 858, 15, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
+    {"tc_k_attn_decode128_f16", "kernels/attention.cu", 874, 17, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
+    {"tc_k_attn_prefill128_f16", "kernels/attention.cu", 887, 15, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
+    {"tc_k_attn_store_bf16", "kernels/attention.cu", 900, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
+    {"tc_k_attn_decode64_bf16", "kernels/attention.cu", 912, 17, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
+    {"tc_k_attn_prefill64_bf16", "kernels/attention.cu", 925, 15, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
+    {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 941, 17, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
+    {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 954, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
     {"tc_k_convert", "kernels/convert.cu", 7, 8, sizes_tc_k_convert, names_tc_k_convert},
     {"tc_k_copy_u8", "kernels/copy.cu", 32, 3, sizes_tc_k_copy_u8, names_tc_k_copy_u8},
     {"tc_k_fill_f32", "kernels/copy.cu", 50, 3, sizes_tc_k_fill_f32, names_tc_k_fill_f32},
     {"tc_k_embedding_f32", "kernels/embedding.cu", 34, 8, sizes_tc_k_embedding_f32, names_tc_k_embedding_f32},
     {"tc_k_embedding_f16", "kernels/embedding.cu", 41, 8, sizes_tc_k_embedding_f16, names_tc_k_embedding_f16},
     {"tc_k_embedding_bf16", "kernels/embedding.cu", 48, 8, sizes_tc_k_embedding_bf16, names_tc_k_embedding_bf16},
-    {"tc_k_gemm_tc_f16", "kernels/gemm.cu", 185, 8, sizes_tc_k_gemm_tc_f16, names_tc_k_gemm_tc_f16},
-    {"tc_k_gemm_tc_bf16", "kernels/gemm.cu", 194, 8, sizes_tc_k_gemm_tc_bf16, names_tc_k_gemm_tc_bf16},
-    {"tc_k_gemm_f32", "kernels/gemm.cu", 202, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
-    {"tc_k_gemm_f16", "kernels/gemm.cu", 208, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
-    {"tc_k_gemm_bf16", "kernels/gemm.cu", 214, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
+    {"tc_k_gemm_tc_f16", "kernels/gemm.cu", 189, 9, sizes_tc_k_gemm_tc_f16, names_tc_k_gemm_tc_f16},
+    {"tc_k_gemm_tc_bf16", "kernels/gemm.cu", 199, 9, sizes_tc_k_gemm_tc_bf16, names_tc_k_gemm_tc_bf16},
+    {"tc_k_gemm_f32", "kernels/gemm.cu", 207, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
+    {"tc_k_gemm_f16", "kernels/gemm.cu", 213, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
+    {"tc_k_gemm_bf16", "kernels/gemm.cu", 219, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
     {"tc_k_matvec_f32", "kernels/matvec.cu", 325, 10, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
     {"tc_k_matvec_f16", "kernels/matvec.cu", 331, 10, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
     {"tc_k_matvec_bf16", "kernels/matvec.cu", 337, 10, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},

@@ -45,7 +45,6 @@ __device__ void store(T *k_cache, T *v_cache, const T *k, const T *v, const int3
 // the sequence's length return at once.
 constexpr int kMaxGroup = 8, kWarps = 4, kTile = 16, kMaxSplits = 256;
 
-template <typename T> __host__ __device__ constexpr int decode_stages() { return sizeof(T) == 4 ? 2 : 3; }
 // Padded row of a stage, in elements: 16 extra bytes put the rows read by a quarter-warp (and
 // the eight row addresses of an ldmatrix) in distinct banks.
 template <typename T, int HD> __host__ __device__ constexpr int decode_ld() { return HD + 16 / (int)sizeof(T); }
@@ -101,10 +100,10 @@ template <typename T, int HD> struct DecodeRing {
     T *ring;
     const T *k_cache, *v_cache;
     const int32_t *tbl;
-    int block_size, n_kv_heads;
+    int block_size, n_kv_heads, stages; // stages: 1 to 3, as many as shared memory holds
     __device__ __forceinline__ const T *stage(int j) const
     {
-        return ring + (j % decode_stages<T>()) * decode_stage_elems<T, HD>();
+        return ring + (j % stages) * decode_stage_elems<T, HD>();
     }
     __device__ __forceinline__ void load(const DecodeWork &w, int warp, int lane, int j) const
     {
@@ -122,9 +121,9 @@ template <typename T, int HD>
 __device__ void decode_warp_mma(const DecodeWork &w, const DecodeRing<T, HD> &ring, const T *q, int64_t q_stride,
                                 float scale, float *ms, float *ls, float *as)
 {
-    constexpr int S = decode_stages<T>(), LD = decode_ld<T, HD>(), KS = HD / 16, NT = HD / 8;
+    constexpr int LD = decode_ld<T, HD>(), KS = HD / 16, NT = HD / 8;
+    int S = ring.stages;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, pos = lane & 3;
-#pragma unroll
     for (int j = 0; j < S - 1; j++)
         ring.load(w, warp, lane, j);
     // The block's queries as A fragments (rows g..15 zero), read once.
@@ -142,7 +141,7 @@ __device__ void decode_warp_mma(const DecodeWork &w, const DecodeRing<T, HD> &ri
     for (int j = 0; j < w.mine; j++) {
         __syncwarp(); // every lane is done with the stage that the next load refills
         ring.load(w, warp, lane, j + S - 1);
-        tc::cp_wait<S - 1>();
+        tc::cp_wait_upto(S - 1);
         __syncwarp();
         const T *kt = ring.stage(j), *vt = kt + kTile * LD;
         int64_t ts = w.t0 + (int64_t)(warp + j * kWarps) * kTile;
@@ -220,10 +219,10 @@ template <typename T, int HD>
 __device__ void decode_warp_simt(const DecodeWork &w, const DecodeRing<T, HD> &ring, const T *q, int64_t q_stride,
                                  float scale, float *qs, float *ms, float *ls, float *as)
 {
-    constexpr int S = decode_stages<T>(), LD = decode_ld<T, HD>(), VE = 16 / (int)sizeof(T), D = HD / 32,
+    int S = ring.stages;
+    constexpr int LD = decode_ld<T, HD>(), VE = 16 / (int)sizeof(T), D = HD / 32,
                   HALF = HD / 2;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
     for (int j = 0; j < S - 1; j++)
         ring.load(w, warp, lane, j);
     for (int e = threadIdx.x; e < w.g * HD; e += blockDim.x)
@@ -242,7 +241,7 @@ __device__ void decode_warp_simt(const DecodeWork &w, const DecodeRing<T, HD> &r
     for (int j = 0; j < w.mine; j++) {
         __syncwarp(); // every lane is done with the stage that the next load refills
         ring.load(w, warp, lane, j + S - 1);
-        tc::cp_wait<S - 1>();
+        tc::cp_wait_upto(S - 1);
         __syncwarp();
         const T *kt = ring.stage(j), *vt = kt + kTile * LD;
         bool valid = w.t0 + (int64_t)(warp + j * kWarps) * kTile + r < w.t1;
@@ -327,9 +326,10 @@ __device__ void decode_warp_simt(const DecodeWork &w, const DecodeRing<T, HD> &r
 template <typename T, int HD>
 __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const T *k_cache, const T *v_cache,
                        const int32_t *table, const int32_t *seq_lens, int n_heads, int n_kv_heads, int block_size,
-                       int max_blocks, int64_t q_stride, int64_t out_stride, int chunk, float scale)
+                       int max_blocks, int64_t q_stride, int64_t out_stride, int chunk, float scale, int stages)
 {
-    constexpr int S = decode_stages<T>(), STAGE = decode_stage_elems<T, HD>(), REC = HD + 4;
+    constexpr int STAGE = decode_stage_elems<T, HD>(), REC = HD + 4;
+    int S = stages;
     // Dynamic shared memory: the warps' rings, then (f32) the block's queries.
     extern __shared__ float sh[];
     __shared__ int last;
@@ -358,7 +358,8 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
                                v_cache,
                                tbl,
                                block_size,
-                               n_kv_heads };
+                               n_kv_heads,
+                               stages };
     float *ms = sh, *ls = ms + kWarps * kMaxGroup, *as = ls + kWarps * kMaxGroup;
     if constexpr (sizeof(T) == 2)
         decode_warp_mma<T, HD>(w, ring, q, q_stride, scale, ms, ls, as);
@@ -770,7 +771,7 @@ extern "C" __global__ void tc_k_attn_store_f32(float *k_cache, float *v_cache, c
     attention_cu::store(k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride);
 }
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads, 71680 bytes of dynamic shared memory; each split covers
+ *  threads, stages * 34816 + 2048 bytes of dynamic shared memory (stages 1 to 3); each split covers
  *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
  *  partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y
  *  zeroed int32 (left zeroed). */
@@ -779,11 +780,11 @@ extern "C" __global__ void tc_k_attn_decode64_f32(float *out, float *partials, i
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
-                                              int32_t chunk, float scale)
+                                              int32_t chunk, float scale, int32_t stages)
 {
     tc::await_inputs();
     attention_cu::decode<float, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
-                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
+                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages);
 }
 /** Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
  *  shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
@@ -799,7 +800,7 @@ extern "C" __global__ void tc_k_attn_prefill64_f32(float *out, const float *q, c
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads, 139264 bytes of dynamic shared memory; each split covers
+ *  threads, stages * 67584 + 4096 bytes of dynamic shared memory (stages 1 to 3); each split covers
  *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
  *  partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y
  *  zeroed int32 (left zeroed). */
@@ -808,11 +809,11 @@ extern "C" __global__ void tc_k_attn_decode128_f32(float *out, float *partials, 
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
-                                              int32_t chunk, float scale)
+                                              int32_t chunk, float scale, int32_t stages)
 {
     tc::await_inputs();
     attention_cu::decode<float, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
-                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
+                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages);
 }
 /** Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
  *  shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
@@ -837,7 +838,7 @@ extern "C" __global__ void tc_k_attn_store_f16(__half *k_cache, __half *v_cache,
     attention_cu::store(k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride);
 }
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads, 55296 bytes of dynamic shared memory; each split covers
+ *  threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); each split covers
  *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
  *  partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y
  *  zeroed int32 (left zeroed). */
@@ -846,11 +847,11 @@ extern "C" __global__ void tc_k_attn_decode64_f16(__half *out, float *partials, 
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
-                                              int32_t chunk, float scale)
+                                              int32_t chunk, float scale, int32_t stages)
 {
     tc::await_inputs();
     attention_cu::decode<__half, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
-                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
+                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages);
 }
 /** Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
  *  36864 bytes of dynamic shared memory. */
@@ -866,7 +867,7 @@ extern "C" __global__ void tc_k_attn_prefill64_f16(__half *out, const __half *q,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads, 104448 bytes of dynamic shared memory; each split covers
+ *  threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); each split covers
  *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
  *  partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y
  *  zeroed int32 (left zeroed). */
@@ -875,11 +876,11 @@ extern "C" __global__ void tc_k_attn_decode128_f16(__half *out, float *partials,
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
-                                              int32_t chunk, float scale)
+                                              int32_t chunk, float scale, int32_t stages)
 {
     tc::await_inputs();
     attention_cu::decode<__half, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
-                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
+                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages);
 }
 /** Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
  *  69632 bytes of dynamic shared memory. */
@@ -904,7 +905,7 @@ extern "C" __global__ void tc_k_attn_store_bf16(__nv_bfloat16 *k_cache, __nv_bfl
     attention_cu::store(k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride);
 }
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads, 55296 bytes of dynamic shared memory; each split covers
+ *  threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); each split covers
  *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
  *  partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y
  *  zeroed int32 (left zeroed). */
@@ -913,11 +914,11 @@ extern "C" __global__ void tc_k_attn_decode64_bf16(__nv_bfloat16 *out, float *pa
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
-                                              int32_t chunk, float scale)
+                                              int32_t chunk, float scale, int32_t stages)
 {
     tc::await_inputs();
     attention_cu::decode<__nv_bfloat16, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
-                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
+                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages);
 }
 /** Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
  *  36864 bytes of dynamic shared memory. */
@@ -933,7 +934,7 @@ extern "C" __global__ void tc_k_attn_prefill64_bf16(__nv_bfloat16 *out, const __
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads, 104448 bytes of dynamic shared memory; each split covers
+ *  threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); each split covers
  *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
  *  partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y
  *  zeroed int32 (left zeroed). */
@@ -942,11 +943,11 @@ extern "C" __global__ void tc_k_attn_decode128_bf16(__nv_bfloat16 *out, float *p
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
-                                              int32_t chunk, float scale)
+                                              int32_t chunk, float scale, int32_t stages)
 {
     tc::await_inputs();
     attention_cu::decode<__nv_bfloat16, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
-                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale);
+                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages);
 }
 /** Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
  *  69632 bytes of dynamic shared memory. */

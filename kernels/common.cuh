@@ -60,6 +60,16 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pr
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+// cp_wait for a run-time n (0 to 2; larger waits as for 2, which is safe: it waits for more).
+__device__ __forceinline__ void cp_wait_upto(int n)
+{
+    if (n >= 2)
+        cp_wait<2>();
+    else if (n == 1)
+        cp_wait<1>();
+    else
+        cp_wait<0>();
+}
 // Tensor-core fragments (sm_80 mma.sync m16n8k16, f32 accumulate). In a warp, lane l is in
 // group l / 4 at position l % 4. A (16 x 16, row-major) is four registers of two 16-bit
 // elements: (row g, cols 2p, 2p+1), (row g + 8, same), (row g, cols 2p + 8, +9), (row g + 8,

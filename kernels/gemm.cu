@@ -5,11 +5,11 @@
 
 namespace gemm_cu {
 
-// Tensor-core tiling: a 128x128 block tile, K steps of 64 through a three-stage cp.async
-// pipeline, 8 warps of 64x32 each. Fragments come from shared memory by ldmatrix and go
+// Tensor-core tiling: a 128x128 block tile, K steps of 64 through a cp.async pipeline of 3
+// stages (2 where shared memory holds fewer), 8 warps of 64x32 each. Fragments come from shared memory by ldmatrix and go
 // through mma.sync m16n8k16 (f32 accumulate); the epilogue converts and stores straight from
 // the accumulator registers.
-constexpr int BM = 128, BN = 128, BK = 64, kStages = 3, kThreads = 256;
+constexpr int BM = 128, BN = 128, BK = 64, kThreads = 256;
 constexpr int kLd = BK + 8; // padded smem row (halves), 144 bytes: ldmatrix rows in distinct banks
 constexpr int kStageElems = (BM + BN) * kLd;
 
@@ -55,7 +55,7 @@ template <typename T> struct StageLoader {
 
 template <typename T>
 __device__ void tensor_core(T *out, const T *x, const T *w, int64_t m, int64_t n, int64_t k, int64_t xs,
-                            int64_t os)
+                            int64_t os, int stages)
 {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *smem = reinterpret_cast<T *>(smem_raw);
@@ -72,8 +72,7 @@ __device__ void tensor_core(T *out, const T *x, const T *w, int64_t m, int64_t n
         for (int j = 0; j < 4; j++)
             acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 
-#pragma unroll
-    for (int s = 0; s < kStages - 1; s++) {
+    for (int s = 0; s < stages - 1; s++) {
         if (s < ktiles)
             loader.load(smem + s * kStageElems, s, k);
         cp_commit();
@@ -82,14 +81,19 @@ __device__ void tensor_core(T *out, const T *x, const T *w, int64_t m, int64_t n
     // B (two n-tiles x 16 k): lanes 0-7 n 0-7 k 0, 8-15 n 0-7 k 8, 16-23 n 8-15 k 0, 24-31 k 8.
     int a_off = (wm * 64 + (lane & 15)) * kLd + 8 * (lane >> 4);
     int b_off = BM * kLd + (wn * 32 + (lane & 7) + 8 * (lane >> 4)) * kLd + 8 * ((lane >> 3) & 1);
+    // Stage indices advance by one with wrap-around (a 64-bit modulo per K step costs about a
+    // hundred instructions).
+    int rd = 0, wr = stages - 1;
     for (int64_t kt = 0; kt < ktiles; kt++) {
-        cp_wait<kStages - 2>();
+        tc::cp_wait_upto(stages - 2);
         __syncthreads();
-        int64_t next = kt + kStages - 1;
+        int64_t next = kt + stages - 1;
         if (next < ktiles)
-            loader.load(smem + (next % kStages) * kStageElems, next, k);
+            loader.load(smem + wr * kStageElems, next, k);
         cp_commit();
-        const T *st = smem + (kt % kStages) * kStageElems;
+        const T *st = smem + rd * kStageElems;
+        rd = rd + 1 == stages ? 0 : rd + 1;
+        wr = wr + 1 == stages ? 0 : wr + 1;
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
             uint32_t a[4][4], b[2][4];
@@ -180,22 +184,23 @@ __device__ void simt(T *out, const T *x, const T *w, int64_t m, int64_t n, int64
 } // namespace gemm_cu
 
 /** Tensor-core product out[m, n] = x[m, k] w[n, k]^T: grid (ceil(n/128), ceil(m/128)), 256
- *  threads, 110592 bytes of dynamic shared memory (3 stages of 256 rows x 72 halves); k and
- *  x_stride multiples of 8, x and w 16-byte aligned. */
+ *  threads, stages * 36864 bytes of dynamic shared memory (stages of 256 rows x 72 halves;
+ *  2 or 3 stages); k and x_stride multiples of 8, x and w 16-byte aligned. */
 extern "C" __global__ void __launch_bounds__(256) tc_k_gemm_tc_f16(__half *out, const __half *x,
                                                                    const __half *w, int64_t m,
                                                                    int64_t n, int64_t k,
-                                                                   int64_t x_stride, int64_t out_stride)
+                                                                   int64_t x_stride, int64_t out_stride,
+                                                                   int32_t stages)
 {
     tc::await_inputs();
-    gemm_cu::tensor_core(out, x, w, m, n, k, x_stride, out_stride);
+    gemm_cu::tensor_core(out, x, w, m, n, k, x_stride, out_stride, stages);
 }
 extern "C" __global__ void __launch_bounds__(256)
     tc_k_gemm_tc_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int64_t m,
-                      int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
+                      int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t stages)
 {
     tc::await_inputs();
-    gemm_cu::tensor_core(out, x, w, m, n, k, x_stride, out_stride);
+    gemm_cu::tensor_core(out, x, w, m, n, k, x_stride, out_stride, stages);
 }
 /** f32-arithmetic product for any shape and alignment: grid (ceil(n/64), ceil(m/64)), 256
  *  threads. */

@@ -267,11 +267,16 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
     }
     TC_TRY(check_head_dim(op, hd));
     /* The kernel (kernels/attention.cu): 4 warps, each with a ring of 16-token stages of keys
-     * and values (3 stages; 2 for f32, followed by 8 query heads). */
+     * and values (3 stages, 2 for f32; fewer where shared memory is smaller), then for f32 8
+     * query heads. */
     size_t el = tc_dtype_bytes(q->dtype, 1);
     TC_TRY(check_q_pairs(op, q));
-    size_t shared = (size_t)4 * (el == 4 ? 2 : 3) * 2 * 16 * (size_t)(hd + 16 / (int64_t)el) * el +
-                    (el == 4 ? 8 * (size_t)hd * sizeof(float) : 0);
+    size_t per_stage = (size_t)4 * 2 * 16 * (size_t)(hd + 16 / (int64_t)el) * el,
+           extra = el == 4 ? 8 * (size_t)hd * sizeof(float) : 0, room = tc__backend_shared_room(b);
+    int stages = el == 4 ? 2 : 3;
+    while (stages > 1 && stages * per_stage + extra > room)
+        stages--;
+    size_t shared = stages * per_stage + extra;
     tc_kernel_id id = q->dtype == TC_DTYPE_F32
                           ? (hd == 64 ? TC_KERNEL_ATTN_DECODE64_F32 : TC_KERNEL_ATTN_DECODE128_F32)
                       : q->dtype == TC_DTYPE_F16
@@ -317,14 +322,14 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
                TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens),          \
                (int32_t)n_heads, (int32_t)n_kv, (int32_t)k_cache->shape[1],                    \
                (int32_t)block_table->shape[1], q->stride[0], out->stride[0], (int32_t)chunk,   \
-               scale)                                                                          \
+               scale, stages)                                                                  \
          : tc_launch_attn_decode128_##sfx(                                                     \
                cfg, TC__DEV(T, out), (float *)(uintptr_t)part, (int32_t *)(uintptr_t)counters, \
                TC__DEV(const T, q), TC__DEV(const T, k_cache), TC__DEV(const T, v_cache),      \
                TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens),          \
                (int32_t)n_heads, (int32_t)n_kv, (int32_t)k_cache->shape[1],                    \
                (int32_t)block_table->shape[1], q->stride[0], out->stride[0], (int32_t)chunk,   \
-               scale))
+               scale, stages))
     TC__BY_DTYPE(st, q->dtype, LAUNCH);
 #undef LAUNCH
     return st;

@@ -373,6 +373,18 @@ tc_status tc__backend_workspace(tc_backend *b, size_t bytes, CUdeviceptr *out)
     return TC_OK;
 }
 
+void tc_backend_set_shared_limit(tc_backend *b, size_t bytes)
+{
+    b->shared_limit = bytes;
+}
+
+size_t tc__backend_shared_room(const tc_backend *b)
+{
+    size_t room =
+        b->ctx && b->ctx->max_shared_optin > 1024 ? (size_t)b->ctx->max_shared_optin - 1024 : 0;
+    return b->shared_limit && b->shared_limit < room ? b->shared_limit : room;
+}
+
 tc_status tc__backend_counters(tc_backend *b, size_t count, CUdeviceptr *out)
 {
     size_t bytes = count * sizeof(int32_t);

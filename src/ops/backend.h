@@ -41,6 +41,11 @@ TC_API tc_context *tc_backend_context(const tc_backend *b);
 TC_API int tc_backend_threads(const tc_backend *b);
 /* Choose how matrix products run on a CUDA backend (TC_GEMM_AUTO by default). */
 TC_API void tc_backend_set_gemm(tc_backend *b, tc_gemm_mode mode);
+/* Hold kernels to at most `bytes` of dynamic shared memory per block, as on a GPU with less
+ * (0: the device's own limit). Kernels that can (decode attention, the tensor-core product)
+ * then run with fewer pipeline stages; it lets tests cover the paths that GPUs of compute
+ * capability 8.6 and 8.9 (99 KiB per block) take. */
+TC_API void tc_backend_set_shared_limit(tc_backend *b, size_t bytes);
 /* Load cuBLAS now (about 0.2 s: the library, a handle, its workspace) so that the first
  * product does not wait for it; a no-op on the CPU or with TC_GEMM_OWN. It may run on another
  * thread while b places weights; a failure shows again at the first product. */

@@ -50,6 +50,7 @@ struct tc_backend {
      * merge); every kernel leaves the counters it used at zero. Moving them bumps ws_generation. */
     CUdeviceptr counters;
     size_t counters_bytes;
+    size_t shared_limit; /* tc_backend_set_shared_limit; 0: the device's */
     /* Pinned staging for large host-to-device copies (CUDA), made at the first one: the
      * workers copy a slot while the previous slot's transfer runs. */
     void *stage[3];
@@ -66,6 +67,9 @@ tc_status tc__backend_cublas(tc_backend *b, void **handle);
 /* At least `bytes` of the CUDA backend's op scratch (one op's temporaries at a time: valid
  * until the next call, in stream order). */
 tc_status tc__backend_workspace(tc_backend *b, size_t bytes, CUdeviceptr *out);
+/* Bytes of dynamic shared memory a kernel of the CUDA backend may ask for per block (the
+ * device's opt-in limit less room for static shared memory, or tc_backend_set_shared_limit's). */
+size_t tc__backend_shared_room(const tc_backend *b);
 /* At least `count` zeroed int32 counters of the CUDA backend (see tc_backend.counters). */
 tc_status tc__backend_counters(tc_backend *b, size_t count, CUdeviceptr *out);
 /* Copy bytes from host memory (pageable: a mapped file, say) to device memory of a CUDA

@@ -67,8 +67,9 @@ static tc_status gemm_cublas(tc_tensor *out, const tc_tensor *x, const tc_tensor
                            (int)out->stride[0], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
-/* Bytes of dynamic shared memory of tc_k_gemm_tc_* (see kernels/gemm.cu). */
-#define GEMM_TC_SHARED 110592
+/* Bytes of one pipeline stage of tc_k_gemm_tc_* (see kernels/gemm.cu): 3 stages, or 2 where
+ * shared memory holds fewer. */
+#define GEMM_TC_STAGE 36864
 
 static tc_status gemm_own(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
 {
@@ -76,18 +77,19 @@ static tc_status gemm_own(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
     int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
     bool tensor_cores = x->dtype != TC_DTYPE_F32 && k % 8 == 0 && x->stride[0] % 8 == 0 &&
                         ((uintptr_t)x->data % 16) == 0 && ((uintptr_t)w->data % 16) == 0;
+    int stages = tc__backend_shared_room(b) >= 3 * GEMM_TC_STAGE ? 3 : 2;
     if (tensor_cores) {
         tc_launch_config cfg = { { (uint32_t)((n + 127) / 128), (uint32_t)((m + 127) / 128), 1 },
                                  { 256, 1, 1 },
-                                 GEMM_TC_SHARED,
+                                 (uint32_t)(stages * GEMM_TC_STAGE),
                                  b->stream };
         if (x->dtype == TC_DTYPE_BF16)
             return tc_launch_gemm_tc_bf16(cfg, TC__DEV(tc_bf16, out), TC__DEV(const tc_bf16, x),
                                           TC__DEV(const tc_bf16, w), m, n, k, x->stride[0],
-                                          out->stride[0]);
+                                          out->stride[0], stages);
         return tc_launch_gemm_tc_f16(cfg, TC__DEV(tc_half, out), TC__DEV(const tc_half, x),
                                      TC__DEV(const tc_half, w), m, n, k, x->stride[0],
-                                     out->stride[0]);
+                                     out->stride[0], stages);
     }
     tc_launch_config cfg = {
         { (uint32_t)((n + 63) / 64), (uint32_t)((m + 63) / 64), 1 }, { 256, 1, 1 }, 0, b->stream

@@ -438,9 +438,9 @@ static void dump_attention(const paged_case *c, const tc_tensor *out, double sca
     end_case();
 }
 
-/* Decode with cache blocks that are not a multiple of the kernel's 16-token tile, in f16, and
- * twice in a row: the second run finds the merge's arrival counters where the first left them. */
-static void decode_odd_blocks(rng_t *r)
+/* Decode with cache blocks that are not a multiple of the kernel's 16-token tile, and twice in
+ * a row: the second run finds the merge's arrival counters where the first left them. */
+static void decode_odd_blocks(rng_t *r, tc_dtype dt, const char *note)
 {
     struct {
         int64_t H, KV, hd, bs;
@@ -451,23 +451,24 @@ static void decode_odd_blocks(rng_t *r)
         int64_t len[] = { 3, 200, 2999 }, ones[] = { 1, 1, 1 };
         paged_case gc, cc;
         rng_t r2 = *r;
-        CHECK(paged_build(&gc, r, gpu, TC_DTYPE_F16, 3, len, ones, H, KV, hd, shapes[si].bs));
-        CHECK(paged_build(&cc, &r2, cpu, TC_DTYPE_F16, 3, len, ones, H, KV, hd, shapes[si].bs));
+        CHECK(paged_build(&gc, r, gpu, dt, 3, len, ones, H, KV, hd, shapes[si].bs));
+        CHECK(paged_build(&cc, &r2, cpu, dt, 3, len, ones, H, KV, hd, shapes[si].bs));
         tc_tensor co;
-        poisoned(&co, cpu, TC_DTYPE_F16, TC_SHAPE(3, H, hd));
+        poisoned(&co, cpu, dt, TC_SHAPE(3, H, hd));
         CHECK(
             tc_attention_decode(&co, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens, (float)scale));
         double *want = paged_reference(&cc, scale);
         for (int run = 0; run < 2; run++) {
             tc_tensor go;
-            poisoned(&go, gpu, TC_DTYPE_F16, TC_SHAPE(3, H, hd));
+            poisoned(&go, gpu, dt, TC_SHAPE(3, H, hd));
             CHECK(tc_attention_decode(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens,
                                       (float)scale));
             char what[128];
             snprintf(what, sizeof what,
-                     "attention decode f16 H %lld KV %lld hd %lld, block size %lld, run %d",
-                     (long long)H, (long long)KV, (long long)hd, (long long)shapes[si].bs, run + 1);
-            expect_close(what, &go, want, &co, tolerance(TC_DTYPE_F16));
+                     "attention decode %s H %lld KV %lld hd %lld, block size %lld, run %d%s",
+                     tc_dtype_name(dt), (long long)H, (long long)KV, (long long)hd,
+                     (long long)shapes[si].bs, run + 1, note);
+            expect_close(what, &go, want, &co, tolerance(dt));
             tc_tensor_deinit(&go);
         }
         free(want);
@@ -611,7 +612,15 @@ int main(void)
     swiglu_softmax_argmax(&r);
     linear(&r);
     attention(&r);
-    decode_odd_blocks(&r);
+    decode_odd_blocks(&r, TC_DTYPE_F16, "");
+    /* As on a GPU with 99 KiB of shared memory per block (compute capability 8.6, 8.9): decode
+     * attention and the tensor-core product with fewer pipeline stages. */
+    tc_backend_set_shared_limit(gpu, 100352);
+    decode_odd_blocks(&r, TC_DTYPE_BF16, ", 99 KiB shared");
+    decode_odd_blocks(&r, TC_DTYPE_F32, ", 99 KiB shared");
+    matmul_case(&r, TC_DTYPE_BF16, TC_DTYPE_BF16, 300, 513, 4096, TC_GEMM_OWN,
+                "own tensor core, 99 KiB shared", false);
+    tc_backend_set_shared_limit(gpu, 0);
     sampling(&r);
     if (manifest)
         fclose(manifest);
