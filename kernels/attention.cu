@@ -113,6 +113,15 @@ template <typename T, int HD> struct DecodeRing {
                                lane);
         tc::cp_commit();
     }
+    // Queue the warp's tile j + stages - 1 and wait for tile j; returns the stage holding it.
+    __device__ __forceinline__ const T *next(const DecodeWork &w, int warp, int lane, int j) const
+    {
+        __syncwarp(); // every lane is done with the stage that this load refills
+        load(w, warp, lane, j + stages - 1);
+        tc::cp_wait_upto(stages - 1);
+        __syncwarp();
+        return stage(j);
+    }
 };
 
 // 16-bit caches: tensor-core scores and value products. Rows of the products are the heads
@@ -139,11 +148,7 @@ __device__ void decode_warp_mma(const DecodeWork &w, const DecodeRing<T, HD> &ri
     for (int n = 0; n < NT; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     for (int j = 0; j < w.mine; j++) {
-        __syncwarp(); // every lane is done with the stage that the next load refills
-        ring.load(w, warp, lane, j + S - 1);
-        tc::cp_wait_upto(S - 1);
-        __syncwarp();
-        const T *kt = ring.stage(j), *vt = kt + kTile * LD;
+        const T *kt = ring.next(w, warp, lane, j), *vt = kt + kTile * LD;
         int64_t ts = w.t0 + (int64_t)(warp + j * kWarps) * kTile;
         float s[2][4];
 #pragma unroll
@@ -190,7 +195,7 @@ __device__ void decode_warp_mma(const DecodeWork &w, const DecodeRing<T, HD> &ri
 #pragma unroll
         for (int np = 0; np < NT / 2; np++) {
             uint32_t vb[4];
-            tc::ldmatrix_x4_trans(vb, vt + ((lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (2 * np + (lane >> 4)));
+            tc::ldmatrix_x4<true>(vb, vt + ((lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (2 * np + (lane >> 4)));
             tc::mma16816<T>(o[2 * np], pa0, 0u, pa2, 0u, vb[0], vb[1]);
             tc::mma16816<T>(o[2 * np + 1], pa0, 0u, pa2, 0u, vb[2], vb[3]);
         }
@@ -239,11 +244,7 @@ __device__ void decode_warp_simt(const DecodeWork &w, const DecodeRing<T, HD> &r
     }
     int r = lane & (kTile - 1), half = lane >> 4;
     for (int j = 0; j < w.mine; j++) {
-        __syncwarp(); // every lane is done with the stage that the next load refills
-        ring.load(w, warp, lane, j + S - 1);
-        tc::cp_wait_upto(S - 1);
-        __syncwarp();
-        const T *kt = ring.stage(j), *vt = kt + kTile * LD;
+        const T *kt = ring.next(w, warp, lane, j), *vt = kt + kTile * LD;
         bool valid = w.t0 + (int64_t)(warp + j * kWarps) * kTile + r < w.t1;
         // Two partial sums per head: one chain of HD/2 dependent FMAs would be latency-bound.
         float d2[kMaxGroup][2];
@@ -460,6 +461,29 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
     }
 }
 
+// The (sequence, query tile) of prefill block blockIdx.x, tiles of bq rows, found by thread 0
+// and shared through seq_tile (seq -1: a block past the last tile). With `longest_first` the
+// sequence's tiles go in reverse order (the last tiles have the most keys).
+__device__ __forceinline__ void prefill_tile(const int32_t *q_start, int n_seqs, int bq, bool longest_first,
+                                             int *seq_tile)
+{
+    if (threadIdx.x == 0) {
+        int found = -1, tile = 0, cum = 0;
+        for (int s = 0; s < n_seqs; s++) {
+            int tiles = (q_start[s + 1] - q_start[s] + bq - 1) / bq;
+            if ((int)blockIdx.x < cum + tiles) {
+                found = s;
+                tile = longest_first ? tiles - 1 - ((int)blockIdx.x - cum) : (int)blockIdx.x - cum;
+                break;
+            }
+            cum += tiles;
+        }
+        seq_tile[0] = found;
+        seq_tile[1] = tile;
+    }
+    __syncthreads();
+}
+
 // Prefill of f32 caches: block (tile of BQ query rows of one sequence, head); 128 threads, 4
 // per query row.
 constexpr int BQ = 32, BK = 32, kPrefillThreads = 128;
@@ -472,23 +496,10 @@ __device__ void prefill_simt(T *out, const T *q, const T *k_cache, const T *v_ca
 {
     extern __shared__ float sh[];
     float *qs = sh, *ks = qs + BQ * (HD + 1), *vs = ks + BK * (HD + 1), *ps = vs + BK * (HD + 1);
-    __shared__ int s_seq, s_tile;
+    __shared__ int seq_tile[2];
     __shared__ const T *krow[BK], *vrow[BK];
-    if (threadIdx.x == 0) {
-        int found = -1, tile = 0, cum = 0;
-        for (int s = 0; s < n_seqs; s++) {
-            int tiles = (q_start[s + 1] - q_start[s] + BQ - 1) / BQ;
-            if ((int)blockIdx.x < cum + tiles) {
-                found = s;
-                tile = blockIdx.x - cum;
-                break;
-            }
-            cum += tiles;
-        }
-        s_seq = found;
-        s_tile = tile;
-    }
-    __syncthreads();
+    prefill_tile(q_start, n_seqs, BQ, false, seq_tile);
+    int s_seq = seq_tile[0], s_tile = seq_tile[1];
     if (s_seq < 0)
         return;
     int seq = s_seq, head = blockIdx.y;
@@ -592,22 +603,9 @@ __device__ void prefill_mma(T *out, const T *q, const T *k_cache, const T *v_cac
     constexpr int STAGE = 2 * kPBK * LD;
     extern __shared__ float sh[];
     T *smem = reinterpret_cast<T *>(sh);
-    __shared__ int s_seq, s_tile;
-    if (threadIdx.x == 0) {
-        int found = -1, tile = 0, cum = 0;
-        for (int s = 0; s < n_seqs; s++) {
-            int tiles = (q_start[s + 1] - q_start[s] + kPBQ - 1) / kPBQ;
-            if ((int)blockIdx.x < cum + tiles) {
-                found = s;
-                tile = tiles - 1 - ((int)blockIdx.x - cum);
-                break;
-            }
-            cum += tiles;
-        }
-        s_seq = found;
-        s_tile = tile;
-    }
-    __syncthreads();
+    __shared__ int seq_tile[2];
+    prefill_tile(q_start, n_seqs, kPBQ, true, seq_tile);
+    int s_seq = seq_tile[0], s_tile = seq_tile[1];
     if (s_seq < 0)
         return;
     int seq = s_seq, head = blockIdx.y, kvh = head / (n_heads / n_kv_heads);
@@ -718,7 +716,7 @@ __device__ void prefill_mma(T *out, const T *q, const T *k_cache, const T *v_cac
 #pragma unroll
                 for (int np = 0; np < NT / 2; np++) {
                     uint32_t vb[4];
-                    tc::ldmatrix_x4_trans(vb, vs + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD +
+                    tc::ldmatrix_x4<true>(vb, vs + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD +
                                                   8 * (2 * np + (lane >> 4)));
                     tc::mma16816<T>(o[2 * np], a0, a1, a2, a3, vb[0], vb[1]);
                     tc::mma16816<T>(o[2 * np + 1], a0, a1, a2, a3, vb[2], vb[3]);

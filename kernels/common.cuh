@@ -77,22 +77,20 @@ __device__ __forceinline__ void cp_wait_upto(int n)
 // (row g, cols 2p, 2p+1) then (row g + 8, same).
 // Four 8 x 8 matrices of 16-bit elements from shared memory: lanes 8i..8i+7 give the row
 // addresses of matrix i (16 bytes each), and register i receives lane l's (row l / 4, cols
-// 2 (l % 4), +1) of matrix i, or with trans its (rows 2 (l % 4), +1, col l / 4).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *row)
+// 2 (l % 4), +1) of matrix i, or with Trans its (rows 2 (l % 4), +1, col l / 4).
+template <bool Trans = false> __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *row)
 {
     unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a)
-                 : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void *row)
-{
-    unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a)
-                 : "memory");
+    if constexpr (Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a)
+                     : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a)
+                     : "memory");
 }
 template <typename T> constexpr bool is_half = false;
 template <> constexpr bool is_half<__half> = true;

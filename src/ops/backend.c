@@ -357,18 +357,32 @@ tc_status tc__backend_upload(tc_backend *b, CUdeviceptr dst, const void *src, si
     return st != TC_OK ? st : st2;
 }
 
+/* Grow one of the backend's kept buffers to at least `bytes` (floor bytes at least, half as much
+ * again beyond), zeroed when asked; any move bumps ws_generation. */
+static tc_status grow_kept(tc_backend *b, CUdeviceptr *buf, size_t *have, size_t bytes,
+                           size_t floor, bool zero)
+{
+    if (bytes <= *have)
+        return TC_OK;
+    size_t want = bytes < floor ? floor : bytes + bytes / 2;
+    CUdeviceptr p;
+    TC_TRY(tc_pool_alloc(b->pool, want, b->stream, &p));
+    tc_status st = zero ? tc_stream_memset(b->stream, p, 0, want) : TC_OK;
+    if (st != TC_OK) {
+        tc_pool_free(b->pool, p);
+        return st;
+    }
+    if (*buf)
+        tc_pool_free(b->pool, *buf);
+    *buf = p;
+    *have = want;
+    b->ws_generation++;
+    return TC_OK;
+}
+
 tc_status tc__backend_workspace(tc_backend *b, size_t bytes, CUdeviceptr *out)
 {
-    if (bytes > b->ws_bytes) {
-        size_t want = bytes < ((size_t)1 << 20) ? (size_t)1 << 20 : bytes + bytes / 2;
-        CUdeviceptr p;
-        TC_TRY(tc_pool_alloc(b->pool, want, b->stream, &p));
-        if (b->ws)
-            tc_pool_free(b->pool, b->ws);
-        b->ws = p;
-        b->ws_bytes = want;
-        b->ws_generation++;
-    }
+    TC_TRY(grow_kept(b, &b->ws, &b->ws_bytes, bytes, (size_t)1 << 20, false));
     *out = b->ws;
     return TC_OK;
 }
@@ -387,22 +401,7 @@ size_t tc__backend_shared_room(const tc_backend *b)
 
 tc_status tc__backend_counters(tc_backend *b, size_t count, CUdeviceptr *out)
 {
-    size_t bytes = count * sizeof(int32_t);
-    if (bytes > b->counters_bytes) {
-        size_t want = bytes < 4096 ? 4096 : bytes + bytes / 2;
-        CUdeviceptr p;
-        TC_TRY(tc_pool_alloc(b->pool, want, b->stream, &p));
-        tc_status st = tc_stream_memset(b->stream, p, 0, want);
-        if (st != TC_OK) {
-            tc_pool_free(b->pool, p);
-            return st;
-        }
-        if (b->counters)
-            tc_pool_free(b->pool, b->counters);
-        b->counters = p;
-        b->counters_bytes = want;
-        b->ws_generation++;
-    }
+    TC_TRY(grow_kept(b, &b->counters, &b->counters_bytes, count * sizeof(int32_t), 4096, true));
     *out = b->counters;
     return TC_OK;
 }
