@@ -45,28 +45,30 @@ __device__ void store(T *k_cache, T *v_cache, const T *k, const T *v, const int3
 // the sequence's length return at once.
 constexpr int kMaxGroup = 8, kWarps = 4, kTile = 16, kMaxSplits = 256;
 
-// Padded row of a stage, in elements: 16 extra bytes put the rows read by a quarter-warp (and
-// the eight row addresses of an ldmatrix) in distinct banks.
-template <typename T, int HD> __host__ __device__ constexpr int decode_ld() { return HD + 16 / (int)sizeof(T); }
+// Padded row of keys or values in shared memory (decode and prefill), in elements: 16 extra
+// bytes put the rows read by a quarter-warp (and the eight row addresses of an ldmatrix) in
+// distinct banks.
+template <typename T, int HD> __host__ __device__ constexpr int kv_ld() { return HD + 16 / (int)sizeof(T); }
 template <typename T, int HD> __host__ __device__ constexpr int decode_stage_elems()
 {
-    return 2 * kTile * decode_ld<T, HD>();
+    return 2 * kTile * kv_ld<T, HD>();
 }
 
-// Queue the cp.async copies of one tile (keys, then values) of kv head kvh starting at token ts
-// (a multiple of kTile): tokens at or past t1 are zero-filled.
+// One warp queues the cp.async copies of kTile cache rows of kv head kvh from token ts (a
+// multiple of kTile): keys to rows of ks, values to rows of vs (kv_ld apart); tokens at or past
+// t1 are zero-filled.
 template <typename T, int HD>
-__device__ __forceinline__ void decode_load(T *stage, const T *k_cache, const T *v_cache, const int32_t *tbl,
-                                            int64_t ts, int64_t t1, int block_size, int n_kv_heads, int kvh,
-                                            int lane)
+__device__ __forceinline__ void load_kv_rows(T *ks, T *vs, const T *k_cache, const T *v_cache, const int32_t *tbl,
+                                             int64_t ts, int64_t t1, int block_size, int n_kv_heads, int kvh,
+                                             int lane)
 {
-    constexpr int LD = decode_ld<T, HD>(), VE = 16 / (int)sizeof(T), CR = HD / VE, RP = 32 / CR;
+    constexpr int LD = kv_ld<T, HD>(), VE = 16 / (int)sizeof(T), CR = HD / VE, RP = 32 / CR;
     int col = lane % CR;
     // A tile lies in one cache block when the block size is a multiple of the tile: one table
     // read for the tile instead of one per row.
     bool one_block = (block_size % kTile) == 0;
     int64_t base = 0;
-    if (one_block) {
+    if (one_block && ts < t1) { // no table entry to read for a tile past the end
         uint32_t bi = (uint32_t)ts / (uint32_t)block_size;
         base = (int64_t)tbl[bi] * block_size + ((uint32_t)ts - bi * (uint32_t)block_size);
     }
@@ -82,14 +84,14 @@ __device__ __forceinline__ void decode_load(T *stage, const T *k_cache, const T 
             else
                 off = kv_row(k_cache, tbl, t, block_size, n_kv_heads, HD, kvh) - k_cache;
         }
-        tc::cp_async16(stage + r * LD + col * VE, k_cache + off + col * VE, ok);
-        tc::cp_async16(stage + (kTile + r) * LD + col * VE, v_cache + off + col * VE, ok);
+        tc::cp_async16(ks + r * LD + col * VE, k_cache + off + col * VE, ok);
+        tc::cp_async16(vs + r * LD + col * VE, v_cache + off + col * VE, ok);
     }
 }
 
-// What a block works on, and where the warps leave their results: ms, ls [kWarps][kMaxGroup]
-// (running max and sum of each head) and as [kWarps][kMaxGroup][HD] (unnormalised output),
-// laid over the rings once every warp is done.
+// What a block works on. (The warps leave their results in ms, ls [kWarps][kMaxGroup], the
+// running max and sum of each head, and as [kWarps][kMaxGroup][HD], the unnormalised output,
+// laid over the rings once every warp is done.)
 struct DecodeWork {
     int seq, h0, g, kvh, used, n_tiles, mine;
     int64_t t0, t1;
@@ -101,16 +103,14 @@ template <typename T, int HD> struct DecodeRing {
     const T *k_cache, *v_cache;
     const int32_t *tbl;
     int block_size, n_kv_heads, stages; // stages: 1 to 3, as many as shared memory holds
-    __device__ __forceinline__ const T *stage(int j) const
-    {
-        return ring + (j % stages) * decode_stage_elems<T, HD>();
-    }
+    // A stage holds a tile's keys, then its values.
+    __device__ __forceinline__ T *stage(int j) const { return ring + (j % stages) * decode_stage_elems<T, HD>(); }
     __device__ __forceinline__ void load(const DecodeWork &w, int warp, int lane, int j) const
     {
         if (j < w.mine)
-            decode_load<T, HD>(const_cast<T *>(stage(j)), k_cache, v_cache, tbl,
-                               w.t0 + (int64_t)(warp + j * kWarps) * kTile, w.t1, block_size, n_kv_heads, w.kvh,
-                               lane);
+            load_kv_rows<T, HD>(stage(j), stage(j) + kTile * kv_ld<T, HD>(), k_cache, v_cache, tbl,
+                                w.t0 + (int64_t)(warp + j * kWarps) * kTile, w.t1, block_size, n_kv_heads, w.kvh,
+                                lane);
         tc::cp_commit();
     }
     // Queue the warp's tile j + stages - 1 and wait for tile j; returns the stage holding it.
@@ -130,7 +130,7 @@ template <typename T, int HD>
 __device__ void decode_warp_mma(const DecodeWork &w, const DecodeRing<T, HD> &ring, const T *q, int64_t q_stride,
                                 float scale, float *ms, float *ls, float *as)
 {
-    constexpr int LD = decode_ld<T, HD>(), KS = HD / 16, NT = HD / 8;
+    constexpr int LD = kv_ld<T, HD>(), KS = HD / 16, NT = HD / 8;
     int S = ring.stages;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, pos = lane & 3;
     for (int j = 0; j < S - 1; j++)
@@ -225,7 +225,7 @@ __device__ void decode_warp_simt(const DecodeWork &w, const DecodeRing<T, HD> &r
                                  float scale, float *qs, float *ms, float *ls, float *as)
 {
     int S = ring.stages;
-    constexpr int LD = decode_ld<T, HD>(), VE = 16 / (int)sizeof(T), D = HD / 32,
+    constexpr int LD = kv_ld<T, HD>(), VE = 16 / (int)sizeof(T), D = HD / 32,
                   HALF = HD / 2;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int j = 0; j < S - 1; j++)
@@ -591,7 +591,7 @@ __device__ void prefill_simt(T *out, const T *q, const T *k_cache, const T *v_ca
 // probabilities, rounded to T, by the values straight from the score registers. Warps whose
 // rows all precede a key tile skip it. The sequence's last query tiles (the longest) go first.
 constexpr int kPBQ = 64, kPBK = 64;
-template <int HD> __host__ __device__ constexpr int prefill_ld() { return HD + 8; }
+static_assert(kPBK == kWarps * kTile, "each warp of a prefill block loads kTile rows of a key tile");
 
 template <typename T, int HD>
 __device__ void prefill_mma(T *out, const T *q, const T *k_cache, const T *v_cache, const int32_t *table,
@@ -599,7 +599,7 @@ __device__ void prefill_mma(T *out, const T *q, const T *k_cache, const T *v_cac
                             int n_kv_heads, int block_size, int max_blocks, int64_t q_stride, int64_t out_stride,
                             float scale)
 {
-    constexpr int LD = prefill_ld<HD>(), KS = HD / 16, NT = HD / 8, NK = kPBK / 8, VE = 8, CR = HD / VE;
+    constexpr int LD = kv_ld<T, HD>(), KS = HD / 16, NT = HD / 8, NK = kPBK / 8;
     constexpr int STAGE = 2 * kPBK * LD;
     extern __shared__ float sh[];
     T *smem = reinterpret_cast<T *>(sh);
@@ -617,17 +617,11 @@ __device__ void prefill_mma(T *out, const T *q, const T *k_cache, const T *v_cac
     int n_kt = (int)((kend + kPBK - 1) / kPBK);
     const int32_t *tbl = table + (int64_t)seq * max_blocks;
 
-    auto load = [&](int kt) {
+    auto load = [&](int kt) { // warp w copies rows 16 w .. 16 w + 15 of key tile kt
         if (kt < n_kt) {
-            T *ks = smem + (kt & 1) * STAGE, *vs = ks + kPBK * LD;
-            for (int c = threadIdx.x; c < kPBK * CR; c += blockDim.x) {
-                int r = c / CR, col = c % CR;
-                int64_t t = (int64_t)kt * kPBK + r;
-                bool ok = t < kend;
-                int64_t off = ok ? kv_row(k_cache, tbl, t, block_size, n_kv_heads, HD, kvh) - k_cache : 0;
-                tc::cp_async16(ks + r * LD + col * VE, k_cache + off + col * VE, ok);
-                tc::cp_async16(vs + r * LD + col * VE, v_cache + off + col * VE, ok);
-            }
+            T *ks = smem + (kt & 1) * STAGE + kTile * warp * LD;
+            load_kv_rows<T, HD>(ks, ks + kPBK * LD, k_cache, v_cache, tbl, (int64_t)kt * kPBK + kTile * warp, kend,
+                                block_size, n_kv_heads, kvh, lane);
         }
         tc::cp_commit();
     };

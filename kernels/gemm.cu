@@ -1,14 +1,14 @@
 // Our own matrix products out[m, n] = x[m, k] w[n, k]^T, for where cuBLAS is not installed
 // (only the driver is promised). f16/bf16 run on tensor cores (mma.sync m16n8k16, f32
-// accumulate) with a three-stage cp.async pipeline; everything else runs a tiled f32 kernel.
+// accumulate) with a cp.async pipeline; everything else runs a tiled f32 kernel.
 #include "common.cuh"
 
 namespace gemm_cu {
 
 // Tensor-core tiling: a 128x128 block tile, K steps of 64 through a cp.async pipeline of 3
-// stages (2 where shared memory holds fewer), 8 warps of 64x32 each. Fragments come from shared memory by ldmatrix and go
-// through mma.sync m16n8k16 (f32 accumulate); the epilogue converts and stores straight from
-// the accumulator registers.
+// stages (2 where shared memory holds fewer), 8 warps of 64x32 each. Fragments come from
+// shared memory by ldmatrix and go through mma.sync m16n8k16 (f32 accumulate); the epilogue
+// converts and stores straight from the accumulator registers.
 constexpr int BM = 128, BN = 128, BK = 64, kThreads = 256;
 constexpr int kLd = BK + 8; // padded smem row (halves), 144 bytes: ldmatrix rows in distinct banks
 constexpr int kStageElems = (BM + BN) * kLd;

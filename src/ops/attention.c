@@ -300,6 +300,8 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
     if (splits < 1)
         splits = 1;
     int64_t chunk = ((capacity + splits - 1) / splits + 63) / 64 * 64;
+    if (chunk < 64)
+        chunk = 64; /* an empty block table: one split, nothing to read */
     splits = (capacity + chunk - 1) / chunk;
     if (splits < 1)
         splits = 1;

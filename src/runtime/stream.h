@@ -48,7 +48,7 @@ TC_API tc_status tc_stream_memset(tc_stream *s, CUdeviceptr dst, unsigned char v
 
 /* Overlapped launches (programmatic dependent launch, compute capability 9.0 and up): when on,
  * each kernel launched on s may start while the previous one finishes; our kernels wait for
- * their predecessor (tc::wait_upstream in kernels/common.cuh) before reading anything it wrote
+ * their predecessor (tc::await_inputs in kernels/common.cuh) before reading anything it wrote
  * or writing anything it reads, so results are unchanged. Returns TC_ERR_UNSUPPORTED on older
  * devices when on is true. Off by default. */
 TC_API tc_status tc_stream_set_overlap(tc_stream *s, bool on);

@@ -438,8 +438,9 @@ static void dump_attention(const paged_case *c, const tc_tensor *out, double sca
     end_case();
 }
 
-/* Decode with cache blocks that are not a multiple of the kernel's 16-token tile, and twice in
- * a row: the second run finds the merge's arrival counters where the first left them. */
+/* Decode with cache blocks that are not a multiple of the kernels' 16-token tile, and twice in
+ * a row: the second run finds the merge's arrival counters where the first left them; then
+ * prefill over the same block sizes. */
 static void decode_odd_blocks(rng_t *r, tc_dtype dt, const char *note)
 {
     struct {
@@ -473,6 +474,29 @@ static void decode_odd_blocks(rng_t *r, tc_dtype dt, const char *note)
         }
         free(want);
         tc_tensor_deinit(&co);
+        paged_free(&gc), paged_free(&cc);
+
+        /* prefill over the same block size: a whole prompt and chunks continuing a prefix */
+        int64_t plen[] = { 3, 200, 777 }, pm[] = { 3, 150, 100 };
+        r2 = *r;
+        CHECK(paged_build(&gc, r, gpu, dt, 3, plen, pm, H, KV, hd, shapes[si].bs));
+        CHECK(paged_build(&cc, &r2, cpu, dt, 3, plen, pm, H, KV, hd, shapes[si].bs));
+        tc_tensor go;
+        poisoned(&go, gpu, dt, TC_SHAPE(gc.n_tokens, H, hd));
+        poisoned(&co, cpu, dt, TC_SHAPE(cc.n_tokens, H, hd));
+        CHECK(tc_attention_prefill(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens, &gc.tqstart,
+                                   (float)scale));
+        CHECK(tc_attention_prefill(&co, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens, &cc.tqstart,
+                                   (float)scale));
+        want = paged_reference(&cc, scale);
+        char what[128];
+        snprintf(what, sizeof what,
+                 "attention prefill %s H %lld KV %lld hd %lld, block size %lld%s",
+                 tc_dtype_name(dt), (long long)H, (long long)KV, (long long)hd,
+                 (long long)shapes[si].bs, note);
+        expect_close(what, &go, want, &co, tolerance(dt));
+        free(want);
+        tc_tensor_deinit(&go), tc_tensor_deinit(&co);
         paged_free(&gc), paged_free(&cc);
     }
 }
