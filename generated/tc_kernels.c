@@ -110,12 +110,12 @@ static const uint16_t sizes_tc_k_rmsnorm_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_rmsnorm_f16[] = {"out", "residual", "x", "w", "dim", "out_stride", "res_stride", "x_stride", "eps"};
 static const uint16_t sizes_tc_k_rmsnorm_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_rmsnorm_bf16[] = {"out", "residual", "x", "w", "dim", "out_stride", "res_stride", "x_stride", "eps"};
-static const uint16_t sizes_tc_k_rope_f32[] = {8, 8, 8, 4, 4, 4, 8, 8, 4, 8, 4, 8, 8, 8, 8};
-static const char *const names_tc_k_rope_f32[] = {"q", "k", "pos", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
-static const uint16_t sizes_tc_k_rope_f16[] = {8, 8, 8, 4, 4, 4, 8, 8, 4, 8, 4, 8, 8, 8, 8};
-static const char *const names_tc_k_rope_f16[] = {"q", "k", "pos", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
-static const uint16_t sizes_tc_k_rope_bf16[] = {8, 8, 8, 4, 4, 4, 8, 8, 4, 8, 4, 8, 8, 8, 8};
-static const char *const names_tc_k_rope_bf16[] = {"q", "k", "pos", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
+static const uint16_t sizes_tc_k_rope_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 8, 4, 8, 8, 8, 8};
+static const char *const names_tc_k_rope_f32[] = {"q", "k", "v", "k_cache", "v_cache", "pos", "slots", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "v_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
+static const uint16_t sizes_tc_k_rope_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 8, 4, 8, 8, 8, 8};
+static const char *const names_tc_k_rope_f16[] = {"q", "k", "v", "k_cache", "v_cache", "pos", "slots", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "v_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
+static const uint16_t sizes_tc_k_rope_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 8, 4, 8, 8, 8, 8};
+static const char *const names_tc_k_rope_bf16[] = {"q", "k", "v", "k_cache", "v_cache", "pos", "slots", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "v_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
 static const uint16_t sizes_tc_k_selftest_params[] = {1, 2, 4, 8, 4, 8, 2, 2, 1, 8};
 static const char *const names_tc_k_selftest_params[] = {"a", "b", "c", "d", "e", "f", "g", "h", "i", "out"};
 static const uint16_t sizes_tc_k_selftest_delay_store[] = {8, 4, 8};
@@ -137,21 +137,21 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_argmax_f32", "kernels/argmax.cu", 86, 4, sizes_tc_k_argmax_f32, names_tc_k_argmax_f32},
     {"tc_k_argmax_f16", "kernels/argmax.cu", 92, 4, sizes_tc_k_argmax_f16, names_tc_k_argmax_f16},
     {"tc_k_argmax_bf16", "kernels/argmax.cu", 98, 4, sizes_tc_k_argmax_bf16, names_tc_k_argmax_bf16},
-    {"tc_k_attn_store_f32", "kernels/attention.cu", 758, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
-    {"tc_k_attn_decode64_f32", "kernels/attention.cu", 770, 17, sizes_tc_k_attn_decode64_f32, names_tc_k_attn_decode64_f32},
-    {"tc_k_attn_prefill64_f32", "kernels/attention.cu", 783, 15, sizes_tc_k_attn_prefill64_f32, names_tc_k_attn_prefill64_f32},
-    {"tc_k_attn_decode128_f32", "kernels/attention.cu", 799, 17, sizes_tc_k_attn_decode128_f32, names_tc_k_attn_decode128_f32},
-    {"tc_k_attn_prefill128_f32", "kernels/attention.cu", 812, 15, sizes_tc_k_attn_prefill128_f32, names_tc_k_attn_prefill128_f32},
-    {"tc_k_attn_store_f16", "kernels/attention.cu", 825, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
-    {"tc_k_attn_decode64_f16", "kernels/attention.cu", 837, 17, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
-    {"tc_k_attn_prefill64_f16", "kernels/attention.cu", 850, 15, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
-    {"tc_k_attn_decode128_f16", "kernels/attention.cu", 866, 17, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
-    {"tc_k_attn_prefill128_f16", "kernels/attention.cu", 879, 15, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
-    {"tc_k_attn_store_bf16", "kernels/attention.cu", 892, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
-    {"tc_k_attn_decode64_bf16", "kernels/attention.cu", 904, 17, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
-    {"tc_k_attn_prefill64_bf16", "kernels/attention.cu", 917, 15, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
-    {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 933, 17, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
-    {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 946, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
+    {"tc_k_attn_store_f32", "kernels/attention.cu", 786, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
+    {"tc_k_attn_decode64_f32", "kernels/attention.cu", 799, 17, sizes_tc_k_attn_decode64_f32, names_tc_k_attn_decode64_f32},
+    {"tc_k_attn_prefill64_f32", "kernels/attention.cu", 812, 15, sizes_tc_k_attn_prefill64_f32, names_tc_k_attn_prefill64_f32},
+    {"tc_k_attn_decode128_f32", "kernels/attention.cu", 829, 17, sizes_tc_k_attn_decode128_f32, names_tc_k_attn_decode128_f32},
+    {"tc_k_attn_prefill128_f32", "kernels/attention.cu", 842, 15, sizes_tc_k_attn_prefill128_f32, names_tc_k_attn_prefill128_f32},
+    {"tc_k_attn_store_f16", "kernels/attention.cu", 855, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
+    {"tc_k_attn_decode64_f16", "kernels/attention.cu", 868, 17, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
+    {"tc_k_attn_prefill64_f16", "kernels/attention.cu", 881, 15, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
+    {"tc_k_attn_decode128_f16", "kernels/attention.cu", 898, 17, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
+    {"tc_k_attn_prefill128_f16", "kernels/attention.cu", 911, 15, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
+    {"tc_k_attn_store_bf16", "kernels/attention.cu", 924, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
+    {"tc_k_attn_decode64_bf16", "kernels/attention.cu", 937, 17, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
+    {"tc_k_attn_prefill64_bf16", "kernels/attention.cu", 950, 15, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
+    {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 967, 17, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
+    {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 980, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
     {"tc_k_convert", "kernels/convert.cu", 7, 8, sizes_tc_k_convert, names_tc_k_convert},
     {"tc_k_copy_u8", "kernels/copy.cu", 32, 3, sizes_tc_k_copy_u8, names_tc_k_copy_u8},
     {"tc_k_fill_f32", "kernels/copy.cu", 50, 3, sizes_tc_k_fill_f32, names_tc_k_fill_f32},
@@ -175,9 +175,9 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_rmsnorm_f32", "kernels/rmsnorm.cu", 67, 9, sizes_tc_k_rmsnorm_f32, names_tc_k_rmsnorm_f32},
     {"tc_k_rmsnorm_f16", "kernels/rmsnorm.cu", 74, 9, sizes_tc_k_rmsnorm_f16, names_tc_k_rmsnorm_f16},
     {"tc_k_rmsnorm_bf16", "kernels/rmsnorm.cu", 81, 9, sizes_tc_k_rmsnorm_bf16, names_tc_k_rmsnorm_bf16},
-    {"tc_k_rope_f32", "kernels/rope.cu", 110, 15, sizes_tc_k_rope_f32, names_tc_k_rope_f32},
-    {"tc_k_rope_f16", "kernels/rope.cu", 122, 15, sizes_tc_k_rope_f16, names_tc_k_rope_f16},
-    {"tc_k_rope_bf16", "kernels/rope.cu", 134, 15, sizes_tc_k_rope_bf16, names_tc_k_rope_bf16},
+    {"tc_k_rope_f32", "kernels/rope.cu", 151, 20, sizes_tc_k_rope_f32, names_tc_k_rope_f32},
+    {"tc_k_rope_f16", "kernels/rope.cu", 167, 20, sizes_tc_k_rope_f16, names_tc_k_rope_f16},
+    {"tc_k_rope_bf16", "kernels/rope.cu", 183, 20, sizes_tc_k_rope_bf16, names_tc_k_rope_bf16},
     {"tc_k_selftest_params", "kernels/selftest.cu", 7, 10, sizes_tc_k_selftest_params, names_tc_k_selftest_params},
     {"tc_k_selftest_delay_store", "kernels/selftest.cu", 26, 3, sizes_tc_k_selftest_delay_store, names_tc_k_selftest_delay_store},
     {"tc_k_softmax_f32", "kernels/softmax.cu", 28, 5, sizes_tc_k_softmax_f32, names_tc_k_softmax_f32},

@@ -19,16 +19,32 @@ __device__ __forceinline__ const T *kv_row(const T *cache, const int32_t *table,
     return cache + ((blk * block_size + (tt - bi * bs)) * n_kv_heads + h) * (int64_t)head_dim;
 }
 
+// Block (row, y) copies its share of k's and v's row to the row's slot, as 16-byte vectors
+// where every row is aligned to them.
 template <typename T>
-__device__ void store(T *k_cache, T *v_cache, const T *k, const T *v, const int32_t *slots, int64_t row_elems,
-                      int64_t k_stride, int64_t v_stride)
+__device__ void store(T *__restrict__ k_cache, T *__restrict__ v_cache, const T *__restrict__ k,
+                      const T *__restrict__ v, const int32_t *slots, int64_t row_elems, int64_t k_stride,
+                      int64_t v_stride)
 {
     int64_t slot = slots[blockIdx.x];
     if (slot < 0)
         return;
-    for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) {
-        k_cache[slot * row_elems + i] = k[blockIdx.x * k_stride + i];
-        v_cache[slot * row_elems + i] = v[blockIdx.x * v_stride + i];
+    const T *ks = k + blockIdx.x * k_stride, *vs = v + blockIdx.x * v_stride;
+    T *kd = k_cache + slot * row_elems, *vd = v_cache + slot * row_elems;
+    int64_t first = (int64_t)blockIdx.y * blockDim.x + threadIdx.x, step = (int64_t)gridDim.y * blockDim.x;
+    constexpr int V = 16 / (int)sizeof(T);
+    if (row_elems % V == 0 && tc::aligned(ks, vs, kd, 16) && tc::aligned(vd, vd, vd, 16)) {
+        for (int64_t i = first; i < row_elems / V; i += step) {
+            uint4 a = reinterpret_cast<const uint4 *>(ks)[i], b = reinterpret_cast<const uint4 *>(vs)[i];
+            reinterpret_cast<uint4 *>(kd)[i] = a;
+            reinterpret_cast<uint4 *>(vd)[i] = b;
+        }
+    } else {
+        for (int64_t i = first; i < row_elems; i += step) {
+            T a = ks[i], b = vs[i];
+            kd[i] = a;
+            vd[i] = b;
+        }
     }
 }
 
@@ -324,6 +340,16 @@ __device__ void decode_warp_simt(const DecodeWork &w, const DecodeRing<T, HD> &r
     }
 }
 
+// The cached tokens a split covers: the host sizes `chunk` for the table's whole width; a
+// shorter sequence spreads over the splits by its own length (at least one tile per warp), so
+// that it is not left to the first split alone.
+__device__ __forceinline__ int split_chunk(int64_t len, int splits, int chunk)
+{
+    constexpr int kMin = kWarps * kTile;
+    int64_t even = (len + splits - 1) / splits;
+    return (int)min((int64_t)chunk, max((int64_t)kMin, (even + kMin - 1) / kMin * kMin));
+}
+
 template <typename T, int HD>
 __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const T *k_cache, const T *v_cache,
                        const int32_t *table, const int32_t *seq_lens, int n_heads, int n_kv_heads, int block_size,
@@ -342,11 +368,13 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
     w.h0 = w.kvh * group + (blockIdx.y % chunks) * kMaxGroup;
     w.g = min(kMaxGroup, w.kvh * group + group - w.h0);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    // The table entry of the warp's first tile is asked for beside the length: one memory
-    // round trip instead of two before the first copies are queued.
     const int32_t *tbl = table + (int64_t)w.seq * max_blocks;
-    tc::prefetch_l1(tbl + min(((int64_t)split * chunk + warp * kTile) / block_size, (int64_t)max_blocks - 1));
+    // The table entry of the warp's first tile is asked for beside the length: one memory
+    // round trip instead of two before the first copies are queued (where the split is the
+    // shortest, one tile per warp: the short sequences, whose latency this is).
+    tc::prefetch_l1(tbl + min(((int64_t)split * kWarps * kTile + warp * kTile) / block_size, (int64_t)max_blocks - 1));
     int64_t len = seq_lens[w.seq];
+    chunk = split_chunk(len, splits, chunk);
     w.used = len > 0 ? (int)min((int64_t)splits, (len + chunk - 1) / chunk) : 1;
     if (split >= w.used)
         return;
@@ -754,7 +782,7 @@ __device__ void prefill(T *out, const T *q, const T *k_cache, const T *v_cache, 
 } // namespace attention_cu
 
 /** Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i]
- *  (skipped when negative); one block per row. */
+ *  (skipped when negative); grid (rows, any), 256 threads. */
 extern "C" __global__ void tc_k_attn_store_f32(float *k_cache, float *v_cache, const float *k, const float *v,
                                            const int32_t *slots, int64_t row_elems, int64_t k_stride,
                                            int64_t v_stride)
@@ -763,8 +791,9 @@ extern "C" __global__ void tc_k_attn_store_f32(float *k_cache, float *v_cache, c
     attention_cu::store(k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride);
 }
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads, stages * 34816 + 2048 bytes of dynamic shared memory (stages 1 to 3); each split covers
- *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
+ *  threads, stages * 34816 + 2048 bytes of dynamic shared memory (stages 1 to 3); a split covers at
+ *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
+ *  256 splits. With several splits in use,
  *  partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y
  *  zeroed int32 (left zeroed). */
 extern "C" __global__ void tc_k_attn_decode64_f32(float *out, float *partials, int32_t *counters, const float *q,
@@ -792,8 +821,9 @@ extern "C" __global__ void tc_k_attn_prefill64_f32(float *out, const float *q, c
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads, stages * 67584 + 4096 bytes of dynamic shared memory (stages 1 to 3); each split covers
- *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
+ *  threads, stages * 67584 + 4096 bytes of dynamic shared memory (stages 1 to 3); a split covers at
+ *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
+ *  256 splits. With several splits in use,
  *  partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y
  *  zeroed int32 (left zeroed). */
 extern "C" __global__ void tc_k_attn_decode128_f32(float *out, float *partials, int32_t *counters, const float *q,
@@ -821,7 +851,7 @@ extern "C" __global__ void tc_k_attn_prefill128_f32(float *out, const float *q, 
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i]
- *  (skipped when negative); one block per row. */
+ *  (skipped when negative); grid (rows, any), 256 threads. */
 extern "C" __global__ void tc_k_attn_store_f16(__half *k_cache, __half *v_cache, const __half *k, const __half *v,
                                            const int32_t *slots, int64_t row_elems, int64_t k_stride,
                                            int64_t v_stride)
@@ -830,8 +860,9 @@ extern "C" __global__ void tc_k_attn_store_f16(__half *k_cache, __half *v_cache,
     attention_cu::store(k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride);
 }
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); each split covers
- *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
+ *  threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at
+ *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
+ *  256 splits. With several splits in use,
  *  partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y
  *  zeroed int32 (left zeroed). */
 extern "C" __global__ void tc_k_attn_decode64_f16(__half *out, float *partials, int32_t *counters, const __half *q,
@@ -859,8 +890,9 @@ extern "C" __global__ void tc_k_attn_prefill64_f16(__half *out, const __half *q,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); each split covers
- *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
+ *  threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at
+ *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
+ *  256 splits. With several splits in use,
  *  partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y
  *  zeroed int32 (left zeroed). */
 extern "C" __global__ void tc_k_attn_decode128_f16(__half *out, float *partials, int32_t *counters, const __half *q,
@@ -888,7 +920,7 @@ extern "C" __global__ void tc_k_attn_prefill128_f16(__half *out, const __half *q
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i]
- *  (skipped when negative); one block per row. */
+ *  (skipped when negative); grid (rows, any), 256 threads. */
 extern "C" __global__ void tc_k_attn_store_bf16(__nv_bfloat16 *k_cache, __nv_bfloat16 *v_cache, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                            const int32_t *slots, int64_t row_elems, int64_t k_stride,
                                            int64_t v_stride)
@@ -897,8 +929,9 @@ extern "C" __global__ void tc_k_attn_store_bf16(__nv_bfloat16 *k_cache, __nv_bfl
     attention_cu::store(k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride);
 }
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); each split covers
- *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
+ *  threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at
+ *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
+ *  256 splits. With several splits in use,
  *  partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y
  *  zeroed int32 (left zeroed). */
 extern "C" __global__ void tc_k_attn_decode64_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
@@ -926,8 +959,9 @@ extern "C" __global__ void tc_k_attn_prefill64_bf16(__nv_bfloat16 *out, const __
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
- *  threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); each split covers
- *  `chunk` cached tokens (a multiple of 16), at most 256 splits. With several splits in use,
+ *  threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at
+ *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
+ *  256 splits. With several splits in use,
  *  partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y
  *  zeroed int32 (left zeroed). */
 extern "C" __global__ void tc_k_attn_decode128_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,

@@ -1,6 +1,7 @@
 // Rotary position embedding (RoFormer, Su et al. 2021; Llama 3 frequency scaling as in Meta's
-// reference and Hugging Face's _compute_llama3_parameters). One block per token: the block
-// computes each pair's cos/sin once, in double, then rotates every q and k head with them.
+// reference and Hugging Face's _compute_llama3_parameters). A row of blocks per token: each
+// block computes the pairs' cos/sin in double, then rotates its share of the q and k heads
+// with them; fused with the KV-cache store, it also writes k and v to their cache slot.
 #include "common.cuh"
 
 namespace rope_cu {
@@ -24,58 +25,93 @@ __device__ double frequency(int i, int head_dim, double theta, int scaling, doub
     return (1.0 - smooth) * inv / factor + smooth * inv;
 }
 
-// Rotate P consecutive pairs starting at pair i of the head at `base` (P = 2 moves the
-// elements as 4-element or two 2-element vectors).
-template <typename T, int P>
-__device__ __forceinline__ void rotate(T *base, int i, int half, bool interleaved, const float *cs, const float *sn)
+// Move P consecutive pairs starting at pair i of the head at `src` (P = 2 moves the
+// elements as 4-element or two 2-element vectors), rotated when Rot, to `dst` and, where not
+// NULL, `dst2` as well.
+template <typename T, int P, bool Rot>
+__device__ __forceinline__ void move(const T *src, T *dst, T *dst2, int i, int half, bool interleaved,
+                                     const float *cs, const float *sn)
 {
+    float a[P], b[P];
     if (interleaved) {
         float x[2 * P];
-        tc::load_f32<T, 2 * P>(base + 2 * i, x);
+        tc::load_f32<T, 2 * P>(src + 2 * i, x);
 #pragma unroll
-        for (int p = 0; p < P; p++) {
-            float x0 = x[2 * p], x1 = x[2 * p + 1];
-            x[2 * p] = x0 * cs[i + p] - x1 * sn[i + p];
-            x[2 * p + 1] = x1 * cs[i + p] + x0 * sn[i + p];
-        }
-        tc::store_f32<T, 2 * P>(base + 2 * i, x);
+        for (int p = 0; p < P; p++)
+            a[p] = x[2 * p], b[p] = x[2 * p + 1];
     } else {
-        float a[P], b[P];
-        tc::load_f32<T, P>(base + i, a);
-        tc::load_f32<T, P>(base + i + half, b);
+        tc::load_f32<T, P>(src + i, a);
+        tc::load_f32<T, P>(src + i + half, b);
+    }
+    if (Rot) {
 #pragma unroll
         for (int p = 0; p < P; p++) {
             float x0 = a[p], x1 = b[p];
             a[p] = x0 * cs[i + p] - x1 * sn[i + p];
             b[p] = x1 * cs[i + p] + x0 * sn[i + p];
         }
-        tc::store_f32<T, P>(base + i, a);
-        tc::store_f32<T, P>(base + i + half, b);
     }
+    auto put = [&](T *d) {
+        if (interleaved) {
+            float x[2 * P];
+#pragma unroll
+            for (int p = 0; p < P; p++)
+                x[2 * p] = a[p], x[2 * p + 1] = b[p];
+            tc::store_f32<T, 2 * P>(d + 2 * i, x);
+        } else {
+            tc::store_f32<T, P>(d + i, a);
+            tc::store_f32<T, P>(d + i + half, b);
+        }
+    };
+    if (dst)
+        put(dst);
+    if (dst2)
+        put(dst2);
 }
 
+// The row's heads as units spread over the blocks of grid row y: q heads, then k heads, then
+// (when storing) v heads. q and k rotate in place; with a cache slot, k's rotated rows and v's
+// rows are written there too.
+struct Heads {
+    int n_heads, n_k, n_v, n_kv_heads, head_dim;
+};
+
 template <typename T, int P>
-__device__ void rotate_all(T *q, T *k, int64_t row, int n_heads, int n_kv_heads, int head_dim, int64_t q_stride,
-                           int64_t k_stride, bool interleaved, const float *cs, const float *sn)
+__device__ void each_head(T *q, T *k, const T *v, T *k_cache, T *v_cache, int64_t row, int64_t slot, Heads hs,
+                          int64_t q_stride, int64_t k_stride, int64_t v_stride, bool interleaved, const float *cs,
+                          const float *sn)
 {
-    int half = head_dim / 2, per_head = half / P;
-    int total = (n_heads + (k ? n_kv_heads : 0)) * per_head;
-    for (int t = threadIdx.x; t < total; t += blockDim.x) {
-        int head = t / per_head, i = (t % per_head) * P;
-        T *base = head < n_heads ? q + row * q_stride + (int64_t)head * head_dim
-                                 : k + row * k_stride + (int64_t)(head - n_heads) * head_dim;
-        rotate<T, P>(base, i, half, interleaved, cs, sn);
+    int hd = hs.head_dim, half = hd / 2, per_head = half / P;
+    int total = (hs.n_heads + hs.n_k + hs.n_v) * per_head;
+    for (int t = blockIdx.y * blockDim.x + threadIdx.x; t < total; t += gridDim.y * blockDim.x) {
+        int u = t / per_head, i = (t % per_head) * P;
+        if (u < hs.n_heads) {
+            T *b = q + row * q_stride + (int64_t)u * hd;
+            move<T, P, true>(b, b, nullptr, i, half, interleaved, cs, sn);
+        } else if (u < hs.n_heads + hs.n_k) {
+            int h = u - hs.n_heads;
+            T *b = k + row * k_stride + (int64_t)h * hd;
+            T *c = slot >= 0 ? k_cache + (slot * hs.n_kv_heads + h) * hd : nullptr;
+            move<T, P, true>(b, b, c, i, half, interleaved, cs, sn);
+        } else if (slot >= 0) {
+            int h = u - hs.n_heads - hs.n_k;
+            move<T, P, false>(v + row * v_stride + (int64_t)h * hd, v_cache + (slot * hs.n_kv_heads + h) * hd,
+                              nullptr, i, half, interleaved, cs, sn);
+        }
     }
 }
 
 template <typename T>
-__device__ void run(T *q, T *k, const int32_t *pos, int n_heads, int n_kv_heads, int head_dim,
-                    int64_t q_stride, int64_t k_stride, int interleaved, double theta, int scaling,
-                    double factor, double low_ff, double high_ff, double orig_max)
+__device__ void run(T *q, T *k, const T *v, T *k_cache, T *v_cache, const int32_t *pos, const int32_t *slots,
+                    int n_heads, int n_kv_heads, int head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride,
+                    int interleaved, double theta, int scaling, double factor, double low_ff, double high_ff,
+                    double orig_max)
 {
     __shared__ float cs[kMaxPairs], sn[kMaxPairs];
     int64_t row = blockIdx.x;
     int half = head_dim / 2;
+    bool store = k && k_cache;
+    int64_t slot = store ? slots[row] : -1;
     double p = (double)pos[row];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         double s, c;
@@ -84,60 +120,75 @@ __device__ void run(T *q, T *k, const int32_t *pos, int n_heads, int n_kv_heads,
         sn[i] = (float)s;
     }
     __syncthreads();
+    Heads hs = { n_heads, k ? n_kv_heads : 0, store ? n_kv_heads : 0, n_kv_heads, head_dim };
     // Several pairs per thread, moved as 16-byte vectors (8 or 4 pairs for 16-bit types), when
     // every access stays aligned to its vector size: fewer, wider memory operations keep more
     // bytes in flight, which is what a memory-bound op needs.
     constexpr int PW = 16 / (int)sizeof(T); // elements per 16 bytes
     constexpr int PI = PW / 2;              // interleaved: a vector holds PW/2 pairs
     auto fits = [&](int elems) {
+        int bytes = elems * (int)sizeof(T);
         return half % (interleaved ? elems / 2 : elems) == 0 && q_stride % elems == 0 && k_stride % elems == 0 &&
-               head_dim % elems == 0 && tc::aligned(q, k, q, elems * (int)sizeof(T));
+               v_stride % elems == 0 && head_dim % elems == 0 && tc::aligned(q, k, v, bytes) &&
+               tc::aligned(k_cache, v_cache, q, bytes);
     };
     if (interleaved && fits(PW))
-        rotate_all<T, PI>(q, k, row, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, cs, sn);
+        each_head<T, PI>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, true, cs, sn);
     else if (!interleaved && fits(PW))
-        rotate_all<T, PW>(q, k, row, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, cs, sn);
+        each_head<T, PW>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, false, cs, sn);
     else if (half % 2 == 0 && fits(4))
-        rotate_all<T, 2>(q, k, row, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, cs, sn);
+        each_head<T, 2>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, interleaved, cs, sn);
     else
-        rotate_all<T, 1>(q, k, row, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, cs, sn);
+        each_head<T, 1>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, interleaved, cs, sn);
 }
 
 } // namespace rope_cu
 
 /** Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in
- *  place by pos[row], one block per row; scaling 1 is Llama 3's. */
-extern "C" __global__ void tc_k_rope_f32(float *q, float *k, const int32_t *pos, int32_t n_heads,
+ *  place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also
+ *  write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads,
+ *  head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
+extern "C" __global__ void tc_k_rope_f32(float *q, float *k, const float *v, float *k_cache, float *v_cache,
+                                       const int32_t *pos, const int32_t *slots, int32_t n_heads,
                                        int32_t n_kv_heads, int32_t head_dim, int64_t q_stride,
-                                       int64_t k_stride, int32_t interleaved, double theta,
+                                       int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta,
                                        int32_t scaling, double factor, double low_freq_factor,
                                        double high_freq_factor, double original_max_position)
 {
     tc::await_inputs();
-    rope_cu::run(q, k, pos, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, theta,
+    rope_cu::run(q, k, v, k_cache, v_cache, pos, slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride,
+                 v_stride, interleaved, theta,
                  scaling, factor, low_freq_factor, high_freq_factor, original_max_position);
 }
 /** Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in
- *  place by pos[row], one block per row; scaling 1 is Llama 3's. */
-extern "C" __global__ void tc_k_rope_f16(__half *q, __half *k, const int32_t *pos, int32_t n_heads,
+ *  place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also
+ *  write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads,
+ *  head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
+extern "C" __global__ void tc_k_rope_f16(__half *q, __half *k, const __half *v, __half *k_cache, __half *v_cache,
+                                       const int32_t *pos, const int32_t *slots, int32_t n_heads,
                                        int32_t n_kv_heads, int32_t head_dim, int64_t q_stride,
-                                       int64_t k_stride, int32_t interleaved, double theta,
+                                       int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta,
                                        int32_t scaling, double factor, double low_freq_factor,
                                        double high_freq_factor, double original_max_position)
 {
     tc::await_inputs();
-    rope_cu::run(q, k, pos, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, theta,
+    rope_cu::run(q, k, v, k_cache, v_cache, pos, slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride,
+                 v_stride, interleaved, theta,
                  scaling, factor, low_freq_factor, high_freq_factor, original_max_position);
 }
 /** Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in
- *  place by pos[row], one block per row; scaling 1 is Llama 3's. */
-extern "C" __global__ void tc_k_rope_bf16(__nv_bfloat16 *q, __nv_bfloat16 *k, const int32_t *pos, int32_t n_heads,
+ *  place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also
+ *  write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads,
+ *  head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
+extern "C" __global__ void tc_k_rope_bf16(__nv_bfloat16 *q, __nv_bfloat16 *k, const __nv_bfloat16 *v, __nv_bfloat16 *k_cache, __nv_bfloat16 *v_cache,
+                                       const int32_t *pos, const int32_t *slots, int32_t n_heads,
                                        int32_t n_kv_heads, int32_t head_dim, int64_t q_stride,
-                                       int64_t k_stride, int32_t interleaved, double theta,
+                                       int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta,
                                        int32_t scaling, double factor, double low_freq_factor,
                                        double high_freq_factor, double original_max_position)
 {
     tc::await_inputs();
-    rope_cu::run(q, k, pos, n_heads, n_kv_heads, head_dim, q_stride, k_stride, interleaved, theta,
+    rope_cu::run(q, k, v, k_cache, v_cache, pos, slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride,
+                 v_stride, interleaved, theta,
                  scaling, factor, low_freq_factor, high_freq_factor, original_max_position);
 }

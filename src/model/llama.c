@@ -806,8 +806,7 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             TC_CHECK(st, tc_matmul(&k, &h, &y->wk));
             TC_CHECK(st, tc_matmul(&v, &h, &y->wv));
         }
-        TC_CHECK(st, tc_rope(lq, lk, &pos, &c->rope));
-        TC_CHECK(st, tc_attention_store(&kv->k[l], &kv->v[l], lk, lv, &slots));
+        TC_CHECK(st, tc_rope_store(lq, lk, lv, &pos, &c->rope, &kv->k[l], &kv->v[l], &slots));
         if (decode)
             TC_CHECK(st,
                      tc_attention_decode(&att3, lq, &kv->k[l], &kv->v[l], &table, &lens, scale));

@@ -169,10 +169,9 @@ static tc_status check_head_dim(const char *op, int64_t hd)
     return TC_OK;
 }
 
-tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *k,
-                             const tc_tensor *v, const tc_tensor *slots)
+tc_status tc__check_store(const char *op, const tc_tensor *k_cache, const tc_tensor *v_cache,
+                          const tc_tensor *k, const tc_tensor *v, const tc_tensor *slots)
 {
-    const char *op = "tc_attention_store";
     TC_TRY(tc__check_dtype(op, "k_cache", k_cache, TC__FLOATS));
     const tc_tensor *same[] = { v_cache, k, v };
     const char *names[] = { "v_cache", "k", "v" };
@@ -189,7 +188,6 @@ tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
     TC_TRY(tc__check_ndim(op, "slots", slots, 1));
     for (int d = 0; d < 4; d++)
         TC_TRY(tc__check_dim(op, "v_cache", v_cache, d, k_cache->shape[d], "k_cache's shape"));
-    int64_t n = k->shape[0];
     for (int i = 1; i < 3; i++) {
         TC_TRY(tc__check_dim(op, names[i], same[i], 0, slots->shape[0], "one row per slot"));
         TC_TRY(tc__check_dim(op, names[i], same[i], 1, k_cache->shape[2], "the caches' kv heads"));
@@ -199,6 +197,15 @@ tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
     if (!tc_tensor_is_contiguous(k_cache) || !tc_tensor_is_contiguous(v_cache) ||
         !tc_tensor_is_contiguous(slots))
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "the caches and slots must be contiguous");
+    return TC_OK;
+}
+
+tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *k,
+                             const tc_tensor *v, const tc_tensor *slots)
+{
+    const char *op = "tc_attention_store";
+    TC_TRY(tc__check_store(op, k_cache, v_cache, k, v, slots));
+    int64_t n = k->shape[0];
     if (n == 0)
         return TC_OK;
     int64_t row = k_cache->shape[2] * k_cache->shape[3];
@@ -221,7 +228,10 @@ tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
         }
         return TC_OK;
     }
+    /* 256 threads, each moving a 16-byte vector of k and one of v where aligned. */
+    int64_t per_block = 256 * (16 / (int64_t)tc_dtype_bytes(k->dtype, 1));
     tc_launch_config cfg = tc__cfg(b, (unsigned)n, 256, 0);
+    cfg.grid.y = (uint32_t)((row + per_block - 1) / per_block);
     tc_status st;
 #define LAUNCH(sfx)                                                                                \
     tc_launch_attn_store_##sfx(cfg, TC__DEV(T, k_cache), TC__DEV(T, v_cache), TC__DEV(const T, k), \
@@ -285,7 +295,9 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
                                  : TC_KERNEL_ATTN_DECODE128_BF16;
     /* Split each sequence's cache (flash-decoding) into as many parts as fill the GPU's resident
      * block slots once: a partial second wave would leave most SMs idle at the end. Splits are
-     * multiples of 64 tokens (a tile for each warp) and at most 256 (the merge's limit). */
+     * multiples of 64 tokens (a tile for each warp) and at most 256 (the merge's limit). The
+     * chunk is sized for the table's width (a captured graph serves any length up to it); the
+     * kernel shrinks it for a shorter sequence so that all splits share its cache. */
     int64_t group = n_heads / n_kv, chunks = (group + 7) / 8;
     int64_t capacity = block_table->shape[1] * k_cache->shape[1];
     int64_t base_blocks = n_seqs * n_kv * chunks;

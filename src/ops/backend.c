@@ -326,9 +326,15 @@ static void copy_slices(void *ctx, int64_t lo, int64_t hi)
     memcpy(c->dst + from, c->src + from, to - from);
 }
 
+/* Host to device. Small copies go straight from the caller's memory and are waited for.
+ * Larger ones go through three pinned stages that the worker threads fill in parallel, each
+ * stage's transfer overlapping the filling of the next; the call returns once the caller's
+ * memory has been read, and a stage is refilled (in this call or a later one) only after its
+ * last transfer (an event) has finished. Later work on the backend's stream is ordered after
+ * the transfers; a model's weights thus stream in without a wait per tensor. */
 tc_status tc__backend_upload(tc_backend *b, CUdeviceptr dst, const void *src, size_t bytes)
 {
-    if (bytes < 2 * (size_t)STAGE_BYTES || b->workers.count == 0) {
+    if (bytes < 4 * (size_t)STAGE_SLICE || b->workers.count == 0) {
         TC_TRY(tc_stream_copy_h2d(b->stream, dst, src, bytes));
         return tc_stream_synchronize(b->stream);
     }
@@ -340,11 +346,11 @@ tc_status tc__backend_upload(tc_backend *b, CUdeviceptr dst, const void *src, si
     }
     const char *p = src;
     tc_status st = TC_OK;
-    for (size_t off = 0, k = 0; off < bytes && st == TC_OK; off += STAGE_BYTES, k++) {
-        int slot = (int)(k % 3);
+    for (size_t off = 0; off < bytes && st == TC_OK; off += STAGE_BYTES) {
+        int slot = b->stage_next;
+        b->stage_next = (slot + 1) % 3;
         size_t n = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
-        if (k >= 3)
-            st = tc_event_synchronize(b->stage_done[slot]); /* its last transfer is done */
+        st = tc_event_synchronize(b->stage_done[slot]); /* its last transfer is done */
         if (st != TC_OK)
             break;
         stage_copy c = { b->stage[slot], p + off, n };
@@ -353,8 +359,7 @@ tc_status tc__backend_upload(tc_backend *b, CUdeviceptr dst, const void *src, si
         if (st == TC_OK)
             st = tc_event_record(b->stage_done[slot], b->stream);
     }
-    tc_status st2 = tc_stream_synchronize(b->stream);
-    return st != TC_OK ? st : st2;
+    return st;
 }
 
 /* Grow one of the backend's kept buffers to at least `bytes` (floor bytes at least, half as much

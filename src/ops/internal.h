@@ -55,6 +55,7 @@ struct tc_backend {
      * workers copy a slot while the previous slot's transfer runs. */
     void *stage[3];
     tc_event *stage_done[3];
+    int stage_next; /* the stage that the next upload fills first */
 };
 
 /* Run fn over [0, n) in chunks of at least `grain` items on b's threads; returns when done. */
@@ -129,6 +130,9 @@ tc_status tc__check_ndim(const char *op, const char *name, const tc_tensor *t, i
 tc_status tc__check_dim(const char *op, const char *name, const tc_tensor *t, int dim, int64_t want,
                         const char *what);
 tc_status tc__check_same_backend(const char *op, const tc_tensor *a, const tc_tensor *b);
+/* tc_attention_store's argument checks (src/ops/attention.c), shared with tc_rope_store. */
+tc_status tc__check_store(const char *op, const tc_tensor *k_cache, const tc_tensor *v_cache,
+                          const tc_tensor *k, const tc_tensor *v, const tc_tensor *slots);
 tc_status tc__check_rows_dense(const char *op, const char *name, const tc_tensor *t);
 #define TC__MASK(dt) (1u << (dt))
 #define TC__FLOATS (TC__MASK(TC_DTYPE_F32) | TC__MASK(TC_DTYPE_F16) | TC__MASK(TC_DTYPE_BF16))

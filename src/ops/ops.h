@@ -45,6 +45,11 @@ TC_API void tc_rope_frequencies(const tc_rope_config *cfg, double *inv_freq);
  * positions pos [n] (i32, >= 0). q and k share a dtype (f32/f16/bf16); rows may be strided. */
 TC_API tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos,
                          const tc_rope_config *cfg);
+/* tc_rope(q, k, pos, cfg) and then tc_attention_store(k_cache, v_cache, k, v, slots), in one
+ * kernel on CUDA (the step of a layer between its q/k/v product and its attention). */
+TC_API tc_status tc_rope_store(tc_tensor *q, tc_tensor *k, const tc_tensor *v, const tc_tensor *pos,
+                               const tc_rope_config *cfg, tc_tensor *k_cache, tc_tensor *v_cache,
+                               const tc_tensor *slots);
 
 /* out = x w^T: a linear layer with weights stored [out_features, in_features]. out [m, n] and
  * x [m, k] share a dtype (f32/f16/bf16); w [n, k] is f32/f16/bf16/q8_0/q4_0. Accumulates in

@@ -63,9 +63,9 @@ static void rope_rows(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos, const tc_rope_config *cfg)
+static tc_status check_rope(const char *op, const tc_tensor *q, const tc_tensor *k,
+                            const tc_tensor *pos, const tc_rope_config *cfg)
 {
-    const char *op = "tc_rope";
     TC_TRY(tc__check_dtype(op, "q", q, TC__FLOATS));
     TC_TRY(tc__check_ndim(op, "q", q, 3));
     TC_TRY(tc__check_dtype(op, "pos", pos, TC__MASK(TC_DTYPE_I32)));
@@ -98,6 +98,43 @@ tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos, const tc_rop
     }
     if (!tc_tensor_is_contiguous(pos))
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "pos must be contiguous");
+    return TC_OK;
+}
+
+/* The CUDA kernel (kernels/rope.cu): for a few tokens (decode) a row of 128-thread blocks per
+ * token, enough for one 16-byte vector of pairs per thread, so that the step's latency is one
+ * block's; for many, one block per token (each block works out the angles' cos/sin, in
+ * double, so fewer blocks do less of that). With k_cache, k and v also go to slots[i]. */
+static tc_status rope_cuda(tc_tensor *q, tc_tensor *k, const tc_tensor *v, tc_tensor *k_cache,
+                           tc_tensor *v_cache, const tc_tensor *pos, const tc_tensor *slots,
+                           const tc_rope_config *cfg)
+{
+    int64_t hd = cfg->head_dim, heads = q->shape[1];
+    if (k)
+        heads += k->shape[1] * (k_cache ? 2 : 1);
+    int64_t pairs_per_thread = (cfg->interleaved ? 8 : 16) / (int64_t)tc_dtype_bytes(q->dtype, 1);
+    int64_t threads = heads * ((hd / 2 + pairs_per_thread - 1) / pairs_per_thread);
+    tc_launch_config c = tc__cfg(q->backend, (unsigned)q->shape[0], 128, 0);
+    c.grid.y = q->shape[0] < 32 ? (uint32_t)((threads + 127) / 128) : 1;
+    tc_status st;
+#define LAUNCH(sfx)                                                                              \
+    tc_launch_rope_##sfx(                                                                        \
+        c, TC__DEV(T, q), k ? TC__DEV(T, k) : NULL, k_cache ? TC__DEV(const T, v) : NULL,        \
+        k_cache ? TC__DEV(T, k_cache) : NULL, k_cache ? TC__DEV(T, v_cache) : NULL,              \
+        TC__DEV(const int32_t, pos), k_cache ? TC__DEV(const int32_t, slots) : NULL,             \
+        (int32_t)q->shape[1], (int32_t)(k ? k->shape[1] : 0), (int32_t)hd, q->stride[0],         \
+        k ? k->stride[0] : 0, k_cache ? v->stride[0] : 0, (int32_t)cfg->interleaved, cfg->theta, \
+        (int32_t)cfg->scaling, cfg->factor, cfg->low_freq_factor, cfg->high_freq_factor,         \
+        cfg->original_max_position)
+    TC__BY_DTYPE(st, q->dtype, LAUNCH);
+#undef LAUNCH
+    return st;
+}
+
+tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos, const tc_rope_config *cfg)
+{
+    TC_TRY(check_rope("tc_rope", q, k, pos, cfg));
+    int64_t n = q->shape[0];
     if (n == 0)
         return TC_OK;
     tc_backend *b = q->backend;
@@ -105,23 +142,40 @@ tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos, const tc_rop
         const int32_t *p = pos->data;
         for (int64_t i = 0; i < n; i++)
             if (p[i] < 0)
-                return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "pos[%lld] is %d", (long long)i,
-                                    p[i]);
+                return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_rope", "pos[%lld] is %d",
+                                    (long long)i, p[i]);
         double inv[256];
         tc_rope_frequencies(cfg, inv);
         rope_job j = { q, k, p, cfg, inv };
         tc__parallel_for(b, n, 4, rope_rows, &j);
         return TC_OK;
     }
-    tc_launch_config cfg1 = tc__cfg(b, (unsigned)n, 128, 0);
-    tc_status st;
-#define LAUNCH(sfx)                                                                         \
-    tc_launch_rope_##sfx(                                                                   \
-        cfg1, TC__DEV(T, q), k ? TC__DEV(T, k) : NULL, TC__DEV(const int32_t, pos),         \
-        (int32_t)q->shape[1], (int32_t)(k ? k->shape[1] : 0), (int32_t)hd, q->stride[0],    \
-        k ? k->stride[0] : 0, (int32_t)cfg->interleaved, cfg->theta, (int32_t)cfg->scaling, \
-        cfg->factor, cfg->low_freq_factor, cfg->high_freq_factor, cfg->original_max_position)
-    TC__BY_DTYPE(st, q->dtype, LAUNCH);
-#undef LAUNCH
-    return st;
+    return rope_cuda(q, k, NULL, NULL, NULL, pos, NULL, cfg);
+}
+
+tc_status tc_rope_store(tc_tensor *q, tc_tensor *k, const tc_tensor *v, const tc_tensor *pos,
+                        const tc_rope_config *cfg, tc_tensor *k_cache, tc_tensor *v_cache,
+                        const tc_tensor *slots)
+{
+    const char *op = "tc_rope_store";
+    if (!k)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "k is required");
+    TC_TRY(check_rope(op, q, k, pos, cfg));
+    TC_TRY(tc__check_store(op, k_cache, v_cache, k, v, slots));
+    TC_TRY(tc__check_same_backend(op, q, k_cache));
+    if (q->backend->kind == TC_BACKEND_CPU) {
+        /* Every slot is checked before anything is written. */
+        const int32_t *sl = slots->data;
+        int64_t capacity = k_cache->shape[0] * k_cache->shape[1];
+        for (int64_t i = 0; i < slots->shape[0]; i++)
+            if (sl[i] >= capacity)
+                return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                                    "slots[%lld] = %d; the cache holds %lld", (long long)i, sl[i],
+                                    (long long)capacity);
+        TC_TRY(tc_rope(q, k, pos, cfg));
+        return tc_attention_store(k_cache, v_cache, k, v, slots);
+    }
+    if (q->shape[0] == 0)
+        return TC_OK;
+    return rope_cuda(q, k, v, k_cache, v_cache, pos, slots, cfg);
 }

@@ -60,7 +60,8 @@ TC_API bool tc_dtype_is_block(tc_dtype dt);
 TC_API tc_status tc_tensor_init(tc_tensor *t, tc_backend *b, tc_dtype dt, int ndim,
                                 const int64_t *shape);
 /* Allocate a contiguous tensor on b holding `bytes` of host data (which must be exactly the
- * tensor's size); on CUDA the copy has finished when this returns. */
+ * tensor's size); src may be reused when this returns. On CUDA a copy of 4 MiB or more may
+ * still be in flight then, ordered before the backend's later work on its stream. */
 TC_API tc_status tc_tensor_init_from_host(tc_tensor *t, tc_backend *b, tc_dtype dt, int ndim,
                                           const int64_t *shape, const void *src, size_t bytes);
 /* Borrow memory that b can address (a host pointer on the CPU, a device address on CUDA) as
@@ -89,7 +90,8 @@ TC_API bool tc_tensor_rows_dense(const tc_tensor *t);
 TC_API void *tc_tensor_at(const tc_tensor *t, const int64_t *index);
 
 /* Copy `bytes` of host data (exactly the tensor's size) into a contiguous tensor, after the
- * backend's queued work; src may be reused when this returns. */
+ * backend's queued work; src may be reused when this returns (as above, a large copy may
+ * still be in flight, ordered before the backend's later work). */
 TC_API tc_status tc_tensor_copy_from_host(tc_tensor *t, const void *src, size_t bytes);
 /* Copy a contiguous tensor's elements into host memory (`bytes` must be its size); waits for
  * the backend's queued work first. */

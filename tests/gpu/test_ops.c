@@ -218,6 +218,91 @@ static void rope(rng_t *r)
         }
 }
 
+/* rope fused with the cache store, over q, k, v slices of one [n, H + 2 KV, hd] product as
+ * the model passes them, then tc_attention_store alone into other slots; a negative slot
+ * skips its row. f32 takes head_dim 6: the kernels' one-element paths. */
+static void rope_store(rng_t *r)
+{
+    const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F16, TC_DTYPE_F32 };
+    for (int di = 0; di < 3; di++)
+        for (int il = 0; il < 2; il++) {
+            tc_dtype dt = dts[di];
+            tc_rope_config c = { .head_dim = di == 2   ? 6
+                                             : di == 1 ? 64
+                                                       : 128,
+                                 .theta = 500000.0,
+                                 .interleaved = il,
+                                 .scaling = TC_ROPE_LLAMA3,
+                                 .factor = 32,
+                                 .low_freq_factor = 1,
+                                 .high_freq_factor = 4,
+                                 .original_max_position = 8192 };
+            int64_t n = 37, H = di == 2 ? 9 : 32, KV = di == 2 ? 3 : 8, hd = c.head_dim,
+                    U = H + 2 * KV, bs = 16, nb = 5, row = KV * hd;
+            tc_tensor gx, cx, gkc, ckc, gvc, cvc, gp, cp, gs, cs;
+            double *xv = twin(r, dt, TC_SHAPE(n, U, hd), -1, 1, &gx, &cx);
+            double *kcv = twin(r, dt, TC_SHAPE(nb, bs, KV, hd), -1, 1, &gkc, &ckc);
+            double *vcv = twin(r, dt, TC_SHAPE(nb, bs, KV, hd), -1, 1, &gvc, &cvc);
+            double *pv = twin(r, TC_DTYPE_I32, TC_SHAPE(n), 0, 131072, &gp, &cp);
+            int32_t sl[37];
+            for (int64_t i = 0; i < n; i++)
+                sl[i] = (int32_t)((i * 29 + 3) % (nb * bs));
+            sl[5] = -1;
+            CHECK(tc_tensor_init_from_host(&gs, gpu, TC_DTYPE_I32, TC_SHAPE(n), sl, sizeof sl));
+            CHECK(tc_tensor_init_from_host(&cs, cpu, TC_DTYPE_I32, TC_SHAPE(n), sl, sizeof sl));
+            tc_tensor gq, gk, gv, cq, ck, cv;
+            CHECK(tc_tensor_slice(&gx, 1, 0, H, &gq));
+            CHECK(tc_tensor_slice(&gx, 1, H, KV, &gk));
+            CHECK(tc_tensor_slice(&gx, 1, H + KV, KV, &gv));
+            CHECK(tc_tensor_slice(&cx, 1, 0, H, &cq));
+            CHECK(tc_tensor_slice(&cx, 1, H, KV, &ck));
+            CHECK(tc_tensor_slice(&cx, 1, H + KV, KV, &cv));
+            CHECK(tc_rope_store(&gq, &gk, &gv, &gp, &c, &gkc, &gvc, &gs));
+            CHECK(tc_rope_store(&cq, &ck, &cv, &cp, &c, &ckc, &cvc, &cs));
+            /* the reference: q and k heads rotated (as one [n, H + KV] set), k and v cached */
+            double *qk = malloc(sizeof(double) * (size_t)(n * (H + KV) * hd));
+            for (int64_t i = 0; i < n; i++)
+                memcpy(qk + i * (H + KV) * hd, xv + i * U * hd,
+                       sizeof(double) * (size_t)((H + KV) * hd));
+            ref_rope(qk, n, H + KV, cp.data, &c);
+            for (int64_t i = 0; i < n; i++) {
+                memcpy(xv + i * U * hd, qk + i * (H + KV) * hd,
+                       sizeof(double) * (size_t)((H + KV) * hd));
+                if (sl[i] < 0)
+                    continue;
+                memcpy(kcv + sl[i] * row, xv + (i * U + H) * hd, sizeof(double) * (size_t)row);
+                memcpy(vcv + sl[i] * row, xv + (i * U + H + KV) * hd, sizeof(double) * (size_t)row);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "rope_store %s hd %lld%s: q, k, v rows", tc_dtype_name(dt),
+                     (long long)hd, il ? " interleaved" : "");
+            expect_close(what, &gx, xv, &cx, tolerance(dt));
+            expect_close("  the k cache", &gkc, kcv, &ckc, tolerance(dt));
+            expect_close("  the v cache", &gvc, vcv, &cvc, tolerance(dt));
+            /* the plain store of the same rows, to other slots */
+            for (int64_t i = 0; i < n; i++)
+                sl[i] = (int32_t)((i * 31 + 40) % (nb * bs));
+            sl[0] = -1;
+            CHECK(tc_tensor_copy_from_host(&gs, sl, sizeof sl));
+            CHECK(tc_tensor_copy_from_host(&cs, sl, sizeof sl));
+            CHECK(tc_attention_store(&gkc, &gvc, &gk, &gv, &gs));
+            CHECK(tc_attention_store(&ckc, &cvc, &ck, &cv, &cs));
+            for (int64_t i = 1; i < n; i++) {
+                memcpy(kcv + sl[i] * row, xv + (i * U + H) * hd, sizeof(double) * (size_t)row);
+                memcpy(vcv + sl[i] * row, xv + (i * U + H + KV) * hd, sizeof(double) * (size_t)row);
+            }
+            snprintf(what, sizeof what, "attention store %s, %lld-element rows", tc_dtype_name(dt),
+                     (long long)row);
+            expect_close(what, &gkc, kcv, &ckc, tolerance(dt));
+            expect_close("  and v", &gvc, vcv, &cvc, tolerance(dt));
+            free(qk), free(xv), free(kcv), free(vcv), free(pv);
+            tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&gkc),
+                tc_tensor_deinit(&ckc), tc_tensor_deinit(&gvc), tc_tensor_deinit(&cvc);
+            tc_tensor_deinit(&gp), tc_tensor_deinit(&cp), tc_tensor_deinit(&gs),
+                tc_tensor_deinit(&cs);
+        }
+}
+
 static void matmul_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n, int64_t k,
                         tc_gemm_mode mode, const char *path, bool dump_it)
 {
@@ -626,6 +711,7 @@ int main(void)
     embedding(&r);
     rmsnorm(&r);
     rope(&r);
+    rope_store(&r);
     matmul(&r);
     /* The backend keeps cuBLAS's workspace from its first product on, and the ops' workspace
      * (attention's partial results) once an op needs it; everything else must come back. Bytes

@@ -494,6 +494,57 @@ static void attention_store_writes_slots(void **state)
         tc_tensor_deinit(&slots);
 }
 
+/* tc_rope_store is tc_rope followed by tc_attention_store: every tensor comes out bit for bit
+ * as the two ops leave it; its arguments are checked as theirs are. */
+static void rope_store_is_rope_then_store(void **state)
+{
+    (void)state;
+    rng_t r = { 12 };
+    tc_rope_config c = { .head_dim = 8, .theta = 10000.0 };
+    tc_tensor t[2][6];
+    int32_t sl[3] = { 11, -1, 0 }, ps[3] = { 7, 0, 4095 };
+    for (int set = 0; set < 2; set++) {
+        rng_t rs = r;
+        const int64_t shapes[6][4] = {
+            { 3, 4, 8 }, { 3, 2, 8 }, { 3, 2, 8 }, { 3, 4, 2, 8 }, { 3, 4, 2, 8 }
+        };
+        for (int i = 0; i < 5; i++) {
+            double *ig;
+            assert_int_equal(random_tensor(&rs, cpu, &t[set][i], TC_DTYPE_BF16, i < 3 ? 3 : 4,
+                                           shapes[i], -1, 1, &ig),
+                             TC_OK);
+            free(ig);
+        }
+        assert_int_equal(
+            tc_tensor_init_from_host(&t[set][5], cpu, TC_DTYPE_I32, TC_SHAPE(3), sl, sizeof sl),
+            TC_OK);
+    }
+    tc_tensor pos;
+    assert_int_equal(tc_tensor_init_from_host(&pos, cpu, TC_DTYPE_I32, TC_SHAPE(3), ps, sizeof ps),
+                     TC_OK);
+    tc_tensor *a = t[0], *b = t[1];
+    assert_int_equal(tc_rope_store(&a[0], &a[1], &a[2], &pos, &c, &a[3], &a[4], &a[5]), TC_OK);
+    assert_int_equal(tc_rope(&b[0], &b[1], &pos, &c), TC_OK);
+    assert_int_equal(tc_attention_store(&b[3], &b[4], &b[1], &b[2], &b[5]), TC_OK);
+    for (int i = 0; i < 5; i++)
+        assert_memory_equal(a[i].data, b[i].data, tc_tensor_bytes(&a[i]));
+    assert_int_equal(tc_rope_store(&a[0], NULL, &a[2], &pos, &c, &a[3], &a[4], &a[5]),
+                     TC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tc_rope_store(&a[0], &a[1], &a[0], &pos, &c, &a[3], &a[4], &a[5]),
+                     TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "tc_rope_store"));
+    sl[1] = 12;
+    assert_int_equal(tc_tensor_copy_from_host(&a[5], sl, sizeof sl), TC_OK);
+    assert_int_equal(tc_rope_store(&a[0], &a[1], &a[2], &pos, &c, &a[3], &a[4], &a[5]),
+                     TC_ERR_INVALID_ARGUMENT);
+    for (int i = 0; i < 5; i++) /* nothing written before the bad slot was found */
+        assert_memory_equal(a[i].data, b[i].data, tc_tensor_bytes(&a[i]));
+    for (int set = 0; set < 2; set++)
+        for (int i = 0; i < 6; i++)
+            tc_tensor_deinit(&t[set][i]);
+    tc_tensor_deinit(&pos);
+}
+
 static void argmax_prefers_lowest_index_and_skips_nan(void **state)
 {
     (void)state;
@@ -737,6 +788,7 @@ int main(void)
         cmocka_unit_test(convert_between_float_dtypes),
         cmocka_unit_test(attention_prefill_and_decode_over_paged_cache),
         cmocka_unit_test(attention_store_writes_slots),
+        cmocka_unit_test(rope_store_is_rope_then_store),
         cmocka_unit_test(argmax_prefers_lowest_index_and_skips_nan),
         cmocka_unit_test(sampling_matches_its_distribution_and_repeats_with_a_seed),
         cmocka_unit_test(sampling_greedy_penalties_and_bad_parameters),
