@@ -793,9 +793,9 @@ extern "C" __global__ void tc_k_attn_store_f32(float *k_cache, float *v_cache, c
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
  *  threads, stages * 34816 + 2048 bytes of dynamic shared memory (stages 1 to 3); a split covers at
  *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
- *  256 splits. With several splits in use,
- *  partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y
- *  zeroed int32 (left zeroed). */
+ *  256 splits. With several splits in use, partials holds
+ *  [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
+ *  zeroed). */
 extern "C" __global__ void tc_k_attn_decode64_f32(float *out, float *partials, int32_t *counters, const float *q,
                                               const float *k_cache, const float *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
@@ -823,9 +823,9 @@ extern "C" __global__ void tc_k_attn_prefill64_f32(float *out, const float *q, c
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
  *  threads, stages * 67584 + 4096 bytes of dynamic shared memory (stages 1 to 3); a split covers at
  *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
- *  256 splits. With several splits in use,
- *  partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y
- *  zeroed int32 (left zeroed). */
+ *  256 splits. With several splits in use, partials holds
+ *  [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
+ *  zeroed). */
 extern "C" __global__ void tc_k_attn_decode128_f32(float *out, float *partials, int32_t *counters, const float *q,
                                               const float *k_cache, const float *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
@@ -862,9 +862,9 @@ extern "C" __global__ void tc_k_attn_store_f16(__half *k_cache, __half *v_cache,
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
  *  threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at
  *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
- *  256 splits. With several splits in use,
- *  partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y
- *  zeroed int32 (left zeroed). */
+ *  256 splits. With several splits in use, partials holds
+ *  [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
+ *  zeroed). */
 extern "C" __global__ void tc_k_attn_decode64_f16(__half *out, float *partials, int32_t *counters, const __half *q,
                                               const __half *k_cache, const __half *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
@@ -892,9 +892,9 @@ extern "C" __global__ void tc_k_attn_prefill64_f16(__half *out, const __half *q,
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
  *  threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at
  *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
- *  256 splits. With several splits in use,
- *  partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y
- *  zeroed int32 (left zeroed). */
+ *  256 splits. With several splits in use, partials holds
+ *  [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
+ *  zeroed). */
 extern "C" __global__ void tc_k_attn_decode128_f16(__half *out, float *partials, int32_t *counters, const __half *q,
                                               const __half *k_cache, const __half *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
@@ -931,9 +931,9 @@ extern "C" __global__ void tc_k_attn_store_bf16(__nv_bfloat16 *k_cache, __nv_bfl
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
  *  threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at
  *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
- *  256 splits. With several splits in use,
- *  partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y
- *  zeroed int32 (left zeroed). */
+ *  256 splits. With several splits in use, partials holds
+ *  [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
+ *  zeroed). */
 extern "C" __global__ void tc_k_attn_decode64_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
                                               const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
@@ -961,9 +961,9 @@ extern "C" __global__ void tc_k_attn_prefill64_bf16(__nv_bfloat16 *out, const __
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
  *  threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at
  *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
- *  256 splits. With several splits in use,
- *  partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y
- *  zeroed int32 (left zeroed). */
+ *  256 splits. With several splits in use, partials holds
+ *  [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
+ *  zeroed). */
 extern "C" __global__ void tc_k_attn_decode128_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
                                               const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,

@@ -197,7 +197,30 @@ tc_status tc__check_store(const char *op, const tc_tensor *k_cache, const tc_ten
     if (!tc_tensor_is_contiguous(k_cache) || !tc_tensor_is_contiguous(v_cache) ||
         !tc_tensor_is_contiguous(slots))
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "the caches and slots must be contiguous");
+    if (slots->backend->kind == TC_BACKEND_CPU) {
+        const int32_t *sl = slots->data;
+        int64_t capacity = k_cache->shape[0] * k_cache->shape[1];
+        for (int64_t i = 0; i < slots->shape[0]; i++)
+            if (sl[i] >= capacity)
+                return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                                    "slots[%lld] = %d; the cache holds %lld", (long long)i, sl[i],
+                                    (long long)capacity);
+    }
     return TC_OK;
+}
+
+void tc__attention_store_cpu(tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *k,
+                             const tc_tensor *v, const tc_tensor *slots)
+{
+    int64_t row = k_cache->shape[2] * k_cache->shape[3];
+    const int32_t *sl = slots->data;
+    size_t eb = tc_dtype_bytes(k->dtype, 1);
+    for (int64_t i = 0; i < k->shape[0]; i++) {
+        if (sl[i] < 0)
+            continue;
+        memcpy((char *)k_cache->data + (size_t)(sl[i] * row) * eb, tc__row(k, i), (size_t)row * eb);
+        memcpy((char *)v_cache->data + (size_t)(sl[i] * row) * eb, tc__row(v, i), (size_t)row * eb);
+    }
 }
 
 tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *k,
@@ -209,23 +232,9 @@ tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
     if (n == 0)
         return TC_OK;
     int64_t row = k_cache->shape[2] * k_cache->shape[3];
-    int64_t capacity = k_cache->shape[0] * k_cache->shape[1];
     tc_backend *b = k_cache->backend;
     if (b->kind == TC_BACKEND_CPU) {
-        const int32_t *sl = slots->data;
-        size_t eb = tc_dtype_bytes(k->dtype, 1);
-        for (int64_t i = 0; i < n; i++) {
-            if (sl[i] < 0)
-                continue;
-            if (sl[i] >= capacity)
-                return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
-                                    "slots[%lld] = %d; the cache holds %lld", (long long)i, sl[i],
-                                    (long long)capacity);
-            memcpy((char *)k_cache->data + (size_t)(sl[i] * row) * eb, tc__row(k, i),
-                   (size_t)row * eb);
-            memcpy((char *)v_cache->data + (size_t)(sl[i] * row) * eb, tc__row(v, i),
-                   (size_t)row * eb);
-        }
+        tc__attention_store_cpu(k_cache, v_cache, k, v, slots);
         return TC_OK;
     }
     /* 256 threads, each moving a 16-byte vector of k and one of v where aligned. */

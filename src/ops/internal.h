@@ -74,7 +74,8 @@ size_t tc__backend_shared_room(const tc_backend *b);
 /* At least `count` zeroed int32 counters of the CUDA backend (see tc_backend.counters). */
 tc_status tc__backend_counters(tc_backend *b, size_t count, CUdeviceptr *out);
 /* Copy bytes from host memory (pageable: a mapped file, say) to device memory of a CUDA
- * backend and wait: through pinned staging filled by the backend's threads when large. */
+ * backend; src may be reused on return. Large copies go through pinned staging filled by the
+ * backend's threads and may still be in flight, ordered before later work on its stream. */
 tc_status tc__backend_upload(tc_backend *b, CUdeviceptr dst, const void *src, size_t bytes);
 
 /* Element conversions (round to nearest even; NaN stays NaN). */
@@ -130,9 +131,14 @@ tc_status tc__check_ndim(const char *op, const char *name, const tc_tensor *t, i
 tc_status tc__check_dim(const char *op, const char *name, const tc_tensor *t, int dim, int64_t want,
                         const char *what);
 tc_status tc__check_same_backend(const char *op, const tc_tensor *a, const tc_tensor *b);
-/* tc_attention_store's argument checks (src/ops/attention.c), shared with tc_rope_store. */
+/* tc_attention_store's argument checks (src/ops/attention.c), shared with tc_rope_store; on
+ * the CPU they include every slot against the cache's size, so nothing is written before a
+ * bad one is found. */
 tc_status tc__check_store(const char *op, const tc_tensor *k_cache, const tc_tensor *v_cache,
                           const tc_tensor *k, const tc_tensor *v, const tc_tensor *slots);
+/* tc_attention_store's CPU body, for arguments tc__check_store accepted. */
+void tc__attention_store_cpu(tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *k,
+                             const tc_tensor *v, const tc_tensor *slots);
 tc_status tc__check_rows_dense(const char *op, const char *name, const tc_tensor *t);
 #define TC__MASK(dt) (1u << (dt))
 #define TC__FLOATS (TC__MASK(TC_DTYPE_F32) | TC__MASK(TC_DTYPE_F16) | TC__MASK(TC_DTYPE_BF16))

@@ -131,25 +131,29 @@ static tc_status rope_cuda(tc_tensor *q, tc_tensor *k, const tc_tensor *v, tc_te
     return st;
 }
 
+/* The CPU path, for arguments check_rope accepted. */
+static tc_status rope_cpu(const char *op, tc_tensor *q, tc_tensor *k, const tc_tensor *pos,
+                          const tc_rope_config *cfg)
+{
+    int64_t n = q->shape[0];
+    const int32_t *p = pos->data;
+    for (int64_t i = 0; i < n; i++)
+        if (p[i] < 0)
+            return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "pos[%lld] is %d", (long long)i, p[i]);
+    double inv[256];
+    tc_rope_frequencies(cfg, inv);
+    rope_job j = { q, k, p, cfg, inv };
+    tc__parallel_for(q->backend, n, 4, rope_rows, &j);
+    return TC_OK;
+}
+
 tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos, const tc_rope_config *cfg)
 {
     TC_TRY(check_rope("tc_rope", q, k, pos, cfg));
-    int64_t n = q->shape[0];
-    if (n == 0)
+    if (q->shape[0] == 0)
         return TC_OK;
-    tc_backend *b = q->backend;
-    if (b->kind == TC_BACKEND_CPU) {
-        const int32_t *p = pos->data;
-        for (int64_t i = 0; i < n; i++)
-            if (p[i] < 0)
-                return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_rope", "pos[%lld] is %d",
-                                    (long long)i, p[i]);
-        double inv[256];
-        tc_rope_frequencies(cfg, inv);
-        rope_job j = { q, k, p, cfg, inv };
-        tc__parallel_for(b, n, 4, rope_rows, &j);
-        return TC_OK;
-    }
+    if (q->backend->kind == TC_BACKEND_CPU)
+        return rope_cpu("tc_rope", q, k, pos, cfg);
     return rope_cuda(q, k, NULL, NULL, NULL, pos, NULL, cfg);
 }
 
@@ -163,19 +167,12 @@ tc_status tc_rope_store(tc_tensor *q, tc_tensor *k, const tc_tensor *v, const tc
     TC_TRY(check_rope(op, q, k, pos, cfg));
     TC_TRY(tc__check_store(op, k_cache, v_cache, k, v, slots));
     TC_TRY(tc__check_same_backend(op, q, k_cache));
-    if (q->backend->kind == TC_BACKEND_CPU) {
-        /* Every slot is checked before anything is written. */
-        const int32_t *sl = slots->data;
-        int64_t capacity = k_cache->shape[0] * k_cache->shape[1];
-        for (int64_t i = 0; i < slots->shape[0]; i++)
-            if (sl[i] >= capacity)
-                return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
-                                    "slots[%lld] = %d; the cache holds %lld", (long long)i, sl[i],
-                                    (long long)capacity);
-        TC_TRY(tc_rope(q, k, pos, cfg));
-        return tc_attention_store(k_cache, v_cache, k, v, slots);
-    }
     if (q->shape[0] == 0)
         return TC_OK;
+    if (q->backend->kind == TC_BACKEND_CPU) {
+        TC_TRY(rope_cpu(op, q, k, pos, cfg));
+        tc__attention_store_cpu(k_cache, v_cache, k, v, slots);
+        return TC_OK;
+    }
     return rope_cuda(q, k, v, k_cache, v_cache, pos, slots, cfg);
 }
