@@ -59,7 +59,7 @@ __device__ void store(T *__restrict__ k_cache, T *__restrict__ v_cache, const T 
 // result to partials, and the last split of a (sequence, head group) to arrive merges them (an
 // arrival counter per group, reset by that block), so no second kernel is launched. Splits past
 // the sequence's length return at once.
-constexpr int kMaxGroup = 8, kWarps = 4, kTile = 16, kMaxSplits = 256;
+constexpr int kMaxGroup = 8, kWarps = 4, kTile = 16;
 
 // Padded row of keys or values in shared memory (decode and prefill), in elements: 16 extra
 // bytes put the rows read by a quarter-warp (and the eight row addresses of an ldmatrix) in
@@ -75,7 +75,7 @@ template <typename T, int HD> __host__ __device__ constexpr int decode_stage_ele
 // t1 are zero-filled.
 template <typename T, int HD>
 __device__ __forceinline__ void load_kv_rows(T *ks, T *vs, const T *k_cache, const T *v_cache, const int32_t *tbl,
-                                             int64_t ts, int64_t t1, int block_size, int n_kv_heads, int kvh,
+                                             int ts, int t1, int block_size, int n_kv_heads, int kvh,
                                              int lane)
 {
     constexpr int LD = kv_ld<T, HD>(), VE = 16 / (int)sizeof(T), CR = HD / VE, RP = 32 / CR;
@@ -91,7 +91,7 @@ __device__ __forceinline__ void load_kv_rows(T *ks, T *vs, const T *k_cache, con
 #pragma unroll
     for (int i = 0; i < kTile / RP; i++) {
         int r = lane / CR + i * RP;
-        int64_t t = ts + r;
+        int t = ts + r;
         bool ok = t < t1;
         int64_t off = 0;
         if (ok) {
@@ -109,8 +109,7 @@ __device__ __forceinline__ void load_kv_rows(T *ks, T *vs, const T *k_cache, con
 // running max and sum of each head, and as [kWarps][kMaxGroup][HD], the unnormalised output,
 // laid over the rings once every warp is done.)
 struct DecodeWork {
-    int seq, h0, g, kvh, used, n_tiles, mine;
-    int64_t t0, t1;
+    int seq, h0, g, kvh, used, n_tiles, mine, t0, t1;
 };
 
 // The warp's ring and the copy of its j-th tile (tile warp + 4 j of the split).
@@ -125,7 +124,7 @@ template <typename T, int HD> struct DecodeRing {
     {
         if (j < w.mine)
             load_kv_rows<T, HD>(stage(j), stage(j) + kTile * kv_ld<T, HD>(), k_cache, v_cache, tbl,
-                                w.t0 + (int64_t)(warp + j * kWarps) * kTile, w.t1, block_size, n_kv_heads, w.kvh,
+                                w.t0 + (warp + j * kWarps) * kTile, w.t1, block_size, n_kv_heads, w.kvh,
                                 lane);
         tc::cp_commit();
     }
@@ -165,18 +164,24 @@ __device__ void decode_warp_mma(const DecodeWork &w, const DecodeRing<T, HD> &ri
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     for (int j = 0; j < w.mine; j++) {
         const T *kt = ring.next(w, warp, lane, j), *vt = kt + kTile * LD;
-        int64_t ts = w.t0 + (int64_t)(warp + j * kWarps) * kTile;
-        float s[2][4];
+        int ts = w.t0 + (warp + j * kWarps) * kTile;
+        // Two accumulators per score fragment (even and odd k steps), summed at the end: half
+        // the chain of dependent products.
+        float s[2][4], s2[2][4];
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
             s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            s2[nt][0] = s2[nt][1] = s2[nt][2] = s2[nt][3] = 0.0f;
 #pragma unroll
             for (int kp = 0; kp < KS / 2; kp++) {
                 uint32_t kb[4];
                 tc::ldmatrix_x4(kb, kt + (8 * nt + (lane & 7)) * LD + 32 * kp + 8 * (lane >> 3));
                 tc::mma16816<T>(s[nt], qa[2 * kp][0], 0u, qa[2 * kp][1], 0u, kb[0], kb[1]);
-                tc::mma16816<T>(s[nt], qa[2 * kp + 1][0], 0u, qa[2 * kp + 1][1], 0u, kb[2], kb[3]);
+                tc::mma16816<T>(s2[nt], qa[2 * kp + 1][0], 0u, qa[2 * kp + 1][1], 0u, kb[2], kb[3]);
             }
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[nt][e] += s2[nt][e];
         }
         // Lane holds tokens 2 pos, +1 (s[0]) and 8 + 2 pos, +1 (s[1]) of row gr; the row's
         // other tokens are in the three lanes beside it.
@@ -261,7 +266,7 @@ __device__ void decode_warp_simt(const DecodeWork &w, const DecodeRing<T, HD> &r
     int r = lane & (kTile - 1), half = lane >> 4;
     for (int j = 0; j < w.mine; j++) {
         const T *kt = ring.next(w, warp, lane, j), *vt = kt + kTile * LD;
-        bool valid = w.t0 + (int64_t)(warp + j * kWarps) * kTile + r < w.t1;
+        bool valid = w.t0 + (warp + j * kWarps) * kTile + r < w.t1;
         // Two partial sums per head: one chain of HD/2 dependent FMAs would be latency-bound.
         float d2[kMaxGroup][2];
 #pragma unroll
@@ -343,11 +348,11 @@ __device__ void decode_warp_simt(const DecodeWork &w, const DecodeRing<T, HD> &r
 // The cached tokens a split covers: the host sizes `chunk` for the table's whole width; a
 // shorter sequence spreads over the splits by its own length (at least one tile per warp), so
 // that it is not left to the first split alone.
-__device__ __forceinline__ int split_chunk(int64_t len, int splits, int chunk)
+__device__ __forceinline__ int split_chunk(int len, int splits, int chunk)
 {
     constexpr int kMin = kWarps * kTile;
-    int64_t even = (len + splits - 1) / splits;
-    return (int)min((int64_t)chunk, max((int64_t)kMin, (even + kMin - 1) / kMin * kMin));
+    int even = (int)(((uint32_t)len + splits - 1) / (uint32_t)splits);
+    return min(chunk, max(kMin, (even + kMin - 1) / kMin * kMin));
 }
 
 template <typename T, int HD>
@@ -367,20 +372,23 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
     w.kvh = blockIdx.y / chunks;
     w.h0 = w.kvh * group + (blockIdx.y % chunks) * kMaxGroup;
     w.g = min(kMaxGroup, w.kvh * group + group - w.h0);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int warp = threadIdx.x >> 5;
     const int32_t *tbl = table + (int64_t)w.seq * max_blocks;
     // The table entry of the warp's first tile is asked for beside the length: one memory
     // round trip instead of two before the first copies are queued (where the split is the
     // shortest, one tile per warp: the short sequences, whose latency this is).
-    tc::prefetch_l1(tbl + min(((int64_t)split * kWarps * kTile + warp * kTile) / block_size, (int64_t)max_blocks - 1));
-    int64_t len = seq_lens[w.seq];
+    // (Lengths and positions are below 2^31: 32-bit arithmetic, as 64-bit divisions cost about
+    // a hundred instructions each on this path.)
+    tc::prefetch_l1(tbl + min((uint32_t)(split * kWarps * kTile + warp * kTile) / (uint32_t)block_size,
+                              (uint32_t)max_blocks - 1));
+    int len = seq_lens[w.seq];
     chunk = split_chunk(len, splits, chunk);
-    w.used = len > 0 ? (int)min((int64_t)splits, (len + chunk - 1) / chunk) : 1;
+    w.used = len > 0 ? min(splits, (int)(((uint32_t)len + chunk - 1) / (uint32_t)chunk)) : 1;
     if (split >= w.used)
         return;
-    w.t0 = (int64_t)split * chunk;
+    w.t0 = split * chunk;
     w.t1 = min(len, w.t0 + chunk);
-    w.n_tiles = w.t1 > w.t0 ? (int)((w.t1 - w.t0 + kTile - 1) / kTile) : 0;
+    w.n_tiles = w.t1 > w.t0 ? (w.t1 - w.t0 + kTile - 1) / kTile : 0;
     w.mine = w.n_tiles > warp ? (w.n_tiles - warp + kWarps - 1) / kWarps : 0;
     DecodeRing<T, HD> ring = { reinterpret_cast<T *>(sh) + warp * S * STAGE,
                                k_cache,
@@ -425,67 +433,65 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
     }
     if (used == 1)
         return;
-    __threadfence();
+    // Arrival: the block's partials are published by thread 0's release (after the barrier,
+    // which orders every thread's stores before it), and the last block's acquire makes every
+    // split's visible to it; no full fences.
     __syncthreads();
     if (threadIdx.x == 0) {
         int32_t *cnt = counters + (int64_t)seq * gridDim.y + blockIdx.y;
-        last = atomicAdd(cnt, 1) == used - 1;
+        last = tc::atomic_add_acq_rel(cnt, 1) == used - 1;
         if (last)
             *cnt = 0; // every split has arrived: ready for the next launch
     }
     __syncthreads();
     if (!last)
         return;
-    __threadfence();
-    // The merge: per head, the weight of each split's result (m and l read together), then the
-    // weighted sum, sixteen records in flight per thread.
-    float *wgt = sh, *lsp = wgt + kMaxGroup * kMaxSplits, *inv = lsp + kMaxGroup * kMaxSplits;
-    for (int h = warp; h < g; h += kWarps) {
-        const float *base = part + ((int64_t)seq * n_heads + h0 + h) * splits * REC;
-        float mx = -INFINITY, sl = 0.0f;
-        for (int s = lane; s < used; s += 32) {
-            float2 ml = __ldcg(reinterpret_cast<const float2 *>(base + (int64_t)s * REC));
-            wgt[h * kMaxSplits + s] = ml.x;
-            lsp[h * kMaxSplits + s] = ml.y;
-            mx = fmaxf(mx, ml.x);
-        }
-        mx = tc::warp_max(mx);
-        for (int s = lane; s < used; s += 32) {
-            float m_s = wgt[h * kMaxSplits + s];
-            float f = m_s == -INFINITY ? 0.0f : __expf(m_s - mx);
-            wgt[h * kMaxSplits + s] = f;
-            sl += f * lsp[h * kMaxSplits + s];
-        }
-        sl = tc::warp_sum(sl);
-        if (lane == 0)
-            inv[h] = sl > 0.0f ? 1.0f / sl : 0.0f;
-    }
-    __syncthreads();
+    // The merge, online over batches of sixteen splits: each thread reads the batch's (m, l)
+    // and its four dimensions of the batch's sums together (one round trip to L2 per batch),
+    // rescaling what it holds when the running maximum grows.
     constexpr int U = 16;
     for (int e = threadIdx.x; e < g * (HD / 4); e += blockDim.x) {
         int h = e / (HD / 4), d4 = e % (HD / 4);
-        const float *base = part + ((int64_t)seq * n_heads + h0 + h) * splits * REC + 4 + d4 * 4;
-        const float *f = wgt + h * kMaxSplits;
-        float a[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+        const float *base = part + ((int64_t)seq * n_heads + h0 + h) * splits * REC;
+        float a[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, mx = -INFINITY, sl = 0.0f;
         for (int s0 = 0; s0 < used; s0 += U) {
+            float2 ml[U];
             float4 v[U];
 #pragma unroll
+            for (int u = 0; u < U; u++) {
+                bool in = s0 + u < used;
+                const float *rec = base + (int64_t)(s0 + u) * REC;
+                ml[u] = in ? __ldcg(reinterpret_cast<const float2 *>(rec)) : make_float2(-INFINITY, 0.0f);
+                v[u] = in ? __ldcg(reinterpret_cast<const float4 *>(rec + 4 + d4 * 4))
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+            float bm = mx;
+#pragma unroll
             for (int u = 0; u < U; u++)
-                v[u] = s0 + u < used ? __ldcg(reinterpret_cast<const float4 *>(base + (int64_t)(s0 + u) * REC))
-                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                bm = fmaxf(bm, ml[u].x);
+            if (bm == -INFINITY)
+                continue; // nothing but empty splits so far
+            float corr = mx == -INFINITY ? 0.0f : __expf(mx - bm);
+            sl *= corr;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                a[i] *= corr;
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                float fu = s0 + u < used ? f[s0 + u] : 0.0f;
-                a[0] = fmaf(fu, v[u].x, a[0]);
-                a[1] = fmaf(fu, v[u].y, a[1]);
-                a[2] = fmaf(fu, v[u].z, a[2]);
-                a[3] = fmaf(fu, v[u].w, a[3]);
+                float f = ml[u].x == -INFINITY ? 0.0f : __expf(ml[u].x - bm);
+                sl = fmaf(f, ml[u].y, sl);
+                a[0] = fmaf(f, v[u].x, a[0]);
+                a[1] = fmaf(f, v[u].y, a[1]);
+                a[2] = fmaf(f, v[u].z, a[2]);
+                a[3] = fmaf(f, v[u].w, a[3]);
             }
+            mx = bm;
         }
+        float inv = sl > 0.0f ? 1.0f / sl : 0.0f;
         T *o = out + seq * out_stride + (int64_t)(h0 + h) * HD + d4 * 4;
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            o[i] = tc::from_f32<T>(a[i] * inv[h]);
+            o[i] = tc::from_f32<T>(a[i] * inv);
     }
 }
 
@@ -648,7 +654,7 @@ __device__ void prefill_mma(T *out, const T *q, const T *k_cache, const T *v_cac
     auto load = [&](int kt) { // warp w copies rows 16 w .. 16 w + 15 of key tile kt
         if (kt < n_kt) {
             T *ks = smem + (kt & 1) * STAGE + kTile * warp * LD;
-            load_kv_rows<T, HD>(ks, ks + kPBK * LD, k_cache, v_cache, tbl, (int64_t)kt * kPBK + kTile * warp, kend,
+            load_kv_rows<T, HD>(ks, ks + kPBK * LD, k_cache, v_cache, tbl, kt * kPBK + kTile * warp, (int)kend,
                                 block_size, n_kv_heads, kvh, lane);
         }
         tc::cp_commit();

@@ -173,6 +173,15 @@ __device__ __forceinline__ void await_inputs()
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+// atomicAdd with acquire and release semantics at GPU scope: the caller's earlier writes (and
+// those a barrier ordered before it) are visible to whoever reads the new value, and the writes
+// before the values it reads are visible to the caller.
+__device__ __forceinline__ int atomic_add_acq_rel(int *p, int v)
+{
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
 // Ask for the line holding p in L1 (no register written, nothing waited for).
 __device__ __forceinline__ void prefetch_l1(const void *p)
 {

@@ -2,7 +2,7 @@
  * against the ceilings of GPU.md (3.0 TB/s measured copy bandwidth; cuBLAS for products).
  * Inputs rotate through copies larger than L2 so the cache is not what is measured; each
  * figure is the median of 7 timings (CUDA events) of several repetitions after a warm-up.
- * Usage: bench_ops [all|norm|matvec|gemm|attention] */
+ * Usage: bench_ops [all|norm|matvec|gemm|attention], or bench_ops decode H KV BATCH LEN */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +36,36 @@ static double time_ms(run_fn fn, void *ctx, int reps)
         CHECK(tc_event_elapsed_ms(ev0, ev1, &ms));
         t[k] = ms / reps;
     }
+    return median(t, 7);
+}
+
+/* Median milliseconds of one run when `reps` runs are replayed as one CUDA graph, as the engine
+ * replays a decode step: what the kernels cost without the host's launch overhead. */
+static double time_graph_ms(run_fn fn, void *ctx, int reps)
+{
+    CUstream cs = tc_stream_handle(tc_backend_stream(gpu));
+    for (int i = 0; i < 3; i++)
+        CHECK(fn(ctx, i % SETS));
+    CHECK(tc_cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    for (int i = 0; i < reps; i++)
+        CHECK(fn(ctx, i % SETS));
+    CUgraph graph = NULL;
+    CHECK(tc_cuStreamEndCapture(cs, &graph));
+    CUgraphExec exec = NULL;
+    CHECK(tc_cuGraphInstantiateWithFlags(&exec, graph, 0));
+    CHECK(tc_cuGraphDestroy(graph));
+    CHECK(tc_cuGraphLaunch(exec, cs));
+    double t[7];
+    for (int k = 0; k < 7; k++) {
+        CHECK(tc_event_record(ev0, tc_backend_stream(gpu)));
+        CHECK(tc_cuGraphLaunch(exec, cs));
+        CHECK(tc_event_record(ev1, tc_backend_stream(gpu)));
+        CHECK(tc_event_synchronize(ev1));
+        float ms;
+        CHECK(tc_event_elapsed_ms(ev0, ev1, &ms));
+        t[k] = ms / reps;
+    }
+    CHECK(tc_cuGraphExecDestroy(exec));
     return median(t, 7);
 }
 
@@ -267,23 +297,45 @@ static void free_cache(at_ctx *a)
     tc_tensor_deinit(&a->table), tc_tensor_deinit(&a->lens), tc_tensor_deinit(&a->qstart);
 }
 
+/* One decode case (H KV batch len), timed from a graph: for a profiler. */
+static void bench_decode_case(rng_t *r, int argc, char **argv)
+{
+    if (argc < 6) {
+        fprintf(stderr, "usage: bench_ops decode H KV BATCH LEN\n");
+        exit(2);
+    }
+    int64_t H = atoll(argv[2]), KV = atoll(argv[3]), B = atoll(argv[4]), len = atoll(argv[5]);
+    if (H < 1 || KV < 1 || H % KV || B < 1 || len < 1) {
+        fprintf(stderr, "bench_ops decode: bad H KV BATCH LEN\n");
+        exit(2);
+    }
+    at_ctx a;
+    make_cache(r, &a, B, len, B, H, KV);
+    report_bw("attn decode graph", argv[5], time_graph_ms(run_decode, &a, 16),
+              2.0 * B * len * KV * 128 * 2);
+    free_cache(&a);
+}
+
 static void bench_attention(rng_t *r)
 {
-    const int64_t heads[][2] = { { 32, 32 }, { 32, 8 } };
-    const int64_t batches[] = { 1, 32 };
-    for (int hi = 0; hi < 2; hi++)
-        for (int bi = 0; bi < 2; bi++) {
-            at_ctx a;
-            int64_t B = batches[bi], H = heads[hi][0], KV = heads[hi][1], len = 4096;
-            make_cache(r, &a, B, len, B, H, KV);
-            double ms = time_ms(run_decode, &a, 20);
-            char name[40], shape[48];
-            snprintf(name, sizeof name, "attn decode batch %lld", (long long)B);
-            snprintf(shape, sizeof shape, "H %lld KV %lld hd 128 len 4096", (long long)H,
-                     (long long)KV);
-            report_bw(name, shape, ms, 2.0 * B * len * KV * 128 * 2);
-            free_cache(&a);
-        }
+    /* The issue's cases (a 4096-token cache), then the short caches of batch-1 decode steps;
+     * each timed launch by launch and replayed from a graph (as the engine's decode step). */
+    const int64_t cases[][4] = { { 32, 32, 1, 4096 }, { 32, 32, 32, 4096 }, { 32, 8, 1, 4096 },
+                                 { 32, 8, 32, 4096 }, { 32, 32, 1, 256 },   { 32, 8, 1, 256 } };
+    for (int ci = 0; ci < 6; ci++) {
+        at_ctx a;
+        int64_t H = cases[ci][0], KV = cases[ci][1], B = cases[ci][2], len = cases[ci][3];
+        make_cache(r, &a, B, len, B, H, KV);
+        double bytes = 2.0 * B * len * KV * 128 * 2;
+        char name[40], shape[48];
+        snprintf(shape, sizeof shape, "H %lld KV %lld hd 128 len %lld", (long long)H, (long long)KV,
+                 (long long)len);
+        snprintf(name, sizeof name, "attn decode batch %lld", (long long)B);
+        report_bw(name, shape, time_ms(run_decode, &a, 20), bytes);
+        snprintf(name, sizeof name, "  graph, batch %lld", (long long)B);
+        report_bw(name, shape, time_graph_ms(run_decode, &a, 64), bytes);
+        free_cache(&a);
+    }
     at_ctx a;
     make_cache(r, &a, 1, 4096, 4096, 32, 8);
     double ms = time_ms(run_prefill, &a, 3);
@@ -317,6 +369,8 @@ int main(int argc, char **argv)
         bench_gemm(&r);
     if (!strcmp(what, "all") || !strcmp(what, "attention"))
         bench_attention(&r);
+    if (!strcmp(what, "decode"))
+        bench_decode_case(&r, argc, argv);
     tc_event_destroy(ev0);
     tc_event_destroy(ev1);
     tc_backend_destroy(gpu);

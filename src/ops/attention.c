@@ -304,7 +304,7 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
                                  : TC_KERNEL_ATTN_DECODE128_BF16;
     /* Split each sequence's cache (flash-decoding) into as many parts as fill the GPU's resident
      * block slots once: a partial second wave would leave most SMs idle at the end. Splits are
-     * multiples of 64 tokens (a tile for each warp) and at most 256 (the merge's limit). The
+     * multiples of 64 tokens (a tile for each warp) and at most 256 (bounding the partials). The
      * chunk is sized for the table's width (a captured graph serves any length up to it); the
      * kernel shrinks it for a shorter sequence so that all splits share its cache. */
     int64_t group = n_heads / n_kv, chunks = (group + 7) / 8;
