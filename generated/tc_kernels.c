@@ -66,6 +66,8 @@ static const uint16_t sizes_tc_k_attn_prefill128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 
 static const char *const names_tc_k_attn_prefill128_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
 static const uint16_t sizes_tc_k_convert[] = {8, 4, 8, 4, 8, 8, 8, 8};
 static const char *const names_tc_k_convert[] = {"out", "out_dtype", "x", "x_dtype", "rows", "cols", "out_stride", "x_stride"};
+static const uint16_t sizes_tc_k_scale_cols[] = {8, 8, 4, 8, 8, 8};
+static const char *const names_tc_k_scale_cols[] = {"w", "s", "dtype", "rows", "cols", "w_stride"};
 static const uint16_t sizes_tc_k_copy_u8[] = {8, 8, 8};
 static const char *const names_tc_k_copy_u8[] = {"dst", "src", "bytes"};
 static const uint16_t sizes_tc_k_fill_f32[] = {8, 4, 8};
@@ -86,18 +88,18 @@ static const uint16_t sizes_tc_k_gemm_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_gemm_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
 static const uint16_t sizes_tc_k_gemm_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_gemm_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
-static const uint16_t sizes_tc_k_matvec_f32[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_matvec_f32[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_matvec_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_matvec_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_matvec_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_matvec_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_matvec1_f32[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_matvec1_f32[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_matvec1_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_matvec1_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_matvec1_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_matvec1_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_matvec_f32[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4};
+static const char *const names_tc_k_matvec_f32[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps"};
+static const uint16_t sizes_tc_k_matvec_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4};
+static const char *const names_tc_k_matvec_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps"};
+static const uint16_t sizes_tc_k_matvec_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4};
+static const char *const names_tc_k_matvec_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps"};
+static const uint16_t sizes_tc_k_matvec1_f32[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4};
+static const char *const names_tc_k_matvec1_f32[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps"};
+static const uint16_t sizes_tc_k_matvec1_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4};
+static const char *const names_tc_k_matvec1_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps"};
+static const uint16_t sizes_tc_k_matvec1_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4};
+static const char *const names_tc_k_matvec1_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps"};
 static const uint16_t sizes_tc_k_fill_random_f32[] = {8, 8, 8, 4, 4};
 static const char *const names_tc_k_fill_random_f32[] = {"out", "n", "seed", "offset", "scale"};
 static const uint16_t sizes_tc_k_fill_random_f16[] = {8, 8, 8, 4, 4};
@@ -153,6 +155,7 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 973, 17, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
     {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 986, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
     {"tc_k_convert", "kernels/convert.cu", 7, 8, sizes_tc_k_convert, names_tc_k_convert},
+    {"tc_k_scale_cols", "kernels/convert.cu", 30, 6, sizes_tc_k_scale_cols, names_tc_k_scale_cols},
     {"tc_k_copy_u8", "kernels/copy.cu", 32, 3, sizes_tc_k_copy_u8, names_tc_k_copy_u8},
     {"tc_k_fill_f32", "kernels/copy.cu", 50, 3, sizes_tc_k_fill_f32, names_tc_k_fill_f32},
     {"tc_k_embedding_f32", "kernels/embedding.cu", 34, 8, sizes_tc_k_embedding_f32, names_tc_k_embedding_f32},
@@ -163,18 +166,18 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_gemm_f32", "kernels/gemm.cu", 207, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
     {"tc_k_gemm_f16", "kernels/gemm.cu", 213, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
     {"tc_k_gemm_bf16", "kernels/gemm.cu", 219, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
-    {"tc_k_matvec_f32", "kernels/matvec.cu", 325, 10, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
-    {"tc_k_matvec_f16", "kernels/matvec.cu", 331, 10, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
-    {"tc_k_matvec_bf16", "kernels/matvec.cu", 337, 10, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},
-    {"tc_k_matvec1_f32", "kernels/matvec.cu", 346, 10, sizes_tc_k_matvec1_f32, names_tc_k_matvec1_f32},
-    {"tc_k_matvec1_f16", "kernels/matvec.cu", 352, 10, sizes_tc_k_matvec1_f16, names_tc_k_matvec1_f16},
-    {"tc_k_matvec1_bf16", "kernels/matvec.cu", 358, 10, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
+    {"tc_k_matvec_f32", "kernels/matvec.cu", 353, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
+    {"tc_k_matvec_f16", "kernels/matvec.cu", 359, 11, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
+    {"tc_k_matvec_bf16", "kernels/matvec.cu", 365, 11, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},
+    {"tc_k_matvec1_f32", "kernels/matvec.cu", 374, 11, sizes_tc_k_matvec1_f32, names_tc_k_matvec1_f32},
+    {"tc_k_matvec1_f16", "kernels/matvec.cu", 380, 11, sizes_tc_k_matvec1_f16, names_tc_k_matvec1_f16},
+    {"tc_k_matvec1_bf16", "kernels/matvec.cu", 386, 11, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
     {"tc_k_fill_random_f32", "kernels/random.cu", 31, 5, sizes_tc_k_fill_random_f32, names_tc_k_fill_random_f32},
     {"tc_k_fill_random_f16", "kernels/random.cu", 38, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
     {"tc_k_fill_random_bf16", "kernels/random.cu", 45, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},
-    {"tc_k_rmsnorm_f32", "kernels/rmsnorm.cu", 67, 9, sizes_tc_k_rmsnorm_f32, names_tc_k_rmsnorm_f32},
-    {"tc_k_rmsnorm_f16", "kernels/rmsnorm.cu", 74, 9, sizes_tc_k_rmsnorm_f16, names_tc_k_rmsnorm_f16},
-    {"tc_k_rmsnorm_bf16", "kernels/rmsnorm.cu", 81, 9, sizes_tc_k_rmsnorm_bf16, names_tc_k_rmsnorm_bf16},
+    {"tc_k_rmsnorm_f32", "kernels/rmsnorm.cu", 72, 9, sizes_tc_k_rmsnorm_f32, names_tc_k_rmsnorm_f32},
+    {"tc_k_rmsnorm_f16", "kernels/rmsnorm.cu", 79, 9, sizes_tc_k_rmsnorm_f16, names_tc_k_rmsnorm_f16},
+    {"tc_k_rmsnorm_bf16", "kernels/rmsnorm.cu", 86, 9, sizes_tc_k_rmsnorm_bf16, names_tc_k_rmsnorm_bf16},
     {"tc_k_rope_f32", "kernels/rope.cu", 151, 20, sizes_tc_k_rope_f32, names_tc_k_rope_f32},
     {"tc_k_rope_f16", "kernels/rope.cu", 167, 20, sizes_tc_k_rope_f16, names_tc_k_rope_f16},
     {"tc_k_rope_bf16", "kernels/rope.cu", 183, 20, sizes_tc_k_rope_bf16, names_tc_k_rope_bf16},

@@ -61,40 +61,41 @@ typedef enum tc_kernel_id {
     TC_KERNEL_ATTN_DECODE128_BF16 = 16,
     TC_KERNEL_ATTN_PREFILL128_BF16 = 17,
     TC_KERNEL_CONVERT = 18,
-    TC_KERNEL_COPY_U8 = 19,
-    TC_KERNEL_FILL_F32 = 20,
-    TC_KERNEL_EMBEDDING_F32 = 21,
-    TC_KERNEL_EMBEDDING_F16 = 22,
-    TC_KERNEL_EMBEDDING_BF16 = 23,
-    TC_KERNEL_GEMM_TC_F16 = 24,
-    TC_KERNEL_GEMM_TC_BF16 = 25,
-    TC_KERNEL_GEMM_F32 = 26,
-    TC_KERNEL_GEMM_F16 = 27,
-    TC_KERNEL_GEMM_BF16 = 28,
-    TC_KERNEL_MATVEC_F32 = 29,
-    TC_KERNEL_MATVEC_F16 = 30,
-    TC_KERNEL_MATVEC_BF16 = 31,
-    TC_KERNEL_MATVEC1_F32 = 32,
-    TC_KERNEL_MATVEC1_F16 = 33,
-    TC_KERNEL_MATVEC1_BF16 = 34,
-    TC_KERNEL_FILL_RANDOM_F32 = 35,
-    TC_KERNEL_FILL_RANDOM_F16 = 36,
-    TC_KERNEL_FILL_RANDOM_BF16 = 37,
-    TC_KERNEL_RMSNORM_F32 = 38,
-    TC_KERNEL_RMSNORM_F16 = 39,
-    TC_KERNEL_RMSNORM_BF16 = 40,
-    TC_KERNEL_ROPE_F32 = 41,
-    TC_KERNEL_ROPE_F16 = 42,
-    TC_KERNEL_ROPE_BF16 = 43,
-    TC_KERNEL_SELFTEST_PARAMS = 44,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 45,
-    TC_KERNEL_SOFTMAX_F32 = 46,
-    TC_KERNEL_SOFTMAX_F16 = 47,
-    TC_KERNEL_SOFTMAX_BF16 = 48,
-    TC_KERNEL_SWIGLU_F32 = 49,
-    TC_KERNEL_SWIGLU_F16 = 50,
-    TC_KERNEL_SWIGLU_BF16 = 51,
-    TC_KERNEL_COUNT = 52
+    TC_KERNEL_SCALE_COLS = 19,
+    TC_KERNEL_COPY_U8 = 20,
+    TC_KERNEL_FILL_F32 = 21,
+    TC_KERNEL_EMBEDDING_F32 = 22,
+    TC_KERNEL_EMBEDDING_F16 = 23,
+    TC_KERNEL_EMBEDDING_BF16 = 24,
+    TC_KERNEL_GEMM_TC_F16 = 25,
+    TC_KERNEL_GEMM_TC_BF16 = 26,
+    TC_KERNEL_GEMM_F32 = 27,
+    TC_KERNEL_GEMM_F16 = 28,
+    TC_KERNEL_GEMM_BF16 = 29,
+    TC_KERNEL_MATVEC_F32 = 30,
+    TC_KERNEL_MATVEC_F16 = 31,
+    TC_KERNEL_MATVEC_BF16 = 32,
+    TC_KERNEL_MATVEC1_F32 = 33,
+    TC_KERNEL_MATVEC1_F16 = 34,
+    TC_KERNEL_MATVEC1_BF16 = 35,
+    TC_KERNEL_FILL_RANDOM_F32 = 36,
+    TC_KERNEL_FILL_RANDOM_F16 = 37,
+    TC_KERNEL_FILL_RANDOM_BF16 = 38,
+    TC_KERNEL_RMSNORM_F32 = 39,
+    TC_KERNEL_RMSNORM_F16 = 40,
+    TC_KERNEL_RMSNORM_BF16 = 41,
+    TC_KERNEL_ROPE_F32 = 42,
+    TC_KERNEL_ROPE_F16 = 43,
+    TC_KERNEL_ROPE_BF16 = 44,
+    TC_KERNEL_SELFTEST_PARAMS = 45,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 46,
+    TC_KERNEL_SOFTMAX_F32 = 47,
+    TC_KERNEL_SOFTMAX_F16 = 48,
+    TC_KERNEL_SOFTMAX_BF16 = 49,
+    TC_KERNEL_SWIGLU_F32 = 50,
+    TC_KERNEL_SWIGLU_F16 = 51,
+    TC_KERNEL_SWIGLU_BF16 = 52,
+    TC_KERNEL_COUNT = 53
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -328,6 +329,17 @@ static inline tc_status tc_launch_convert(tc_launch_config cfg, void *out, int32
     tc_launch_convert((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_dtype), TC__KARG_CONST(const void *, void *, x), TC__KARG(int32_t, x_dtype), TC__KARG(int64_t, rows), TC__KARG(int64_t, cols), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, x_stride))
 #endif
 
+/* kernels/convert.cu:30 tc_k_scale_cols: w[r, c] *= s[c] for w [rows, cols] (row stride w_stride) and s [cols], both of dtype `dtype` (DT_F32/F16/BF16 codes), rounded to nearest even: a norm's weight folded into the columns of the product that follows it. Grid (any, any): blocks stride over rows (y) and columns (x). */
+static inline tc_status tc_launch_scale_cols(tc_launch_config cfg, void *w, const void *s, int32_t dtype, int64_t rows, int64_t cols, int64_t w_stride)
+{
+    void *args[] = {&w, &s, &dtype, &rows, &cols, &w_stride};
+    return tc_launch_kernel(TC_KERNEL_SCALE_COLS, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_scale_cols(cfg, w, s, dtype, rows, cols, w_stride) \
+    tc_launch_scale_cols((cfg), TC__KARG(void *, w), TC__KARG_CONST(const void *, void *, s), TC__KARG(int32_t, dtype), TC__KARG(int64_t, rows), TC__KARG(int64_t, cols), TC__KARG(int64_t, w_stride))
+#endif
+
 /* kernels/copy.cu:32 tc_k_copy_u8: Copy `bytes` bytes from src to dst (device memory, not overlapping). Both 16-byte aligned take the vector path; otherwise bytes move one at a time. Any grid size works. */
 static inline tc_status tc_launch_copy_u8(tc_launch_config cfg, uint8_t *dst, const uint8_t *src, size_t bytes)
 {
@@ -438,70 +450,70 @@ static inline tc_status tc_launch_gemm_bf16(tc_launch_config cfg, tc_bf16 *out, 
     tc_launch_gemm_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/matvec.cu:325 tc_k_matvec_f32: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8, w of run-time dtype w_dtype (tc_dtype); one warp per output row, grid-stride over rows. Fused options (tc_linear): flags bit 0: SwiGLU, w holds 2n rows (gate, then up) and out = silu(gate) * up; bit 1: out += the result. */
-static inline tc_status tc_launch_matvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+/* kernels/matvec.cu:353 tc_k_matvec_f32: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8, w of run-time dtype w_dtype (tc_dtype); one warp per output row, grid-stride over rows. Fused options (tc_linear): flags bit 0: SwiGLU, w holds 2n rows (gate, then up) and out = silu(gate) * up; bit 1: out += the result. The one-row kernel also takes bit 2: x RMS-normalised first, x / sqrt(mean(x^2) + norm_eps), for weights of x's dtype with k, x and w 16-byte aligned. */
+static inline tc_status tc_launch_matvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
-    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps};
     return tc_launch_kernel(TC_KERNEL_MATVEC_F32, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_matvec_f32(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
-    tc_launch_matvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#define tc_launch_matvec_f32(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps) \
+    tc_launch_matvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps))
 #endif
 
-/* kernels/matvec.cu:331 tc_k_matvec_f16 */
-static inline tc_status tc_launch_matvec_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+/* kernels/matvec.cu:359 tc_k_matvec_f16 */
+static inline tc_status tc_launch_matvec_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
-    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps};
     return tc_launch_kernel(TC_KERNEL_MATVEC_F16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_matvec_f16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
-    tc_launch_matvec_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#define tc_launch_matvec_f16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps) \
+    tc_launch_matvec_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps))
 #endif
 
-/* kernels/matvec.cu:337 tc_k_matvec_bf16 */
-static inline tc_status tc_launch_matvec_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+/* kernels/matvec.cu:365 tc_k_matvec_bf16 */
+static inline tc_status tc_launch_matvec_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
-    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps};
     return tc_launch_kernel(TC_KERNEL_MATVEC_BF16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_matvec_bf16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
-    tc_launch_matvec_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#define tc_launch_matvec_bf16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps) \
+    tc_launch_matvec_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps))
 #endif
 
-/* kernels/matvec.cu:346 tc_k_matvec1_f32: The same for one row of x (m must be 1). The launch bounds (64 threads, 8 blocks per SM) let ptxas spend registers on keeping a row's sixteen weight loads in flight: by itself it chose 43 registers and issued each load just before its use. */
-static inline tc_status tc_launch_matvec1_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+/* kernels/matvec.cu:374 tc_k_matvec1_f32: The same for one row of x (m must be 1). The launch bounds (64 threads, 8 blocks per SM) let ptxas spend registers on keeping a row's sixteen weight loads in flight: by itself it chose 43 registers and issued each load just before its use. */
+static inline tc_status tc_launch_matvec1_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
-    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps};
     return tc_launch_kernel(TC_KERNEL_MATVEC1_F32, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_matvec1_f32(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
-    tc_launch_matvec1_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#define tc_launch_matvec1_f32(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps) \
+    tc_launch_matvec1_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps))
 #endif
 
-/* kernels/matvec.cu:352 tc_k_matvec1_f16 */
-static inline tc_status tc_launch_matvec1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+/* kernels/matvec.cu:380 tc_k_matvec1_f16 */
+static inline tc_status tc_launch_matvec1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
-    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps};
     return tc_launch_kernel(TC_KERNEL_MATVEC1_F16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_matvec1_f16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
-    tc_launch_matvec1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#define tc_launch_matvec1_f16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps) \
+    tc_launch_matvec1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps))
 #endif
 
-/* kernels/matvec.cu:358 tc_k_matvec1_bf16 */
-static inline tc_status tc_launch_matvec1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+/* kernels/matvec.cu:386 tc_k_matvec1_bf16 */
+static inline tc_status tc_launch_matvec1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
-    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps};
     return tc_launch_kernel(TC_KERNEL_MATVEC1_BF16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_matvec1_bf16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
-    tc_launch_matvec1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#define tc_launch_matvec1_bf16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps) \
+    tc_launch_matvec1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps))
 #endif
 
 /* kernels/random.cu:31 tc_k_fill_random_f32: out[i] = offset + scale * (2u - 1), u from a hash of (seed, i) (grid-stride). */
@@ -537,7 +549,7 @@ static inline tc_status tc_launch_fill_random_bf16(tc_launch_config cfg, tc_bf16
     tc_launch_fill_random_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(int64_t, n), TC__KARG(uint64_t, seed), TC__KARG(float, offset), TC__KARG(float, scale))
 #endif
 
-/* kernels/rmsnorm.cu:67 tc_k_rmsnorm_f32: RMSNorm of gridDim.x rows of `dim` elements: with residual (may be NULL), residual += x first and the norm is of the sum. out may alias x. */
+/* kernels/rmsnorm.cu:72 tc_k_rmsnorm_f32: RMSNorm of gridDim.x rows of `dim` elements: with residual (may be NULL), residual += x first and the norm is of the sum. A NULL w is all ones. out may alias x. */
 static inline tc_status tc_launch_rmsnorm_f32(tc_launch_config cfg, float *out, float *residual, const float *x, const float *w, int64_t dim, int64_t out_stride, int64_t res_stride, int64_t x_stride, float eps)
 {
     void *args[] = {&out, &residual, &x, &w, &dim, &out_stride, &res_stride, &x_stride, &eps};
@@ -548,7 +560,7 @@ static inline tc_status tc_launch_rmsnorm_f32(tc_launch_config cfg, float *out, 
     tc_launch_rmsnorm_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, residual), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const float *, float *, w), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, res_stride), TC__KARG(int64_t, x_stride), TC__KARG(float, eps))
 #endif
 
-/* kernels/rmsnorm.cu:74 tc_k_rmsnorm_f16 */
+/* kernels/rmsnorm.cu:79 tc_k_rmsnorm_f16 */
 static inline tc_status tc_launch_rmsnorm_f16(tc_launch_config cfg, tc_half *out, tc_half *residual, const tc_half *x, const tc_half *w, int64_t dim, int64_t out_stride, int64_t res_stride, int64_t x_stride, float eps)
 {
     void *args[] = {&out, &residual, &x, &w, &dim, &out_stride, &res_stride, &x_stride, &eps};
@@ -559,7 +571,7 @@ static inline tc_status tc_launch_rmsnorm_f16(tc_launch_config cfg, tc_half *out
     tc_launch_rmsnorm_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(tc_half *, residual), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, res_stride), TC__KARG(int64_t, x_stride), TC__KARG(float, eps))
 #endif
 
-/* kernels/rmsnorm.cu:81 tc_k_rmsnorm_bf16 */
+/* kernels/rmsnorm.cu:86 tc_k_rmsnorm_bf16 */
 static inline tc_status tc_launch_rmsnorm_bf16(tc_launch_config cfg, tc_bf16 *out, tc_bf16 *residual, const tc_bf16 *x, const tc_bf16 *w, int64_t dim, int64_t out_stride, int64_t res_stride, int64_t x_stride, float eps)
 {
     void *args[] = {&out, &residual, &x, &w, &dim, &out_stride, &res_stride, &x_stride, &eps};

@@ -22,3 +22,25 @@ extern "C" __global__ void tc_k_convert(void *out, int32_t out_dtype, const void
             static_cast<__nv_bfloat16 *>(out)[o] = tc::from_f32<__nv_bfloat16>(v);
     }
 }
+
+/** w[r, c] *= s[c] for w [rows, cols] (row stride w_stride) and s [cols], both of dtype `dtype`
+ *  (DT_F32/F16/BF16 codes), rounded to nearest even: a norm's weight folded into the columns
+ *  of the product that follows it. Grid (any, any): blocks stride over rows (y) and columns
+ *  (x). */
+extern "C" __global__ void tc_k_scale_cols(void *w, const void *s, int32_t dtype, int64_t rows, int64_t cols,
+                                           int64_t w_stride)
+{
+    tc::await_inputs();
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols;
+             c += (int64_t)gridDim.x * blockDim.x) {
+            int64_t i = r * w_stride + c;
+            float v = tc::load_any(dtype, w, i) * tc::load_any(dtype, s, c);
+            if (dtype == tc::DT_F32)
+                static_cast<float *>(w)[i] = v;
+            else if (dtype == tc::DT_F16)
+                static_cast<__half *>(w)[i] = tc::from_f32<__half>(v);
+            else
+                static_cast<__nv_bfloat16 *>(w)[i] = tc::from_f32<__nv_bfloat16>(v);
+        }
+}

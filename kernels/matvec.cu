@@ -40,20 +40,29 @@ template <typename TX, int N> __device__ __forceinline__ void load_x(const TX *p
     }
 }
 
-// What a fused linear layer does after the product (tc_linear_opts).
-enum : int { kSwiglu = 1, kAccumulate = 2 };
+// What a fused linear layer does around the product (tc_linear_opts). With kNorm (one row of
+// x, weights of its dtype) x is RMS-normalised first, the norm's weight folded into w: the
+// lanes sum its squares beside the product, from the values they load for it anyway, and the
+// sums are scaled at the end.
+enum : int { kSwiglu = 1, kAccumulate = 2, kNorm = 4 };
 
-// Reduce the lanes' partial sums and write row `row` of out (lane 0): SwiGLU of the gate and
-// up sums, and added to out's old value, as the flags ask.
-template <typename TX, int M>
-__device__ __forceinline__ void finish(float (&acc)[M], float (&up)[M], TX *out, int m, int64_t row,
-                                       int64_t os, int flags)
+// Reduce the lanes' partial sums and write row `row` of out (lane 0): scaled by the row's RMS
+// norm (NORM: ss holds the sums of squares), SwiGLU of the gate and up sums, and added to
+// out's old value, as the flags ask.
+template <typename TX, int M, bool NORM>
+__device__ __forceinline__ void finish(float (&acc)[M], float (&up)[M], float (&ss)[M], TX *out, int m,
+                                       int64_t row, int64_t k, int64_t os, int flags, float eps)
 {
 #pragma unroll
     for (int r = 0; r < M; r++) {
         acc[r] = tc::warp_sum(acc[r]);
         if (flags & kSwiglu)
             up[r] = tc::warp_sum(up[r]);
+        if constexpr (NORM) {
+            float scale = rsqrtf(tc::warp_sum(ss[r]) / (float)k + eps);
+            acc[r] *= scale;
+            up[r] *= scale;
+        }
     }
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
@@ -69,12 +78,13 @@ __device__ __forceinline__ void finish(float (&acc)[M], float (&up)[M], TX *out,
         }
 }
 
-// The lane's partial dot products of one float weight row with the m rows of x. One row of x
-// uses each weight once: the weights stay as stored until used, and twice as many loads are
-// in flight (a 4096-wide bf16 row in one go). More rows reuse each weight: converted once.
-template <typename TX, typename TW, int M, int N>
-__device__ __forceinline__ void dot_float_row(float (&acc)[M], const TX *x, const TW *wr, int m, int64_t k,
-                                              int64_t xs)
+// The lane's partial dot products of one float weight row with the m rows of x, and with SS
+// (one row only) the partial sum of squares of x beside them. One row of x uses each weight
+// once: the weights stay as stored until used, and twice as many loads are in flight (a
+// 4096-wide bf16 row in one go). More rows reuse each weight: converted once.
+template <typename TX, typename TW, int M, int N, bool SS>
+__device__ __forceinline__ void dot_float_row(float (&acc)[M], float (&ss)[M], const TX *x, const TW *wr, int m,
+                                              int64_t k, int64_t xs)
 {
     int lane = threadIdx.x & 31;
     constexpr int64_t step = 32 * N;
@@ -91,8 +101,11 @@ __device__ __forceinline__ void dot_float_row(float (&acc)[M], const TX *x, cons
                 float xv[N];
                 load_x<TX, N>(x + kk + u * step, xv);
 #pragma unroll
-                for (int j = 0; j < N; j++)
+                for (int j = 0; j < N; j++) {
                     acc[0] = fmaf(tc::to_f32(raw[u].v[j]), xv[j], acc[0]);
+                    if constexpr (SS)
+                        ss[0] = fmaf(xv[j], xv[j], ss[0]);
+                }
             }
         } else {
             float wv[U][N];
@@ -125,17 +138,20 @@ __device__ __forceinline__ void dot_float_row(float (&acc)[M], const TX *x, cons
             float xv[N];
             load_x<TX, N>(x + r * xs + kk, xv);
 #pragma unroll
-            for (int j = 0; j < N; j++)
+            for (int j = 0; j < N; j++) {
                 acc[r] = fmaf(tc::to_f32(wv.v[j]), xv[j], acc[r]);
+                if constexpr (SS)
+                    ss[r] = fmaf(xv[j], xv[j], ss[r]);
+            }
         }
     }
 }
 
 // One row of x against a gate row and an up row at once (SwiGLU): eight loads of each in flight
 // together, where one row after the other would drain the loads between the two.
-template <typename TX, typename TW, int N>
-__device__ __forceinline__ void dot_pair_row1(float &a, float &b, const TX *x, const TW *wg, const TW *wu,
-                                              int64_t k)
+template <typename TX, typename TW, int N, bool SS>
+__device__ __forceinline__ void dot_pair_row1(float &a, float &b, float &ss, const TX *x, const TW *wg,
+                                              const TW *wu, int64_t k)
 {
     int lane = threadIdx.x & 31;
     constexpr int64_t step = 32 * N;
@@ -156,6 +172,8 @@ __device__ __forceinline__ void dot_pair_row1(float &a, float &b, const TX *x, c
             for (int j = 0; j < N; j++) {
                 a = fmaf(tc::to_f32(rg[u].v[j]), xv[j], a);
                 b = fmaf(tc::to_f32(ru[u].v[j]), xv[j], b);
+                if constexpr (SS)
+                    ss = fmaf(xv[j], xv[j], ss);
             }
         }
     }
@@ -167,27 +185,30 @@ __device__ __forceinline__ void dot_pair_row1(float &a, float &b, const TX *x, c
         for (int j = 0; j < N; j++) {
             a = fmaf(tc::to_f32(g.v[j]), xv[j], a);
             b = fmaf(tc::to_f32(u.v[j]), xv[j], b);
+            if constexpr (SS)
+                ss = fmaf(xv[j], xv[j], ss);
         }
     }
 }
 
 // Float weights, N per access (16 bytes of weights, or 1 for unaligned shapes). With SwiGLU
-// the warp of output row `row` reads weight rows row (gate) and n + row (up).
-template <typename TX, typename TW, int M, int N>
+// the warp of output row `row` reads weight rows row (gate) and n + row (up). SS: the norm's
+// sums of squares come beside the product (one row: a decode step's norm costs no loads).
+template <typename TX, typename TW, int M, int N, bool SS>
 __device__ void float_rows(TX *out, const TX *x, const TW *w, int m, int64_t n, int64_t k, int64_t xs,
-                           int64_t os, int flags)
+                           int64_t os, int flags, float eps)
 {
     int64_t warps = blockDim.x >> 5;
     for (int64_t row = blockIdx.x * warps + (threadIdx.x >> 5); row < n; row += gridDim.x * warps) {
-        float acc[M] = {}, up[M] = {};
+        float acc[M] = {}, up[M] = {}, ss[M] = {}, unused[M];
         if (M == 1 && (flags & kSwiglu)) {
-            dot_pair_row1<TX, TW, N>(acc[0], up[0], x, w + row * k, w + (n + row) * k, k);
+            dot_pair_row1<TX, TW, N, SS>(acc[0], up[0], ss[0], x, w + row * k, w + (n + row) * k, k);
         } else {
-            dot_float_row<TX, TW, M, N>(acc, x, w + row * k, m, k, xs);
+            dot_float_row<TX, TW, M, N, SS>(acc, ss, x, w + row * k, m, k, xs);
             if (flags & kSwiglu)
-                dot_float_row<TX, TW, M, N>(up, x, w + (n + row) * k, m, k, xs);
+                dot_float_row<TX, TW, M, N, false>(up, unused, x, w + (n + row) * k, m, k, xs);
         }
-        finish<TX, M>(acc, up, out, m, row, os, flags);
+        finish<TX, M, SS>(acc, up, ss, out, m, row, k, os, flags, eps);
     }
 }
 
@@ -255,34 +276,35 @@ __device__ void block_rows(TX *out, const TX *x, const uint8_t *w, int m, int64_
         dot_block_row<TX, M, DT>(acc, x, w + row * rb, m, k, xs);
         if (flags & kSwiglu)
             dot_block_row<TX, M, DT>(up, x, w + (n + row) * rb, m, k, xs);
-        finish<TX, M>(acc, up, out, m, row, os, flags);
+        float none[M];
+        finish<TX, M, false>(acc, up, none, out, m, row, k, os, flags, 0.0f);
     }
 }
 
 template <typename TX, int M>
 __device__ void by_weight(TX *out, const TX *x, const void *w, int dt, int m, int64_t n, int64_t k,
-                          int64_t xs, int64_t os, int flags)
+                          int64_t xs, int64_t os, int flags, float eps)
 {
     // 16-byte vectors need every row start aligned: k, the x stride and the pointers.
     bool vec = xs % (16 / (int)sizeof(TX)) == 0 && tc::aligned(x, w, w, 16);
     switch (dt) {
     case tc::DT_F32:
         if (k % 4 == 0 && vec)
-            float_rows<TX, float, M, 4>(out, x, (const float *)w, m, n, k, xs, os, flags);
+            float_rows<TX, float, M, 4, false>(out, x, (const float *)w, m, n, k, xs, os, flags, eps);
         else
-            float_rows<TX, float, M, 1>(out, x, (const float *)w, m, n, k, xs, os, flags);
+            float_rows<TX, float, M, 1, false>(out, x, (const float *)w, m, n, k, xs, os, flags, eps);
         break;
     case tc::DT_F16:
         if (k % 8 == 0 && vec)
-            float_rows<TX, __half, M, 8>(out, x, (const __half *)w, m, n, k, xs, os, flags);
+            float_rows<TX, __half, M, 8, false>(out, x, (const __half *)w, m, n, k, xs, os, flags, eps);
         else
-            float_rows<TX, __half, M, 1>(out, x, (const __half *)w, m, n, k, xs, os, flags);
+            float_rows<TX, __half, M, 1, false>(out, x, (const __half *)w, m, n, k, xs, os, flags, eps);
         break;
     case tc::DT_BF16:
         if (k % 8 == 0 && vec)
-            float_rows<TX, __nv_bfloat16, M, 8>(out, x, (const __nv_bfloat16 *)w, m, n, k, xs, os, flags);
+            float_rows<TX, __nv_bfloat16, M, 8, false>(out, x, (const __nv_bfloat16 *)w, m, n, k, xs, os, flags, eps);
         else
-            float_rows<TX, __nv_bfloat16, M, 1>(out, x, (const __nv_bfloat16 *)w, m, n, k, xs, os, flags);
+            float_rows<TX, __nv_bfloat16, M, 1, false>(out, x, (const __nv_bfloat16 *)w, m, n, k, xs, os, flags, eps);
         break;
     case tc::DT_Q4_0:
         block_rows<TX, M, tc::DT_Q4_0>(out, x, (const uint8_t *)w, m, n, k, xs, os, flags);
@@ -298,7 +320,7 @@ __device__ void by_weight(TX *out, const TX *x, const void *w, int dt, int m, in
 // decode step of a single sequence, a third of its resident warps).
 template <typename TX, int MIN_M>
 __device__ void by_rows(TX *out, const TX *x, const void *w, int dt, int m, int64_t n, int64_t k,
-                        int64_t xs, int64_t os, int flags)
+                        int64_t xs, int64_t os, int flags, float eps)
 {
     // The weights are never written by a kernel: ask for the start of this warp's first row
     // (up to 4 KiB, a line per lane) while the previous kernel finishes, then wait for x.
@@ -310,10 +332,15 @@ __device__ void by_rows(TX *out, const TX *x, const void *w, int dt, int m, int6
     }
     tc::await_inputs();
     // 2 to 8 rows share one instantiation: with 2 and 4 as well the binary passed 5 MB.
-    if (MIN_M == 1)
-        by_weight<TX, 1>(out, x, w, dt, 1, n, k, xs, os, flags);
+    // A decode step's normed product (the host checks for weights of x's dtype and 16-byte
+    // rows): its own instantiation, summing squares beside the product (summing them in every
+    // product cost a plain 4096 x 4096 one 6% of its bandwidth).
+    if (MIN_M == 1 && (flags & kNorm))
+        float_rows<TX, TX, 1, 16 / (int)sizeof(TX), true>(out, x, (const TX *)w, 1, n, k, xs, os, flags, eps);
+    else if (MIN_M == 1)
+        by_weight<TX, 1>(out, x, w, dt, 1, n, k, xs, os, flags, eps);
     else
-        by_weight<TX, 8>(out, x, w, dt, m, n, k, xs, os, flags);
+        by_weight<TX, 8>(out, x, w, dt, m, n, k, xs, os, flags, eps);
 }
 
 } // namespace matvec_cu
@@ -321,43 +348,44 @@ __device__ void by_rows(TX *out, const TX *x, const void *w, int dt, int m, int6
 /** out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8, w of run-time dtype w_dtype (tc_dtype);
  *  one warp per output row, grid-stride over rows. Fused options (tc_linear): flags bit 0:
  *  SwiGLU, w holds 2n rows (gate, then up) and out = silu(gate) * up; bit 1: out += the
- *  result. */
+ *  result. The one-row kernel also takes bit 2: x RMS-normalised first, x / sqrt(mean(x^2) +
+ *  norm_eps), for weights of x's dtype with k, x and w 16-byte aligned. */
 extern "C" __global__ void tc_k_matvec_f32(float *out, const float *x, const void *w, int32_t w_dtype,
                                            int32_t m, int64_t n, int64_t k, int64_t x_stride,
-                                           int64_t out_stride, int32_t flags)
+                                           int64_t out_stride, int32_t flags, float norm_eps)
 {
-    matvec_cu::by_rows<float, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
+    matvec_cu::by_rows<float, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps);
 }
 extern "C" __global__ void tc_k_matvec_f16(__half *out, const __half *x, const void *w,
                                            int32_t w_dtype, int32_t m, int64_t n, int64_t k,
-                                           int64_t x_stride, int64_t out_stride, int32_t flags)
+                                           int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
-    matvec_cu::by_rows<__half, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
+    matvec_cu::by_rows<__half, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps);
 }
 extern "C" __global__ void tc_k_matvec_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x,
                                             const void *w, int32_t w_dtype, int32_t m, int64_t n,
-                                            int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+                                            int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
-    matvec_cu::by_rows<__nv_bfloat16, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
+    matvec_cu::by_rows<__nv_bfloat16, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps);
 }
 /** The same for one row of x (m must be 1). The launch bounds (64 threads, 8 blocks per SM)
  *  let ptxas spend registers on keeping a row's sixteen weight loads in flight: by itself it
  *  chose 43 registers and issued each load just before its use. */
 extern "C" __global__ void __launch_bounds__(64, 8) tc_k_matvec1_f32(float *out, const float *x, const void *w, int32_t w_dtype,
                                             int32_t m, int64_t n, int64_t k, int64_t x_stride,
-                                            int64_t out_stride, int32_t flags)
+                                            int64_t out_stride, int32_t flags, float norm_eps)
 {
-    matvec_cu::by_rows<float, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
+    matvec_cu::by_rows<float, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(64, 8) tc_k_matvec1_f16(__half *out, const __half *x, const void *w,
                                             int32_t w_dtype, int32_t m, int64_t n, int64_t k,
-                                            int64_t x_stride, int64_t out_stride, int32_t flags)
+                                            int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
-    matvec_cu::by_rows<__half, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
+    matvec_cu::by_rows<__half, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(64, 8) tc_k_matvec1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x,
                                              const void *w, int32_t w_dtype, int32_t m, int64_t n,
-                                             int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+                                             int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
-    matvec_cu::by_rows<__nv_bfloat16, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
+    matvec_cu::by_rows<__nv_bfloat16, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps);
 }

@@ -38,7 +38,12 @@ __device__ void run(T *out, T *residual, const T *x, const T *w, int64_t dim, in
     for (int64_t i = threadIdx.x * N; i < dim; i += blockDim.x * N) {
         float v[N], g[N];
         tc::load_f32<T, N>(src + i, v);
-        tc::load_f32<T, N>(w + i, g);
+        if (w)
+            tc::load_f32<T, N>(w + i, g);
+        else
+#pragma unroll
+            for (int j = 0; j < N; j++)
+                g[j] = 1.0f;
 #pragma unroll
         for (int j = 0; j < N; j++)
             v[j] = v[j] * inv * g[j];
@@ -63,7 +68,7 @@ __device__ void dispatch(T *out, T *residual, const T *x, const T *w, int64_t di
 } // namespace rmsnorm_cu
 
 /** RMSNorm of gridDim.x rows of `dim` elements: with residual (may be NULL), residual += x
- *  first and the norm is of the sum. out may alias x. */
+ *  first and the norm is of the sum. A NULL w is all ones. out may alias x. */
 extern "C" __global__ void tc_k_rmsnorm_f32(float *out, float *residual, const float *x,
                                             const float *w, int64_t dim, int64_t out_stride,
                                             int64_t res_stride, int64_t x_stride, float eps)

@@ -374,6 +374,31 @@ static tc_status fuse(loader *L, int n, const char *const *names, const int64_t 
     return TC_OK;
 }
 
+/* On CUDA, fold each layer's norm weights into the columns of the fused products after them
+ * (float weights of the norm's dtype), so that a decode step spends no kernels on norms. */
+static tc_status fold_norms(tc_llama *m)
+{
+    if (tc_backend_get_kind(m->backend) != TC_BACKEND_CUDA)
+        return TC_OK;
+    const tc_llama_config *c = &m->cfg;
+    int folded = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        tc_llama_layer *y = &m->layers[l];
+        tc_dtype dt = y->attn_norm.dtype;
+        bool ok = y->wqkv.data && y->w_gu.data && y->wqkv.dtype == dt && y->w_gu.dtype == dt &&
+                  y->ffn_norm.dtype == dt &&
+                  (dt == TC_DTYPE_F32 || dt == TC_DTYPE_F16 || dt == TC_DTYPE_BF16);
+        if (!ok)
+            continue;
+        TC_TRY(tc_scale_columns(&y->wqkv, &y->attn_norm));
+        TC_TRY(tc_scale_columns(&y->w_gu, &y->ffn_norm));
+        y->norms_folded = true;
+        folded++;
+    }
+    TC_DEBUG("norm weights folded into the products of %d of %d layers", folded, c->n_layers);
+    return TC_OK;
+}
+
 static tc_status load(loader *L)
 {
     tc_llama *m = L->m;
@@ -413,6 +438,7 @@ static tc_status load(loader *L)
 #undef PLACE
     }
     TC_TRY(place(L, "output_norm.weight", 0, c->dim, &m->out_norm));
+    TC_TRY(fold_norms(m));
     if (c->tied_embeddings)
         TC_TRY(tc_tensor_slice(&m->tok_embd, 0, 0, c->vocab, &m->lm_head));
     else
@@ -787,16 +813,29 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
      * residual stream. More rows: separate ops, with the residual add of each sublayer's output
      * fused into the next norm. */
     bool fused = T <= TC_MATVEC_MAX_ROWS;
-    const tc_linear_opts add = { .accumulate = true }, swiglu = { .swiglu = true };
+    const tc_linear_opts add = { .accumulate = true }, swiglu = { .swiglu = true },
+                         normed = { .rms_norm = true, .norm_eps = c->norm_eps },
+                         normed_swiglu = { .swiglu = true,
+                                           .rms_norm = true,
+                                           .norm_eps = c->norm_eps };
     TC_CHECK(st, tc_embedding(&x, &m->tok_embd, &ids));
     for (int l = 0; l < c->n_layers; l++) {
         tc_llama_layer *y = &m->layers[l];
-        if (fused || l == 0)
-            TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, &y->attn_norm, c->norm_eps));
-        else
-            TC_CHECK(st, tc_rmsnorm(&h, &x, &o, &y->attn_norm, c->norm_eps));
+        /* With the norms folded, a decode step's products normalise x themselves. */
+        bool in_product = fused && y->norms_folded;
+        const tc_tensor *attn_norm = y->norms_folded ? NULL : &y->attn_norm,
+                        *ffn_norm = y->norms_folded ? NULL : &y->ffn_norm;
+        if (!in_product && (fused || l == 0))
+            TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, attn_norm, c->norm_eps));
+        else if (!in_product)
+            TC_CHECK(st, tc_rmsnorm(&h, &x, &o, attn_norm, c->norm_eps));
         tc_tensor *lq = &q3, *lk = &k3, *lv = &v3;
-        if (y->wqkv.data) {
+        if (in_product) {
+            TC_CHECK(st, tc_linear(&qkv, &x, &y->wqkv, &normed));
+            lq = &fq3;
+            lk = &fk3;
+            lv = &fv3;
+        } else if (y->wqkv.data) {
             TC_CHECK(st, tc_matmul(&qkv, &h, &y->wqkv));
             lq = &fq3;
             lk = &fk3;
@@ -825,7 +864,12 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         }
         if (fused) {
             TC_CHECK(st, tc_linear(&x, &att, &y->wo, &add));
-            TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, &y->ffn_norm, c->norm_eps));
+            if (in_product) {
+                TC_CHECK(st, tc_linear(&gate, &x, &y->w_gu, &normed_swiglu));
+                TC_CHECK(st, tc_linear(&x, &gate, &y->w_down, &add));
+                continue;
+            }
+            TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, ffn_norm, c->norm_eps));
             if (y->w_gu.data) {
                 TC_CHECK(st, tc_linear(&gate, &h, &y->w_gu, &swiglu));
             } else {
@@ -837,7 +881,7 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             continue;
         }
         TC_CHECK(st, tc_matmul(&o, &att, &y->wo));
-        TC_CHECK(st, tc_rmsnorm(&h, &x, &o, &y->ffn_norm, c->norm_eps));
+        TC_CHECK(st, tc_rmsnorm(&h, &x, &o, ffn_norm, c->norm_eps));
         if (y->w_gu.data) {
             TC_CHECK(st, tc_matmul(&gu, &h, &y->w_gu));
             TC_CHECK(st, tc_swiglu(&gate, &fg, &fu));

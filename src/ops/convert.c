@@ -47,3 +47,46 @@ tc_status tc_convert(tc_tensor *out, const tc_tensor *x)
     return tc_launch_convert(cfg, out->data, (int32_t)out->dtype, x->data, (int32_t)x->dtype, n, f,
                              out->stride[0], x->stride[0]);
 }
+
+typedef struct {
+    tc_tensor *w;
+    const tc_tensor *s;
+} scale_job;
+
+static void scale_rows(void *ctx, int64_t begin, int64_t end)
+{
+    scale_job *j = ctx;
+    int64_t cols = j->w->shape[1];
+    for (int64_t r = begin; r < end; r++) {
+        void *w = tc__row(j->w, r);
+        for (int64_t i = 0; i < cols; i++)
+            tc__store(j->w->dtype, w, i,
+                      tc__load(j->w->dtype, w, i) * tc__load(j->s->dtype, j->s->data, i));
+    }
+}
+
+tc_status tc_scale_columns(tc_tensor *w, const tc_tensor *s)
+{
+    const char *op = "tc_scale_columns";
+    TC_TRY(tc__check_dtype(op, "w", w, TC__FLOATS));
+    TC_TRY(tc__check_dtype(op, "s", s, TC__MASK(w->dtype)));
+    TC_TRY(tc__check_ndim(op, "w", w, 2));
+    TC_TRY(tc__check_ndim(op, "s", s, 1));
+    TC_TRY(tc__check_dim(op, "s", s, 0, w->shape[1], "w's width"));
+    TC_TRY(tc__check_same_backend(op, w, s));
+    TC_TRY(tc__check_rows_dense(op, "w", w));
+    if (!tc_tensor_is_contiguous(s))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "s must be contiguous");
+    int64_t n = w->shape[0], k = w->shape[1];
+    if (n == 0 || k == 0)
+        return TC_OK;
+    tc_backend *b = w->backend;
+    if (b->kind == TC_BACKEND_CPU) {
+        scale_job j = { w, s };
+        tc__parallel_for(b, n, 16, scale_rows, &j);
+        return TC_OK;
+    }
+    unsigned gx = (unsigned)((k + 255) / 256), gy = (unsigned)(n < 65535 ? n : 65535);
+    tc_launch_config cfg = { { gx < 64 ? gx : 64, gy, 1 }, { 256, 1, 1 }, 0, b->stream };
+    return tc_launch_scale_cols(cfg, w->data, s->data, (int32_t)w->dtype, n, k, w->stride[0]);
+}

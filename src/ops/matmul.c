@@ -24,7 +24,8 @@ static tc_status matvec_cuda(tc_tensor *out, const tc_tensor *x, const tc_tensor
 {
     tc_backend *b = out->backend;
     int64_t n = out->shape[1], k = w->shape[1];
-    int32_t flags = o ? (o->swiglu ? 1 : 0) | (o->accumulate ? 2 : 0) : 0;
+    int32_t flags = o ? (o->swiglu ? 1 : 0) | (o->accumulate ? 2 : 0) | (o->rms_norm ? 4 : 0) : 0;
+    float eps = o ? o->norm_eps : 0.0f;
     /* One warp per weight row, two per block: small blocks spread the rows evenly over the
      * SMs (with 8-warp blocks a 4096-row matrix gave some SMs 4 blocks and others 3). */
     int64_t blocks = (n + 1) / 2, cap = (int64_t)b->ctx->sm_count * 32;
@@ -35,11 +36,11 @@ static tc_status matvec_cuda(tc_tensor *out, const tc_tensor *x, const tc_tensor
     (rows == 1 ? tc_launch_matvec1_##sfx(cfg, TC__DEV(T, out) + r0 * out->stride[0],               \
                                          TC__DEV(const T, x) + r0 * x->stride[0], w->data,         \
                                          (int32_t)w->dtype, 1, n, k, x->stride[0], out->stride[0], \
-                                         flags)                                                    \
+                                         flags, eps)                                               \
                : tc_launch_matvec_##sfx(cfg, TC__DEV(T, out) + r0 * out->stride[0],                \
                                         TC__DEV(const T, x) + r0 * x->stride[0], w->data,          \
                                         (int32_t)w->dtype, (int32_t)rows, n, k, x->stride[0],      \
-                                        out->stride[0], flags))
+                                        out->stride[0], flags, eps))
     TC__BY_DTYPE(st, x->dtype, LAUNCH);
 #undef LAUNCH
     return st;
@@ -121,7 +122,7 @@ static bool overlaps(const tc_tensor *a, const tc_tensor *b)
 typedef struct {
     tc_tensor *out;
     const tc_tensor *w;
-    const float *x; /* [m, k] as f32 */
+    const float *x; /* [m, k] as f32 (normalised rows with rms_norm) */
     int64_t m, k, n;
     bool swiglu, accumulate;
     atomic_bool oom;
@@ -163,8 +164,18 @@ static tc_status linear_cpu(tc_tensor *out, const tc_tensor *x, const tc_tensor 
     if (!xf)
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_linear",
                             "no host memory for %lld x %lld floats", (long long)m, (long long)k);
-    for (int64_t r = 0; r < m; r++)
-        tc__load_row(x->dtype, tc__row(x, r), k, xf + r * k);
+    for (int64_t r = 0; r < m; r++) {
+        float *xr = xf + r * k;
+        tc__load_row(x->dtype, tc__row(x, r), k, xr);
+        if (o->rms_norm) {
+            double ss = 0.0;
+            for (int64_t i = 0; i < k; i++)
+                ss += (double)xr[i] * xr[i];
+            float scale = (float)(1.0 / sqrt(ss / (double)k + o->norm_eps));
+            for (int64_t i = 0; i < k; i++)
+                xr[i] *= scale;
+        }
+    }
     linear_job j = { out, w, xf, m, k, out->shape[1], o->swiglu, o->accumulate, false };
     tc__parallel_for(out->backend, out->shape[1], 8, linear_cols, &j);
     tc_host_free(xf);
@@ -237,13 +248,37 @@ tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
     static const tc_linear_opts none;
     const tc_linear_opts *o = opts ? opts : &none;
     TC_TRY(check_product("tc_linear", out, x, w, o->swiglu));
+    if (o->rms_norm && !(TC__FLOATS & TC__MASK(w->dtype)))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_linear",
+                            "rms_norm needs float weights (f32, f16 or bf16), not %s",
+                            tc_dtype_name(w->dtype));
+    if (o->rms_norm && !(o->norm_eps >= 0.0f))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_linear",
+                            "norm_eps must be a non-negative number");
     int64_t m = x->shape[0];
     if (m == 0 || out->shape[1] == 0)
         return TC_OK;
     if (out->backend->kind == TC_BACKEND_CPU)
         return linear_cpu(out, x, w, o);
+    /* The matrix-vector kernel normalises one row of x over weights of x's dtype in 16-byte
+     * rows itself; other products take x's norm from the RMSNorm kernel, into op scratch. */
+    tc_tensor xn;
+    const tc_tensor *src = x;
+    tc_linear_opts plain = *o;
+    size_t vec = 16 / tc_dtype_bytes(x->dtype, 1);
+    if (o->rms_norm && !(m == 1 && w->dtype == x->dtype && x->shape[1] % (int64_t)vec == 0 &&
+                         ((uintptr_t)x->data | (uintptr_t)w->data) % 16 == 0)) {
+        CUdeviceptr scratch;
+        TC_TRY(tc__backend_workspace(out->backend, tc_dtype_bytes(x->dtype, m * x->shape[1]),
+                                     &scratch));
+        TC_TRY(tc_tensor_wrap(&xn, out->backend, x->dtype, TC_SHAPE(m, x->shape[1]),
+                              (void *)(uintptr_t)scratch));
+        TC_TRY(tc_rmsnorm(&xn, NULL, x, NULL, o->norm_eps));
+        src = &xn;
+        plain.rms_norm = false;
+    }
     for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS)
-        TC_TRY(
-            matvec_cuda(out, x, w, r, m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS, o));
+        TC_TRY(matvec_cuda(out, src, w, r, m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS,
+                           &plain));
     return TC_OK;
 }

@@ -22,7 +22,8 @@ TC_API tc_status tc_embedding(tc_tensor *out, const tc_tensor *table, const tc_t
 /* RMSNorm (Zhang & Sennrich, 2019), fused with the residual add of a transformer block: with
  * `residual`, first residual += x, then out = residual / sqrt(mean(residual^2) + eps) * weight;
  * without it, out is the norm of x. out, x, residual [n, dim] and weight [dim] share one
- * dtype (f32/f16/bf16); rows may be strided; out may alias x. Statistics in f32. */
+ * dtype (f32/f16/bf16); a NULL weight is all ones (a weight folded into the next product:
+ * tc_scale_columns). Rows may be strided; out may alias x. Statistics in f32. */
 TC_API tc_status tc_rmsnorm(tc_tensor *out, tc_tensor *residual, const tc_tensor *x,
                             const tc_tensor *weight, float eps);
 
@@ -64,16 +65,27 @@ typedef struct tc_linear_opts {
     bool swiglu;
     /* out += the result (a residual add) instead of out = the result. */
     bool accumulate;
+    /* Each row of x is RMS-normalised first, x / sqrt(mean(x^2) + norm_eps), with no weight:
+     * the norm's weight is folded into w's columns beforehand (tc_scale_columns). Float
+     * weights only. */
+    bool rms_norm;
+    float norm_eps;
 } tc_linear_opts;
 
 /* The fused linear layer of a decode step: out [m, n] = x [m, k] w^T with the options above,
- * so that a transformer block's SwiGLU and residual adds cost no kernels of their own. Dtypes
- * as tc_matmul. On CUDA it runs the matrix-vector kernel, which reads the weights once per
- * TC_MATVEC_MAX_ROWS rows of x: meant for decode steps. out must not overlap x. (A fused
- * RMSNorm was tried and dropped: its extra loads in the kernel's inner loop cost more
- * registers, so fewer resident warps, than the separate norm kernel costs.) */
+ * so that a transformer block's RMSNorms, SwiGLU and residual adds cost no kernels of their
+ * own. Dtypes as tc_matmul. On CUDA it runs the matrix-vector kernel, which reads the weights
+ * once per TC_MATVEC_MAX_ROWS rows of x: meant for decode steps. out must not overlap x. (The
+ * norm's weight is folded into w rather than read beside x: a first fused RMSNorm loaded it in
+ * the kernel's inner loop, and the registers that took cost more resident warps than the
+ * separate norm kernel cost.) */
 TC_API tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
                            const tc_linear_opts *opts);
+
+/* w [n, k] *= s [k] column by column, in place, rounded to w's dtype (f32, f16 or bf16; s has
+ * w's dtype): folds an RMSNorm's weight into the product after it (tc_linear_opts.rms_norm).
+ * Rows of w may be strided. */
+TC_API tc_status tc_scale_columns(tc_tensor *w, const tc_tensor *s);
 
 /* out = x converted to out's dtype (f32, f16 or bf16; round to nearest even), both [n, d];
  * rows may be strided. */

@@ -20,7 +20,11 @@ static void norm_rows(void *ctx, int64_t begin, int64_t end)
         return;
     }
     float *w = v + j->dim;
-    tc__load_row(dt, j->w->data, j->dim, w);
+    if (j->w)
+        tc__load_row(dt, j->w->data, j->dim, w);
+    else
+        for (int64_t i = 0; i < j->dim; i++)
+            w[i] = 1.0f;
     for (int64_t r = begin; r < end; r++) {
         tc__load_row(dt, tc__row(j->x, r), j->dim, v);
         if (j->residual) {
@@ -47,16 +51,18 @@ tc_status tc_rmsnorm(tc_tensor *out, tc_tensor *residual, const tc_tensor *x,
     const char *op = "tc_rmsnorm";
     TC_TRY(tc__check_dtype(op, "x", x, TC__FLOATS));
     TC_TRY(tc__check_dtype(op, "out", out, TC__MASK(x->dtype)));
-    TC_TRY(tc__check_dtype(op, "weight", weight, TC__MASK(x->dtype)));
     TC_TRY(tc__check_ndim(op, "x", x, 2));
     TC_TRY(tc__check_ndim(op, "out", out, 2));
-    TC_TRY(tc__check_ndim(op, "weight", weight, 1));
     int64_t n = x->shape[0], dim = x->shape[1];
     TC_TRY(tc__check_dim(op, "out", out, 0, n, "x's rows"));
     TC_TRY(tc__check_dim(op, "out", out, 1, dim, "x's width"));
-    TC_TRY(tc__check_dim(op, "weight", weight, 0, dim, "x's width"));
     TC_TRY(tc__check_same_backend(op, out, x));
-    TC_TRY(tc__check_same_backend(op, out, weight));
+    if (weight) {
+        TC_TRY(tc__check_dtype(op, "weight", weight, TC__MASK(x->dtype)));
+        TC_TRY(tc__check_ndim(op, "weight", weight, 1));
+        TC_TRY(tc__check_dim(op, "weight", weight, 0, dim, "x's width"));
+        TC_TRY(tc__check_same_backend(op, out, weight));
+    }
     TC_TRY(tc__check_rows_dense(op, "x", x));
     TC_TRY(tc__check_rows_dense(op, "out", out));
     if (residual) {
@@ -84,8 +90,8 @@ tc_status tc_rmsnorm(tc_tensor *out, tc_tensor *residual, const tc_tensor *x,
     int64_t rs = residual ? residual->stride[0] : 0;
 #define LAUNCH(sfx)                                                                             \
     tc_launch_rmsnorm_##sfx(cfg, TC__DEV(T, out), residual ? TC__DEV(T, residual) : NULL,       \
-                            TC__DEV(const T, x), TC__DEV(const T, weight), dim, out->stride[0], \
-                            rs, x->stride[0], eps)
+                            TC__DEV(const T, x), weight ? TC__DEV(const T, weight) : NULL, dim, \
+                            out->stride[0], rs, x->stride[0], eps)
     TC__BY_DTYPE(st, x->dtype, LAUNCH);
 #undef LAUNCH
     return st;

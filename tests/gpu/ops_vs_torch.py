@@ -98,7 +98,10 @@ def main(d):
         elif op == "matmul":
             checks.append(("out", t["out"], F.linear(t["x"], t["w"])))
         elif op == "linear":
-            y = F.linear(t["x"].double(), t["w"].double())
+            x = t["x"].double()
+            if p.get("norm_eps") is not None:
+                x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + p["norm_eps"])
+            y = F.linear(x, t["w"].double())
             if p["swiglu"]:
                 g, u = y.chunk(2, dim=-1)
                 y = F.silu(g) * u

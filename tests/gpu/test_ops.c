@@ -366,12 +366,13 @@ static void matmul(rng_t *r)
 }
 
 /* tc_linear (the decode step's fused layer) with each combination of its options (bit 0
- * SwiGLU, bit 1 accumulate). For
- * accumulate, out starts as random values, so unwritten elements still fail. */
+ * SwiGLU, bit 1 accumulate, bit 2 the RMS norm of x's rows). For accumulate, out starts as
+ * random values, so unwritten elements still fail. */
 static void linear_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n, int64_t k,
                         int mode, bool dump_it)
 {
-    bool swiglu = mode & 1, acc = mode & 2;
+    bool swiglu = mode & 1, acc = mode & 2, norm = mode & 4;
+    const float eps = 1e-5f;
     tc_tensor gx, cx, gw, cw, go, co, old;
     double *xv = twin(r, xt, TC_SHAPE(m, k), -1, 1, &gx, &cx);
     double *wv = twin(r, wt, TC_SHAPE(swiglu ? 2 * n : n, k), -0.05, 0.05, &gw, &cw);
@@ -384,19 +385,22 @@ static void linear_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n
         poisoned(&go, gpu, xt, TC_SHAPE(m, n));
         poisoned(&co, cpu, xt, TC_SHAPE(m, n));
     }
-    tc_linear_opts o = { swiglu, acc };
+    tc_linear_opts o = { swiglu, acc, norm, eps };
     CHECK(tc_linear(&go, &gx, &gw, &o));
     CHECK(tc_linear(&co, &cx, &cw, &o));
-    double *want = malloc(sizeof(double) * (size_t)(m * n));
-    ref_linear(want, xv, wv, swiglu, ov, m, n, k);
-    char what[96];
-    snprintf(what, sizeof what, "linear %s x %s [%lld x %lld x %lld] swiglu %d acc %d",
+    double *want = malloc(sizeof(double) * (size_t)(m * n)),
+           *xn = norm ? ref_rms_rows(xv, m, k, eps) : NULL;
+    ref_linear(want, norm ? xn : xv, wv, swiglu, ov, m, n, k);
+    char what[112];
+    snprintf(what, sizeof what, "linear %s x %s [%lld x %lld x %lld] swiglu %d acc %d norm %d",
              tc_dtype_name(xt), tc_dtype_name(wt), (long long)m, (long long)n, (long long)k, swiglu,
-             acc);
+             acc, norm);
     expect_close(what, &go, want, &co, tolerance(xt));
+    free(xn);
     if (dump_it) {
         char params[96];
-        snprintf(params, sizeof params, "{\"swiglu\": %s}", swiglu ? "true" : "false");
+        snprintf(params, sizeof params, "{\"swiglu\": %s, \"norm_eps\": %s}",
+                 swiglu ? "true" : "false", norm ? "1e-5" : "null");
         begin_case("linear", params);
         dump("x", &gx), dump("w", &gw), dump("out", &go);
         if (acc)
@@ -418,12 +422,41 @@ static void linear(rng_t *r)
         for (int mi = 0; mi < 3; mi++) {
             /* mode 4-7 repeat 0-3 with the other weight dtypes */
             /* PyTorch sees the float weights (it has no GGUF block types). */
-            linear_case(r, TC_DTYPE_BF16, ws[mode % 4], ms[mi], 1000, 4096, mode,
+            linear_case(r, TC_DTYPE_BF16, ws[mode % 4], ms[mi], 1000, 4096, mode & 3,
                         mi == 0 && !tc_dtype_is_block(ws[mode % 4]));
-            linear_case(r, TC_DTYPE_F32, ws[(mode + 1) % 4], ms[mi], 999, 2048, mode,
+            linear_case(r, TC_DTYPE_F32, ws[(mode + 1) % 4], ms[mi], 999, 2048, mode & 3,
                         mi == 1 && !tc_dtype_is_block(ws[(mode + 1) % 4]));
         }
     linear_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 2, 77, 127, 3, false);
+    /* The fused RMS norm (float weights), with each other option, one row and several, and
+     * the one-element path (k 127). */
+    const tc_dtype fw[] = { TC_DTYPE_BF16, TC_DTYPE_F32 };
+    for (int mode = 4; mode < 8; mode++)
+        for (int mi = 0; mi < 3; mi++) {
+            linear_case(r, TC_DTYPE_BF16, fw[mode % 2], ms[mi], 1000, 4096, mode, mi < 2);
+            linear_case(r, TC_DTYPE_F32, fw[(mode + 1) % 2], ms[mi], 999, 2048, mode, false);
+        }
+    linear_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 1, 77, 127, 7, false);
+    linear_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 3, 77, 127, 5, false);
+    /* tc_scale_columns on the GPU against the CPU's (both round the same f32 product). */
+    const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F32, TC_DTYPE_F16 };
+    for (int di = 0; di < 3; di++) {
+        int64_t n = 3001, k = 577;
+        tc_tensor gw, cw, gs, cs;
+        double *wv = twin(r, dts[di], TC_SHAPE(n, k), -1, 1, &gw, &cw);
+        double *sv = twin(r, dts[di], TC_SHAPE(k), 0.5, 1.5, &gs, &cs);
+        CHECK(tc_scale_columns(&gw, &gs));
+        CHECK(tc_scale_columns(&cw, &cs));
+        double *want = malloc(sizeof(double) * (size_t)(n * k));
+        for (int64_t i = 0; i < n * k; i++)
+            want[i] = wv[i] * sv[i % k];
+        char what[64];
+        snprintf(what, sizeof what, "scale_columns %s [%lld x %lld]", tc_dtype_name(dts[di]),
+                 (long long)n, (long long)k);
+        expect_close(what, &gw, want, &cw, tolerance(dts[di]));
+        free(wv), free(sv), free(want);
+        tc_tensor_deinit(&gw), tc_tensor_deinit(&cw), tc_tensor_deinit(&gs), tc_tensor_deinit(&cs);
+    }
 }
 
 static void swiglu_softmax_argmax(rng_t *r)

@@ -229,6 +229,22 @@ static inline void ref_linear(double *out, const double *x, const double *w, boo
     }
 }
 
+/* Rows [m, k] of x divided by their RMS, x / sqrt(mean(x^2) + eps), as a new array (the norm
+ * that tc_linear_opts.rms_norm fuses, its weight folded into the product). */
+static inline double *ref_rms_rows(const double *x, int64_t m, int64_t k, double eps)
+{
+    double *y = malloc(sizeof(double) * (size_t)(m * k));
+    for (int64_t r = 0; r < m; r++) {
+        double ss = 0.0;
+        for (int64_t i = 0; i < k; i++)
+            ss += x[r * k + i] * x[r * k + i];
+        double scale = 1.0 / sqrt(ss / (double)k + eps);
+        for (int64_t i = 0; i < k; i++)
+            y[r * k + i] = x[r * k + i] * scale;
+    }
+    return y;
+}
+
 /* Causal attention of one sequence's m newest queries q [m, H, hd] over contiguous keys and
  * values [len, KV, hd]. */
 static inline void ref_attention(double *out, const double *q, const double *k, const double *v, int64_t m,

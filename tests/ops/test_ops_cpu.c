@@ -275,7 +275,7 @@ static void matmul_is_the_same_on_one_and_many_threads(void **state)
     tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&o1), tc_tensor_deinit(&o4);
 }
 
-static void linear_fuses_swiglu_and_residual(void **state)
+static void linear_fuses_norm_swiglu_and_residual(void **state)
 {
     (void)state;
     rng_t r = { 61 };
@@ -284,8 +284,10 @@ static void linear_fuses_swiglu_and_residual(void **state)
     for (size_t wi = 0; wi < 4; wi++)
         for (size_t xi = 0; xi < 3; xi++)
             for (size_t si = 0; si < 4; si++)
-                for (int mode = 0; mode < 4; mode++) {
-                    bool swiglu = mode & 1, acc = mode & 2;
+                for (int mode = 0; mode < 8; mode++) {
+                    bool swiglu = mode & 1, acc = mode & 2, norm = mode & 4;
+                    if (norm && tc_dtype_is_block(ws[wi]))
+                        continue; /* refused: checked below */
                     int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
                     if (tc_dtype_is_block(ws[wi]))
                         k = (k + 31) / 32 * 32;
@@ -302,16 +304,17 @@ static void linear_fuses_swiglu_and_residual(void **state)
                     assert_int_equal(
                         random_tensor(&r, cpu, &out, floats[xi], TC_SHAPE(m, n), -1, 1, &ov),
                         TC_OK);
-                    tc_linear_opts o = { swiglu, acc };
+                    tc_linear_opts o = { swiglu, acc, norm, 1e-5f };
                     assert_int_equal(tc_linear(&out, &x, &w, &o), TC_OK);
                     double *want = malloc(sizeof(double) * (size_t)(m * n)),
-                           *got = tensor_values(&out);
-                    ref_linear(want, xv, wv, swiglu, acc ? ov : NULL, m, n, k);
+                           *got = tensor_values(&out),
+                           *xn = norm ? ref_rms_rows(xv, m, k, 1e-5) : NULL;
+                    ref_linear(want, norm ? xn : xv, wv, swiglu, acc ? ov : NULL, m, n, k);
                     EXPECT_CLOSE(got, want, m * n, tolerance(floats[xi]),
-                                 "linear x %s w %s %lldx%lldx%lld swiglu %d acc %d",
+                                 "linear x %s w %s %lldx%lldx%lld swiglu %d acc %d norm %d",
                                  tc_dtype_name(floats[xi]), tc_dtype_name(ws[wi]), (long long)m,
-                                 (long long)n, (long long)k, swiglu, acc);
-                    free(want), free(got), free(xv), free(wv), free(ov);
+                                 (long long)n, (long long)k, swiglu, acc, norm);
+                    free(want), free(got), free(xv), free(wv), free(ov), free(xn);
                     tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&out);
                 }
     /* Argument checks: the gate/up height, and aliasing. */
@@ -329,7 +332,76 @@ static void linear_fuses_swiglu_and_residual(void **state)
     assert_int_equal(tc_linear(&self, &x, &sq, &o), TC_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(tc_last_error(), "must not overlap"));
     assert_int_equal(tc_linear(&out, &x, &w, NULL), TC_OK);
+    /* The fused norm: float weights only, and a real epsilon. */
+    tc_tensor q;
+    assert_int_equal(tc_tensor_init(&q, cpu, TC_DTYPE_Q8_0, TC_SHAPE(6, 32)), TC_OK);
+    tc_tensor x32, out6;
+    assert_int_equal(tc_tensor_init(&x32, cpu, TC_DTYPE_F32, TC_SHAPE(2, 32)), TC_OK);
+    assert_int_equal(tc_tensor_init(&out6, cpu, TC_DTYPE_F32, TC_SHAPE(2, 6)), TC_OK);
+    o = (tc_linear_opts){ .rms_norm = true, .norm_eps = 1e-5f };
+    assert_int_equal(tc_linear(&out6, &x32, &q, &o), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "float weights"));
+    o.norm_eps = NAN;
+    assert_int_equal(tc_linear(&out, &x, &w, &o), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "norm_eps"));
+    tc_tensor_deinit(&q), tc_tensor_deinit(&x32), tc_tensor_deinit(&out6);
     tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&out), tc_tensor_deinit(&sq);
+}
+
+/* tc_scale_columns against double products rounded once; then a norm folded into the weights
+ * and normalised inside tc_linear equals the separate RMSNorm and product. */
+static void scale_columns_folds_a_norm(void **state)
+{
+    (void)state;
+    rng_t r = { 67 };
+    for (size_t di = 0; di < 3; di++) {
+        tc_dtype dt = floats[di];
+        int64_t n = 37, k = 129;
+        double *wv, *sv;
+        tc_tensor w, s;
+        assert_int_equal(random_tensor(&r, cpu, &w, dt, TC_SHAPE(n, k), -1, 1, &wv), TC_OK);
+        assert_int_equal(random_tensor(&r, cpu, &s, dt, TC_SHAPE(k), 0.5, 1.5, &sv), TC_OK);
+        assert_int_equal(tc_scale_columns(&w, &s), TC_OK);
+        double *got = tensor_values(&w), *want = malloc(sizeof(double) * (size_t)(n * k));
+        for (int64_t i = 0; i < n * k; i++)
+            want[i] = wv[i] * sv[i % k];
+        EXPECT_CLOSE(got, want, n * k, tolerance(dt), "scale_columns %s", tc_dtype_name(dt));
+        free(got), free(want), free(wv), free(sv);
+        tc_tensor_deinit(&w), tc_tensor_deinit(&s);
+    }
+    /* Folded norm == norm then product (f32: only rounding differs). */
+    int64_t m = 3, n = 19, k = 200;
+    double *xv, *wv, *gv;
+    tc_tensor x, w, g, h, a, b;
+    assert_int_equal(random_tensor(&r, cpu, &x, TC_DTYPE_F32, TC_SHAPE(m, k), -2, 2, &xv), TC_OK);
+    assert_int_equal(random_tensor(&r, cpu, &w, TC_DTYPE_F32, TC_SHAPE(n, k), -1, 1, &wv), TC_OK);
+    assert_int_equal(random_tensor(&r, cpu, &g, TC_DTYPE_F32, TC_SHAPE(k), 0.5, 1.5, &gv), TC_OK);
+    assert_int_equal(tc_tensor_init(&h, cpu, TC_DTYPE_F32, TC_SHAPE(m, k)), TC_OK);
+    assert_int_equal(tc_tensor_init(&a, cpu, TC_DTYPE_F32, TC_SHAPE(m, n)), TC_OK);
+    assert_int_equal(tc_tensor_init(&b, cpu, TC_DTYPE_F32, TC_SHAPE(m, n)), TC_OK);
+    assert_int_equal(tc_rmsnorm(&h, NULL, &x, &g, 1e-6f), TC_OK);
+    assert_int_equal(tc_matmul(&a, &h, &w), TC_OK);
+    assert_int_equal(tc_scale_columns(&w, &g), TC_OK);
+    tc_linear_opts o = { .rms_norm = true, .norm_eps = 1e-6f };
+    assert_int_equal(tc_linear(&b, &x, &w, &o), TC_OK);
+    double *av = tensor_values(&a), *bv = tensor_values(&b);
+    EXPECT_CLOSE(bv, av, m * n, 1e-5, "folded norm");
+    /* The norm without a weight (what a folded layer's prompt pass runs). */
+    assert_int_equal(tc_rmsnorm(&h, NULL, &x, NULL, 1e-6f), TC_OK);
+    double *hv = tensor_values(&h), *hw = ref_rms_rows(xv, m, k, 1e-6);
+    EXPECT_CLOSE(hv, hw, m * k, 1e-5, "rmsnorm without a weight");
+    free(hv), free(hw);
+    free(av), free(bv), free(xv), free(wv), free(gv);
+    /* Argument checks: s's length and dtype. */
+    tc_tensor s3, sb;
+    assert_int_equal(tc_tensor_init(&s3, cpu, TC_DTYPE_F32, TC_SHAPE(3)), TC_OK);
+    assert_int_equal(tc_scale_columns(&w, &s3), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "w's width"));
+    assert_int_equal(tc_tensor_init(&sb, cpu, TC_DTYPE_BF16, TC_SHAPE(k)), TC_OK);
+    assert_int_equal(tc_scale_columns(&w, &sb), TC_ERR_INVALID_ARGUMENT);
+    tc_tensor_deinit(&s3), tc_tensor_deinit(&sb);
+    tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&g), tc_tensor_deinit(&h);
+    tc_tensor_deinit(&a), tc_tensor_deinit(&b);
 }
 
 static void swiglu_and_softmax_on_strided_rows(void **state)
@@ -783,7 +855,8 @@ int main(void)
         cmocka_unit_test(rope_plain_llama3_and_interleaved),
         cmocka_unit_test(matmul_every_weight_dtype_and_odd_shapes),
         cmocka_unit_test(matmul_is_the_same_on_one_and_many_threads),
-        cmocka_unit_test(linear_fuses_swiglu_and_residual),
+        cmocka_unit_test(linear_fuses_norm_swiglu_and_residual),
+        cmocka_unit_test(scale_columns_folds_a_norm),
         cmocka_unit_test(swiglu_and_softmax_on_strided_rows),
         cmocka_unit_test(convert_between_float_dtypes),
         cmocka_unit_test(attention_prefill_and_decode_over_paged_cache),
