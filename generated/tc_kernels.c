@@ -36,32 +36,32 @@ static const uint16_t sizes_tc_k_argmax_bf16[] = {8, 8, 8, 8};
 static const char *const names_tc_k_argmax_bf16[] = {"out", "x", "cols", "x_stride"};
 static const uint16_t sizes_tc_k_attn_store_f32[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_attn_store_f32[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4};
-static const char *const names_tc_k_attn_decode64_f32[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages"};
+static const uint16_t sizes_tc_k_attn_decode64_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode64_f32[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
 static const uint16_t sizes_tc_k_attn_prefill64_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill64_f32[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4};
-static const char *const names_tc_k_attn_decode128_f32[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages"};
+static const uint16_t sizes_tc_k_attn_decode128_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode128_f32[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
 static const uint16_t sizes_tc_k_attn_prefill128_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill128_f32[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
 static const uint16_t sizes_tc_k_attn_store_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_attn_store_f16[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4};
-static const char *const names_tc_k_attn_decode64_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages"};
+static const uint16_t sizes_tc_k_attn_decode64_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode64_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
 static const uint16_t sizes_tc_k_attn_prefill64_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill64_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4};
-static const char *const names_tc_k_attn_decode128_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages"};
+static const uint16_t sizes_tc_k_attn_decode128_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode128_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
 static const uint16_t sizes_tc_k_attn_prefill128_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill128_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
 static const uint16_t sizes_tc_k_attn_store_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_attn_store_bf16[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4};
-static const char *const names_tc_k_attn_decode64_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages"};
+static const uint16_t sizes_tc_k_attn_decode64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode64_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
 static const uint16_t sizes_tc_k_attn_prefill64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill64_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4};
-static const char *const names_tc_k_attn_decode128_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages"};
+static const uint16_t sizes_tc_k_attn_decode128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode128_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
 static const uint16_t sizes_tc_k_attn_prefill128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
 static const char *const names_tc_k_attn_prefill128_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
 static const uint16_t sizes_tc_k_convert[] = {8, 4, 8, 4, 8, 8, 8, 8};
@@ -139,21 +139,21 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_argmax_f32", "kernels/argmax.cu", 86, 4, sizes_tc_k_argmax_f32, names_tc_k_argmax_f32},
     {"tc_k_argmax_f16", "kernels/argmax.cu", 92, 4, sizes_tc_k_argmax_f16, names_tc_k_argmax_f16},
     {"tc_k_argmax_bf16", "kernels/argmax.cu", 98, 4, sizes_tc_k_argmax_bf16, names_tc_k_argmax_bf16},
-    {"tc_k_attn_store_f32", "kernels/attention.cu", 792, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
-    {"tc_k_attn_decode64_f32", "kernels/attention.cu", 805, 17, sizes_tc_k_attn_decode64_f32, names_tc_k_attn_decode64_f32},
-    {"tc_k_attn_prefill64_f32", "kernels/attention.cu", 818, 15, sizes_tc_k_attn_prefill64_f32, names_tc_k_attn_prefill64_f32},
-    {"tc_k_attn_decode128_f32", "kernels/attention.cu", 835, 17, sizes_tc_k_attn_decode128_f32, names_tc_k_attn_decode128_f32},
-    {"tc_k_attn_prefill128_f32", "kernels/attention.cu", 848, 15, sizes_tc_k_attn_prefill128_f32, names_tc_k_attn_prefill128_f32},
-    {"tc_k_attn_store_f16", "kernels/attention.cu", 861, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
-    {"tc_k_attn_decode64_f16", "kernels/attention.cu", 874, 17, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
-    {"tc_k_attn_prefill64_f16", "kernels/attention.cu", 887, 15, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
-    {"tc_k_attn_decode128_f16", "kernels/attention.cu", 904, 17, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
-    {"tc_k_attn_prefill128_f16", "kernels/attention.cu", 917, 15, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
-    {"tc_k_attn_store_bf16", "kernels/attention.cu", 930, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
-    {"tc_k_attn_decode64_bf16", "kernels/attention.cu", 943, 17, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
-    {"tc_k_attn_prefill64_bf16", "kernels/attention.cu", 956, 15, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
-    {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 973, 17, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
-    {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 986, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
+    {"tc_k_attn_store_f32", "kernels/attention.cu", 819, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
+    {"tc_k_attn_decode64_f32", "kernels/attention.cu", 834, 18, sizes_tc_k_attn_decode64_f32, names_tc_k_attn_decode64_f32},
+    {"tc_k_attn_prefill64_f32", "kernels/attention.cu", 846, 15, sizes_tc_k_attn_prefill64_f32, names_tc_k_attn_prefill64_f32},
+    {"tc_k_attn_decode128_f32", "kernels/attention.cu", 865, 18, sizes_tc_k_attn_decode128_f32, names_tc_k_attn_decode128_f32},
+    {"tc_k_attn_prefill128_f32", "kernels/attention.cu", 877, 15, sizes_tc_k_attn_prefill128_f32, names_tc_k_attn_prefill128_f32},
+    {"tc_k_attn_store_f16", "kernels/attention.cu", 890, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
+    {"tc_k_attn_decode64_f16", "kernels/attention.cu", 905, 18, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
+    {"tc_k_attn_prefill64_f16", "kernels/attention.cu", 917, 15, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
+    {"tc_k_attn_decode128_f16", "kernels/attention.cu", 936, 18, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
+    {"tc_k_attn_prefill128_f16", "kernels/attention.cu", 948, 15, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
+    {"tc_k_attn_store_bf16", "kernels/attention.cu", 961, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
+    {"tc_k_attn_decode64_bf16", "kernels/attention.cu", 976, 18, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
+    {"tc_k_attn_prefill64_bf16", "kernels/attention.cu", 988, 15, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
+    {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 1007, 18, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
+    {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 1019, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
     {"tc_k_convert", "kernels/convert.cu", 7, 8, sizes_tc_k_convert, names_tc_k_convert},
     {"tc_k_scale_cols", "kernels/convert.cu", 30, 6, sizes_tc_k_scale_cols, names_tc_k_scale_cols},
     {"tc_k_copy_u8", "kernels/copy.cu", 32, 3, sizes_tc_k_copy_u8, names_tc_k_copy_u8},

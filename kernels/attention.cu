@@ -3,6 +3,8 @@
 // flash-decoding; the last split to finish merges) and causal prefill (flash-attention style
 // online softmax over key tiles held in shared memory; Dao et al. 2022). f32 arithmetic
 // throughout.
+#include <limits.h>
+
 #include "common.cuh"
 
 namespace attention_cu {
@@ -72,11 +74,12 @@ template <typename T, int HD> __host__ __device__ constexpr int decode_stage_ele
 
 // One warp queues the cp.async copies of kTile cache rows of kv head kvh from token ts (a
 // multiple of kTile): keys to rows of ks, values to rows of vs (kv_ld apart); tokens at or past
-// t1 are zero-filled.
+// t1 are zero-filled. With lo > 0 only the tokens in [lo, hi) are copied and nothing is
+// zero-filled (the rest of a tile whose first part was copied earlier, up to hi).
 template <typename T, int HD>
 __device__ __forceinline__ void load_kv_rows(T *ks, T *vs, const T *k_cache, const T *v_cache, const int32_t *tbl,
                                              int ts, int t1, int block_size, int n_kv_heads, int kvh,
-                                             int lane)
+                                             int lane, int lo = 0, int hi = INT_MAX)
 {
     constexpr int LD = kv_ld<T, HD>(), VE = 16 / (int)sizeof(T), CR = HD / VE, RP = 32 / CR;
     int col = lane % CR;
@@ -84,7 +87,7 @@ __device__ __forceinline__ void load_kv_rows(T *ks, T *vs, const T *k_cache, con
     // read for the tile instead of one per row.
     bool one_block = (block_size % kTile) == 0;
     int64_t base = 0;
-    if (one_block && ts < t1) { // no table entry to read for a tile past the end
+    if (one_block && ts < t1 && ts + kTile > lo && ts < hi) { // a table entry only where rows are copied
         uint32_t bi = (uint32_t)ts / (uint32_t)block_size;
         base = (int64_t)tbl[bi] * block_size + ((uint32_t)ts - bi * (uint32_t)block_size);
     }
@@ -92,7 +95,9 @@ __device__ __forceinline__ void load_kv_rows(T *ks, T *vs, const T *k_cache, con
     for (int i = 0; i < kTile / RP; i++) {
         int r = lane / CR + i * RP;
         int t = ts + r;
-        bool ok = t < t1;
+        bool ok = t < t1 && t >= lo && t < hi;
+        if (!ok && (t < t1 || lo > 0))
+            continue; // copied in the other part
         int64_t off = 0;
         if (ok) {
             if (one_block)
@@ -118,22 +123,29 @@ template <typename T, int HD> struct DecodeRing {
     const T *k_cache, *v_cache;
     const int32_t *tbl;
     int block_size, n_kv_heads, stages; // stages: 1 to 3, as many as shared memory holds
+    bool late; // the first tiles' newest rows were queued after the others (see decode)
     // A stage holds a tile's keys, then its values.
     __device__ __forceinline__ T *stage(int j) const { return ring + (j % stages) * decode_stage_elems<T, HD>(); }
-    __device__ __forceinline__ void load(const DecodeWork &w, int warp, int lane, int j) const
+    // Queue tile j's tokens in [lo, hi) (all of them by default), as one cp.async group.
+    __device__ __forceinline__ void load(const DecodeWork &w, int warp, int lane, int j, int lo = 0,
+                                         int hi = INT_MAX) const
     {
         if (j < w.mine)
             load_kv_rows<T, HD>(stage(j), stage(j) + kTile * kv_ld<T, HD>(), k_cache, v_cache, tbl,
                                 w.t0 + (warp + j * kWarps) * kTile, w.t1, block_size, n_kv_heads, w.kvh,
-                                lane);
+                                lane, lo, hi);
         tc::cp_commit();
     }
     // Queue the warp's tile j + stages - 1 and wait for tile j; returns the stage holding it.
+    // (With late rows, their group came after the first tiles': wait for everything then.)
     __device__ __forceinline__ const T *next(const DecodeWork &w, int warp, int lane, int j) const
     {
         __syncwarp(); // every lane is done with the stage that this load refills
         load(w, warp, lane, j + stages - 1);
-        tc::cp_wait_upto(stages - 1);
+        if (late && j < stages - 1)
+            tc::cp_wait<0>();
+        else
+            tc::cp_wait_upto(stages - 1);
         __syncwarp();
         return stage(j);
     }
@@ -148,8 +160,6 @@ __device__ void decode_warp_mma(const DecodeWork &w, const DecodeRing<T, HD> &ri
     constexpr int LD = kv_ld<T, HD>(), KS = HD / 16, NT = HD / 8;
     int S = ring.stages;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, pos = lane & 3;
-    for (int j = 0; j < S - 1; j++)
-        ring.load(w, warp, lane, j);
     // The block's queries as A fragments (rows g..15 zero), read once.
     uint32_t qa[KS][2];
     const T *qrow = q + w.seq * q_stride + (int64_t)(w.h0 + gr) * HD + 2 * pos;
@@ -249,8 +259,6 @@ __device__ void decode_warp_simt(const DecodeWork &w, const DecodeRing<T, HD> &r
     constexpr int LD = kv_ld<T, HD>(), VE = 16 / (int)sizeof(T), D = HD / 32,
                   HALF = HD / 2;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int j = 0; j < S - 1; j++)
-        ring.load(w, warp, lane, j);
     for (int e = threadIdx.x; e < w.g * HD; e += blockDim.x)
         qs[e] = tc::to_f32(q[w.seq * q_stride + (int64_t)w.h0 * HD + e]) * scale;
     __syncthreads();
@@ -358,10 +366,16 @@ __device__ __forceinline__ int split_chunk(int len, int splits, int chunk)
 template <typename T, int HD>
 __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const T *k_cache, const T *v_cache,
                        const int32_t *table, const int32_t *seq_lens, int n_heads, int n_kv_heads, int block_size,
-                       int max_blocks, int64_t q_stride, int64_t out_stride, int chunk, float scale, int stages)
+                       int max_blocks, int64_t q_stride, int64_t out_stride, int chunk, float scale, int stages,
+                       int fresh)
 {
     constexpr int STAGE = decode_stage_elems<T, HD>(), REC = HD + 4;
     int S = stages;
+    // fresh >= 0: the kernel before this one wrote at most each sequence's newest `fresh` cached
+    // rows (and not seq_lens or the table): the lengths, the table and the older rows of the
+    // first tiles are read while it finishes, the rest after the wait. Else all after it.
+    if (fresh < 0)
+        tc::await_inputs();
     // Dynamic shared memory: the warps' rings, then (f32) the block's queries.
     extern __shared__ float sh[];
     __shared__ int last;
@@ -396,7 +410,20 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
                                tbl,
                                block_size,
                                n_kv_heads,
-                               stages };
+                               stages,
+                               false };
+    int lane = threadIdx.x & 31, cut = fresh < 0 ? INT_MAX : len - fresh;
+    for (int j = 0; j < S - 1; j++)
+        ring.load(w, warp, lane, j, 0, cut);
+    if (fresh >= 0) {
+        tc::await_inputs();
+        // The first tiles' rows from `cut` on (the newest, in the split that ends the sequence).
+        for (int j = 0; j < S - 1 && j < w.mine; j++)
+            ring.late |= min(w.t0 + (warp + j * kWarps) * kTile + kTile, w.t1) > cut;
+        if (ring.late)
+            for (int j = 0; j < S - 1; j++)
+                ring.load(w, warp, lane, j, cut);
+    }
     float *ms = sh, *ls = ms + kWarps * kMaxGroup, *as = ls + kWarps * kMaxGroup;
     if constexpr (sizeof(T) == 2)
         decode_warp_mma<T, HD>(w, ring, q, q_stride, scale, ms, ls, as);
@@ -801,17 +828,18 @@ extern "C" __global__ void tc_k_attn_store_f32(float *k_cache, float *v_cache, c
  *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
  *  256 splits. With several splits in use, partials holds
  *  [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
- *  zeroed). */
+ *  zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous
+ *  kernel (the lengths, the table and older rows are read before it has finished); -1: none
+ *  is read before. */
 extern "C" __global__ void tc_k_attn_decode64_f32(float *out, float *partials, int32_t *counters, const float *q,
                                               const float *k_cache, const float *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
-                                              int32_t chunk, float scale, int32_t stages)
+                                              int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
-    tc::await_inputs();
     attention_cu::decode<float, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
-                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages);
+                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
 }
 /** Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
  *  shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
@@ -831,17 +859,18 @@ extern "C" __global__ void tc_k_attn_prefill64_f32(float *out, const float *q, c
  *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
  *  256 splits. With several splits in use, partials holds
  *  [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
- *  zeroed). */
+ *  zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous
+ *  kernel (the lengths, the table and older rows are read before it has finished); -1: none
+ *  is read before. */
 extern "C" __global__ void tc_k_attn_decode128_f32(float *out, float *partials, int32_t *counters, const float *q,
                                               const float *k_cache, const float *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
-                                              int32_t chunk, float scale, int32_t stages)
+                                              int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
-    tc::await_inputs();
     attention_cu::decode<float, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
-                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages);
+                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
 }
 /** Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
  *  shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
@@ -870,17 +899,18 @@ extern "C" __global__ void tc_k_attn_store_f16(__half *k_cache, __half *v_cache,
  *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
  *  256 splits. With several splits in use, partials holds
  *  [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
- *  zeroed). */
+ *  zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous
+ *  kernel (the lengths, the table and older rows are read before it has finished); -1: none
+ *  is read before. */
 extern "C" __global__ void tc_k_attn_decode64_f16(__half *out, float *partials, int32_t *counters, const __half *q,
                                               const __half *k_cache, const __half *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
-                                              int32_t chunk, float scale, int32_t stages)
+                                              int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
-    tc::await_inputs();
     attention_cu::decode<__half, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
-                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages);
+                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
 }
 /** Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
  *  36864 bytes of dynamic shared memory. */
@@ -900,17 +930,18 @@ extern "C" __global__ void tc_k_attn_prefill64_f16(__half *out, const __half *q,
  *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
  *  256 splits. With several splits in use, partials holds
  *  [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
- *  zeroed). */
+ *  zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous
+ *  kernel (the lengths, the table and older rows are read before it has finished); -1: none
+ *  is read before. */
 extern "C" __global__ void tc_k_attn_decode128_f16(__half *out, float *partials, int32_t *counters, const __half *q,
                                               const __half *k_cache, const __half *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
-                                              int32_t chunk, float scale, int32_t stages)
+                                              int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
-    tc::await_inputs();
     attention_cu::decode<__half, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
-                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages);
+                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
 }
 /** Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
  *  69632 bytes of dynamic shared memory. */
@@ -939,17 +970,18 @@ extern "C" __global__ void tc_k_attn_store_bf16(__nv_bfloat16 *k_cache, __nv_bfl
  *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
  *  256 splits. With several splits in use, partials holds
  *  [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
- *  zeroed). */
+ *  zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous
+ *  kernel (the lengths, the table and older rows are read before it has finished); -1: none
+ *  is read before. */
 extern "C" __global__ void tc_k_attn_decode64_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
                                               const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
-                                              int32_t chunk, float scale, int32_t stages)
+                                              int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
-    tc::await_inputs();
     attention_cu::decode<__nv_bfloat16, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
-                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages);
+                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
 }
 /** Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
  *  36864 bytes of dynamic shared memory. */
@@ -969,17 +1001,18 @@ extern "C" __global__ void tc_k_attn_prefill64_bf16(__nv_bfloat16 *out, const __
  *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
  *  256 splits. With several splits in use, partials holds
  *  [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
- *  zeroed). */
+ *  zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous
+ *  kernel (the lengths, the table and older rows are read before it has finished); -1: none
+ *  is read before. */
 extern "C" __global__ void tc_k_attn_decode128_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
                                               const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
                                               const int32_t *block_table, const int32_t *seq_lens,
                                               int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
-                                              int32_t chunk, float scale, int32_t stages)
+                                              int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
-    tc::await_inputs();
     attention_cu::decode<__nv_bfloat16, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
-                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages);
+                                  n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
 }
 /** Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
  *  69632 bytes of dynamic shared memory. */

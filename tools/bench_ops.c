@@ -255,7 +255,11 @@ typedef struct {
 static tc_status run_decode(void *c, int s)
 {
     at_ctx *a = c;
-    return tc_attention_decode(&a->out, &a->q, &a->kc[s], &a->vc[s], &a->table, &a->lens, a->scale);
+    /* As in a decode step (the kernel before wrote at most the newest rows; here it is the
+     * previous decode, which writes none). */
+    const tc_attention_opts opts = { .fresh_rows = 1 };
+    return tc_attention_decode_ex(&a->out, &a->q, &a->kc[s], &a->vc[s], &a->table, &a->lens,
+                                  a->scale, &opts);
 }
 static tc_status run_prefill(void *c, int s)
 {

@@ -818,6 +818,9 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
                          normed_swiglu = { .swiglu = true,
                                            .rms_norm = true,
                                            .norm_eps = c->norm_eps };
+    /* Decode attention runs right after tc_rope_store, which writes only each sequence's
+     * newest cached row (the lengths and table come by copies before the pass). */
+    const tc_attention_opts after_store = { .fresh_rows = 1 };
     TC_CHECK(st, tc_embedding(&x, &m->tok_embd, &ids));
     for (int l = 0; l < c->n_layers; l++) {
         tc_llama_layer *y = &m->layers[l];
@@ -847,8 +850,8 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         }
         TC_CHECK(st, tc_rope_store(lq, lk, lv, &pos, &c->rope, &kv->k[l], &kv->v[l], &slots));
         if (decode)
-            TC_CHECK(st,
-                     tc_attention_decode(&att3, lq, &kv->k[l], &kv->v[l], &table, &lens, scale));
+            TC_CHECK(st, tc_attention_decode_ex(&att3, lq, &kv->k[l], &kv->v[l], &table, &lens,
+                                                scale, &after_store));
         else if (D == 0)
             TC_CHECK(st, tc_attention_prefill(&att3, lq, &kv->k[l], &kv->v[l], &table, &lens, &qs,
                                               scale));
@@ -857,8 +860,8 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             TC_CHECK(st, tc_tensor_slice(&att3, 0, 0, D, &datt));
             TC_CHECK(st, tc_tensor_slice(lq, 0, D, T - D, &pq));
             TC_CHECK(st, tc_tensor_slice(&att3, 0, D, T - D, &patt));
-            TC_CHECK(st,
-                     tc_attention_decode(&datt, &dq, &kv->k[l], &kv->v[l], &dtable, &dlens, scale));
+            TC_CHECK(st, tc_attention_decode_ex(&datt, &dq, &kv->k[l], &kv->v[l], &dtable, &dlens,
+                                                scale, &after_store));
             TC_CHECK(st, tc_attention_prefill(&patt, &pq, &kv->k[l], &kv->v[l], &ptable, &plens,
                                               &pqs, scale));
         }

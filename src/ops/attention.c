@@ -265,7 +265,19 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
                               const tc_tensor *v_cache, const tc_tensor *block_table,
                               const tc_tensor *seq_lens, float scale)
 {
+    return tc_attention_decode_ex(out, q, k_cache, v_cache, block_table, seq_lens, scale, NULL);
+}
+
+tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_tensor *k_cache,
+                                 const tc_tensor *v_cache, const tc_tensor *block_table,
+                                 const tc_tensor *seq_lens, float scale,
+                                 const tc_attention_opts *opts)
+{
     const char *op = "tc_attention_decode";
+    int32_t fresh = opts ? opts->fresh_rows : -1;
+    if (fresh < -1)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "fresh_rows is %d; want -1 or more",
+                            (int)fresh);
     TC_TRY(check_common(op, out, q, k_cache, v_cache, block_table, seq_lens));
     int64_t n_seqs = q->shape[0], n_heads = q->shape[1], hd = q->shape[2], n_kv = k_cache->shape[2];
     TC_TRY(tc__check_dim(op, "block_table", block_table, 0, n_seqs, "one row per query"));
@@ -345,14 +357,14 @@ tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tenso
                TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens),          \
                (int32_t)n_heads, (int32_t)n_kv, (int32_t)k_cache->shape[1],                    \
                (int32_t)block_table->shape[1], q->stride[0], out->stride[0], (int32_t)chunk,   \
-               scale, stages)                                                                  \
+               scale, stages, fresh)                                                           \
          : tc_launch_attn_decode128_##sfx(                                                     \
                cfg, TC__DEV(T, out), (float *)(uintptr_t)part, (int32_t *)(uintptr_t)counters, \
                TC__DEV(const T, q), TC__DEV(const T, k_cache), TC__DEV(const T, v_cache),      \
                TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens),          \
                (int32_t)n_heads, (int32_t)n_kv, (int32_t)k_cache->shape[1],                    \
                (int32_t)block_table->shape[1], q->stride[0], out->stride[0], (int32_t)chunk,   \
-               scale, stages))
+               scale, stages, fresh))
     TC__BY_DTYPE(st, q->dtype, LAUNCH);
 #undef LAUNCH
     return st;

@@ -119,6 +119,20 @@ TC_API tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, cons
 TC_API tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tensor *k_cache,
                                      const tc_tensor *v_cache, const tc_tensor *block_table,
                                      const tc_tensor *seq_lens, float scale);
+/* What a decode may read early. */
+typedef struct tc_attention_opts {
+    /* How many of each sequence's newest cached rows the kernel launched just before this op on
+     * its stream may have written; it must not have written the older rows, seq_lens or
+     * block_table. On CUDA 9.0+ (programmatic dependent launch) those are read while that
+     * kernel finishes. -1, the default: any of them may be its output, nothing is read early.
+     * (A decode step stores its token's keys and values just before: 1.) */
+    int32_t fresh_rows;
+} tc_attention_opts;
+/* tc_attention_decode with options (NULL: the defaults). */
+TC_API tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q,
+                                        const tc_tensor *k_cache, const tc_tensor *v_cache,
+                                        const tc_tensor *block_table, const tc_tensor *seq_lens,
+                                        float scale, const tc_attention_opts *opts);
 /* Prefill (causal, flash-attention style: scores are never stored whole). q and out
  * [n_tokens, n_heads, head_dim] hold the newest tokens of each sequence: rows
  * q_start[s] .. q_start[s+1]-1 (q_start i32 [n_seqs + 1]) are its last m tokens, so row j

@@ -619,6 +619,66 @@ static void decode_odd_blocks(rng_t *r, tc_dtype dt, const char *note)
     }
 }
 
+/* A decode step's order: the kernel just before the decode stores each sequence's newest row,
+ * and the decode (fresh_rows 1) reads the older rows while that kernel runs. Runs alternate
+ * between two sets of new rows, each unlike the rows it replaces, so that a row read before
+ * its store lands fails the comparison. */
+static void decode_after_store(rng_t *r, tc_dtype dt, int64_t H, int64_t KV, int64_t hd)
+{
+    int64_t len[] = { 1, 77, 300, 4096 }, ones[] = { 1, 1, 1, 1 }, n = 4;
+    double scale = 1.0 / sqrt((double)hd);
+    paged_case gc, cc;
+    rng_t r2 = *r;
+    CHECK(paged_build(&gc, r, gpu, dt, n, len, ones, H, KV, hd, 16));
+    CHECK(paged_build(&cc, &r2, cpu, dt, n, len, ones, H, KV, hd, 16));
+    int32_t slots[4];
+    for (int64_t s = 0; s < n; s++) {
+        int64_t t = len[s] - 1;
+        slots[s] = (int32_t)(cc.table[s * cc.max_blocks + t / 16] * 16 + t % 16);
+    }
+    tc_tensor gs, cs, gk[2], ck[2], gv[2], cv[2];
+    CHECK(tc_tensor_init_from_host(&gs, gpu, TC_DTYPE_I32, TC_SHAPE(n), slots, sizeof slots));
+    CHECK(tc_tensor_init_from_host(&cs, cpu, TC_DTYPE_I32, TC_SHAPE(n), slots, sizeof slots));
+    double *kv[2], *vv[2];
+    for (int i = 0; i < 2; i++) {
+        kv[i] = twin(r, dt, TC_SHAPE(n, KV, hd), 2, 3, &gk[i], &ck[i]);
+        vv[i] = twin(r, dt, TC_SHAPE(n, KV, hd), -3, -2, &gv[i], &cv[i]);
+    }
+    const tc_attention_opts early = { .fresh_rows = 1 };
+    for (int run = 0; run < 4; run++) {
+        int i = run % 2;
+        tc_tensor go, co;
+        poisoned(&go, gpu, dt, TC_SHAPE(n, H, hd));
+        poisoned(&co, cpu, dt, TC_SHAPE(n, H, hd));
+        CHECK(tc_attention_store(&gc.tk, &gc.tv, &gk[i], &gv[i], &gs));
+        CHECK(tc_attention_decode_ex(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens,
+                                     (float)scale, &early));
+        CHECK(tc_attention_store(&cc.tk, &cc.tv, &ck[i], &cv[i], &cs));
+        CHECK(
+            tc_attention_decode(&co, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens, (float)scale));
+        for (int64_t s = 0; s < n; s++)
+            for (int64_t e = 0; e < KV * hd; e++) {
+                cc.k[s][(len[s] - 1) * KV * hd + e] = kv[i][s * KV * hd + e];
+                cc.v[s][(len[s] - 1) * KV * hd + e] = vv[i][s * KV * hd + e];
+            }
+        double *want = paged_reference(&cc, scale);
+        char what[128];
+        snprintf(what, sizeof what,
+                 "attention decode after store %s H %lld KV %lld hd %lld, run %d",
+                 tc_dtype_name(dt), (long long)H, (long long)KV, (long long)hd, run + 1);
+        expect_close(what, &go, want, &co, tolerance(dt));
+        free(want);
+        tc_tensor_deinit(&go), tc_tensor_deinit(&co);
+    }
+    for (int i = 0; i < 2; i++) {
+        free(kv[i]), free(vv[i]);
+        tc_tensor_deinit(&gk[i]), tc_tensor_deinit(&ck[i]);
+        tc_tensor_deinit(&gv[i]), tc_tensor_deinit(&cv[i]);
+    }
+    tc_tensor_deinit(&gs), tc_tensor_deinit(&cs);
+    paged_free(&gc), paged_free(&cc);
+}
+
 static void attention(rng_t *r)
 {
     struct {
@@ -755,6 +815,9 @@ int main(void)
     swiglu_softmax_argmax(&r);
     linear(&r);
     attention(&r);
+    decode_after_store(&r, TC_DTYPE_BF16, 32, 32, 128);
+    decode_after_store(&r, TC_DTYPE_BF16, 32, 8, 128);
+    decode_after_store(&r, TC_DTYPE_F32, 9, 3, 64);
     decode_odd_blocks(&r, TC_DTYPE_F16, "");
     /* As on a GPU with 99 KiB of shared memory per block (compute capability 8.6, 8.9): decode
      * attention and the tensor-core product with fewer pipeline stages. */

@@ -522,6 +522,22 @@ static void attention_prefill_and_decode_over_paged_cache(void **state)
             want = paged_reference(&c, scale);
             EXPECT_CLOSE(got, want, 4 * c.H * c.hd, tolerance(dt), "decode %s", tc_dtype_name(dt));
             free(got), free(want);
+            /* with the early-read option the same (the CPU has nothing to overlap); a count
+             * below -1 is refused */
+            tc_attention_opts early = { .fresh_rows = 1 };
+            assert_int_equal(tc_attention_decode_ex(&out, &c.tq, &c.tk, &c.tv, &c.ttable, &c.tlens,
+                                                    (float)scale, &early),
+                             TC_OK);
+            got = tensor_values(&out);
+            want = paged_reference(&c, scale);
+            EXPECT_CLOSE(got, want, 4 * c.H * c.hd, tolerance(dt), "decode_ex %s",
+                         tc_dtype_name(dt));
+            free(got), free(want);
+            early.fresh_rows = -2;
+            assert_int_equal(tc_attention_decode_ex(&out, &c.tq, &c.tk, &c.tv, &c.ttable, &c.tlens,
+                                                    (float)scale, &early),
+                             TC_ERR_INVALID_ARGUMENT);
+            assert_non_null(strstr(tc_last_error(), "fresh_rows"));
             /* a bad block id is reported, never followed */
             ((int32_t *)c.ttable.data)[c.max_blocks * 2] = (int32_t)c.n_blocks;
             assert_int_equal(
