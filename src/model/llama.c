@@ -328,9 +328,19 @@ static tc_status alloc_scratch(tc_llama *m)
     TC_TRY(tc_tensor_wrap(&s->last_rows, b, TC_DTYPE_I32, TC_SHAPE(S), base + off[5]));
     TC_TRY(tc_tensor_wrap(&s->q_start2, b, TC_DTYPE_I32, TC_SHAPE(S + 1), base + off[6]));
     TC_TRY(tc_tensor_wrap(&s->block_table, b, TC_DTYPE_I32, TC_SHAPE(S, W), base + off[7]));
-    s->host = tc_host_alloc(sizeof(int32_t) * (size_t)s->index_len);
-    if (!s->host)
-        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_llama_load", "no host memory for indices");
+    size_t host_bytes = sizeof(int32_t) * (size_t)s->index_len;
+    if (tc_backend_get_kind(b) == TC_BACKEND_CUDA) {
+        /* Pinned, so that a pass's index upload is a plain asynchronous copy. */
+        void *p = NULL;
+        TC_TRY(tc_event_create(tc_backend_context(b), false, &s->host_sent));
+        TC_TRY(tc_pinned_alloc(tc_backend_context(b), host_bytes, &p));
+        s->host = p;
+    } else {
+        s->host = tc_host_alloc(host_bytes);
+        if (!s->host)
+            return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_llama_load",
+                                "no host memory for indices");
+    }
     /* Decode graphs: buckets of 1, 2, 4, 8 sequences, then multiples of 16. */
     s->n_graphs = (int32_t)(4 + (S + 15) / 16);
     s->graphs = tc_host_calloc((size_t)s->n_graphs, sizeof *s->graphs);
@@ -594,7 +604,15 @@ void tc_llama_destroy(tc_llama *m)
         tc_tensor_deinit(ts[i]);
     drop_graphs(m);
     tc_host_free(s->graphs);
-    tc_host_free(s->host);
+    if (s->host_sent) {
+        /* the last upload may still be reading the pinned buffer */
+        (void)tc_event_synchronize(s->host_sent);
+        tc_event_destroy(s->host_sent);
+        if (s->host)
+            tc_pinned_free(tc_backend_context(m->backend), s->host);
+    } else {
+        tc_host_free(s->host);
+    }
     tc_host_free(m);
 }
 
@@ -720,6 +738,8 @@ static tc_status check_batch(const tc_llama *m, const tc_kv_cache *kv, const tc_
 static tc_status upload_batch(tc_llama *m, const tc_llama_batch *b, int64_t S, int64_t W)
 {
     tc_llama_scratch *s = &m->s;
+    if (s->host_sent)
+        TC_TRY(tc_event_synchronize(s->host_sent)); /* the previous pass's copy has read host */
     int64_t Tm = s->max_tokens, Sm = s->max_seqs;
     int32_t *h = s->host, *ids = h, *pos = h + Tm, *slots = h + 2 * Tm, *qs = h + 3 * Tm,
             *lens = qs + Sm + 1, *last = lens + Sm, *qs2 = last + Sm, *table = qs2 + Sm + 1;
@@ -751,6 +771,12 @@ static tc_status upload_batch(tc_llama *m, const tc_llama_batch *b, int64_t S, i
     for (int64_t q = D; q <= S; q++)
         qs2[q - D] = qs[q] - qs[D];
     size_t n = (size_t)(table + S * W - h);
+    if (s->host_sent) {
+        tc_stream *st = tc_backend_stream(m->backend);
+        TC_TRY(
+            tc_stream_copy_h2d(st, (CUdeviceptr)(uintptr_t)s->index.data, h, n * sizeof(int32_t)));
+        return tc_event_record(s->host_sent, st);
+    }
     tc_tensor v;
     TC_TRY(tc_tensor_slice(&s->index, 0, 0, (int64_t)n, &v));
     return tc_tensor_copy_from_host(&v, h, n * sizeof(int32_t));

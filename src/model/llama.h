@@ -58,7 +58,10 @@ typedef struct tc_llama_scratch {
     tc_tensor block_table;         /* i32 [S, max_blocks] */
     tc_tensor index;               /* the buffer the index arrays above are views of */
     int64_t index_len;
-    int32_t *host; /* [index_len] staging of the index arrays */
+    int32_t *host; /* [index_len] staging of the index arrays (pinned on CUDA) */
+    /* On CUDA: recorded after the index arrays' copy from host, which runs without a wait;
+     * the next pass rewrites host once it has fired. */
+    struct tc_event *host_sent;
     /* CUDA graphs of decode steps, one per batch-size bucket (CUgraphExec, NULL until the
      * bucket is first used), with the op-workspace generation and KV cache each was captured
      * over. */
