@@ -155,7 +155,7 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 1007, 18, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
     {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 1019, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
     {"tc_k_convert", "kernels/convert.cu", 7, 8, sizes_tc_k_convert, names_tc_k_convert},
-    {"tc_k_scale_cols", "kernels/convert.cu", 30, 6, sizes_tc_k_scale_cols, names_tc_k_scale_cols},
+    {"tc_k_scale_cols", "kernels/convert.cu", 23, 6, sizes_tc_k_scale_cols, names_tc_k_scale_cols},
     {"tc_k_copy_u8", "kernels/copy.cu", 32, 3, sizes_tc_k_copy_u8, names_tc_k_copy_u8},
     {"tc_k_fill_f32", "kernels/copy.cu", 50, 3, sizes_tc_k_fill_f32, names_tc_k_fill_f32},
     {"tc_k_embedding_f32", "kernels/embedding.cu", 34, 8, sizes_tc_k_embedding_f32, names_tc_k_embedding_f32},

@@ -329,7 +329,7 @@ static inline tc_status tc_launch_convert(tc_launch_config cfg, void *out, int32
     tc_launch_convert((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_dtype), TC__KARG_CONST(const void *, void *, x), TC__KARG(int32_t, x_dtype), TC__KARG(int64_t, rows), TC__KARG(int64_t, cols), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, x_stride))
 #endif
 
-/* kernels/convert.cu:30 tc_k_scale_cols: w[r, c] *= s[c] for w [rows, cols] (row stride w_stride) and s [cols], both of dtype `dtype` (DT_F32/F16/BF16 codes), rounded to nearest even: a norm's weight folded into the columns of the product that follows it. Grid (any, any): blocks stride over rows (y) and columns (x). */
+/* kernels/convert.cu:23 tc_k_scale_cols: w[r, c] *= s[c] for w [rows, cols] (row stride w_stride) and s [cols], both of dtype `dtype` (DT_F32/F16/BF16 codes), rounded to nearest even: a norm's weight folded into the columns of the product that follows it. Grid (any, any): blocks stride over rows (y) and columns (x). */
 static inline tc_status tc_launch_scale_cols(tc_launch_config cfg, void *w, const void *s, int32_t dtype, int64_t rows, int64_t cols, int64_t w_stride)
 {
     void *args[] = {&w, &s, &dtype, &rows, &cols, &w_stride};

@@ -233,5 +233,16 @@ __device__ __forceinline__ float load_any(int dt, const void *row, int64_t i)
         return __int_as_float(0x7fc00000);
     }
 }
+// Store v as element i of a row of run-time float dtype dt (f32, f16 or bf16; rounding to
+// nearest even).
+__device__ __forceinline__ void store_any(int dt, void *row, int64_t i, float v)
+{
+    if (dt == DT_F32)
+        static_cast<float *>(row)[i] = v;
+    else if (dt == DT_F16)
+        static_cast<__half *>(row)[i] = __float2half_rn(v);
+    else
+        static_cast<__nv_bfloat16 *>(row)[i] = __float2bfloat16_rn(v);
+}
 
 } // namespace tc

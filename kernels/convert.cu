@@ -12,14 +12,7 @@ extern "C" __global__ void tc_k_convert(void *out, int32_t out_dtype, const void
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = t / cols, c = t % cols;
-        float v = tc::load_any(x_dtype, x, r * x_stride + c);
-        int64_t o = r * out_stride + c;
-        if (out_dtype == tc::DT_F32)
-            static_cast<float *>(out)[o] = v;
-        else if (out_dtype == tc::DT_F16)
-            static_cast<__half *>(out)[o] = tc::from_f32<__half>(v);
-        else
-            static_cast<__nv_bfloat16 *>(out)[o] = tc::from_f32<__nv_bfloat16>(v);
+        tc::store_any(out_dtype, out, r * out_stride + c, tc::load_any(x_dtype, x, r * x_stride + c));
     }
 }
 
@@ -35,12 +28,6 @@ extern "C" __global__ void tc_k_scale_cols(void *w, const void *s, int32_t dtype
         for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols;
              c += (int64_t)gridDim.x * blockDim.x) {
             int64_t i = r * w_stride + c;
-            float v = tc::load_any(dtype, w, i) * tc::load_any(dtype, s, c);
-            if (dtype == tc::DT_F32)
-                static_cast<float *>(w)[i] = v;
-            else if (dtype == tc::DT_F16)
-                static_cast<__half *>(w)[i] = tc::from_f32<__half>(v);
-            else
-                static_cast<__nv_bfloat16 *>(w)[i] = tc::from_f32<__nv_bfloat16>(v);
+            tc::store_any(dtype, w, i, tc::load_any(dtype, w, i) * tc::load_any(dtype, s, c));
         }
 }

@@ -438,6 +438,24 @@ static void linear(rng_t *r)
         }
     linear_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 1, 77, 127, 7, false);
     linear_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 3, 77, 127, 5, false);
+    /* tc_convert between every pair of float dtypes (the logits' bf16 to f32 among them). */
+    const tc_dtype cvt[] = { TC_DTYPE_BF16, TC_DTYPE_F32, TC_DTYPE_F16 };
+    for (int si = 0; si < 3; si++)
+        for (int di = 0; di < 3; di++) {
+            tc_tensor gx, cx, go, co;
+            double *xv = twin(r, cvt[si], TC_SHAPE(37, 1001), -3, 3, &gx, &cx);
+            poisoned(&go, gpu, cvt[di], TC_SHAPE(37, 1001));
+            poisoned(&co, cpu, cvt[di], TC_SHAPE(37, 1001));
+            CHECK(tc_convert(&go, &gx));
+            CHECK(tc_convert(&co, &cx));
+            char what[64];
+            snprintf(what, sizeof what, "convert %s to %s [37 x 1001]", tc_dtype_name(cvt[si]),
+                     tc_dtype_name(cvt[di]));
+            expect_close(what, &go, xv, &co, tolerance(cvt[di]));
+            free(xv);
+            tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&go),
+                tc_tensor_deinit(&co);
+        }
     /* tc_scale_columns on the GPU against the CPU's (both round the same f32 product). */
     const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F32, TC_DTYPE_F16 };
     for (int di = 0; di < 3; di++) {
