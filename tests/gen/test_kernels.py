@@ -82,7 +82,10 @@ def test_launchers_check_types_and_table_matches(rendered):
 def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     """Launches on an overlapped stream (tc_stream_set_overlap) may start while the previous
     kernel runs: each kernel's body must begin with tc::await_inputs(), except the matrix-vector
-    kernels, whose shared body (matvec_cu::by_rows) reads only weights before calling it."""
+    kernels, whose shared body (matvec_cu::by_rows) reads only weights before calling it, and
+    the decode attention kernels, whose body (attention_cu::decode) waits at once unless the
+    caller allows early reads (fresh_rows), and then reads only the lengths, the table and the
+    cache before waiting: never q, and it writes nothing."""
     missing = []
     for f in sorted(os.listdir(os.path.join(ROOT, "kernels"))):
         if not f.endswith(".cu"):
@@ -93,6 +96,9 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
             if name.startswith("tc_k_matvec"):
                 assert first.startswith("matvec_cu::by_rows"), name
                 continue
+            if name.startswith("tc_k_attn_decode"):
+                assert first.startswith("attention_cu::decode<"), name
+                continue
             if first.strip() != "tc::await_inputs();":
                 missing.append(f"{f}: {name}")
     assert not missing, "kernels that do not begin with tc::await_inputs(): " + ", ".join(missing)
@@ -100,3 +106,13 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     by_rows = body[body.index("__device__ void by_rows"):]
     before_wait = by_rows[:by_rows.index("tc::await_inputs();")]
     assert "out[" not in before_wait and "x[" not in before_wait
+    body = open(os.path.join(ROOT, "kernels", "attention.cu")).read()
+    decode = body[body.index("__device__ void decode("):]
+    head = decode[:decode.index("{") + 1]
+    start = decode[len(head):]
+    assert re.match(r"\s*(//[^\n]*\n\s*)*constexpr[^;]*;\s*int S = stages;\s*(//[^\n]*\n\s*)*"
+                    r"if \(fresh < 0\)\s*tc::await_inputs\(\);", start), "decode must wait first by default"
+    early = start[:start.index("if (fresh >= 0) {")]
+    code = "\n".join(line.split("//")[0] for line in early.splitlines())
+    for touched in ("out[", "out +", "part[", "part +", "counters", "q[", "q +", "q_stride"):
+        assert touched not in code, f"decode touches {touched!r} before it waits"
