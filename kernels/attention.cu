@@ -158,7 +158,6 @@ __device__ void decode_warp_mma(const DecodeWork &w, const DecodeRing<T, HD> &ri
                                 float scale, float *ms, float *ls, float *as)
 {
     constexpr int LD = kv_ld<T, HD>(), KS = HD / 16, NT = HD / 8;
-    int S = ring.stages;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, pos = lane & 3;
     // The block's queries as A fragments (rows g..15 zero), read once.
     uint32_t qa[KS][2];
@@ -255,7 +254,6 @@ template <typename T, int HD>
 __device__ void decode_warp_simt(const DecodeWork &w, const DecodeRing<T, HD> &ring, const T *q, int64_t q_stride,
                                  float scale, float *qs, float *ms, float *ls, float *as)
 {
-    int S = ring.stages;
     constexpr int LD = kv_ld<T, HD>(), VE = 16 / (int)sizeof(T), D = HD / 32,
                   HALF = HD / 2;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
