@@ -56,6 +56,7 @@ struct tc_backend {
     void *stage[3];
     tc_event *stage_done[3];
     int stage_next; /* the stage that the next upload fills first */
+    bool matvec_l1; /* the matrix-vector kernels' preference for L1 is set (matmul.c) */
 };
 
 /* Run fn over [0, n) in chunks of at least `grain` items on b's threads; returns when done. */

@@ -112,6 +112,17 @@ tc_status tc_launch_blocks_per_sm(tc_context *ctx, tc_kernel_id id, int block, s
     return tc_cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, f, block, shared_bytes);
 }
 
+tc_status tc_launch_set_carveout(tc_context *ctx, tc_kernel_id id, int percent)
+{
+    if (percent < -1 || percent > 100)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_launch_set_carveout",
+                            "carveout %d%% is not -1 or 0 to 100", percent);
+    CUfunction f;
+    TC_TRY(tc_module_function(ctx, id, &f));
+    TC_TRY(tc__context_enter(ctx));
+    return tc_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, percent);
+}
+
 tc_status tc_launch_config_1d(tc_stream *s, tc_kernel_id id, size_t n, tc_launch_config *out)
 {
     int min_grid = 0, block = 0;

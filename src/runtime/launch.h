@@ -22,6 +22,13 @@ TC_API tc_status tc_launch_block_size(tc_context *ctx, tc_kernel_id id, size_t s
 TC_API tc_status tc_launch_blocks_per_sm(tc_context *ctx, tc_kernel_id id, int block,
                                          size_t shared_bytes, int *blocks);
 
+/* Kernel id's preferred split of each SM's combined L1 cache and shared memory: `percent` of
+ * the most shared memory the SM can have (0: the largest L1, 100: the most shared memory), or
+ * -1 to let the driver choose again (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT). A
+ * preference only: a launch that needs more shared memory still gets it. Anything else is
+ * TC_ERR_INVALID_ARGUMENT. */
+TC_API tc_status tc_launch_set_carveout(tc_context *ctx, tc_kernel_id id, int percent);
+
 /* A one-dimensional configuration for a grid-stride kernel over `n` items: the occupancy
  * block size, and just enough blocks to fill the GPU once (fewer when n is small). */
 TC_API tc_status tc_launch_config_1d(tc_stream *s, tc_kernel_id id, size_t n,

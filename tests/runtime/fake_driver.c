@@ -27,6 +27,8 @@ typedef struct fake_launch {
     size_t params_bytes;
     int set_attribute_calls;
     int last_dyn_shared;
+    int last_carveout; /* and the kernel it was set for */
+    char carveout_kernel[64];
 } fake_launch;
 
 EXPORT fake_launch fake_launch_v;
@@ -268,6 +270,13 @@ static CUresult f_func_get_attribute(int *v, CUfunction_attribute a, CUfunction 
 
 static CUresult f_func_set_attribute(CUfunction f, CUfunction_attribute a, int v)
 {
+    if (kernel_of(f) >= 0 && a == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT && v >= -1 &&
+        v <= 100) {
+        fake_launch_v.last_carveout = v;
+        snprintf(fake_launch_v.carveout_kernel, sizeof fake_launch_v.carveout_kernel, "%s",
+                 tc_kernel_table[kernel_of(f)].name);
+        return CUDA_SUCCESS;
+    }
     if (kernel_of(f) < 0 || a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES || v > 232448)
         return CUDA_ERROR_INVALID_VALUE;
     fake_launch_v.set_attribute_calls++;

@@ -25,6 +25,8 @@ typedef struct fake_launch {
     size_t params_bytes;
     int set_attribute_calls;
     int last_dyn_shared;
+    int last_carveout; /* and the kernel it was set for */
+    char carveout_kernel[64];
 } fake_launch;
 
 static fake_launch *launches(void)
@@ -206,6 +208,23 @@ static void large_shared_memory_opts_in_once(void **state)
     assert_int_equal(l->shared, 100000);
 }
 
+static void carveout_preference_reaches_the_kernel(void **state)
+{
+    (void)state;
+    fake_launch *l = launches();
+    l->last_carveout = 55;
+    assert_int_equal(tc_launch_set_carveout(ctx, TC_KERNEL_FILL_F32, 0), TC_OK);
+    assert_int_equal(l->last_carveout, 0);
+    assert_string_equal(l->carveout_kernel, "tc_k_fill_f32");
+    assert_int_equal(tc_launch_set_carveout(ctx, TC_KERNEL_FILL_F32, -1), TC_OK);
+    assert_int_equal(l->last_carveout, -1);
+    assert_int_equal(tc_launch_set_carveout(ctx, TC_KERNEL_FILL_F32, 101), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "101"));
+    assert_int_equal(tc_launch_set_carveout(ctx, TC_KERNEL_FILL_F32, -2), TC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tc_launch_set_carveout(ctx, (tc_kernel_id)-1, 0), TC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(l->last_carveout, -1);
+}
+
 static void occupancy_helpers_size_grid_stride_launches(void **state)
 {
     (void)state;
@@ -281,6 +300,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(launcher_passes_each_argument_at_its_abi_offset),
         cmocka_unit_test(bad_configurations_fail_naming_the_kernel),
         cmocka_unit_test(large_shared_memory_opts_in_once),
+        cmocka_unit_test(carveout_preference_reaches_the_kernel),
         cmocka_unit_test(occupancy_helpers_size_grid_stride_launches),
         cmocka_unit_test(device_pool_out_of_memory_names_request_and_state),
     };
