@@ -94,12 +94,12 @@ static const uint16_t sizes_tc_k_matvec_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4
 static const char *const names_tc_k_matvec_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps"};
 static const uint16_t sizes_tc_k_matvec_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4};
 static const char *const names_tc_k_matvec_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps"};
-static const uint16_t sizes_tc_k_matvec1_f32[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4};
-static const char *const names_tc_k_matvec1_f32[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps"};
-static const uint16_t sizes_tc_k_matvec1_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4};
-static const char *const names_tc_k_matvec1_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps"};
-static const uint16_t sizes_tc_k_matvec1_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4};
-static const char *const names_tc_k_matvec1_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps"};
+static const uint16_t sizes_tc_k_matvec1_f32[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4, 4, 4, 8, 4, 8, 8, 8, 8};
+static const char *const names_tc_k_matvec1_f32[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps", "pos", "slots", "k_cache", "v_cache", "n_heads", "n_kv_heads", "head_dim", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
+static const uint16_t sizes_tc_k_matvec1_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4, 4, 4, 8, 4, 8, 8, 8, 8};
+static const char *const names_tc_k_matvec1_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps", "pos", "slots", "k_cache", "v_cache", "n_heads", "n_kv_heads", "head_dim", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
+static const uint16_t sizes_tc_k_matvec1_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4, 4, 4, 8, 4, 8, 8, 8, 8};
+static const char *const names_tc_k_matvec1_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps", "pos", "slots", "k_cache", "v_cache", "n_heads", "n_kv_heads", "head_dim", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
 static const uint16_t sizes_tc_k_fill_random_f32[] = {8, 8, 8, 4, 4};
 static const char *const names_tc_k_fill_random_f32[] = {"out", "n", "seed", "offset", "scale"};
 static const uint16_t sizes_tc_k_fill_random_f16[] = {8, 8, 8, 4, 4};
@@ -166,21 +166,21 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_gemm_f32", "kernels/gemm.cu", 207, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
     {"tc_k_gemm_f16", "kernels/gemm.cu", 213, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
     {"tc_k_gemm_bf16", "kernels/gemm.cu", 219, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
-    {"tc_k_matvec_f32", "kernels/matvec.cu", 353, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
-    {"tc_k_matvec_f16", "kernels/matvec.cu", 359, 11, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
-    {"tc_k_matvec_bf16", "kernels/matvec.cu", 365, 11, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},
-    {"tc_k_matvec1_f32", "kernels/matvec.cu", 374, 11, sizes_tc_k_matvec1_f32, names_tc_k_matvec1_f32},
-    {"tc_k_matvec1_f16", "kernels/matvec.cu", 380, 11, sizes_tc_k_matvec1_f16, names_tc_k_matvec1_f16},
-    {"tc_k_matvec1_bf16", "kernels/matvec.cu", 386, 11, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
+    {"tc_k_matvec_f32", "kernels/matvec.cu", 430, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
+    {"tc_k_matvec_f16", "kernels/matvec.cu", 436, 11, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
+    {"tc_k_matvec_bf16", "kernels/matvec.cu", 442, 11, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},
+    {"tc_k_matvec1_f32", "kernels/matvec.cu", 456, 25, sizes_tc_k_matvec1_f32, names_tc_k_matvec1_f32},
+    {"tc_k_matvec1_f16", "kernels/matvec.cu", 467, 25, sizes_tc_k_matvec1_f16, names_tc_k_matvec1_f16},
+    {"tc_k_matvec1_bf16", "kernels/matvec.cu", 478, 25, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
     {"tc_k_fill_random_f32", "kernels/random.cu", 31, 5, sizes_tc_k_fill_random_f32, names_tc_k_fill_random_f32},
     {"tc_k_fill_random_f16", "kernels/random.cu", 38, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
     {"tc_k_fill_random_bf16", "kernels/random.cu", 45, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},
     {"tc_k_rmsnorm_f32", "kernels/rmsnorm.cu", 72, 9, sizes_tc_k_rmsnorm_f32, names_tc_k_rmsnorm_f32},
     {"tc_k_rmsnorm_f16", "kernels/rmsnorm.cu", 79, 9, sizes_tc_k_rmsnorm_f16, names_tc_k_rmsnorm_f16},
     {"tc_k_rmsnorm_bf16", "kernels/rmsnorm.cu", 86, 9, sizes_tc_k_rmsnorm_bf16, names_tc_k_rmsnorm_bf16},
-    {"tc_k_rope_f32", "kernels/rope.cu", 151, 20, sizes_tc_k_rope_f32, names_tc_k_rope_f32},
-    {"tc_k_rope_f16", "kernels/rope.cu", 167, 20, sizes_tc_k_rope_f16, names_tc_k_rope_f16},
-    {"tc_k_rope_bf16", "kernels/rope.cu", 183, 20, sizes_tc_k_rope_bf16, names_tc_k_rope_bf16},
+    {"tc_k_rope_f32", "kernels/rope.cu", 134, 20, sizes_tc_k_rope_f32, names_tc_k_rope_f32},
+    {"tc_k_rope_f16", "kernels/rope.cu", 150, 20, sizes_tc_k_rope_f16, names_tc_k_rope_f16},
+    {"tc_k_rope_bf16", "kernels/rope.cu", 166, 20, sizes_tc_k_rope_bf16, names_tc_k_rope_bf16},
     {"tc_k_selftest_params", "kernels/selftest.cu", 7, 10, sizes_tc_k_selftest_params, names_tc_k_selftest_params},
     {"tc_k_selftest_delay_store", "kernels/selftest.cu", 26, 3, sizes_tc_k_selftest_delay_store, names_tc_k_selftest_delay_store},
     {"tc_k_softmax_f32", "kernels/softmax.cu", 28, 5, sizes_tc_k_softmax_f32, names_tc_k_softmax_f32},

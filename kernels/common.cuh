@@ -161,6 +161,26 @@ __device__ __forceinline__ float block_max(float v, float *scratch)
     return warp_max(v);
 }
 
+// Rotary embedding: the frequency of pair i of a head_dim-wide head, theta^(-2i/head_dim),
+// with Llama 3's scaling when scaling is 1 (kernels/rope.cu and the matrix-vector kernel's
+// fused rotation share it, so that both rotate alike).
+__device__ inline double rope_frequency(int i, int head_dim, double theta, int scaling, double factor,
+                            double low_ff, double high_ff, double orig_max)
+{
+    double inv = exp(-(2.0 * i / head_dim) * log(theta));
+    if (scaling != 1)
+        return inv;
+    const double pi = 3.14159265358979323846;
+    double wavelen = 2.0 * pi / inv;
+    double low_wavelen = orig_max / low_ff, high_wavelen = orig_max / high_ff;
+    if (wavelen > low_wavelen)
+        return inv / factor;
+    if (wavelen < high_wavelen)
+        return inv;
+    double smooth = (orig_max / wavelen - low_ff) / (high_ff - low_ff);
+    return (1.0 - smooth) * inv / factor + smooth * inv;
+}
+
 // Programmatic dependent launch (compute capability 9.0+; a no-op before that, and when the
 // launch did not ask for it: tc_stream_set_overlap). Every kernel calls await_inputs() before it
 // touches memory that an earlier kernel on its stream writes or reads; only reads of data that no

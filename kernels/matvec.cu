@@ -44,7 +44,7 @@ template <typename TX, int N> __device__ __forceinline__ void load_x(const TX *p
 // x, weights of its dtype) x is RMS-normalised first, the norm's weight folded into w: the
 // lanes sum its squares beside the product, from the values they load for it anyway, and the
 // sums are scaled at the end.
-enum : int { kSwiglu = 1, kAccumulate = 2, kNorm = 4 };
+enum : int { kSwiglu = 1, kAccumulate = 2, kNorm = 4, kRope = 8 };
 
 // Reduce the lanes' partial sums and write row `row` of out (lane 0): scaled by the row's RMS
 // norm (NORM: ss holds the sums of squares), SwiGLU of the gate and up sums, and added to
@@ -212,6 +212,77 @@ __device__ void float_rows(TX *out, const TX *x, const TW *w, int m, int64_t n, 
     }
 }
 
+// The rotation fused after a layer's q/k/v product (kRope: one row of x, weights of x's dtype
+// in 16-byte rows): out holds n_heads q heads, then n_kv_heads k heads and as many v heads.
+struct Rope {
+    const int32_t *pos, *slots;
+    void *k_cache, *v_cache;
+    int n_heads, n_kv_heads, head_dim, interleaved, scaling;
+    double theta, factor, low_ff, high_ff, orig_max;
+};
+
+// A warp's unit is a pair of rows that rotate together (i and i + head_dim / 2 of a head, or
+// 2i and 2i + 1 interleaved): it sums both, rotates q and k heads by pos[0] as tc_rope does,
+// and writes the pair to out and, for k and v heads, to cache slot slots[0] as
+// tc_attention_store does (a negative slot writes no cache). Lane j works out the angle of
+// the warp's j-th pair at the start, in double as tc_rope does, all lanes at once.
+template <typename TX>
+__device__ void rope_rows(TX *out, const TX *x, const TX *w, int64_t n, int64_t k, int flags, float eps,
+                          const Rope &r)
+{
+    constexpr int N = 16 / (int)sizeof(TX);
+    const int lane = threadIdx.x & 31, hd = r.head_dim, half = hd / 2;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t warp = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5), pairs = n / 2;
+    const double pos = (double)r.pos[0];
+    const int64_t slot = r.slots[0];
+    auto angle = [&](int64_t pr, float &c, float &s) {
+        double sd, cd;
+        sincos(pos * tc::rope_frequency((int)(pr % half), hd, r.theta, r.scaling, r.factor, r.low_ff, r.high_ff,
+                                        r.orig_max),
+               &sd, &cd);
+        c = (float)cd;
+        s = (float)sd;
+    };
+    float lc = 1.0f, ls = 0.0f;
+    if (warp + lane * warps < pairs)
+        angle(warp + lane * warps, lc, ls);
+    int j = 0;
+    for (int64_t pr = warp; pr < pairs; pr += warps, j++) {
+        int64_t u = pr / half, i = pr % half;
+        int64_t ra = u * hd + (r.interleaved ? 2 * i : i), rb = ra + (r.interleaved ? 1 : half);
+        float a = 0.0f, b = 0.0f, ss = 0.0f;
+        dot_pair_row1<TX, TX, N, true>(a, b, ss, x, w + ra * k, w + rb * k, k);
+        a = tc::warp_sum(a);
+        b = tc::warp_sum(b);
+        if (flags & kNorm) {
+            float scale = rsqrtf(tc::warp_sum(ss) / (float)k + eps);
+            a *= scale;
+            b *= scale;
+        }
+        float c = __shfl_sync(0xffffffffu, lc, j & 31), s = __shfl_sync(0xffffffffu, ls, j & 31);
+        if (j >= 32)
+            angle(pr, c, s);
+        if (lane == 0) {
+            if (u < r.n_heads + r.n_kv_heads) {
+                float x0 = a, x1 = b;
+                a = x0 * c - x1 * s;
+                b = x1 * c + x0 * s;
+            }
+            TX ta = tc::from_f32<TX>(a), tb = tc::from_f32<TX>(b);
+            out[ra] = ta;
+            out[rb] = tb;
+            if (u >= r.n_heads && slot >= 0) {
+                bool is_k = u < r.n_heads + r.n_kv_heads;
+                int64_t h = u - r.n_heads - (is_k ? 0 : r.n_kv_heads);
+                TX *dst = (TX *)(is_k ? r.k_cache : r.v_cache) + (slot * r.n_kv_heads + h) * hd - u * hd;
+                dst[ra] = ta;
+                dst[rb] = tb;
+            }
+        }
+    }
+}
+
 // The lane's partial dot products of one block-quantised weight row (GGUF Q4_0 / Q8_0
 // layout, one lane per block of 32) with the m rows of x.
 template <typename TX, int M, int DT>
@@ -320,11 +391,15 @@ __device__ void by_weight(TX *out, const TX *x, const void *w, int dt, int m, in
 // decode step of a single sequence, a third of its resident warps).
 template <typename TX, int MIN_M>
 __device__ void by_rows(TX *out, const TX *x, const void *w, int dt, int m, int64_t n, int64_t k,
-                        int64_t xs, int64_t os, int flags, float eps)
+                        int64_t xs, int64_t os, int flags, float eps, const Rope &rope)
 {
     // The weights are never written by a kernel: ask for the start of this warp's first row
     // (up to 4 KiB, a line per lane) while the previous kernel finishes, then wait for x.
     int64_t first = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (MIN_M == 1 && (flags & kRope)) {
+        int64_t half = rope.head_dim / 2, u = first / half, i = first % half;
+        first = u * rope.head_dim + (rope.interleaved ? 2 * i : i);
+    }
     if (first < n) {
         int64_t rb = row_bytes(dt, k), off = (int64_t)(threadIdx.x & 31) * 128;
         if (off < rb)
@@ -335,7 +410,9 @@ __device__ void by_rows(TX *out, const TX *x, const void *w, int dt, int m, int6
     // A decode step's normed product (the host checks for weights of x's dtype and 16-byte
     // rows): its own instantiation, summing squares beside the product (summing them in every
     // product cost a plain 4096 x 4096 one 6% of its bandwidth).
-    if (MIN_M == 1 && (flags & kNorm))
+    if (MIN_M == 1 && (flags & kRope))
+        rope_rows<TX>(out, x, (const TX *)w, n, k, flags, eps, rope);
+    else if (MIN_M == 1 && (flags & kNorm))
         float_rows<TX, TX, 1, 16 / (int)sizeof(TX), true>(out, x, (const TX *)w, 1, n, k, xs, os, flags, eps);
     else if (MIN_M == 1)
         by_weight<TX, 1>(out, x, w, dt, 1, n, k, xs, os, flags, eps);
@@ -354,38 +431,58 @@ extern "C" __global__ void tc_k_matvec_f32(float *out, const float *x, const voi
                                            int32_t m, int64_t n, int64_t k, int64_t x_stride,
                                            int64_t out_stride, int32_t flags, float norm_eps)
 {
-    matvec_cu::by_rows<float, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps);
+    matvec_cu::by_rows<float, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps, {});
 }
 extern "C" __global__ void tc_k_matvec_f16(__half *out, const __half *x, const void *w,
                                            int32_t w_dtype, int32_t m, int64_t n, int64_t k,
                                            int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
-    matvec_cu::by_rows<__half, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps);
+    matvec_cu::by_rows<__half, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps, {});
 }
 extern "C" __global__ void tc_k_matvec_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x,
                                             const void *w, int32_t w_dtype, int32_t m, int64_t n,
                                             int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
-    matvec_cu::by_rows<__nv_bfloat16, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps);
+    matvec_cu::by_rows<__nv_bfloat16, 2>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps, {});
 }
-/** The same for one row of x (m must be 1). The launch bounds (64 threads, 8 blocks per SM)
+/** The same for one row of x (m must be 1), which also takes bit 3: rotate and store a layer's
+ *  q/k/v product (out holds n_heads q heads, then n_kv_heads k and v heads of head_dim; weights
+ *  of x's dtype, k, x and w 16-byte aligned): q and k heads rotated by pos[0] as tc_k_rope_*
+ *  does (theta, scaling 1: Llama 3's, with its factors), and k and v heads also written to
+ *  cache slot slots[0] of k_cache and v_cache ([slots, n_kv_heads, head_dim]; a negative slot
+ *  writes none). Without bit 3 those arguments are not read. The launch bounds (64 threads, 8 blocks per SM)
  *  let ptxas spend registers on keeping a row's sixteen weight loads in flight: by itself it
  *  chose 43 registers and issued each load just before its use. */
 extern "C" __global__ void __launch_bounds__(64, 8) tc_k_matvec1_f32(float *out, const float *x, const void *w, int32_t w_dtype,
                                             int32_t m, int64_t n, int64_t k, int64_t x_stride,
-                                            int64_t out_stride, int32_t flags, float norm_eps)
+                                            int64_t out_stride, int32_t flags, float norm_eps, const int32_t *pos, const int32_t *slots,
+                                            void *k_cache, void *v_cache, int32_t n_heads, int32_t n_kv_heads,
+                                            int32_t head_dim, int32_t interleaved, double theta, int32_t scaling,
+                                            double factor, double low_freq_factor, double high_freq_factor,
+                                            double original_max_position)
 {
-    matvec_cu::by_rows<float, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps);
+    matvec_cu::by_rows<float, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps,
+                                  { pos, slots, k_cache, v_cache, n_heads, n_kv_heads, head_dim, interleaved, scaling, theta, factor, low_freq_factor, high_freq_factor, original_max_position });
 }
 extern "C" __global__ void __launch_bounds__(64, 8) tc_k_matvec1_f16(__half *out, const __half *x, const void *w,
                                             int32_t w_dtype, int32_t m, int64_t n, int64_t k,
-                                            int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
+                                            int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps, const int32_t *pos, const int32_t *slots,
+                                            void *k_cache, void *v_cache, int32_t n_heads, int32_t n_kv_heads,
+                                            int32_t head_dim, int32_t interleaved, double theta, int32_t scaling,
+                                            double factor, double low_freq_factor, double high_freq_factor,
+                                            double original_max_position)
 {
-    matvec_cu::by_rows<__half, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps);
+    matvec_cu::by_rows<__half, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps,
+                                  { pos, slots, k_cache, v_cache, n_heads, n_kv_heads, head_dim, interleaved, scaling, theta, factor, low_freq_factor, high_freq_factor, original_max_position });
 }
 extern "C" __global__ void __launch_bounds__(64, 8) tc_k_matvec1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x,
                                              const void *w, int32_t w_dtype, int32_t m, int64_t n,
-                                             int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
+                                             int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps, const int32_t *pos, const int32_t *slots,
+                                            void *k_cache, void *v_cache, int32_t n_heads, int32_t n_kv_heads,
+                                            int32_t head_dim, int32_t interleaved, double theta, int32_t scaling,
+                                            double factor, double low_freq_factor, double high_freq_factor,
+                                            double original_max_position)
 {
-    matvec_cu::by_rows<__nv_bfloat16, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps);
+    matvec_cu::by_rows<__nv_bfloat16, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps,
+                                  { pos, slots, k_cache, v_cache, n_heads, n_kv_heads, head_dim, interleaved, scaling, theta, factor, low_freq_factor, high_freq_factor, original_max_position });
 }

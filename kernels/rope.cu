@@ -8,23 +8,6 @@ namespace rope_cu {
 
 constexpr int kMaxPairs = 256; // head_dim up to 512
 
-__device__ double frequency(int i, int head_dim, double theta, int scaling, double factor,
-                            double low_ff, double high_ff, double orig_max)
-{
-    double inv = exp(-(2.0 * i / head_dim) * log(theta));
-    if (scaling != 1)
-        return inv;
-    const double pi = 3.14159265358979323846;
-    double wavelen = 2.0 * pi / inv;
-    double low_wavelen = orig_max / low_ff, high_wavelen = orig_max / high_ff;
-    if (wavelen > low_wavelen)
-        return inv / factor;
-    if (wavelen < high_wavelen)
-        return inv;
-    double smooth = (orig_max / wavelen - low_ff) / (high_ff - low_ff);
-    return (1.0 - smooth) * inv / factor + smooth * inv;
-}
-
 // Move P consecutive pairs starting at pair i of the head at `src` (P = 2 moves the
 // elements as 4-element or two 2-element vectors), rotated when Rot, to `dst` and, where not
 // NULL, `dst2` as well.
@@ -115,7 +98,7 @@ __device__ void run(T *q, T *k, const T *v, T *k_cache, T *v_cache, const int32_
     double p = (double)pos[row];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         double s, c;
-        sincos(p * frequency(i, head_dim, theta, scaling, factor, low_ff, high_ff, orig_max), &s, &c);
+        sincos(p * tc::rope_frequency(i, head_dim, theta, scaling, factor, low_ff, high_ff, orig_max), &s, &c);
         cs[i] = (float)c;
         sn[i] = (float)s;
     }

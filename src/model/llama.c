@@ -844,8 +844,9 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
                          normed_swiglu = { .swiglu = true,
                                            .rms_norm = true,
                                            .norm_eps = c->norm_eps };
-    /* Decode attention runs right after tc_rope_store, which writes only each sequence's
-     * newest cached row (the lengths and table come by copies before the pass). */
+    /* Decode attention runs right after tc_rope_store (or the product that stores), which
+     * writes only each sequence's newest cached row (the lengths and table come by copies
+     * before the pass). */
     const tc_attention_opts after_store = { .fresh_rows = 1 };
     TC_CHECK(st, tc_embedding(&x, &m->tok_embd, &ids));
     for (int l = 0; l < c->n_layers; l++) {
@@ -859,8 +860,12 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         else if (!in_product)
             TC_CHECK(st, tc_rmsnorm(&h, &x, &o, attn_norm, c->norm_eps));
         tc_tensor *lq = &q3, *lk = &k3, *lv = &v3;
+        bool stored = false;
         if (in_product) {
-            TC_CHECK(st, tc_linear(&qkv, &x, &y->wqkv, &normed));
+            /* Rotated and stored by the product itself where it can (one row on CUDA). */
+            TC_CHECK(st, tc_linear_rope_store(&qkv, &x, &y->wqkv, &normed, &pos, &c->rope,
+                                              &kv->k[l], &kv->v[l], &slots));
+            stored = true;
             lq = &fq3;
             lk = &fk3;
             lv = &fv3;
@@ -874,7 +879,8 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             TC_CHECK(st, tc_matmul(&k, &h, &y->wk));
             TC_CHECK(st, tc_matmul(&v, &h, &y->wv));
         }
-        TC_CHECK(st, tc_rope_store(lq, lk, lv, &pos, &c->rope, &kv->k[l], &kv->v[l], &slots));
+        if (!stored)
+            TC_CHECK(st, tc_rope_store(lq, lk, lv, &pos, &c->rope, &kv->k[l], &kv->v[l], &slots));
         if (decode)
             TC_CHECK(st, tc_attention_decode_ex(&att3, lq, &kv->k[l], &kv->v[l], &table, &lens,
                                                 scale, &after_store));

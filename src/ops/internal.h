@@ -135,6 +135,9 @@ tc_status tc__check_same_backend(const char *op, const tc_tensor *a, const tc_te
 /* tc_attention_store's argument checks (src/ops/attention.c), shared with tc_rope_store; on
  * the CPU they include every slot against the cache's size, so nothing is written before a
  * bad one is found. */
+/* tc_rope's checks of q, k (may be NULL), pos and cfg. */
+tc_status tc__check_rope(const char *op, const tc_tensor *q, const tc_tensor *k,
+                         const tc_tensor *pos, const tc_rope_config *cfg);
 tc_status tc__check_store(const char *op, const tc_tensor *k_cache, const tc_tensor *v_cache,
                           const tc_tensor *k, const tc_tensor *v, const tc_tensor *slots);
 /* tc_attention_store's CPU body, for arguments tc__check_store accepted. */

@@ -17,14 +17,27 @@ static float dot(const float *a, const float *b, int64_t n)
     return t + ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
+/* What tc_linear_rope_store hands the one-row kernel. */
+typedef struct rope_args {
+    const tc_tensor *pos, *slots;
+    tc_tensor *k_cache, *v_cache;
+    const tc_rope_config *cfg;
+    int32_t n_heads, n_kv_heads;
+} rope_args;
+
 /* Rows [r0, r0 + rows) of out = x w^T (rows <= TC_MATVEC_MAX_ROWS), with tc_linear's fused
- * options when o is not NULL. */
+ * options when o is not NULL, and for one row the rotation and store of rope when that is not
+ * NULL. */
 static tc_status matvec_cuda(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, int64_t r0,
-                             int64_t rows, const tc_linear_opts *o)
+                             int64_t rows, const tc_linear_opts *o, const rope_args *rope)
 {
     tc_backend *b = out->backend;
     int64_t n = out->shape[1], k = w->shape[1];
     int32_t flags = o ? (o->swiglu ? 1 : 0) | (o->accumulate ? 2 : 0) | (o->rms_norm ? 4 : 0) : 0;
+    static const tc_rope_config no_cfg;
+    const tc_rope_config *rc = rope ? rope->cfg : &no_cfg;
+    if (rope)
+        flags |= 8;
     float eps = o ? o->norm_eps : 0.0f;
     /* One warp per weight row, two per block: small blocks spread the rows evenly over the
      * SMs (with 8-warp blocks a 4096-row matrix gave some SMs 4 blocks and others 3). */
@@ -45,10 +58,16 @@ static tc_status matvec_cuda(tc_tensor *out, const tc_tensor *x, const tc_tensor
     }
     /* One row has a kernel of its own: fewer registers, more resident warps. */
 #define LAUNCH(sfx)                                                                                \
-    (rows == 1 ? tc_launch_matvec1_##sfx(cfg, TC__DEV(T, out) + r0 * out->stride[0],               \
-                                         TC__DEV(const T, x) + r0 * x->stride[0], w->data,         \
-                                         (int32_t)w->dtype, 1, n, k, x->stride[0], out->stride[0], \
-                                         flags, eps)                                               \
+    (rows == 1 ? tc_launch_matvec1_##sfx(                                                          \
+                     cfg, TC__DEV(T, out) + r0 * out->stride[0],                                   \
+                     TC__DEV(const T, x) + r0 * x->stride[0], w->data, (int32_t)w->dtype, 1, n, k, \
+                     x->stride[0], out->stride[0], flags, eps,                                     \
+                     (const int32_t *)(rope ? rope->pos->data : NULL),                             \
+                     (const int32_t *)(rope ? rope->slots->data : NULL),                           \
+                     rope ? rope->k_cache->data : NULL, rope ? rope->v_cache->data : NULL,         \
+                     rope ? rope->n_heads : 0, rope ? rope->n_kv_heads : 0, rc->head_dim,          \
+                     (int32_t)rc->interleaved, rc->theta, (int32_t)rc->scaling, rc->factor,        \
+                     rc->low_freq_factor, rc->high_freq_factor, rc->original_max_position)         \
                : tc_launch_matvec_##sfx(cfg, TC__DEV(T, out) + r0 * out->stride[0],                \
                                         TC__DEV(const T, x) + r0 * x->stride[0], w->data,          \
                                         (int32_t)w->dtype, (int32_t)rows, n, k, x->stride[0],      \
@@ -238,8 +257,8 @@ tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
         /* Weights of another dtype (quantised ones) have only the matrix-vector kernel, which
          * then runs once per TC_MATVEC_MAX_ROWS rows. */
         for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS)
-            TC_TRY(matvec_cuda(out, x, w, r,
-                               m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS, NULL));
+            TC_TRY(matvec_cuda(
+                out, x, w, r, m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS, NULL, NULL));
         return TC_OK;
     }
     if (b->gemm != TC_GEMM_OWN) {
@@ -254,19 +273,34 @@ tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
     return gemm_own(out, x, w);
 }
 
+static tc_status check_linear(const char *op, const tc_tensor *out, const tc_tensor *x,
+                              const tc_tensor *w, const tc_linear_opts *o)
+{
+    TC_TRY(check_product(op, out, x, w, o->swiglu));
+    if (o->rms_norm && !(TC__FLOATS & TC__MASK(w->dtype)))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                            "rms_norm needs float weights (f32, f16 or bf16), not %s",
+                            tc_dtype_name(w->dtype));
+    if (o->rms_norm && !(o->norm_eps >= 0.0f))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "norm_eps must be a non-negative number");
+    return TC_OK;
+}
+
+/* The one-row kernel reads x and weights of x's dtype in 16-byte vectors (it normalises such
+ * products itself, and rotates them). */
+static bool one_row_vectors(const tc_tensor *x, const tc_tensor *w)
+{
+    size_t vec = 16 / tc_dtype_bytes(x->dtype, 1);
+    return x->shape[0] == 1 && w->dtype == x->dtype && x->shape[1] % (int64_t)vec == 0 &&
+           ((uintptr_t)x->data | (uintptr_t)w->data) % 16 == 0;
+}
+
 tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
                     const tc_linear_opts *opts)
 {
     static const tc_linear_opts none;
     const tc_linear_opts *o = opts ? opts : &none;
-    TC_TRY(check_product("tc_linear", out, x, w, o->swiglu));
-    if (o->rms_norm && !(TC__FLOATS & TC__MASK(w->dtype)))
-        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_linear",
-                            "rms_norm needs float weights (f32, f16 or bf16), not %s",
-                            tc_dtype_name(w->dtype));
-    if (o->rms_norm && !(o->norm_eps >= 0.0f))
-        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_linear",
-                            "norm_eps must be a non-negative number");
+    TC_TRY(check_linear("tc_linear", out, x, w, o));
     int64_t m = x->shape[0];
     if (m == 0 || out->shape[1] == 0)
         return TC_OK;
@@ -277,9 +311,7 @@ tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
     tc_tensor xn;
     const tc_tensor *src = x;
     tc_linear_opts plain = *o;
-    size_t vec = 16 / tc_dtype_bytes(x->dtype, 1);
-    if (o->rms_norm && !(m == 1 && w->dtype == x->dtype && x->shape[1] % (int64_t)vec == 0 &&
-                         ((uintptr_t)x->data | (uintptr_t)w->data) % 16 == 0)) {
+    if (o->rms_norm && !one_row_vectors(x, w)) {
         CUdeviceptr scratch;
         TC_TRY(tc__backend_workspace(out->backend, tc_dtype_bytes(x->dtype, m * x->shape[1]),
                                      &scratch));
@@ -291,6 +323,43 @@ tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
     }
     for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS)
         TC_TRY(matvec_cuda(out, src, w, r, m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS,
-                           &plain));
+                           &plain, NULL));
     return TC_OK;
+}
+
+tc_status tc_linear_rope_store(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
+                               const tc_linear_opts *opts, const tc_tensor *pos,
+                               const tc_rope_config *rope, tc_tensor *k_cache, tc_tensor *v_cache,
+                               const tc_tensor *slots)
+{
+    const char *op = "tc_linear_rope_store";
+    static const tc_linear_opts none;
+    const tc_linear_opts *o = opts ? opts : &none;
+    if (o->swiglu || o->accumulate)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                            "opts may not ask for swiglu or accumulate");
+    if (!rope)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "rope is required");
+    TC_TRY(check_linear(op, out, x, w, o));
+    TC_TRY(tc__check_ndim(op, "k_cache", k_cache, 4));
+    int64_t m = out->shape[0], hd = k_cache->shape[3], n_kv = k_cache->shape[2];
+    if (hd <= 0 || out->shape[1] % hd || out->shape[1] / hd <= 2 * n_kv)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                            "out's %lld columns are not q, k and v heads of the cache's head_dim "
+                            "%lld (%lld KV heads)",
+                            (long long)out->shape[1], (long long)hd, (long long)n_kv);
+    int64_t n_heads = out->shape[1] / hd - 2 * n_kv;
+    tc_tensor all, q, k, v;
+    TC_TRY(tc_tensor_reshape(out, TC_SHAPE(m, n_heads + 2 * n_kv, hd), &all));
+    TC_TRY(tc_tensor_slice(&all, 1, 0, n_heads, &q));
+    TC_TRY(tc_tensor_slice(&all, 1, n_heads, n_kv, &k));
+    TC_TRY(tc_tensor_slice(&all, 1, n_heads + n_kv, n_kv, &v));
+    TC_TRY(tc__check_rope(op, &q, &k, pos, rope));
+    TC_TRY(tc__check_store(op, k_cache, v_cache, &k, &v, slots));
+    if (out->backend->kind == TC_BACKEND_CPU || !one_row_vectors(x, w)) {
+        TC_TRY(tc_linear(out, x, w, o));
+        return tc_rope_store(&q, &k, &v, pos, rope, k_cache, v_cache, slots);
+    }
+    rope_args ra = { pos, slots, k_cache, v_cache, rope, (int32_t)n_heads, (int32_t)n_kv };
+    return matvec_cuda(out, x, w, 0, 1, o, &ra);
 }

@@ -82,6 +82,18 @@ typedef struct tc_linear_opts {
 TC_API tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
                            const tc_linear_opts *opts);
 
+/* A layer's q/k/v step: tc_linear(out, x, w, opts), then tc_rope_store(q, k, v, pos, rope,
+ * k_cache, v_cache, slots) on out's three parts: out [m, (n_heads + 2 n_kv_heads) head_dim]
+ * holds q [m, n_heads, head_dim], then k and v [m, n_kv_heads, head_dim] (n_kv_heads and
+ * head_dim are the caches'). opts may not ask for swiglu or accumulate. On CUDA, one row of x
+ * over weights of x's dtype in 16-byte rows runs as one kernel: each warp of the product
+ * rotates the two rows it computes and writes them to the cache (a single sequence's decode
+ * step then has no rotary kernel). */
+TC_API tc_status tc_linear_rope_store(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
+                                      const tc_linear_opts *opts, const tc_tensor *pos,
+                                      const tc_rope_config *rope, tc_tensor *k_cache,
+                                      tc_tensor *v_cache, const tc_tensor *slots);
+
 /* w [n, k] *= s [k] column by column, in place, rounded to w's dtype (f32, f16 or bf16; s has
  * w's dtype): folds an RMSNorm's weight into the product after it (tc_linear_opts.rms_norm).
  * Rows of w may be strided. */

@@ -63,8 +63,8 @@ static void rope_rows(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-static tc_status check_rope(const char *op, const tc_tensor *q, const tc_tensor *k,
-                            const tc_tensor *pos, const tc_rope_config *cfg)
+tc_status tc__check_rope(const char *op, const tc_tensor *q, const tc_tensor *k,
+                         const tc_tensor *pos, const tc_rope_config *cfg)
 {
     TC_TRY(tc__check_dtype(op, "q", q, TC__FLOATS));
     TC_TRY(tc__check_ndim(op, "q", q, 3));
@@ -149,7 +149,7 @@ static tc_status rope_cpu(const char *op, tc_tensor *q, tc_tensor *k, const tc_t
 
 tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos, const tc_rope_config *cfg)
 {
-    TC_TRY(check_rope("tc_rope", q, k, pos, cfg));
+    TC_TRY(tc__check_rope("tc_rope", q, k, pos, cfg));
     if (q->shape[0] == 0)
         return TC_OK;
     if (q->backend->kind == TC_BACKEND_CPU)
@@ -164,7 +164,7 @@ tc_status tc_rope_store(tc_tensor *q, tc_tensor *k, const tc_tensor *v, const tc
     const char *op = "tc_rope_store";
     if (!k)
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "k is required");
-    TC_TRY(check_rope(op, q, k, pos, cfg));
+    TC_TRY(tc__check_rope(op, q, k, pos, cfg));
     TC_TRY(tc__check_store(op, k_cache, v_cache, k, v, slots));
     TC_TRY(tc__check_same_backend(op, q, k_cache));
     if (q->shape[0] == 0)

@@ -106,6 +106,9 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     by_rows = body[body.index("__device__ void by_rows"):]
     before_wait = by_rows[:by_rows.index("tc::await_inputs();")]
     assert "out[" not in before_wait and "x[" not in before_wait
+    # The fused rotation's inputs (position, slot, caches) are read only after the wait.
+    for touched in ("pos", "slots", "cache", "rope_rows"):
+        assert touched not in before_wait, f"by_rows touches {touched!r} before it waits"
     body = open(os.path.join(ROOT, "kernels", "attention.cu")).read()
     decode = body[body.index("__device__ void decode("):]
     head = decode[:decode.index("{") + 1]

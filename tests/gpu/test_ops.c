@@ -414,6 +414,76 @@ static void linear_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n
         tc_tensor_deinit(&old);
 }
 
+/* tc_linear_rope_store: one row runs the fused kernel, three rows the product and then
+ * tc_rope_store; both against the double reference and the CPU op, with poisoned outputs and
+ * a cache whose other rows must stay as they were. */
+static void linear_rope_case(rng_t *r, tc_dtype dt, int64_t m, int64_t H, int64_t KV, int hd,
+                             bool interleaved, bool norm, int32_t first_slot)
+{
+    const float eps = 1e-5f;
+    tc_rope_config c = { .head_dim = hd,
+                         .theta = 500000.0,
+                         .interleaved = interleaved,
+                         .scaling = TC_ROPE_LLAMA3,
+                         .factor = 32,
+                         .low_freq_factor = 1,
+                         .high_freq_factor = 4,
+                         .original_max_position = 8192 };
+    int64_t U = H + 2 * KV, n = U * hd, k = 1024, bs = 16, nb = 3, row = KV * hd;
+    tc_tensor gx, cx, gw, cw, go, co, gkc, ckc, gvc, cvc, gp, cp, gs, cs;
+    double *xv = twin(r, dt, TC_SHAPE(m, k), -1, 1, &gx, &cx);
+    double *wv = twin(r, dt, TC_SHAPE(n, k), -0.05, 0.05, &gw, &cw);
+    double *kcv = twin(r, dt, TC_SHAPE(nb, bs, KV, hd), -1, 1, &gkc, &ckc);
+    double *vcv = twin(r, dt, TC_SHAPE(nb, bs, KV, hd), -1, 1, &gvc, &cvc);
+    double *pv = twin(r, TC_DTYPE_I32, TC_SHAPE(m), 0, 131072, &gp, &cp);
+    int32_t sl[3] = { first_slot, 17, 40 };
+    CHECK(tc_tensor_init_from_host(&gs, gpu, TC_DTYPE_I32, TC_SHAPE(m), sl, sizeof(int32_t) * m));
+    CHECK(tc_tensor_init_from_host(&cs, cpu, TC_DTYPE_I32, TC_SHAPE(m), sl, sizeof(int32_t) * m));
+    poisoned(&go, gpu, dt, TC_SHAPE(m, n));
+    poisoned(&co, cpu, dt, TC_SHAPE(m, n));
+    tc_linear_opts o = { .rms_norm = norm, .norm_eps = eps };
+    CHECK(tc_linear_rope_store(&go, &gx, &gw, &o, &gp, &c, &gkc, &gvc, &gs));
+    CHECK(tc_linear_rope_store(&co, &cx, &cw, &o, &cp, &c, &ckc, &cvc, &cs));
+    double *want = malloc(sizeof(double) * (size_t)(m * n)),
+           *xn = norm ? ref_rms_rows(xv, m, k, eps) : NULL;
+    ref_linear(want, norm ? xn : xv, wv, false, NULL, m, n, k);
+    double *qk = malloc(sizeof(double) * (size_t)(m * (H + KV) * hd));
+    for (int64_t i = 0; i < m; i++)
+        memcpy(qk + i * (H + KV) * hd, want + i * n, sizeof(double) * (size_t)((H + KV) * hd));
+    ref_rope(qk, m, H + KV, cp.data, &c);
+    for (int64_t i = 0; i < m; i++) {
+        memcpy(want + i * n, qk + i * (H + KV) * hd, sizeof(double) * (size_t)((H + KV) * hd));
+        if (sl[i] < 0)
+            continue;
+        memcpy(kcv + sl[i] * row, want + i * n + H * hd, sizeof(double) * (size_t)row);
+        memcpy(vcv + sl[i] * row, want + i * n + (H + KV) * hd, sizeof(double) * (size_t)row);
+    }
+    char what[112];
+    snprintf(what, sizeof what, "linear_rope_store %s m %lld %lld/%lld heads of %d%s%s slot %d",
+             tc_dtype_name(dt), (long long)m, (long long)H, (long long)KV, hd,
+             interleaved ? " interleaved" : "", norm ? " norm" : "", first_slot);
+    expect_close(what, &go, want, &co, tolerance(dt));
+    expect_close("  the k cache", &gkc, kcv, &ckc, tolerance(dt));
+    expect_close("  the v cache", &gvc, vcv, &cvc, tolerance(dt));
+    free(xv), free(wv), free(kcv), free(vcv), free(pv), free(want), free(xn), free(qk);
+    tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&gw), tc_tensor_deinit(&cw);
+    tc_tensor_deinit(&go), tc_tensor_deinit(&co), tc_tensor_deinit(&gkc), tc_tensor_deinit(&ckc);
+    tc_tensor_deinit(&gvc), tc_tensor_deinit(&cvc), tc_tensor_deinit(&gp), tc_tensor_deinit(&cp);
+    tc_tensor_deinit(&gs), tc_tensor_deinit(&cs);
+}
+
+static void linear_rope_store(rng_t *r)
+{
+    const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F16, TC_DTYPE_F32 };
+    for (int di = 0; di < 3; di++)
+        for (int mode = 0; mode < 4; mode++) {
+            bool il = mode & 1, norm = mode & 2;
+            linear_rope_case(r, dts[di], 1, 32, 8, 128, il, norm, 21);
+            linear_rope_case(r, dts[di], 1, 9, 3, 64, il, norm, mode == 3 ? -1 : 5);
+            linear_rope_case(r, dts[di], 3, 4, 2, 32, il, norm, 2);
+        }
+}
+
 static void linear(rng_t *r)
 {
     const tc_dtype ws[] = { TC_DTYPE_BF16, TC_DTYPE_Q8_0, TC_DTYPE_Q4_0, TC_DTYPE_F32 };
@@ -832,6 +902,7 @@ int main(void)
     size_t baseline = ps.bytes_requested - tc_backend_workspace_bytes(gpu);
     swiglu_softmax_argmax(&r);
     linear(&r);
+    linear_rope_store(&r);
     attention(&r);
     decode_after_store(&r, TC_DTYPE_BF16, 32, 32, 128);
     decode_after_store(&r, TC_DTYPE_BF16, 32, 8, 128);

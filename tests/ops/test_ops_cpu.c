@@ -633,6 +633,80 @@ static void rope_store_is_rope_then_store(void **state)
     tc_tensor_deinit(&pos);
 }
 
+/* tc_linear_rope_store is tc_linear followed by tc_rope_store on the product's q, k and v
+ * heads: bit for bit, and it rejects what neither takes (before writing anything). */
+static void linear_rope_store_is_linear_then_rope_store(void **state)
+{
+    (void)state;
+    rng_t r = { 13 };
+    tc_rope_config c = { .head_dim = 8, .theta = 10000.0, .interleaved = true };
+    int64_t H = 4, KV = 2, n = (H + 2 * KV) * 8, k = 24;
+    tc_tensor x, w, out[2], kc[2], vc[2], pos, slots, q, kk, v, prod;
+    double *ig;
+    int32_t sl[3] = { 11, -1, 0 }, ps[3] = { 7, 0, 4095 };
+    assert_int_equal(random_tensor(&r, cpu, &x, TC_DTYPE_BF16, TC_SHAPE(3, k), -1, 1, &ig), TC_OK);
+    free(ig);
+    assert_int_equal(random_tensor(&r, cpu, &w, TC_DTYPE_BF16, TC_SHAPE(n, k), -1, 1, &ig), TC_OK);
+    free(ig);
+    for (int set = 0; set < 2; set++) {
+        rng_t rs = r;
+        assert_int_equal(tc_tensor_init(&out[set], cpu, TC_DTYPE_BF16, TC_SHAPE(3, n)), TC_OK);
+        assert_int_equal(
+            random_tensor(&rs, cpu, &kc[set], TC_DTYPE_BF16, TC_SHAPE(3, 4, KV, 8), -1, 1, &ig),
+            TC_OK);
+        free(ig);
+        assert_int_equal(
+            random_tensor(&rs, cpu, &vc[set], TC_DTYPE_BF16, TC_SHAPE(3, 4, KV, 8), -1, 1, &ig),
+            TC_OK);
+        free(ig);
+    }
+    assert_int_equal(tc_tensor_init_from_host(&pos, cpu, TC_DTYPE_I32, TC_SHAPE(3), ps, sizeof ps),
+                     TC_OK);
+    assert_int_equal(
+        tc_tensor_init_from_host(&slots, cpu, TC_DTYPE_I32, TC_SHAPE(3), sl, sizeof sl), TC_OK);
+    tc_linear_opts o = { .rms_norm = true, .norm_eps = 1e-5f };
+    assert_int_equal(tc_linear_rope_store(&out[0], &x, &w, &o, &pos, &c, &kc[0], &vc[0], &slots),
+                     TC_OK);
+    assert_int_equal(tc_linear(&out[1], &x, &w, &o), TC_OK);
+    assert_int_equal(tc_tensor_reshape(&out[1], TC_SHAPE(3, H + 2 * KV, 8), &prod), TC_OK);
+    assert_int_equal(tc_tensor_slice(&prod, 1, 0, H, &q), TC_OK);
+    assert_int_equal(tc_tensor_slice(&prod, 1, H, KV, &kk), TC_OK);
+    assert_int_equal(tc_tensor_slice(&prod, 1, H + KV, KV, &v), TC_OK);
+    assert_int_equal(tc_rope_store(&q, &kk, &v, &pos, &c, &kc[1], &vc[1], &slots), TC_OK);
+    assert_memory_equal(out[0].data, out[1].data, tc_tensor_bytes(&out[0]));
+    assert_memory_equal(kc[0].data, kc[1].data, tc_tensor_bytes(&kc[0]));
+    assert_memory_equal(vc[0].data, vc[1].data, tc_tensor_bytes(&vc[0]));
+    /* Rejected: SwiGLU, columns that are not whole heads, a head_dim the caches do not have,
+     * a bad slot; out and the caches stay as they were. */
+    memset(out[0].data, 0x5a, tc_tensor_bytes(&out[0]));
+    memcpy(out[1].data, out[0].data, tc_tensor_bytes(&out[0]));
+    tc_linear_opts sw = { .swiglu = true };
+    assert_int_equal(tc_linear_rope_store(&out[0], &x, &w, &sw, &pos, &c, &kc[0], &vc[0], &slots),
+                     TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "tc_linear_rope_store"));
+    tc_tensor narrow;
+    assert_int_equal(tc_tensor_slice(&w, 0, 0, n - 4, &narrow), TC_OK);
+    tc_tensor out_narrow;
+    assert_int_equal(tc_tensor_slice(&out[0], 1, 0, n - 4, &out_narrow), TC_OK);
+    assert_int_equal(
+        tc_linear_rope_store(&out_narrow, &x, &narrow, &o, &pos, &c, &kc[0], &vc[0], &slots),
+        TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "not q, k and v heads"));
+    tc_rope_config c16 = c;
+    c16.head_dim = 16;
+    assert_int_equal(tc_linear_rope_store(&out[0], &x, &w, &o, &pos, &c16, &kc[0], &vc[0], &slots),
+                     TC_ERR_INVALID_ARGUMENT);
+    sl[1] = 12;
+    assert_int_equal(tc_tensor_copy_from_host(&slots, sl, sizeof sl), TC_OK);
+    assert_int_equal(tc_linear_rope_store(&out[0], &x, &w, &o, &pos, &c, &kc[0], &vc[0], &slots),
+                     TC_ERR_INVALID_ARGUMENT);
+    assert_memory_equal(out[0].data, out[1].data, tc_tensor_bytes(&out[0]));
+    assert_memory_equal(kc[0].data, kc[1].data, tc_tensor_bytes(&kc[0]));
+    tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&pos), tc_tensor_deinit(&slots);
+    for (int set = 0; set < 2; set++)
+        tc_tensor_deinit(&out[set]), tc_tensor_deinit(&kc[set]), tc_tensor_deinit(&vc[set]);
+}
+
 static void argmax_prefers_lowest_index_and_skips_nan(void **state)
 {
     (void)state;
@@ -878,6 +952,7 @@ int main(void)
         cmocka_unit_test(attention_prefill_and_decode_over_paged_cache),
         cmocka_unit_test(attention_store_writes_slots),
         cmocka_unit_test(rope_store_is_rope_then_store),
+        cmocka_unit_test(linear_rope_store_is_linear_then_rope_store),
         cmocka_unit_test(argmax_prefers_lowest_index_and_skips_nan),
         cmocka_unit_test(sampling_matches_its_distribution_and_repeats_with_a_seed),
         cmocka_unit_test(sampling_greedy_penalties_and_bad_parameters),
