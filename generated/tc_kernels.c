@@ -28,12 +28,12 @@ _Static_assert(sizeof(uint8_t) == 1, "uint8_t is not 1 bytes as in CUDA");
 _Static_assert(sizeof(uint8_t *) == 8, "uint8_t * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(void *) == 8, "void * is not 8 bytes as in CUDA");
 
-static const uint16_t sizes_tc_k_argmax_f32[] = {8, 8, 8, 8};
-static const char *const names_tc_k_argmax_f32[] = {"out", "x", "cols", "x_stride"};
-static const uint16_t sizes_tc_k_argmax_f16[] = {8, 8, 8, 8};
-static const char *const names_tc_k_argmax_f16[] = {"out", "x", "cols", "x_stride"};
-static const uint16_t sizes_tc_k_argmax_bf16[] = {8, 8, 8, 8};
-static const char *const names_tc_k_argmax_bf16[] = {"out", "x", "cols", "x_stride"};
+static const uint16_t sizes_tc_k_argmax_f32[] = {8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_argmax_f32[] = {"out", "x", "cols", "x_stride", "part", "counters", "chunk"};
+static const uint16_t sizes_tc_k_argmax_f16[] = {8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_argmax_f16[] = {"out", "x", "cols", "x_stride", "part", "counters", "chunk"};
+static const uint16_t sizes_tc_k_argmax_bf16[] = {8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_argmax_bf16[] = {"out", "x", "cols", "x_stride", "part", "counters", "chunk"};
 static const uint16_t sizes_tc_k_attn_store_f32[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_attn_store_f32[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
 static const uint16_t sizes_tc_k_attn_decode64_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
@@ -136,9 +136,9 @@ static const uint16_t sizes_tc_k_swiglu_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_swiglu_bf16[] = {"out", "gate", "up", "rows", "cols", "out_stride", "gate_stride", "up_stride"};
 
 const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
-    {"tc_k_argmax_f32", "kernels/argmax.cu", 86, 4, sizes_tc_k_argmax_f32, names_tc_k_argmax_f32},
-    {"tc_k_argmax_f16", "kernels/argmax.cu", 92, 4, sizes_tc_k_argmax_f16, names_tc_k_argmax_f16},
-    {"tc_k_argmax_bf16", "kernels/argmax.cu", 98, 4, sizes_tc_k_argmax_bf16, names_tc_k_argmax_bf16},
+    {"tc_k_argmax_f32", "kernels/argmax.cu", 128, 7, sizes_tc_k_argmax_f32, names_tc_k_argmax_f32},
+    {"tc_k_argmax_f16", "kernels/argmax.cu", 138, 7, sizes_tc_k_argmax_f16, names_tc_k_argmax_f16},
+    {"tc_k_argmax_bf16", "kernels/argmax.cu", 148, 7, sizes_tc_k_argmax_bf16, names_tc_k_argmax_bf16},
     {"tc_k_attn_store_f32", "kernels/attention.cu", 817, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
     {"tc_k_attn_decode64_f32", "kernels/attention.cu", 832, 18, sizes_tc_k_attn_decode64_f32, names_tc_k_attn_decode64_f32},
     {"tc_k_attn_prefill64_f32", "kernels/attention.cu", 844, 15, sizes_tc_k_attn_prefill64_f32, names_tc_k_attn_prefill64_f32},

@@ -120,37 +120,37 @@ tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **
 #define TC__KARG_CONST(T, TNC, x) _Generic((x), T: (x), TNC: (x))
 #endif
 
-/* kernels/argmax.cu:86 tc_k_argmax_f32: out[r] = the index of the largest of `cols` elements of row r, one block per row. */
-static inline tc_status tc_launch_argmax_f32(tc_launch_config cfg, int32_t *out, const float *x, int64_t cols, int64_t x_stride)
+/* kernels/argmax.cu:128 tc_k_argmax_f32: out[r] = the index of the largest of `cols` elements of row r. Grid (rows, chunks): block (r, y) reads columns [y chunk, (y + 1) chunk) (chunk: a multiple of 8; the row itself with one chunk); with several, each writes its winner (value, index bits) to part[2 (r * chunks + y)] and the last to finish (counted in counters[r], zero before and after) picks among them. */
+static inline tc_status tc_launch_argmax_f32(tc_launch_config cfg, int32_t *out, const float *x, int64_t cols, int64_t x_stride, float *part, int32_t *counters, int64_t chunk)
 {
-    void *args[] = {&out, &x, &cols, &x_stride};
+    void *args[] = {&out, &x, &cols, &x_stride, &part, &counters, &chunk};
     return tc_launch_kernel(TC_KERNEL_ARGMAX_F32, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_argmax_f32(cfg, out, x, cols, x_stride) \
-    tc_launch_argmax_f32((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride))
+#define tc_launch_argmax_f32(cfg, out, x, cols, x_stride, part, counters, chunk) \
+    tc_launch_argmax_f32((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride), TC__KARG(float *, part), TC__KARG(int32_t *, counters), TC__KARG(int64_t, chunk))
 #endif
 
-/* kernels/argmax.cu:92 tc_k_argmax_f16: out[r] = the index of the largest of `cols` elements of row r, one block per row. */
-static inline tc_status tc_launch_argmax_f16(tc_launch_config cfg, int32_t *out, const tc_half *x, int64_t cols, int64_t x_stride)
+/* kernels/argmax.cu:138 tc_k_argmax_f16: out[r] = the index of the largest of `cols` elements of row r. Grid (rows, chunks): block (r, y) reads columns [y chunk, (y + 1) chunk) (chunk: a multiple of 8; the row itself with one chunk); with several, each writes its winner (value, index bits) to part[2 (r * chunks + y)] and the last to finish (counted in counters[r], zero before and after) picks among them. */
+static inline tc_status tc_launch_argmax_f16(tc_launch_config cfg, int32_t *out, const tc_half *x, int64_t cols, int64_t x_stride, float *part, int32_t *counters, int64_t chunk)
 {
-    void *args[] = {&out, &x, &cols, &x_stride};
+    void *args[] = {&out, &x, &cols, &x_stride, &part, &counters, &chunk};
     return tc_launch_kernel(TC_KERNEL_ARGMAX_F16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_argmax_f16(cfg, out, x, cols, x_stride) \
-    tc_launch_argmax_f16((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride))
+#define tc_launch_argmax_f16(cfg, out, x, cols, x_stride, part, counters, chunk) \
+    tc_launch_argmax_f16((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride), TC__KARG(float *, part), TC__KARG(int32_t *, counters), TC__KARG(int64_t, chunk))
 #endif
 
-/* kernels/argmax.cu:98 tc_k_argmax_bf16: out[r] = the index of the largest of `cols` elements of row r, one block per row. */
-static inline tc_status tc_launch_argmax_bf16(tc_launch_config cfg, int32_t *out, const tc_bf16 *x, int64_t cols, int64_t x_stride)
+/* kernels/argmax.cu:148 tc_k_argmax_bf16: out[r] = the index of the largest of `cols` elements of row r. Grid (rows, chunks): block (r, y) reads columns [y chunk, (y + 1) chunk) (chunk: a multiple of 8; the row itself with one chunk); with several, each writes its winner (value, index bits) to part[2 (r * chunks + y)] and the last to finish (counted in counters[r], zero before and after) picks among them. */
+static inline tc_status tc_launch_argmax_bf16(tc_launch_config cfg, int32_t *out, const tc_bf16 *x, int64_t cols, int64_t x_stride, float *part, int32_t *counters, int64_t chunk)
 {
-    void *args[] = {&out, &x, &cols, &x_stride};
+    void *args[] = {&out, &x, &cols, &x_stride, &part, &counters, &chunk};
     return tc_launch_kernel(TC_KERNEL_ARGMAX_BF16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_argmax_bf16(cfg, out, x, cols, x_stride) \
-    tc_launch_argmax_bf16((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride))
+#define tc_launch_argmax_bf16(cfg, out, x, cols, x_stride, part, counters, chunk) \
+    tc_launch_argmax_bf16((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride), TC__KARG(float *, part), TC__KARG(int32_t *, counters), TC__KARG(int64_t, chunk))
 #endif
 
 /* kernels/attention.cu:817 tc_k_attn_store_f32: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */

@@ -929,9 +929,13 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
     }
     TC_CHECK(st, tc_rmsnorm(&h, fused ? NULL : &x, fused ? &x : &o, &m->out_norm, c->norm_eps));
     /* Only each sequence's last row needs logits: gather those rows (the embedding op over the
-     * hidden states as a table), widen to f32, project. */
+     * hidden states as a table; a decode step's rows are all last rows), widen to f32,
+     * project. */
     tc_tensor lst = rows(&s->last, S), lstf = rows(&s->lastf, S), logits = rows(&s->logits, S);
-    TC_CHECK(st, tc_embedding(&lst, &h, &last_rows));
+    if (decode)
+        lst = h;
+    else
+        TC_CHECK(st, tc_embedding(&lst, &h, &last_rows));
     if (m->act != TC_DTYPE_F32)
         TC_CHECK(st, tc_convert(&lstf, &lst));
     else

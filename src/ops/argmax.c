@@ -52,9 +52,27 @@ tc_status tc_argmax(tc_tensor *out, const tc_tensor *x)
         return TC_OK;
     }
     tc_status st;
-    tc_launch_config cfg = tc__cfg(b, (unsigned)n, 1024, 0);
-#define LAUNCH(sfx) \
-    tc_launch_argmax_##sfx(cfg, TC__DEV(int32_t, out), TC__DEV(const T, x), d, x->stride[0])
+    /* A few rows (decode steps): each row in chunks of 4,096 columns, a block of 256 threads
+     * each (one round of loads), where one 1,024-thread block per row left the other SMs idle
+     * (ncu, H100: 9.5 us for a 32,000-column f32 row, 14 us for 49,152). The chunks keep the
+     * rows' 16-byte alignment. */
+    int64_t chunk = d, chunks = 1;
+    unsigned threads = 1024;
+    if (d > 2 * 4096 && n * 4 <= (int64_t)b->ctx->sm_count) {
+        chunk = 4096;
+        chunks = (d + chunk - 1) / chunk;
+        threads = 256;
+    }
+    CUdeviceptr part = 0, counters = 0;
+    if (chunks > 1) {
+        TC_TRY(tc__backend_workspace(b, (size_t)(n * chunks) * 2 * sizeof(float), &part));
+        TC_TRY(tc__backend_counters(b, (size_t)n, &counters));
+    }
+    tc_launch_config cfg = tc__cfg(b, (unsigned)n, threads, 0);
+    cfg.grid.y = (uint32_t)chunks;
+#define LAUNCH(sfx)                                                                          \
+    tc_launch_argmax_##sfx(cfg, TC__DEV(int32_t, out), TC__DEV(const T, x), d, x->stride[0], \
+                           (float *)(uintptr_t)part, (int32_t *)(uintptr_t)counters, chunk)
     TC__BY_DTYPE(st, x->dtype, LAUNCH);
 #undef LAUNCH
     return st;

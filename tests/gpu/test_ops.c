@@ -629,6 +629,43 @@ static void swiglu_softmax_argmax(rng_t *r)
         }
 }
 
+/* Argmax of a few long rows, cut into chunks (decode's vocabularies, an odd width too): ties
+ * planted in two chunks (the lower index wins) and a NaN after the maximum (NaN loses), twice
+ * in a row (the chunks' arrival counters must come back to zero). */
+static void argmax_long_rows(rng_t *r)
+{
+    const tc_dtype dts[] = { TC_DTYPE_F32, TC_DTYPE_BF16, TC_DTYPE_F16 };
+    const int64_t ds[] = { 128256, 32000, 49153 };
+    for (int di = 0; di < 3; di++)
+        for (int wi = 0; wi < 3; wi++) {
+            int64_t n = wi == 0 ? 1 : 3, d = ds[wi];
+            tc_tensor gx, cx, ga, ca;
+            double *xv = twin(r, dts[di], TC_SHAPE(n, d), -4, 4, &gx, &cx);
+            double *want = malloc(sizeof(double) * (size_t)n);
+            for (int64_t i = 0; i < n; i++) {
+                int64_t j1 = 5000 + i * 977, j2 = d - 1 - i * 31;
+                tc__store(dts[di], tc__row(&cx, i), j1, 100.0f);
+                tc__store(dts[di], tc__row(&cx, i), j2, 100.0f);
+                tc__store(dts[di], tc__row(&cx, i), j1 + 4096, NAN);
+                want[i] = (double)j1;
+            }
+            CHECK(tc_tensor_copy(&gx, &cx));
+            for (int rep = 0; rep < 2; rep++) {
+                poisoned(&ga, gpu, TC_DTYPE_I32, TC_SHAPE(n));
+                poisoned(&ca, cpu, TC_DTYPE_I32, TC_SHAPE(n));
+                CHECK(tc_argmax(&ga, &gx));
+                CHECK(tc_argmax(&ca, &cx));
+                char what[96];
+                snprintf(what, sizeof what, "argmax %s [%lld x %lld] in chunks, run %d",
+                         tc_dtype_name(dts[di]), (long long)n, (long long)d, rep + 1);
+                expect_close(what, &ga, want, &ca, 0.0);
+                tc_tensor_deinit(&ga), tc_tensor_deinit(&ca);
+            }
+            free(xv), free(want);
+            tc_tensor_deinit(&gx), tc_tensor_deinit(&cx);
+        }
+}
+
 /* Record an attention case (inputs and the CUDA output) for the PyTorch comparison. */
 static void dump_attention(const paged_case *c, const tc_tensor *out, double scale)
 {
@@ -901,6 +938,7 @@ int main(void)
     tc_pool_get_stats(tc_backend_pool(gpu), &ps);
     size_t baseline = ps.bytes_requested - tc_backend_workspace_bytes(gpu);
     swiglu_softmax_argmax(&r);
+    argmax_long_rows(&r);
     linear(&r);
     linear_rope_store(&r);
     attention(&r);
