@@ -221,22 +221,26 @@ static void rope(rng_t *r)
 /* rope fused with the cache store, over q, k, v slices of one [n, H + 2 KV, hd] product as
  * the model passes them, then tc_attention_store alone into other slots; a negative slot
  * skips its row. f32 takes head_dim 6: the kernels' one-element paths. */
+/* Llama 3.1-style rope (factor 32 as Llama 3.2) with head_dim hd. */
+static tc_rope_config llama3_rope(int hd, bool interleaved)
+{
+    return (tc_rope_config){ .head_dim = hd,
+                             .theta = 500000.0,
+                             .interleaved = interleaved,
+                             .scaling = TC_ROPE_LLAMA3,
+                             .factor = 32,
+                             .low_freq_factor = 1,
+                             .high_freq_factor = 4,
+                             .original_max_position = 8192 };
+}
+
 static void rope_store(rng_t *r)
 {
     const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F16, TC_DTYPE_F32 };
     for (int di = 0; di < 3; di++)
         for (int il = 0; il < 2; il++) {
             tc_dtype dt = dts[di];
-            tc_rope_config c = { .head_dim = di == 2   ? 6
-                                             : di == 1 ? 64
-                                                       : 128,
-                                 .theta = 500000.0,
-                                 .interleaved = il,
-                                 .scaling = TC_ROPE_LLAMA3,
-                                 .factor = 32,
-                                 .low_freq_factor = 1,
-                                 .high_freq_factor = 4,
-                                 .original_max_position = 8192 };
+            tc_rope_config c = llama3_rope(di == 2 ? 6 : di == 1 ? 64 : 128, il);
             int64_t n = 37, H = di == 2 ? 9 : 32, KV = di == 2 ? 3 : 8, hd = c.head_dim,
                     U = H + 2 * KV, bs = 16, nb = 5, row = KV * hd;
             tc_tensor gx, cx, gkc, ckc, gvc, cvc, gp, cp, gs, cs;
@@ -421,14 +425,7 @@ static void linear_rope_case(rng_t *r, tc_dtype dt, int64_t m, int64_t H, int64_
                              bool interleaved, bool norm, int32_t first_slot)
 {
     const float eps = 1e-5f;
-    tc_rope_config c = { .head_dim = hd,
-                         .theta = 500000.0,
-                         .interleaved = interleaved,
-                         .scaling = TC_ROPE_LLAMA3,
-                         .factor = 32,
-                         .low_freq_factor = 1,
-                         .high_freq_factor = 4,
-                         .original_max_position = 8192 };
+    tc_rope_config c = llama3_rope(hd, interleaved);
     int64_t U = H + 2 * KV, n = U * hd, k = 1024, bs = 16, nb = 3, row = KV * hd;
     tc_tensor gx, cx, gw, cw, go, co, gkc, ckc, gvc, cvc, gp, cp, gs, cs;
     double *xv = twin(r, dt, TC_SHAPE(m, k), -1, 1, &gx, &cx);
