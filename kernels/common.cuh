@@ -181,6 +181,15 @@ __device__ inline double rope_frequency(int i, int head_dim, double theta, int s
     return (1.0 - smooth) * inv / factor + smooth * inv;
 }
 
+// Rotate the pair (a, b) by the angle with cosine c and sine s: the one rotation of kernels/
+// rope.cu and the matrix-vector kernel's fused rope, so that both round alike.
+__device__ __forceinline__ void rope_rotate(float &a, float &b, float c, float s)
+{
+    float x0 = a, x1 = b;
+    a = x0 * c - x1 * s;
+    b = x1 * c + x0 * s;
+}
+
 // Programmatic dependent launch (compute capability 9.0+; a no-op before that, and when the
 // launch did not ask for it: tc_stream_set_overlap). Every kernel calls await_inputs() before it
 // touches memory that an earlier kernel on its stream writes or reads; only reads of data that no

@@ -264,11 +264,8 @@ __device__ void rope_rows(TX *out, const TX *x, const TX *w, int64_t n, int64_t 
         if (j >= 32)
             angle(pr, c, s);
         if (lane == 0) {
-            if (u < r.n_heads + r.n_kv_heads) {
-                float x0 = a, x1 = b;
-                a = x0 * c - x1 * s;
-                b = x1 * c + x0 * s;
-            }
+            if (u < r.n_heads + r.n_kv_heads)
+                tc::rope_rotate(a, b, c, s);
             TX ta = tc::from_f32<TX>(a), tb = tc::from_f32<TX>(b);
             out[ra] = ta;
             out[rb] = tb;

@@ -29,9 +29,7 @@ __device__ __forceinline__ void move(const T *src, T *dst, T *dst2, int i, int h
     if (Rot) {
 #pragma unroll
         for (int p = 0; p < P; p++) {
-            float x0 = a[p], x1 = b[p];
-            a[p] = x0 * cs[i + p] - x1 * sn[i + p];
-            b[p] = x1 * cs[i + p] + x0 * sn[i + p];
+            tc::rope_rotate(a[p], b[p], cs[i + p], sn[i + p]);
         }
     }
     auto put = [&](T *d) {

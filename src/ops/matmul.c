@@ -17,11 +17,11 @@ static float dot(const float *a, const float *b, int64_t n)
     return t + ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
-/* What tc_linear_rope_store hands the one-row kernel. */
+/* What tc_linear_rope_store hands the one-row kernel (all zero: no rotation). */
 typedef struct rope_args {
-    const tc_tensor *pos, *slots;
-    tc_tensor *k_cache, *v_cache;
-    const tc_rope_config *cfg;
+    const int32_t *pos, *slots;
+    void *k_cache, *v_cache;
+    tc_rope_config cfg;
     int32_t n_heads, n_kv_heads;
 } rope_args;
 
@@ -34,8 +34,9 @@ static tc_status matvec_cuda(tc_tensor *out, const tc_tensor *x, const tc_tensor
     tc_backend *b = out->backend;
     int64_t n = out->shape[1], k = w->shape[1];
     int32_t flags = o ? (o->swiglu ? 1 : 0) | (o->accumulate ? 2 : 0) | (o->rms_norm ? 4 : 0) : 0;
-    static const tc_rope_config no_cfg;
-    const tc_rope_config *rc = rope ? rope->cfg : &no_cfg;
+    static const rope_args no_rope;
+    const rope_args *ra = rope ? rope : &no_rope;
+    const tc_rope_config *rc = &ra->cfg;
     if (rope)
         flags |= 8;
     float eps = o ? o->norm_eps : 0.0f;
@@ -61,11 +62,8 @@ static tc_status matvec_cuda(tc_tensor *out, const tc_tensor *x, const tc_tensor
     (rows == 1 ? tc_launch_matvec1_##sfx(                                                          \
                      cfg, TC__DEV(T, out) + r0 * out->stride[0],                                   \
                      TC__DEV(const T, x) + r0 * x->stride[0], w->data, (int32_t)w->dtype, 1, n, k, \
-                     x->stride[0], out->stride[0], flags, eps,                                     \
-                     (const int32_t *)(rope ? rope->pos->data : NULL),                             \
-                     (const int32_t *)(rope ? rope->slots->data : NULL),                           \
-                     rope ? rope->k_cache->data : NULL, rope ? rope->v_cache->data : NULL,         \
-                     rope ? rope->n_heads : 0, rope ? rope->n_kv_heads : 0, rc->head_dim,          \
+                     x->stride[0], out->stride[0], flags, eps, ra->pos, ra->slots, ra->k_cache,    \
+                     ra->v_cache, ra->n_heads, ra->n_kv_heads, rc->head_dim,                       \
                      (int32_t)rc->interleaved, rc->theta, (int32_t)rc->scaling, rc->factor,        \
                      rc->low_freq_factor, rc->high_freq_factor, rc->original_max_position)         \
                : tc_launch_matvec_##sfx(cfg, TC__DEV(T, out) + r0 * out->stride[0],                \
@@ -360,6 +358,12 @@ tc_status tc_linear_rope_store(tc_tensor *out, const tc_tensor *x, const tc_tens
         TC_TRY(tc_linear(out, x, w, o));
         return tc_rope_store(&q, &k, &v, pos, rope, k_cache, v_cache, slots);
     }
-    rope_args ra = { pos, slots, k_cache, v_cache, rope, (int32_t)n_heads, (int32_t)n_kv };
+    rope_args ra = { TC__DEV(const int32_t, pos),
+                     TC__DEV(const int32_t, slots),
+                     k_cache->data,
+                     v_cache->data,
+                     *rope,
+                     (int32_t)n_heads,
+                     (int32_t)n_kv };
     return matvec_cuda(out, x, w, 0, 1, o, &ra);
 }
