@@ -82,6 +82,10 @@ static const uint16_t sizes_tc_k_gemm_tc_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_gemm_tc_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "stages"};
 static const uint16_t sizes_tc_k_gemm_tc_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_gemm_tc_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "stages"};
+static const uint16_t sizes_tc_k_gemm_wg_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_gemm_wg_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "wide"};
+static const uint16_t sizes_tc_k_gemm_wg_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_gemm_wg_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "wide"};
 static const uint16_t sizes_tc_k_gemm_f32[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_gemm_f32[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
 static const uint16_t sizes_tc_k_gemm_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
@@ -161,11 +165,13 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_embedding_f32", "kernels/embedding.cu", 34, 8, sizes_tc_k_embedding_f32, names_tc_k_embedding_f32},
     {"tc_k_embedding_f16", "kernels/embedding.cu", 41, 8, sizes_tc_k_embedding_f16, names_tc_k_embedding_f16},
     {"tc_k_embedding_bf16", "kernels/embedding.cu", 48, 8, sizes_tc_k_embedding_bf16, names_tc_k_embedding_bf16},
-    {"tc_k_gemm_tc_f16", "kernels/gemm.cu", 189, 9, sizes_tc_k_gemm_tc_f16, names_tc_k_gemm_tc_f16},
-    {"tc_k_gemm_tc_bf16", "kernels/gemm.cu", 199, 9, sizes_tc_k_gemm_tc_bf16, names_tc_k_gemm_tc_bf16},
-    {"tc_k_gemm_f32", "kernels/gemm.cu", 207, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
-    {"tc_k_gemm_f16", "kernels/gemm.cu", 213, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
-    {"tc_k_gemm_bf16", "kernels/gemm.cu", 219, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
+    {"tc_k_gemm_tc_f16", "kernels/gemm.cu", 342, 9, sizes_tc_k_gemm_tc_f16, names_tc_k_gemm_tc_f16},
+    {"tc_k_gemm_tc_bf16", "kernels/gemm.cu", 352, 9, sizes_tc_k_gemm_tc_bf16, names_tc_k_gemm_tc_bf16},
+    {"tc_k_gemm_wg_f16", "kernels/gemm.cu", 363, 9, sizes_tc_k_gemm_wg_f16, names_tc_k_gemm_wg_f16},
+    {"tc_k_gemm_wg_bf16", "kernels/gemm.cu", 377, 9, sizes_tc_k_gemm_wg_bf16, names_tc_k_gemm_wg_bf16},
+    {"tc_k_gemm_f32", "kernels/gemm.cu", 392, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
+    {"tc_k_gemm_f16", "kernels/gemm.cu", 398, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
+    {"tc_k_gemm_bf16", "kernels/gemm.cu", 404, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
     {"tc_k_matvec_f32", "kernels/matvec.cu", 427, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
     {"tc_k_matvec_f16", "kernels/matvec.cu", 433, 11, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
     {"tc_k_matvec_bf16", "kernels/matvec.cu", 439, 11, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},

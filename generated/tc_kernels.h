@@ -69,33 +69,35 @@ typedef enum tc_kernel_id {
     TC_KERNEL_EMBEDDING_BF16 = 24,
     TC_KERNEL_GEMM_TC_F16 = 25,
     TC_KERNEL_GEMM_TC_BF16 = 26,
-    TC_KERNEL_GEMM_F32 = 27,
-    TC_KERNEL_GEMM_F16 = 28,
-    TC_KERNEL_GEMM_BF16 = 29,
-    TC_KERNEL_MATVEC_F32 = 30,
-    TC_KERNEL_MATVEC_F16 = 31,
-    TC_KERNEL_MATVEC_BF16 = 32,
-    TC_KERNEL_MATVEC1_F32 = 33,
-    TC_KERNEL_MATVEC1_F16 = 34,
-    TC_KERNEL_MATVEC1_BF16 = 35,
-    TC_KERNEL_FILL_RANDOM_F32 = 36,
-    TC_KERNEL_FILL_RANDOM_F16 = 37,
-    TC_KERNEL_FILL_RANDOM_BF16 = 38,
-    TC_KERNEL_RMSNORM_F32 = 39,
-    TC_KERNEL_RMSNORM_F16 = 40,
-    TC_KERNEL_RMSNORM_BF16 = 41,
-    TC_KERNEL_ROPE_F32 = 42,
-    TC_KERNEL_ROPE_F16 = 43,
-    TC_KERNEL_ROPE_BF16 = 44,
-    TC_KERNEL_SELFTEST_PARAMS = 45,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 46,
-    TC_KERNEL_SOFTMAX_F32 = 47,
-    TC_KERNEL_SOFTMAX_F16 = 48,
-    TC_KERNEL_SOFTMAX_BF16 = 49,
-    TC_KERNEL_SWIGLU_F32 = 50,
-    TC_KERNEL_SWIGLU_F16 = 51,
-    TC_KERNEL_SWIGLU_BF16 = 52,
-    TC_KERNEL_COUNT = 53
+    TC_KERNEL_GEMM_WG_F16 = 27,
+    TC_KERNEL_GEMM_WG_BF16 = 28,
+    TC_KERNEL_GEMM_F32 = 29,
+    TC_KERNEL_GEMM_F16 = 30,
+    TC_KERNEL_GEMM_BF16 = 31,
+    TC_KERNEL_MATVEC_F32 = 32,
+    TC_KERNEL_MATVEC_F16 = 33,
+    TC_KERNEL_MATVEC_BF16 = 34,
+    TC_KERNEL_MATVEC1_F32 = 35,
+    TC_KERNEL_MATVEC1_F16 = 36,
+    TC_KERNEL_MATVEC1_BF16 = 37,
+    TC_KERNEL_FILL_RANDOM_F32 = 38,
+    TC_KERNEL_FILL_RANDOM_F16 = 39,
+    TC_KERNEL_FILL_RANDOM_BF16 = 40,
+    TC_KERNEL_RMSNORM_F32 = 41,
+    TC_KERNEL_RMSNORM_F16 = 42,
+    TC_KERNEL_RMSNORM_BF16 = 43,
+    TC_KERNEL_ROPE_F32 = 44,
+    TC_KERNEL_ROPE_F16 = 45,
+    TC_KERNEL_ROPE_BF16 = 46,
+    TC_KERNEL_SELFTEST_PARAMS = 47,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 48,
+    TC_KERNEL_SOFTMAX_F32 = 49,
+    TC_KERNEL_SOFTMAX_F16 = 50,
+    TC_KERNEL_SOFTMAX_BF16 = 51,
+    TC_KERNEL_SWIGLU_F32 = 52,
+    TC_KERNEL_SWIGLU_F16 = 53,
+    TC_KERNEL_SWIGLU_BF16 = 54,
+    TC_KERNEL_COUNT = 55
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -395,7 +397,7 @@ static inline tc_status tc_launch_embedding_bf16(tc_launch_config cfg, tc_bf16 *
     tc_launch_embedding_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const void *, void *, table), TC__KARG(int32_t, table_dtype), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, vocab), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, table_row_bytes))
 #endif
 
-/* kernels/gemm.cu:189 tc_k_gemm_tc_f16: Tensor-core product out[m, n] = x[m, k] w[n, k]^T: grid (ceil(n/128), ceil(m/128)), 256 threads, stages * 36864 bytes of dynamic shared memory (stages of 256 rows x 72 halves; 2 or 3 stages); k and x_stride multiples of 8, x and w 16-byte aligned. */
+/* kernels/gemm.cu:342 tc_k_gemm_tc_f16: Tensor-core product out[m, n] = x[m, k] w[n, k]^T: grid (ceil(n/128), ceil(m/128)), 256 threads, stages * 36864 bytes of dynamic shared memory (stages of 256 rows x 72 halves; 2 or 3 stages); k and x_stride multiples of 8, x and w 16-byte aligned. */
 static inline tc_status tc_launch_gemm_tc_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t stages)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &stages};
@@ -406,7 +408,7 @@ static inline tc_status tc_launch_gemm_tc_f16(tc_launch_config cfg, tc_half *out
     tc_launch_gemm_tc_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, stages))
 #endif
 
-/* kernels/gemm.cu:199 tc_k_gemm_tc_bf16 */
+/* kernels/gemm.cu:352 tc_k_gemm_tc_bf16 */
 static inline tc_status tc_launch_gemm_tc_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t stages)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &stages};
@@ -417,7 +419,29 @@ static inline tc_status tc_launch_gemm_tc_bf16(tc_launch_config cfg, tc_bf16 *ou
     tc_launch_gemm_tc_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, stages))
 #endif
 
-/* kernels/gemm.cu:207 tc_k_gemm_f32: f32-arithmetic product for any shape and alignment: grid (ceil(n/64), ceil(m/64)), 256 threads. */
+/* kernels/gemm.cu:363 tc_k_gemm_wg_f16: Hopper tensor-core product out[m, n] = x[m, k] w[n, k]^T (wgmma; sm_90a only, elsewhere it traps): grid (ceil(m/128) * ceil(n/BN)), 256 threads, 4 * (128 + BN) * 128 + 1024 bytes of dynamic shared memory, BN 256 where wide is nonzero, else 128; k and x_stride multiples of 8, x and w 16-byte aligned. */
+static inline tc_status tc_launch_gemm_wg_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t wide)
+{
+    void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &wide};
+    return tc_launch_kernel(TC_KERNEL_GEMM_WG_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_gemm_wg_f16(cfg, out, x, w, m, n, k, x_stride, out_stride, wide) \
+    tc_launch_gemm_wg_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, wide))
+#endif
+
+/* kernels/gemm.cu:377 tc_k_gemm_wg_bf16 */
+static inline tc_status tc_launch_gemm_wg_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t wide)
+{
+    void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &wide};
+    return tc_launch_kernel(TC_KERNEL_GEMM_WG_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_gemm_wg_bf16(cfg, out, x, w, m, n, k, x_stride, out_stride, wide) \
+    tc_launch_gemm_wg_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, wide))
+#endif
+
+/* kernels/gemm.cu:392 tc_k_gemm_f32: f32-arithmetic product for any shape and alignment: grid (ceil(n/64), ceil(m/64)), 256 threads. */
 static inline tc_status tc_launch_gemm_f32(tc_launch_config cfg, float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -428,7 +452,7 @@ static inline tc_status tc_launch_gemm_f32(tc_launch_config cfg, float *out, con
     tc_launch_gemm_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const float *, float *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:213 tc_k_gemm_f16 */
+/* kernels/gemm.cu:398 tc_k_gemm_f16 */
 static inline tc_status tc_launch_gemm_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};
@@ -439,7 +463,7 @@ static inline tc_status tc_launch_gemm_f16(tc_launch_config cfg, tc_half *out, c
     tc_launch_gemm_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/gemm.cu:219 tc_k_gemm_bf16 */
+/* kernels/gemm.cu:404 tc_k_gemm_bf16 */
 static inline tc_status tc_launch_gemm_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride};

@@ -181,6 +181,159 @@ __device__ void simt(T *out, const T *x, const T *w, int64_t m, int64_t n, int64
         }
 }
 
+// Hopper products (sm_90a builds only): wgmma.mma_async, operands from shared memory. A block
+// of two warpgroups computes a 128 x BN tile (BN 128 or 256); warpgroup g owns rows 64 g to
+// 64 g + 63 and issues one m64n128k16 per 128 columns and 16 K. Tiles of 64 K (128 bytes a
+// row) lie in the layout of wgmma's 128-byte swizzle: 16-byte chunk c of row r at chunk
+// c ^ (r % 8), rows 128 bytes apart, in 1024-byte-aligned atoms of 8 rows. cp.async fills a
+// ring of 4 stages two K steps ahead: the stage a load refills held the K step two back, whose
+// products each warpgroup waited for (wgmma.wait_group 1) before the barrier that precedes the
+// load.
+constexpr int kWgStages = 4, kWgBM = 128;
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TC_WG_OUT4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define TC_WG_OUT16(i) TC_WG_OUT4(i), TC_WG_OUT4(i + 4), TC_WG_OUT4(i + 8), TC_WG_OUT4(i + 12)
+#define TC_WG_MMA(TY)                                                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                     \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {"                    \
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "         \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, " \
+                 "%64, %65, p, 1, 1, 0, 0;\n}\n"                                                  \
+                 : TC_WG_OUT16(0), TC_WG_OUT16(16), TC_WG_OUT16(32), TC_WG_OUT16(48)              \
+                 : "l"(a), "l"(b), "r"(1))
+// d[64] += a (64 x 16, K-major) b (16 x 128, K-major), both given by shared-memory descriptors.
+// Lane l of the warpgroup's warp v holds rows 16 v + l / 4 (elements 4 j, 4 j + 1) and + 8
+// (4 j + 2, 4 j + 3), columns 8 j + 2 (l % 4) and + 1.
+__device__ __forceinline__ void wgmma(float (&d)[64], uint64_t a, uint64_t b, const __half *)
+{
+    TC_WG_MMA("f16");
+}
+__device__ __forceinline__ void wgmma(float (&d)[64], uint64_t a, uint64_t b, const __nv_bfloat16 *)
+{
+    TC_WG_MMA("bf16");
+}
+#undef TC_WG_MMA
+#undef TC_WG_OUT16
+#undef TC_WG_OUT4
+
+// Descriptor of a K-major tile in the 128-byte swizzle at p: 8-row atoms 1024 bytes apart
+// (the leading offset is unused in this layout; 16 bytes by convention).
+__device__ __forceinline__ uint64_t wg_desc(const void *p)
+{
+    uint64_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+template <typename T, int BN>
+__device__ void hopper(T *out, const T *x, const T *w, int64_t m, int64_t n, int64_t k, int64_t xs, int64_t os)
+{
+    constexpr int NB = BN / 128, ROWS = kWgBM + BN, STAGE = ROWS * 128, PER = ROWS / 32;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = reinterpret_cast<unsigned char *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = warp >> 2;
+    // Tiles go in groups of 8 row blocks (as Triton's grouped order), so that the blocks resident
+    // at once share rows of x and of w in L2.
+    int64_t grid_m = (m + kWgBM - 1) / kWgBM, grid_n = (n + BN - 1) / BN;
+    int64_t pid = blockIdx.x, width = 8 * grid_n, first = pid / width * 8;
+    int64_t gsize = grid_m - first < 8 ? grid_m - first : 8;
+    int64_t row0 = (first + (pid % width) % gsize) * kWgBM, col0 = (pid % width) / gsize * BN;
+
+    // Thread t copies chunk t % 8 of rows t / 8 + 32 i of a stage (x's rows, then w's); rows
+    // past m or n, and columns past k (a multiple of 8), are zero-filled.
+    int chunk = tid & 7;
+    uint32_t dst = (uint32_t)((tid >> 3) * 128 + ((chunk ^ ((tid >> 3) & 7)) << 4));
+    const T *src[PER];
+    bool ok[PER];
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        int r = (tid >> 3) + 32 * i;
+        if (r < kWgBM) {
+            ok[i] = row0 + r < m;
+            src[i] = x + (ok[i] ? (row0 + r) * xs : 0) + chunk * 8;
+        } else {
+            ok[i] = col0 + r - kWgBM < n;
+            src[i] = w + (ok[i] ? (col0 + r - kWgBM) * k : 0) + chunk * 8;
+        }
+    }
+    int64_t ktiles = (k + 63) / 64;
+    auto load = [&](int64_t kt) {
+        unsigned char *s = smem + (int)(kt & (kWgStages - 1)) * STAGE + dst;
+        bool in_k = kt * 64 + chunk * 8 < k;
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            bool ok_i = ok[i] && in_k;
+            cp_async16(s + i * 32 * 128, ok_i ? src[i] + kt * 64 : src[i], ok_i);
+        }
+    };
+
+    float d[NB][64];
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            d[nb][i] = 0.0f;
+    for (int s = 0; s < kWgStages - 2; s++) {
+        if (s < ktiles)
+            load(s);
+        cp_commit();
+    }
+    for (int64_t kt = 0; kt < ktiles; kt++) {
+        cp_wait<kWgStages - 3>();
+        // This thread's copies of step kt are done; make them visible to wgmma (the async proxy)
+        // and wait for everyone's.
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        if (kt + kWgStages - 2 < ktiles)
+            load(kt + kWgStages - 2);
+        cp_commit();
+        const unsigned char *s = smem + (int)(kt & (kWgStages - 1)) * STAGE;
+        uint64_t da = wg_desc(s + g * 64 * 128), db = wg_desc(s + kWgBM * 128);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int j = 0; j < 4; j++) // 16 K (32 bytes) each: the start address moves within the atom
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++)
+                wgmma(d[nb], da + 2 * j, db + nb * (128 * 128 >> 4) + 2 * j, static_cast<const T *>(nullptr));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            asm volatile("" : "+f"(d[nb][i])::"memory"); // the accumulators are final only now
+
+    int rr = g * 64 + (warp & 3) * 16 + (lane >> 2);
+    bool pairs = (os & 1) == 0 && (((uintptr_t)out) & 3) == 0;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int64_t r = row0 + rr + 8 * h;
+        if (r >= m)
+            continue;
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                int64_t c = col0 + nb * 128 + 8 * j + 2 * (lane & 3);
+                float v0 = d[nb][4 * j + 2 * h], v1 = d[nb][4 * j + 2 * h + 1];
+                T *o = out + r * os + c;
+                if (pairs && c + 1 < n) {
+                    *reinterpret_cast<uint32_t *>(o) = tc::pack2<T>(v0, v1);
+                } else {
+                    if (c < n)
+                        o[0] = tc::from_f32<T>(v0);
+                    if (c + 1 < n)
+                        o[1] = tc::from_f32<T>(v1);
+                }
+            }
+    }
+}
+#endif
+
 } // namespace gemm_cu
 
 /** Tensor-core product out[m, n] = x[m, k] w[n, k]^T: grid (ceil(n/128), ceil(m/128)), 256
@@ -201,6 +354,38 @@ extern "C" __global__ void __launch_bounds__(256)
 {
     tc::await_inputs();
     gemm_cu::tensor_core(out, x, w, m, n, k, x_stride, out_stride, stages);
+}
+/** Hopper tensor-core product out[m, n] = x[m, k] w[n, k]^T (wgmma; sm_90a only, elsewhere it
+ *  traps): grid (ceil(m/128) * ceil(n/BN)), 256 threads, 4 * (128 + BN) * 128 + 1024 bytes of
+ *  dynamic shared memory, BN 256 where wide is nonzero, else 128; k and x_stride multiples of
+ *  8, x and w 16-byte aligned. */
+extern "C" __global__ void __launch_bounds__(256, 1)
+    tc_k_gemm_wg_f16(__half *out, const __half *x, const __half *w, int64_t m, int64_t n, int64_t k,
+                     int64_t x_stride, int64_t out_stride, int32_t wide)
+{
+    tc::await_inputs();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (wide)
+        gemm_cu::hopper<__half, 256>(out, x, w, m, n, k, x_stride, out_stride);
+    else
+        gemm_cu::hopper<__half, 128>(out, x, w, m, n, k, x_stride, out_stride);
+#else
+    __trap();
+#endif
+}
+extern "C" __global__ void __launch_bounds__(256, 1)
+    tc_k_gemm_wg_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int64_t m,
+                      int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t wide)
+{
+    tc::await_inputs();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (wide)
+        gemm_cu::hopper<__nv_bfloat16, 256>(out, x, w, m, n, k, x_stride, out_stride);
+    else
+        gemm_cu::hopper<__nv_bfloat16, 128>(out, x, w, m, n, k, x_stride, out_stride);
+#else
+    __trap();
+#endif
 }
 /** f32-arithmetic product for any shape and alignment: grid (ceil(n/64), ceil(m/64)), 256
  *  threads. */

@@ -234,12 +234,13 @@ static void bench_gemm(rng_t *r)
         double cub = time_ms(run_mm, &c, 10);
         tc_backend_set_gemm(gpu, TC_GEMM_OWN);
         double own = time_ms(run_mm, &c, 10);
+        tc_backend_set_gemm(gpu, TC_GEMM_OWN_PORTABLE);
+        double port = time_ms(run_mm, &c, 10);
         tc_backend_set_gemm(gpu, TC_GEMM_AUTO);
         printf("gemm bf16 [%5lld x %5lld x %5lld]  cublas %8.4f ms %6.1f TFLOP/s   own %8.4f ms "
-               "%6.1f TFLOP/s  "
-               "own = %5.1f%% of cublas\n",
+               "%6.1f TFLOP/s  own = %5.1f%% of cublas  (portable kernel %6.1f TFLOP/s, %5.1f%%)\n",
                (long long)m, (long long)n, (long long)k, cub, flop / cub / 1e9, own,
-               flop / own / 1e9, 100 * cub / own);
+               flop / own / 1e9, 100 * cub / own, flop / port / 1e9, 100 * cub / port);
         tc_tensor_deinit(&c.x), tc_tensor_deinit(&c.out);
         for (int s = 0; s < SETS; s++)
             tc_tensor_deinit(&c.w[s]);

@@ -16,6 +16,8 @@ typedef enum tc_gemm_mode {
     TC_GEMM_AUTO = 0,   /* cuBLAS when it loads, else our own kernels */
     TC_GEMM_CUBLAS = 1, /* cuBLAS only: an error when it is missing */
     TC_GEMM_OWN = 2,    /* our own kernels only */
+    /* our own kernels but for the Hopper one, as on GPUs before compute capability 9.0 */
+    TC_GEMM_OWN_PORTABLE = 3,
 } tc_gemm_mode;
 
 typedef struct tc_backend tc_backend;

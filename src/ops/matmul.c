@@ -100,6 +100,9 @@ static tc_status gemm_cublas(tc_tensor *out, const tc_tensor *x, const tc_tensor
 /* Bytes of one pipeline stage of tc_k_gemm_tc_* (see kernels/gemm.cu): 3 stages, or 2 where
  * shared memory holds fewer. */
 #define GEMM_TC_STAGE 36864
+/* Shared bytes of tc_k_gemm_wg_* for tiles of `bn` columns: 4 stages of 128 + bn rows of 128
+ * bytes, and 1 KiB to align the first stage to 1,024 bytes. */
+#define GEMM_WG_SHARED(bn) ((size_t)4 * (128 + (bn)) * 128 + 1024)
 
 static tc_status gemm_own(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
 {
@@ -107,7 +110,29 @@ static tc_status gemm_own(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
     int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
     bool tensor_cores = x->dtype != TC_DTYPE_F32 && k % 8 == 0 && x->stride[0] % 8 == 0 &&
                         ((uintptr_t)x->data % 16) == 0 && ((uintptr_t)w->data % 16) == 0;
-    int stages = tc__backend_shared_room(b) >= 3 * GEMM_TC_STAGE ? 3 : 2;
+    size_t room = tc__backend_shared_room(b);
+    int64_t row_blocks = (m + 127) / 128;
+    if (tensor_cores && b->gemm != TC_GEMM_OWN_PORTABLE && b->ctx->cc_major == 9 &&
+        b->ctx->cc_minor == 0 && room >= GEMM_WG_SHARED(128) &&
+        row_blocks * ((n + 127) / 128) <= INT32_MAX) {
+        /* Hopper: the wgmma kernel, with 128 x 256 tiles where they still give every SM a
+         * block, else 128 x 128 (a 512-row product of 4,096 columns fills 128 SMs instead of
+         * 64). */
+        int wide = row_blocks * ((n + 255) / 256) >= b->ctx->sm_count && room >= GEMM_WG_SHARED(256);
+        int64_t bn = wide ? 256 : 128;
+        tc_launch_config cfg = { { (uint32_t)(row_blocks * ((n + bn - 1) / bn)), 1, 1 },
+                                 { 256, 1, 1 },
+                                 (uint32_t)GEMM_WG_SHARED(bn),
+                                 b->stream };
+        if (x->dtype == TC_DTYPE_BF16)
+            return tc_launch_gemm_wg_bf16(cfg, TC__DEV(tc_bf16, out), TC__DEV(const tc_bf16, x),
+                                          TC__DEV(const tc_bf16, w), m, n, k, x->stride[0],
+                                          out->stride[0], wide);
+        return tc_launch_gemm_wg_f16(cfg, TC__DEV(tc_half, out), TC__DEV(const tc_half, x),
+                                     TC__DEV(const tc_half, w), m, n, k, x->stride[0],
+                                     out->stride[0], wide);
+    }
+    int stages = room >= 3 * GEMM_TC_STAGE ? 3 : 2;
     if (tensor_cores) {
         tc_launch_config cfg = { { (uint32_t)((n + 127) / 128), (uint32_t)((m + 127) / 128), 1 },
                                  { 256, 1, 1 },
@@ -259,7 +284,7 @@ tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
                 out, x, w, r, m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS, NULL, NULL));
         return TC_OK;
     }
-    if (b->gemm != TC_GEMM_OWN) {
+    if (b->gemm != TC_GEMM_OWN && b->gemm != TC_GEMM_OWN_PORTABLE) {
         void *handle = NULL;
         tc_status st = tc__backend_cublas(b, &handle);
         if (st == TC_OK)

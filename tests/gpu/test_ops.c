@@ -358,6 +358,11 @@ static void matmul(rng_t *r)
                     false);
         matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, gm[i], 77, 1000, TC_GEMM_OWN,
                     "own tensor core (k 1000, odd n)", false);
+        /* On Hopper the above run the wgmma kernel; these the one of other GPUs. */
+        matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, gm[i], 513, 4096, TC_GEMM_OWN_PORTABLE,
+                    "own tensor core, portable", false);
+        matmul_case(r, TC_DTYPE_F16, TC_DTYPE_F16, gm[i], 77, 1000, TC_GEMM_OWN_PORTABLE,
+                    "own tensor core, portable (k 1000, odd n)", false);
         matmul_case(r, TC_DTYPE_F32, TC_DTYPE_F32, gm[i], 257, 1000, TC_GEMM_CUBLAS, "cublas",
                     false);
         matmul_case(r, TC_DTYPE_F32, TC_DTYPE_F32, gm[i], 257, 1000, TC_GEMM_OWN, "own simt",
@@ -365,6 +370,14 @@ static void matmul(rng_t *r)
         matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, gm[i], 65, 127, TC_GEMM_OWN,
                     "own simt (k 127)", false);
     }
+    /* Enough tiles for the wgmma kernel's 128 x 256 ones (blocks >= SMs), with partial tiles on
+     * both edges and a K tail; and a K of one step, shorter than the pipeline. */
+    matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1000, 4100, 520, TC_GEMM_OWN,
+                "own tensor core (wide tiles)", false);
+    matmul_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 1000, 4099, 264, TC_GEMM_OWN,
+                "own tensor core (wide tiles, odd n)", false);
+    matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 130, 300, 8, TC_GEMM_OWN, "own tensor core (k 8)",
+                false);
     matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_Q4_0, 20, 300, 1024, TC_GEMM_AUTO,
                 "q4_0 by matvec chunks", false);
 }
