@@ -304,8 +304,7 @@ fail:
 tc_status tc_backend_prepare_gemm(tc_backend *b)
 {
     void *handle;
-    if (b->kind != TC_BACKEND_CUDA || b->gemm == TC_GEMM_OWN ||
-        b->gemm == TC_GEMM_OWN_PORTABLE)
+    if (b->kind != TC_BACKEND_CUDA || b->gemm == TC_GEMM_OWN || b->gemm == TC_GEMM_OWN_PORTABLE)
         return TC_OK;
     return tc__backend_cublas(b, &handle);
 }

@@ -118,7 +118,8 @@ static tc_status gemm_own(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
         /* Hopper: the wgmma kernel, with 128 x 256 tiles where they still give every SM a
          * block, else 128 x 128 (a 512-row product of 4,096 columns fills 128 SMs instead of
          * 64). */
-        int wide = row_blocks * ((n + 255) / 256) >= b->ctx->sm_count && room >= GEMM_WG_SHARED(256);
+        int wide =
+            row_blocks * ((n + 255) / 256) >= b->ctx->sm_count && room >= GEMM_WG_SHARED(256);
         int64_t bn = wide ? 256 : 128;
         tc_launch_config cfg = { { (uint32_t)(row_blocks * ((n + bn - 1) / bn)), 1, 1 },
                                  { 256, 1, 1 },
