@@ -814,6 +814,46 @@ static void decode_after_store(rng_t *r, tc_dtype dt, int64_t H, int64_t KV, int
     paged_free(&gc), paged_free(&cc);
 }
 
+/* Batch 1, as a decode step runs it (fresh_rows 1): the splits of one sequence (16 with 8 KV
+ * heads on the H100, more with 1 or 2) over a table `cap` tokens wide holding `len` (splits
+ * past len are empty; short splits prefetch their later tiles). Run twice: the arrival counters
+ * a launch leaves must be reset for the next. */
+static void decode_batch1(rng_t *r, tc_dtype dt, int64_t H, int64_t KV, int64_t hd, int64_t cap,
+                          int64_t len)
+{
+    int64_t lens[] = { cap }, ones[] = { 1 };
+    double scale = 1.0 / sqrt((double)hd);
+    paged_case gc, cc;
+    rng_t r2 = *r;
+    CHECK(paged_build(&gc, r, gpu, dt, 1, lens, ones, H, KV, hd, 16));
+    CHECK(paged_build(&cc, &r2, cpu, dt, 1, lens, ones, H, KV, hd, 16));
+    int32_t l32 = (int32_t)len;
+    CHECK(tc_tensor_copy_from_host(&gc.tlens, &l32, sizeof l32));
+    CHECK(tc_tensor_copy_from_host(&cc.tlens, &l32, sizeof l32));
+    cc.len[0] = len;
+    cc.lens[0] = l32;
+    double *want = paged_reference(&cc, scale);
+    const tc_attention_opts early = { .fresh_rows = 1 };
+    for (int run = 0; run < 2; run++) {
+        tc_tensor go, co;
+        poisoned(&go, gpu, dt, TC_SHAPE(1, H, hd));
+        poisoned(&co, cpu, dt, TC_SHAPE(1, H, hd));
+        CHECK(tc_attention_decode_ex(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens,
+                                     (float)scale, &early));
+        CHECK(
+            tc_attention_decode(&co, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens, (float)scale));
+        char what[128];
+        snprintf(what, sizeof what,
+                 "attention decode batch 1 %s H %lld KV %lld hd %lld, %lld of %lld, run %d",
+                 tc_dtype_name(dt), (long long)H, (long long)KV, (long long)hd, (long long)len,
+                 (long long)cap, run + 1);
+        expect_close(what, &go, want, &co, tolerance(dt));
+        tc_tensor_deinit(&go), tc_tensor_deinit(&co);
+    }
+    free(want);
+    paged_free(&gc), paged_free(&cc);
+}
+
 static void attention(rng_t *r)
 {
     struct {
@@ -955,6 +995,20 @@ int main(void)
     decode_after_store(&r, TC_DTYPE_BF16, 32, 32, 128);
     decode_after_store(&r, TC_DTYPE_BF16, 32, 8, 128);
     decode_after_store(&r, TC_DTYPE_F32, 9, 3, 64);
+    {
+        const struct {
+            tc_dtype dt;
+            int64_t H, KV, hd, cap, len;
+        } b1[] = {
+            { TC_DTYPE_BF16, 32, 8, 128, 4096, 4096 }, { TC_DTYPE_BF16, 32, 8, 128, 4096, 100 },
+            { TC_DTYPE_F16, 32, 8, 128, 4096, 1000 },  { TC_DTYPE_F32, 32, 8, 128, 2048, 2048 },
+            { TC_DTYPE_BF16, 32, 32, 128, 384, 257 },  { TC_DTYPE_BF16, 9, 3, 64, 384, 200 },
+            { TC_DTYPE_BF16, 16, 1, 64, 8192, 8192 },  { TC_DTYPE_BF16, 32, 2, 128, 4096, 70 },
+            { TC_DTYPE_F32, 16, 1, 64, 8192, 5000 }
+        };
+        for (size_t i = 0; i < sizeof b1 / sizeof b1[0]; i++)
+            decode_batch1(&r, b1[i].dt, b1[i].H, b1[i].KV, b1[i].hd, b1[i].cap, b1[i].len);
+    }
     decode_odd_blocks(&r, TC_DTYPE_F16, "");
     /* As on a GPU with 99 KiB of shared memory per block (compute capability 8.6, 8.9): decode
      * attention and the tensor-core product with fewer pipeline stages. */
