@@ -1,6 +1,6 @@
 // Our own matrix products out[m, n] = x[m, k] w[n, k]^T, for where cuBLAS is not installed
-// (only the driver is promised). f16/bf16 run on tensor cores (mma.sync m16n8k16, f32
-// accumulate) with a cp.async pipeline; everything else runs a tiled f32 kernel.
+// (only the driver is promised). f16/bf16 run on tensor cores (wgmma on Hopper, else mma.sync
+// m16n8k16; f32 accumulate) fed by cp.async pipelines; everything else, a tiled f32 kernel.
 #include "common.cuh"
 
 namespace gemm_cu {
