@@ -40,11 +40,6 @@ static tc_status matvec_cuda(tc_tensor *out, const tc_tensor *x, const tc_tensor
     if (rope)
         flags |= 8;
     float eps = o ? o->norm_eps : 0.0f;
-    /* One warp per weight row, two per block: small blocks spread the rows evenly over the
-     * SMs (with 8-warp blocks a 4096-row matrix gave some SMs 4 blocks and others 3). */
-    int64_t blocks = (n + 1) / 2, cap = (int64_t)b->ctx->sm_count * 32;
-    tc_launch_config cfg = tc__cfg(b, (unsigned)(blocks < cap ? blocks : cap), 64, 0);
-    tc_status st;
     /* The kernels use no shared memory: they ask for the largest L1 split. Left to the driver,
      * the decode step after attention (about 100 KB of shared memory a block) ran 3% slower on
      * the H100 (Llama-2-7B shape, batch 1: 192 -> 198 tokens/s with it), though a product
@@ -55,8 +50,30 @@ static tc_status matvec_cuda(tc_tensor *out, const tc_tensor *x, const tc_tensor
                                             TC_KERNEL_MATVEC1_F16, TC_KERNEL_MATVEC1_BF16 };
         for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
             TC_TRY(tc_launch_set_carveout(b->ctx, ids[i], 0));
+        for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+            int per_sm = 0;
+            if (tc_launch_blocks_per_sm(b->ctx, ids[i], 64, 0, &per_sm) != TC_OK || per_sm < 1)
+                per_sm = 32;
+            b->matvec_wave[i] = (int64_t)per_sm * b->ctx->sm_count;
+        }
         b->matvec_l1 = true;
     }
+    /* One warp per weight row, two per block: small blocks spread the rows evenly over the
+     * SMs (with 8-warp blocks a 4096-row matrix gave some SMs 4 blocks and others 3). Rows of
+     * 1,024 weights or more: at most one wave of blocks, each warp then taking every grid-th
+     * row. Every block starts at once, so the next kernel is launched at once (programmatic
+     * dependent launch waits until each block has started) and its blocks take the SMs that
+     * finish first, asking for their first rows while the last ones here are read. H100,
+     * batch-1 decode: Llama-3.2-1B 907-931 -> 946-950 tokens/s, Llama-2-7B 197.6-198.2 ->
+     * 199.5-200.3. Shorter rows keep up to 32 blocks per SM: SmolLM2's (576 wide) lost 1.4%
+     * with one wave, its 49,152-row output product balancing worse over a fixed grid. */
+    int kernel = (rows == 1 ? 3 : 0) + (x->dtype == TC_DTYPE_F32   ? 0
+                                        : x->dtype == TC_DTYPE_F16 ? 1
+                                                                   : 2);
+    int64_t blocks = (n + 1) / 2,
+            cap = k >= 1024 ? b->matvec_wave[kernel] : (int64_t)b->ctx->sm_count * 32;
+    tc_launch_config cfg = tc__cfg(b, (unsigned)(blocks < cap ? blocks : cap), 64, 0);
+    tc_status st;
     /* One row has a kernel of its own: fewer registers, more resident warps. */
 #define LAUNCH(sfx)                                                                                \
     (rows == 1 ? tc_launch_matvec1_##sfx(                                                          \
