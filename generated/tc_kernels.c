@@ -104,6 +104,10 @@ static const uint16_t sizes_tc_k_matvec1_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 
 static const char *const names_tc_k_matvec1_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps", "pos", "slots", "k_cache", "v_cache", "n_heads", "n_kv_heads", "head_dim", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
 static const uint16_t sizes_tc_k_matvec1_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4, 4, 4, 8, 4, 8, 8, 8, 8};
 static const char *const names_tc_k_matvec1_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps", "pos", "slots", "k_cache", "v_cache", "n_heads", "n_kv_heads", "head_dim", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
+static const uint16_t sizes_tc_k_matvec_mma_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_matvec_mma_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_matvec_mma_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_matvec_mma_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_fill_random_f32[] = {8, 8, 8, 4, 4};
 static const char *const names_tc_k_fill_random_f32[] = {"out", "n", "seed", "offset", "scale"};
 static const uint16_t sizes_tc_k_fill_random_f16[] = {8, 8, 8, 4, 4};
@@ -172,12 +176,14 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_gemm_f32", "kernels/gemm.cu", 392, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
     {"tc_k_gemm_f16", "kernels/gemm.cu", 398, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
     {"tc_k_gemm_bf16", "kernels/gemm.cu", 404, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
-    {"tc_k_matvec_f32", "kernels/matvec.cu", 427, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
-    {"tc_k_matvec_f16", "kernels/matvec.cu", 433, 11, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
-    {"tc_k_matvec_bf16", "kernels/matvec.cu", 439, 11, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},
-    {"tc_k_matvec1_f32", "kernels/matvec.cu", 453, 25, sizes_tc_k_matvec1_f32, names_tc_k_matvec1_f32},
-    {"tc_k_matvec1_f16", "kernels/matvec.cu", 464, 25, sizes_tc_k_matvec1_f16, names_tc_k_matvec1_f16},
-    {"tc_k_matvec1_bf16", "kernels/matvec.cu", 475, 25, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
+    {"tc_k_matvec_f32", "kernels/matvec.cu", 524, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
+    {"tc_k_matvec_f16", "kernels/matvec.cu", 530, 11, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
+    {"tc_k_matvec_bf16", "kernels/matvec.cu", 536, 11, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},
+    {"tc_k_matvec1_f32", "kernels/matvec.cu", 550, 25, sizes_tc_k_matvec1_f32, names_tc_k_matvec1_f32},
+    {"tc_k_matvec1_f16", "kernels/matvec.cu", 561, 25, sizes_tc_k_matvec1_f16, names_tc_k_matvec1_f16},
+    {"tc_k_matvec1_bf16", "kernels/matvec.cu", 572, 25, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
+    {"tc_k_matvec_mma_f16", "kernels/matvec.cu", 587, 9, sizes_tc_k_matvec_mma_f16, names_tc_k_matvec_mma_f16},
+    {"tc_k_matvec_mma_bf16", "kernels/matvec.cu", 596, 9, sizes_tc_k_matvec_mma_bf16, names_tc_k_matvec_mma_bf16},
     {"tc_k_fill_random_f32", "kernels/random.cu", 31, 5, sizes_tc_k_fill_random_f32, names_tc_k_fill_random_f32},
     {"tc_k_fill_random_f16", "kernels/random.cu", 38, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
     {"tc_k_fill_random_bf16", "kernels/random.cu", 45, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},

@@ -417,6 +417,103 @@ __device__ void by_rows(TX *out, const TX *x, const void *w, int dt, int m, int6
         by_weight<TX, 8>(out, x, w, dt, m, n, k, xs, os, flags, eps);
 }
 
+// 16 bytes from p where `in`, else zeros (no load), streamed past L2 as load_w does.
+__device__ __forceinline__ uint4 load16_if(const void *p, bool in)
+{
+    uint4 r;
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
+                 "mov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t@q ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p), "r"((int)in));
+    return r;
+}
+
+// 2 to 8 rows of x against weights of x's 16-bit dtype, on the tensor cores: a block of kMmaWarps
+// warps takes 16 weight rows (the rows of an m16n8k16 product; x's rows are its columns) and
+// each warp an eighth of k, in chunks of 32. Lane (g, p) = (l / 4, l % 4) reads 16 bytes of
+// weight rows g and g + 8 and of x row g at 8p of each chunk; its fragment slots {2p, 2p + 1,
+// 2p + 8, 2p + 9} of the chunk's first product stand for those 16 bytes' elements 0-3, of the
+// second for 4-7. Weights and x are permuted alike, so the products are the dot products, and
+// every weight is read in 16-byte vectors with U chunks' loads in flight. The warps' sums meet
+// in shared memory, in a fixed order. With SWIGLU the block also takes the 16 up rows (n on).
+constexpr int kMmaWarps = 8;
+template <typename T, bool SWIGLU>
+__device__ void mma_rows(T *out, const T *x, const T *w, int m, int64_t n, int64_t k, int64_t xs, int64_t os,
+                         int flags)
+{
+    constexpr int U = SWIGLU ? 4 : 8, NW = SWIGLU ? 4 : 2;
+    __shared__ float red[SWIGLU ? 2 : 1][kMmaWarps][16][8];
+    const int lane = threadIdx.x & 31, g = lane >> 2, p = lane & 3, warp = threadIdx.x >> 5;
+    const int64_t chunks = k / 32, per = (chunks + kMmaWarps - 1) / kMmaWarps, c0 = warp * per,
+                  c1 = min(chunks, c0 + per), tiles = (n + 15) / 16;
+    if (blockIdx.x < tiles && blockIdx.x * 16 + g < n && c0 < c1)
+        tc::prefetch_l2(w + (blockIdx.x * 16 + g) * k + c0 * 32 + p * 8);
+    tc::await_inputs();
+    const bool xin = g < m;
+    const T *xr = x + (xin ? g : 0) * xs + p * 8;
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int64_t ra = tile * 16 + g, rb = ra + 8;
+        const bool ina = ra < n, inb = rb < n;
+        const T *wr[NW] = { w + (ina ? ra : 0) * k + p * 8, w + (inb ? rb : 0) * k + p * 8 };
+        bool in_row[NW] = { ina, inb };
+        if constexpr (SWIGLU) {
+            wr[2] = wr[0] + n * k;
+            wr[3] = wr[1] + n * k;
+            in_row[2] = ina;
+            in_row[3] = inb;
+        }
+        float acc[NW / 2][4] = {};
+        for (int64_t c = c0; c < c1; c += U) {
+            uint4 wv[U][NW], xv[U];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int i = 0; i < NW; i++)
+                    wv[u][i] = load16_if(wr[i] + (c + u) * 32, in_row[i] && c + u < c1);
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                xv[u] = xin && c + u < c1 ? *reinterpret_cast<const uint4 *>(xr + (c + u) * 32)
+                                          : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int h = 0; h < NW / 2; h++) {
+                    const uint4 &a = wv[u][2 * h], &b = wv[u][2 * h + 1];
+                    tc::mma16816<T>(acc[h], a.x, b.x, a.y, b.y, xv[u].x, xv[u].y);
+                    tc::mma16816<T>(acc[h], a.z, b.z, a.w, b.w, xv[u].z, xv[u].w);
+                }
+        }
+#pragma unroll
+        for (int h = 0; h < NW / 2; h++) {
+            red[h][warp][g][2 * p] = acc[h][0];
+            red[h][warp][g][2 * p + 1] = acc[h][1];
+            red[h][warp][g + 8][2 * p] = acc[h][2];
+            red[h][warp][g + 8][2 * p + 1] = acc[h][3];
+        }
+        __syncthreads();
+        if (threadIdx.x < 128) {
+            const int row = threadIdx.x >> 3, col = threadIdx.x & 7;
+            const int64_t r = tile * 16 + row;
+            if (col < m && r < n) {
+                float v = 0.0f, up = 0.0f;
+#pragma unroll
+                for (int i = 0; i < kMmaWarps; i++) {
+                    v += red[0][i][row][col];
+                    if constexpr (SWIGLU)
+                        up += red[NW / 2 - 1][i][row][col];
+                }
+                if constexpr (SWIGLU)
+                    v = v / (1.0f + expf(-v)) * up;
+                T *o = out + col * os + r;
+                if (flags & kAccumulate)
+                    v += tc::to_f32(*o);
+                *o = tc::from_f32<T>(v);
+            }
+        }
+        __syncthreads();
+    }
+}
+
 } // namespace matvec_cu
 
 /** out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8, w of run-time dtype w_dtype (tc_dtype);
@@ -482,4 +579,27 @@ extern "C" __global__ void __launch_bounds__(64, 8) tc_k_matvec1_bf16(__nv_bfloa
 {
     matvec_cu::by_rows<__nv_bfloat16, 1>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags, norm_eps,
                                   { pos, slots, k_cache, v_cache, n_heads, n_kv_heads, head_dim, interleaved, scaling, theta, factor, low_freq_factor, high_freq_factor, original_max_position });
+}
+/** out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8 on the tensor cores, w of x's dtype, k a
+ *  multiple of 32, x, w and the x stride 16-byte aligned; blocks of 256 threads, each taking
+ *  16 rows of out at a time (grid-stride). flags: bit 0 SwiGLU (w holds 2n rows, gate then up;
+ *  out = silu(gate) * up), bit 1: out += the result. */
+extern "C" __global__ void __launch_bounds__(256, 2) tc_k_matvec_mma_f16(__half *out, const __half *x, const __half *w,
+                                                                      int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                                                                      int64_t out_stride, int32_t flags)
+{
+    if (flags & matvec_cu::kSwiglu)
+        matvec_cu::mma_rows<__half, true>(out, x, w, m, n, k, x_stride, out_stride, flags);
+    else
+        matvec_cu::mma_rows<__half, false>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) tc_k_matvec_mma_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x,
+                                                                       const __nv_bfloat16 *w, int32_t m, int64_t n,
+                                                                       int64_t k, int64_t x_stride, int64_t out_stride,
+                                                                       int32_t flags)
+{
+    if (flags & matvec_cu::kSwiglu)
+        matvec_cu::mma_rows<__nv_bfloat16, true>(out, x, w, m, n, k, x_stride, out_stride, flags);
+    else
+        matvec_cu::mma_rows<__nv_bfloat16, false>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }

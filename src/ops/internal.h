@@ -57,7 +57,7 @@ struct tc_backend {
     tc_event *stage_done[3];
     int stage_next;         /* the stage that the next upload fills first */
     bool matvec_l1;         /* the matrix-vector kernels' preference for L1 is set (matmul.c) */
-    int64_t matvec_wave[6]; /* blocks of each matrix-vector kernel resident at once, GPU-wide */
+    int64_t matvec_wave[8]; /* blocks of each matrix-vector kernel resident at once, GPU-wide */
 };
 
 /* Run fn over [0, n) in chunks of at least `grain` items on b's threads; returns when done. */

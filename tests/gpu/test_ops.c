@@ -348,6 +348,12 @@ static void matmul(rng_t *r)
         }
     matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 2, 77, 127, TC_GEMM_AUTO, "matvec (scalar)",
                 false);
+    /* The tensor-core kernel of 2 to 8 rows (f16 and bf16, k a multiple of 32): SmolLM2's
+     * width, which leaves two of the eight warps no chunk; a partial tile of 16 rows; one chunk. */
+    matmul_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 2, 333, 576, TC_GEMM_AUTO, "matvec (tensor cores)",
+                false);
+    matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 8, 40, 32, TC_GEMM_AUTO, "matvec (tensor cores)",
+                false);
     const int64_t gm[] = { 9, 127, 300 };
     for (int i = 0; i < 3; i++) {
         matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, gm[i], 513, 4096, TC_GEMM_CUBLAS, "cublas",
@@ -508,6 +514,10 @@ static void linear(rng_t *r)
                         mi == 1 && !tc_dtype_is_block(ws[(mode + 1) % 4]));
         }
     linear_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 2, 77, 127, 3, false);
+    /* The tensor-core kernel with SwiGLU and accumulate: chunks not a multiple of the warps
+     * (65 over 8) nor of the loads in flight; one chunk. */
+    linear_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 7, 100, 2080, 3, false);
+    linear_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 2, 17, 32, 1, false);
     /* The fused RMS norm (float weights), with each other option, one row and several, and
      * the one-element path (k 127). */
     const tc_dtype fw[] = { TC_DTYPE_BF16, TC_DTYPE_F32 };
