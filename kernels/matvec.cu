@@ -1,7 +1,8 @@
 // Decode matrix products: out[m, n] = x[m, k] w[n, k]^T for m <= 8 rows, where every weight
 // byte is read once and speed is set by memory bandwidth. One warp per weight row: lanes read
 // the row in 16-byte vectors (streamed past L2 so that x stays cached), eight vectors in flight
-// each, and reduce with shuffles.
+// each, and reduce with shuffles. 2 to 8 rows with 16-bit weights of x's dtype go through the
+// tensor cores instead (mma_rows), which leaves the loads as the only work per weight.
 #include "common.cuh"
 
 namespace matvec_cu {

@@ -407,6 +407,8 @@ int tc_cli_bench(int argc, char **argv)
     tc_pool_stats ps0 = { 0 };
     if (cuda)
         tc_pool_get_stats(tc_backend_pool(b), &ps0);
+    tc_engine_stats es0;
+    tc_engine_get_stats(e, &es0);
     double wall = run_requests(e, cfg.vocab, n, plen, glen, t, &rc);
     /* Figures. */
     int64_t total_out = 0, total_prompt = 0, n_itl = 0;
@@ -432,6 +434,10 @@ int tc_cli_bench(int argc, char **argv)
         tc_pool_get_stats(tc_backend_pool(b), &ps);
     printf("model            %s, %s %s, %.2f GiB of weights (loaded in %.2f s)\n", cfg.name,
            tc_backend_name(b), tc_dtype_name(m->act), (double)m->weight_bytes / (1 << 30), t_load);
+    /* Bytes a forward pass reads: every weight once (the embedding only its rows), and per
+     * token of context its keys and values in every layer. */
+    double emb = (double)tc_tensor_bytes(&m->tok_embd), kv_tok = (double)tc_kv_cache_bytes(m, 1, 1);
+    double w_read = (double)m->weight_bytes - (cfg.tied_embeddings ? 0.0 : emb);
     if (throughput) {
         printf("requests         %lld (prompts %ld..%ld, outputs %ld..%ld tokens), %.2f s\n",
                (long long)n, o.prompt_len / 2, o.prompt_len / 2 + o.prompt_len, o.gen_len / 2,
@@ -439,6 +445,21 @@ int tc_cli_bench(int argc, char **argv)
         printf("throughput       %.2f requests/s, %.0f output tokens/s, %.0f tokens/s in all\n",
                (double)n / wall, (double)total_out / wall,
                (double)(total_out + total_prompt) / wall);
+        /* A floor under the run's time from what it must read: a request's decode steps read
+         * its keys and values at every length from prompt + 1 to prompt + generated - 1, and
+         * each engine step reads the weights once. Prefill's arithmetic is left out. */
+        double kv_read = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            double p = (double)plen[i], g = (double)t[i].n_out;
+            if (g > 1)
+                kv_read += ((g - 1) * p + g * (g - 1) / 2) * kv_tok;
+        }
+        double steps = (double)(es.steps - es0.steps),
+               floor_s = (kv_read + steps * w_read) / o.bandwidth;
+        printf("bandwidth        %.0f GB of keys and values + %.0f GB of weights (%.0f steps) "
+               "= %.2f s at %.2f TB/s, %.1f%% of the run; %.0f output tokens/s at most\n",
+               kv_read / 1e9, steps * w_read / 1e9, steps, floor_s, o.bandwidth / 1e12,
+               100.0 * floor_s / wall, (double)total_out / floor_s);
     } else {
         double pre = last_first - first_submit, dec = end - last_first;
         int64_t dec_tokens = total_out - n;
@@ -450,13 +471,10 @@ int tc_cli_bench(int argc, char **argv)
                dec > 0 ? (double)dec_tokens / dec : 0.0,
                dec > 0 ? (double)dec_tokens / dec / (double)n : 0.0);
         if (n == 1 && dec > 0) {
-            /* Bytes one decode step reads: every weight once (the embedding only its row),
-             * plus the keys and values of the average context. */
-            double emb = (double)tc_tensor_bytes(&m->tok_embd);
-            double w = (double)m->weight_bytes - (cfg.tied_embeddings ? 0.0 : emb);
+            /* One decode step reads the weights and the keys and values of the average
+             * context. */
             double avg_ctx = (double)o.prompt_len + (double)o.gen_len / 2;
-            double kvb = (double)tc_kv_cache_bytes(m, 1, 1) * avg_ctx;
-            double per_tok = w + kvb, rate = (double)dec_tokens / dec;
+            double per_tok = w_read + kv_tok * avg_ctx, rate = (double)dec_tokens / dec;
             printf("bandwidth        %.0f GB/s = %.1f%% of the bound (%.1f MB read per token; "
                    "bound %.0f tokens/s at %.2f TB/s)\n",
                    per_tok * rate / 1e9, 100.0 * per_tok * rate / o.bandwidth, per_tok / 1e6,
