@@ -239,14 +239,16 @@ static int parse(int argc, char **argv, bench_opts *o)
         case SHAPE: o->shape = optarg; break;
         case DEVICE:
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
-                fprintf(stderr, "thincuda bench: --device wants cpu, cuda or auto\n");
+                fprintf(stderr, "thincuda bench: --device wants cpu, cuda or auto, got '%s'\n",
+                        optarg);
                 return 2;
             }
             o->device = optarg;
             break;
         case DTYPE:
             if (strcmp(optarg, "bf16") && strcmp(optarg, "f16") && strcmp(optarg, "f32")) {
-                fprintf(stderr, "thincuda bench: --dtype wants bf16, f16 or f32\n");
+                fprintf(stderr, "thincuda bench: --dtype wants bf16, f16 or f32, got '%s'\n",
+                        optarg);
                 return 2;
             }
             o->dtype = optarg;
@@ -254,21 +256,21 @@ static int parse(int argc, char **argv, bench_opts *o)
         case NOGRAPH: o->no_graphs = true; break;
         case NOPREFIX: o->no_prefix_cache = true; break;
         case HELP: fputs(usage, stdout); return 0;
-#define NUM(K, field, lo, hi)                           \
-    case K:                                             \
-        if (!num(argv[optind - 1], optarg, lo, hi, &v)) \
-            return 2;                                   \
-        o->field = (long)v;                             \
+#define NUM(K, flag, field, lo, hi)                                  \
+    case K:                                                          \
+        if (!tc_cli_int("thincuda bench", flag, optarg, lo, hi, &v)) \
+            return 2;                                                \
+        o->field = (long)v;                                          \
         break;
-            NUM(BATCH, batch, 1, 4096)
-            NUM(PLEN, prompt_len, 1, 1 << 20)
-            NUM(GLEN, gen_len, 1, 1 << 20)
-            NUM(REQS, requests, 1, 1 << 20)
-            NUM(THREADS, threads, 0, 1024)
-            NUM(CTX, ctx, 16, 1 << 20)
-            NUM(STEP, step_tokens, 1, 1 << 20)
-            NUM(KVT, kv_tokens, 16, 1L << 40)
-            NUM(SEED, seed, 0, 1e15)
+            NUM(BATCH, "--batch", batch, 1, 4096)
+            NUM(PLEN, "--prompt-len", prompt_len, 1, 1 << 20)
+            NUM(GLEN, "--gen-len", gen_len, 1, 1 << 20)
+            NUM(REQS, "--requests", requests, 1, 1 << 20)
+            NUM(THREADS, "--threads", threads, 0, 1024)
+            NUM(CTX, "--ctx", ctx, 16, 1 << 20)
+            NUM(STEP, "--step-tokens", step_tokens, 1, 1 << 20)
+            NUM(KVT, "--kv-tokens", kv_tokens, 16, 1L << 40)
+            NUM(SEED, "--seed", seed, 0, 1e15)
 #undef NUM
         case KVF:
             if (!num("--kv-fraction", optarg, 0.01, 1.0, &o->kv_fraction))
@@ -301,6 +303,7 @@ int tc_cli_bench(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
+    rc = 0;
     double t_start = tc_host_seconds();
     tc_llama_config cfg;
     tc_cli_model f = { 0 };
@@ -456,7 +459,7 @@ int tc_cli_bench(int argc, char **argv)
         }
         double steps = (double)(es.steps - es0.steps),
                floor_s = (kv_read + steps * w_read) / o.bandwidth;
-        printf("bandwidth        %.0f GB of keys and values + %.0f GB of weights (%.0f steps) "
+        printf("bandwidth        %.3f GB of keys and values + %.3f GB of weights (%.0f steps) "
                "= %.2f s at %.2f TB/s, %.1f%% of the run; %.0f output tokens/s at most\n",
                kv_read / 1e9, steps * w_read / 1e9, steps, floor_s, o.bandwidth / 1e12,
                100.0 * floor_s / wall, (double)total_out / floor_s);

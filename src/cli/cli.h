@@ -32,6 +32,8 @@ int tc_cli_bench(int argc, char **argv);
 
 /* Parse a number flag in [lo, hi]; false with a sentence ("WHO: FLAG wants ...") otherwise. */
 bool tc_cli_num(const char *who, const char *flag, const char *s, double lo, double hi, double *v);
+/* The same for a whole number (lo >= 0). */
+bool tc_cli_int(const char *who, const char *flag, const char *s, double lo, double hi, double *v);
 
 /* A model's files: a GGUF file or a Hugging Face folder, its Llama configuration and its
  * tokenizer. */

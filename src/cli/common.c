@@ -1,6 +1,7 @@
 /* What the subcommands share: number flags, opening a model's files, choosing a backend and
  * the tokens that end generation. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,19 @@ bool tc_cli_num(const char *who, const char *flag, const char *s, double lo, dou
     errno = 0;
     *v = strtod(s, &end);
     if (errno || end == s || *end || !(*v >= lo && *v <= hi)) {
-        fprintf(stderr, "%s: %s wants a number in [%g, %g], got '%s'\n", who, flag, lo, hi, s);
+        fprintf(stderr, "%s: %s wants a number in [%.15g, %.15g], got '%s'\n", who, flag, lo, hi,
+                s);
+        return false;
+    }
+    return true;
+}
+
+bool tc_cli_int(const char *who, const char *flag, const char *s, double lo, double hi, double *v)
+{
+    if (!tc_cli_num(who, flag, s, lo, hi, v))
+        return false;
+    if (floor(*v) != *v) {
+        fprintf(stderr, "%s: %s wants a whole number, got '%s'\n", who, flag, s);
         return false;
     }
     return true;

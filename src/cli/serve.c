@@ -143,11 +143,11 @@ static int parse(int argc, char **argv, serve_opts *o)
     int c;
     double v;
     while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
-#define NUM(flag, lo, hi, field)            \
-    do {                                    \
-        if (!num(flag, optarg, lo, hi, &v)) \
-            return 2;                       \
-        o->field = (__typeof__(o->field))v; \
+#define NUM(flag, lo, hi, field)                                     \
+    do {                                                             \
+        if (!tc_cli_int("thincuda serve", flag, optarg, lo, hi, &v)) \
+            return 2;                                                \
+        o->field = (__typeof__(o->field))v;                          \
     } while (0)
         switch (c) {
         case MODEL: o->model = optarg; break;
@@ -161,12 +161,20 @@ static int parse(int argc, char **argv, serve_opts *o)
         case RUNNING: NUM("--max-running", 1, 4096, max_running); break;
         case CTX: NUM("--ctx", 16, 1 << 20, ctx); break;
         case KVT: NUM("--kv-tokens", 16, 1e9, kv_tokens); break;
-        case KVF: NUM("--kv-fraction", 0.01, 0.99, kv_fraction); break;
+        case KVF:
+            if (!num("--kv-fraction", optarg, 0.01, 0.99, &v))
+                return 2;
+            o->kv_fraction = v;
+            break;
         case STEP: NUM("--step-tokens", 16, 65536, step_tokens); break;
         case BODY: NUM("--max-body", 1024, 1 << 30, max_body); break;
         case CONNS: NUM("--max-connections", 1, 65536, max_conns); break;
         case RTIME: NUM("--read-timeout", 1, 3600, read_timeout); break;
-        case STIME: NUM("--shutdown-timeout", 0, 3600, shutdown_s); break;
+        case STIME:
+            if (!num("--shutdown-timeout", optarg, 0, 3600, &v))
+                return 2;
+            o->shutdown_s = v;
+            break;
         case THREADS: NUM("--threads", 1, 1024, threads); break;
         case DEVICE:
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {

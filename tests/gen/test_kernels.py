@@ -82,7 +82,8 @@ def test_launchers_check_types_and_table_matches(rendered):
 def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     """Launches on an overlapped stream (tc_stream_set_overlap) may start while the previous
     kernel runs: each kernel's body must begin with tc::await_inputs(), except the matrix-vector
-    kernels, whose shared body (matvec_cu::by_rows) reads only weights before calling it, and
+    kernels, whose shared bodies (matvec_cu::by_rows and, on the tensor cores, mma_rows) read
+    only weights before calling it, and
     the decode attention kernels, whose body (attention_cu::decode) waits at once unless the
     caller allows early reads (fresh_rows), and then reads only the lengths, the table and the
     cache before waiting: never q, and it writes nothing."""
@@ -93,6 +94,9 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
         text = open(os.path.join(ROOT, "kernels", f)).read()
         for m in re.finditer(r'extern "C" __global__ void[^{]*?(tc_k_\w+)\([^)]*\)\s*\{\s*([^;]*;)', text):
             name, first = m.group(1), m.group(2)
+            if name.startswith("tc_k_matvec_mma"):
+                assert "matvec_cu::mma_rows<" in first, name
+                continue
             if name.startswith("tc_k_matvec"):
                 assert first.startswith("matvec_cu::by_rows"), name
                 continue
@@ -109,6 +113,13 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     # The fused rotation's inputs (position, slot, caches) are read only after the wait.
     for touched in ("pos", "slots", "cache", "rope_rows"):
         assert touched not in before_wait, f"by_rows touches {touched!r} before it waits"
+    # The tensor-core kernel of 2-8 rows: only weights (an L2 prefetch) before the wait.
+    mma = body[body.index("__device__ void mma_rows"):]
+    mma = mma[mma.index("{"):]
+    code = "\n".join(line.split("//")[0] for line in mma[:mma.index("tc::await_inputs();")].splitlines())
+    for touched in (r"\bout\b", r"(?<![.\w])x\b", r"\bxr\b"):
+        assert not re.search(touched, code), f"mma_rows touches {touched!r} before it waits"
+    assert "prefetch_l2(w +" in code
     body = open(os.path.join(ROOT, "kernels", "attention.cu")).read()
     decode = body[body.index("__device__ void decode("):]
     head = decode[:decode.index("{") + 1]

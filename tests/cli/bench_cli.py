@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""`thincuda bench` on the CPU backend with random SmolLM2-135M weights (nothing to download):
+bad flags give one line naming the flag and exit 2 (a missing file or driver exit 1); latency
+mode reports its batch, decode rate and ordered percentiles; throughput mode's figures agree with
+each other, and its bandwidth line with the model's size and the keys and values its requests
+had to read, worked out here from SmolLM2's shape.
+
+Usage: bench_cli.py THINCUDA_BINARY (run with THINCUDA_LIBCUDA pointing nowhere)
+"""
+import re
+import subprocess
+import sys
+
+exe = sys.argv[1]
+failed = 0
+
+
+def check(ok, what):
+    global failed
+    print(("ok: " if ok else "FAIL: ") + what)
+    failed += not ok
+
+
+def run(args):
+    return subprocess.run([exe, "bench"] + args, capture_output=True, text=True, timeout=600)
+
+
+def field(pattern, text, what):
+    m = re.search(pattern, text, re.M)
+    check(m is not None, f"{what} is printed")
+    return [float(g) for g in m.groups()] if m else None
+
+
+shape = ["--shape", "smollm2-135m", "--threads", "2"]
+for args, flag in ((["--batch", "0"], "--batch"), (["--batch=1.5"], "--batch"),
+                   (["--prompt-len", "-3"], "--prompt-len"), (["--gen-len", "x"], "--gen-len"),
+                   (["--requests", "many"], "--requests"), (["--dtype", "f8"], "--dtype"),
+                   (["--device", "tpu"], "--device"), (["--bandwidth", "0"], "--bandwidth"),
+                   (["--kv-fraction", "2"], "--kv-fraction"), (["--frobnicate"], "--frobnicate")):
+    r = run(shape + args)
+    first = r.stderr.splitlines()[0] if r.stderr else ""
+    check(r.returncode == 2 and first.startswith("thincuda bench: ") and flag in first and r.stdout == "",
+          f"{' '.join(args)}: exit 2, names {flag} ({first!r})")
+r = run([])
+check(r.returncode == 2 and "--model PATH or --shape NAME" in r.stderr, "neither --model nor --shape: exit 2")
+r = run(["--shape", "smollm2-1t"])
+check(r.returncode == 2 and "unknown shape 'smollm2-1t'" in r.stderr, "unknown shape: exit 2")
+r = run(["--model", "/nonexistent.gguf"])
+check(r.returncode == 1 and "cannot open /nonexistent.gguf" in r.stderr, "missing model file: exit 1")
+r = run(shape + ["--device", "cuda"])
+check(r.returncode == 1 and "no NVIDIA driver" in r.stderr and "Traceback" not in r.stderr,
+      "--device cuda without a driver: exit 1, says why")
+
+# Latency mode: two sequences of 8 prompt and 6 generated tokens.
+r = run(shape + ["--batch", "2", "--prompt-len", "8", "--gen-len", "6"])
+out = r.stdout
+check(r.returncode == 0, f"latency mode runs (exit {r.returncode}: {r.stderr[-200:]!r})")
+check(re.search(r"^batch\s+2 x \(8 prompt \+ 6 generated tokens\)$", out, re.M) is not None, "batch line")
+dec = field(r"^decode\s+([\d.]+) tokens/s \(([\d.]+) per sequence\)$", out, "decode rate")
+if dec:
+    check(dec[0] > 0 and abs(dec[1] * 2 - dec[0]) <= 0.11, f"decode {dec[0]} tokens/s, {dec[1]} per sequence")
+for name in ("time to first", "inter-token"):
+    p = field(rf"^{name}\s+p50 ([\d.]+) ms, p99 ([\d.]+) ms$", out, name)
+    if p:
+        check(0 < p[0] <= p[1], f"{name}: 0 < p50 {p[0]} <= p99 {p[1]}")
+steps = field(r"^engine\s+(\d+) steps, (\d+) preemptions", out, "engine steps")
+if steps:
+    check(steps[0] >= 6, f"{steps[0]:.0f} engine steps for 6 tokens")
+
+# Throughput mode: 5 requests of 4..12 prompt and 3..9 output tokens; --bandwidth 1e9 keeps
+# the floor in whole seconds.
+r = run(shape + ["--requests", "5", "--prompt-len", "8", "--gen-len", "6", "--bandwidth", "1e9"])
+out = r.stdout
+check(r.returncode == 0, f"throughput mode runs (exit {r.returncode}: {r.stderr[-200:]!r})")
+gib = field(r"^model\s+.*, ([\d.]+) GiB of weights", out, "model size")
+req = field(r"^requests\s+5 \(prompts 4\.\.12, outputs 3\.\.9 tokens\), ([\d.]+) s$", out, "requests line")
+tput = field(r"^throughput\s+([\d.]+) requests/s, (\d+) output tokens/s", out, "throughput line")
+bw = field(r"^bandwidth\s+([\d.]+) GB of keys and values \+ ([\d.]+) GB of weights \((\d+) steps\) = "
+           r"([\d.]+) s at ([\d.]+) TB/s, ([\d.]+)% of the run; (\d+) output tokens/s at most$", out, "bandwidth line")
+eng = field(r"^engine\s+(\d+) steps", out, "engine steps")
+if gib and req and tput and bw and eng:
+    wall = req[0]
+    kv, w, s, floor, tbs, pct, most = bw
+    check(abs(tput[0] * wall - 5) < 0.05 * 5, f"{tput[0]} requests/s over {wall} s is 5 requests")
+    check(1 <= s <= eng[0], f"{s:.0f} measured steps of {eng[0]:.0f} in all")
+    check(abs(w / s - gib[0] * 2**30 / 1e9) <= 0.02 * w / s, f"weights read once a step: {w / s:.3f} GB")
+    # SmolLM2: 30 layers, 3 KV heads of 64, keys and values in f32 on the CPU. A request of P
+    # prompt and G output tokens reads (G - 1) P + G (G - 1) / 2 positions.
+    per_pos = 30 * 2 * 3 * 64 * 4
+    lo, hi = 5 * (2 * 4 + 3) * per_pos / 1e9, 5 * (8 * 12 + 36) * per_pos / 1e9
+    check(lo - 0.0005 <= kv <= hi + 0.0005, f"keys and values read: {kv} GB in [{lo:.4f}, {hi:.4f}]")
+    check(tbs == 0.0 and abs(floor - (kv + w)) <= 0.01 * floor + 0.01, f"floor {floor} s = {kv + w:.3f} GB at 1 GB/s")
+    check(abs(pct - 100 * floor / wall) <= 0.01 * pct + 0.1, f"{pct}% of the run")
+    out_tokens = tput[1] * wall
+    check(abs(most - out_tokens / floor) <= 0.03 * most + 1, f"at most {most:.0f} output tokens/s")
+sys.exit(1 if failed else 0)
