@@ -417,6 +417,11 @@ int tc_cli_bench(int argc, char **argv)
     int64_t total_out = 0, total_prompt = 0, n_itl = 0;
     double last_first = 0, first_submit = t[0].submit, end = 0;
     double *ttft = malloc(sizeof(double) * (size_t)n);
+    if (!ttft) {
+        fprintf(stderr, "thincuda bench: no host memory for the figures\n");
+        rc = 1;
+        goto done;
+    }
     for (int64_t i = 0; i < n; i++) {
         total_out += t[i].n_out;
         total_prompt += plen[i];
@@ -426,6 +431,12 @@ int tc_cli_bench(int argc, char **argv)
         ttft[i] = (t[i].first - t[i].submit) * 1e3;
     }
     all = malloc(sizeof(double) * (size_t)(n_itl + 1));
+    if (!all) {
+        fprintf(stderr, "thincuda bench: no host memory for the figures\n");
+        free(ttft);
+        rc = 1;
+        goto done;
+    }
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < t[i].n_itl; j++)
