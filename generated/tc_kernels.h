@@ -542,7 +542,7 @@ static inline tc_status tc_launch_matvec1_bf16(tc_launch_config cfg, tc_bf16 *ou
     tc_launch_matvec1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(void *, k_cache), TC__KARG(void *, v_cache), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/matvec.cu:588 tc_k_matvec_mma_f16: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8 on the tensor cores, w of x's dtype, k a multiple of 32, x, w and the x stride 16-byte aligned; blocks of 256 threads, each taking 16 rows of out at a time (grid-stride). flags: bit 0 SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up), bit 1: out += the result. */
+/* kernels/matvec.cu:590 tc_k_matvec_mma_f16: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8 on the tensor cores, w of x's dtype, k a multiple of 32, x, w and the x stride 16-byte aligned; blocks of 256 threads, each taking 16 rows of out at a time (grid-stride). flags: bit 0 SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up), bit 1: out += the result. The launch bounds (two blocks per SM) give ptxas the 126 registers that hold eight chunks' loads: left to itself it chose 64 and spilled. */
 static inline tc_status tc_launch_matvec_mma_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -553,7 +553,7 @@ static inline tc_status tc_launch_matvec_mma_f16(tc_launch_config cfg, tc_half *
     tc_launch_matvec_mma_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/matvec.cu:597 tc_k_matvec_mma_bf16 */
+/* kernels/matvec.cu:599 tc_k_matvec_mma_bf16 */
 static inline tc_status tc_launch_matvec_mma_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};

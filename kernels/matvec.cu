@@ -584,7 +584,9 @@ extern "C" __global__ void __launch_bounds__(64, 8) tc_k_matvec1_bf16(__nv_bfloa
 /** out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8 on the tensor cores, w of x's dtype, k a
  *  multiple of 32, x, w and the x stride 16-byte aligned; blocks of 256 threads, each taking
  *  16 rows of out at a time (grid-stride). flags: bit 0 SwiGLU (w holds 2n rows, gate then up;
- *  out = silu(gate) * up), bit 1: out += the result. */
+ *  out = silu(gate) * up), bit 1: out += the result. The launch bounds (two blocks per SM) give
+ *  ptxas the 126 registers that hold eight chunks' loads: left to itself it chose 64 and
+ *  spilled. */
 extern "C" __global__ void __launch_bounds__(256, 2) tc_k_matvec_mma_f16(__half *out, const __half *x, const __half *w,
                                                                       int32_t m, int64_t n, int64_t k, int64_t x_stride,
                                                                       int64_t out_stride, int32_t flags)
