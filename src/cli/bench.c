@@ -180,6 +180,10 @@ static bool num(const char *flag, const char *s, double lo, double hi, double *v
 {
     return tc_cli_num("thincuda bench", flag, s, lo, hi, v);
 }
+static bool whole(const char *flag, const char *s, double lo, double hi, double *v)
+{
+    return tc_cli_int("thincuda bench", flag, s, lo, hi, v);
+}
 
 static int parse(int argc, char **argv, bench_opts *o)
 {
@@ -256,11 +260,11 @@ static int parse(int argc, char **argv, bench_opts *o)
         case NOGRAPH: o->no_graphs = true; break;
         case NOPREFIX: o->no_prefix_cache = true; break;
         case HELP: fputs(usage, stdout); return 0;
-#define NUM(K, flag, field, lo, hi)                                  \
-    case K:                                                          \
-        if (!tc_cli_int("thincuda bench", flag, optarg, lo, hi, &v)) \
-            return 2;                                                \
-        o->field = (long)v;                                          \
+#define NUM(K, flag, field, lo, hi)           \
+    case K:                                   \
+        if (!whole(flag, optarg, lo, hi, &v)) \
+            return 2;                         \
+        o->field = (long)v;                   \
         break;
             NUM(BATCH, "--batch", batch, 1, 4096)
             NUM(PLEN, "--prompt-len", prompt_len, 1, 1 << 20)
@@ -416,31 +420,27 @@ int tc_cli_bench(int argc, char **argv)
     /* Figures. */
     int64_t total_out = 0, total_prompt = 0, n_itl = 0;
     double last_first = 0, first_submit = t[0].submit, end = 0;
-    double *ttft = malloc(sizeof(double) * (size_t)n);
-    if (!ttft) {
-        fprintf(stderr, "thincuda bench: no host memory for the figures\n");
-        rc = 1;
-        goto done;
-    }
     for (int64_t i = 0; i < n; i++) {
         total_out += t[i].n_out;
         total_prompt += plen[i];
         n_itl += t[i].n_itl;
         last_first = t[i].first > last_first ? t[i].first : last_first;
         end = t[i].done > end ? t[i].done : end;
-        ttft[i] = (t[i].first - t[i].submit) * 1e3;
     }
+    double *ttft = malloc(sizeof(double) * (size_t)n);
     all = malloc(sizeof(double) * (size_t)(n_itl + 1));
-    if (!all) {
+    if (!ttft || !all) {
         fprintf(stderr, "thincuda bench: no host memory for the figures\n");
         free(ttft);
         rc = 1;
         goto done;
     }
     int64_t k = 0;
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < n; i++) {
+        ttft[i] = (t[i].first - t[i].submit) * 1e3;
         for (int64_t j = 0; j < t[i].n_itl; j++)
             all[k++] = t[i].itl[j] * 1e3;
+    }
     tc_engine_stats es;
     tc_engine_get_stats(e, &es);
     tc_pool_stats ps = { 0 };

@@ -56,6 +56,10 @@ static bool num(const char *flag, const char *s, double lo, double hi, double *v
 {
     return tc_cli_num("thincuda", flag, s, lo, hi, v);
 }
+static bool whole(const char *flag, const char *s, double lo, double hi, double *v)
+{
+    return tc_cli_int("thincuda", flag, s, lo, hi, v);
+}
 
 static const char common_usage[] =
     "  --model PATH         a GGUF file (Llama family)\n"
@@ -130,7 +134,7 @@ static int parse(int argc, char **argv, options *o, const char *usage)
         case 'm': o->model = optarg; break;
         case 'p': o->prompt = optarg; break;
         case 'n':
-            if (!tc_cli_int("thincuda", "--n-predict", optarg, 0, 1 << 20, &v))
+            if (!whole("--n-predict", optarg, 0, 1 << 20, &v))
                 return 2;
             o->n_predict = (long)v;
             o->n_predict_set = true;
@@ -150,12 +154,12 @@ static int parse(int argc, char **argv, options *o, const char *usage)
             o->dtype = optarg;
             break;
         case OPT_THREADS:
-            if (!tc_cli_int("thincuda", "--threads", optarg, 1, 1024, &v))
+            if (!whole("--threads", optarg, 1, 1024, &v))
                 return 2;
             o->threads = (long)v;
             break;
         case OPT_CTX:
-            if (!tc_cli_int("thincuda", "--ctx", optarg, 1, 1 << 20, &v))
+            if (!whole("--ctx", optarg, 1, 1 << 20, &v))
                 return 2;
             o->ctx = (long)v;
             break;
@@ -166,7 +170,7 @@ static int parse(int argc, char **argv, options *o, const char *usage)
             o->temperature_set = true;
             break;
         case OPT_TOPK:
-            if (!tc_cli_int("thincuda", "--top-k", optarg, 0, 1 << 30, &v))
+            if (!whole("--top-k", optarg, 0, 1 << 30, &v))
                 return 2;
             o->sp.top_k = (int)v;
             break;
@@ -196,7 +200,7 @@ static int parse(int argc, char **argv, options *o, const char *usage)
             o->sp.frequency_penalty = (float)v;
             break;
         case OPT_SEED:
-            if (!tc_cli_int("thincuda", "--seed", optarg, 0, 18446744073709551615.0, &v))
+            if (!whole("--seed", optarg, 0, 18446744073709551615.0, &v))
                 return 2;
             o->sp.seed = (uint64_t)v;
             o->seed_set = true;

@@ -79,6 +79,10 @@ static bool num(const char *flag, const char *s, double lo, double hi, double *v
 {
     return tc_cli_num("thincuda serve", flag, s, lo, hi, v);
 }
+static bool whole(const char *flag, const char *s, double lo, double hi, double *v)
+{
+    return tc_cli_int("thincuda serve", flag, s, lo, hi, v);
+}
 
 static int parse(int argc, char **argv, serve_opts *o)
 {
@@ -143,11 +147,11 @@ static int parse(int argc, char **argv, serve_opts *o)
     int c;
     double v;
     while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
-#define NUM(flag, lo, hi, field)                                     \
-    do {                                                             \
-        if (!tc_cli_int("thincuda serve", flag, optarg, lo, hi, &v)) \
-            return 2;                                                \
-        o->field = (__typeof__(o->field))v;                          \
+#define NUM(flag, lo, hi, field)              \
+    do {                                      \
+        if (!whole(flag, optarg, lo, hi, &v)) \
+            return 2;                         \
+        o->field = (__typeof__(o->field))v;   \
     } while (0)
         switch (c) {
         case MODEL: o->model = optarg; break;

@@ -55,8 +55,9 @@ struct tc_backend {
      * workers copy a slot while the previous slot's transfer runs. */
     void *stage[3];
     tc_event *stage_done[3];
-    int stage_next;         /* the stage that the next upload fills first */
-    bool matvec_l1;         /* the matrix-vector kernels' preference for L1 is set (matmul.c) */
+    int stage_next; /* the stage that the next upload fills first */
+    bool matvec_l1; /* the matrix-vector kernels' carveouts are set and their waves known (matmul.c)
+                     */
     int64_t matvec_wave[8]; /* blocks of each matrix-vector kernel resident at once, GPU-wide */
 };
 

@@ -83,8 +83,8 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     """Launches on an overlapped stream (tc_stream_set_overlap) may start while the previous
     kernel runs: each kernel's body must begin with tc::await_inputs(), except the matrix-vector
     kernels, whose shared bodies (matvec_cu::by_rows and, on the tensor cores, mma_rows) read
-    only weights before calling it, and
-    the decode attention kernels, whose body (attention_cu::decode) waits at once unless the
+    only weights before calling it, and the decode attention kernels, whose body
+    (attention_cu::decode) waits at once unless the
     caller allows early reads (fresh_rows), and then reads only the lengths, the table and the
     cache before waiting: never q, and it writes nothing."""
     missing = []
