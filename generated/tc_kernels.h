@@ -60,46 +60,58 @@ typedef enum tc_kernel_id {
     TC_KERNEL_ATTN_PREFILL64_BF16 = 15,
     TC_KERNEL_ATTN_DECODE128_BF16 = 16,
     TC_KERNEL_ATTN_PREFILL128_BF16 = 17,
-    TC_KERNEL_CONVERT = 18,
-    TC_KERNEL_SCALE_COLS = 19,
-    TC_KERNEL_COPY_U8 = 20,
-    TC_KERNEL_FILL_F32 = 21,
-    TC_KERNEL_EMBEDDING_F32 = 22,
-    TC_KERNEL_EMBEDDING_F16 = 23,
-    TC_KERNEL_EMBEDDING_BF16 = 24,
-    TC_KERNEL_GEMM_TC_F16 = 25,
-    TC_KERNEL_GEMM_TC_BF16 = 26,
-    TC_KERNEL_GEMM_WG_F16 = 27,
-    TC_KERNEL_GEMM_WG_BF16 = 28,
-    TC_KERNEL_GEMM_F32 = 29,
-    TC_KERNEL_GEMM_F16 = 30,
-    TC_KERNEL_GEMM_BF16 = 31,
-    TC_KERNEL_MATVEC_F32 = 32,
-    TC_KERNEL_MATVEC_F16 = 33,
-    TC_KERNEL_MATVEC_BF16 = 34,
-    TC_KERNEL_MATVEC1_F32 = 35,
-    TC_KERNEL_MATVEC1_F16 = 36,
-    TC_KERNEL_MATVEC1_BF16 = 37,
-    TC_KERNEL_MATVEC_MMA_F16 = 38,
-    TC_KERNEL_MATVEC_MMA_BF16 = 39,
-    TC_KERNEL_FILL_RANDOM_F32 = 40,
-    TC_KERNEL_FILL_RANDOM_F16 = 41,
-    TC_KERNEL_FILL_RANDOM_BF16 = 42,
-    TC_KERNEL_RMSNORM_F32 = 43,
-    TC_KERNEL_RMSNORM_F16 = 44,
-    TC_KERNEL_RMSNORM_BF16 = 45,
-    TC_KERNEL_ROPE_F32 = 46,
-    TC_KERNEL_ROPE_F16 = 47,
-    TC_KERNEL_ROPE_BF16 = 48,
-    TC_KERNEL_SELFTEST_PARAMS = 49,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 50,
-    TC_KERNEL_SOFTMAX_F32 = 51,
-    TC_KERNEL_SOFTMAX_F16 = 52,
-    TC_KERNEL_SOFTMAX_BF16 = 53,
-    TC_KERNEL_SWIGLU_F32 = 54,
-    TC_KERNEL_SWIGLU_F16 = 55,
-    TC_KERNEL_SWIGLU_BF16 = 56,
-    TC_KERNEL_COUNT = 57
+    TC_KERNEL_ATTN_STORE_F16_F8 = 18,
+    TC_KERNEL_ATTN_DECODE64_F16_F8 = 19,
+    TC_KERNEL_ATTN_PREFILL64_F16_F8 = 20,
+    TC_KERNEL_ATTN_DECODE128_F16_F8 = 21,
+    TC_KERNEL_ATTN_PREFILL128_F16_F8 = 22,
+    TC_KERNEL_ATTN_STORE_BF16_F8 = 23,
+    TC_KERNEL_ATTN_DECODE64_BF16_F8 = 24,
+    TC_KERNEL_ATTN_PREFILL64_BF16_F8 = 25,
+    TC_KERNEL_ATTN_DECODE128_BF16_F8 = 26,
+    TC_KERNEL_ATTN_PREFILL128_BF16_F8 = 27,
+    TC_KERNEL_CONVERT = 28,
+    TC_KERNEL_SCALE_COLS = 29,
+    TC_KERNEL_COPY_U8 = 30,
+    TC_KERNEL_FILL_F32 = 31,
+    TC_KERNEL_EMBEDDING_F32 = 32,
+    TC_KERNEL_EMBEDDING_F16 = 33,
+    TC_KERNEL_EMBEDDING_BF16 = 34,
+    TC_KERNEL_GEMM_TC_F16 = 35,
+    TC_KERNEL_GEMM_TC_BF16 = 36,
+    TC_KERNEL_GEMM_WG_F16 = 37,
+    TC_KERNEL_GEMM_WG_BF16 = 38,
+    TC_KERNEL_GEMM_F32 = 39,
+    TC_KERNEL_GEMM_F16 = 40,
+    TC_KERNEL_GEMM_BF16 = 41,
+    TC_KERNEL_MATVEC_F32 = 42,
+    TC_KERNEL_MATVEC_F16 = 43,
+    TC_KERNEL_MATVEC_BF16 = 44,
+    TC_KERNEL_MATVEC1_F32 = 45,
+    TC_KERNEL_MATVEC1_F16 = 46,
+    TC_KERNEL_MATVEC1_BF16 = 47,
+    TC_KERNEL_MATVEC_MMA_F16 = 48,
+    TC_KERNEL_MATVEC_MMA_BF16 = 49,
+    TC_KERNEL_FILL_RANDOM_F32 = 50,
+    TC_KERNEL_FILL_RANDOM_F16 = 51,
+    TC_KERNEL_FILL_RANDOM_BF16 = 52,
+    TC_KERNEL_RMSNORM_F32 = 53,
+    TC_KERNEL_RMSNORM_F16 = 54,
+    TC_KERNEL_RMSNORM_BF16 = 55,
+    TC_KERNEL_ROPE_F32 = 56,
+    TC_KERNEL_ROPE_F16 = 57,
+    TC_KERNEL_ROPE_BF16 = 58,
+    TC_KERNEL_ROPE_F16_F8 = 59,
+    TC_KERNEL_ROPE_BF16_F8 = 60,
+    TC_KERNEL_SELFTEST_PARAMS = 61,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 62,
+    TC_KERNEL_SOFTMAX_F32 = 63,
+    TC_KERNEL_SOFTMAX_F16 = 64,
+    TC_KERNEL_SOFTMAX_BF16 = 65,
+    TC_KERNEL_SWIGLU_F32 = 66,
+    TC_KERNEL_SWIGLU_F16 = 67,
+    TC_KERNEL_SWIGLU_BF16 = 68,
+    TC_KERNEL_COUNT = 69
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -157,7 +169,7 @@ static inline tc_status tc_launch_argmax_bf16(tc_launch_config cfg, int32_t *out
     tc_launch_argmax_bf16((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride), TC__KARG(float *, part), TC__KARG(int32_t *, counters), TC__KARG(int64_t, chunk))
 #endif
 
-/* kernels/attention.cu:837 tc_k_attn_store_f32: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
+/* kernels/attention.cu:1013 tc_k_attn_store_f32: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
 static inline tc_status tc_launch_attn_store_f32(tc_launch_config cfg, float *k_cache, float *v_cache, const float *k, const float *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -168,7 +180,7 @@ static inline tc_status tc_launch_attn_store_f32(tc_launch_config cfg, float *k_
     tc_launch_attn_store_f32((cfg), TC__KARG(float *, k_cache), TC__KARG(float *, v_cache), TC__KARG_CONST(const float *, float *, k), TC__KARG_CONST(const float *, float *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:852 tc_k_attn_decode64_f32: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 + 2048 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. */
+/* kernels/attention.cu:1028 tc_k_attn_decode64_f32: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 + 2048 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. */
 static inline tc_status tc_launch_attn_decode64_f32(tc_launch_config cfg, float *out, float *partials, int32_t *counters, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh};
@@ -179,7 +191,7 @@ static inline tc_status tc_launch_attn_decode64_f32(tc_launch_config cfg, float 
     tc_launch_attn_decode64_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh))
 #endif
 
-/* kernels/attention.cu:864 tc_k_attn_prefill64_f32: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
+/* kernels/attention.cu:1040 tc_k_attn_prefill64_f32: Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 65 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill64_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -190,7 +202,7 @@ static inline tc_status tc_launch_attn_prefill64_f32(tc_launch_config cfg, float
     tc_launch_attn_prefill64_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:883 tc_k_attn_decode128_f32: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 67584 + 4096 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. */
+/* kernels/attention.cu:1059 tc_k_attn_decode128_f32: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 67584 + 4096 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. */
 static inline tc_status tc_launch_attn_decode128_f32(tc_launch_config cfg, float *out, float *partials, int32_t *counters, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh};
@@ -201,7 +213,7 @@ static inline tc_status tc_launch_attn_decode128_f32(tc_launch_config cfg, float
     tc_launch_attn_decode128_f32((cfg), TC__KARG(float *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh))
 #endif
 
-/* kernels/attention.cu:895 tc_k_attn_prefill128_f32: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
+/* kernels/attention.cu:1071 tc_k_attn_prefill128_f32: Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, shared bytes 4 * (32 * 129 * 3 + 32 * 33). */
 static inline tc_status tc_launch_attn_prefill128_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -212,7 +224,7 @@ static inline tc_status tc_launch_attn_prefill128_f32(tc_launch_config cfg, floa
     tc_launch_attn_prefill128_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:908 tc_k_attn_store_f16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
+/* kernels/attention.cu:1084 tc_k_attn_store_f16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
 static inline tc_status tc_launch_attn_store_f16(tc_launch_config cfg, tc_half *k_cache, tc_half *v_cache, const tc_half *k, const tc_half *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -223,7 +235,7 @@ static inline tc_status tc_launch_attn_store_f16(tc_launch_config cfg, tc_half *
     tc_launch_attn_store_f16((cfg), TC__KARG(tc_half *, k_cache), TC__KARG(tc_half *, v_cache), TC__KARG_CONST(const tc_half *, tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:923 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. */
+/* kernels/attention.cu:1099 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. */
 static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh};
@@ -234,7 +246,7 @@ static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_hal
     tc_launch_attn_decode64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh))
 #endif
 
-/* kernels/attention.cu:935 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. */
+/* kernels/attention.cu:1111 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. */
 static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -245,7 +257,7 @@ static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_ha
     tc_launch_attn_prefill64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:954 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. */
+/* kernels/attention.cu:1130 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. */
 static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh};
@@ -256,7 +268,7 @@ static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_ha
     tc_launch_attn_decode128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh))
 #endif
 
-/* kernels/attention.cu:966 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. */
+/* kernels/attention.cu:1142 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. */
 static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -267,7 +279,7 @@ static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_h
     tc_launch_attn_prefill128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:979 tc_k_attn_store_bf16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
+/* kernels/attention.cu:1155 tc_k_attn_store_bf16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
 static inline tc_status tc_launch_attn_store_bf16(tc_launch_config cfg, tc_bf16 *k_cache, tc_bf16 *v_cache, const tc_bf16 *k, const tc_bf16 *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -278,7 +290,7 @@ static inline tc_status tc_launch_attn_store_bf16(tc_launch_config cfg, tc_bf16 
     tc_launch_attn_store_bf16((cfg), TC__KARG(tc_bf16 *, k_cache), TC__KARG(tc_bf16 *, v_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:994 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. */
+/* kernels/attention.cu:1170 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. */
 static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh};
@@ -289,7 +301,7 @@ static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf
     tc_launch_attn_decode64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh))
 #endif
 
-/* kernels/attention.cu:1006 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. */
+/* kernels/attention.cu:1182 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. */
 static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -300,7 +312,7 @@ static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_b
     tc_launch_attn_prefill64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/attention.cu:1025 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. */
+/* kernels/attention.cu:1201 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. */
 static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh};
@@ -311,7 +323,7 @@ static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_b
     tc_launch_attn_decode128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh))
 #endif
 
-/* kernels/attention.cu:1037 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. */
+/* kernels/attention.cu:1213 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. */
 static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
@@ -322,7 +334,117 @@ static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_
     tc_launch_attn_prefill128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
 #endif
 
-/* kernels/convert.cu:7 tc_k_convert: out[r, c] = x[r, c] converted from x_dtype to out_dtype (DT_F32/F16/BF16 codes), rounding to nearest even (grid-stride: any grid size works). */
+/* kernels/attention.cu:1226 tc_k_attn_store_f16_f8: Write row i of k and v (row_elems = n_kv_heads * head_dim) as FP8 E4M3 into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
+static inline tc_status tc_launch_attn_store_f16_f8(tc_launch_config cfg, uint8_t *k_cache, uint8_t *v_cache, const tc_half *k, const tc_half *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
+{
+    void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
+    return tc_launch_kernel(TC_KERNEL_ATTN_STORE_F16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_store_f16_f8(cfg, k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride) \
+    tc_launch_attn_store_f16_f8((cfg), TC__KARG(uint8_t *, k_cache), TC__KARG(uint8_t *, v_cache), TC__KARG_CONST(const tc_half *, tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
+#endif
+
+/* kernels/attention.cu:1236 tc_k_attn_decode64_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_f16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). */
+static inline tc_status tc_launch_attn_decode64_f16_f8(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_F16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode64_f16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh) \
+    tc_launch_attn_decode64_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh))
+#endif
+
+/* kernels/attention.cu:1250 tc_k_attn_prefill64_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. */
+static inline tc_status tc_launch_attn_prefill64_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL64_F16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill64_f16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale) \
+    tc_launch_attn_prefill64_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:1265 tc_k_attn_decode128_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_f16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). */
+static inline tc_status tc_launch_attn_decode128_f16_f8(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_F16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode128_f16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh) \
+    tc_launch_attn_decode128_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh))
+#endif
+
+/* kernels/attention.cu:1279 tc_k_attn_prefill128_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. */
+static inline tc_status tc_launch_attn_prefill128_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL128_F16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill128_f16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale) \
+    tc_launch_attn_prefill128_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:1294 tc_k_attn_store_bf16_f8: Write row i of k and v (row_elems = n_kv_heads * head_dim) as FP8 E4M3 into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
+static inline tc_status tc_launch_attn_store_bf16_f8(tc_launch_config cfg, uint8_t *k_cache, uint8_t *v_cache, const tc_bf16 *k, const tc_bf16 *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
+{
+    void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
+    return tc_launch_kernel(TC_KERNEL_ATTN_STORE_BF16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_store_bf16_f8(cfg, k_cache, v_cache, k, v, slots, row_elems, k_stride, v_stride) \
+    tc_launch_attn_store_bf16_f8((cfg), TC__KARG(uint8_t *, k_cache), TC__KARG(uint8_t *, v_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
+#endif
+
+/* kernels/attention.cu:1304 tc_k_attn_decode64_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_bf16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). */
+static inline tc_status tc_launch_attn_decode64_bf16_f8(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_BF16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode64_bf16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh) \
+    tc_launch_attn_decode64_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh))
+#endif
+
+/* kernels/attention.cu:1318 tc_k_attn_prefill64_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. */
+static inline tc_status tc_launch_attn_prefill64_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL64_BF16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill64_bf16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale) \
+    tc_launch_attn_prefill64_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
+#endif
+
+/* kernels/attention.cu:1333 tc_k_attn_decode128_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_bf16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). */
+static inline tc_status tc_launch_attn_decode128_bf16_f8(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_BF16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode128_bf16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh) \
+    tc_launch_attn_decode128_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh))
+#endif
+
+/* kernels/attention.cu:1347 tc_k_attn_prefill128_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. */
+static inline tc_status tc_launch_attn_prefill128_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL128_BF16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill128_bf16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale) \
+    tc_launch_attn_prefill128_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale))
+#endif
+
+/* kernels/convert.cu:7 tc_k_convert: out[r, c] = x[r, c] converted from x_dtype to out_dtype (DT_F32/F16/BF16/F8E4M3 codes), rounding to nearest even (grid-stride: any grid size works). */
 static inline tc_status tc_launch_convert(tc_launch_config cfg, void *out, int32_t out_dtype, const void *x, int32_t x_dtype, int64_t rows, int64_t cols, int64_t out_stride, int64_t x_stride)
 {
     void *args[] = {&out, &out_dtype, &x, &x_dtype, &rows, &cols, &out_stride, &x_stride};
@@ -630,7 +752,7 @@ static inline tc_status tc_launch_rmsnorm_bf16(tc_launch_config cfg, tc_bf16 *ou
     tc_launch_rmsnorm_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(tc_bf16 *, residual), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, res_stride), TC__KARG(int64_t, x_stride), TC__KARG(float, eps))
 #endif
 
-/* kernels/rope.cu:132 tc_k_rope_f32: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
+/* kernels/rope.cu:143 tc_k_rope_f32: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
 static inline tc_status tc_launch_rope_f32(tc_launch_config cfg, float *q, float *k, const float *v, float *k_cache, float *v_cache, const int32_t *pos, const int32_t *slots, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&q, &k, &v, &k_cache, &v_cache, &pos, &slots, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &v_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -641,7 +763,7 @@ static inline tc_status tc_launch_rope_f32(tc_launch_config cfg, float *q, float
     tc_launch_rope_f32((cfg), TC__KARG(float *, q), TC__KARG(float *, k), TC__KARG_CONST(const float *, float *, v), TC__KARG(float *, k_cache), TC__KARG(float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/rope.cu:148 tc_k_rope_f16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
+/* kernels/rope.cu:159 tc_k_rope_f16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
 static inline tc_status tc_launch_rope_f16(tc_launch_config cfg, tc_half *q, tc_half *k, const tc_half *v, tc_half *k_cache, tc_half *v_cache, const int32_t *pos, const int32_t *slots, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&q, &k, &v, &k_cache, &v_cache, &pos, &slots, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &v_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -652,7 +774,7 @@ static inline tc_status tc_launch_rope_f16(tc_launch_config cfg, tc_half *q, tc_
     tc_launch_rope_f16((cfg), TC__KARG(tc_half *, q), TC__KARG(tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG(tc_half *, k_cache), TC__KARG(tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/rope.cu:164 tc_k_rope_bf16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
+/* kernels/rope.cu:175 tc_k_rope_bf16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
 static inline tc_status tc_launch_rope_bf16(tc_launch_config cfg, tc_bf16 *q, tc_bf16 *k, const tc_bf16 *v, tc_bf16 *k_cache, tc_bf16 *v_cache, const int32_t *pos, const int32_t *slots, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&q, &k, &v, &k_cache, &v_cache, &pos, &slots, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &v_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -661,6 +783,28 @@ static inline tc_status tc_launch_rope_bf16(tc_launch_config cfg, tc_bf16 *q, tc
 #ifndef __cplusplus
 #define tc_launch_rope_bf16(cfg, q, k, v, k_cache, v_cache, pos, slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride, v_stride, interleaved, theta, scaling, factor, low_freq_factor, high_freq_factor, original_max_position) \
     tc_launch_rope_bf16((cfg), TC__KARG(tc_bf16 *, q), TC__KARG(tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG(tc_bf16 *, k_cache), TC__KARG(tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
+#endif
+
+/* kernels/rope.cu:191 tc_k_rope_f16_f8: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] in place by pos[row] (scaling 1 is Llama 3's) and write k's rotated rows and v's rows as FP8 E4M3 to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
+static inline tc_status tc_launch_rope_f16_f8(tc_launch_config cfg, tc_half *q, tc_half *k, const tc_half *v, uint8_t *k_cache, uint8_t *v_cache, const int32_t *pos, const int32_t *slots, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
+{
+    void *args[] = {&q, &k, &v, &k_cache, &v_cache, &pos, &slots, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &v_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
+    return tc_launch_kernel(TC_KERNEL_ROPE_F16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_rope_f16_f8(cfg, q, k, v, k_cache, v_cache, pos, slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride, v_stride, interleaved, theta, scaling, factor, low_freq_factor, high_freq_factor, original_max_position) \
+    tc_launch_rope_f16_f8((cfg), TC__KARG(tc_half *, q), TC__KARG(tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG(uint8_t *, k_cache), TC__KARG(uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
+#endif
+
+/* kernels/rope.cu:207 tc_k_rope_bf16_f8: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] in place by pos[row] (scaling 1 is Llama 3's) and write k's rotated rows and v's rows as FP8 E4M3 to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
+static inline tc_status tc_launch_rope_bf16_f8(tc_launch_config cfg, tc_bf16 *q, tc_bf16 *k, const tc_bf16 *v, uint8_t *k_cache, uint8_t *v_cache, const int32_t *pos, const int32_t *slots, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
+{
+    void *args[] = {&q, &k, &v, &k_cache, &v_cache, &pos, &slots, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &v_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
+    return tc_launch_kernel(TC_KERNEL_ROPE_BF16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_rope_bf16_f8(cfg, q, k, v, k_cache, v_cache, pos, slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride, v_stride, interleaved, theta, scaling, factor, low_freq_factor, high_freq_factor, original_max_position) \
+    tc_launch_rope_bf16_f8((cfg), TC__KARG(tc_bf16 *, q), TC__KARG(tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG(uint8_t *, k_cache), TC__KARG(uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
 /* kernels/selftest.cu:7 tc_k_selftest_params: Write each argument's bits to out[0..8] (one 64-bit slot each), so a test can compare what arrived on the device with what the C launcher was given. */

@@ -2,7 +2,9 @@
 // their slots, decode (one query per sequence, split over the cached length as in
 // flash-decoding; the last split to finish merges) and causal prefill (flash-attention style
 // online softmax over key tiles held in shared memory; Dao et al. 2022). f32 arithmetic
-// throughout.
+// throughout. A cache holds the activations' type, or FP8 E4M3 (half the bytes of a 16-bit
+// cache): its tiles are copied to shared memory as bytes and widened there to the activations'
+// type, exactly, before the same tensor-core products.
 #include <limits.h>
 
 #include "common.cuh"
@@ -21,10 +23,10 @@ __device__ __forceinline__ const T *kv_row(const T *cache, const int32_t *table,
     return cache + ((blk * block_size + (tt - bi * bs)) * n_kv_heads + h) * (int64_t)head_dim;
 }
 
-// Block (row, y) copies its share of k's and v's row to the row's slot, as 16-byte vectors
-// where every row is aligned to them.
-template <typename T>
-__device__ void store(T *__restrict__ k_cache, T *__restrict__ v_cache, const T *__restrict__ k,
+// Block (row, y) copies its share of k's and v's row to the row's slot (converted to C), as
+// 16-byte vectors of T where every row is aligned to them.
+template <typename T, typename C>
+__device__ void store(C *__restrict__ k_cache, C *__restrict__ v_cache, const T *__restrict__ k,
                       const T *__restrict__ v, const int32_t *slots, int64_t row_elems, int64_t k_stride,
                       int64_t v_stride)
 {
@@ -32,10 +34,15 @@ __device__ void store(T *__restrict__ k_cache, T *__restrict__ v_cache, const T 
     if (slot < 0)
         return;
     const T *ks = k + blockIdx.x * k_stride, *vs = v + blockIdx.x * v_stride;
-    T *kd = k_cache + slot * row_elems, *vd = v_cache + slot * row_elems;
+    C *kd = k_cache + slot * row_elems, *vd = v_cache + slot * row_elems;
     int64_t first = (int64_t)blockIdx.y * blockDim.x + threadIdx.x, step = (int64_t)gridDim.y * blockDim.x;
     constexpr int V = 16 / (int)sizeof(T);
-    if (row_elems % V == 0 && tc::aligned(ks, vs, kd, 16) && tc::aligned(vd, vd, vd, 16)) {
+    if constexpr (sizeof(C) != sizeof(T)) {
+        for (int64_t i = first; i < row_elems; i += step) {
+            kd[i] = tc::from_f32<C>(tc::to_f32(ks[i]));
+            vd[i] = tc::from_f32<C>(tc::to_f32(vs[i]));
+        }
+    } else if (row_elems % V == 0 && tc::aligned(ks, vs, kd, 16) && tc::aligned(vd, vd, vd, 16)) {
         for (int64_t i = first; i < row_elems / V; i += step) {
             uint4 a = reinterpret_cast<const uint4 *>(ks)[i], b = reinterpret_cast<const uint4 *>(vs)[i];
             reinterpret_cast<uint4 *>(kd)[i] = a;
@@ -56,7 +63,9 @@ __device__ void store(T *__restrict__ k_cache, T *__restrict__ v_cache, const T 
 // scores each tile against every query head of the block, so keys and values are read once per
 // group of heads. 16-bit caches go through the tensor cores: the heads are the rows of one
 // m16n8k16 product with the tile's keys, and the probabilities (rounded to T, as flash
-// attention does) the rows of one with its values. f32 caches take a SIMT path with f32
+// attention does) the rows of one with its values. An FP8 cache's tiles go through f16 products
+// whose fragments are built from the bytes straight from shared memory (queries widened to f16
+// once). f32 caches take a SIMT path with f32
 // arithmetic throughout. The warps merge at the end. With several splits each writes its
 // result to partials, and the last split of a (sequence, head group) to arrive merges them (an
 // arrival counter per group, reset by that block), so no second kernel is launched. Splits past
@@ -164,6 +173,22 @@ template <typename T, int HD> struct DecodeRing {
     }
 };
 
+// Widen rows x HD FP8 values (rows kv_ld<f8e4m3, HD> bytes apart) to T (rows kv_ld<T, HD>
+// apart), eight values a step, thread `t` of `n`.
+template <typename T, int HD>
+__device__ __forceinline__ void widen(T *dst, const tc::f8e4m3 *src, int rows, int t, int n)
+{
+    constexpr int LS = kv_ld<tc::f8e4m3, HD>(), LD = kv_ld<T, HD>(), P = HD / 8;
+    for (int e = t; e < rows * P; e += n) {
+        int r = e / P, c = e % P;
+        uint2 x = *reinterpret_cast<const uint2 *>(src + r * LS + 8 * c);
+        uint4 y;
+        tc::f8x4_to<T>(x.x, y.x, y.y);
+        tc::f8x4_to<T>(x.y, y.z, y.w);
+        *reinterpret_cast<uint4 *>(dst + r * LD + 8 * c) = y;
+    }
+}
+
 // 16-bit caches: tensor-core scores and value products. Rows of the products are the heads
 // (g of 16 used); lane l holds row l / 4.
 template <typename T, int HD>
@@ -257,6 +282,144 @@ __device__ void decode_warp_mma(const DecodeWork &w, const DecodeRing<T, HD> &ri
         for (int n = 0; n < NT; n++) {
             a[8 * n] = o[n][0];
             a[8 * n + 1] = o[n][1];
+        }
+    }
+}
+
+// Two E4M3 values (the low 16 bits of x, the first lowest) as an f16 pair: one instruction from
+// sm_89 on, the exact bit rearrangement of f8x4_to before.
+__device__ __forceinline__ uint32_t f8x2_to_h2(uint32_t x)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t r;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"((unsigned short)x));
+    return r;
+#else
+    uint32_t lo, hi;
+    tc::f8x4_to<__half>(x & 0xffffu, lo, hi);
+    return lo;
+#endif
+}
+
+// FP8 caches: the same online softmax as decode_warp_mma, on f16 products (the queries, of f16
+// or bf16, are exact in f16 within its range; they are clamped to it), with fragments built
+// from the tile's bytes without ldmatrix. The dot product's order does not matter, so each lane
+// takes a contiguous run of dimensions: in k step kk, lane (g, p) gives key row g's bytes
+// HD/4 p + 4 kk .. + 3 as its slots 2p, 2p + 1, 2p + 8, 2p + 9, and the query fragments are
+// read with the same permutation. For the values, column g of output tile n stands for
+// dimension NT g + n, so lane (g, p) reads one run of NT bytes from each of its four tokens
+// (2p, 2p + 1, 2p + 8, 2p + 9) and the output dimensions are unscrambled when stored.
+template <typename T, int HD>
+__device__ void decode_warp_f8(const DecodeWork &w, const DecodeRing<tc::f8e4m3, HD> &ring, const T *q,
+                               int64_t q_stride, float scale, float *ms, float *ls, float *as)
+{
+    constexpr int LD = kv_ld<tc::f8e4m3, HD>(), KS = HD / 16, NT = HD / 8, KW = HD / 16, VW = NT / 4;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, pos = lane & 3;
+    uint32_t qa[KS][2];
+    const T *qrow = q + w.seq * q_stride + (int64_t)(w.h0 + gr) * HD + (HD / 4) * pos;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        float x[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            x[e] = gr < w.g ? fminf(fmaxf(tc::to_f32(qrow[4 * kk + e]), -65504.0f), 65504.0f) : 0.0f;
+        qa[kk][0] = tc::pack2<__half>(x[0], x[1]);
+        qa[kk][1] = tc::pack2<__half>(x[2], x[3]);
+    }
+    float o[NT][4], mrow = -INFINITY, lrow = 0.0f;
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int j = 0; j < w.mine; j++) {
+        const uint8_t *kt = reinterpret_cast<const uint8_t *>(ring.next(w, warp, lane, j)), *vt = kt + kTile * LD;
+        int ts = w.t0 + (warp + j * kWarps) * kTile;
+        float s[2][4], s2[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            uint32_t kw[KW];
+#pragma unroll
+            for (int c = 0; c < KW / 4; c++) {
+                uint4 v = *reinterpret_cast<const uint4 *>(kt + (8 * nt + gr) * LD + (HD / 4) * pos + 16 * c);
+                kw[4 * c] = v.x, kw[4 * c + 1] = v.y, kw[4 * c + 2] = v.z, kw[4 * c + 3] = v.w;
+            }
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            s2[nt][0] = s2[nt][1] = s2[nt][2] = s2[nt][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < KS; kk += 2) {
+                tc::mma16816<__half>(s[nt], qa[kk][0], 0u, qa[kk][1], 0u, f8x2_to_h2(kw[kk]),
+                                     f8x2_to_h2(kw[kk] >> 16));
+                tc::mma16816<__half>(s2[nt], qa[kk + 1][0], 0u, qa[kk + 1][1], 0u, f8x2_to_h2(kw[kk + 1]),
+                                     f8x2_to_h2(kw[kk + 1] >> 16));
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[nt][e] += s2[nt][e];
+        }
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                bool ok = ts + 8 * nt + 2 * pos + e < w.t1;
+                s[nt][e] = ok ? s[nt][e] * scale : -INFINITY;
+                mx = fmaxf(mx, s[nt][e]);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float mn = fmaxf(mrow, mx), corr = __expf(mrow - mn);
+        float ps = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                s[nt][e] = __expf(s[nt][e] - mn);
+                ps += s[nt][e];
+            }
+        lrow = lrow * corr + ps;
+        mrow = mn;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            o[n][0] *= corr;
+            o[n][1] *= corr;
+        }
+        uint32_t pa0 = tc::pack2<__half>(s[0][0], s[0][1]), pa2 = tc::pack2<__half>(s[1][0], s[1][1]);
+        // Rows 2p, 2p + 1, 2p + 8, 2p + 9 of the values, bytes NT g .. NT g + NT - 1 of each.
+        uint32_t vw[4][VW];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *row = vt + (2 * pos + (r & 1) + 8 * (r >> 1)) * LD + NT * gr;
+            if constexpr (VW == 4) {
+                uint4 v = *reinterpret_cast<const uint4 *>(row);
+                vw[r][0] = v.x, vw[r][1] = v.y, vw[r][2] = v.z, vw[r][3] = v.w;
+            } else {
+                uint2 v = *reinterpret_cast<const uint2 *>(row);
+                vw[r][0] = v.x, vw[r][1] = v.y;
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n += 2) {
+            // Bytes b, b + 1 of tokens (2p, 2p + 1), interleaved: pairs for tiles n and n + 1.
+            constexpr int kSel[2] = { 0x5140, 0x7362 };
+            int wi = n / 4, sel = kSel[(n / 2) & 1];
+            uint32_t lo = __byte_perm(vw[0][wi], vw[1][wi], sel), hi = __byte_perm(vw[2][wi], vw[3][wi], sel);
+            tc::mma16816<__half>(o[n], pa0, 0u, pa2, 0u, f8x2_to_h2(lo), f8x2_to_h2(hi));
+            tc::mma16816<__half>(o[n + 1], pa0, 0u, pa2, 0u, f8x2_to_h2(lo >> 16), f8x2_to_h2(hi >> 16));
+        }
+    }
+    lrow += __shfl_xor_sync(0xffffffffu, lrow, 1);
+    lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
+    tc::cp_wait<0>();
+    __syncthreads(); // the rings are free
+    if (gr < w.g) {
+        if (pos == 0) {
+            ms[warp * kMaxGroup + gr] = mrow;
+            ls[warp * kMaxGroup + gr] = lrow;
+        }
+        float *a = as + (warp * kMaxGroup + gr) * HD;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            a[NT * (2 * pos) + n] = o[n][0];
+            a[NT * (2 * pos + 1) + n] = o[n][1];
         }
     }
 }
@@ -374,13 +537,13 @@ __device__ __forceinline__ int split_chunk(int len, int splits, int chunk)
     return min(chunk, max(kMin, (even + kMin - 1) / kMin * kMin));
 }
 
-template <typename T, int HD>
-__device__ void decode(T *out, float *part, int32_t *counters, const T *q, const T *k_cache, const T *v_cache,
+template <typename T, typename C, int HD>
+__device__ void decode(T *out, float *part, int32_t *counters, const T *q, const C *k_cache, const C *v_cache,
                        const int32_t *table, const int32_t *seq_lens, int n_heads, int n_kv_heads, int block_size,
                        int max_blocks, int64_t q_stride, int64_t out_stride, int chunk, float scale, int stages,
                        int fresh)
 {
-    constexpr int STAGE = decode_stage_elems<T, HD>(), REC = HD + 4;
+    constexpr int STAGE = decode_stage_elems<C, HD>(), REC = HD + 4;
     int S = stages;
     // fresh >= 0: the kernel before this one wrote at most each sequence's newest `fresh` cached
     // rows (and not seq_lens or the table): the lengths, the table and the older rows of the
@@ -415,7 +578,7 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
     w.t1 = min(len, w.t0 + chunk);
     w.n_tiles = w.t1 > w.t0 ? (w.t1 - w.t0 + kTile - 1) / kTile : 0;
     w.mine = w.n_tiles > warp ? (w.n_tiles - warp + kWarps - 1) / kWarps : 0;
-    DecodeRing<T, HD> ring = { reinterpret_cast<T *>(sh) + warp * S * STAGE,
+    DecodeRing<C, HD> ring = { reinterpret_cast<C *>(sh) + warp * S * STAGE,
                                k_cache,
                                v_cache,
                                tbl,
@@ -443,7 +606,9 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
                 ring.load(w, warp, lane, j, cut);
     }
     float *ms = sh, *ls = ms + kWarps * kMaxGroup, *as = ls + kWarps * kMaxGroup;
-    if constexpr (sizeof(T) == 2)
+    if constexpr (sizeof(C) == 1)
+        decode_warp_f8<T, HD>(w, ring, q, q_stride, scale, ms, ls, as);
+    else if constexpr (sizeof(T) == 2)
         decode_warp_mma<T, HD>(w, ring, q, q_stride, scale, ms, ls, as);
     else
         decode_warp_simt<T, HD>(w, ring, q, q_stride, scale, sh + kWarps * S * STAGE * sizeof(T) / sizeof(float),
@@ -672,16 +837,18 @@ __device__ void prefill_simt(T *out, const T *q, const T *k_cache, const T *v_ca
 constexpr int kPBQ = 64, kPBK = 64;
 static_assert(kPBK == kWarps * kTile, "each warp of a prefill block loads kTile rows of a key tile");
 
-template <typename T, int HD>
-__device__ void prefill_mma(T *out, const T *q, const T *k_cache, const T *v_cache, const int32_t *table,
+template <typename T, typename C, int HD>
+__device__ void prefill_mma(T *out, const T *q, const C *k_cache, const C *v_cache, const int32_t *table,
                             const int32_t *seq_lens, const int32_t *q_start, int n_seqs, int n_heads,
                             int n_kv_heads, int block_size, int max_blocks, int64_t q_stride, int64_t out_stride,
                             float scale)
 {
     constexpr int LD = kv_ld<T, HD>(), KS = HD / 16, NT = HD / 8, NK = kPBK / 8;
-    constexpr int STAGE = 2 * kPBK * LD;
+    constexpr int STAGE = 2 * kPBK * kv_ld<C, HD>();
     extern __shared__ float sh[];
-    T *smem = reinterpret_cast<T *>(sh);
+    // The two stages of the cache's tiles, then (FP8 cache) the current tile widened to T.
+    C *smem = reinterpret_cast<C *>(sh);
+    T *wide = reinterpret_cast<T *>(smem + 2 * STAGE);
     __shared__ int seq_tile[2];
     prefill_tile(q_start, n_seqs, kPBQ, true, seq_tile);
     int s_seq = seq_tile[0], s_tile = seq_tile[1];
@@ -698,8 +865,9 @@ __device__ void prefill_mma(T *out, const T *q, const T *k_cache, const T *v_cac
 
     auto load = [&](int kt) { // warp w copies rows 16 w .. 16 w + 15 of key tile kt
         if (kt < n_kt) {
-            T *ks = smem + (kt & 1) * STAGE + kTile * warp * LD;
-            load_kv_rows<T, HD>(ks, ks + kPBK * LD, k_cache, v_cache, tbl, kt * kPBK + kTile * warp, (int)kend,
+            constexpr int LC = kv_ld<C, HD>();
+            C *ks = smem + (kt & 1) * STAGE + kTile * warp * LC;
+            load_kv_rows<C, HD>(ks, ks + kPBK * LC, k_cache, v_cache, tbl, kt * kPBK + kTile * warp, (int)kend,
                                 block_size, n_kv_heads, kvh, lane);
         }
         tc::cp_commit();
@@ -730,7 +898,15 @@ __device__ void prefill_mma(T *out, const T *q, const T *k_cache, const T *v_cac
         load(kt + 1);
         tc::cp_wait<1>();
         __syncthreads();
-        const T *ks = smem + (kt & 1) * STAGE, *vs = ks + kPBK * LD;
+        const T *ks;
+        if constexpr (sizeof(C) == 1) {
+            widen<T, HD>(wide, smem + (kt & 1) * STAGE, 2 * kPBK, threadIdx.x, blockDim.x);
+            __syncthreads();
+            ks = wide;
+        } else {
+            ks = smem + (kt & 1) * STAGE;
+        }
+        const T *vs = ks + kPBK * LD;
         int64_t k0 = (int64_t)kt * kPBK;
         if (active && k0 <= wpos + 15) {
             float s[NK][4];
@@ -817,13 +993,13 @@ __device__ void prefill_mma(T *out, const T *q, const T *k_cache, const T *v_cac
 }
 
 
-template <typename T, int HD>
-__device__ void prefill(T *out, const T *q, const T *k_cache, const T *v_cache, const int32_t *table,
+template <typename T, typename C, int HD>
+__device__ void prefill(T *out, const T *q, const C *k_cache, const C *v_cache, const int32_t *table,
                         const int32_t *seq_lens, const int32_t *q_start, int n_seqs, int n_heads, int n_kv_heads,
                         int block_size, int max_blocks, int64_t q_stride, int64_t out_stride, float scale)
 {
     if constexpr (sizeof(T) == 2)
-        prefill_mma<T, HD>(out, q, k_cache, v_cache, table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads,
+        prefill_mma<T, C, HD>(out, q, k_cache, v_cache, table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads,
                            block_size, max_blocks, q_stride, out_stride, scale);
     else
         prefill_simt<T, HD>(out, q, k_cache, v_cache, table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads,
@@ -856,7 +1032,7 @@ extern "C" __global__ void tc_k_attn_decode64_f32(float *out, float *partials, i
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
                                               int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
-    attention_cu::decode<float, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
+    attention_cu::decode<float, float, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
 }
 /** Causal prefill attention, head_dim 64: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
@@ -869,7 +1045,7 @@ extern "C" __global__ void tc_k_attn_prefill64_f32(float *out, const float *q, c
                                                int64_t out_stride, float scale)
 {
     tc::await_inputs();
-    attention_cu::prefill<float, 64>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
+    attention_cu::prefill<float, float, 64>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
@@ -887,7 +1063,7 @@ extern "C" __global__ void tc_k_attn_decode128_f32(float *out, float *partials, 
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
                                               int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
-    attention_cu::decode<float, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
+    attention_cu::decode<float, float, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
 }
 /** Causal prefill attention, head_dim 128: grid (n_tokens / 32 + n_seqs, n_heads), 128 threads,
@@ -900,7 +1076,7 @@ extern "C" __global__ void tc_k_attn_prefill128_f32(float *out, const float *q, 
                                                int64_t out_stride, float scale)
 {
     tc::await_inputs();
-    attention_cu::prefill<float, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
+    attention_cu::prefill<float, float, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i]
@@ -927,7 +1103,7 @@ extern "C" __global__ void tc_k_attn_decode64_f16(__half *out, float *partials, 
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
                                               int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
-    attention_cu::decode<__half, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
+    attention_cu::decode<__half, __half, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
 }
 /** Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
@@ -940,7 +1116,7 @@ extern "C" __global__ void tc_k_attn_prefill64_f16(__half *out, const __half *q,
                                                int64_t out_stride, float scale)
 {
     tc::await_inputs();
-    attention_cu::prefill<__half, 64>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
+    attention_cu::prefill<__half, __half, 64>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
@@ -958,7 +1134,7 @@ extern "C" __global__ void tc_k_attn_decode128_f16(__half *out, float *partials,
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
                                               int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
-    attention_cu::decode<__half, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
+    attention_cu::decode<__half, __half, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
 }
 /** Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
@@ -971,7 +1147,7 @@ extern "C" __global__ void tc_k_attn_prefill128_f16(__half *out, const __half *q
                                                int64_t out_stride, float scale)
 {
     tc::await_inputs();
-    attention_cu::prefill<__half, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
+    attention_cu::prefill<__half, __half, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i]
@@ -998,7 +1174,7 @@ extern "C" __global__ void tc_k_attn_decode64_bf16(__nv_bfloat16 *out, float *pa
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
                                               int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
-    attention_cu::decode<__nv_bfloat16, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
+    attention_cu::decode<__nv_bfloat16, __nv_bfloat16, 64>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
 }
 /** Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
@@ -1011,7 +1187,7 @@ extern "C" __global__ void tc_k_attn_prefill64_bf16(__nv_bfloat16 *out, const __
                                                int64_t out_stride, float scale)
 {
     tc::await_inputs();
-    attention_cu::prefill<__nv_bfloat16, 64>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
+    attention_cu::prefill<__nv_bfloat16, __nv_bfloat16, 64>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
@@ -1029,7 +1205,7 @@ extern "C" __global__ void tc_k_attn_decode128_bf16(__nv_bfloat16 *out, float *p
                                               int32_t max_blocks, int64_t q_stride, int64_t out_stride,
                                               int32_t chunk, float scale, int32_t stages, int32_t fresh)
 {
-    attention_cu::decode<__nv_bfloat16, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
+    attention_cu::decode<__nv_bfloat16, __nv_bfloat16, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads,
                                   n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
 }
 /** Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
@@ -1042,6 +1218,142 @@ extern "C" __global__ void tc_k_attn_prefill128_bf16(__nv_bfloat16 *out, const _
                                                int64_t out_stride, float scale)
 {
     tc::await_inputs();
-    attention_cu::prefill<__nv_bfloat16, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
+    attention_cu::prefill<__nv_bfloat16, __nv_bfloat16, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
                                    n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale);
+}
+/** Write row i of k and v (row_elems = n_kv_heads * head_dim) as FP8 E4M3 into cache slot
+ *  slots[i] (skipped when negative); grid (rows, any), 256 threads. */
+extern "C" __global__ void tc_k_attn_store_f16_f8(uint8_t *k_cache, uint8_t *v_cache, const __half *k, const __half *v,
+                                                const int32_t *slots, int64_t row_elems, int64_t k_stride,
+                                                int64_t v_stride)
+{
+    tc::await_inputs();
+    attention_cu::store(reinterpret_cast<tc::f8e4m3 *>(k_cache), reinterpret_cast<tc::f8e4m3 *>(v_cache), k, v,
+                        slots, row_elems, k_stride, v_stride);
+}
+/** Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_f16, with
+ *  stages * 10240 bytes of dynamic shared memory (stages 1 to 3). */
+extern "C" __global__ void tc_k_attn_decode64_f16_f8(__half *out, float *partials, int32_t *counters, const __half *q,
+                                                   const uint8_t *k_cache, const uint8_t *v_cache,
+                                                   const int32_t *block_table, const int32_t *seq_lens,
+                                                   int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
+                                                   int32_t max_blocks, int64_t q_stride, int64_t out_stride,
+                                                   int32_t chunk, float scale, int32_t stages, int32_t fresh)
+{
+    attention_cu::decode<__half, tc::f8e4m3, 64>(
+        out, partials, counters, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache),
+        reinterpret_cast<const tc::f8e4m3 *>(v_cache), block_table, seq_lens, n_heads, n_kv_heads, block_size,
+        max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
+}
+/** Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs,
+ *  n_heads), 128 threads, 38912 bytes of dynamic shared memory. */
+extern "C" __global__ void tc_k_attn_prefill64_f16_f8(__half *out, const __half *q, const uint8_t *k_cache,
+                                                    const uint8_t *v_cache, const int32_t *block_table,
+                                                    const int32_t *seq_lens, const int32_t *q_start,
+                                                    int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads,
+                                                    int32_t block_size, int32_t max_blocks, int64_t q_stride,
+                                                    int64_t out_stride, float scale)
+{
+    tc::await_inputs();
+    attention_cu::prefill<__half, tc::f8e4m3, 64>(
+        out, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache), reinterpret_cast<const tc::f8e4m3 *>(v_cache),
+        block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride,
+        scale);
+}
+/** Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_f16, with
+ *  stages * 18432 bytes of dynamic shared memory (stages 1 to 3). */
+extern "C" __global__ void tc_k_attn_decode128_f16_f8(__half *out, float *partials, int32_t *counters, const __half *q,
+                                                   const uint8_t *k_cache, const uint8_t *v_cache,
+                                                   const int32_t *block_table, const int32_t *seq_lens,
+                                                   int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
+                                                   int32_t max_blocks, int64_t q_stride, int64_t out_stride,
+                                                   int32_t chunk, float scale, int32_t stages, int32_t fresh)
+{
+    attention_cu::decode<__half, tc::f8e4m3, 128>(
+        out, partials, counters, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache),
+        reinterpret_cast<const tc::f8e4m3 *>(v_cache), block_table, seq_lens, n_heads, n_kv_heads, block_size,
+        max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
+}
+/** Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs,
+ *  n_heads), 128 threads, 71680 bytes of dynamic shared memory. */
+extern "C" __global__ void tc_k_attn_prefill128_f16_f8(__half *out, const __half *q, const uint8_t *k_cache,
+                                                    const uint8_t *v_cache, const int32_t *block_table,
+                                                    const int32_t *seq_lens, const int32_t *q_start,
+                                                    int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads,
+                                                    int32_t block_size, int32_t max_blocks, int64_t q_stride,
+                                                    int64_t out_stride, float scale)
+{
+    tc::await_inputs();
+    attention_cu::prefill<__half, tc::f8e4m3, 128>(
+        out, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache), reinterpret_cast<const tc::f8e4m3 *>(v_cache),
+        block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride,
+        scale);
+}
+/** Write row i of k and v (row_elems = n_kv_heads * head_dim) as FP8 E4M3 into cache slot
+ *  slots[i] (skipped when negative); grid (rows, any), 256 threads. */
+extern "C" __global__ void tc_k_attn_store_bf16_f8(uint8_t *k_cache, uint8_t *v_cache, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                                                const int32_t *slots, int64_t row_elems, int64_t k_stride,
+                                                int64_t v_stride)
+{
+    tc::await_inputs();
+    attention_cu::store(reinterpret_cast<tc::f8e4m3 *>(k_cache), reinterpret_cast<tc::f8e4m3 *>(v_cache), k, v,
+                        slots, row_elems, k_stride, v_stride);
+}
+/** Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_bf16, with
+ *  stages * 10240 bytes of dynamic shared memory (stages 1 to 3). */
+extern "C" __global__ void tc_k_attn_decode64_bf16_f8(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
+                                                   const uint8_t *k_cache, const uint8_t *v_cache,
+                                                   const int32_t *block_table, const int32_t *seq_lens,
+                                                   int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
+                                                   int32_t max_blocks, int64_t q_stride, int64_t out_stride,
+                                                   int32_t chunk, float scale, int32_t stages, int32_t fresh)
+{
+    attention_cu::decode<__nv_bfloat16, tc::f8e4m3, 64>(
+        out, partials, counters, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache),
+        reinterpret_cast<const tc::f8e4m3 *>(v_cache), block_table, seq_lens, n_heads, n_kv_heads, block_size,
+        max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
+}
+/** Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs,
+ *  n_heads), 128 threads, 38912 bytes of dynamic shared memory. */
+extern "C" __global__ void tc_k_attn_prefill64_bf16_f8(__nv_bfloat16 *out, const __nv_bfloat16 *q, const uint8_t *k_cache,
+                                                    const uint8_t *v_cache, const int32_t *block_table,
+                                                    const int32_t *seq_lens, const int32_t *q_start,
+                                                    int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads,
+                                                    int32_t block_size, int32_t max_blocks, int64_t q_stride,
+                                                    int64_t out_stride, float scale)
+{
+    tc::await_inputs();
+    attention_cu::prefill<__nv_bfloat16, tc::f8e4m3, 64>(
+        out, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache), reinterpret_cast<const tc::f8e4m3 *>(v_cache),
+        block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride,
+        scale);
+}
+/** Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_bf16, with
+ *  stages * 18432 bytes of dynamic shared memory (stages 1 to 3). */
+extern "C" __global__ void tc_k_attn_decode128_bf16_f8(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
+                                                   const uint8_t *k_cache, const uint8_t *v_cache,
+                                                   const int32_t *block_table, const int32_t *seq_lens,
+                                                   int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
+                                                   int32_t max_blocks, int64_t q_stride, int64_t out_stride,
+                                                   int32_t chunk, float scale, int32_t stages, int32_t fresh)
+{
+    attention_cu::decode<__nv_bfloat16, tc::f8e4m3, 128>(
+        out, partials, counters, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache),
+        reinterpret_cast<const tc::f8e4m3 *>(v_cache), block_table, seq_lens, n_heads, n_kv_heads, block_size,
+        max_blocks, q_stride, out_stride, chunk, scale, stages, fresh);
+}
+/** Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs,
+ *  n_heads), 128 threads, 71680 bytes of dynamic shared memory. */
+extern "C" __global__ void tc_k_attn_prefill128_bf16_f8(__nv_bfloat16 *out, const __nv_bfloat16 *q, const uint8_t *k_cache,
+                                                    const uint8_t *v_cache, const int32_t *block_table,
+                                                    const int32_t *seq_lens, const int32_t *q_start,
+                                                    int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads,
+                                                    int32_t block_size, int32_t max_blocks, int64_t q_stride,
+                                                    int64_t out_stride, float scale)
+{
+    tc::await_inputs();
+    attention_cu::prefill<__nv_bfloat16, tc::f8e4m3, 128>(
+        out, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache), reinterpret_cast<const tc::f8e4m3 *>(v_cache),
+        block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride,
+        scale);
 }

@@ -18,7 +18,35 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 {
     return __float2bfloat16_rn(v);
 }
-
+// OCP FP8 E4M3 ("e4m3fn"), the KV caches' 8-bit type: bias 7, 3 mantissa bits, 0x7f and 0xff
+// NaN, largest finite 448. The conversions here are bit for bit those of the CPU ops
+// (src/ops/dtype.c) on every GPU: rounding to nearest even, finite values saturating at 448.
+struct f8e4m3 {
+    uint8_t bits;
+};
+// Its value as an f16's bits before scaling by 2^8: the sign stays at bit 15, exponent and
+// mantissa move to bits 13..7 (an E4M3 subnormal becomes an f16 subnormal, exactly).
+__device__ __forceinline__ float to_f32(f8e4m3 v)
+{
+    if ((v.bits & 0x7f) == 0x7f)
+        return __int_as_float(0x7fc00000);
+    unsigned short h = (unsigned short)(((v.bits & 0x80) << 8) | ((v.bits & 0x7f) << 7));
+    return __half2float(__ushort_as_half(h)) * 256.0f;
+}
+template <> __device__ __forceinline__ f8e4m3 from_f32<f8e4m3>(float f)
+{
+    uint32_t u = __float_as_uint(f), a = u & 0x7fffffffu;
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    if (a > 0x7f800000u)
+        return { (uint8_t)(sign | 0x7f) };
+    if (a >= 0x43e00000u) // 448 and beyond: saturate
+        return { (uint8_t)(sign | 0x7e) };
+    if (a >= 0x3c800000u) { // normal: round the 20 dropped bits to nearest even
+        uint32_t r = a + 0x7ffffu + ((a >> 20) & 1);
+        return { (uint8_t)(sign | ((r >> 20) - (120u << 3))) };
+    }
+    return { (uint8_t)(sign | (uint8_t)__float2int_rn(__uint_as_float(a) * 512.0f)) }; // subnormal
+}
 // N consecutive elements of T moved as one 16-byte (or smaller) access.
 template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
     T v[N];
@@ -229,7 +257,7 @@ __device__ __forceinline__ bool aligned(const void *a, const void *b, const void
 }
 
 // Dtype codes passed to kernels that take a run-time weight type (tc_dtype's values).
-enum : int { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_I8 = 3, DT_I32 = 4, DT_Q4_0 = 5, DT_Q8_0 = 6 };
+enum : int { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_I8 = 3, DT_I32 = 4, DT_Q4_0 = 5, DT_Q8_0 = 6, DT_F8E4M3 = 7 };
 constexpr int kQBlock = 32;
 // The dtype code of an activation type.
 template <typename T> struct dtype_of;
@@ -246,6 +274,8 @@ __device__ __forceinline__ float load_any(int dt, const void *row, int64_t i)
         return __half2float(((const __half *)row)[i]);
     case DT_BF16:
         return __bfloat162float(((const __nv_bfloat16 *)row)[i]);
+    case DT_F8E4M3:
+        return to_f32(((const f8e4m3 *)row)[i]);
     case DT_Q4_0: {
         const uint8_t *blk = (const uint8_t *)row + (i / kQBlock) * 18;
         float d = __half2float(__ushort_as_half(*(const unsigned short *)blk));
@@ -262,16 +292,46 @@ __device__ __forceinline__ float load_any(int dt, const void *row, int64_t i)
         return __int_as_float(0x7fc00000);
     }
 }
-// Store v as element i of a row of run-time float dtype dt (f32, f16 or bf16; rounding to
-// nearest even).
+// Store v as element i of a row of run-time float dtype dt (f32, f16, bf16 or f8e4m3;
+// rounding to nearest even).
 __device__ __forceinline__ void store_any(int dt, void *row, int64_t i, float v)
 {
     if (dt == DT_F32)
         static_cast<float *>(row)[i] = v;
+    else if (dt == DT_F8E4M3)
+        static_cast<f8e4m3 *>(row)[i] = from_f32<f8e4m3>(v);
     else if (dt == DT_F16)
         static_cast<__half *>(row)[i] = __float2half_rn(v);
     else
         static_cast<__nv_bfloat16 *>(row)[i] = __float2bfloat16_rn(v);
+}
+
+// Four E4M3 values (the bytes of x, lowest first) as two pairs of T (f16 or bf16) for the
+// tensor cores: lo holds elements 0 and 1, hi 2 and 3. Exact, NaN kept.
+template <typename T> __device__ __forceinline__ void f8x4_to(uint32_t x, uint32_t &lo, uint32_t &hi)
+{
+    // Each byte at the top of a 16-bit half, then the sign kept and the rest shifted into the
+    // exponent and mantissa fields of T, and scaled by the bias difference (2^8 or 2^120).
+    uint32_t a = __byte_perm(x, 0, 0x1404), b = __byte_perm(x, 0, 0x3424);
+    uint32_t nan = __vcmpeq4(x & 0x7f7f7f7fu, 0x7f7f7f7fu);
+    if constexpr (dtype_of<T>::value == DT_F16) {
+        a = (a & 0x80008000u) | ((a >> 1) & 0x3f803f80u);
+        b = (b & 0x80008000u) | ((b >> 1) & 0x3f803f80u);
+        __half2 s = __half2half2(__ushort_as_half(0x5c00)); // 256
+        __half2 ra = __hmul2(*reinterpret_cast<__half2 *>(&a), s), rb = __hmul2(*reinterpret_cast<__half2 *>(&b), s);
+        lo = *reinterpret_cast<uint32_t *>(&ra);
+        hi = *reinterpret_cast<uint32_t *>(&rb);
+    } else {
+        a = (a & 0x80008000u) | ((a >> 4) & 0x07f007f0u);
+        b = (b & 0x80008000u) | ((b >> 4) & 0x07f007f0u);
+        __nv_bfloat162 s = __bfloat162bfloat162(__ushort_as_bfloat16(0x7b80)); // 2^120
+        __nv_bfloat162 ra = __hmul2(*reinterpret_cast<__nv_bfloat162 *>(&a), s),
+                       rb = __hmul2(*reinterpret_cast<__nv_bfloat162 *>(&b), s);
+        lo = *reinterpret_cast<uint32_t *>(&ra);
+        hi = *reinterpret_cast<uint32_t *>(&rb);
+    }
+    lo |= __byte_perm(nan, 0, 0x1100);
+    hi |= __byte_perm(nan, 0, 0x3322);
 }
 
 } // namespace tc

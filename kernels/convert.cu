@@ -1,9 +1,9 @@
-// Element type conversion between f32, f16 and bf16 (rows may be strided), e.g. bf16 logits
-// or hidden states to f32.
+// Element type conversion between f32, f16, bf16 and FP8 E4M3 (rows may be strided), e.g. bf16
+// logits or hidden states to f32.
 #include "common.cuh"
 
-/** out[r, c] = x[r, c] converted from x_dtype to out_dtype (DT_F32/F16/BF16 codes), rounding
- *  to nearest even (grid-stride: any grid size works). */
+/** out[r, c] = x[r, c] converted from x_dtype to out_dtype (DT_F32/F16/BF16/F8E4M3 codes),
+ *  rounding to nearest even (grid-stride: any grid size works). */
 extern "C" __global__ void tc_k_convert(void *out, int32_t out_dtype, const void *x, int32_t x_dtype,
                                         int64_t rows, int64_t cols, int64_t out_stride, int64_t x_stride)
 {

@@ -1,7 +1,11 @@
 // Rotary position embedding (RoFormer, Su et al. 2021; Llama 3 frequency scaling as in Meta's
 // reference and Hugging Face's _compute_llama3_parameters). A row of blocks per token: each
 // block computes the pairs' cos/sin in double, then rotates its share of the q and k heads
-// with them; fused with the KV-cache store, it also writes k and v to their cache slot.
+// with them; fused with the KV-cache store, it also writes k and v to their cache slot (in the
+// activations' type, or as FP8 E4M3: the rotated value rounded to the activations' type and
+// then to FP8, as the CPU op stores the rotated k).
+#include <type_traits>
+
 #include "common.cuh"
 
 namespace rope_cu {
@@ -10,9 +14,9 @@ constexpr int kMaxPairs = 256; // head_dim up to 512
 
 // Move P consecutive pairs starting at pair i of the head at `src` (P = 2 moves the
 // elements as 4-element or two 2-element vectors), rotated when Rot, to `dst` and, where not
-// NULL, `dst2` as well.
-template <typename T, int P, bool Rot>
-__device__ __forceinline__ void move(const T *src, T *dst, T *dst2, int i, int half, bool interleaved,
+// NULL, `dst2` as well (each in its own element type).
+template <typename T, int P, bool Rot, typename D1, typename D2>
+__device__ __forceinline__ void move(const T *src, D1 *dst, D2 *dst2, int i, int half, bool interleaved,
                                      const float *cs, const float *sn)
 {
     float a[P], b[P];
@@ -32,16 +36,23 @@ __device__ __forceinline__ void move(const T *src, T *dst, T *dst2, int i, int h
             tc::rope_rotate(a[p], b[p], cs[i + p], sn[i + p]);
         }
     }
-    auto put = [&](T *d) {
+    auto put = [&](auto *d) {
+        using E = typename std::remove_pointer<decltype(d)>::type;
+        float ra[P], rb[P]; // what a and b store as: for a cache of another type, rounded to T first
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            ra[p] = std::is_same<E, T>::value ? a[p] : tc::to_f32(tc::from_f32<T>(a[p]));
+            rb[p] = std::is_same<E, T>::value ? b[p] : tc::to_f32(tc::from_f32<T>(b[p]));
+        }
         if (interleaved) {
             float x[2 * P];
 #pragma unroll
             for (int p = 0; p < P; p++)
-                x[2 * p] = a[p], x[2 * p + 1] = b[p];
-            tc::store_f32<T, 2 * P>(d + 2 * i, x);
+                x[2 * p] = ra[p], x[2 * p + 1] = rb[p];
+            tc::store_f32<E, 2 * P>(d + 2 * i, x);
         } else {
-            tc::store_f32<T, P>(d + i, a);
-            tc::store_f32<T, P>(d + i + half, b);
+            tc::store_f32<E, P>(d + i, ra);
+            tc::store_f32<E, P>(d + i + half, rb);
         }
     };
     if (dst)
@@ -57,8 +68,8 @@ struct Heads {
     int n_heads, n_k, n_v, n_kv_heads, head_dim;
 };
 
-template <typename T, int P>
-__device__ void each_head(T *q, T *k, const T *v, T *k_cache, T *v_cache, int64_t row, int64_t slot, Heads hs,
+template <typename T, typename C, int P>
+__device__ void each_head(T *q, T *k, const T *v, C *k_cache, C *v_cache, int64_t row, int64_t slot, Heads hs,
                           int64_t q_stride, int64_t k_stride, int64_t v_stride, bool interleaved, const float *cs,
                           const float *sn)
 {
@@ -68,22 +79,22 @@ __device__ void each_head(T *q, T *k, const T *v, T *k_cache, T *v_cache, int64_
         int u = t / per_head, i = (t % per_head) * P;
         if (u < hs.n_heads) {
             T *b = q + row * q_stride + (int64_t)u * hd;
-            move<T, P, true>(b, b, nullptr, i, half, interleaved, cs, sn);
+            move<T, P, true>(b, b, (C *)nullptr, i, half, interleaved, cs, sn);
         } else if (u < hs.n_heads + hs.n_k) {
             int h = u - hs.n_heads;
             T *b = k + row * k_stride + (int64_t)h * hd;
-            T *c = slot >= 0 ? k_cache + (slot * hs.n_kv_heads + h) * hd : nullptr;
+            C *c = slot >= 0 ? k_cache + (slot * hs.n_kv_heads + h) * hd : nullptr;
             move<T, P, true>(b, b, c, i, half, interleaved, cs, sn);
         } else if (slot >= 0) {
             int h = u - hs.n_heads - hs.n_k;
             move<T, P, false>(v + row * v_stride + (int64_t)h * hd, v_cache + (slot * hs.n_kv_heads + h) * hd,
-                              nullptr, i, half, interleaved, cs, sn);
+                              (C *)nullptr, i, half, interleaved, cs, sn);
         }
     }
 }
 
-template <typename T>
-__device__ void run(T *q, T *k, const T *v, T *k_cache, T *v_cache, const int32_t *pos, const int32_t *slots,
+template <typename T, typename C>
+__device__ void run(T *q, T *k, const T *v, C *k_cache, C *v_cache, const int32_t *pos, const int32_t *slots,
                     int n_heads, int n_kv_heads, int head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride,
                     int interleaved, double theta, int scaling, double factor, double low_ff, double high_ff,
                     double orig_max)
@@ -114,13 +125,13 @@ __device__ void run(T *q, T *k, const T *v, T *k_cache, T *v_cache, const int32_
                tc::aligned(k_cache, v_cache, q, bytes);
     };
     if (interleaved && fits(PW))
-        each_head<T, PI>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, true, cs, sn);
+        each_head<T, C, PI>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, true, cs, sn);
     else if (!interleaved && fits(PW))
-        each_head<T, PW>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, false, cs, sn);
+        each_head<T, C, PW>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, false, cs, sn);
     else if (half % 2 == 0 && fits(4))
-        each_head<T, 2>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, interleaved, cs, sn);
+        each_head<T, C, 2>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, interleaved, cs, sn);
     else
-        each_head<T, 1>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, interleaved, cs, sn);
+        each_head<T, C, 1>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, interleaved, cs, sn);
 }
 
 } // namespace rope_cu
@@ -172,4 +183,36 @@ extern "C" __global__ void tc_k_rope_bf16(__nv_bfloat16 *q, __nv_bfloat16 *k, co
     rope_cu::run(q, k, v, k_cache, v_cache, pos, slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride,
                  v_stride, interleaved, theta,
                  scaling, factor, low_freq_factor, high_freq_factor, original_max_position);
+}
+/** Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] in place by pos[row]
+ *  (scaling 1 is Llama 3's) and write k's rotated rows and v's rows as FP8 E4M3 to cache slot
+ *  slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows,
+ *  any), 128 threads. */
+extern "C" __global__ void tc_k_rope_f16_f8(__half *q, __half *k, const __half *v, uint8_t *k_cache, uint8_t *v_cache,
+                                          const int32_t *pos, const int32_t *slots, int32_t n_heads,
+                                          int32_t n_kv_heads, int32_t head_dim, int64_t q_stride,
+                                          int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta,
+                                          int32_t scaling, double factor, double low_freq_factor,
+                                          double high_freq_factor, double original_max_position)
+{
+    tc::await_inputs();
+    rope_cu::run(q, k, v, reinterpret_cast<tc::f8e4m3 *>(k_cache), reinterpret_cast<tc::f8e4m3 *>(v_cache), pos,
+                 slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride, v_stride, interleaved, theta, scaling,
+                 factor, low_freq_factor, high_freq_factor, original_max_position);
+}
+/** Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] in place by pos[row]
+ *  (scaling 1 is Llama 3's) and write k's rotated rows and v's rows as FP8 E4M3 to cache slot
+ *  slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows,
+ *  any), 128 threads. */
+extern "C" __global__ void tc_k_rope_bf16_f8(__nv_bfloat16 *q, __nv_bfloat16 *k, const __nv_bfloat16 *v, uint8_t *k_cache, uint8_t *v_cache,
+                                          const int32_t *pos, const int32_t *slots, int32_t n_heads,
+                                          int32_t n_kv_heads, int32_t head_dim, int64_t q_stride,
+                                          int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta,
+                                          int32_t scaling, double factor, double low_freq_factor,
+                                          double high_freq_factor, double original_max_position)
+{
+    tc::await_inputs();
+    rope_cu::run(q, k, v, reinterpret_cast<tc::f8e4m3 *>(k_cache), reinterpret_cast<tc::f8e4m3 *>(v_cache), pos,
+                 slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride, v_stride, interleaved, theta, scaling,
+                 factor, low_freq_factor, high_freq_factor, original_max_position);
 }

@@ -2,7 +2,7 @@
  * against the ceilings of GPU.md (3.0 TB/s measured copy bandwidth; cuBLAS for products).
  * Inputs rotate through copies larger than L2 so the cache is not what is measured; each
  * figure is the median of 7 timings (CUDA events) of several repetitions after a warm-up.
- * Usage: bench_ops [all|norm|matvec|gemm|attention], or bench_ops decode H KV BATCH LEN */
+ * Usage: bench_ops [all|norm|matvec|gemm|attention], or bench_ops decode H KV BATCH LEN [fp8] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,12 +270,12 @@ static tc_status run_prefill(void *c, int s)
 }
 
 static void make_cache(rng_t *r, at_ctx *a, int64_t batch, int64_t len, int64_t q_rows, int64_t H,
-                       int64_t KV)
+                       int64_t KV, tc_dtype kv_dt)
 {
     const int64_t bs = 16, hd = 128, mb = (len + bs - 1) / bs;
     for (int s = 0; s < SETS; s++) {
-        random_gpu(r, &a->kc[s], TC_DTYPE_BF16, TC_SHAPE(batch * mb, bs, KV, hd));
-        random_gpu(r, &a->vc[s], TC_DTYPE_BF16, TC_SHAPE(batch * mb, bs, KV, hd));
+        random_gpu(r, &a->kc[s], kv_dt, TC_SHAPE(batch * mb, bs, KV, hd));
+        random_gpu(r, &a->vc[s], kv_dt, TC_SHAPE(batch * mb, bs, KV, hd));
     }
     random_gpu(r, &a->q, TC_DTYPE_BF16, TC_SHAPE(q_rows, H, hd));
     CHECK(tc_tensor_init(&a->out, gpu, TC_DTYPE_BF16, TC_SHAPE(q_rows, H, hd)));
@@ -302,11 +302,11 @@ static void free_cache(at_ctx *a)
     tc_tensor_deinit(&a->table), tc_tensor_deinit(&a->lens), tc_tensor_deinit(&a->qstart);
 }
 
-/* One decode case (H KV batch len), timed from a graph: for a profiler. */
+/* One decode case (H KV batch len, bf16 or FP8 cache), timed from a graph: for a profiler. */
 static void bench_decode_case(rng_t *r, int argc, char **argv)
 {
-    if (argc < 6) {
-        fprintf(stderr, "usage: bench_ops decode H KV BATCH LEN\n");
+    if (argc < 6 || (argc > 6 && strcmp(argv[6], "fp8"))) {
+        fprintf(stderr, "usage: bench_ops decode H KV BATCH LEN [fp8]\n");
         exit(2);
     }
     int64_t H = atoll(argv[2]), KV = atoll(argv[3]), B = atoll(argv[4]), len = atoll(argv[5]);
@@ -314,10 +314,12 @@ static void bench_decode_case(rng_t *r, int argc, char **argv)
         fprintf(stderr, "bench_ops decode: bad H KV BATCH LEN\n");
         exit(2);
     }
+    tc_dtype kv_dt = argc > 6 ? TC_DTYPE_F8E4M3 : TC_DTYPE_BF16;
     at_ctx a;
-    make_cache(r, &a, B, len, B, H, KV);
-    report_bw("attn decode graph", argv[5], time_graph_ms(run_decode, &a, 16),
-              2.0 * B * len * KV * 128 * 2);
+    make_cache(r, &a, B, len, B, H, KV, kv_dt);
+    report_bw(argc > 6 ? "attn decode graph, fp8 cache" : "attn decode graph", argv[5],
+              time_graph_ms(run_decode, &a, 16),
+              2.0 * B * len * KV * 128 * (double)tc_dtype_bytes(kv_dt, 1));
     free_cache(&a);
 }
 
@@ -325,16 +327,19 @@ static void bench_attention(rng_t *r)
 {
     /* The issue's cases (a 4096-token cache), then the short caches of batch-1 decode steps;
      * each timed launch by launch and replayed from a graph (as the engine's decode step). */
-    const int64_t cases[][4] = { { 32, 32, 1, 4096 }, { 32, 32, 32, 4096 }, { 32, 8, 1, 4096 },
-                                 { 32, 8, 32, 4096 }, { 32, 32, 1, 256 },   { 32, 8, 1, 256 } };
-    for (int ci = 0; ci < 6; ci++) {
+    const int64_t cases[][5] = { { 32, 32, 1, 4096, 0 },  { 32, 32, 32, 4096, 0 },
+                                 { 32, 8, 1, 4096, 0 },   { 32, 8, 32, 4096, 0 },
+                                 { 32, 32, 1, 256, 0 },   { 32, 8, 1, 256, 0 },
+                                 { 32, 32, 32, 4096, 1 }, { 32, 8, 1, 4096, 1 } };
+    for (int ci = 0; ci < 8; ci++) {
         at_ctx a;
         int64_t H = cases[ci][0], KV = cases[ci][1], B = cases[ci][2], len = cases[ci][3];
-        make_cache(r, &a, B, len, B, H, KV);
-        double bytes = 2.0 * B * len * KV * 128 * 2;
-        char name[40], shape[48];
-        snprintf(shape, sizeof shape, "H %lld KV %lld hd 128 len %lld", (long long)H, (long long)KV,
-                 (long long)len);
+        tc_dtype kv_dt = cases[ci][4] ? TC_DTYPE_F8E4M3 : TC_DTYPE_BF16;
+        make_cache(r, &a, B, len, B, H, KV, kv_dt);
+        double bytes = 2.0 * B * len * KV * 128 * (double)tc_dtype_bytes(kv_dt, 1);
+        char name[40], shape[56];
+        snprintf(shape, sizeof shape, "H %lld KV %lld hd 128 len %lld%s", (long long)H,
+                 (long long)KV, (long long)len, cases[ci][4] ? " fp8" : "");
         snprintf(name, sizeof name, "attn decode batch %lld", (long long)B);
         report_bw(name, shape, time_ms(run_decode, &a, 20), bytes);
         snprintf(name, sizeof name, "  graph, batch %lld", (long long)B);
@@ -342,7 +347,7 @@ static void bench_attention(rng_t *r)
         free_cache(&a);
     }
     at_ctx a;
-    make_cache(r, &a, 1, 4096, 4096, 32, 8);
+    make_cache(r, &a, 1, 4096, 4096, 32, 8, TC_DTYPE_BF16);
     double ms = time_ms(run_prefill, &a, 3);
     double flop = 4.0 * 4096.0 * 4096.0 / 2 * 32 * 128;
     printf("%-22s %-28s %9.4f ms %8.1f TFLOP/s (causal)\n", "attn prefill bf16",

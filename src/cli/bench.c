@@ -26,7 +26,7 @@ typedef struct bench_opts {
     const char *model, *shape, *device, *dtype;
     long batch, prompt_len, gen_len, requests, threads, ctx, step_tokens, kv_tokens, seed;
     double kv_fraction, bandwidth;
-    bool no_graphs, no_prefix_cache;
+    bool no_graphs, no_prefix_cache, kv_fp8;
 } bench_opts;
 
 typedef struct req_times {
@@ -166,6 +166,7 @@ static const char usage[] =
     "  --requests R         throughput mode: R requests of varied lengths, all queued at once\n"
     "  --device D           cpu, cuda or auto (default auto)\n"
     "  --dtype T            activations on cuda: bf16 (default), f16 or f32\n"
+    "  --kv-cache-dtype D   auto (the activations' dtype) or fp8 (E4M3: half the bytes)\n"
     "  --threads N          CPU threads (default: all cores)\n"
     "  --ctx N              longest sequence (default: prompt + generated, rounded up)\n"
     "  --step-tokens N      tokens per engine step, the prefill chunk (default 2048; 512 on cpu)\n"
@@ -203,6 +204,7 @@ static int parse(int argc, char **argv, bench_opts *o)
         REQS,
         DEVICE,
         DTYPE,
+        KVDT,
         THREADS,
         CTX,
         STEP,
@@ -222,6 +224,7 @@ static int parse(int argc, char **argv, bench_opts *o)
                                            { "requests", required_argument, 0, REQS },
                                            { "device", required_argument, 0, DEVICE },
                                            { "dtype", required_argument, 0, DTYPE },
+                                           { "kv-cache-dtype", required_argument, 0, KVDT },
                                            { "threads", required_argument, 0, THREADS },
                                            { "ctx", required_argument, 0, CTX },
                                            { "step-tokens", required_argument, 0, STEP },
@@ -256,6 +259,10 @@ static int parse(int argc, char **argv, bench_opts *o)
                 return 2;
             }
             o->dtype = optarg;
+            break;
+        case KVDT:
+            if (!tc_cli_kv_dtype("thincuda bench", optarg, &o->kv_fp8))
+                return 2;
             break;
         case NOGRAPH: o->no_graphs = true; break;
         case NOPREFIX: o->no_prefix_cache = true; break;
@@ -341,6 +348,7 @@ int tc_cli_bench(int argc, char **argv)
     if (lo.max_tokens < seqs)
         lo.max_tokens = seqs;
     lo.no_graphs = o.no_graphs;
+    lo.kv_fp8 = o.kv_fp8;
     if (o.dtype) {
         lo.act_set = true;
         lo.act = !strcmp(o.dtype, "f32")   ? TC_DTYPE_F32

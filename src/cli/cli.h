@@ -34,6 +34,9 @@ int tc_cli_bench(int argc, char **argv);
 bool tc_cli_num(const char *who, const char *flag, const char *s, double lo, double hi, double *v);
 /* The same for a whole number (lo >= 0). */
 bool tc_cli_int(const char *who, const char *flag, const char *s, double lo, double hi, double *v);
+/* --kv-cache-dtype: "auto" (the activations' dtype) or "fp8" (E4M3); false with a sentence
+ * otherwise. */
+bool tc_cli_kv_dtype(const char *who, const char *s, bool *fp8);
 
 /* A model's files: a GGUF file or a Hugging Face folder, its Llama configuration and its
  * tokenizer. */

@@ -34,6 +34,16 @@ bool tc_cli_int(const char *who, const char *flag, const char *s, double lo, dou
     return true;
 }
 
+bool tc_cli_kv_dtype(const char *who, const char *s, bool *fp8)
+{
+    if (strcmp(s, "auto") && strcmp(s, "fp8")) {
+        fprintf(stderr, "%s: --kv-cache-dtype wants auto or fp8, got '%s'\n", who, s);
+        return false;
+    }
+    *fp8 = !strcmp(s, "fp8");
+    return true;
+}
+
 static bool model_fail(const char *who, const char *what)
 {
     fprintf(stderr, "%s: %s: %s\n", who, what, tc_last_error());
@@ -155,8 +165,9 @@ bool tc_cli_kv_cache(const char *who, tc_llama *m, int64_t tokens, double fracti
         snprintf(left, sizeof left, "; %.2f GiB of device memory left", (double)free_b / (1 << 30));
     snprintf(line, len,
              "%lld blocks x 16 = %lld tokens, %lld sequences of %lld tokens at once, "
-             "%.2f GiB%s",
+             "%.2f GiB of %s%s",
              (long long)blocks, (long long)blocks * 16, (long long)(blocks * 16 / ctx),
-             (long long)ctx, (double)tc_kv_cache_bytes(m, blocks, 16) / (1 << 30), left);
+             (long long)ctx, (double)tc_kv_cache_bytes(m, blocks, 16) / (1 << 30),
+             tc_dtype_name(m->kv_dtype), left);
     return true;
 }

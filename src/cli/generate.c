@@ -24,7 +24,7 @@ typedef struct options {
     const char *model, *prompt, *device, *dtype, *template_name, *system;
     long n_predict, threads, ctx;
     tc_sample_params sp;
-    bool chat_prompt, seed_set, show_special;
+    bool chat_prompt, seed_set, show_special, kv_fp8;
     bool temperature_set, n_predict_set; /* given on the command line (chat's defaults differ) */
 } options;
 
@@ -65,6 +65,7 @@ static const char common_usage[] =
     "  --model PATH         a GGUF file (Llama family)\n"
     "  --device D           cpu, cuda or auto (default: cuda when a GPU answers, else cpu)\n"
     "  --dtype T            activations on cuda: bf16 (default), f16 or f32\n"
+    "  --kv-cache-dtype D   auto (the activations' dtype) or fp8 (E4M3: half the bytes)\n"
     "  --threads N          CPU threads (default: all cores)\n"
     "  --ctx N              context length to reserve (default: prompt + tokens to generate)\n";
 static const char sample_usage[] =
@@ -77,6 +78,7 @@ static const char sample_usage[] =
 enum {
     OPT_DEVICE = 256,
     OPT_DTYPE,
+    OPT_KVDT,
     OPT_THREADS,
     OPT_CTX,
     OPT_TEMP,
@@ -99,6 +101,7 @@ static const struct option long_opts[] = {
     { "n-predict", required_argument, 0, 'n' },
     { "device", required_argument, 0, OPT_DEVICE },
     { "dtype", required_argument, 0, OPT_DTYPE },
+    { "kv-cache-dtype", required_argument, 0, OPT_KVDT },
     { "threads", required_argument, 0, OPT_THREADS },
     { "ctx", required_argument, 0, OPT_CTX },
     { "temperature", required_argument, 0, OPT_TEMP },
@@ -152,6 +155,10 @@ static int parse(int argc, char **argv, options *o, const char *usage)
                 return 2;
             }
             o->dtype = optarg;
+            break;
+        case OPT_KVDT:
+            if (!tc_cli_kv_dtype("thincuda", optarg, &o->kv_fp8))
+                return 2;
             break;
         case OPT_THREADS:
             if (!whole("--threads", optarg, 1, 1024, &v))
@@ -290,6 +297,7 @@ static int load_weights(session *s, int64_t ctx)
     }
     lo.max_context = ctx;
     lo.max_tokens = 256;
+    lo.kv_fp8 = s->o.kv_fp8;
     if (isatty(2))
         lo.progress = progress;
     if (tc_llama_load(s->f.src, &s->f.cfg, s->b, &lo, &s->m) != TC_OK)
@@ -583,6 +591,7 @@ int tc_cli_chat(int argc, char **argv)
 
 static const char info_usage[] =
     "usage: thincuda info --model PATH [--device cpu|cuda|auto] [--dtype T] [--ctx N]\n"
+    "                     [--kv-cache-dtype auto|fp8]\n"
     "Print the model's architecture, size and a memory estimate.\n";
 
 int tc_cli_info(int argc, char **argv)
@@ -614,7 +623,8 @@ int tc_cli_info(int argc, char **argv)
                                         : TC_DTYPE_BF16;
     uint64_t placed = tc_llama_weight_bytes(&g, cpu, act);
     int64_t ctx = o.ctx ? o.ctx : c.max_positions;
-    double kv_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * (double)tc_dtype_bytes(act, 1);
+    double kv_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim *
+                      (double)tc_dtype_bytes(o.kv_fp8 ? TC_DTYPE_F8E4M3 : act, 1);
     printf("model            %s\n", o.model);
     printf("name             %s\n", c.name[0] ? c.name : "(none)");
     printf("architecture     %s\n", c.arch);
@@ -635,9 +645,10 @@ int tc_cli_info(int argc, char **argv)
     printf("\n");
     printf("weights in file  %llu bytes (%.1f MiB)\n", (unsigned long long)file_bytes,
            (double)file_bytes / 1048576.0);
-    printf("memory estimate  %s, %s activations: weights %.1f MiB + KV cache %.1f KiB/token "
+    printf("memory estimate  %s, %s activations: weights %.1f MiB + %s KV cache %.1f KiB/token "
            "(%.1f MiB at %lld tokens)\n",
-           cpu ? "cpu" : "cuda", tc_dtype_name(act), (double)placed / 1048576.0, kv_token / 1024.0,
+           cpu ? "cpu" : "cuda", tc_dtype_name(act), (double)placed / 1048576.0,
+           tc_dtype_name(o.kv_fp8 ? TC_DTYPE_F8E4M3 : act), kv_token / 1024.0,
            kv_token * (double)ctx / 1048576.0, (long long)ctx);
     close_session(&ss);
     return 0;

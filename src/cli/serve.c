@@ -28,6 +28,7 @@ typedef struct serve_opts {
     long port, threads, ctx, max_queue, max_running, step_tokens, max_body, max_conns;
     long read_timeout;
     double kv_fraction, kv_tokens, shutdown_s;
+    bool kv_fp8;
 } serve_opts;
 
 typedef struct served {
@@ -73,6 +74,7 @@ static const char usage[] =
     "  --shutdown-timeout S   seconds running requests get to finish on SIGTERM (default 5)\n"
     "  --device D             cpu, cuda or auto (default)\n"
     "  --dtype T              activations on cuda: bf16 (default), f16 or f32\n"
+    "  --kv-cache-dtype D     auto (the activations' dtype) or fp8 (E4M3: half the bytes)\n"
     "  --threads N            CPU threads (default: all cores)\n";
 
 static bool num(const char *flag, const char *s, double lo, double hi, double *v)
@@ -106,6 +108,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         STIME,
         DEVICE,
         DTYPE,
+        KVDT,
         THREADS,
         HELP
     };
@@ -129,6 +132,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         { "shutdown-timeout", required_argument, 0, STIME },
         { "device", required_argument, 0, DEVICE },
         { "dtype", required_argument, 0, DTYPE },
+        { "kv-cache-dtype", required_argument, 0, KVDT },
         { "threads", required_argument, 0, THREADS },
         { "help", no_argument, 0, HELP },
         { 0, 0, 0, 0 },
@@ -195,6 +199,10 @@ static int parse(int argc, char **argv, serve_opts *o)
                 return 2;
             }
             o->dtype = optarg;
+            break;
+        case KVDT:
+            if (!tc_cli_kv_dtype("thincuda serve", optarg, &o->kv_fp8))
+                return 2;
             break;
         case HELP:
         case 'h': fputs(usage, stdout); return 0;
@@ -275,6 +283,7 @@ static bool start_engine(served *s)
     lo.max_tokens = s->o.step_tokens ? s->o.step_tokens : cuda ? 2048 : 512;
     if (lo.max_tokens < running)
         lo.max_tokens = running;
+    lo.kv_fp8 = s->o.kv_fp8;
     if (s->o.dtype) {
         lo.act_set = true;
         lo.act = !strcmp(s->o.dtype, "f32")   ? TC_DTYPE_F32

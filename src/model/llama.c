@@ -552,6 +552,12 @@ static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *
                           "activations must be f32, f16 or bf16");
         goto fail;
     }
+    m->kv_dtype = opt->kv_fp8 ? TC_DTYPE_F8E4M3 : m->act;
+    if (opt->kv_fp8 && !cpu && m->act == TC_DTYPE_F32) {
+        st = tc_set_error(TC_ERR_UNSUPPORTED, "tc_llama_load",
+                          "an FP8 KV cache needs f16 or bf16 activations on CUDA");
+        goto fail;
+    }
     tc_llama_scratch *s = &m->s;
     s->max_tokens = opt->max_tokens > 0 ? opt->max_tokens : 512;
     s->max_seqs = opt->max_seqs > 0 ? opt->max_seqs : 1;
@@ -621,7 +627,7 @@ void tc_llama_destroy(tc_llama *m)
 uint64_t tc_kv_cache_bytes(const tc_llama *m, int64_t n_blocks, int64_t block_size)
 {
     return 2ull * (uint64_t)m->cfg.n_layers *
-           tc_dtype_bytes(m->act, n_blocks * block_size * m->cfg.n_kv_heads * m->cfg.head_dim);
+           tc_dtype_bytes(m->kv_dtype, n_blocks * block_size * m->cfg.n_kv_heads * m->cfg.head_dim);
 }
 
 tc_status tc_kv_cache_init(tc_kv_cache *kv, const tc_llama *m, int64_t n_blocks, int64_t block_size)
@@ -641,17 +647,21 @@ tc_status tc_kv_cache_init(tc_kv_cache *kv, const tc_llama *m, int64_t n_blocks,
     }
     /* One arena for every layer's keys and values, zeroed (padding rows of a batch read it). */
     int64_t per = n_blocks * block_size * m->cfg.n_kv_heads * m->cfg.head_dim;
-    tc_status st = tc_tensor_init(&kv->arena, m->backend, m->act, TC_SHAPE(2 * kv->n_layers * per));
-    if (st == TC_OK)
-        st = tc_fill_random(&kv->arena, 0, 0.0f, 0.0f);
-    size_t bytes = tc_dtype_bytes(m->act, per);
+    tc_dtype dt = m->kv_dtype;
+    tc_status st = tc_tensor_init(&kv->arena, m->backend, dt, TC_SHAPE(2 * kv->n_layers * per));
+    if (st == TC_OK && tc_backend_get_kind(m->backend) == TC_BACKEND_CPU)
+        memset(kv->arena.data, 0, tc_tensor_bytes(&kv->arena));
+    else if (st == TC_OK)
+        st = tc_stream_memset(tc_backend_stream(m->backend), (CUdeviceptr)(uintptr_t)kv->arena.data,
+                              0, tc_tensor_bytes(&kv->arena));
+    size_t bytes = tc_dtype_bytes(dt, per);
     for (int l = 0; l < kv->n_layers && st == TC_OK; l++) {
         char *base = (char *)kv->arena.data + 2 * (size_t)l * bytes;
-        st = tc_tensor_wrap(&kv->k[l], m->backend, m->act,
+        st = tc_tensor_wrap(&kv->k[l], m->backend, dt,
                             TC_SHAPE(n_blocks, block_size, m->cfg.n_kv_heads, m->cfg.head_dim),
                             base);
         if (st == TC_OK)
-            st = tc_tensor_wrap(&kv->v[l], m->backend, m->act,
+            st = tc_tensor_wrap(&kv->v[l], m->backend, dt,
                                 TC_SHAPE(n_blocks, block_size, m->cfg.n_kv_heads, m->cfg.head_dim),
                                 base + bytes);
     }

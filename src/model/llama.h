@@ -79,6 +79,7 @@ typedef struct tc_llama {
     tc_llama_config cfg;
     tc_backend *backend;
     tc_dtype act;           /* activation dtype: f32 on the CPU, bf16 on CUDA by default */
+    tc_dtype kv_dtype;      /* the KV cache's: act, or f8e4m3 (tc_llama_options.kv_fp8) */
     tc_tensor tok_embd;     /* [vocab, dim] */
     tc_tensor out_norm;     /* [dim] */
     tc_tensor lm_head;      /* [vocab, dim]; a view of tok_embd when tied */
@@ -98,6 +99,10 @@ typedef struct tc_llama_options {
     int64_t max_context; /* longest sequence; default the model's, capped at 8192 */
     int64_t block_size;  /* KV cache block, default 16 */
     bool no_graphs;      /* run decode steps op by op instead of as CUDA graphs */
+    /* Hold the KV cache as FP8 E4M3 instead of the activation dtype: half the bytes of a 16-bit
+     * cache (twice the tokens in the same memory, half the reads of each decode step), keys
+     * and values rounded to 3 mantissa bits. On CUDA it needs f16/bf16 activations. */
+    bool kv_fp8;
     /* Called after each tensor is placed, with bytes done and in all. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;

@@ -1,5 +1,6 @@
 /* Attention over the paged KV cache (layout in ops.h). The CPU path is the reference: scores,
- * a max-subtracted softmax and the weighted sum of values, row by row in f32. */
+ * a max-subtracted softmax and the weighted sum of values, row by row in f32. A cache holds
+ * the activations' dtype or FP8 E4M3 (on CUDA with f16/bf16 activations). */
 #include "ops/internal.h"
 
 typedef struct {
@@ -42,7 +43,8 @@ static void attend_rows(void *ctx, int64_t begin, int64_t end)
                 qv);
             float mx = -INFINITY;
             for (int64_t t = 0; t <= qpos; t++) {
-                tc__load_row(dt, cache_row(j->k_cache, tbl, t, j->block_size, kvh), hd, kv);
+                tc__load_row(j->k_cache->dtype, cache_row(j->k_cache, tbl, t, j->block_size, kvh),
+                             hd, kv);
                 float d = 0.0f;
                 for (int64_t i = 0; i < hd; i++)
                     d += qv[i] * kv[i];
@@ -54,7 +56,8 @@ static void attend_rows(void *ctx, int64_t begin, int64_t end)
                 sum += (p[t] = expf(p[t] - mx));
             memset(acc, 0, (size_t)hd * sizeof(float));
             for (int64_t t = 0; t <= qpos; t++) {
-                tc__load_row(dt, cache_row(j->v_cache, tbl, t, j->block_size, kvh), hd, kv);
+                tc__load_row(j->v_cache->dtype, cache_row(j->v_cache, tbl, t, j->block_size, kvh),
+                             hd, kv);
                 for (int64_t i = 0; i < hd; i++)
                     acc[i] += p[t] * kv[i];
             }
@@ -73,8 +76,8 @@ static tc_status check_common(const char *op, const tc_tensor *out, const tc_ten
 {
     TC_TRY(tc__check_dtype(op, "q", q, TC__FLOATS));
     TC_TRY(tc__check_dtype(op, "out", out, TC__MASK(q->dtype)));
-    TC_TRY(tc__check_dtype(op, "k_cache", kc, TC__MASK(q->dtype)));
-    TC_TRY(tc__check_dtype(op, "v_cache", vc, TC__MASK(q->dtype)));
+    TC_TRY(tc__check_kv_dtype(op, kc, q));
+    TC_TRY(tc__check_dtype(op, "v_cache", vc, TC__MASK(kc->dtype)));
     TC_TRY(tc__check_dtype(op, "block_table", table, TC__MASK(TC_DTYPE_I32)));
     TC_TRY(tc__check_dtype(op, "seq_lens", lens, TC__MASK(TC_DTYPE_I32)));
     TC_TRY(tc__check_ndim(op, "q", q, 3));
@@ -169,14 +172,26 @@ static tc_status check_head_dim(const char *op, int64_t hd)
     return TC_OK;
 }
 
+tc_status tc__check_kv_dtype(const char *op, const tc_tensor *k_cache, const tc_tensor *x)
+{
+    TC_TRY(tc__check_dtype(op, "k_cache", k_cache, TC__MASK(x->dtype) | TC__KV_FP8));
+    if (k_cache->dtype == TC_DTYPE_F8E4M3 && x->backend->kind == TC_BACKEND_CUDA &&
+        x->dtype == TC_DTYPE_F32)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "an f8e4m3 KV cache needs f16 or bf16 activations on CUDA, not f32");
+    return TC_OK;
+}
+
 tc_status tc__check_store(const char *op, const tc_tensor *k_cache, const tc_tensor *v_cache,
                           const tc_tensor *k, const tc_tensor *v, const tc_tensor *slots)
 {
-    TC_TRY(tc__check_dtype(op, "k_cache", k_cache, TC__FLOATS));
+    TC_TRY(tc__check_dtype(op, "k", k, TC__FLOATS));
+    TC_TRY(tc__check_kv_dtype(op, k_cache, k));
     const tc_tensor *same[] = { v_cache, k, v };
     const char *names[] = { "v_cache", "k", "v" };
     for (int i = 0; i < 3; i++) {
-        TC_TRY(tc__check_dtype(op, names[i], same[i], TC__MASK(k_cache->dtype)));
+        TC_TRY(
+            tc__check_dtype(op, names[i], same[i], TC__MASK(i == 0 ? k_cache->dtype : k->dtype)));
         TC_TRY(tc__check_same_backend(op, k_cache, same[i]));
     }
     TC_TRY(tc__check_dtype(op, "slots", slots, TC__MASK(TC_DTYPE_I32)));
@@ -214,12 +229,21 @@ void tc__attention_store_cpu(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
 {
     int64_t row = k_cache->shape[2] * k_cache->shape[3];
     const int32_t *sl = slots->data;
-    size_t eb = tc_dtype_bytes(k->dtype, 1);
+    size_t eb = tc_dtype_bytes(k->dtype, 1), cb = tc_dtype_bytes(k_cache->dtype, 1);
     for (int64_t i = 0; i < k->shape[0]; i++) {
         if (sl[i] < 0)
             continue;
-        memcpy((char *)k_cache->data + (size_t)(sl[i] * row) * eb, tc__row(k, i), (size_t)row * eb);
-        memcpy((char *)v_cache->data + (size_t)(sl[i] * row) * eb, tc__row(v, i), (size_t)row * eb);
+        char *kd = (char *)k_cache->data + (size_t)(sl[i] * row) * cb,
+             *vd = (char *)v_cache->data + (size_t)(sl[i] * row) * cb;
+        if (k_cache->dtype == k->dtype) {
+            memcpy(kd, tc__row(k, i), (size_t)row * eb);
+            memcpy(vd, tc__row(v, i), (size_t)row * eb);
+            continue;
+        }
+        for (int64_t e = 0; e < row; e++) {
+            tc__store(k_cache->dtype, kd, e, tc__load(k->dtype, tc__row(k, i), e));
+            tc__store(v_cache->dtype, vd, e, tc__load(v->dtype, tc__row(v, i), e));
+        }
     }
 }
 
@@ -242,6 +266,14 @@ tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
     tc_launch_config cfg = tc__cfg(b, (unsigned)n, 256, 0);
     cfg.grid.y = (uint32_t)((row + per_block - 1) / per_block);
     tc_status st;
+    if (k_cache->dtype == TC_DTYPE_F8E4M3) {
+#define LAUNCH8(sfx, T)                                                                 \
+    tc_launch_attn_store_##sfx##_f8(                                                    \
+        cfg, TC__DEV(uint8_t, k_cache), TC__DEV(uint8_t, v_cache), TC__DEV(const T, k), \
+        TC__DEV(const T, v), TC__DEV(const int32_t, slots), row, k->stride[0], v->stride[0])
+        return k->dtype == TC_DTYPE_F16 ? LAUNCH8(f16, tc_half) : LAUNCH8(bf16, tc_bf16);
+#undef LAUNCH8
+    }
 #define LAUNCH(sfx)                                                                                \
     tc_launch_attn_store_##sfx(cfg, TC__DEV(T, k_cache), TC__DEV(T, v_cache), TC__DEV(const T, k), \
                                TC__DEV(const T, v), TC__DEV(const int32_t, slots), row,            \
@@ -300,20 +332,27 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
     /* The kernel (kernels/attention.cu): 4 warps, each with a ring of 16-token stages of keys
      * and values (3 stages, 2 for f32; fewer where shared memory is smaller), then for f32 8
      * query heads. */
-    size_t el = tc_dtype_bytes(q->dtype, 1);
+    size_t el = tc_dtype_bytes(q->dtype, 1), ec = tc_dtype_bytes(k_cache->dtype, 1);
+    bool fp8 = k_cache->dtype == TC_DTYPE_F8E4M3;
     TC_TRY(check_q_pairs(op, q));
-    size_t per_stage = (size_t)4 * 2 * 16 * (size_t)(hd + 16 / (int64_t)el) * el,
+    /* (An FP8 cache's stages hold bytes.) */
+    size_t per_stage = (size_t)4 * 2 * 16 * (size_t)(hd + 16 / (int64_t)ec) * ec,
            extra = el == 4 ? 8 * (size_t)hd * sizeof(float) : 0, room = tc__backend_shared_room(b);
     int stages = el == 4 ? 2 : 3;
     while (stages > 1 && stages * per_stage + extra > room)
         stages--;
     size_t shared = stages * per_stage + extra;
-    tc_kernel_id id = q->dtype == TC_DTYPE_F32
-                          ? (hd == 64 ? TC_KERNEL_ATTN_DECODE64_F32 : TC_KERNEL_ATTN_DECODE128_F32)
-                      : q->dtype == TC_DTYPE_F16
-                          ? (hd == 64 ? TC_KERNEL_ATTN_DECODE64_F16 : TC_KERNEL_ATTN_DECODE128_F16)
-                      : hd == 64 ? TC_KERNEL_ATTN_DECODE64_BF16
-                                 : TC_KERNEL_ATTN_DECODE128_BF16;
+    static const tc_kernel_id ids[2][3][2] = {
+        { { TC_KERNEL_ATTN_DECODE64_F32, TC_KERNEL_ATTN_DECODE128_F32 },
+          { TC_KERNEL_ATTN_DECODE64_F16, TC_KERNEL_ATTN_DECODE128_F16 },
+          { TC_KERNEL_ATTN_DECODE64_BF16, TC_KERNEL_ATTN_DECODE128_BF16 } },
+        { { TC_KERNEL_ATTN_DECODE64_F32, TC_KERNEL_ATTN_DECODE128_F32 }, /* no such pair */
+          { TC_KERNEL_ATTN_DECODE64_F16_F8, TC_KERNEL_ATTN_DECODE128_F16_F8 },
+          { TC_KERNEL_ATTN_DECODE64_BF16_F8, TC_KERNEL_ATTN_DECODE128_BF16_F8 } }
+    };
+    tc_kernel_id id = ids[fp8][q->dtype == TC_DTYPE_F32   ? 0
+                               : q->dtype == TC_DTYPE_F16 ? 1
+                                                          : 2][hd == 128];
     /* Split each sequence's cache (flash-decoding) so that every SM gets one block, or, where
      * that leaves each warp more than 4 tiles of 16 tokens to stream, so that the blocks fill
      * the GPU's resident slots once (a partial second wave would leave most SMs idle at the
@@ -356,6 +395,26 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
                              (unsigned)shared,
                              b->stream };
     tc_status st;
+    if (fp8) {
+#define LAUNCH8(sfx, T)                                                                        \
+    (hd == 64                                                                                  \
+         ? tc_launch_attn_decode64_##sfx##_f8(                                                 \
+               cfg, TC__DEV(T, out), (float *)(uintptr_t)part, (int32_t *)(uintptr_t)counters, \
+               TC__DEV(const T, q), TC__DEV(const uint8_t, k_cache),                           \
+               TC__DEV(const uint8_t, v_cache), TC__DEV(const int32_t, block_table),           \
+               TC__DEV(const int32_t, seq_lens), (int32_t)n_heads, (int32_t)n_kv,              \
+               (int32_t)k_cache->shape[1], (int32_t)block_table->shape[1], q->stride[0],       \
+               out->stride[0], (int32_t)chunk, scale, stages, fresh)                           \
+         : tc_launch_attn_decode128_##sfx##_f8(                                                \
+               cfg, TC__DEV(T, out), (float *)(uintptr_t)part, (int32_t *)(uintptr_t)counters, \
+               TC__DEV(const T, q), TC__DEV(const uint8_t, k_cache),                           \
+               TC__DEV(const uint8_t, v_cache), TC__DEV(const int32_t, block_table),           \
+               TC__DEV(const int32_t, seq_lens), (int32_t)n_heads, (int32_t)n_kv,              \
+               (int32_t)k_cache->shape[1], (int32_t)block_table->shape[1], q->stride[0],       \
+               out->stride[0], (int32_t)chunk, scale, stages, fresh))
+        return q->dtype == TC_DTYPE_F16 ? LAUNCH8(f16, tc_half) : LAUNCH8(bf16, tc_bf16);
+#undef LAUNCH8
+    }
 #define LAUNCH(sfx)                                                                            \
     (hd == 64                                                                                  \
          ? tc_launch_attn_decode64_##sfx(                                                      \
@@ -403,10 +462,12 @@ tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const tc_tens
     /* tc_k_attn_prefill* (kernels/attention.cu): 16-bit, tiles of 64 query rows and two
      * stages of 64 keys and values in padded rows; f32, tiles of 32 rows, shared floats for q,
      * k and v tiles of 32 padded rows and 32 x 33 scores. */
-    bool f32 = q->dtype == TC_DTYPE_F32;
+    bool f32 = q->dtype == TC_DTYPE_F32, fp8 = k_cache->dtype == TC_DTYPE_F8E4M3;
     int64_t bq = f32 ? 32 : 64;
-    uint32_t shared =
-        f32 ? (uint32_t)(4 * (32 * (hd + 1) * 3 + 32 * 33)) : (uint32_t)(2 * 2 * 64 * (hd + 8) * 2);
+    /* (An FP8 cache: two stages of bytes, then the current tile widened to 16 bits.) */
+    uint32_t shared = f32   ? (uint32_t)(4 * (32 * (hd + 1) * 3 + 32 * 33))
+                      : fp8 ? (uint32_t)(2 * 2 * 64 * (hd + 16) + 2 * 64 * (hd + 8) * 2)
+                            : (uint32_t)(2 * 2 * 64 * (hd + 8) * 2);
     tc_launch_config cfg = { { (uint32_t)(n_tokens / bq + n_seqs), (uint32_t)n_heads, 1 },
                              { 128, 1, 1 },
                              shared,
@@ -414,6 +475,22 @@ tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const tc_tens
     int32_t n_kv = (int32_t)k_cache->shape[2], bs = (int32_t)k_cache->shape[1],
             mb = (int32_t)block_table->shape[1];
     tc_status st;
+    if (fp8) {
+#define LAUNCH8(sfx, T)                                                                            \
+    (hd == 64                                                                                      \
+         ? tc_launch_attn_prefill64_##sfx##_f8(                                                    \
+               cfg, TC__DEV(T, out), TC__DEV(const T, q), TC__DEV(const uint8_t, k_cache),         \
+               TC__DEV(const uint8_t, v_cache), TC__DEV(const int32_t, block_table),               \
+               TC__DEV(const int32_t, seq_lens), TC__DEV(const int32_t, q_start), (int32_t)n_seqs, \
+               (int32_t)n_heads, n_kv, bs, mb, q->stride[0], out->stride[0], scale)                \
+         : tc_launch_attn_prefill128_##sfx##_f8(                                                   \
+               cfg, TC__DEV(T, out), TC__DEV(const T, q), TC__DEV(const uint8_t, k_cache),         \
+               TC__DEV(const uint8_t, v_cache), TC__DEV(const int32_t, block_table),               \
+               TC__DEV(const int32_t, seq_lens), TC__DEV(const int32_t, q_start), (int32_t)n_seqs, \
+               (int32_t)n_heads, n_kv, bs, mb, q->stride[0], out->stride[0], scale))
+        return q->dtype == TC_DTYPE_F16 ? LAUNCH8(f16, tc_half) : LAUNCH8(bf16, tc_bf16);
+#undef LAUNCH8
+    }
 #define LAUNCH(sfx)                                                                                \
     (hd == 64                                                                                      \
          ? tc_launch_attn_prefill64_##sfx(                                                         \

@@ -1,5 +1,5 @@
-/* Element type conversion between the float dtypes (f32, f16, bf16), rounding to nearest
- * even: e.g. bf16 hidden states to f32 before the output projection. */
+/* Element type conversion between the float dtypes (f32, f16, bf16, f8e4m3), rounding to
+ * nearest even: e.g. bf16 hidden states to f32 before the output projection. */
 #include "ops/internal.h"
 
 typedef struct {
@@ -22,8 +22,8 @@ static void convert_rows(void *ctx, int64_t begin, int64_t end)
 tc_status tc_convert(tc_tensor *out, const tc_tensor *x)
 {
     const char *op = "tc_convert";
-    TC_TRY(tc__check_dtype(op, "out", out, TC__FLOATS));
-    TC_TRY(tc__check_dtype(op, "x", x, TC__FLOATS));
+    TC_TRY(tc__check_dtype(op, "out", out, TC__FLOATS | TC__KV_FP8));
+    TC_TRY(tc__check_dtype(op, "x", x, TC__FLOATS | TC__KV_FP8));
     TC_TRY(tc__check_ndim(op, "out", out, 2));
     TC_TRY(tc__check_ndim(op, "x", x, 2));
     TC_TRY(tc__check_dim(op, "x", x, 0, out->shape[0], "out's rows"));

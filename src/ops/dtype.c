@@ -14,6 +14,7 @@ static const struct {
     [TC_DTYPE_I32] = { "i32", 4, 1 },
     [TC_DTYPE_Q4_0] = { "q4_0", 2 + TC_QBLOCK / 2, TC_QBLOCK },
     [TC_DTYPE_Q8_0] = { "q8_0", 2 + TC_QBLOCK, TC_QBLOCK },
+    [TC_DTYPE_F8E4M3] = { "f8e4m3", 1, 1 },
 };
 
 const char *tc_dtype_name(tc_dtype dt)
@@ -87,6 +88,37 @@ uint16_t tc__f32_to_f16(float f)
     return sign | (uint16_t)q;
 }
 
+float tc__f8e4m3_to_f32(uint8_t b)
+{
+    float sign = (b & 0x80) ? -1.0f : 1.0f;
+    int exp = (b >> 3) & 0xf, man = b & 7;
+    if ((b & 0x7f) == 0x7f)
+        return NAN;
+    if (exp == 0)
+        return sign * ldexpf((float)man, -9); /* subnormal: man / 8 * 2^-6 */
+    return sign * ldexpf((float)(8 + man), exp - 10);
+}
+
+uint8_t tc__f32_to_f8e4m3(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return sign | 0x7f;
+    if (a >= 0x43e00000u) /* 448 and beyond (infinity included): saturate */
+        return sign | 0x7e;
+    if (a >= 0x3c800000u) { /* 2^-6 and up: normal; round the 20 dropped bits to nearest even */
+        uint32_t r = a + 0x7ffffu + ((a >> 20) & 1);
+        return sign | (uint8_t)((r >> 20) - (120u << 3));
+    }
+    /* Subnormal: multiples of 2^-9 (the rounding of 2^-6 - 2^-10 and up gives 8, 2^-6's code). */
+    float x;
+    memcpy(&x, &a, 4);
+    return sign | (uint8_t)lrintf(x * 512.0f);
+}
+
 float tc__load(tc_dtype dt, const void *row, int64_t i)
 {
     switch (dt) {
@@ -94,6 +126,7 @@ float tc__load(tc_dtype dt, const void *row, int64_t i)
     case TC_DTYPE_F16: return tc__f16_to_f32(((const uint16_t *)row)[i]);
     case TC_DTYPE_BF16: return tc__bf16_to_f32(((const uint16_t *)row)[i]);
     case TC_DTYPE_I8: return ((const int8_t *)row)[i];
+    case TC_DTYPE_F8E4M3: return tc__f8e4m3_to_f32(((const uint8_t *)row)[i]);
     case TC_DTYPE_I32: return (float)((const int32_t *)row)[i];
     case TC_DTYPE_Q4_0: {
         const uint8_t *blk = (const uint8_t *)row + (i / TC_QBLOCK) * (2 + TC_QBLOCK / 2);
@@ -119,6 +152,7 @@ void tc__store(tc_dtype dt, void *row, int64_t i, float v)
     case TC_DTYPE_F32: ((float *)row)[i] = v; break;
     case TC_DTYPE_F16: ((uint16_t *)row)[i] = tc__f32_to_f16(v); break;
     case TC_DTYPE_BF16: ((uint16_t *)row)[i] = tc__f32_to_bf16(v); break;
+    case TC_DTYPE_F8E4M3: ((uint8_t *)row)[i] = tc__f32_to_f8e4m3(v); break;
     default: break;
     }
 }

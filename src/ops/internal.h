@@ -111,9 +111,12 @@ static inline uint16_t tc__f32_to_bf16(float f)
 }
 float tc__f16_to_f32(uint16_t h);
 uint16_t tc__f32_to_f16(float f);
-/* Element i of a row of dtype dt (f32, f16, bf16, i8 or a block type) as a float. */
+/* OCP FP8 E4M3 (TC_DTYPE_F8E4M3): round to nearest even, finite values saturating at 448. */
+float tc__f8e4m3_to_f32(uint8_t b);
+uint8_t tc__f32_to_f8e4m3(float f);
+/* Element i of a row of dtype dt (f32, f16, bf16, f8e4m3, i8 or a block type) as a float. */
 float tc__load(tc_dtype dt, const void *row, int64_t i);
-/* Store v as element i of a row of dtype dt (f32, f16 or bf16). */
+/* Store v as element i of a row of dtype dt (f32, f16, bf16 or f8e4m3). */
 void tc__store(tc_dtype dt, void *row, int64_t i, float v);
 /* Convert n elements of a row of dtype dt to floats. */
 void tc__load_row(tc_dtype dt, const void *row, int64_t n, float *out);
@@ -134,12 +137,14 @@ tc_status tc__check_ndim(const char *op, const char *name, const tc_tensor *t, i
 tc_status tc__check_dim(const char *op, const char *name, const tc_tensor *t, int dim, int64_t want,
                         const char *what);
 tc_status tc__check_same_backend(const char *op, const tc_tensor *a, const tc_tensor *b);
-/* tc_attention_store's argument checks (src/ops/attention.c), shared with tc_rope_store; on
- * the CPU they include every slot against the cache's size, so nothing is written before a
- * bad one is found. */
 /* tc_rope's checks of q, k (may be NULL), pos and cfg. */
 tc_status tc__check_rope(const char *op, const tc_tensor *q, const tc_tensor *k,
                          const tc_tensor *pos, const tc_rope_config *cfg);
+/* k_cache's dtype is x's or f8e4m3 (on CUDA with 16-bit x). */
+tc_status tc__check_kv_dtype(const char *op, const tc_tensor *k_cache, const tc_tensor *x);
+/* tc_attention_store's argument checks (src/ops/attention.c), shared with tc_rope_store; on
+ * the CPU they include every slot against the cache's size, so nothing is written before a
+ * bad one is found. */
 tc_status tc__check_store(const char *op, const tc_tensor *k_cache, const tc_tensor *v_cache,
                           const tc_tensor *k, const tc_tensor *v, const tc_tensor *slots);
 /* tc_attention_store's CPU body, for arguments tc__check_store accepted. */
@@ -148,6 +153,8 @@ void tc__attention_store_cpu(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
 tc_status tc__check_rows_dense(const char *op, const char *name, const tc_tensor *t);
 #define TC__MASK(dt) (1u << (dt))
 #define TC__FLOATS (TC__MASK(TC_DTYPE_F32) | TC__MASK(TC_DTYPE_F16) | TC__MASK(TC_DTYPE_BF16))
+/* What a KV cache may hold beside the activations' dtype. */
+#define TC__KV_FP8 TC__MASK(TC_DTYPE_F8E4M3)
 
 /* A launch configuration for `blocks` x `threads` on b's stream. */
 static inline tc_launch_config tc__cfg(tc_backend *b, unsigned blocks, unsigned threads,

@@ -430,7 +430,9 @@ tc_status tc_linear_rope_store(tc_tensor *out, const tc_tensor *x, const tc_tens
     TC_TRY(tc_tensor_slice(&all, 1, n_heads + n_kv, n_kv, &v));
     TC_TRY(tc__check_rope(op, &q, &k, pos, rope));
     TC_TRY(tc__check_store(op, k_cache, v_cache, &k, &v, slots));
-    if (out->backend->kind == TC_BACKEND_CPU || !one_row_vectors(x, w)) {
+    /* (The one-row kernel stores in the activations' dtype: an FP8 cache takes the rope's.) */
+    if (out->backend->kind == TC_BACKEND_CPU || !one_row_vectors(x, w) ||
+        k_cache->dtype != out->dtype) {
         TC_TRY(tc_linear(out, x, w, o));
         return tc_rope_store(&q, &k, &v, pos, rope, k_cache, v_cache, slots);
     }

@@ -119,11 +119,13 @@ TC_API tc_status tc_softmax(tc_tensor *out, const tc_tensor *x);
  * block_size, n_kv_heads, head_dim]; sequence s keeps its token t in block
  * block_table[s, t / block_size] at offset t % block_size. block_table [n_seqs, max_blocks]
  * and seq_lens [n_seqs] (tokens cached, including the ones being computed) are i32. Heads are
- * grouped (GQA): query head h reads kv head h / (n_heads / n_kv_heads). q, out, caches share
- * a dtype (f32/f16/bf16); softmax in f32 with `scale` (usually 1/sqrt(head_dim)). */
+ * grouped (GQA): query head h reads kv head h / (n_heads / n_kv_heads). q and out share a
+ * dtype (f32/f16/bf16); the caches hold it too, or f8e4m3 (half the bytes of a 16-bit cache;
+ * values rounded to 3 mantissa bits and saturated at +-448; on CUDA only with f16/bf16
+ * activations); softmax in f32 with `scale` (usually 1/sqrt(head_dim)). */
 
 /* Write k, v [n, n_kv_heads, head_dim] into cache slots[i] = block * block_size + offset
- * (i32 [n]; a negative slot skips the token). */
+ * (i32 [n]; a negative slot skips the token), converted to the caches' dtype. */
 TC_API tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *k,
                                     const tc_tensor *v, const tc_tensor *slots);
 /* Decode: one query per sequence, q and out [n_seqs, n_heads, head_dim], attending to all

@@ -117,6 +117,17 @@ static tc_status rope_cuda(tc_tensor *q, tc_tensor *k, const tc_tensor *v, tc_te
     tc_launch_config c = tc__cfg(q->backend, (unsigned)q->shape[0], 128, 0);
     c.grid.y = q->shape[0] < 32 ? (uint32_t)((threads + 127) / 128) : 1;
     tc_status st;
+    if (k_cache && k_cache->dtype == TC_DTYPE_F8E4M3) {
+#define LAUNCH8(sfx, T)                                                                          \
+    tc_launch_rope_##sfx##_f8(                                                                   \
+        c, TC__DEV(T, q), TC__DEV(T, k), TC__DEV(const T, v), TC__DEV(uint8_t, k_cache),         \
+        TC__DEV(uint8_t, v_cache), TC__DEV(const int32_t, pos), TC__DEV(const int32_t, slots),   \
+        (int32_t)q->shape[1], (int32_t)k->shape[1], (int32_t)hd, q->stride[0], k->stride[0],     \
+        v->stride[0], (int32_t)cfg->interleaved, cfg->theta, (int32_t)cfg->scaling, cfg->factor, \
+        cfg->low_freq_factor, cfg->high_freq_factor, cfg->original_max_position)
+        return q->dtype == TC_DTYPE_F16 ? LAUNCH8(f16, tc_half) : LAUNCH8(bf16, tc_bf16);
+#undef LAUNCH8
+    }
 #define LAUNCH(sfx)                                                                              \
     tc_launch_rope_##sfx(                                                                        \
         c, TC__DEV(T, q), k ? TC__DEV(T, k) : NULL, k_cache ? TC__DEV(const T, v) : NULL,        \

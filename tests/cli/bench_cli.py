@@ -3,7 +3,8 @@
 bad flags give one line naming the flag and exit 2 (a missing file or driver exit 1); latency
 mode reports its batch, decode rate and ordered percentiles; throughput mode's figures agree with
 each other, and its bandwidth line with the model's size and the keys and values its requests
-had to read, worked out here from SmolLM2's shape.
+had to read, worked out here from SmolLM2's shape; with --kv-cache-dtype fp8 the cache line and
+the bandwidth line count one byte a cached value.
 
 Usage: bench_cli.py THINCUDA_BINARY (run with THINCUDA_LIBCUDA pointing nowhere)
 """
@@ -36,7 +37,8 @@ for args, flag in ((["--batch", "0"], "--batch"), (["--batch=1.5"], "--batch"),
                    (["--prompt-len", "-3"], "--prompt-len"), (["--gen-len", "x"], "--gen-len"),
                    (["--requests", "many"], "--requests"), (["--dtype", "f8"], "--dtype"),
                    (["--device", "tpu"], "--device"), (["--bandwidth", "0"], "--bandwidth"),
-                   (["--kv-fraction", "2"], "--kv-fraction"), (["--frobnicate"], "--frobnicate")):
+                   (["--kv-fraction", "2"], "--kv-fraction"), (["--kv-cache-dtype", "int4"], "--kv-cache-dtype"),
+                   (["--frobnicate"], "--frobnicate")):
     r = run(shape + args)
     first = r.stderr.splitlines()[0] if r.stderr else ""
     check(r.returncode == 2 and first.startswith("thincuda bench: ") and flag in first and r.stdout == "",
@@ -68,10 +70,21 @@ if steps:
     check(steps[0] >= 6, f"{steps[0]:.0f} engine steps for 6 tokens")
 
 # Throughput mode: 5 requests of 4..12 prompt and 3..9 output tokens; --bandwidth 1e9 keeps
-# the floor in whole seconds.
-r = run(shape + ["--requests", "5", "--prompt-len", "8", "--gen-len", "6", "--bandwidth", "1e9"])
-out = r.stdout
-check(r.returncode == 0, f"throughput mode runs (exit {r.returncode}: {r.stderr[-200:]!r})")
+# the floor in whole seconds. Then the same with an FP8 cache: a quarter of the f32 cache's
+# bytes read.
+kv_read, outs = {}, {}
+for fp8 in (False, True):
+    r = run(shape + ["--requests", "5", "--prompt-len", "8", "--gen-len", "6", "--bandwidth", "1e9"]
+            + (["--kv-cache-dtype", "fp8"] if fp8 else []))
+    check(r.returncode == 0, f"throughput mode runs{' (fp8)' if fp8 else ''} (exit {r.returncode}: {r.stderr[-200:]!r})")
+    check(re.search(r"GiB of %s" % ("f8e4m3" if fp8 else "f32"), r.stderr) is not None,
+          f"the cache line names {'f8e4m3' if fp8 else 'f32'}")
+    m = re.search(r"^bandwidth\s+([\d.]+) GB of keys and values", r.stdout, re.M)
+    kv_read[fp8] = float(m.group(1)) if m else None
+    outs[fp8] = r.stdout
+check(None not in kv_read.values() and abs(kv_read[True] * 4 - kv_read[False]) <= 0.0005,
+      f"keys and values read: {kv_read[True]} GB with FP8, {kv_read[False]} GB with f32")
+out = outs[False]
 gib = field(r"^model\s+.*, ([\d.]+) GiB of weights", out, "model size")
 req = field(r"^requests\s+5 \(prompts 4\.\.12, outputs 3\.\.9 tokens\), ([\d.]+) s$", out, "requests line")
 tput = field(r"^throughput\s+([\d.]+) requests/s, (\d+) output tokens/s", out, "throughput line")

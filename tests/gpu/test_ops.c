@@ -234,19 +234,23 @@ static tc_rope_config llama3_rope(int hd, bool interleaved)
                              .original_max_position = 8192 };
 }
 
-static void rope_store(rng_t *r)
+/* With fp8 the caches are FP8 E4M3 (16-bit activations): rounding to its 3-bit mantissa, half
+ * a step of 1/8 for the rotated values up to sqrt(2), or a whole step where the GPU's rotated
+ * value and the CPU's (a unit of the 16-bit type apart) round to neighbouring codes. */
+static void rope_store(rng_t *r, bool fp8)
 {
     const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F16, TC_DTYPE_F32 };
-    for (int di = 0; di < 3; di++)
+    for (int di = 0; di < (fp8 ? 2 : 3); di++)
         for (int il = 0; il < 2; il++) {
-            tc_dtype dt = dts[di];
+            tc_dtype dt = dts[di], ct = fp8 ? TC_DTYPE_F8E4M3 : dt;
+            double ctol = fp8 ? 0.1 : tolerance(dt);
             tc_rope_config c = llama3_rope(di == 2 ? 6 : di == 1 ? 64 : 128, il);
             int64_t n = 37, H = di == 2 ? 9 : 32, KV = di == 2 ? 3 : 8, hd = c.head_dim,
                     U = H + 2 * KV, bs = 16, nb = 5, row = KV * hd;
             tc_tensor gx, cx, gkc, ckc, gvc, cvc, gp, cp, gs, cs;
             double *xv = twin(r, dt, TC_SHAPE(n, U, hd), -1, 1, &gx, &cx);
-            double *kcv = twin(r, dt, TC_SHAPE(nb, bs, KV, hd), -1, 1, &gkc, &ckc);
-            double *vcv = twin(r, dt, TC_SHAPE(nb, bs, KV, hd), -1, 1, &gvc, &cvc);
+            double *kcv = twin(r, ct, TC_SHAPE(nb, bs, KV, hd), -1, 1, &gkc, &ckc);
+            double *vcv = twin(r, ct, TC_SHAPE(nb, bs, KV, hd), -1, 1, &gvc, &cvc);
             double *pv = twin(r, TC_DTYPE_I32, TC_SHAPE(n), 0, 131072, &gp, &cp);
             int32_t sl[37];
             for (int64_t i = 0; i < n; i++)
@@ -278,11 +282,12 @@ static void rope_store(rng_t *r)
                 memcpy(vcv + sl[i] * row, xv + (i * U + H + KV) * hd, sizeof(double) * (size_t)row);
             }
             char what[96];
-            snprintf(what, sizeof what, "rope_store %s hd %lld%s: q, k, v rows", tc_dtype_name(dt),
-                     (long long)hd, il ? " interleaved" : "");
+            snprintf(what, sizeof what, "rope_store %s hd %lld%s%s: q, k, v rows",
+                     tc_dtype_name(dt), (long long)hd, il ? " interleaved" : "",
+                     fp8 ? ", f8e4m3 cache" : "");
             expect_close(what, &gx, xv, &cx, tolerance(dt));
-            expect_close("  the k cache", &gkc, kcv, &ckc, tolerance(dt));
-            expect_close("  the v cache", &gvc, vcv, &cvc, tolerance(dt));
+            expect_close("  the k cache", &gkc, kcv, &ckc, ctol);
+            expect_close("  the v cache", &gvc, vcv, &cvc, ctol);
             /* the plain store of the same rows, to other slots */
             for (int64_t i = 0; i < n; i++)
                 sl[i] = (int32_t)((i * 31 + 40) % (nb * bs));
@@ -295,10 +300,10 @@ static void rope_store(rng_t *r)
                 memcpy(kcv + sl[i] * row, xv + (i * U + H) * hd, sizeof(double) * (size_t)row);
                 memcpy(vcv + sl[i] * row, xv + (i * U + H + KV) * hd, sizeof(double) * (size_t)row);
             }
-            snprintf(what, sizeof what, "attention store %s, %lld-element rows", tc_dtype_name(dt),
-                     (long long)row);
-            expect_close(what, &gkc, kcv, &ckc, tolerance(dt));
-            expect_close("  and v", &gvc, vcv, &cvc, tolerance(dt));
+            snprintf(what, sizeof what, "attention store %s to %s, %lld-element rows",
+                     tc_dtype_name(dt), tc_dtype_name(ct), (long long)row);
+            expect_close(what, &gkc, kcv, &ckc, ctol);
+            expect_close("  and v", &gvc, vcv, &cvc, ctol);
             free(qk), free(xv), free(kcv), free(vcv), free(pv);
             tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&gkc),
                 tc_tensor_deinit(&ckc), tc_tensor_deinit(&gvc), tc_tensor_deinit(&cvc);
@@ -546,6 +551,55 @@ static void linear(rng_t *r)
             tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&go),
                 tc_tensor_deinit(&co);
         }
+    /* to and from FP8 E4M3 (the KV caches' 8-bit type): rounding at most half its step of 1/16
+     * below 1, 1/4 below 4 */
+    for (int si = 0; si < 3; si++)
+        for (int back = 0; back < 2; back++) {
+            tc_dtype from = back ? TC_DTYPE_F8E4M3 : cvt[si], to = back ? cvt[si] : TC_DTYPE_F8E4M3;
+            tc_tensor gx, cx, go, co;
+            double *xv = twin(r, from, TC_SHAPE(37, 1001), -3, 3, &gx, &cx);
+            poisoned(&go, gpu, to, TC_SHAPE(37, 1001));
+            poisoned(&co, cpu, to, TC_SHAPE(37, 1001));
+            CHECK(tc_convert(&go, &gx));
+            CHECK(tc_convert(&co, &cx));
+            char what[64];
+            snprintf(what, sizeof what, "convert %s to %s [37 x 1001]", tc_dtype_name(from),
+                     tc_dtype_name(to));
+            expect_close(what, &go, xv, &co, back ? tolerance(to) : 0.125 / 3);
+            free(xv);
+            tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&go),
+                tc_tensor_deinit(&co);
+        }
+    /* every FP8 code to f32 and f32 to FP8 bit for bit as the CPU's (NaN codes stay NaN) */
+    {
+        uint8_t codes[256];
+        float vals[256], back[256];
+        for (int i = 0; i < 256; i++)
+            codes[i] = (uint8_t)i;
+        tc_tensor g8, g32, g8b;
+        CHECK(tc_tensor_init_from_host(&g8, gpu, TC_DTYPE_F8E4M3, TC_SHAPE(1, 256), codes,
+                                       sizeof codes));
+        poisoned(&g32, gpu, TC_DTYPE_F32, TC_SHAPE(1, 256));
+        poisoned(&g8b, gpu, TC_DTYPE_F8E4M3, TC_SHAPE(1, 256));
+        CHECK(tc_convert(&g32, &g8));
+        CHECK(tc_tensor_copy_to_host(&g32, vals, sizeof vals));
+        int bad = 0;
+        for (int i = 0; i < 256; i++) {
+            float want = tc__f8e4m3_to_f32((uint8_t)i);
+            bad += isnan(want) ? !isnan(vals[i]) : memcmp(&want, &vals[i], 4) != 0;
+            back[i] = want * (i % 3 == 0 ? 1.0f : 1.03125f); /* codes, and between them */
+        }
+        CHECK(tc_tensor_copy_from_host(&g32, back, sizeof back));
+        CHECK(tc_convert(&g8b, &g32));
+        CHECK(tc_tensor_copy_to_host(&g8b, codes, sizeof codes));
+        for (int i = 0; i < 256; i++)
+            bad += codes[i] != tc__f32_to_f8e4m3(back[i]);
+        printf("%-58s %d differ  %s\n", "convert f8e4m3 <-> f32, every code, bit for bit", bad,
+               bad ? "FAIL" : "ok");
+        failures += bad != 0;
+        cases++;
+        tc_tensor_deinit(&g8), tc_tensor_deinit(&g32), tc_tensor_deinit(&g8b);
+    }
     /* tc_scale_columns on the GPU against the CPU's (both round the same f32 product). */
     const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F32, TC_DTYPE_F16 };
     for (int di = 0; di < 3; di++) {
@@ -937,6 +991,118 @@ static void attention(rng_t *r)
     }
 }
 
+/* Decode and prefill over FP8 E4M3 caches (f16 and bf16 queries) against the CPU op and the
+ * double reference over the same cached values; values of size 1 and of size 0.01 (FP8's
+ * subnormals start below 2^-6), several block sizes; then decode after a store of new rows
+ * into the FP8 cache (as a decode step runs them). */
+static void attention_fp8(rng_t *r)
+{
+    struct {
+        int64_t H, KV, hd, bs;
+    } shapes[] = { { 32, 8, 128, 16 }, { 32, 32, 128, 16 }, { 9, 3, 64, 16 }, { 16, 1, 64, 7 } };
+    const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F16 };
+    for (int si = 0; si < 4; si++)
+        for (int di = 0; di < 2; di++)
+            for (int ai = 0; ai < 2; ai++) {
+                tc_dtype dt = dts[di], kt = TC_DTYPE_F8E4M3;
+                double amp = ai ? 0.01 : 1.0;
+                int64_t H = shapes[si].H, KV = shapes[si].KV, hd = shapes[si].hd,
+                        bs = shapes[si].bs;
+                double scale = 1.0 / sqrt((double)hd);
+                int64_t dlen[] = { 1, 17, 1000, 4096 }, ones[] = { 1, 1, 1, 1 };
+                paged_case gc, cc;
+                rng_t r2 = *r;
+                CHECK(paged_build_kv(&gc, r, gpu, dt, kt, amp, 4, dlen, ones, H, KV, hd, bs));
+                CHECK(paged_build_kv(&cc, &r2, cpu, dt, kt, amp, 4, dlen, ones, H, KV, hd, bs));
+                tc_tensor go, co;
+                poisoned(&co, cpu, dt, TC_SHAPE(4, H, hd));
+                CHECK(tc_attention_decode(&co, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens,
+                                          (float)scale));
+                double *want = paged_reference(&cc, scale);
+                char what[128];
+                for (int run = 0; run < 2; run++) {
+                    poisoned(&go, gpu, dt, TC_SHAPE(4, H, hd));
+                    CHECK(tc_attention_decode(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens,
+                                              (float)scale));
+                    snprintf(what, sizeof what,
+                             "attention decode %s, f8e4m3 cache (+-%g) H %lld KV %lld hd %lld "
+                             "bs %lld, run %d",
+                             tc_dtype_name(dt), amp, (long long)H, (long long)KV, (long long)hd,
+                             (long long)bs, run + 1);
+                    expect_close(what, &go, want, &co, tolerance(dt));
+                    tc_tensor_deinit(&go);
+                }
+                free(want);
+                tc_tensor_deinit(&co);
+                paged_free(&gc), paged_free(&cc);
+
+                int64_t plen[] = { 1, 77, 300, 600 }, pm[] = { 1, 77, 45, 600 };
+                r2 = *r;
+                CHECK(paged_build_kv(&gc, r, gpu, dt, kt, amp, 4, plen, pm, H, KV, hd, bs));
+                CHECK(paged_build_kv(&cc, &r2, cpu, dt, kt, amp, 4, plen, pm, H, KV, hd, bs));
+                poisoned(&go, gpu, dt, TC_SHAPE(gc.n_tokens, H, hd));
+                poisoned(&co, cpu, dt, TC_SHAPE(cc.n_tokens, H, hd));
+                CHECK(tc_attention_prefill(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens,
+                                           &gc.tqstart, (float)scale));
+                CHECK(tc_attention_prefill(&co, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens,
+                                           &cc.tqstart, (float)scale));
+                want = paged_reference(&cc, scale);
+                snprintf(what, sizeof what,
+                         "attention prefill %s, f8e4m3 cache (+-%g) H %lld KV %lld hd %lld bs %lld",
+                         tc_dtype_name(dt), amp, (long long)H, (long long)KV, (long long)hd,
+                         (long long)bs);
+                expect_close(what, &go, want, &co, tolerance(dt));
+                free(want);
+                tc_tensor_deinit(&go), tc_tensor_deinit(&co);
+                paged_free(&gc), paged_free(&cc);
+            }
+    /* a decode step's order over an FP8 cache: store the newest rows, then decode reading the
+     * older ones early (fresh_rows 1) */
+    for (int di = 0; di < 2; di++) {
+        tc_dtype dt = dts[di];
+        int64_t H = 32, KV = 8, hd = 128, n = 3, len[] = { 1, 300, 4096 }, ones[] = { 1, 1, 1 };
+        double scale = 1.0 / sqrt((double)hd);
+        paged_case gc, cc;
+        rng_t r2 = *r;
+        CHECK(paged_build_kv(&gc, r, gpu, dt, TC_DTYPE_F8E4M3, 1.0, n, len, ones, H, KV, hd, 16));
+        CHECK(paged_build_kv(&cc, &r2, cpu, dt, TC_DTYPE_F8E4M3, 1.0, n, len, ones, H, KV, hd, 16));
+        int32_t slots[3];
+        for (int64_t s = 0; s < n; s++) {
+            int64_t t = len[s] - 1;
+            slots[s] = (int32_t)(cc.table[s * cc.max_blocks + t / 16] * 16 + t % 16);
+        }
+        tc_tensor gs, cs, gk, ck, gv, cv, go, co;
+        CHECK(tc_tensor_init_from_host(&gs, gpu, TC_DTYPE_I32, TC_SHAPE(n), slots, sizeof slots));
+        CHECK(tc_tensor_init_from_host(&cs, cpu, TC_DTYPE_I32, TC_SHAPE(n), slots, sizeof slots));
+        double *kv = twin(r, dt, TC_SHAPE(n, KV, hd), 2, 3, &gk, &ck);
+        double *vv = twin(r, dt, TC_SHAPE(n, KV, hd), -3, -2, &gv, &cv);
+        const tc_attention_opts early = { .fresh_rows = 1 };
+        poisoned(&go, gpu, dt, TC_SHAPE(n, H, hd));
+        poisoned(&co, cpu, dt, TC_SHAPE(n, H, hd));
+        CHECK(tc_attention_store(&gc.tk, &gc.tv, &gk, &gv, &gs));
+        CHECK(tc_attention_decode_ex(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens,
+                                     (float)scale, &early));
+        CHECK(tc_attention_store(&cc.tk, &cc.tv, &ck, &cv, &cs));
+        CHECK(
+            tc_attention_decode(&co, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens, (float)scale));
+        for (int64_t s = 0; s < n; s++)
+            for (int64_t e = 0; e < KV * hd; e++) {
+                int64_t at = (len[s] - 1) * KV * hd + e;
+                cc.k[s][at] = tc__f8e4m3_to_f32(tc__f32_to_f8e4m3((float)kv[s * KV * hd + e]));
+                cc.v[s][at] = tc__f8e4m3_to_f32(tc__f32_to_f8e4m3((float)vv[s * KV * hd + e]));
+            }
+        double *want = paged_reference(&cc, scale);
+        char what[128];
+        snprintf(what, sizeof what, "attention decode after store %s, f8e4m3 cache",
+                 tc_dtype_name(dt));
+        expect_close(what, &go, want, &co, tolerance(dt));
+        free(want), free(kv), free(vv);
+        tc_tensor_deinit(&go), tc_tensor_deinit(&co), tc_tensor_deinit(&gs), tc_tensor_deinit(&cs);
+        tc_tensor_deinit(&gk), tc_tensor_deinit(&ck), tc_tensor_deinit(&gv), tc_tensor_deinit(&cv);
+        paged_free(&gc), paged_free(&cc);
+    }
+}
+
 static void sampling(rng_t *r)
 {
     tc_tensor gl, cl;
@@ -989,7 +1155,8 @@ int main(void)
     embedding(&r);
     rmsnorm(&r);
     rope(&r);
-    rope_store(&r);
+    rope_store(&r, false);
+    rope_store(&r, true);
     matmul(&r);
     /* The backend keeps cuBLAS's workspace from its first product on, and the ops' workspace
      * (attention's partial results) once an op needs it; everything else must come back. Bytes
@@ -1002,6 +1169,7 @@ int main(void)
     linear(&r);
     linear_rope_store(&r);
     attention(&r);
+    attention_fp8(&r);
     decode_after_store(&r, TC_DTYPE_BF16, 32, 32, 128);
     decode_after_store(&r, TC_DTYPE_BF16, 32, 8, 128);
     decode_after_store(&r, TC_DTYPE_F32, 9, 3, 64);

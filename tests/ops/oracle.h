@@ -71,6 +71,10 @@ static inline void *random_data(rng_t *r, tc_dtype dt, int64_t n, double lo, dou
                 ((uint16_t *)buf)[i] = tc__f32_to_f16((float)x);
                 v[i] = tc__f16_to_f32(((uint16_t *)buf)[i]);
                 break;
+            case TC_DTYPE_F8E4M3:
+                buf[i] = tc__f32_to_f8e4m3((float)x);
+                v[i] = tc__f8e4m3_to_f32(buf[i]);
+                break;
             case TC_DTYPE_I32:
                 ((int32_t *)buf)[i] = (int32_t)floor(x);
                 v[i] = floor(x);
@@ -287,10 +291,11 @@ typedef struct {
 } paged_case;
 
 /* Build a case on backend b: sequence s has len[s] cached tokens of which the last m[s] are
- * queries; blocks are handed out in a shuffled order so that the table matters. */
-static inline tc_status paged_build(paged_case *c, rng_t *r, tc_backend *b, tc_dtype dt, int64_t n_seqs,
-                                    const int64_t *len, const int64_t *m, int64_t H, int64_t KV, int64_t hd,
-                                    int64_t bs)
+ * queries; blocks are handed out in a shuffled order so that the table matters. Queries are
+ * of dtype dt, the caches of kv_dt, with values in [-amp, amp). */
+static inline tc_status paged_build_kv(paged_case *c, rng_t *r, tc_backend *b, tc_dtype dt, tc_dtype kv_dt,
+                                       double amp, int64_t n_seqs, const int64_t *len, const int64_t *m,
+                                       int64_t H, int64_t KV, int64_t hd, int64_t bs)
 {
     memset(c, 0, sizeof *c);
     c->n_seqs = n_seqs, c->H = H, c->KV = KV, c->hd = hd, c->bs = bs;
@@ -330,12 +335,12 @@ static inline tc_status paged_build(paged_case *c, rng_t *r, tc_backend *b, tc_d
         c->table[i] = -1; /* unused entries: never read */
     int64_t row = KV * hd, next = 0;
     size_t cache_elems = (size_t)(c->n_blocks * bs * row);
-    size_t eb = tc_dtype_bytes(dt, 1);
+    size_t eb = tc_dtype_bytes(kv_dt, 1);
     uint8_t *kc = calloc(cache_elems, eb), *vc = calloc(cache_elems, eb);
     for (int64_t s = 0; s < n_seqs; s++) {
         double *kv, *vv;
-        void *kb = random_data(r, dt, len[s] * row + 1, -1.0, 1.0, &kv);
-        void *vb = random_data(r, dt, len[s] * row + 1, -1.0, 1.0, &vv);
+        void *kb = random_data(r, kv_dt, len[s] * row + 1, -amp, amp, &kv);
+        void *vb = random_data(r, kv_dt, len[s] * row + 1, -amp, amp, &vv);
         c->k[s] = kv;
         c->v[s] = vv;
         for (int64_t blk = 0; blk < (len[s] + bs - 1) / bs; blk++)
@@ -351,8 +356,8 @@ static inline tc_status paged_build(paged_case *c, rng_t *r, tc_backend *b, tc_d
     free(perm);
     tc_status st;
     int64_t cshape[4] = {c->n_blocks, bs, KV, hd};
-    TC_CHECK(st, tc_tensor_init_from_host(&c->tk, b, dt, 4, cshape, kc, cache_elems * eb));
-    TC_CHECK(st, tc_tensor_init_from_host(&c->tv, b, dt, 4, cshape, vc, cache_elems * eb));
+    TC_CHECK(st, tc_tensor_init_from_host(&c->tk, b, kv_dt, 4, cshape, kc, cache_elems * eb));
+    TC_CHECK(st, tc_tensor_init_from_host(&c->tv, b, kv_dt, 4, cshape, vc, cache_elems * eb));
     TC_CHECK(st, random_tensor(r, b, &c->tq, dt, TC_SHAPE(c->n_tokens > 0 ? c->n_tokens : 1, H, hd), -1.0, 1.0, &c->q));
     TC_CHECK(st, tc_tensor_init_from_host(&c->ttable, b, TC_DTYPE_I32, TC_SHAPE(n_seqs, c->max_blocks), c->table,
                                           sizeof(int32_t) * (size_t)(n_seqs * c->max_blocks)));
@@ -364,6 +369,14 @@ fail:
     free(kc);
     free(vc);
     return st;
+}
+
+/* paged_build_kv with caches of the queries' dtype, values in [-1, 1). */
+static inline tc_status paged_build(paged_case *c, rng_t *r, tc_backend *b, tc_dtype dt, int64_t n_seqs,
+                                    const int64_t *len, const int64_t *m, int64_t H, int64_t KV, int64_t hd,
+                                    int64_t bs)
+{
+    return paged_build_kv(c, r, b, dt, dt, 1.0, n_seqs, len, m, H, KV, hd, bs);
 }
 
 /* The reference output [n_tokens, H, hd] of the case (malloc'ed). */

@@ -79,6 +79,52 @@ static void conversions_round_to_nearest_even(void **state)
     }
 }
 
+/* FP8 E4M3 against its definition: every code's value (bias 7, 3 mantissa bits, subnormals
+ * m/8 2^-6, 0x7f and 0xff NaN); every finite code survives a round trip; random floats go to
+ * a nearest code (ties to an even mantissa), beyond 448 saturate, NaN stays NaN. */
+static void fp8_e4m3_matches_its_definition(void **state)
+{
+    (void)state;
+    double value[256];
+    for (int b = 0; b < 256; b++) {
+        int e = (b >> 3) & 15, m = b & 7;
+        double v = e ? ldexp(8 + m, e - 10) : ldexp(m, -9);
+        value[b] = (b & 0x80) ? -v : v;
+        float got = tc__f8e4m3_to_f32((uint8_t)b);
+        if ((b & 0x7f) == 0x7f) {
+            assert_true(isnan(got));
+            continue;
+        }
+        assert_true(got == value[b]);
+        assert_true(!signbit(got) == !(b & 0x80));
+        assert_int_equal(tc__f32_to_f8e4m3(got), b);
+    }
+    assert_true(value[0x7e] == 448.0 && value[0x01] == ldexp(1, -9));
+    assert_int_equal(tc__f32_to_f8e4m3(448.5f), 0x7e);
+    assert_int_equal(tc__f32_to_f8e4m3(1e30f), 0x7e);
+    assert_int_equal(tc__f32_to_f8e4m3(-INFINITY), 0xfe);
+    assert_int_equal(tc__f32_to_f8e4m3(NAN) & 0x7f, 0x7f);
+    assert_int_equal(tc__f32_to_f8e4m3(ldexpf(1, -11)), 0x00); /* a quarter step: down */
+    assert_int_equal(tc__f32_to_f8e4m3(ldexpf(3, -10)), 0x02); /* 1.5 steps: to even */
+    assert_int_equal(tc__f32_to_f8e4m3(1.0625f), 0x38);        /* tie between 1 and 1.125 */
+    assert_int_equal(tc__f32_to_f8e4m3(1.1875f), 0x3a);        /* tie: up to the even 1.25 */
+    rng_t r = { 3 };
+    for (int i = 0; i < 200000; i++) {
+        double x = rng_uniform(&r, -1, 1) * ldexp(1, (int)rng_int(&r, 24) - 14);
+        uint8_t c = tc__f32_to_f8e4m3((float)x);
+        double got = value[c], e = fabs(got - (float)x);
+        if (fabs(x) >= 448)
+            continue;
+        for (int b = 0; b < 256; b++)
+            if ((b & 0x7f) != 0x7f) {
+                double d = fabs(value[b] - (float)x);
+                assert_true(e <= d);
+                if (e == d && value[b] != got)
+                    assert_true((c & 1) == 0); /* a tie went to the even mantissa */
+            }
+    }
+}
+
 static void tensors_copy_slice_and_reshape(void **state)
 {
     (void)state;
@@ -459,6 +505,26 @@ static void convert_between_float_dtypes(void **state)
 {
     (void)state;
     rng_t r = { 9 };
+    /* to FP8 E4M3 and back: each element as the scalar conversion rounds it */
+    for (size_t a = 0; a < 3; a++) {
+        int64_t n = 3, f = 127;
+        double *xv;
+        tc_tensor x, e8, back;
+        assert_int_equal(random_tensor(&r, cpu, &x, floats[a], TC_SHAPE(n, f), -500, 500, &xv),
+                         TC_OK);
+        assert_int_equal(tc_tensor_init(&e8, cpu, TC_DTYPE_F8E4M3, TC_SHAPE(n, f)), TC_OK);
+        assert_int_equal(tc_tensor_init(&back, cpu, floats[a], TC_SHAPE(n, f)), TC_OK);
+        assert_int_equal(tc_convert(&e8, &x), TC_OK);
+        assert_int_equal(tc_convert(&back, &e8), TC_OK);
+        double *bv = tensor_values(&back);
+        for (int64_t i = 0; i < n * f; i++) {
+            uint8_t want = tc__f32_to_f8e4m3((float)xv[i]);
+            assert_int_equal(((uint8_t *)e8.data)[i], want);
+            assert_true(bv[i] == tc__f8e4m3_to_f32(want));
+        }
+        free(xv), free(bv);
+        tc_tensor_deinit(&x), tc_tensor_deinit(&e8), tc_tensor_deinit(&back);
+    }
     for (size_t a = 0; a < 3; a++)
         for (size_t b = 0; b < 3; b++) {
             int64_t n = 3, f = 127;
@@ -549,6 +615,54 @@ static void attention_prefill_and_decode_over_paged_cache(void **state)
         }
 }
 
+/* Caches of FP8 E4M3 under queries of every float dtype: the same reference over the values
+ * the caches hold (of size 1, and of size 0.01 where FP8 is subnormal); a v cache of another
+ * dtype than k's is refused. */
+static void attention_over_fp8_caches(void **state)
+{
+    (void)state;
+    rng_t r = { 19 };
+    for (size_t di = 0; di < 3; di++)
+        for (int ai = 0; ai < 2; ai++) {
+            tc_dtype dt = floats[di];
+            double amp = ai ? 0.01 : 1.0, scale = 1.0 / sqrt(64.0);
+            int64_t len[] = { 1, 40, 300 }, m[] = { 1, 40, 7 }, ones[] = { 1, 1, 1 };
+            paged_case c;
+            tc_tensor out;
+            assert_int_equal(
+                paged_build_kv(&c, &r, cpu, dt, TC_DTYPE_F8E4M3, amp, 3, len, m, 8, 2, 64, 16),
+                TC_OK);
+            assert_int_equal(tc_tensor_init(&out, cpu, dt, TC_SHAPE(c.n_tokens, 8, 64)), TC_OK);
+            assert_int_equal(tc_attention_prefill(&out, &c.tq, &c.tk, &c.tv, &c.ttable, &c.tlens,
+                                                  &c.tqstart, (float)scale),
+                             TC_OK);
+            double *got = tensor_values(&out), *want = paged_reference(&c, scale);
+            EXPECT_CLOSE(got, want, c.n_tokens * 8 * 64, tolerance(dt), "prefill %s, fp8 +-%g",
+                         tc_dtype_name(dt), amp);
+            free(got), free(want);
+            tc_tensor_deinit(&out);
+            paged_free(&c);
+            assert_int_equal(
+                paged_build_kv(&c, &r, cpu, dt, TC_DTYPE_F8E4M3, amp, 3, len, ones, 8, 2, 64, 16),
+                TC_OK);
+            assert_int_equal(tc_tensor_init(&out, cpu, dt, TC_SHAPE(3, 8, 64)), TC_OK);
+            assert_int_equal(
+                tc_attention_decode(&out, &c.tq, &c.tk, &c.tv, &c.ttable, &c.tlens, (float)scale),
+                TC_OK);
+            got = tensor_values(&out);
+            want = paged_reference(&c, scale);
+            EXPECT_CLOSE(got, want, 3 * 8 * 64, tolerance(dt), "decode %s, fp8 +-%g",
+                         tc_dtype_name(dt), amp);
+            free(got), free(want);
+            assert_int_equal(
+                tc_attention_decode(&out, &c.tq, &c.tk, &c.tq, &c.ttable, &c.tlens, (float)scale),
+                TC_ERR_INVALID_ARGUMENT);
+            assert_non_null(strstr(tc_last_error(), "v_cache"));
+            tc_tensor_deinit(&out);
+            paged_free(&c);
+        }
+}
+
 static void attention_store_writes_slots(void **state)
 {
     (void)state;
@@ -574,6 +688,17 @@ static void attention_store_writes_slots(void **state)
         assert_true(kg[11 * 16 + i] == kv[i] && vg[11 * 16 + i] == vv[i]);
         assert_true(kg[i] == kv[32 + i] && vg[i] == vv[32 + i]);
     }
+    /* into FP8 caches: each element rounded once from k's and v's */
+    tc_tensor kc8, vc8;
+    assert_int_equal(tc_tensor_init(&kc8, cpu, TC_DTYPE_F8E4M3, TC_SHAPE(3, 4, 2, 8)), TC_OK);
+    assert_int_equal(tc_tensor_init(&vc8, cpu, TC_DTYPE_F8E4M3, TC_SHAPE(3, 4, 2, 8)), TC_OK);
+    assert_int_equal(tc_attention_store(&kc8, &vc8, &k, &v, &slots), TC_OK);
+    for (int i = 0; i < 16; i++) {
+        assert_int_equal(((uint8_t *)kc8.data)[11 * 16 + i], tc__f32_to_f8e4m3((float)kv[i]));
+        assert_int_equal(((uint8_t *)vc8.data)[i], tc__f32_to_f8e4m3((float)vv[32 + i]));
+    }
+    assert_int_equal(tc_attention_store(&kc8, &vc, &k, &v, &slots), TC_ERR_INVALID_ARGUMENT);
+    tc_tensor_deinit(&kc8), tc_tensor_deinit(&vc8);
     sl[1] = 12;
     assert_int_equal(tc_tensor_copy_from_host(&slots, sl, sizeof sl), TC_OK);
     assert_int_equal(tc_attention_store(&kc, &vc, &k, &v, &slots), TC_ERR_INVALID_ARGUMENT);
@@ -939,6 +1064,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(conversions_round_to_nearest_even),
+        cmocka_unit_test(fp8_e4m3_matches_its_definition),
         cmocka_unit_test(tensors_copy_slice_and_reshape),
         cmocka_unit_test(embedding_gathers_rows_of_every_dtype),
         cmocka_unit_test(rmsnorm_with_and_without_residual),
@@ -950,6 +1076,7 @@ int main(void)
         cmocka_unit_test(swiglu_and_softmax_on_strided_rows),
         cmocka_unit_test(convert_between_float_dtypes),
         cmocka_unit_test(attention_prefill_and_decode_over_paged_cache),
+        cmocka_unit_test(attention_over_fp8_caches),
         cmocka_unit_test(attention_store_writes_slots),
         cmocka_unit_test(rope_store_is_rope_then_store),
         cmocka_unit_test(linear_rope_store_is_linear_then_rope_store),
