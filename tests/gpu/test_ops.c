@@ -821,15 +821,16 @@ static void decode_odd_blocks(rng_t *r, tc_dtype dt, const char *note)
 /* A decode step's order: the kernel just before the decode stores each sequence's newest row,
  * and the decode (fresh_rows 1) reads the older rows while that kernel runs. Runs alternate
  * between two sets of new rows, each unlike the rows it replaces, so that a row read before
- * its store lands fails the comparison. */
-static void decode_after_store(rng_t *r, tc_dtype dt, int64_t H, int64_t KV, int64_t hd)
+ * its store lands fails the comparison. The caches hold kv_dt (dt's, or FP8 E4M3). */
+static void decode_after_store(rng_t *r, tc_dtype dt, int64_t H, int64_t KV, int64_t hd,
+                               tc_dtype kv_dt)
 {
     int64_t len[] = { 1, 77, 300, 4096 }, ones[] = { 1, 1, 1, 1 }, n = 4;
     double scale = 1.0 / sqrt((double)hd);
     paged_case gc, cc;
     rng_t r2 = *r;
-    CHECK(paged_build(&gc, r, gpu, dt, n, len, ones, H, KV, hd, 16));
-    CHECK(paged_build(&cc, &r2, cpu, dt, n, len, ones, H, KV, hd, 16));
+    CHECK(paged_build_kv(&gc, r, gpu, dt, kv_dt, 1.0, n, len, ones, H, KV, hd, 16));
+    CHECK(paged_build_kv(&cc, &r2, cpu, dt, kv_dt, 1.0, n, len, ones, H, KV, hd, 16));
     int32_t slots[4];
     for (int64_t s = 0; s < n; s++) {
         int64_t t = len[s] - 1;
@@ -855,16 +856,22 @@ static void decode_after_store(rng_t *r, tc_dtype dt, int64_t H, int64_t KV, int
         CHECK(tc_attention_store(&cc.tk, &cc.tv, &ck[i], &cv[i], &cs));
         CHECK(
             tc_attention_decode(&co, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens, (float)scale));
+        /* the reference's newest rows: the new rows as the cache holds them */
+        bool fp8 = kv_dt == TC_DTYPE_F8E4M3;
         for (int64_t s = 0; s < n; s++)
             for (int64_t e = 0; e < KV * hd; e++) {
-                cc.k[s][(len[s] - 1) * KV * hd + e] = kv[i][s * KV * hd + e];
-                cc.v[s][(len[s] - 1) * KV * hd + e] = vv[i][s * KV * hd + e];
+                double k = kv[i][s * KV * hd + e], v = vv[i][s * KV * hd + e];
+                cc.k[s][(len[s] - 1) * KV * hd + e] =
+                    fp8 ? tc__f8e4m3_to_f32(tc__f32_to_f8e4m3((float)k)) : k;
+                cc.v[s][(len[s] - 1) * KV * hd + e] =
+                    fp8 ? tc__f8e4m3_to_f32(tc__f32_to_f8e4m3((float)v)) : v;
             }
         double *want = paged_reference(&cc, scale);
         char what[128];
         snprintf(what, sizeof what,
-                 "attention decode after store %s H %lld KV %lld hd %lld, run %d",
-                 tc_dtype_name(dt), (long long)H, (long long)KV, (long long)hd, run + 1);
+                 "attention decode after store %s H %lld KV %lld hd %lld%s, run %d",
+                 tc_dtype_name(dt), (long long)H, (long long)KV, (long long)hd,
+                 fp8 ? ", f8e4m3 cache" : "", run + 1);
         expect_close(what, &go, want, &co, tolerance(dt));
         free(want);
         tc_tensor_deinit(&go), tc_tensor_deinit(&co);
@@ -1058,49 +1065,8 @@ static void attention_fp8(rng_t *r)
             }
     /* a decode step's order over an FP8 cache: store the newest rows, then decode reading the
      * older ones early (fresh_rows 1) */
-    for (int di = 0; di < 2; di++) {
-        tc_dtype dt = dts[di];
-        int64_t H = 32, KV = 8, hd = 128, n = 3, len[] = { 1, 300, 4096 }, ones[] = { 1, 1, 1 };
-        double scale = 1.0 / sqrt((double)hd);
-        paged_case gc, cc;
-        rng_t r2 = *r;
-        CHECK(paged_build_kv(&gc, r, gpu, dt, TC_DTYPE_F8E4M3, 1.0, n, len, ones, H, KV, hd, 16));
-        CHECK(paged_build_kv(&cc, &r2, cpu, dt, TC_DTYPE_F8E4M3, 1.0, n, len, ones, H, KV, hd, 16));
-        int32_t slots[3];
-        for (int64_t s = 0; s < n; s++) {
-            int64_t t = len[s] - 1;
-            slots[s] = (int32_t)(cc.table[s * cc.max_blocks + t / 16] * 16 + t % 16);
-        }
-        tc_tensor gs, cs, gk, ck, gv, cv, go, co;
-        CHECK(tc_tensor_init_from_host(&gs, gpu, TC_DTYPE_I32, TC_SHAPE(n), slots, sizeof slots));
-        CHECK(tc_tensor_init_from_host(&cs, cpu, TC_DTYPE_I32, TC_SHAPE(n), slots, sizeof slots));
-        double *kv = twin(r, dt, TC_SHAPE(n, KV, hd), 2, 3, &gk, &ck);
-        double *vv = twin(r, dt, TC_SHAPE(n, KV, hd), -3, -2, &gv, &cv);
-        const tc_attention_opts early = { .fresh_rows = 1 };
-        poisoned(&go, gpu, dt, TC_SHAPE(n, H, hd));
-        poisoned(&co, cpu, dt, TC_SHAPE(n, H, hd));
-        CHECK(tc_attention_store(&gc.tk, &gc.tv, &gk, &gv, &gs));
-        CHECK(tc_attention_decode_ex(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens,
-                                     (float)scale, &early));
-        CHECK(tc_attention_store(&cc.tk, &cc.tv, &ck, &cv, &cs));
-        CHECK(
-            tc_attention_decode(&co, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens, (float)scale));
-        for (int64_t s = 0; s < n; s++)
-            for (int64_t e = 0; e < KV * hd; e++) {
-                int64_t at = (len[s] - 1) * KV * hd + e;
-                cc.k[s][at] = tc__f8e4m3_to_f32(tc__f32_to_f8e4m3((float)kv[s * KV * hd + e]));
-                cc.v[s][at] = tc__f8e4m3_to_f32(tc__f32_to_f8e4m3((float)vv[s * KV * hd + e]));
-            }
-        double *want = paged_reference(&cc, scale);
-        char what[128];
-        snprintf(what, sizeof what, "attention decode after store %s, f8e4m3 cache",
-                 tc_dtype_name(dt));
-        expect_close(what, &go, want, &co, tolerance(dt));
-        free(want), free(kv), free(vv);
-        tc_tensor_deinit(&go), tc_tensor_deinit(&co), tc_tensor_deinit(&gs), tc_tensor_deinit(&cs);
-        tc_tensor_deinit(&gk), tc_tensor_deinit(&ck), tc_tensor_deinit(&gv), tc_tensor_deinit(&cv);
-        paged_free(&gc), paged_free(&cc);
-    }
+    decode_after_store(r, TC_DTYPE_BF16, 32, 8, 128, TC_DTYPE_F8E4M3);
+    decode_after_store(r, TC_DTYPE_F16, 9, 3, 64, TC_DTYPE_F8E4M3);
 }
 
 static void sampling(rng_t *r)
@@ -1170,9 +1136,9 @@ int main(void)
     linear_rope_store(&r);
     attention(&r);
     attention_fp8(&r);
-    decode_after_store(&r, TC_DTYPE_BF16, 32, 32, 128);
-    decode_after_store(&r, TC_DTYPE_BF16, 32, 8, 128);
-    decode_after_store(&r, TC_DTYPE_F32, 9, 3, 64);
+    decode_after_store(&r, TC_DTYPE_BF16, 32, 32, 128, TC_DTYPE_BF16);
+    decode_after_store(&r, TC_DTYPE_BF16, 32, 8, 128, TC_DTYPE_BF16);
+    decode_after_store(&r, TC_DTYPE_F32, 9, 3, 64, TC_DTYPE_F32);
     {
         const struct {
             tc_dtype dt;
