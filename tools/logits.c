@@ -2,8 +2,9 @@
  * model_vs_transformers.py): the prompt is prefilled in one pass, then each following id
  * is fed one at a time (decode); the f32 logits after the prompt and after each fed id are
  * written to OUT as [steps + 1, vocab]. Also prints the time of each phase.
- * Usage: logits MODEL cpu|cuda f32|bf16|f16 PROMPT_LEN IDS_FILE OUT
- * MODEL is a GGUF file or a Hugging Face folder (safetensors).
+ * Usage: logits MODEL cpu|cuda f32|bf16|f16[+fp8] PROMPT_LEN IDS_FILE OUT
+ * MODEL is a GGUF file or a Hugging Face folder (safetensors); "+fp8" keeps the KV cache in FP8
+ * E4M3.
  * IDS_FILE holds int32 ids: the prompt followed by the ids to feed. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,7 @@ static int die(const char *what)
 int main(int argc, char **argv)
 {
     if (argc != 7) {
-        fprintf(stderr, "usage: logits MODEL cpu|cuda f32|bf16|f16 PROMPT_LEN IDS_FILE OUT\n");
+        fprintf(stderr, "usage: logits MODEL cpu|cuda f32|bf16|f16[+fp8] PROMPT_LEN IDS_FILE OUT\n");
         return 2;
     }
     double t0 = now();
@@ -64,9 +65,10 @@ int main(int argc, char **argv)
         return die("backend");
     tc_llama_options o = { .max_context = n + 16, .max_tokens = prompt };
     o.act_set = true;
-    o.act = !strcmp(argv[3], "f32")   ? TC_DTYPE_F32
-            : !strcmp(argv[3], "f16") ? TC_DTYPE_F16
-                                      : TC_DTYPE_BF16;
+    o.act = !strncmp(argv[3], "f32", 3)   ? TC_DTYPE_F32
+            : !strncmp(argv[3], "f16", 3) ? TC_DTYPE_F16
+                                          : TC_DTYPE_BF16;
+    o.kv_fp8 = strstr(argv[3], "+fp8") != NULL;
     tc_llama *m;
     if (tc_llama_load(src, &cfg, b, &o, &m) != TC_OK)
         return die("load");

@@ -7,7 +7,11 @@ error and top-1 agreement. Two precautions make that reference exact enough to j
 is off, and the rotary angles are computed in f64 (transformers computes them in f32, whose
 error at position 95 already reaches 1e-4 of the logits; with both fixed our f32 path agrees
 to 3e-7 on a small model). Our bf16 path is judged against transformers' own bf16 run: its
-error and top-1 agreement must be no worse.
+error and top-1 agreement must be no worse. With an FP8 KV cache (bf16+fp8, GGUF), whose keys
+and values keep 3 mantissa bits to bf16's 8, the error may be up to six times transformers' bf16
+error and three quarters of the next tokens must agree (measured on the H100: 3.8 times and
+33/33 on SmolLM2's shape, 4.6 times and 27/33 on Llama-3.2-1B's, whose random logits are nearly
+flat); a wrong cache gives errors near 1.
 Usage: model_vs_transformers.py LOGITS_BINARY WORKDIR [shape ...] [--device cuda|cpu]
 Shapes: tiny (CPU-sized, for a quick check), smollm2-135m, llama3.2-1b, llama2-7b."""
 import os
@@ -113,7 +117,7 @@ def main():
         if device == "cuda":
             torch.cuda.empty_cache()
         ours_dev = "cuda" if device == "cuda" else "cpu"
-        runs = [("gguf", path, a) for a in ("bf16", "f32")]
+        runs = [("gguf", path, a) for a in ("bf16", "f32", "bf16+fp8")]
         runs.append(("safetensors", hf_dir, "bf16"))
         for fmt, model_path, act in runs:
             out = os.path.join(work, f"{shape}.{act}.logits")
@@ -131,6 +135,8 @@ def main():
             top1 = int((got.argmax(1) == ref.argmax(1)).sum())
             if act == "f32":
                 ok = max(rel) < 1e-4 and top1 == len(ref)
+            elif act.endswith("+fp8"):
+                ok = max(rel) <= max(1e-2, 6 * hf16_rel) and 4 * top1 >= 3 * len(ref)
             else:
                 ok = max(rel) <= max(1e-2, 1.25 * hf16_rel) and top1 >= hf16_top1
             failed += not ok
