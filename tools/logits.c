@@ -32,7 +32,8 @@ static int die(const char *what)
 int main(int argc, char **argv)
 {
     if (argc != 7) {
-        fprintf(stderr, "usage: logits MODEL cpu|cuda f32|bf16|f16[+fp8] PROMPT_LEN IDS_FILE OUT\n");
+        fprintf(stderr,
+                "usage: logits MODEL cpu|cuda f32|bf16|f16[+fp8] PROMPT_LEN IDS_FILE OUT\n");
         return 2;
     }
     double t0 = now();

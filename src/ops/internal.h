@@ -68,6 +68,10 @@ void tc__workers_stop(tc__workers *w);
 /* The cuBLAS handle of a CUDA backend, created on first use (bound to its stream); NULL with
  * the loader's status when cuBLAS cannot be loaded. */
 tc_status tc__backend_cublas(tc_backend *b, void **handle);
+/* out (f32) = x w^T for x and w of one 16-bit dtype, more than TC_MATVEC_MAX_ROWS rows, on
+ * cuBLAS (f32 accumulation and output): many rows' logits in one product. TC_ERR_UNSUPPORTED
+ * elsewhere (the caller then widens x and runs tc_matmul). */
+tc_status tc__matmul_widen(tc_tensor *out, const tc_tensor *x, const tc_tensor *w);
 /* At least `bytes` of the CUDA backend's op scratch (one op's temporaries at a time: valid
  * until the next call, in stream order). */
 tc_status tc__backend_workspace(tc_backend *b, size_t bytes, CUdeviceptr *out);

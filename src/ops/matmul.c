@@ -130,6 +130,7 @@ static int cuda_type(tc_dtype dt)
     return dt == TC_DTYPE_BF16 ? CUDA_R_16BF : dt == TC_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
+/* out = x w^T through cuBLAS: x and w of one dtype, out of it or (a widening product) f32. */
 static tc_status gemm_cublas(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, void *handle)
 {
     /* Row-major out[m, n] is column-major out^T = w x^T: A = w (stored k x n column-major,
@@ -143,7 +144,7 @@ static tc_status gemm_cublas(tc_tensor *out, const tc_tensor *x, const tc_tensor
     TC_TRY(tc_context_make_current(out->backend->ctx));
     return tc_cublasGemmEx((cublasHandle_t)handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k,
                            &one, w->data, (cudaDataType)t, (int)k, x->data, (cudaDataType)t,
-                           (int)x->stride[0], &zero, out->data, (cudaDataType)t,
+                           (int)x->stride[0], &zero, out->data, (cudaDataType)cuda_type(out->dtype),
                            (int)out->stride[0], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
@@ -316,6 +317,36 @@ static tc_status check_product(const char *op, const tc_tensor *out, const tc_te
     if (x->shape[0] > 0 && n > 0 && overlaps(out, x))
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "out must not overlap x");
     return TC_OK;
+}
+
+tc_status tc__matmul_widen(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
+{
+    const char *op = "tc_matmul (f32 out)";
+    TC_TRY(tc__check_dtype(op, "x", x, TC__MASK(TC_DTYPE_F16) | TC__MASK(TC_DTYPE_BF16)));
+    TC_TRY(tc__check_dtype(op, "w", w, TC__MASK(x->dtype)));
+    TC_TRY(tc__check_dtype(op, "out", out, TC__MASK(TC_DTYPE_F32)));
+    TC_TRY(tc__check_ndim(op, "x", x, 2));
+    TC_TRY(tc__check_ndim(op, "w", w, 2));
+    TC_TRY(tc__check_ndim(op, "out", out, 2));
+    TC_TRY(tc__check_dim(op, "w", w, 1, x->shape[1], "x's width, in_features"));
+    TC_TRY(tc__check_dim(op, "out", out, 0, x->shape[0], "x's rows"));
+    TC_TRY(tc__check_dim(op, "w", w, 0, out->shape[1], "out's width, out_features"));
+    TC_TRY(tc__check_same_backend(op, out, x));
+    TC_TRY(tc__check_same_backend(op, out, w));
+    TC_TRY(tc__check_rows_dense(op, "x", x));
+    TC_TRY(tc__check_rows_dense(op, "out", out));
+    if (!tc_tensor_is_contiguous(w))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "w must be contiguous");
+    tc_backend *b = out->backend;
+    void *handle = NULL;
+    if (b->kind != TC_BACKEND_CUDA || x->shape[0] <= TC_MATVEC_MAX_ROWS || b->gemm == TC_GEMM_OWN ||
+        b->gemm == TC_GEMM_OWN_PORTABLE || tc__backend_cublas(b, &handle) != TC_OK)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "a product widening to f32 runs on cuBLAS only, for more than %d rows",
+                            TC_MATVEC_MAX_ROWS);
+    if (x->shape[0] == 0 || w->shape[0] == 0)
+        return TC_OK;
+    return gemm_cublas(out, x, w, handle);
 }
 
 tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)

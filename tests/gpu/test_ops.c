@@ -340,8 +340,47 @@ static void matmul_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n
     tc_backend_set_gemm(gpu, TC_GEMM_AUTO);
 }
 
+/* The logits' product of many rows: 16-bit x and w, f32 out through cuBLAS (tc__matmul_widen),
+ * against the reference and the CPU's product of x widened to f32; refused for 8 rows. */
+static void matmul_widen(rng_t *r, tc_dtype dt, int64_t m, int64_t n, int64_t k)
+{
+    tc_tensor gx, cx, gw, cw, go, co, cxf;
+    double *xv = twin(r, dt, TC_SHAPE(m, k), -1, 1, &gx, &cx);
+    double *wv = twin(r, dt, TC_SHAPE(n, k), -1, 1, &gw, &cw);
+    poisoned(&go, gpu, TC_DTYPE_F32, TC_SHAPE(m, n));
+    poisoned(&co, cpu, TC_DTYPE_F32, TC_SHAPE(m, n));
+    CHECK(tc_tensor_init(&cxf, cpu, TC_DTYPE_F32, TC_SHAPE(m, k)));
+    CHECK(tc_convert(&cxf, &cx));
+    tc_status st = tc__matmul_widen(&go, &gx, &gw);
+    CHECK(tc_matmul(&co, &cxf, &cw));
+    double *want = malloc(sizeof(double) * (size_t)(m * n));
+    ref_matmul(want, xv, wv, m, n, k);
+    char what[96];
+    snprintf(what, sizeof what, "matmul %s -> f32 [%lld x %lld x %lld] cuBLAS", tc_dtype_name(dt),
+             (long long)m, (long long)n, (long long)k);
+    if (st != TC_OK) {
+        printf("%-58s %s  FAIL\n", what, tc_last_error());
+        failures++, cases++;
+    } else {
+        expect_close(what, &go, want, &co, 1e-4);
+    }
+    tc_tensor eight;
+    CHECK(tc_tensor_slice(&gx, 0, 0, 8, &eight));
+    tc_tensor go8;
+    CHECK(tc_tensor_slice(&go, 0, 0, 8, &go8));
+    bool refused = tc__matmul_widen(&go8, &eight, &gw) == TC_ERR_UNSUPPORTED;
+    printf("%-58s %s\n", "  8 rows: refused (the caller widens x)", refused ? "ok" : "FAIL");
+    failures += !refused;
+    cases++;
+    free(xv), free(wv), free(want);
+    tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&gw), tc_tensor_deinit(&cw);
+    tc_tensor_deinit(&go), tc_tensor_deinit(&co), tc_tensor_deinit(&cxf);
+}
+
 static void matmul(rng_t *r)
 {
+    matmul_widen(r, TC_DTYPE_BF16, 37, 1001, 576);
+    matmul_widen(r, TC_DTYPE_F16, 256, 3000, 2048);
     const tc_dtype ws[] = { TC_DTYPE_BF16, TC_DTYPE_F16, TC_DTYPE_F32, TC_DTYPE_Q8_0,
                             TC_DTYPE_Q4_0 };
     const int64_t ms[] = { 1, 3, 8 };
