@@ -292,13 +292,16 @@ static tc_status linear_cpu(tc_tensor *out, const tc_tensor *x, const tc_tensor 
 
 /* The checks tc_matmul and tc_linear share: dtypes, shapes (w has twice out's width of rows
  * with SwiGLU), backends, layouts, and an out that does not overlap x. */
+/* The checks of a product; `widen`: x and w of one 16-bit dtype, out f32 (tc__matmul_widen). */
 static tc_status check_product(const char *op, const tc_tensor *out, const tc_tensor *x,
-                               const tc_tensor *w, bool swiglu)
+                               const tc_tensor *w, bool swiglu, bool widen)
 {
-    TC_TRY(tc__check_dtype(op, "x", x, TC__FLOATS));
-    TC_TRY(tc__check_dtype(op, "out", out, TC__MASK(x->dtype)));
+    TC_TRY(tc__check_dtype(op, "x", x,
+                           widen ? TC__MASK(TC_DTYPE_F16) | TC__MASK(TC_DTYPE_BF16) : TC__FLOATS));
+    TC_TRY(tc__check_dtype(op, "out", out, TC__MASK(widen ? TC_DTYPE_F32 : x->dtype)));
     TC_TRY(tc__check_dtype(op, "w", w,
-                           TC__FLOATS | TC__MASK(TC_DTYPE_Q4_0) | TC__MASK(TC_DTYPE_Q8_0)));
+                           widen ? TC__MASK(x->dtype)
+                                 : TC__FLOATS | TC__MASK(TC_DTYPE_Q4_0) | TC__MASK(TC_DTYPE_Q8_0)));
     TC_TRY(tc__check_ndim(op, "x", x, 2));
     TC_TRY(tc__check_ndim(op, "w", w, 2));
     TC_TRY(tc__check_ndim(op, "out", out, 2));
@@ -322,21 +325,7 @@ static tc_status check_product(const char *op, const tc_tensor *out, const tc_te
 tc_status tc__matmul_widen(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
 {
     const char *op = "tc_matmul (f32 out)";
-    TC_TRY(tc__check_dtype(op, "x", x, TC__MASK(TC_DTYPE_F16) | TC__MASK(TC_DTYPE_BF16)));
-    TC_TRY(tc__check_dtype(op, "w", w, TC__MASK(x->dtype)));
-    TC_TRY(tc__check_dtype(op, "out", out, TC__MASK(TC_DTYPE_F32)));
-    TC_TRY(tc__check_ndim(op, "x", x, 2));
-    TC_TRY(tc__check_ndim(op, "w", w, 2));
-    TC_TRY(tc__check_ndim(op, "out", out, 2));
-    TC_TRY(tc__check_dim(op, "w", w, 1, x->shape[1], "x's width, in_features"));
-    TC_TRY(tc__check_dim(op, "out", out, 0, x->shape[0], "x's rows"));
-    TC_TRY(tc__check_dim(op, "w", w, 0, out->shape[1], "out's width, out_features"));
-    TC_TRY(tc__check_same_backend(op, out, x));
-    TC_TRY(tc__check_same_backend(op, out, w));
-    TC_TRY(tc__check_rows_dense(op, "x", x));
-    TC_TRY(tc__check_rows_dense(op, "out", out));
-    if (!tc_tensor_is_contiguous(w))
-        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "w must be contiguous");
+    TC_TRY(check_product(op, out, x, w, false, true));
     tc_backend *b = out->backend;
     void *handle = NULL;
     if (b->kind != TC_BACKEND_CUDA || x->shape[0] <= TC_MATVEC_MAX_ROWS || b->gemm == TC_GEMM_OWN ||
@@ -344,14 +333,14 @@ tc_status tc__matmul_widen(tc_tensor *out, const tc_tensor *x, const tc_tensor *
         return tc_set_error(TC_ERR_UNSUPPORTED, op,
                             "a product widening to f32 runs on cuBLAS only, for more than %d rows",
                             TC_MATVEC_MAX_ROWS);
-    if (x->shape[0] == 0 || w->shape[0] == 0)
+    if (w->shape[0] == 0)
         return TC_OK;
     return gemm_cublas(out, x, w, handle);
 }
 
 tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
 {
-    TC_TRY(check_product("tc_matmul", out, x, w, false));
+    TC_TRY(check_product("tc_matmul", out, x, w, false, false));
     int64_t m = x->shape[0], n = w->shape[0];
     if (m == 0 || n == 0)
         return TC_OK;
@@ -381,7 +370,7 @@ tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
 static tc_status check_linear(const char *op, const tc_tensor *out, const tc_tensor *x,
                               const tc_tensor *w, const tc_linear_opts *o)
 {
-    TC_TRY(check_product(op, out, x, w, o->swiglu));
+    TC_TRY(check_product(op, out, x, w, o->swiglu, false));
     if (o->rms_norm && !(TC__FLOATS & TC__MASK(w->dtype)))
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
                             "rms_norm needs float weights (f32, f16 or bf16), not %s",
