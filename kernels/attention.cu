@@ -3,8 +3,8 @@
 // flash-decoding; the last split to finish merges) and causal prefill (flash-attention style
 // online softmax over key tiles held in shared memory; Dao et al. 2022). f32 arithmetic
 // throughout. A cache holds the activations' type, or FP8 E4M3 (half the bytes of a 16-bit
-// cache): its tiles are copied to shared memory as bytes and widened there to the activations'
-// type, exactly, before the same tensor-core products.
+// cache): its tiles are copied to shared memory as bytes; decode builds f16 tensor-core
+// fragments from them, prefill widens them there to the activations' type, exactly.
 #include <limits.h>
 
 #include "common.cuh"

@@ -623,8 +623,8 @@ int tc_cli_info(int argc, char **argv)
                                         : TC_DTYPE_BF16;
     uint64_t placed = tc_llama_weight_bytes(&g, cpu, act);
     int64_t ctx = o.ctx ? o.ctx : c.max_positions;
-    double kv_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim *
-                      (double)tc_dtype_bytes(o.kv_fp8 ? TC_DTYPE_F8E4M3 : act, 1);
+    tc_dtype kv = o.kv_fp8 ? TC_DTYPE_F8E4M3 : act;
+    double kv_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * (double)tc_dtype_bytes(kv, 1);
     printf("model            %s\n", o.model);
     printf("name             %s\n", c.name[0] ? c.name : "(none)");
     printf("architecture     %s\n", c.arch);
@@ -647,9 +647,8 @@ int tc_cli_info(int argc, char **argv)
            (double)file_bytes / 1048576.0);
     printf("memory estimate  %s, %s activations: weights %.1f MiB + %s KV cache %.1f KiB/token "
            "(%.1f MiB at %lld tokens)\n",
-           cpu ? "cpu" : "cuda", tc_dtype_name(act), (double)placed / 1048576.0,
-           tc_dtype_name(o.kv_fp8 ? TC_DTYPE_F8E4M3 : act), kv_token / 1024.0,
-           kv_token * (double)ctx / 1048576.0, (long long)ctx);
+           cpu ? "cpu" : "cuda", tc_dtype_name(act), (double)placed / 1048576.0, tc_dtype_name(kv),
+           kv_token / 1024.0, kv_token * (double)ctx / 1048576.0, (long long)ctx);
     close_session(&ss);
     return 0;
 }
