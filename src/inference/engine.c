@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "inference/blocks.h"
+#include "runtime/host.h"
+#include "runtime/log.h"
 
 enum { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE };
 /* Bytes of text one token may release (a piece, or text held back for stop strings). */
@@ -926,6 +928,10 @@ static int32_t active_requests(const tc_engine *e)
 tc_status tc_engine_step(tc_engine *e, int32_t *active)
 {
     tc_status st = intake(e);
+    /* THINCUDA_LOG=debug: a line a step with its batch and its time (steps end with the
+     * sampled tokens on the host, so the clock covers the device work). */
+    bool trace = tc__log_enabled(TC_LOG_DEBUG);
+    double t_start = trace ? tc_host_seconds() : 0.0;
     int64_t T = 0;
     int32_t S = schedule(e, &T);
     if (S == 0) {
@@ -936,7 +942,7 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
     }
     /* Sequences that finish their pending tokens this step are sampled: they come first, so
      * that their logits are rows 0 .. n_sample - 1. */
-    int32_t n_sample = 0;
+    int32_t n_sample = 0, n_decode = 0;
     {
         /* Stable: one-token rows that sample (decodes) first, so the model can run their
          * attention apart, then finishing prompt chunks, then the chunks that do not sample. */
@@ -950,6 +956,7 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
                 if (kind == pass)
                     sorted[k++] = s;
                 n_sample += pass == 0 && samples;
+                n_decode += pass == 0 && kind == 0;
             }
         memcpy(e->batch, sorted, sizeof *sorted * (size_t)S);
     }
@@ -1015,6 +1022,11 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
         e->stats.generated_tokens++;
         accept(e, s, e->sampled[i]);
     }
+    if (trace)
+        TC_DEBUG("step %llu: %d sequences (%d sampled), %lld tokens (%d in one-token rows), "
+                 "%d block copies, %.3f ms",
+                 (unsigned long long)e->stats.steps, S, n_sample, (long long)T, n_decode,
+                 e->n_copies, (tc_host_seconds() - t_start) * 1e3);
     publish_stats(e);
     if (active)
         *active = active_requests(e);

@@ -94,7 +94,11 @@ eng = field(r"^engine\s+(\d+) steps", out, "engine steps")
 if gib and req and tput and bw and eng:
     wall = req[0]
     kv, w, s, floor, tbs, pct, most = bw
-    check(abs(tput[0] * wall - 5) < 0.05 * 5, f"{tput[0]} requests/s over {wall} s is 5 requests")
+    # Figures are printed rounded (requests/s and seconds to 0.01, tokens/s to 1), so a figure
+    # worked out from printed ones is checked against the range their rounding allows; a slow
+    # machine (the sanitizer build) makes those ranges wide.
+    lo, hi = (tput[0] - 0.005) * (wall - 0.005), (tput[0] + 0.005) * (wall + 0.005)
+    check(0.99 * lo <= 5 <= 1.01 * hi, f"{tput[0]} requests/s over {wall} s is 5 requests")
     check(1 <= s <= eng[0], f"{s:.0f} measured steps of {eng[0]:.0f} in all")
     check(abs(w / s - gib[0] * 2**30 / 1e9) <= 0.02 * w / s, f"weights read once a step: {w / s:.3f} GB")
     # SmolLM2: 30 layers, 3 KV heads of 64, keys and values in f32 on the CPU. A request of P
@@ -104,6 +108,7 @@ if gib and req and tput and bw and eng:
     check(lo - 0.0005 <= kv <= hi + 0.0005, f"keys and values read: {kv} GB in [{lo:.4f}, {hi:.4f}]")
     check(tbs == 0.0 and abs(floor - (kv + w)) <= 0.01 * floor + 0.01, f"floor {floor} s = {kv + w:.3f} GB at 1 GB/s")
     check(abs(pct - 100 * floor / wall) <= 0.01 * pct + 0.1, f"{pct}% of the run")
-    out_tokens = tput[1] * wall
-    check(abs(most - out_tokens / floor) <= 0.03 * most + 1, f"at most {most:.0f} output tokens/s")
+    lo = (tput[1] - 0.5) * (wall - 0.005) / (floor + 0.005) - 0.5
+    hi = (tput[1] + 0.5) * (wall + 0.005) / (floor - 0.005) + 0.5
+    check(0.99 * lo <= most <= 1.01 * hi, f"at most {most:.0f} output tokens/s, in [{lo:.1f}, {hi:.1f}]")
 sys.exit(1 if failed else 0)
