@@ -188,8 +188,6 @@ uint64_t tc_llama_weight_bytes(const tc_gguf *g, bool cpu, tc_dtype act)
     return total;
 }
 
-/* Place tensor `name` of shape [rows, cols] (rows = 0 for a vector of cols) in the dtype
- * target() picks, checking its presence and shape. */
 /* Random weights for benchmarks: norms near 1, matrices uniform with variance 1/cols (so
  * activations keep their scale through the layers), all in the activation dtype. */
 static tc_status place_random(loader *L, int64_t rows, int64_t cols, tc_tensor *t)
@@ -206,6 +204,8 @@ static tc_status place_random(loader *L, int64_t rows, int64_t cols, tc_tensor *
     return TC_OK;
 }
 
+/* Place tensor `name` of shape [rows, cols] (rows = 0 for a vector of cols) in the dtype
+ * target() picks, checking its presence and shape; random weights when there is no file. */
 static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, tc_tensor *t)
 {
     const char *op = "tc_llama_load";
@@ -234,10 +234,13 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
     bool into = t->data != NULL;
     if (into && t->dtype != want)
         return tc_set_error(TC_ERR_INTERNAL, op, "%s: fused matrix of another dtype", name);
+    /* The CPU reads a tensor in place when its elements are aligned in the file (a file may
+     * declare general.alignment down to 1); otherwise it holds a copy. */
+    size_t elem = tc_dtype_is_block(want) ? 1 : tc_dtype_bytes(want, 1);
     if (readable && want == native) {
         if (into)
             st = tc_tensor_copy_from_host(t, gt->data, gt->bytes);
-        else if (cpu)
+        else if (cpu && (uintptr_t)gt->data % elem == 0)
             st = tc_tensor_wrap(t, b, want, nd, shape, (void *)(uintptr_t)gt->data);
         else
             st = tc_tensor_init_from_host(t, b, want, nd, shape, gt->data, gt->bytes);

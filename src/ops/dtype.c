@@ -181,6 +181,16 @@ void tc__load_row(tc_dtype dt, const void *row, int64_t n, float *out)
             }
         }
         break;
+    case TC_DTYPE_Q8_0:
+        for (int64_t b = 0; b < n / TC_QBLOCK; b++) {
+            const uint8_t *blk = (const uint8_t *)row + b * (2 + TC_QBLOCK);
+            uint16_t dh;
+            memcpy(&dh, blk, 2);
+            float d = tc__f16_to_f32(dh);
+            for (int j = 0; j < TC_QBLOCK; j++)
+                out[b * TC_QBLOCK + j] = (float)(int8_t)blk[2 + j] * d;
+        }
+        break;
     default:
         for (int64_t i = 0; i < n; i++)
             out[i] = tc__load(dt, row, i);

@@ -85,7 +85,6 @@ tc_status tc__backend_counters(tc_backend *b, size_t count, CUdeviceptr *out);
  * backend's threads and may still be in flight, ordered before later work on its stream. */
 tc_status tc__backend_upload(tc_backend *b, CUdeviceptr dst, const void *src, size_t bytes);
 
-/* Element conversions (round to nearest even; NaN stays NaN). */
 /* splitmix64's finaliser (Steele, Lea & Flood 2014): a 64-bit mix for random streams and
  * hashes. */
 static inline uint64_t tc__mix64(uint64_t x)
@@ -97,6 +96,7 @@ static inline uint64_t tc__mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* Element conversions (round to nearest even; NaN stays NaN). */
 static inline float tc__bf16_to_f32(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;

@@ -244,15 +244,21 @@ static void linear_cols(void *ctx, int64_t begin, int64_t end)
     }
     float *urow = wrow + j->k;
     size_t row_bytes = tc_dtype_bytes(j->w->dtype, j->k);
+    /* f32 rows are read in place; other dtypes are widened into wrow and urow first. */
+    bool f32 = j->w->dtype == TC_DTYPE_F32;
     for (int64_t c = begin; c < end; c++) {
-        tc__load_row(j->w->dtype, (const char *)j->w->data + (size_t)c * row_bytes, j->k, wrow);
-        if (j->swiglu)
-            tc__load_row(j->w->dtype, (const char *)j->w->data + (size_t)(j->n + c) * row_bytes,
-                         j->k, urow);
-        for (int64_t r = 0; r < j->m; r++) {
-            float v = dot(j->x + r * j->k, wrow, j->k);
+        const char *gate = (const char *)j->w->data + (size_t)c * row_bytes,
+                   *up = j->swiglu ? gate + (size_t)j->n * row_bytes : gate;
+        const float *g = f32 ? (const float *)gate : wrow, *u = f32 ? (const float *)up : urow;
+        if (!f32) {
+            tc__load_row(j->w->dtype, gate, j->k, wrow);
             if (j->swiglu)
-                v = v / (1.0f + expf(-v)) * dot(j->x + r * j->k, urow, j->k);
+                tc__load_row(j->w->dtype, up, j->k, urow);
+        }
+        for (int64_t r = 0; r < j->m; r++) {
+            float v = dot(j->x + r * j->k, g, j->k);
+            if (j->swiglu)
+                v = v / (1.0f + expf(-v)) * dot(j->x + r * j->k, u, j->k);
             void *orow = tc__row(j->out, r);
             if (j->accumulate)
                 v += tc__load(j->out->dtype, orow, c);
@@ -290,9 +296,9 @@ static tc_status linear_cpu(tc_tensor *out, const tc_tensor *x, const tc_tensor 
     return TC_OK;
 }
 
-/* The checks tc_matmul and tc_linear share: dtypes, shapes (w has twice out's width of rows
- * with SwiGLU), backends, layouts, and an out that does not overlap x. */
-/* The checks of a product; `widen`: x and w of one 16-bit dtype, out f32 (tc__matmul_widen). */
+/* The checks tc_matmul, tc_linear and tc__matmul_widen share: dtypes (`widen`: x and w of
+ * one 16-bit dtype, out f32), shapes (w has twice out's width of rows with SwiGLU), backends,
+ * layouts, and an out that does not overlap x. */
 static tc_status check_product(const char *op, const tc_tensor *out, const tc_tensor *x,
                                const tc_tensor *w, bool swiglu, bool widen)
 {

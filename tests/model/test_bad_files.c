@@ -3,8 +3,10 @@
  * broken one way at a time: truncation, wrong magic or version, huge counts, unknown types,
  * an unsupported architecture, a missing tensor, a wrong shape, an unsupported dtype. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,14 +62,27 @@ static const tensor llama[] = {
 };
 #define N_TENSORS (sizeof llama / sizeof *llama)
 
-/* Build a GGUF of the tiny model; `skip` drops a tensor, `edit` changes one (by index). */
-static buf gguf_image(const char *arch, int skip, int edit, tensor edited)
+/* Build a GGUF of the tiny model; `skip` drops a tensor, `edit` changes one (by index).
+ * `align` (0: none, the default of 32) is written as general.alignment, after a string of
+ * `filler` bytes that moves where the tensor data begins. */
+static buf gguf_build(const char *arch, int skip, int edit, tensor edited, uint32_t align,
+                      size_t filler)
 {
     buf b = { 0 };
     u32(&b, 0x46554747u);
     u32(&b, 3);
     u64(&b, N_TENSORS - (skip >= 0));
-    u64(&b, 6);
+    u64(&b, align ? 8 : 6);
+    if (align) {
+        str(&b, "general.alignment");
+        u32(&b, 4);
+        u32(&b, align);
+        str(&b, "test.filler");
+        u32(&b, 8);
+        u64(&b, filler);
+        for (size_t i = 0; i < filler; i++)
+            put(&b, "x", 1);
+    }
     char key[64];
     str(&b, "general.architecture");
     u32(&b, 8);
@@ -98,7 +113,7 @@ static buf gguf_image(const char *arch, int skip, int edit, tensor edited)
         u64(&b, offset);
         offset += (sizes[i] + 31) / 32 * 32;
     }
-    while (b.n % 32)
+    while (b.n % (align ? align : 32))
         put(&b, "", 1);
     for (size_t i = 0; i < N_TENSORS; i++) {
         if ((int)i == skip)
@@ -109,6 +124,11 @@ static buf gguf_image(const char *arch, int skip, int edit, tensor edited)
         }
     }
     return b;
+}
+
+static buf gguf_image(const char *arch, int skip, int edit, tensor edited)
+{
+    return gguf_build(arch, skip, edit, edited, 0, 0);
 }
 
 /* Load the image as a model on the CPU; returns the status and leaves tc_last_error(). */
@@ -143,6 +163,61 @@ static void valid_tiny_gguf_loads(void **state)
     buf b = gguf_image("llama", -1, -1, llama[0]);
     assert_int_equal(load(&b), TC_OK);
     free(b.p);
+}
+
+/* Load the image on the CPU, run tokens 1, 2, 3 through it and copy the last row's logits. */
+static void tiny_logits(buf *b, float out[4])
+{
+    tc_gguf g;
+    assert_int_equal(tc_gguf_parse(&g, b->p, b->n), TC_OK);
+    tc_backend *cpu;
+    assert_int_equal(tc_backend_create_cpu(1, &cpu), TC_OK);
+    tc_llama_options o = { .max_context = 32, .max_tokens = 8 };
+    tc_llama *m = NULL;
+    assert_int_equal(tc_llama_load_gguf(&g, cpu, &o, &m), TC_OK);
+    tc_kv_cache kv;
+    assert_int_equal(tc_kv_cache_init(&kv, m, 2, 16), TC_OK);
+    int32_t ids[3] = { 1, 2, 3 }, pos[3] = { 0, 1, 2 }, q_start[2] = { 0, 3 }, len = 3,
+            table[2] = { 0, 1 };
+    tc_llama_batch batch = { 3, 1, 2, ids, pos, pos, q_start, &len, table };
+    tc_tensor *logits;
+    assert_int_equal(tc_llama_forward(m, &kv, &batch, &logits), TC_OK);
+    assert_int_equal(logits->dtype, TC_DTYPE_F32);
+    memcpy(out, logits->data, 4 * sizeof(float));
+    tc_kv_cache_deinit(&kv);
+    tc_llama_destroy(m);
+    tc_backend_destroy(cpu);
+    tc_gguf_close(&g);
+}
+
+/* general.alignment 2 with the data starting 2 bytes past a multiple of 4: every f32 tensor is
+ * misaligned in the file. The CPU then holds copies (the sanitizer build fails on a misaligned
+ * read), and the logits are those of the same model aligned as usual. */
+static void misaligned_tensors_give_the_same_logits(void **state)
+{
+    (void)state;
+    buf good = gguf_image("llama", -1, -1, llama[0]), odd = { 0 };
+    for (size_t filler = 0; filler < 4 && !odd.p; filler++) {
+        buf b = gguf_build("llama", -1, -1, llama[0], 2, filler);
+        tc_gguf g;
+        assert_int_equal(tc_gguf_parse(&g, b.p, b.n), TC_OK);
+        bool misaligned = ((const uint8_t *)g.tensors[0].data - b.p) % 4 == 2;
+        tc_gguf_close(&g);
+        if (misaligned)
+            odd = b;
+        else
+            free(b.p);
+    }
+    assert_non_null(odd.p);
+    float want[4], got[4];
+    tiny_logits(&good, want);
+    tiny_logits(&odd, got);
+    for (int i = 0; i < 4; i++) {
+        assert_true(isfinite(want[i]));
+        assert_memory_equal(&got[i], &want[i], sizeof(float));
+    }
+    free(good.p);
+    free(odd.p);
 }
 
 static void broken_gguf_headers_are_parse_errors(void **state)
@@ -308,6 +383,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(valid_tiny_gguf_loads),
+        cmocka_unit_test(misaligned_tensors_give_the_same_logits),
         cmocka_unit_test(broken_gguf_headers_are_parse_errors),
         cmocka_unit_test(broken_gguf_models_name_the_problem),
         cmocka_unit_test(broken_safetensors_are_errors),
