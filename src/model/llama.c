@@ -151,7 +151,7 @@ typedef struct loader {
     uint64_t seed; /* with g NULL: random weights */
 } loader;
 
-static bool kernel_reads(tc_ggml_type t, tc_dtype *dt)
+static bool kernel_reads(tc_ggml_type t, bool cpu, tc_dtype *dt)
 {
     switch (t) {
     case TC_GGML_F32: *dt = TC_DTYPE_F32; return true;
@@ -159,16 +159,18 @@ static bool kernel_reads(tc_ggml_type t, tc_dtype *dt)
     case TC_GGML_BF16: *dt = TC_DTYPE_BF16; return true;
     case TC_GGML_Q8_0: *dt = TC_DTYPE_Q8_0; return true;
     case TC_GGML_Q4_0: *dt = TC_DTYPE_Q4_0; return true;
+    case TC_GGML_Q4_1: *dt = TC_DTYPE_Q4_1; return cpu; /* no CUDA kernel reads it */
     default: return false;
     }
 }
 
 /* The dtype a tensor is held in: vectors take the activation dtype; matrices keep a type the
  * kernels read (on CUDA, float types become the activation dtype so that cuBLAS can run
- * them); others are dequantised, to f32 on the CPU and to the activation dtype on CUDA. */
+ * them, and Q4_1 is read on the CPU only); others are dequantised, to f32 on the CPU and to
+ * the activation dtype on CUDA. */
 static tc_dtype target(tc_ggml_type type, bool vec, bool cpu, tc_dtype act, tc_dtype *native)
 {
-    bool readable = kernel_reads(type, native);
+    bool readable = kernel_reads(type, cpu, native);
     if (vec)
         return act;
     if (readable && (cpu || tc_dtype_is_block(*native)))
@@ -226,7 +228,7 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
     tc_backend *b = m->backend;
     bool cpu = tc_backend_get_kind(b) == TC_BACKEND_CPU;
     tc_dtype native = TC_DTYPE_F32, want = target(gt->type, vec, cpu, m->act, &native);
-    bool readable = kernel_reads(gt->type, &native);
+    bool readable = kernel_reads(gt->type, cpu, &native);
     int64_t shape[2] = { vec ? cols : rows, cols };
     int nd = vec ? 1 : 2;
     tc_status st = TC_OK;

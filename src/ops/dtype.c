@@ -15,6 +15,7 @@ static const struct {
     [TC_DTYPE_Q4_0] = { "q4_0", 2 + TC_QBLOCK / 2, TC_QBLOCK },
     [TC_DTYPE_Q8_0] = { "q8_0", 2 + TC_QBLOCK, TC_QBLOCK },
     [TC_DTYPE_F8E4M3] = { "f8e4m3", 1, 1 },
+    [TC_DTYPE_Q4_1] = { "q4_1", 4 + TC_QBLOCK / 2, TC_QBLOCK },
 };
 
 const char *tc_dtype_name(tc_dtype dt)
@@ -31,33 +32,7 @@ size_t tc_dtype_bytes(tc_dtype dt, int64_t n)
 
 bool tc_dtype_is_block(tc_dtype dt)
 {
-    return dt == TC_DTYPE_Q4_0 || dt == TC_DTYPE_Q8_0;
-}
-
-float tc__f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t man = h & 0x3ff;
-    uint32_t u;
-    if (exp == 0x1f) {
-        u = sign | 0x7f800000u | (man << 13);
-    } else if (exp != 0) {
-        u = sign | ((exp + 112) << 23) | (man << 13);
-    } else if (man == 0) {
-        u = sign;
-    } else {
-        /* Subnormal: normalise the mantissa. */
-        int e = -1;
-        do {
-            man <<= 1;
-            e++;
-        } while (!(man & 0x400));
-        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return dt == TC_DTYPE_Q4_0 || dt == TC_DTYPE_Q8_0 || dt == TC_DTYPE_Q4_1;
 }
 
 uint16_t tc__f32_to_f16(float f)
@@ -142,6 +117,14 @@ float tc__load(tc_dtype dt, const void *row, int64_t i)
         memcpy(&d, blk, 2);
         return (float)(int8_t)blk[2 + i % TC_QBLOCK] * tc__f16_to_f32(d);
     }
+    case TC_DTYPE_Q4_1: {
+        const uint8_t *blk = (const uint8_t *)row + (i / TC_QBLOCK) * (4 + TC_QBLOCK / 2);
+        uint16_t dm[2];
+        memcpy(dm, blk, 4);
+        int j = (int)(i % TC_QBLOCK);
+        int q = j < 16 ? (blk[4 + j] & 0xf) : (blk[4 + j - 16] >> 4);
+        return (float)q * tc__f16_to_f32(dm[0]) + tc__f16_to_f32(dm[1]);
+    }
     default: return NAN;
     }
 }
@@ -187,8 +170,25 @@ void tc__load_row(tc_dtype dt, const void *row, int64_t n, float *out)
             uint16_t dh;
             memcpy(&dh, blk, 2);
             float d = tc__f16_to_f32(dh);
+            int8_t q[TC_QBLOCK]; /* copied out so that the loop vectorises (see Q4_1) */
+            memcpy(q, blk + 2, TC_QBLOCK);
             for (int j = 0; j < TC_QBLOCK; j++)
-                out[b * TC_QBLOCK + j] = (float)(int8_t)blk[2 + j] * d;
+                out[b * TC_QBLOCK + j] = (float)q[j] * d;
+        }
+        break;
+    case TC_DTYPE_Q4_1:
+        for (int64_t b = 0; b < n / TC_QBLOCK; b++) {
+            const uint8_t *blk = (const uint8_t *)row + b * (4 + TC_QBLOCK / 2);
+            uint16_t dm[2];
+            memcpy(dm, blk, 4);
+            float d = tc__f16_to_f32(dm[0]), m = tc__f16_to_f32(dm[1]), *o = out + b * TC_QBLOCK;
+            /* The nibbles copied out first: out cannot alias them, so the loops vectorise. */
+            uint8_t q[16];
+            memcpy(q, blk + 4, 16);
+            for (int j = 0; j < 16; j++)
+                o[j] = (float)(q[j] & 0xf) * d + m;
+            for (int j = 0; j < 16; j++)
+                o[j + 16] = (float)(q[j] >> 4) * d + m;
         }
         break;
     default:

@@ -39,8 +39,7 @@ tc_status tc_embedding(tc_tensor *out, const tc_tensor *table, const tc_tensor *
 {
     const char *op = "tc_embedding";
     TC_TRY(tc__check_dtype(op, "out", out, TC__FLOATS));
-    TC_TRY(tc__check_dtype(op, "table", table,
-                           TC__FLOATS | TC__MASK(TC_DTYPE_Q4_0) | TC__MASK(TC_DTYPE_Q8_0)));
+    TC_TRY(tc__check_dtype(op, "table", table, tc__weight_dtypes(table)));
     TC_TRY(tc__check_dtype(op, "ids", ids, TC__MASK(TC_DTYPE_I32)));
     TC_TRY(tc__check_ndim(op, "out", out, 2));
     TC_TRY(tc__check_ndim(op, "table", table, 2));

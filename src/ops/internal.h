@@ -113,7 +113,22 @@ static inline uint16_t tc__f32_to_bf16(float f)
     u += 0x7fffu + ((u >> 16) & 1);
     return (uint16_t)(u >> 16);
 }
-float tc__f16_to_f32(uint16_t h);
+/* f16 to f32 without branches on the value's class: the exponent and mantissa bits moved into
+ * place read as a float 2^112 too small, for subnormals too, so one exact multiply rebiases
+ * them; infinities and NaNs are set apart. */
+static inline float tc__f16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)(h & 0x7fff) << 13;
+    float f;
+    memcpy(&f, &u, 4);
+    f *= 0x1p112f;
+    memcpy(&u, &f, 4);
+    if ((h & 0x7c00) == 0x7c00)
+        u = 0x7f800000u | ((uint32_t)(h & 0x3ff) << 13);
+    u |= (uint32_t)(h & 0x8000) << 16;
+    memcpy(&f, &u, 4);
+    return f;
+}
 uint16_t tc__f32_to_f16(float f);
 /* OCP FP8 E4M3 (TC_DTYPE_F8E4M3): round to nearest even, finite values saturating at 448. */
 float tc__f8e4m3_to_f32(uint8_t b);
@@ -157,6 +172,13 @@ void tc__attention_store_cpu(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
 tc_status tc__check_rows_dense(const char *op, const char *name, const tc_tensor *t);
 #define TC__MASK(dt) (1u << (dt))
 #define TC__FLOATS (TC__MASK(TC_DTYPE_F32) | TC__MASK(TC_DTYPE_F16) | TC__MASK(TC_DTYPE_BF16))
+/* The dtypes a product's or an embedding's weights may have on t's backend (Q4_1: the CPU). */
+static inline unsigned tc__weight_dtypes(const tc_tensor *t)
+{
+    unsigned cpu_only =
+        t && t->backend && t->backend->kind == TC_BACKEND_CPU ? TC__MASK(TC_DTYPE_Q4_1) : 0;
+    return TC__FLOATS | TC__MASK(TC_DTYPE_Q4_0) | TC__MASK(TC_DTYPE_Q8_0) | cpu_only;
+}
 /* What a KV cache may hold beside the activations' dtype. */
 #define TC__KV_FP8 TC__MASK(TC_DTYPE_F8E4M3)
 

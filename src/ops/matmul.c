@@ -305,9 +305,7 @@ static tc_status check_product(const char *op, const tc_tensor *out, const tc_te
     TC_TRY(tc__check_dtype(op, "x", x,
                            widen ? TC__MASK(TC_DTYPE_F16) | TC__MASK(TC_DTYPE_BF16) : TC__FLOATS));
     TC_TRY(tc__check_dtype(op, "out", out, TC__MASK(widen ? TC_DTYPE_F32 : x->dtype)));
-    TC_TRY(tc__check_dtype(op, "w", w,
-                           widen ? TC__MASK(x->dtype)
-                                 : TC__FLOATS | TC__MASK(TC_DTYPE_Q4_0) | TC__MASK(TC_DTYPE_Q8_0)));
+    TC_TRY(tc__check_dtype(op, "w", w, widen ? TC__MASK(x->dtype) : tc__weight_dtypes(w)));
     TC_TRY(tc__check_ndim(op, "x", x, 2));
     TC_TRY(tc__check_ndim(op, "w", w, 2));
     TC_TRY(tc__check_ndim(op, "out", out, 2));

@@ -10,13 +10,14 @@
 extern "C" {
 #endif
 
-/* Element types. Q4_0 and Q8_0 are packed blocks of 32 elements along the last dimension,
- * laid out as in GGUF (ggml-common.h, "block_q4_0"/"block_q8_0"): an f16 scale d followed by
- * 16 bytes of nibbles (element j in the low nibble of byte j, element j+16 in the high
- * nibble; value (q - 8) * d) or by 32 int8 values (value q * d). F8E4M3 is the OCP 8-bit float
- * E4M3 ("e4m3fn": 4 exponent bits of bias 7, 3 mantissa bits, no infinities, 0x7f and 0xff NaN,
- * largest finite 448), held by KV caches; conversions round to nearest even and saturate
- * finite values beyond 448 to +-448. */
+/* Element types. Q4_0, Q8_0 and Q4_1 are packed blocks of 32 elements along the last
+ * dimension, laid out as in GGUF (ggml-common.h, "block_q4_0"/"block_q8_0"/"block_q4_1"): an
+ * f16 scale d followed by 16 bytes of nibbles (element j in the low nibble of byte j, element
+ * j+16 in the high nibble; value (q - 8) * d) or by 32 int8 values (value q * d); Q4_1 has an
+ * f16 offset m after d, then nibbles of value q * d + m, and is read on the CPU only. F8E4M3 is the
+ * OCP 8-bit float E4M3 ("e4m3fn": 4 exponent bits of bias 7, 3 mantissa bits, no infinities, 0x7f
+ * and 0xff NaN, largest finite 448), held by KV caches; conversions round to nearest even and
+ * saturate finite values beyond 448 to +-448. */
 typedef enum tc_dtype {
     TC_DTYPE_F32 = 0,
     TC_DTYPE_F16 = 1,
@@ -26,6 +27,7 @@ typedef enum tc_dtype {
     TC_DTYPE_Q4_0 = 5,
     TC_DTYPE_Q8_0 = 6,
     TC_DTYPE_F8E4M3 = 7,
+    TC_DTYPE_Q4_1 = 8,
     TC_DTYPE_COUNT
 } tc_dtype;
 

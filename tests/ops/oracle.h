@@ -34,16 +34,27 @@ static inline void *random_data(rng_t *r, tc_dtype dt, int64_t n, double lo, dou
     size_t bytes = tc_dtype_bytes(dt, n);
     uint8_t *buf = malloc(bytes + 1);
     double *v = malloc(sizeof(double) * (size_t)(n + 1));
-    if (dt == TC_DTYPE_Q4_0 || dt == TC_DTYPE_Q8_0) {
+    if (tc_dtype_is_block(dt)) {
         size_t bb = tc_dtype_bytes(dt, TC_QBLOCK);
         for (int64_t b = 0; b < n / TC_QBLOCK; b++) {
             uint8_t *blk = buf + (size_t)b * bb;
             uint16_t dh = tc__f32_to_f16((float)rng_uniform(r, 0.01, 0.1));
             memcpy(blk, &dh, 2);
-            double d = tc__f16_to_f32(dh);
+            double d = tc__f16_to_f32(dh), m = 0.0;
+            if (dt == TC_DTYPE_Q4_1) {
+                /* An offset m after d: values q d + m. */
+                uint16_t mh = tc__f32_to_f16((float)rng_uniform(r, -0.8, 0.0));
+                memcpy(blk + 2, &mh, 2);
+                m = tc__f16_to_f32(mh);
+            }
             for (int j = 0; j < TC_QBLOCK; j++) {
                 int q;
-                if (dt == TC_DTYPE_Q4_0) {
+                if (dt == TC_DTYPE_Q4_1) {
+                    q = (int)rng_int(r, 16);
+                    uint8_t *byte = blk + 4 + (j % 16);
+                    *byte = j < 16 ? (uint8_t)((*byte & 0xf0) | q) : (uint8_t)((*byte & 0x0f) | (q << 4));
+                    v[b * TC_QBLOCK + j] = q * d + m;
+                } else if (dt == TC_DTYPE_Q4_0) {
                     q = (int)rng_int(r, 16);
                     uint8_t *byte = blk + 2 + (j % 16);
                     *byte = j < 16 ? (uint8_t)((*byte & 0xf0) | q) : (uint8_t)((*byte & 0x0f) | (q << 4));

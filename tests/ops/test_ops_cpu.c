@@ -40,9 +40,16 @@ static int teardown(void **state)
 static void conversions_round_to_nearest_even(void **state)
 {
     (void)state;
-    /* Every f16 and bf16 survives a round trip through f32 (NaNs stay NaN). */
+    /* Every f16 widens to the compiler's _Float16 value (sign of zero included), and every f16
+     * and bf16 survives a round trip through f32 (NaNs stay NaN). */
     for (uint32_t h = 0; h < 65536; h++) {
         float f = tc__f16_to_f32((uint16_t)h);
+        uint16_t h16 = (uint16_t)h;
+        _Float16 hv;
+        memcpy(&hv, &h16, 2);
+        assert_true(isnan(f) == isnan((float)hv));
+        if (!isnan(f))
+            assert_true(f == (float)hv && !signbit(f) == !signbit((float)hv));
         if (isnan(f))
             assert_true(isnan(tc__f16_to_f32(tc__f32_to_f16(f))));
         else
@@ -167,9 +174,9 @@ static void embedding_gathers_rows_of_every_dtype(void **state)
 {
     (void)state;
     rng_t r = { 3 };
-    const tc_dtype tables[] = { TC_DTYPE_F32, TC_DTYPE_BF16, TC_DTYPE_F16, TC_DTYPE_Q8_0,
-                                TC_DTYPE_Q4_0 };
-    for (size_t ti = 0; ti < 5; ti++)
+    const tc_dtype tables[] = { TC_DTYPE_F32,  TC_DTYPE_BF16, TC_DTYPE_F16,
+                                TC_DTYPE_Q8_0, TC_DTYPE_Q4_0, TC_DTYPE_Q4_1 };
+    for (size_t ti = 0; ti < 6; ti++)
         for (size_t oi = 0; oi < 3; oi++) {
             int64_t vocab = 131, dim = tc_dtype_is_block(tables[ti]) ? 96 : 127, n = 37;
             double *tv, *ignored;
@@ -271,12 +278,12 @@ static void matmul_every_weight_dtype_and_odd_shapes(void **state)
 {
     (void)state;
     rng_t r = { 6 };
-    const tc_dtype ws[] = { TC_DTYPE_F32, TC_DTYPE_BF16, TC_DTYPE_F16, TC_DTYPE_Q8_0,
-                            TC_DTYPE_Q4_0 };
+    const tc_dtype ws[] = { TC_DTYPE_F32,  TC_DTYPE_BF16, TC_DTYPE_F16,
+                            TC_DTYPE_Q8_0, TC_DTYPE_Q4_0, TC_DTYPE_Q4_1 };
     const int64_t shapes[][3] = {
         { 1, 1, 1 }, { 3, 5, 3 }, { 127, 33, 127 }, { 2, 3, 4097 }, { 9, 127, 96 }
     };
-    for (size_t wi = 0; wi < 5; wi++)
+    for (size_t wi = 0; wi < 6; wi++)
         for (size_t xi = 0; xi < 3; xi++)
             for (size_t si = 0; si < 5; si++) {
                 int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
@@ -325,9 +332,10 @@ static void linear_fuses_norm_swiglu_and_residual(void **state)
 {
     (void)state;
     rng_t r = { 61 };
-    const tc_dtype ws[] = { TC_DTYPE_F32, TC_DTYPE_BF16, TC_DTYPE_Q8_0, TC_DTYPE_Q4_0 };
+    const tc_dtype ws[] = { TC_DTYPE_F32, TC_DTYPE_BF16, TC_DTYPE_Q8_0, TC_DTYPE_Q4_0,
+                            TC_DTYPE_Q4_1 };
     const int64_t shapes[][3] = { { 1, 1, 32 }, { 3, 5, 96 }, { 9, 33, 4097 }, { 2, 127, 64 } };
-    for (size_t wi = 0; wi < 4; wi++)
+    for (size_t wi = 0; wi < 5; wi++)
         for (size_t xi = 0; xi < 3; xi++)
             for (size_t si = 0; si < 4; si++)
                 for (int mode = 0; mode < 8; mode++) {
