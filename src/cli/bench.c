@@ -512,6 +512,16 @@ int tc_cli_bench(int argc, char **argv)
            "launches\n",
            (unsigned long long)es.steps, (unsigned long long)es.preemptions,
            (long long)m->s.graph_captures, (long long)m->s.graph_launches);
+    {
+        uint64_t all_steps = es.steps - es0.steps, pre = es.prefill_steps - es0.prefill_steps;
+        double pre_s = es.prefill_step_seconds - es0.prefill_step_seconds,
+               dec_s = es.decode_step_seconds - es0.decode_step_seconds;
+        printf("steps            %llu measured: %llu with prefill rows (%.3f s), %llu decode "
+               "only (%.3f s, %.3f ms each)\n",
+               (unsigned long long)all_steps, (unsigned long long)pre, pre_s,
+               (unsigned long long)(all_steps - pre), dec_s,
+               all_steps > pre ? dec_s * 1e3 / (double)(all_steps - pre) : 0.0);
+    }
     printf("process          %.2f s from start\n", tc_host_seconds() - t_start);
     (void)ps0;
     free(ttft);

@@ -74,6 +74,9 @@ struct tc_engine {
     tc_sample_row *rows;
     char *piece;
     float *logit_row; /* [vocab], host: one row of logits for log-probabilities */
+    /* The counters of tc_engine_stats that steps change, copied into `stats` at the end of
+     * each step (publish_stats). */
+    tc_engine_stats own;
     /* Shared with other threads, under mu. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -603,7 +606,7 @@ static void preempt(tc_engine *e, seq *s)
     list_remove(e->running, &e->n_running, s);
     s->state = SEQ_WAITING;
     list_insert(e->waiting, &e->n_waiting, s);
-    e->stats.preemptions++;
+    e->own.preemptions++;
 }
 
 /* Look up the prompt's full blocks in the prefix cache (never the block of the last token: its
@@ -712,8 +715,8 @@ static int32_t schedule(tc_engine *e, int64_t *n_tokens)
         if (!q->admitted) {
             q->admitted = true;
             q->cached_tokens = s->n_cached;
-            e->stats.prompt_tokens += (uint64_t)q->r.n_prompt;
-            e->stats.cached_prompt_tokens += (uint64_t)s->n_cached;
+            e->own.prompt_tokens += (uint64_t)q->r.n_prompt;
+            e->own.cached_prompt_tokens += (uint64_t)s->n_cached;
         }
         list_remove(e->waiting, &e->n_waiting, s);
         s->state = SEQ_RUNNING;
@@ -914,6 +917,14 @@ static void publish_stats(tc_engine *e)
     e->stats.block_size = e->m.block_size;
     e->stats.prefix_lookups = b.lookups;
     e->stats.prefix_hits = b.hits;
+    e->stats.steps = e->own.steps;
+    e->stats.preemptions = e->own.preemptions;
+    e->stats.prompt_tokens = e->own.prompt_tokens;
+    e->stats.cached_prompt_tokens = e->own.cached_prompt_tokens;
+    e->stats.generated_tokens = e->own.generated_tokens;
+    e->stats.prefill_steps = e->own.prefill_steps;
+    e->stats.prefill_step_seconds = e->own.prefill_step_seconds;
+    e->stats.decode_step_seconds = e->own.decode_step_seconds;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -928,10 +939,8 @@ static int32_t active_requests(const tc_engine *e)
 tc_status tc_engine_step(tc_engine *e, int32_t *active)
 {
     tc_status st = intake(e);
-    /* THINCUDA_LOG=debug: a line a step with its batch and its time (steps end with the
-     * sampled tokens on the host, so the clock covers the device work). */
-    bool trace = tc__log_enabled(TC_LOG_DEBUG);
-    double t_start = trace ? tc_host_seconds() : 0.0;
+    /* Steps end with the sampled tokens on the host, so the clock covers the device work. */
+    double t_start = tc_host_seconds();
     int64_t T = 0;
     int32_t S = schedule(e, &T);
     if (S == 0) {
@@ -1011,7 +1020,7 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
             *active = active_requests(e);
         return st;
     }
-    e->stats.steps++;
+    e->own.steps++;
     for (int32_t i = 0; i < S; i++) {
         seq *s = e->batch[i];
         s->n_cached += s->step_new;
@@ -1019,14 +1028,21 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
     }
     for (int32_t i = 0; i < n_sample; i++) {
         seq *s = e->batch[i];
-        e->stats.generated_tokens++;
+        e->own.generated_tokens++;
         accept(e, s, e->sampled[i]);
     }
-    if (trace)
-        TC_DEBUG("step %llu: %d sequences (%d sampled), %lld tokens (%d in one-token rows), "
-                 "%d block copies, %.3f ms",
-                 (unsigned long long)e->stats.steps, S, n_sample, (long long)T, n_decode,
-                 e->n_copies, (tc_host_seconds() - t_start) * 1e3);
+    double took = tc_host_seconds() - t_start;
+    if (T > n_decode) {
+        e->own.prefill_steps++;
+        e->own.prefill_step_seconds += took;
+    } else {
+        e->own.decode_step_seconds += took;
+    }
+    /* THINCUDA_LOG=debug: a line a step. */
+    TC_DEBUG("step %llu: %d sequences (%d sampled), %lld tokens (%d in one-token rows), "
+             "%d block copies, %.3f ms",
+             (unsigned long long)e->own.steps, S, n_sample, (long long)T, n_decode, e->n_copies,
+             took * 1e3);
     publish_stats(e);
     if (active)
         *active = active_requests(e);

@@ -112,6 +112,11 @@ typedef struct tc_engine_stats {
     uint64_t prompt_tokens, cached_prompt_tokens, generated_tokens;
     uint64_t prefix_lookups, prefix_hits; /* blocks */
     uint64_t requests_done;
+    /* Steps that ran prefill rows (prompt chunks, or a preempted sequence's recomputation),
+     * with or without decodes, and the wall time of those and of the decode-only steps:
+     * scheduling, the forward pass and sampling. */
+    uint64_t prefill_steps;
+    double prefill_step_seconds, decode_step_seconds;
 } tc_engine_stats;
 
 /* Create an engine over `model` (copied; the caller keeps what it points to alive). */

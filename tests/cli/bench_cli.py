@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`thincuda bench` on the CPU backend with random SmolLM2-135M weights (nothing to download):
 bad flags give one line naming the flag and exit 2 (a missing file or driver exit 1); latency
-mode reports its batch, decode rate and ordered percentiles; throughput mode's figures agree with
+mode reports its batch, decode rate and ordered percentiles, and both modes how many measured
+steps ran prefill rows and how long each kind took; throughput mode's figures agree with
 each other, and its bandwidth line with the model's size and the keys and values its requests
 had to read, worked out here from SmolLM2's shape; with --kv-cache-dtype fp8 the cache line and
 the bandwidth line count one byte a cached value.
@@ -68,6 +69,15 @@ for name in ("time to first", "inter-token"):
 steps = field(r"^engine\s+(\d+) steps, (\d+) preemptions", out, "engine steps")
 if steps:
     check(steps[0] >= 6, f"{steps[0]:.0f} engine steps for 6 tokens")
+STEPS = (r"^steps\s+(\d+) measured: (\d+) with prefill rows \(([\d.]+) s\), (\d+) decode only "
+         r"\(([\d.]+) s, ([\d.]+) ms each\)$")
+split = field(STEPS, out, "steps line")
+if split and steps:
+    n, pre, pre_s, dec, dec_s, each = split
+    check(n == pre + dec and pre >= 1 and dec >= 5 and n <= steps[0],
+          f"{n:.0f} measured steps = {pre:.0f} with prefill rows + {dec:.0f} decode only")
+    check(pre_s > 0 and dec_s > 0 and abs(each * dec / 1e3 - dec_s) <= 0.0005 * dec + 0.002,
+          f"{pre_s} s of prefill steps, {dec_s} s of decode steps, {each} ms each")
 
 # Throughput mode: 5 requests of 4..12 prompt and 3..9 output tokens; --bandwidth 1e9 keeps
 # the floor in whole seconds. Then the same with an FP8 cache: a quarter of the f32 cache's
@@ -91,7 +101,8 @@ tput = field(r"^throughput\s+([\d.]+) requests/s, (\d+) output tokens/s", out, "
 bw = field(r"^bandwidth\s+([\d.]+) GB of keys and values \+ ([\d.]+) GB of weights \((\d+) steps\) = "
            r"([\d.]+) s at ([\d.]+) TB/s, ([\d.]+)% of the run; (\d+) output tokens/s at most$", out, "bandwidth line")
 eng = field(r"^engine\s+(\d+) steps", out, "engine steps")
-if gib and req and tput and bw and eng:
+split = field(STEPS, out, "steps line")
+if gib and req and tput and bw and eng and split:
     wall = req[0]
     kv, w, s, floor, tbs, pct, most = bw
     # Figures are printed rounded (requests/s and seconds to 0.01, tokens/s to 1), so a figure
@@ -100,6 +111,8 @@ if gib and req and tput and bw and eng:
     lo, hi = (tput[0] - 0.005) * (wall - 0.005), (tput[0] + 0.005) * (wall + 0.005)
     check(0.99 * lo <= 5 <= 1.01 * hi, f"{tput[0]} requests/s over {wall} s is 5 requests")
     check(1 <= s <= eng[0], f"{s:.0f} measured steps of {eng[0]:.0f} in all")
+    check(split[0] == s and split[2] + split[4] <= wall + 0.01,
+          f"the steps line counts the {s:.0f} measured steps, {split[2] + split[4]:.3f} s of {wall} s")
     check(abs(w / s - gib[0] * 2**30 / 1e9) <= 0.02 * w / s, f"weights read once a step: {w / s:.3f} GB")
     # SmolLM2: 30 layers, 3 KV heads of 64, keys and values in f32 on the CPU. A request of P
     # prompt and G output tokens reads (G - 1) P + G (G - 1) / 2 positions.
