@@ -1026,11 +1026,7 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
         s->n_cached += s->step_new;
         commit_blocks(e, s);
     }
-    for (int32_t i = 0; i < n_sample; i++) {
-        seq *s = e->batch[i];
-        e->own.generated_tokens++;
-        accept(e, s, e->sampled[i]);
-    }
+    e->own.generated_tokens += (uint64_t)n_sample;
     double took = tc_host_seconds() - t_start;
     if (T > n_decode) {
         e->own.prefill_steps++;
@@ -1043,6 +1039,11 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
              "%d block copies, %.3f ms",
              (unsigned long long)e->own.steps, S, n_sample, (long long)T, n_decode, e->n_copies,
              took * 1e3);
+    /* Published before the tokens go out, so that whoever receives a request's last event
+     * finds this step in the stats; again after, for the blocks and sequences it freed. */
+    publish_stats(e);
+    for (int32_t i = 0; i < n_sample; i++)
+        accept(e, e->batch[i], e->sampled[i]);
     publish_stats(e);
     if (active)
         *active = active_requests(e);

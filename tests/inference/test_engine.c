@@ -522,20 +522,31 @@ static void test_bad_requests_and_cancel(void **state)
     fake_free(f);
 }
 
-/* A threaded engine with submissions and cancellations from several threads. */
+/* A threaded engine with submissions, cancellations and reads of its stats (as the server's
+ * /metrics makes) from several threads; what each thread reads never goes backwards. */
 typedef struct client {
     tc_engine *e;
     result *r;
     int n;
+    bool backwards; /* a stats read saw a counter smaller than the one before */
 } client;
 
 static void *client_main(void *arg)
 {
     client *c = arg;
+    tc_engine_stats last = { 0 };
     for (int i = 0; i < c->n; i++) {
         tc_request q = request_of(&c->r[i]);
-        while (tc_engine_submit(c->e, &q, &c->r[i].id) == TC_ERR_LIMIT)
-            ;
+        tc_status st;
+        do {
+            st = tc_engine_submit(c->e, &q, &c->r[i].id);
+            tc_engine_stats s;
+            tc_engine_get_stats(c->e, &s);
+            if (s.steps < last.steps || s.generated_tokens < last.generated_tokens ||
+                s.prompt_tokens < last.prompt_tokens || s.requests_done < last.requests_done)
+                c->backwards = true;
+            last = s;
+        } while (st == TC_ERR_LIMIT);
         if (i % 5 == 4 && tc_engine_cancel(c->e, c->r[i].id) == TC_OK)
             c->r[i].cancelled = true;
     }
@@ -566,11 +577,13 @@ static void test_threaded(void **state)
     pthread_t th[CLIENTS];
     client cl[CLIENTS];
     for (int i = 0; i < CLIENTS; i++) {
-        cl[i] = (client){ e, r + i * EACH, EACH };
+        cl[i] = (client){ e, r + i * EACH, EACH, false };
         pthread_create(&th[i], NULL, client_main, &cl[i]);
     }
-    for (int i = 0; i < CLIENTS; i++)
+    for (int i = 0; i < CLIENTS; i++) {
         pthread_join(th[i], NULL);
+        assert_false(cl[i].backwards);
+    }
     pthread_mutex_lock(&results_mu);
     while (finished_choices < want)
         pthread_cond_wait(&results_cv, &results_mu);
@@ -699,6 +712,47 @@ static void test_destroy_cancels(void **state)
     fake_free(f);
 }
 
+/* Whoever receives a request's event finds the step that made the token in the stats (bench
+ * reads them as its last request ends). */
+typedef struct watcher {
+    tc_engine *e;
+    uint64_t events, behind;
+} watcher;
+
+static void on_event_read_stats(void *user, const tc_engine_event *ev)
+{
+    watcher *w = user;
+    tc_engine_stats s;
+    tc_engine_get_stats(w->e, &s);
+    w->events++;
+    if (ev->token >= 0 && s.generated_tokens < (uint64_t)ev->completion_tokens)
+        w->behind++;
+    if (s.steps < (uint64_t)ev->completion_tokens)
+        w->behind++;
+}
+
+static void test_stats_cover_delivered_tokens(void **state)
+{
+    (void)state;
+    fake *f = fake_new(32, 4, 64);
+    tc_engine_model m = fake_model(f);
+    tc_engine *e;
+    assert_int_equal(tc_engine_create(&m, NULL, &e), TC_OK);
+    watcher w = { e, 0, 0 };
+    result r = { 0 };
+    make_prompt(&r, 40);
+    r.max_tokens = 12;
+    tc_request q = request_of(&r);
+    q.callback = on_event_read_stats;
+    q.user = &w;
+    assert_int_equal(tc_engine_submit(e, &q, &r.id), TC_OK);
+    drain(e);
+    assert_true(w.events >= 1);
+    assert_int_equal(w.behind, 0);
+    tc_engine_destroy(e);
+    fake_free(f);
+}
+
 /* The block accounting alone: LRU eviction order and collision-proof lookups. */
 static void test_blocks(void **state)
 {
@@ -745,6 +799,7 @@ int main(void)
         cmocka_unit_test(test_threaded),
         cmocka_unit_test(test_destroy_cancels),
         cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_stats_cover_delivered_tokens),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     free(results);
