@@ -245,19 +245,13 @@ static int parse(int argc, char **argv, bench_opts *o)
         case MODEL: o->model = optarg; break;
         case SHAPE: o->shape = optarg; break;
         case DEVICE:
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
-                fprintf(stderr, "thincuda bench: --device wants cpu, cuda or auto, got '%s'\n",
-                        optarg);
+            if (!tc_cli_device("thincuda bench", optarg))
                 return 2;
-            }
             o->device = optarg;
             break;
         case DTYPE:
-            if (strcmp(optarg, "bf16") && strcmp(optarg, "f16") && strcmp(optarg, "f32")) {
-                fprintf(stderr, "thincuda bench: --dtype wants bf16, f16 or f32, got '%s'\n",
-                        optarg);
+            if (!tc_cli_dtype("thincuda bench", optarg))
                 return 2;
-            }
             o->dtype = optarg;
             break;
         case KVDT:

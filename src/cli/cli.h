@@ -34,6 +34,13 @@ int tc_cli_bench(int argc, char **argv);
 bool tc_cli_num(const char *who, const char *flag, const char *s, double lo, double hi, double *v);
 /* The same for a whole number (lo >= 0). */
 bool tc_cli_int(const char *who, const char *flag, const char *s, double lo, double hi, double *v);
+/* s is one of the NULL-terminated choices; false with a sentence ("WHO: FLAG wants a, b or c,
+ * got 's'") otherwise. */
+bool tc_cli_choice(const char *who, const char *flag, const char *s, const char *const *choices);
+/* --device: cpu, cuda or auto. */
+bool tc_cli_device(const char *who, const char *s);
+/* --dtype: bf16, f16 or f32. */
+bool tc_cli_dtype(const char *who, const char *s);
 /* --kv-cache-dtype: "auto" (the activations' dtype) or "fp8" (E4M3); false with a sentence
  * otherwise. */
 bool tc_cli_kv_dtype(const char *who, const char *s, bool *fp8);

@@ -34,12 +34,38 @@ bool tc_cli_int(const char *who, const char *flag, const char *s, double lo, dou
     return true;
 }
 
+bool tc_cli_choice(const char *who, const char *flag, const char *s, const char *const *choices)
+{
+    int n = 0;
+    while (choices[n])
+        n++;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, choices[i]))
+            return true;
+    fprintf(stderr, "%s: %s wants ", who, flag);
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ", choices[i]);
+    fprintf(stderr, ", got '%s'\n", s);
+    return false;
+}
+
+bool tc_cli_device(const char *who, const char *s)
+{
+    static const char *const devices[] = { "cpu", "cuda", "auto", NULL };
+    return tc_cli_choice(who, "--device", s, devices);
+}
+
+bool tc_cli_dtype(const char *who, const char *s)
+{
+    static const char *const dtypes[] = { "bf16", "f16", "f32", NULL };
+    return tc_cli_choice(who, "--dtype", s, dtypes);
+}
+
 bool tc_cli_kv_dtype(const char *who, const char *s, bool *fp8)
 {
-    if (strcmp(s, "auto") && strcmp(s, "fp8")) {
-        fprintf(stderr, "%s: --kv-cache-dtype wants auto or fp8, got '%s'\n", who, s);
+    static const char *const kv[] = { "auto", "fp8", NULL };
+    if (!tc_cli_choice(who, "--kv-cache-dtype", s, kv))
         return false;
-    }
     *fp8 = !strcmp(s, "fp8");
     return true;
 }

@@ -143,17 +143,13 @@ static int parse(int argc, char **argv, options *o, const char *usage)
             o->n_predict_set = true;
             break;
         case OPT_DEVICE:
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
-                fprintf(stderr, "thincuda: --device wants cpu, cuda or auto, got '%s'\n", optarg);
+            if (!tc_cli_device("thincuda", optarg))
                 return 2;
-            }
             o->device = optarg;
             break;
         case OPT_DTYPE:
-            if (strcmp(optarg, "bf16") && strcmp(optarg, "f16") && strcmp(optarg, "f32")) {
-                fprintf(stderr, "thincuda: --dtype wants bf16, f16 or f32, got '%s'\n", optarg);
+            if (!tc_cli_dtype("thincuda", optarg))
                 return 2;
-            }
             o->dtype = optarg;
             break;
         case OPT_KVDT:

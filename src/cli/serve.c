@@ -185,19 +185,13 @@ static int parse(int argc, char **argv, serve_opts *o)
             break;
         case THREADS: NUM("--threads", 1, 1024, threads); break;
         case DEVICE:
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
-                fprintf(stderr, "thincuda serve: --device wants cpu, cuda or auto, got '%s'\n",
-                        optarg);
+            if (!tc_cli_device("thincuda serve", optarg))
                 return 2;
-            }
             o->device = optarg;
             break;
         case DTYPE:
-            if (strcmp(optarg, "bf16") && strcmp(optarg, "f16") && strcmp(optarg, "f32")) {
-                fprintf(stderr, "thincuda serve: --dtype wants bf16, f16 or f32, got '%s'\n",
-                        optarg);
+            if (!tc_cli_dtype("thincuda serve", optarg))
                 return 2;
-            }
             o->dtype = optarg;
             break;
         case KVDT:
