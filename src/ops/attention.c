@@ -1,6 +1,7 @@
 /* Attention over the paged KV cache (layout in ops.h). The CPU path is the reference: scores,
- * a max-subtracted softmax and the weighted sum of values, row by row in f32. A cache holds
- * the activations' dtype or FP8 E4M3 (on CUDA with f16/bf16 activations). */
+ * a max-subtracted softmax and the weighted sum of values in f32, a query row and kv head at a
+ * time. A cache holds the activations' dtype or FP8 E4M3 (on CUDA with f16/bf16
+ * activations). */
 #include "ops/internal.h"
 
 typedef struct {
@@ -12,58 +13,73 @@ typedef struct {
     atomic_bool oom;
 } attn_job;
 
-static const void *cache_row(const tc_tensor *cache, const int32_t *tbl, int64_t t, int64_t bs,
-                             int64_t kvh)
+/* Row t of kv head kvh in a sequence's cache (block table tbl): its address, or with a cache
+ * of another dtype than f32 the row widened into tmp. */
+static const float *cache_row(const tc_tensor *cache, const int32_t *tbl, int64_t t, int64_t bs,
+                              int64_t kvh, float *tmp)
 {
     int64_t idx[4] = { tbl[t / bs], t % bs, kvh, 0 };
-    return tc_tensor_at(cache, idx);
+    const void *row = tc_tensor_at(cache, idx);
+    if (cache->dtype == TC_DTYPE_F32)
+        return row;
+    tc__load_row(cache->dtype, row, cache->shape[3], tmp);
+    return tmp;
 }
 
+/* Rows [begin, end) of q, a kv head at a time: the query heads that share it read each key and
+ * value row once. */
 static void attend_rows(void *ctx, int64_t begin, int64_t end)
 {
     attn_job *j = ctx;
     int64_t hd = j->head_dim, group = j->n_heads / j->n_kv_heads;
     int64_t max_len = j->max_blocks * j->block_size;
-    float *buf = tc_host_alloc((size_t)(max_len + 3 * hd) * sizeof(float));
+    /* A score row, a query, a sum of values, a max and a total per head of the group, and one
+     * widened cache row. */
+    float *buf = tc_host_alloc((size_t)(group * (max_len + 2 * hd + 2) + hd) * sizeof(float));
     if (!buf) {
         atomic_store(&j->oom, true);
         return;
     }
-    float *p = buf, *qv = buf + max_len, *kv = qv + hd, *acc = kv + hd;
+    float *p = buf, *qv = p + group * max_len, *acc = qv + group * hd, *mx = acc + group * hd,
+          *sum = mx + group, *tmp = sum + group;
     tc_dtype dt = j->q->dtype;
+    size_t head_bytes = tc_dtype_bytes(dt, hd);
     for (int64_t row = begin; row < end; row++) {
         int64_t s = j->row_seq[row];
         int64_t m = j->q_start[s + 1] - j->q_start[s];
         int64_t qpos = j->seq_lens[s] - m + (row - j->q_start[s]);
         const int32_t *tbl = j->table + s * j->max_blocks;
-        for (int64_t h = 0; h < j->n_heads; h++) {
-            int64_t kvh = h / group;
-            tc__load_row(
-                dt, (const char *)tc__row(j->q, row) + (size_t)(h * hd) * tc_dtype_bytes(dt, 1), hd,
-                qv);
-            float mx = -INFINITY;
-            for (int64_t t = 0; t <= qpos; t++) {
-                tc__load_row(j->k_cache->dtype, cache_row(j->k_cache, tbl, t, j->block_size, kvh),
-                             hd, kv);
-                float d = 0.0f;
-                for (int64_t i = 0; i < hd; i++)
-                    d += qv[i] * kv[i];
-                p[t] = d * j->scale;
-                mx = fmaxf(mx, p[t]);
+        for (int64_t kvh = 0; kvh < j->n_kv_heads; kvh++) {
+            const char *qrow =
+                (const char *)tc__row(j->q, row) + (size_t)(kvh * group) * head_bytes;
+            for (int64_t g = 0; g < group; g++) {
+                tc__load_row(dt, qrow + (size_t)g * head_bytes, hd, qv + g * hd);
+                mx[g] = -INFINITY;
+                sum[g] = 0.0f;
             }
-            float sum = 0.0f;
-            for (int64_t t = 0; t <= qpos; t++)
-                sum += (p[t] = expf(p[t] - mx));
-            memset(acc, 0, (size_t)hd * sizeof(float));
             for (int64_t t = 0; t <= qpos; t++) {
-                tc__load_row(j->v_cache->dtype, cache_row(j->v_cache, tbl, t, j->block_size, kvh),
-                             hd, kv);
-                for (int64_t i = 0; i < hd; i++)
-                    acc[i] += p[t] * kv[i];
+                const float *k = cache_row(j->k_cache, tbl, t, j->block_size, kvh, tmp);
+                for (int64_t g = 0; g < group; g++) {
+                    float d = tc__dot(qv + g * hd, k, hd) * j->scale;
+                    p[g * max_len + t] = d;
+                    mx[g] = fmaxf(mx[g], d);
+                }
             }
-            void *o = (char *)tc__row(j->out, row) + (size_t)(h * hd) * tc_dtype_bytes(dt, 1);
-            for (int64_t i = 0; i < hd; i++)
-                tc__store(dt, o, i, qpos >= 0 ? acc[i] / sum : 0.0f);
+            for (int64_t g = 0; g < group; g++)
+                for (int64_t t = 0; t <= qpos; t++)
+                    sum[g] += (p[g * max_len + t] = expf(p[g * max_len + t] - mx[g]));
+            memset(acc, 0, (size_t)(group * hd) * sizeof(float));
+            for (int64_t t = 0; t <= qpos; t++) {
+                const float *v = cache_row(j->v_cache, tbl, t, j->block_size, kvh, tmp);
+                for (int64_t g = 0; g < group; g++) {
+                    tc__axpy(acc + g * hd, p[g * max_len + t], v, hd);
+                }
+            }
+            for (int64_t g = 0; g < group; g++) {
+                void *o = (char *)tc__row(j->out, row) + (size_t)(kvh * group + g) * head_bytes;
+                for (int64_t i = 0; i < hd; i++)
+                    tc__store(dt, o, i, qpos >= 0 ? acc[g * hd + i] / sum[g] : 0.0f);
+            }
         }
     }
     tc_host_free(buf);
