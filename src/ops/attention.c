@@ -71,9 +71,8 @@ static void attend_rows(void *ctx, int64_t begin, int64_t end)
             memset(acc, 0, (size_t)(group * hd) * sizeof(float));
             for (int64_t t = 0; t <= qpos; t++) {
                 const float *v = cache_row(j->v_cache, tbl, t, j->block_size, kvh, tmp);
-                for (int64_t g = 0; g < group; g++) {
+                for (int64_t g = 0; g < group; g++)
                     tc__axpy(acc + g * hd, p[g * max_len + t], v, hd);
-                }
             }
             for (int64_t g = 0; g < group; g++) {
                 void *o = (char *)tc__row(j->out, row) + (size_t)(kvh * group + g) * head_bytes;

@@ -286,6 +286,16 @@ static void dots_1x4(const float *x0, const float *const *w, int64_t k, float ou
     }
 }
 
+/* out[a][b] = x[a] . w[b] for R (1 or 2) rows of x and four rows of w. */
+static void dots(int R, const float *const *x, const float *const *w, int64_t k,
+                 float out[2][LINEAR_TILE])
+{
+    if (R == 2)
+        dots_2x4(x, w, k, out);
+    else
+        dots_1x4(x[0], w, k, out[0]);
+}
+
 /* Columns [begin, end) of out, LINEAR_TILE weight rows at a time (widened once into a buffer
  * unless they are f32), against the rows of x two at a time. */
 static void linear_cols(void *ctx, int64_t begin, int64_t end)
@@ -323,14 +333,9 @@ static void linear_cols(void *ctx, int64_t begin, int64_t end)
             int R = j->m - r >= 2 ? 2 : 1;
             const float *x[2] = { j->x + r * k, j->x + (r + R - 1) * k };
             float gv[2][LINEAR_TILE], uv[2][LINEAR_TILE];
-            if (R == 2)
-                dots_2x4(x, g, k, gv);
-            else
-                dots_1x4(x[0], g, k, gv[0]);
-            if (j->swiglu && R == 2)
-                dots_2x4(x, u, k, uv);
-            else if (j->swiglu)
-                dots_1x4(x[0], u, k, uv[0]);
+            dots(R, x, g, k, gv);
+            if (j->swiglu)
+                dots(R, x, u, k, uv);
             for (int a = 0; a < R; a++) {
                 void *orow = tc__row(j->out, r + a);
                 for (int64_t b = 0; b < nc; b++) {
