@@ -26,7 +26,7 @@
 typedef struct serve_opts {
     const char *model, *shape, *host, *api_key, *device, *dtype, *template_name, *name;
     long port, threads, ctx, max_queue, max_running, step_tokens, max_body, max_conns;
-    long read_timeout;
+    long read_timeout, max_messages, max_prompt_bytes;
     double kv_fraction, kv_tokens, shutdown_s;
     bool kv_fp8;
 } serve_opts;
@@ -69,6 +69,9 @@ static const char usage[] =
     "  --kv-fraction F        share of free GPU memory for weights' neighbour, the KV cache (0.9)\n"
     "  --step-tokens N        tokens per engine step (default 2048 on cuda, 512 on cpu)\n"
     "  --max-body BYTES       largest request body (default 4194304); larger get 413\n"
+    "  --max-messages N       messages a chat request may have (default 2048); more get 400\n"
+    "  --max-prompt-bytes N   bytes of prompt or message text a request may have (default\n"
+    "                         1048576); more get 400\n"
     "  --max-connections N    open connections at most (default 1024)\n"
     "  --read-timeout S       seconds a client has to send its request (default 30)\n"
     "  --shutdown-timeout S   seconds running requests get to finish on SIGTERM (default 5)\n"
@@ -104,6 +107,8 @@ static int parse(int argc, char **argv, serve_opts *o)
         STEP,
         BODY,
         CONNS,
+        MSGS,
+        PBYTES,
         RTIME,
         STIME,
         DEVICE,
@@ -128,6 +133,8 @@ static int parse(int argc, char **argv, serve_opts *o)
         { "step-tokens", required_argument, 0, STEP },
         { "max-body", required_argument, 0, BODY },
         { "max-connections", required_argument, 0, CONNS },
+        { "max-messages", required_argument, 0, MSGS },
+        { "max-prompt-bytes", required_argument, 0, PBYTES },
         { "read-timeout", required_argument, 0, RTIME },
         { "shutdown-timeout", required_argument, 0, STIME },
         { "device", required_argument, 0, DEVICE },
@@ -177,6 +184,8 @@ static int parse(int argc, char **argv, serve_opts *o)
         case STEP: NUM("--step-tokens", 16, 65536, step_tokens); break;
         case BODY: NUM("--max-body", 1024, 1 << 30, max_body); break;
         case CONNS: NUM("--max-connections", 1, 65536, max_conns); break;
+        case MSGS: NUM("--max-messages", 1, 1 << 24, max_messages); break;
+        case PBYTES: NUM("--max-prompt-bytes", 1, 1 << 30, max_prompt_bytes); break;
         case RTIME: NUM("--read-timeout", 1, 3600, read_timeout); break;
         case STIME:
             if (!num("--shutdown-timeout", optarg, 0, 3600, &v))
@@ -373,7 +382,9 @@ int tc_cli_serve(int argc, char **argv)
                              .model_id = s.o.name,
                              .max_body = (size_t)s.o.max_body,
                              .max_connections = (unsigned)s.o.max_conns,
-                             .read_timeout_s = (unsigned)s.o.read_timeout };
+                             .read_timeout_s = (unsigned)s.o.read_timeout,
+                             .max_messages = (size_t)s.o.max_messages,
+                             .max_prompt_bytes = (size_t)s.o.max_prompt_bytes };
     char msg[512];
     if (!tc_server_start(&so, &s.srv, msg, sizeof msg)) {
         fprintf(stderr, "thincuda serve: %s\n", msg);

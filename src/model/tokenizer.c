@@ -157,12 +157,81 @@ static size_t pow2_at_least(size_t n)
     return c;
 }
 
-static int by_length_desc(const void *a, const void *b, void *ctx)
+/* The child of trie node `node` by byte b, or -1. */
+static int32_t trie_next(const tc_tokenizer *t, int32_t node, uint8_t b)
 {
-    const tc_tokenizer *t = ctx;
-    uint32_t la = t->tokens[*(const int32_t *)a].text_len,
-             lb = t->tokens[*(const int32_t *)b].text_len;
-    return la < lb ? 1 : la > lb ? -1 : 0;
+    if (node == 0)
+        return t->trie_root[b];
+    uint64_t key = ((uint64_t)(uint32_t)node << 8 | b) + 1;
+    size_t mask = t->trie_cap - 1;
+    for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
+        if (t->trie_keys[i] == 0)
+            return -1;
+        if (t->trie_keys[i] == key)
+            return t->trie_child[i];
+    }
+}
+
+/* Put the texts of the control and user-defined tokens (`bytes` of them together) into the
+ * trie. Where two such tokens have one text, the lower id keeps it, as in the index. */
+static tc_status build_trie(tc_tokenizer *t, size_t bytes)
+{
+    t->trie_cap = pow2_at_least(bytes * 2 + 1);
+    t->trie_token = tc_host_alloc(sizeof *t->trie_token * (bytes + 1));
+    t->trie_keys = tc_host_calloc(t->trie_cap, sizeof *t->trie_keys);
+    t->trie_child = tc_host_alloc(sizeof *t->trie_child * t->trie_cap);
+    if (!t->trie_token || !t->trie_keys || !t->trie_child)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_tokenizer", "no host memory");
+    for (int b = 0; b < 256; b++)
+        t->trie_root[b] = -1;
+    t->trie_token[0] = -1;
+    t->n_trie = 1;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        const token *tk = &t->tokens[id];
+        if ((tk->type != TOKEN_CONTROL && tk->type != TOKEN_USER) || !tk->text_len)
+            continue;
+        int32_t node = 0;
+        for (uint32_t k = 0; k < tk->text_len; k++) {
+            uint8_t b = (uint8_t)tk->text[k];
+            int32_t next = trie_next(t, node, b);
+            if (next < 0) {
+                next = t->n_trie++;
+                t->trie_token[next] = -1;
+                if (node == 0) {
+                    t->trie_root[b] = next;
+                } else {
+                    uint64_t key = ((uint64_t)(uint32_t)node << 8 | b) + 1;
+                    size_t mask = t->trie_cap - 1, i = mix(key) & mask;
+                    while (t->trie_keys[i])
+                        i = (i + 1) & mask;
+                    t->trie_keys[i] = key;
+                    t->trie_child[i] = next;
+                }
+            }
+            node = next;
+        }
+        if (t->trie_token[node] < 0)
+            t->trie_token[node] = id;
+    }
+    return TC_OK;
+}
+
+/* The longest special token whose text starts s[0..n): its id and length, or -1. The walk
+ * stops at the first byte no special text continues with, so it reads at most the longest
+ * special text's length. */
+static int32_t special_at(const tc_tokenizer *t, const uint8_t *s, size_t n, size_t *len)
+{
+    int32_t best = -1, node = 0;
+    for (size_t k = 0; k < n; k++) {
+        node = trie_next(t, node, s[k]);
+        if (node < 0)
+            break;
+        if (t->trie_token[node] >= 0) {
+            best = t->trie_token[node];
+            *len = k + 1;
+        }
+    }
+    return best;
 }
 
 /* Fill one token's decoded bytes: control and user-defined tokens are their text, byte tokens
@@ -217,6 +286,7 @@ tc_status tc__tok_build(tc_tokenizer *t, int32_t n, const tc_gguf_str *strs, con
                         uint64_t n_merges, const tc_gguf_str *merges)
 {
     const char *op = "tc_tokenizer";
+    size_t trie_bytes = 0; /* the special tokens' texts together: at most this many edges */
     t->n_vocab = n;
     byte_map(t);
     t->tokens = tc_host_calloc((size_t)n, sizeof *t->tokens);
@@ -242,8 +312,8 @@ tc_status tc__tok_build(tc_tokenizer *t, int32_t n, const tc_gguf_str *strs, con
         k->bytes = a;
         k->bytes_len = (uint32_t)decode_text(t, k, a);
         a += k->bytes_len;
-        if (k->type == TOKEN_CONTROL || k->type == TOKEN_USER)
-            t->n_specials++;
+        if ((k->type == TOKEN_CONTROL || k->type == TOKEN_USER) && k->text_len)
+            trie_bytes += k->text_len;
         if (!k->text_len)
             continue;
         /* Index by text; a duplicate text keeps its first id. */
@@ -299,16 +369,7 @@ tc_status tc__tok_build(tc_tokenizer *t, int32_t n, const tc_gguf_str *strs, con
         }
     }
     tc_host_free(joined);
-    t->specials = tc_host_alloc(sizeof *t->specials * (size_t)(t->n_specials ? t->n_specials : 1));
-    if (!t->specials)
-        return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
-    t->n_specials = 0;
-    for (int32_t i = 0; i < n; i++)
-        if ((t->tokens[i].type == TOKEN_CONTROL || t->tokens[i].type == TOKEN_USER) &&
-            t->tokens[i].text_len)
-            t->specials[t->n_specials++] = i;
-    qsort_r(t->specials, (size_t)t->n_specials, sizeof *t->specials, by_length_desc, t);
-    return TC_OK;
+    return build_trie(t, trie_bytes);
 }
 
 void tc_tokenizer_destroy(tc_tokenizer *t)
@@ -322,7 +383,9 @@ void tc_tokenizer_destroy(tc_tokenizer *t)
     tc_host_free(t->index);
     tc_host_free(t->pair_keys);
     tc_host_free(t->pair_vals);
-    tc_host_free(t->specials);
+    tc_host_free(t->trie_token);
+    tc_host_free(t->trie_keys);
+    tc_host_free(t->trie_child);
     tc_host_free(t->score_rank);
     tc_host_free(t);
 }
@@ -332,6 +395,12 @@ typedef struct ids {
     int32_t *v;
     size_t n, cap;
     bool oom;
+    /* Where tc_tokenizer_encode_with may stop the work (NULL: never), the text's start, the
+     * offset of the last check, and why it stopped (TC_OK: it did not). */
+    const tc_encode_options *opt;
+    const uint8_t *base;
+    size_t checked;
+    tc_status st;
 } ids;
 static void push(ids *o, int32_t id)
 {
@@ -346,6 +415,27 @@ static void push(ids *o, int32_t id)
         o->cap = cap;
     }
     o->v[o->n++] = id;
+}
+
+/* Between two checks for cancellation and for the id limit, about this many bytes of text
+ * are tokenised. */
+enum { ENCODE_CHUNK = 64 << 10 };
+
+/* Check, where the text reaches offset `at`, whether the work must stop: the ids outnumber
+ * the limit or the caller cancels. Sets o->st; true when the work goes on. */
+static bool keep_going(ids *o, size_t at)
+{
+    const tc_encode_options *x = o->opt;
+    if (o->st != TC_OK || o->oom)
+        return false;
+    if (!x || at - o->checked < ENCODE_CHUNK)
+        return true;
+    o->checked = at;
+    if (x->max_ids && o->n > x->max_ids)
+        o->st = TC_ERR_LIMIT;
+    else if (x->cancelled && x->cancelled(x->user))
+        o->st = TC_ERR_CANCELLED;
+    return o->st == TC_OK;
 }
 
 /* Heap of candidate merges ordered by (rank, position). */
@@ -502,7 +592,7 @@ static void split(const tc_tokenizer *t, int level, const uint8_t *s, size_t n,
         return;
     }
     size_t start = 0;
-    while (start < n && !o->oom) {
+    while (start < n && keep_going(o, (size_t)(s + start - o->base))) {
         int rc = pcre2_match(t->regex[level], s, n, start, 0, md, NULL);
         if (rc < 0)
             break;
@@ -519,63 +609,90 @@ static void split(const tc_tokenizer *t, int level, const uint8_t *s, size_t n,
         split(t, level + 1, s + m0, m1 - m0, md, o);
         start = m1;
     }
-    if (start < n)
+    if (start < n && keep_going(o, (size_t)(s + start - o->base)))
         split(t, level + 1, s + start, n - start, md, o);
 }
 
-tc_status tc_tokenizer_encode(const tc_tokenizer *t, const char *text, size_t len, bool special,
-                              bool add_bos, int32_t **out, size_t *n_out)
+/* Tokenise s[from, to), which holds no special token, as ordinary text. */
+static void encode_plain(const tc_tokenizer *t, const uint8_t *s, size_t from, size_t to,
+                         pcre2_match_data *md, ids *o)
 {
+    if (t->spm)
+        spm_segment(t, s + from, to - from, from == 0, o);
+    else
+        split(t, 0, s + from, to - from, md, o);
+}
+
+tc_status tc_tokenizer_encode_with(const tc_tokenizer *t, const char *text, size_t len,
+                                   const tc_encode_options *opt, int32_t **out, size_t *n_out)
+{
+    const char *op = "tc_tokenizer_encode";
     *out = NULL;
     *n_out = 0;
-    ids o = { 0 };
+    const uint8_t *s = (const uint8_t *)text;
+    ids o = { .opt = opt, .base = s };
     pcre2_match_data *md = pcre2_match_data_create(4, NULL);
     if (!md)
-        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_tokenizer_encode", "no host memory");
-    const uint8_t *s = (const uint8_t *)text;
-    size_t pos = 0;
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
     bool leading_bos = false;
-    while (pos < len && !o.oom) {
-        /* The earliest special token at or after pos (the longest where several start). */
-        size_t best = len, best_len = 0;
-        int32_t best_id = -1;
-        if (special)
-            for (int k = 0; k < t->n_specials; k++) {
-                const token *tk = &t->tokens[t->specials[k]];
-                const uint8_t *f = memmem(s + pos, len - pos, tk->text, tk->text_len);
-                if (f && ((size_t)(f - s) < best ||
-                          ((size_t)(f - s) == best && tk->text_len > best_len))) {
-                    best = (size_t)(f - s);
-                    best_len = tk->text_len;
-                    best_id = t->specials[k];
-                }
-            }
-        if (t->spm)
-            spm_segment(t, s + pos, best - pos, pos == 0, &o);
-        else
-            split(t, 0, s + pos, best - pos, md, &o);
-        if (best_id >= 0) {
-            if (best == 0 && best_id == t->bos)
-                leading_bos = true;
-            push(&o, best_id);
+    size_t start = 0; /* the ordinary text not yet tokenised begins here */
+    size_t plain = 0; /* the first plain range that does not end at or before i */
+    /* One pass: at each byte, the longest special token that starts there (the earliest
+     * special token wins, the longest where several start at one byte). */
+    for (size_t i = 0; opt->special && i < len && keep_going(&o, i);) {
+        while (plain < opt->n_plain && opt->plain[2 * plain + 1] <= i)
+            plain++;
+        size_t plain_from = plain < opt->n_plain ? opt->plain[2 * plain] : len;
+        if (plain_from <= i) {
+            i = opt->plain[2 * plain + 1]; /* no special token starts inside a plain range */
+            continue;
         }
-        pos = best + best_len;
+        size_t k = 0;
+        int32_t id = t->trie_root[s[i]] < 0 ? -1 : special_at(t, s + i, plain_from - i, &k);
+        if (id < 0) {
+            i++;
+            continue;
+        }
+        encode_plain(t, s, start, i, md, &o);
+        if (i == 0 && id == t->bos)
+            leading_bos = true;
+        push(&o, id);
+        i += k;
+        start = i;
     }
+    if (keep_going(&o, start))
+        encode_plain(t, s, start, len, md, &o);
     pcre2_match_data_free(md);
-    if (!o.oom && add_bos && t->add_bos && t->bos >= 0 && !leading_bos) {
+    if (!o.oom && !o.st && opt->add_bos && t->add_bos && t->bos >= 0 && !leading_bos) {
         push(&o, t->bos);
         if (!o.oom) {
             memmove(o.v + 1, o.v, (o.n - 1) * sizeof *o.v);
             o.v[0] = t->bos;
         }
     }
-    if (o.oom) {
+    tc_status st = o.st;
+    if (o.oom)
+        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
+    else if (!st && opt->max_ids && o.n > opt->max_ids)
+        st = TC_ERR_LIMIT;
+    if (st == TC_ERR_LIMIT)
+        tc_set_error(st, op, "the text has more than %zu tokens", opt->max_ids);
+    else if (st == TC_ERR_CANCELLED)
+        tc_set_error(st, op, "cancelled by the caller");
+    if (st != TC_OK) {
         tc_host_free(o.v);
-        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_tokenizer_encode", "no host memory");
+        return st;
     }
     *out = o.v;
     *n_out = o.n;
     return TC_OK;
+}
+
+tc_status tc_tokenizer_encode(const tc_tokenizer *t, const char *text, size_t len, bool special,
+                              bool add_bos, int32_t **ids, size_t *n)
+{
+    tc_encode_options o = { .special = special, .add_bos = add_bos };
+    return tc_tokenizer_encode_with(t, text, len, &o, ids, n);
 }
 
 const char *tc_tokenizer_piece(const tc_tokenizer *t, int32_t id, size_t *len)

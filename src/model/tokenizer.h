@@ -32,6 +32,29 @@ TC_API void tc_tokenizer_destroy(tc_tokenizer *t);
  * text does not already begin with it. *ids (free with tc_host_free) gets *n ids. */
 TC_API tc_status tc_tokenizer_encode(const tc_tokenizer *t, const char *text, size_t len,
                                      bool special, bool add_bos, int32_t **ids, size_t *n);
+/* What tc_tokenizer_encode_with does beyond tokenising the text. */
+typedef struct tc_encode_options {
+    bool special; /* control and user-defined tokens written in the text become their ids */
+    bool add_bos; /* prepend BOS as tc_tokenizer_encode does */
+    /* Byte ranges [plain[2i], plain[2i + 1]) of the text, ascending and not overlapping, where
+     * special tokens are plain text even with `special` (what users wrote inside a chat
+     * template); a special token must lie wholly outside them to count. */
+    const size_t *plain;
+    size_t n_plain;
+    /* Stop with TC_ERR_LIMIT once the ids outnumber this (a prompt past the context need not
+     * be tokenised to its end); 0: no limit. */
+    size_t max_ids;
+    /* Asked between chunks of the text (every 64 KiB or so): true stops with
+     * TC_ERR_CANCELLED (a server's client has gone). NULL: never. */
+    bool (*cancelled)(void *user);
+    void *user;
+} tc_encode_options;
+
+/* Tokenise as tc_tokenizer_encode does, with options. The work is linear in len: special
+ * tokens are found in one pass over the text through a trie of their texts (at each byte, a
+ * walk no longer than the longest special text), whatever their number and occurrences. */
+TC_API tc_status tc_tokenizer_encode_with(const tc_tokenizer *t, const char *text, size_t len,
+                                          const tc_encode_options *o, int32_t **ids, size_t *n);
 /* The bytes a token stands for (not NUL-terminated; *len bytes), or NULL for an invalid id. */
 TC_API const char *tc_tokenizer_piece(const tc_tokenizer *t, int32_t id, size_t *len);
 /* Vocabulary size, and the BOS and EOS ids (-1 when the model has none). */

@@ -45,8 +45,15 @@ struct tc_tokenizer {
     int32_t byte_token[256]; /* the token of each single byte */
     uint32_t byte_cp[256];   /* GPT-2's byte -> code point map */
     int16_t cp_byte[512];    /* its inverse for code points below 512, -1 elsewhere */
-    int32_t *specials;       /* control and user-defined ids, longest text first */
-    int n_specials;
+    /* The texts of the control and user-defined tokens as a trie, so that one pass over a
+     * text finds every special token in it: node 0 is the root, an edge (node, byte) is the
+     * key (node << 8 | byte) + 1 of an open-addressing table (0 empty) holding the child. */
+    int32_t *trie_token; /* [n_trie] the special token whose text ends at the node, or -1 */
+    int32_t n_trie;
+    uint64_t *trie_keys; /* [trie_cap] */
+    int32_t *trie_child; /* [trie_cap] */
+    size_t trie_cap;
+    int32_t trie_root[256]; /* the root's children by byte, -1 none (most bytes start none) */
     pcre2_code *regex[MAX_REGEX];
     int n_regex;
 };

@@ -763,10 +763,51 @@ static json_t *completion_json(job *j)
                      "thincuda-0.1.0", "choices", choices, "usage", usage_of(j));
 }
 
-/* Tokens of the request's prompt: the chat rendered in the model's template, or the text. */
-static bool prompt_tokens(tc_server *s, const tc_oai_request *q, bool add_bos, int32_t **ids,
-                          size_t *n, tc_oai_error *err)
+/* tc_encode_options.cancelled: whether the connection's client has gone. */
+static bool encode_cancelled(void *user)
 {
+    return client_gone(*(const int *)user);
+}
+
+/* Whether the request's prompt is within the bounds on the work it may cause before
+ * generation: the number of messages and the bytes of text to tokenise. */
+static bool prompt_bounded(const tc_server *s, const tc_oai_request *q, tc_oai_error *err)
+{
+    if (q->n_messages > s->o.max_messages)
+        return tc_oai_fail(err, 400, "invalid_request_error", "messages", "array_above_max_length",
+                           "'messages' has %zu messages; this server takes at most %zu "
+                           "(--max-messages)",
+                           q->n_messages, s->o.max_messages);
+    size_t bytes = q->prompt ? strlen(q->prompt) : 0;
+    for (size_t i = 0; i < q->n_messages; i++)
+        bytes += strlen(q->messages[i].content);
+    if (bytes > s->o.max_prompt_bytes)
+        return tc_oai_fail(
+            err, 400, "invalid_request_error", q->kind == TC_OAI_CHAT ? "messages" : "prompt",
+            "string_above_max_length",
+            "the %s hold %zu bytes of text; this server takes at most %zu "
+            "(--max-prompt-bytes)",
+            q->kind == TC_OAI_CHAT ? "messages" : "prompt", bytes, s->o.max_prompt_bytes);
+    return true;
+}
+
+/* The client went away before its request was answered: count it and close. */
+static enum MHD_Result client_left(tc_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->met.disconnects++;
+    pthread_mutex_unlock(&s->mu);
+    return MHD_NO;
+}
+
+/* Tokens of the request's prompt: the chat rendered in the model's template, or the text.
+ * With max_ids, a prompt of more tokens is context_length_exceeded as soon as tokenising gets
+ * that far. The client at fd is watched while the text is tokenised: when it has gone,
+ * err's status is 0 and the connection is to be closed. */
+static bool prompt_tokens(tc_server *s, const tc_oai_request *q, bool add_bos, size_t max_ids,
+                          int fd, int32_t **ids, size_t *n, tc_oai_error *err)
+{
+    const char *what = q->kind == TC_OAI_CHAT ? "messages" : "prompt";
     if (q->prompt_tokens) {
         *ids = tc_host_alloc(sizeof(int32_t) * q->n_prompt_tokens);
         if (!*ids)
@@ -780,6 +821,8 @@ static bool prompt_tokens(tc_server *s, const tc_oai_request *q, bool add_bos, i
                                    (*ids)[i], s->m.vocab);
         return true;
     }
+    if (!prompt_bounded(s, q, err))
+        return false;
     char *text = NULL;
     const char *p = q->prompt;
     if (q->kind == TC_OAI_CHAT) {
@@ -794,16 +837,26 @@ static bool prompt_tokens(tc_server *s, const tc_oai_request *q, bool add_bos, i
                                tc_last_error());
         p = text;
     }
-    tc_status st = tc_tokenizer_encode(s->m.tok, p, strlen(p), true, add_bos, ids, n);
+    tc_encode_options eo = { .special = true,
+                             .add_bos = add_bos,
+                             .max_ids = max_ids,
+                             .cancelled = encode_cancelled,
+                             .user = &fd };
+    tc_status st = tc_tokenizer_encode_with(s->m.tok, p, strlen(p), &eo, ids, n);
     tc_host_free(text);
+    if (st == TC_ERR_CANCELLED) {
+        err->status = 0;
+        return false;
+    }
+    if (st == TC_ERR_LIMIT)
+        return tc_oai_fail(err, 400, "invalid_request_error", what, "context_length_exceeded",
+                           "this model's context holds %lld tokens; the %s have more",
+                           (long long)s->m.context, what);
     if (st != TC_OK)
-        return tc_oai_fail(err, 400, "invalid_request_error",
-                           q->kind == TC_OAI_CHAT ? "messages" : "prompt", NULL,
+        return tc_oai_fail(err, 400, "invalid_request_error", what, NULL,
                            "the prompt cannot be tokenized: %s", tc_last_error());
     if (*n == 0)
-        return tc_oai_fail(err, 400, "invalid_request_error",
-                           q->kind == TC_OAI_CHAT ? "messages" : "prompt", NULL,
-                           "the prompt is empty");
+        return tc_oai_fail(err, 400, "invalid_request_error", what, NULL, "the prompt is empty");
     return true;
 }
 
@@ -817,7 +870,9 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
                            s->o.model_id);
     int32_t *ids = NULL;
     size_t n = 0;
-    if (!prompt_tokens(s, q, true, &ids, &n, err)) {
+    /* A prompt that fills the context is refused whatever its length, so tokenising stops
+     * there. */
+    if (!prompt_tokens(s, q, true, (size_t)s->m.context - 1, j->fd, &ids, &n, err)) {
         tc_host_free(ids);
         return false;
     }
@@ -923,6 +978,8 @@ static enum MHD_Result handle_completion(tc_server *s, struct MHD_Connection *c,
     j->fd = ci ? ci->connect_fd : -1;
     if (!submit(s, j, &err)) {
         release_job(j);
+        if (err.status == 0)
+            return client_left(s);
         return send_error(s, c, route, &err, NULL);
     }
     if (j->req.stream) {
@@ -992,7 +1049,9 @@ static enum MHD_Result handle_tokenize(tc_server *s, struct MHD_Connection *c, c
     int32_t *ids = NULL;
     size_t n = 0;
     json_t *out = NULL;
-    if (prompt_tokens(s, &q, add_bos, &ids, &n, &err)) {
+    const union MHD_ConnectionInfo *ci =
+        s->mhd.get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (prompt_tokens(s, &q, add_bos, 0, ci ? ci->connect_fd : -1, &ids, &n, &err)) {
         json_t *toks = json_array();
         for (size_t i = 0; i < n; i++)
             json_array_append_new(toks, json_integer(ids[i]));
@@ -1001,6 +1060,8 @@ static enum MHD_Result handle_tokenize(tc_server *s, struct MHD_Connection *c, c
     }
     tc_host_free(ids);
     tc_oai_request_free(&q);
+    if (!out && err.status == 0)
+        return client_left(s);
     return out ? send_json(s, c, route, 200, out) : send_error(s, c, route, &err, NULL);
 }
 
@@ -1370,6 +1431,10 @@ bool tc_server_start(const tc_server_options *o, tc_server **out, char *msg, siz
         s->o.max_connections = 1024;
     if (!s->o.read_timeout_s)
         s->o.read_timeout_s = 30;
+    if (!s->o.max_messages)
+        s->o.max_messages = 2048;
+    if (!s->o.max_prompt_bytes)
+        s->o.max_prompt_bytes = 1u << 20;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     struct addrinfo hints = { .ai_flags = AI_NUMERICHOST | AI_PASSIVE, .ai_socktype = SOCK_STREAM },

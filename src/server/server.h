@@ -28,6 +28,8 @@ typedef struct tc_server_options {
     size_t max_body;          /* request bodies beyond it get 413; 0: 4 MiB */
     unsigned max_connections; /* 0: 1024 */
     unsigned read_timeout_s;  /* a request must arrive within this; 0: 30 */
+    size_t max_messages;      /* chat messages a request may have; 0: 2048 */
+    size_t max_prompt_bytes;  /* bytes of prompt or message text a request may have; 0: 1 MiB */
 } tc_server_options;
 
 /* What the server runs once the model is loaded; pointers stay valid until tc_server_stop. */
