@@ -28,7 +28,7 @@ typedef struct serve_opts {
     long port, threads, ctx, max_queue, max_running, step_tokens, max_body, max_conns;
     long read_timeout, max_messages, max_prompt_bytes;
     double kv_fraction, kv_tokens, shutdown_s;
-    bool kv_fp8;
+    bool kv_fp8, allow_special;
 } serve_opts;
 
 typedef struct served {
@@ -72,6 +72,8 @@ static const char usage[] =
     "  --max-messages N       messages a chat request may have (default 2048); more get 400\n"
     "  --max-prompt-bytes N   bytes of prompt or message text a request may have (default\n"
     "                         1048576); more get 400\n"
+    "  --allow-special-in-messages  control tokens written in chat messages (<|im_end|>) are\n"
+    "                         tokens, as the template's markers are; by default they are text\n"
     "  --max-connections N    open connections at most (default 1024)\n"
     "  --read-timeout S       seconds a client has to send its request (default 30)\n"
     "  --shutdown-timeout S   seconds running requests get to finish on SIGTERM (default 5)\n"
@@ -109,6 +111,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         CONNS,
         MSGS,
         PBYTES,
+        SPECIAL,
         RTIME,
         STIME,
         DEVICE,
@@ -135,6 +138,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         { "max-connections", required_argument, 0, CONNS },
         { "max-messages", required_argument, 0, MSGS },
         { "max-prompt-bytes", required_argument, 0, PBYTES },
+        { "allow-special-in-messages", no_argument, 0, SPECIAL },
         { "read-timeout", required_argument, 0, RTIME },
         { "shutdown-timeout", required_argument, 0, STIME },
         { "device", required_argument, 0, DEVICE },
@@ -186,6 +190,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         case CONNS: NUM("--max-connections", 1, 65536, max_conns); break;
         case MSGS: NUM("--max-messages", 1, 1 << 24, max_messages); break;
         case PBYTES: NUM("--max-prompt-bytes", 1, 1 << 30, max_prompt_bytes); break;
+        case SPECIAL: o->allow_special = true; break;
         case RTIME: NUM("--read-timeout", 1, 3600, read_timeout); break;
         case STIME:
             if (!num("--shutdown-timeout", optarg, 0, 3600, &v))
@@ -384,7 +389,8 @@ int tc_cli_serve(int argc, char **argv)
                              .max_connections = (unsigned)s.o.max_conns,
                              .read_timeout_s = (unsigned)s.o.read_timeout,
                              .max_messages = (size_t)s.o.max_messages,
-                             .max_prompt_bytes = (size_t)s.o.max_prompt_bytes };
+                             .max_prompt_bytes = (size_t)s.o.max_prompt_bytes,
+                             .allow_special_in_messages = s.o.allow_special };
     char msg[512];
     if (!tc_server_start(&so, &s.srv, msg, sizeof msg)) {
         fprintf(stderr, "thincuda serve: %s\n", msg);

@@ -79,6 +79,10 @@ typedef struct buf {
     char *p;
     size_t n, cap;
     bool oom;
+    /* The ranges [plain[2i], plain[2i + 1]) that came from the messages (NULL: not kept). */
+    size_t *plain;
+    size_t n_plain, cap_plain;
+    bool keep_plain;
 } buf;
 static void put(buf *b, const char *s)
 {
@@ -117,8 +121,33 @@ static void put_trimmed(buf *b, const char *s)
     tc_host_free(c);
 }
 
-tc_status tc_chat_format(const tc_chat_template *t, const tc_chat_message *m, size_t n,
-                         bool add_generation_prompt, char **out)
+/* Put what a message says (s, or s without its outer whitespace), keeping its range. */
+static void put_content(buf *b, const char *s, bool trim)
+{
+    size_t from = b->n;
+    if (trim)
+        put_trimmed(b, s);
+    else
+        put(b, s);
+    if (b->oom || !b->keep_plain || b->n == from)
+        return;
+    if (b->n_plain == b->cap_plain) {
+        size_t cap = b->cap_plain ? 2 * b->cap_plain : 16;
+        size_t *p = tc_host_realloc(b->plain, cap * 2 * sizeof *p);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->plain = p;
+        b->cap_plain = cap;
+    }
+    b->plain[2 * b->n_plain] = from;
+    b->plain[2 * b->n_plain + 1] = b->n;
+    b->n_plain++;
+}
+
+static tc_status format(const tc_chat_template *t, const tc_chat_message *m, size_t n,
+                        bool add_generation_prompt, buf *out_buf, char **out)
 {
     *out = NULL;
     for (size_t i = 0; i < n; i++)
@@ -127,7 +156,7 @@ tc_status tc_chat_format(const tc_chat_template *t, const tc_chat_message *m, si
              strcmp(m[i].role, "assistant")))
             return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_chat_format",
                                 "message %zu: role must be system, user or assistant", i);
-    buf b = { 0 };
+    buf b = { .keep_plain = out_buf != NULL };
     put(&b, "");
     bool has_system = n && !strcmp(m[0].role, "system");
     switch (t->kind) {
@@ -141,7 +170,7 @@ tc_status tc_chat_format(const tc_chat_template *t, const tc_chat_message *m, si
             put(&b, "<|im_start|>");
             put(&b, m[i].role);
             put(&b, "\n");
-            put(&b, m[i].content);
+            put_content(&b, m[i].content, false);
             put(&b, "<|im_end|>\n");
         }
         if (add_generation_prompt)
@@ -153,7 +182,7 @@ tc_status tc_chat_format(const tc_chat_template *t, const tc_chat_message *m, si
             put(&b, "<|start_header_id|>");
             put(&b, m[i].role);
             put(&b, "<|end_header_id|>\n\n");
-            put_trimmed(&b, m[i].content);
+            put_content(&b, m[i].content, true);
             put(&b, "<|eot_id|>");
         }
         if (add_generation_prompt)
@@ -168,15 +197,15 @@ tc_status tc_chat_format(const tc_chat_template *t, const tc_chat_message *m, si
                 put(&b, "<s>[INST] ");
                 if (first && has_system) {
                     put(&b, "<<SYS>>\n");
-                    put_trimmed(&b, m[0].content);
+                    put_content(&b, m[0].content, true);
                     put(&b, "\n<</SYS>>\n\n");
                 }
-                put_trimmed(&b, m[i].content);
+                put_content(&b, m[i].content, true);
                 put(&b, " [/INST]");
                 first = false;
             } else if (!strcmp(m[i].role, "assistant")) {
                 put(&b, " ");
-                put_trimmed(&b, m[i].content);
+                put_content(&b, m[i].content, true);
                 put(&b, " </s>");
             }
         }
@@ -187,7 +216,7 @@ tc_status tc_chat_format(const tc_chat_template *t, const tc_chat_message *m, si
             put(&b, "<|");
             put(&b, m[i].role);
             put(&b, "|>\n");
-            put(&b, m[i].content);
+            put_content(&b, m[i].content, false);
             put(&b, "</s>\n");
         }
         if (add_generation_prompt)
@@ -195,12 +224,37 @@ tc_status tc_chat_format(const tc_chat_template *t, const tc_chat_message *m, si
         break;
     default:
         tc_host_free(b.p);
+        tc_host_free(b.plain);
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_chat_format", "unknown template kind");
     }
     if (b.oom) {
         tc_host_free(b.p);
+        tc_host_free(b.plain);
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_chat_format", "no host memory");
     }
     *out = b.p;
+    if (out_buf)
+        *out_buf = b;
     return TC_OK;
+}
+
+tc_status tc_chat_format(const tc_chat_template *t, const tc_chat_message *msgs, size_t n,
+                         bool add_generation_prompt, char **out)
+{
+    return format(t, msgs, n, add_generation_prompt, NULL, out);
+}
+
+tc_status tc_chat_format_spans(const tc_chat_template *t, const tc_chat_message *msgs, size_t n,
+                               bool add_generation_prompt, char **out, size_t **plain,
+                               size_t *n_plain)
+{
+    buf b;
+    *plain = NULL;
+    *n_plain = 0;
+    tc_status st = format(t, msgs, n, add_generation_prompt, &b, out);
+    if (st == TC_OK) {
+        *plain = b.plain;
+        *n_plain = b.n_plain;
+    }
+    return st;
 }

@@ -36,6 +36,13 @@ TC_API tc_status tc_chat_template_named(const char *name, tc_chat_template *out)
  * with the BOS text where the template writes it, so the tokenizer must not add another. */
 TC_API tc_status tc_chat_format(const tc_chat_template *t, const tc_chat_message *msgs, size_t n,
                                 bool add_generation_prompt, char **out);
+/* Render as tc_chat_format does and say where the messages' own text lies: *plain (freed
+ * with tc_host_free; NULL when none) gets *n_plain ranges [plain[2i], plain[2i + 1]) of *out,
+ * ascending, so that special tokens written by a user can be kept as text while the
+ * template's markers stay special (tc_encode_options.plain). */
+TC_API tc_status tc_chat_format_spans(const tc_chat_template *t, const tc_chat_message *msgs,
+                                      size_t n, bool add_generation_prompt, char **out,
+                                      size_t **plain, size_t *n_plain);
 
 #ifdef __cplusplus
 }

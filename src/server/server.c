@@ -824,14 +824,17 @@ static bool prompt_tokens(tc_server *s, const tc_oai_request *q, bool add_bos, s
     if (!prompt_bounded(s, q, err))
         return false;
     char *text = NULL;
+    size_t *plain = NULL, n_plain = 0;
     const char *p = q->prompt;
     if (q->kind == TC_OAI_CHAT) {
         if (!s->m.chat)
             return tc_oai_fail(err, 400, "invalid_request_error", "messages", NULL,
                                "the model has no chat template; restart the server with "
                                "--template chatml|llama3|llama2|zephyr, or use /v1/completions");
-        if (tc_chat_format(s->m.chat, q->messages, q->n_messages, q->add_generation_prompt,
-                           &text) != TC_OK)
+        /* What the messages say is text: a control token written in one ("<|im_end|>")
+         * cannot end its turn and forge another, unless the server allows it. */
+        if (tc_chat_format_spans(s->m.chat, q->messages, q->n_messages, q->add_generation_prompt,
+                                 &text, &plain, &n_plain) != TC_OK)
             return tc_oai_fail(err, 400, "invalid_request_error", "messages", NULL,
                                "the messages cannot be rendered in the chat template: %s",
                                tc_last_error());
@@ -839,11 +842,14 @@ static bool prompt_tokens(tc_server *s, const tc_oai_request *q, bool add_bos, s
     }
     tc_encode_options eo = { .special = true,
                              .add_bos = add_bos,
+                             .plain = plain,
+                             .n_plain = s->o.allow_special_in_messages ? 0 : n_plain,
                              .max_ids = max_ids,
                              .cancelled = encode_cancelled,
                              .user = &fd };
     tc_status st = tc_tokenizer_encode_with(s->m.tok, p, strlen(p), &eo, ids, n);
     tc_host_free(text);
+    tc_host_free(plain);
     if (st == TC_ERR_CANCELLED) {
         err->status = 0;
         return false;

@@ -30,6 +30,9 @@ typedef struct tc_server_options {
     unsigned read_timeout_s;  /* a request must arrive within this; 0: 30 */
     size_t max_messages;      /* chat messages a request may have; 0: 2048 */
     size_t max_prompt_bytes;  /* bytes of prompt or message text a request may have; 0: 1 MiB */
+    /* Control tokens written in chat messages ("<|im_end|>") are tokens, not text, in chat
+     * requests and /tokenize; by default only the template's own markers are. */
+    bool allow_special_in_messages;
 } tc_server_options;
 
 /* What the server runs once the model is loaded; pointers stay valid until tc_server_stop. */
