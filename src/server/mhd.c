@@ -32,6 +32,7 @@ bool tc_mhd_load(tc_mhd *m, char *msg, size_t len)
         FN(queue_response, MHD_queue_response),
         FN(destroy_response, MHD_destroy_response),
         FN(lookup_connection_value, MHD_lookup_connection_value),
+        FN(get_connection_values, MHD_get_connection_values),
         FN(get_connection_info, MHD_get_connection_info),
         FN(set_connection_option, MHD_set_connection_option),
 #undef FN

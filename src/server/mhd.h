@@ -21,6 +21,7 @@ typedef struct tc_mhd {
     __typeof__(MHD_queue_response) *queue_response;
     __typeof__(MHD_destroy_response) *destroy_response;
     __typeof__(MHD_lookup_connection_value) *lookup_connection_value;
+    __typeof__(MHD_get_connection_values) *get_connection_values;
     __typeof__(MHD_get_connection_info) *get_connection_info;
     __typeof__(MHD_set_connection_option) *set_connection_option;
 } tc_mhd;

@@ -465,6 +465,16 @@ static enum MHD_Result send_body(tc_server *s, struct MHD_Connection *c, int sta
         s->mhd.add_response_header(r, "Allow", allow);
     if (status == 401)
         s->mhd.add_response_header(r, "WWW-Authenticate", "Bearer");
+    pthread_mutex_lock(&s->mu);
+    bool ready = s->ready, stopping = s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    /* A 503 is temporary: a full queue drains within a second or so; loading and a restart
+     * take longer. */
+    if (status == 503)
+        s->mhd.add_response_header(r, "Retry-After", ready && !stopping ? "1" : "5");
+    /* While the server stops, clients are told not to reuse the connection. */
+    if (stopping)
+        s->mhd.add_response_header(r, "Connection", "close");
     enum MHD_Result ret = s->mhd.queue_response(c, (unsigned)status, r);
     s->mhd.destroy_response(r);
     return ret;
@@ -1256,8 +1266,41 @@ typedef struct conn {
     int route; /* index into routes, or -1 */
     char *body;
     size_t len, cap;
+    bool checked; /* the request line and headers have been looked at (first_call) */
     bool too_large, answered;
 } conn;
+
+/* Limits of a request's head (checked by first_call, which answers 414 and 431 in JSON). The
+ * memory libmicrohttpd gives a connection is larger (HEAD_MEMORY), so that a head over these
+ * limits still reaches us; only a head over that memory gets the library's own answer. */
+enum {
+    MAX_URL = 8 << 10,           /* bytes */
+    MAX_HEADER_BYTES = 32 << 10, /* names and values together */
+    MAX_HEADERS = 128,
+    HEAD_MEMORY = 256 << 10, /* bytes per connection */
+};
+
+typedef struct header_count {
+    size_t n, bytes;
+} header_count;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    (void)kind;
+    header_count *h = cls;
+    h->n++;
+    h->bytes += strlen(key) + (value ? strlen(value) : 0) + 4;
+    return MHD_YES;
+}
+
+/* Whether the request says it has a body (a Content-Length other than 0, or chunks). */
+static bool has_body(tc_server *s, struct MHD_Connection *c)
+{
+    const char *cl = s->mhd.lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    const char *te = s->mhd.lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    return te || (cl && strtoull(cl, NULL, 10) != 0);
+}
 
 static bool key_ok(tc_server *s, struct MHD_Connection *c)
 {
@@ -1281,6 +1324,23 @@ static enum MHD_Result first_call(tc_server *s, struct MHD_Connection *c, const 
                                   const char *method, conn *k)
 {
     k->route = -1;
+    k->checked = true;
+    size_t url_len = strlen(url);
+    if (url_len > MAX_URL) {
+        k->answered = true;
+        return fail(s, c, "other", 414, "invalid_request_error", NULL, "uri_too_long",
+                    "the URL has %zu bytes; the limit is %d", url_len, (int)MAX_URL);
+    }
+    header_count h = { 0 };
+    s->mhd.get_connection_values(c, MHD_HEADER_KIND, count_header, &h);
+    if (h.n > MAX_HEADERS || h.bytes > MAX_HEADER_BYTES) {
+        k->answered = true;
+        return fail(s, c, "other", 431, "invalid_request_error", NULL,
+                    "request_header_fields_too_large",
+                    "the request has %zu headers of %zu bytes; the limits are %d headers and "
+                    "%d bytes",
+                    h.n, h.bytes, (int)MAX_HEADERS, (int)MAX_HEADER_BYTES);
+    }
     size_t ulen = strcspn(url, "?");
     int match = -1;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
@@ -1313,7 +1373,7 @@ static enum MHD_Result first_call(tc_server *s, struct MHD_Connection *c, const 
     pthread_mutex_unlock(&s->mu);
     if (match >= 0 && routes[match].r == R_HEALTH) {
         k->answered = true;
-        const char *st = stopping ? "shutting down" : ready ? "ok" : "loading";
+        const char *st = stopping ? "shutting_down" : ready ? "ok" : "loading";
         return send_json(s, c, route, ready && !stopping ? 200 : 503,
                          json_pack("{s:s}", "status", st));
     }
@@ -1359,7 +1419,18 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
         if (!k)
             return MHD_NO;
         *con_cls = k;
+        /* A request without a body is answered on the next call, once the library knows that
+         * the request ends there: a response queued now makes it close the connection, and
+         * keep-alive would never work for GET. One with a body is looked at now, so that an
+         * error (413 above all) need not wait for the body. */
+        if (!has_body(s, c))
+            return MHD_YES;
         return first_call(s, c, url, method, k);
+    }
+    if (!k->checked) {
+        enum MHD_Result r = first_call(s, c, url, method, k);
+        if (r != MHD_YES || k->answered)
+            return r;
     }
     if (k->answered) {
         *upload_size = 0; /* the body of a request already answered is dropped */
@@ -1462,6 +1533,7 @@ bool tc_server_start(const tc_server_options *o, tc_server **out, char *msg, siz
                                MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT,
                                s->o.read_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                                s->o.max_connections, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                               MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEAD_MEMORY,
                                MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
@@ -1493,19 +1565,22 @@ void tc_server_set_model(tc_server *s, const tc_server_model *m)
 
 void tc_server_stop(tc_server *s, double grace_s)
 {
+    /* During the grace period the listener stays open: /health says 503 shutting_down and
+     * new requests get 503 with Retry-After, so that a load balancer sees the server go
+     * rather than connections refused. */
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
+    double until = tc_host_seconds() + grace_s;
+    while (s->n_jobs > 0 && tc_host_seconds() < until) {
+        timed_wait(&s->cv, &s->mu, 50);
+    }
     pthread_mutex_unlock(&s->mu);
     if (s->d) {
         MHD_socket fd = s->mhd.quiesce_daemon(s->d);
         if (fd != MHD_INVALID_SOCKET)
             close(fd);
     }
-    double until = tc_host_seconds() + grace_s;
     pthread_mutex_lock(&s->mu);
-    while (s->n_jobs > 0 && tc_host_seconds() < until) {
-        timed_wait(&s->cv, &s->mu, 50);
-    }
     for (job *j = s->jobs; j; j = j->next)
         if (s->m.engine)
             tc_engine_cancel(s->m.engine, j->id);

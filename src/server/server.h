@@ -49,9 +49,10 @@ bool tc_server_start(const tc_server_options *o, tc_server **out, char *msg, siz
 int tc_server_port(const tc_server *s);
 /* The model is ready: /health turns 200 and the /v1 routes answer. */
 void tc_server_set_model(tc_server *s, const tc_server_model *m);
-/* Graceful stop: no new connections, new requests get 503; requests under way may finish
- * for up to grace_s seconds, then the rest are cancelled (their streams end with an error
- * event). Returns once no request uses the engine any more, so that it can be destroyed. */
+/* Graceful stop: requests under way may finish for up to grace_s seconds while the listener
+ * stays open (/health and new requests get 503 shutting_down with Retry-After), then no new
+ * connections are taken and the rest are cancelled (their streams end with an error event).
+ * Returns once no request uses the engine any more, so that it can be destroyed. */
 void tc_server_stop(tc_server *s, double grace_s);
 void tc_server_destroy(tc_server *s);
 
