@@ -45,6 +45,8 @@ struct request {
     int32_t *prompt; /* owned */
     int32_t *stop_tokens;
     char **stop;
+    int32_t *bias_ids;
+    float *bias;
     size_t max_stop_len;
     int64_t max_tokens;
     int64_t cached_tokens;
@@ -134,6 +136,8 @@ static void free_request(request *q)
     tc_host_free(q->seqs);
     tc_host_free(q->prompt);
     tc_host_free(q->stop_tokens);
+    tc_host_free(q->bias_ids);
+    tc_host_free(q->bias);
     tc_host_free(q);
 }
 
@@ -196,6 +200,12 @@ static tc_status check_request(const tc_engine *e, const tc_request *r, int64_t 
         (r->top_logprobs > 0 && !r->logprobs))
         return BAD("top_logprobs is %d; want 0 .. %d, with logprobs", r->top_logprobs,
                    TC_ENGINE_MAX_TOP_LOGPROBS);
+    if (r->n_bias < 0 || (r->n_bias > 0 && (!r->bias_ids || !r->bias)))
+        return BAD("a logit bias of %d tokens without its arrays", r->n_bias);
+    for (int i = 0; i < r->n_bias; i++)
+        if (r->bias_ids[i] < 0 || r->bias_ids[i] >= e->m.vocab || !isfinite(r->bias[i]))
+            return BAD("logit bias %d: token %d (vocabulary %d), bias %g", i, r->bias_ids[i],
+                       e->m.vocab, (double)r->bias[i]);
     if (!r->callback)
         return BAD("the request has no callback");
     *max_tokens = mt;
@@ -223,7 +233,9 @@ static request *copy_request(const tc_request *r, int64_t max_tokens)
     q->seqs = tc_host_calloc((size_t)q->r.n, sizeof *q->seqs);
     q->stop_tokens = tc_host_alloc(sizeof(int32_t) * (size_t)(r->n_stop_tokens + 1));
     q->stop = tc_host_calloc((size_t)r->n_stop + 1, sizeof *q->stop);
-    if (!q->prompt || !q->seqs || !q->stop_tokens || !q->stop) {
+    q->bias_ids = tc_host_alloc(sizeof(int32_t) * (size_t)(r->n_bias + 1));
+    q->bias = tc_host_alloc(sizeof(float) * (size_t)(r->n_bias + 1));
+    if (!q->prompt || !q->seqs || !q->stop_tokens || !q->stop || !q->bias_ids || !q->bias) {
         free_request(q);
         return NULL;
     }
@@ -238,6 +250,12 @@ static request *copy_request(const tc_request *r, int64_t max_tokens)
         size_t l = strlen(q->stop[i]);
         q->max_stop_len = l > q->max_stop_len ? l : q->max_stop_len;
     }
+    if (r->n_bias) {
+        memcpy(q->bias_ids, r->bias_ids, sizeof(int32_t) * (size_t)r->n_bias);
+        memcpy(q->bias, r->bias, sizeof(float) * (size_t)r->n_bias);
+    }
+    q->r.bias_ids = q->bias_ids;
+    q->r.bias = q->bias;
     q->r.prompt = q->prompt;
     q->r.stop_tokens = q->stop_tokens;
     q->r.stop = (const char *const *)q->stop;
@@ -863,6 +881,23 @@ static void accept(tc_engine *e, seq *s, int32_t t)
         emit(e, s, t, NULL, 0, TC_FINISH_NONE, NULL);
 }
 
+/* Add a request's logit bias to row i of the logits, in place, so that every sampling path
+ * sees it (the CUDA greedy one picks the argmax on the device): the row makes a round trip
+ * through the host, for biased rows only. A bias of -100 or less bans the token outright. */
+static tc_status add_bias(tc_engine *e, tc_tensor *logits, int32_t i, const tc_request *r)
+{
+    tc_tensor row;
+    float *x = e->logit_row;
+    tc_status st = tc_tensor_slice(logits, 0, i, 1, &row);
+    if (st == TC_OK)
+        st = tc_tensor_copy_to_host(&row, x, sizeof(float) * (size_t)e->m.vocab);
+    if (st != TC_OK)
+        return st;
+    for (int k = 0; k < r->n_bias; k++)
+        x[r->bias_ids[k]] = r->bias[k] <= -100.0f ? -INFINITY : x[r->bias_ids[k]] + r->bias[k];
+    return tc_tensor_copy_from_host(&row, x, sizeof(float) * (size_t)e->m.vocab);
+}
+
 /* Log-probabilities of row i of the logits (the model's distribution: log-softmax of the raw
  * logits) for the sampled token and the request's top alternatives, into s. */
 static tc_status logprobs_of(tc_engine *e, const tc_tensor *logits, int32_t i, int32_t token,
@@ -1003,6 +1038,9 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
         }
         tc_tensor rows;
         st = tc_tensor_slice(logits, 0, 0, n_sample, &rows);
+        for (int32_t i = 0; i < n_sample && st == TC_OK; i++)
+            if (e->batch[i]->req->r.n_bias)
+                st = add_bias(e, &rows, i, &e->batch[i]->req->r);
         if (st == TC_OK)
             st = tc_sample(e->sampled, &rows, e->rows);
         for (int32_t i = 0; i < n_sample && st == TC_OK; i++)

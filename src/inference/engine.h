@@ -74,6 +74,12 @@ typedef struct tc_request {
     bool ignore_eos;  /* do not stop at the engine's stop tokens */
     bool logprobs;    /* report each token's log-probability ... */
     int top_logprobs; /* ... and this many alternatives, 0 .. TC_ENGINE_MAX_TOP_LOGPROBS */
+    /* OpenAI's logit_bias: bias[i] is added to the logit of token bias_ids[i] before
+     * sampling, on every backend; -100 or less bans the token. Log-probabilities are those
+     * of the biased logits. Copied by tc_engine_submit. */
+    const int32_t *bias_ids;
+    const float *bias;
+    int n_bias;
     tc_engine_callback callback;
     void *user;
 } tc_request;

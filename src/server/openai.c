@@ -250,6 +250,42 @@ static bool parse_stop(json_t *root, tc_oai_request *r, tc_oai_error *err)
     return true;
 }
 
+/* logit_bias: an object mapping token ids, written as decimal strings, to numbers in
+ * [-100, 100]. */
+static bool parse_bias(json_t *root, tc_oai_request *r, tc_oai_error *err)
+{
+    json_t *b = json_object_get(root, "logit_bias");
+    if (!b || json_is_null(b))
+        return true;
+    if (!json_is_object(b))
+        return BAD("logit_bias", "'logit_bias' must be an object of token ids to numbers, not %s",
+                   type_name(b));
+    size_t n = json_object_size(b);
+    if (n > TC_OAI_MAX_BIAS)
+        return BAD("logit_bias", "'logit_bias' has %zu tokens; at most %d", n, TC_OAI_MAX_BIAS);
+    r->bias_ids = malloc(sizeof *r->bias_ids * (n ? n : 1));
+    r->bias = malloc(sizeof *r->bias * (n ? n : 1));
+    if (!r->bias_ids || !r->bias)
+        return tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    const char *key;
+    json_t *v;
+    json_object_foreach(b, key, v)
+    {
+        char *end;
+        long long id = strtoll(key, &end, 10);
+        if (!*key || *end || key[0] == '-' || key[0] == '+' || key[0] == ' ' || id > INT32_MAX)
+            return BAD("logit_bias",
+                       "'logit_bias' keys must be token ids (non-negative integers), not '%.32s'",
+                       key);
+        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
+            return BAD("logit_bias", "'logit_bias[\"%.32s\"]' must be a number in [-100, 100]",
+                       key);
+        r->bias_ids[r->n_bias] = (int32_t)id;
+        r->bias[r->n_bias++] = (float)json_number_value(v);
+    }
+    return true;
+}
+
 static bool parse_common(json_t *root, tc_oai_request *r, tc_oai_error *err)
 {
     json_t *model = json_object_get(root, "model");
@@ -326,7 +362,7 @@ static bool parse_common(json_t *root, tc_oai_request *r, tc_oai_error *err)
                        "want text or json_object",
                        t);
     }
-    if (!unsupported(root, "logit_bias", err) || !unsupported(root, "tools", err) ||
+    if (!parse_bias(root, r, err) || !unsupported(root, "tools", err) ||
         !unsupported(root, "functions", err) || !unsupported(root, "suffix", err) ||
         !unsupported(root, "echo", err))
         return false;
@@ -383,6 +419,8 @@ void tc_oai_request_free(tc_oai_request *r)
         free((char *)r->messages[i].content);
     free(r->messages);
     free(r->prompt_tokens);
+    free(r->bias_ids);
+    free(r->bias);
     json_decref(r->root);
     memset(r, 0, sizeof *r);
 }

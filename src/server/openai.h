@@ -18,6 +18,7 @@ enum {
     TC_OAI_MAX_STOP = 4,       /* stop strings, as OpenAI allows */
     TC_OAI_MAX_STOP_LEN = 256, /* bytes each */
     TC_OAI_MAX_N = 16,         /* choices per request */
+    TC_OAI_MAX_BIAS = 1024,    /* logit_bias entries */
 };
 
 typedef struct tc_oai_error {
@@ -51,6 +52,11 @@ typedef struct tc_oai_request {
     int top_logprobs;
     bool json_object; /* response_format {"type": "json_object"}: validated, not enforced */
     bool ignore_eos;
+    /* logit_bias: token ids (checked against the vocabulary by the server) and biases in
+     * [-100, 100] (owned). */
+    int32_t *bias_ids;
+    float *bias;
+    int n_bias;
 } tc_oai_request;
 
 /* Parse `body` (len bytes, any content) as a request of `kind` into *out (free it with

@@ -893,6 +893,13 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
         return false;
     }
     const char *what = q->kind == TC_OAI_CHAT ? "messages" : "prompt";
+    for (int i = 0; i < q->n_bias; i++)
+        if (q->bias_ids[i] >= s->m.vocab) {
+            tc_host_free(ids);
+            return tc_oai_fail(err, 400, "invalid_request_error", "logit_bias", NULL,
+                               "'logit_bias' has token %d, outside the vocabulary of %d",
+                               q->bias_ids[i], s->m.vocab);
+        }
     bool explicit_max = q->max_tokens > 0 &&
                         !(q->kind == TC_OAI_COMPLETION && !json_object_get(q->root, "max_tokens"));
     int64_t max = q->max_tokens;
@@ -922,6 +929,9 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
                      .ignore_eos = q->ignore_eos,
                      .logprobs = q->logprobs,
                      .top_logprobs = q->top_logprobs,
+                     .bias_ids = q->bias_ids,
+                     .bias = q->bias,
+                     .n_bias = q->n_bias,
                      .callback = on_event,
                      .user = j };
     if (!q->seed_set) {

@@ -689,6 +689,103 @@ static void test_logprobs(void **state)
     fake_free(f);
 }
 
+/* logit_bias: greedy decoding follows the argmax of the biased logits, -100 bans a token
+ * even from sampling, +100 forces one, and bad biases are refused. */
+static void test_logit_bias(void **state)
+{
+    (void)state;
+    fake *f = fake_new(64, 4, 64);
+    tc_engine_model m = fake_model(f);
+    tc_engine *e;
+    assert_int_equal(tc_engine_create(&m, NULL, &e), TC_OK);
+    int32_t prompt[] = { 3, 1, 4, 1, 5 };
+    result plain = { .n_prompt = 5, .max_tokens = 1 };
+    memcpy(plain.prompt, prompt, sizeof prompt);
+    int32_t first;
+    assert_int_equal(reference(&plain, &first), 1);
+    /* Greedy: the unbiased first token and EOS banned, token 7 raised by half the logits'
+     * range ([0, 1)). */
+    int32_t ids[] = { first, EOS, 7 };
+    float bias[] = { -100, -100.5f, 0.5f };
+    result greedy = plain;
+    greedy.max_tokens = 16;
+    tc_request q = request_of(&greedy);
+    q.bias_ids = ids;
+    q.bias = bias;
+    q.n_bias = 3;
+    assert_int_equal(tc_engine_submit(e, &q, NULL), TC_OK);
+    /* Sampled at temperature 2 with all but three tokens banned, and forced with +100. */
+    int32_t banned[VOCAB];
+    float minus[VOCAB];
+    int n_banned = 0;
+    for (int v = 0; v < VOCAB; v++)
+        if (v != 10 && v != 20 && v != 30) {
+            banned[n_banned] = v;
+            minus[n_banned++] = -100;
+        }
+    result sampled = plain, forced = plain;
+    sampled.max_tokens = forced.max_tokens = 32;
+    sampled.temperature = forced.temperature = 2.0f;
+    sampled.seed = forced.seed = 11;
+    tc_request qs = request_of(&sampled), qf = request_of(&forced);
+    qs.bias_ids = banned;
+    qs.bias = minus;
+    qs.n_bias = n_banned;
+    int32_t force_id[] = { 42 };
+    float force[] = { 100 };
+    qf.bias_ids = force_id;
+    qf.bias = force;
+    qf.n_bias = 1;
+    assert_int_equal(tc_engine_submit(e, &qs, NULL), TC_OK);
+    assert_int_equal(tc_engine_submit(e, &qf, NULL), TC_OK);
+    /* Out of the vocabulary, not finite, or arrays missing. */
+    tc_request bad = q;
+    int32_t outside[] = { VOCAB };
+    bad.bias_ids = outside;
+    bad.n_bias = 1;
+    assert_int_equal(tc_engine_submit(e, &bad, NULL), TC_ERR_INVALID_ARGUMENT);
+    float nan_bias[] = { NAN };
+    bad = q;
+    bad.bias = nan_bias;
+    bad.n_bias = 1;
+    assert_int_equal(tc_engine_submit(e, &bad, NULL), TC_ERR_INVALID_ARGUMENT);
+    bad = q;
+    bad.bias = NULL;
+    assert_int_equal(tc_engine_submit(e, &bad, NULL), TC_ERR_INVALID_ARGUMENT);
+    drain(e);
+    /* The greedy reference with the same bias. */
+    int32_t hist[64];
+    memcpy(hist, prompt, sizeof prompt);
+    float row[VOCAB];
+    assert_int_equal(greedy.n_out[0], 16);
+    for (int t = 0; t < 16; t++) {
+        fill_logits(row, history_hash(hist, 5 + t));
+        row[first] = -INFINITY;
+        row[EOS] = -INFINITY;
+        row[7] += 0.5f;
+        int32_t best = 0;
+        for (int v = 1; v < VOCAB; v++)
+            if (row[v] > row[best])
+                best = v;
+        assert_int_equal(greedy.out[0][t], best);
+        hist[5 + t] = best;
+    }
+    assert_int_not_equal(greedy.out[0][0], first);
+    assert_int_equal(sampled.n_out[0], 32);
+    int seen[VOCAB] = { 0 };
+    for (int t = 0; t < 32; t++) {
+        int32_t v = sampled.out[0][t];
+        assert_true(v == 10 || v == 20 || v == 30);
+        seen[v]++;
+    }
+    assert_true((seen[10] > 0) + (seen[20] > 0) + (seen[30] > 0) >= 2); /* still sampled */
+    assert_int_equal(forced.n_out[0], 32);
+    for (int t = 0; t < 32; t++)
+        assert_int_equal(forced.out[0][t], 42);
+    tc_engine_destroy(e);
+    fake_free(f);
+}
+
 /* Destroying an engine with work under way ends every request cancelled. */
 static void test_destroy_cancels(void **state)
 {
@@ -799,6 +896,7 @@ int main(void)
         cmocka_unit_test(test_threaded),
         cmocka_unit_test(test_destroy_cancels),
         cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_stats_cover_delivered_tokens),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
