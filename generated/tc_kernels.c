@@ -128,6 +128,20 @@ static const uint16_t sizes_tc_k_matvec_mma_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_matvec_mma_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_matvec_mma_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_matvec_mma_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qrepack[] = {8, 8, 4, 8, 8, 8, 4};
+static const char *const names_tc_k_qrepack[] = {"planes", "blocks", "dtype", "total", "first", "n", "to_planes"};
+static const uint16_t sizes_tc_k_qdequant_f32[] = {8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qdequant_f32[] = {"out", "w", "w_dtype", "n_rows", "k", "r0", "rows", "ids", "out_stride"};
+static const uint16_t sizes_tc_k_qdequant_f16[] = {8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qdequant_f16[] = {"out", "w", "w_dtype", "n_rows", "k", "r0", "rows", "ids", "out_stride"};
+static const uint16_t sizes_tc_k_qdequant_bf16[] = {8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qdequant_bf16[] = {"out", "w", "w_dtype", "n_rows", "k", "r0", "rows", "ids", "out_stride"};
+static const uint16_t sizes_tc_k_qmatvec_f32[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmatvec_f32[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmatvec_mma_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmatvec_mma_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmatvec_mma_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmatvec_mma_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_fill_random_f32[] = {8, 8, 8, 4, 4};
 static const char *const names_tc_k_fill_random_f32[] = {"out", "n", "seed", "offset", "scale"};
 static const uint16_t sizes_tc_k_fill_random_f16[] = {8, 8, 8, 4, 4};
@@ -210,14 +224,21 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_gemm_f32", "kernels/gemm.cu", 392, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
     {"tc_k_gemm_f16", "kernels/gemm.cu", 398, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
     {"tc_k_gemm_bf16", "kernels/gemm.cu", 404, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
-    {"tc_k_matvec_f32", "kernels/matvec.cu", 525, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
-    {"tc_k_matvec_f16", "kernels/matvec.cu", 531, 11, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
-    {"tc_k_matvec_bf16", "kernels/matvec.cu", 537, 11, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},
-    {"tc_k_matvec1_f32", "kernels/matvec.cu", 551, 25, sizes_tc_k_matvec1_f32, names_tc_k_matvec1_f32},
-    {"tc_k_matvec1_f16", "kernels/matvec.cu", 562, 25, sizes_tc_k_matvec1_f16, names_tc_k_matvec1_f16},
-    {"tc_k_matvec1_bf16", "kernels/matvec.cu", 573, 25, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
-    {"tc_k_matvec_mma_f16", "kernels/matvec.cu", 590, 9, sizes_tc_k_matvec_mma_f16, names_tc_k_matvec_mma_f16},
-    {"tc_k_matvec_mma_bf16", "kernels/matvec.cu", 599, 9, sizes_tc_k_matvec_mma_bf16, names_tc_k_matvec_mma_bf16},
+    {"tc_k_matvec_f32", "kernels/matvec.cu", 457, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
+    {"tc_k_matvec_f16", "kernels/matvec.cu", 463, 11, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
+    {"tc_k_matvec_bf16", "kernels/matvec.cu", 469, 11, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},
+    {"tc_k_matvec1_f32", "kernels/matvec.cu", 483, 25, sizes_tc_k_matvec1_f32, names_tc_k_matvec1_f32},
+    {"tc_k_matvec1_f16", "kernels/matvec.cu", 494, 25, sizes_tc_k_matvec1_f16, names_tc_k_matvec1_f16},
+    {"tc_k_matvec1_bf16", "kernels/matvec.cu", 505, 25, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
+    {"tc_k_matvec_mma_f16", "kernels/matvec.cu", 522, 9, sizes_tc_k_matvec_mma_f16, names_tc_k_matvec_mma_f16},
+    {"tc_k_matvec_mma_bf16", "kernels/matvec.cu", 531, 9, sizes_tc_k_matvec_mma_bf16, names_tc_k_matvec_mma_bf16},
+    {"tc_k_qrepack", "kernels/quant.cu", 437, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
+    {"tc_k_qdequant_f32", "kernels/quant.cu", 468, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
+    {"tc_k_qdequant_f16", "kernels/quant.cu", 474, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
+    {"tc_k_qdequant_bf16", "kernels/quant.cu", 480, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
+    {"tc_k_qmatvec_f32", "kernels/quant.cu", 491, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
+    {"tc_k_qmatvec_mma_f16", "kernels/quant.cu", 503, 10, sizes_tc_k_qmatvec_mma_f16, names_tc_k_qmatvec_mma_f16},
+    {"tc_k_qmatvec_mma_bf16", "kernels/quant.cu", 510, 10, sizes_tc_k_qmatvec_mma_bf16, names_tc_k_qmatvec_mma_bf16},
     {"tc_k_fill_random_f32", "kernels/random.cu", 31, 5, sizes_tc_k_fill_random_f32, names_tc_k_fill_random_f32},
     {"tc_k_fill_random_f16", "kernels/random.cu", 38, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
     {"tc_k_fill_random_bf16", "kernels/random.cu", 45, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},

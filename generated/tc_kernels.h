@@ -92,26 +92,33 @@ typedef enum tc_kernel_id {
     TC_KERNEL_MATVEC1_BF16 = 47,
     TC_KERNEL_MATVEC_MMA_F16 = 48,
     TC_KERNEL_MATVEC_MMA_BF16 = 49,
-    TC_KERNEL_FILL_RANDOM_F32 = 50,
-    TC_KERNEL_FILL_RANDOM_F16 = 51,
-    TC_KERNEL_FILL_RANDOM_BF16 = 52,
-    TC_KERNEL_RMSNORM_F32 = 53,
-    TC_KERNEL_RMSNORM_F16 = 54,
-    TC_KERNEL_RMSNORM_BF16 = 55,
-    TC_KERNEL_ROPE_F32 = 56,
-    TC_KERNEL_ROPE_F16 = 57,
-    TC_KERNEL_ROPE_BF16 = 58,
-    TC_KERNEL_ROPE_F16_F8 = 59,
-    TC_KERNEL_ROPE_BF16_F8 = 60,
-    TC_KERNEL_SELFTEST_PARAMS = 61,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 62,
-    TC_KERNEL_SOFTMAX_F32 = 63,
-    TC_KERNEL_SOFTMAX_F16 = 64,
-    TC_KERNEL_SOFTMAX_BF16 = 65,
-    TC_KERNEL_SWIGLU_F32 = 66,
-    TC_KERNEL_SWIGLU_F16 = 67,
-    TC_KERNEL_SWIGLU_BF16 = 68,
-    TC_KERNEL_COUNT = 69
+    TC_KERNEL_QREPACK = 50,
+    TC_KERNEL_QDEQUANT_F32 = 51,
+    TC_KERNEL_QDEQUANT_F16 = 52,
+    TC_KERNEL_QDEQUANT_BF16 = 53,
+    TC_KERNEL_QMATVEC_F32 = 54,
+    TC_KERNEL_QMATVEC_MMA_F16 = 55,
+    TC_KERNEL_QMATVEC_MMA_BF16 = 56,
+    TC_KERNEL_FILL_RANDOM_F32 = 57,
+    TC_KERNEL_FILL_RANDOM_F16 = 58,
+    TC_KERNEL_FILL_RANDOM_BF16 = 59,
+    TC_KERNEL_RMSNORM_F32 = 60,
+    TC_KERNEL_RMSNORM_F16 = 61,
+    TC_KERNEL_RMSNORM_BF16 = 62,
+    TC_KERNEL_ROPE_F32 = 63,
+    TC_KERNEL_ROPE_F16 = 64,
+    TC_KERNEL_ROPE_BF16 = 65,
+    TC_KERNEL_ROPE_F16_F8 = 66,
+    TC_KERNEL_ROPE_BF16_F8 = 67,
+    TC_KERNEL_SELFTEST_PARAMS = 68,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 69,
+    TC_KERNEL_SOFTMAX_F32 = 70,
+    TC_KERNEL_SOFTMAX_F16 = 71,
+    TC_KERNEL_SOFTMAX_BF16 = 72,
+    TC_KERNEL_SWIGLU_F32 = 73,
+    TC_KERNEL_SWIGLU_F16 = 74,
+    TC_KERNEL_SWIGLU_BF16 = 75,
+    TC_KERNEL_COUNT = 76
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -598,7 +605,7 @@ static inline tc_status tc_launch_gemm_bf16(tc_launch_config cfg, tc_bf16 *out, 
     tc_launch_gemm_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/matvec.cu:525 tc_k_matvec_f32: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8, w of run-time dtype w_dtype (tc_dtype); one warp per output row, grid-stride over rows. Fused options (tc_linear): flags bit 0: SwiGLU, w holds 2n rows (gate, then up) and out = silu(gate) * up; bit 1: out += the result. The one-row kernel also takes bit 2: x RMS-normalised first, x / sqrt(mean(x^2) + norm_eps), for weights of x's dtype with k, x and w 16-byte aligned. */
+/* kernels/matvec.cu:457 tc_k_matvec_f32: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8, w of run-time dtype w_dtype (tc_dtype); one warp per output row, grid-stride over rows. Fused options (tc_linear): flags bit 0: SwiGLU, w holds 2n rows (gate, then up) and out = silu(gate) * up; bit 1: out += the result. The one-row kernel also takes bit 2: x RMS-normalised first, x / sqrt(mean(x^2) + norm_eps), for weights of x's dtype with k, x and w 16-byte aligned. */
 static inline tc_status tc_launch_matvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps};
@@ -609,7 +616,7 @@ static inline tc_status tc_launch_matvec_f32(tc_launch_config cfg, float *out, c
     tc_launch_matvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps))
 #endif
 
-/* kernels/matvec.cu:531 tc_k_matvec_f16 */
+/* kernels/matvec.cu:463 tc_k_matvec_f16 */
 static inline tc_status tc_launch_matvec_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps};
@@ -620,7 +627,7 @@ static inline tc_status tc_launch_matvec_f16(tc_launch_config cfg, tc_half *out,
     tc_launch_matvec_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps))
 #endif
 
-/* kernels/matvec.cu:537 tc_k_matvec_bf16 */
+/* kernels/matvec.cu:469 tc_k_matvec_bf16 */
 static inline tc_status tc_launch_matvec_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps};
@@ -631,7 +638,7 @@ static inline tc_status tc_launch_matvec_bf16(tc_launch_config cfg, tc_bf16 *out
     tc_launch_matvec_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps))
 #endif
 
-/* kernels/matvec.cu:551 tc_k_matvec1_f32: The same for one row of x (m must be 1), which also takes bit 3: rotate and store a layer's q/k/v product (out holds n_heads q heads, then n_kv_heads k and v heads of head_dim; weights of x's dtype, k, x and w 16-byte aligned): q and k heads rotated by pos[0] as tc_k_rope_* does (theta, scaling 1: Llama 3's, with its factors), and k and v heads also written to cache slot slots[0] of k_cache and v_cache ([slots, n_kv_heads, head_dim]; a negative slot writes none). Without bit 3 those arguments are not read. The launch bounds (64 threads, 8 blocks per SM) let ptxas spend registers on keeping a row's sixteen weight loads in flight: by itself it chose 43 registers and issued each load just before its use. */
+/* kernels/matvec.cu:483 tc_k_matvec1_f32: The same for one row of x (m must be 1), which also takes bit 3: rotate and store a layer's q/k/v product (out holds n_heads q heads, then n_kv_heads k and v heads of head_dim; weights of x's dtype, k, x and w 16-byte aligned): q and k heads rotated by pos[0] as tc_k_rope_* does (theta, scaling 1: Llama 3's, with its factors), and k and v heads also written to cache slot slots[0] of k_cache and v_cache ([slots, n_kv_heads, head_dim]; a negative slot writes none). Without bit 3 those arguments are not read. The launch bounds (64 threads, 8 blocks per SM) let ptxas spend registers on keeping a row's sixteen weight loads in flight: by itself it chose 43 registers and issued each load just before its use. */
 static inline tc_status tc_launch_matvec1_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps, const int32_t *pos, const int32_t *slots, void *k_cache, void *v_cache, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps, &pos, &slots, &k_cache, &v_cache, &n_heads, &n_kv_heads, &head_dim, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -642,7 +649,7 @@ static inline tc_status tc_launch_matvec1_f32(tc_launch_config cfg, float *out, 
     tc_launch_matvec1_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(void *, k_cache), TC__KARG(void *, v_cache), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/matvec.cu:562 tc_k_matvec1_f16 */
+/* kernels/matvec.cu:494 tc_k_matvec1_f16 */
 static inline tc_status tc_launch_matvec1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps, const int32_t *pos, const int32_t *slots, void *k_cache, void *v_cache, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps, &pos, &slots, &k_cache, &v_cache, &n_heads, &n_kv_heads, &head_dim, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -653,7 +660,7 @@ static inline tc_status tc_launch_matvec1_f16(tc_launch_config cfg, tc_half *out
     tc_launch_matvec1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(void *, k_cache), TC__KARG(void *, v_cache), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/matvec.cu:573 tc_k_matvec1_bf16 */
+/* kernels/matvec.cu:505 tc_k_matvec1_bf16 */
 static inline tc_status tc_launch_matvec1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps, const int32_t *pos, const int32_t *slots, void *k_cache, void *v_cache, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps, &pos, &slots, &k_cache, &v_cache, &n_heads, &n_kv_heads, &head_dim, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -664,7 +671,7 @@ static inline tc_status tc_launch_matvec1_bf16(tc_launch_config cfg, tc_bf16 *ou
     tc_launch_matvec1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(void *, k_cache), TC__KARG(void *, v_cache), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/matvec.cu:590 tc_k_matvec_mma_f16: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8 on the tensor cores, w of x's dtype, k a multiple of 32, x, w and the x stride 16-byte aligned; blocks of 256 threads, each taking 16 rows of out at a time (grid-stride). flags: bit 0 SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up), bit 1: out += the result. The launch bounds (two blocks per SM) give ptxas the 126 registers that hold eight chunks' loads: left to itself it chose 64 and spilled. */
+/* kernels/matvec.cu:522 tc_k_matvec_mma_f16: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8 on the tensor cores, w of x's dtype, k a multiple of 32, x, w and the x stride 16-byte aligned; blocks of 256 threads, each taking 16 rows of out at a time (grid-stride). flags: bit 0 SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up), bit 1: out += the result. The launch bounds (two blocks per SM) give ptxas the 126 registers that hold eight chunks' loads: left to itself it chose 64 and spilled. */
 static inline tc_status tc_launch_matvec_mma_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -675,7 +682,7 @@ static inline tc_status tc_launch_matvec_mma_f16(tc_launch_config cfg, tc_half *
     tc_launch_matvec_mma_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/matvec.cu:599 tc_k_matvec_mma_bf16 */
+/* kernels/matvec.cu:531 tc_k_matvec_mma_bf16 */
 static inline tc_status tc_launch_matvec_mma_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -684,6 +691,83 @@ static inline tc_status tc_launch_matvec_mma_bf16(tc_launch_config cfg, tc_bf16 
 #ifndef __cplusplus
 #define tc_launch_matvec_mma_bf16(cfg, out, x, w, m, n, k, x_stride, out_stride, flags) \
     tc_launch_matvec_mma_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:437 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
+static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes, uint8_t *blocks, int32_t dtype, int64_t total, int64_t first, int64_t n, int32_t to_planes)
+{
+    void *args[] = {&planes, &blocks, &dtype, &total, &first, &n, &to_planes};
+    return tc_launch_kernel(TC_KERNEL_QREPACK, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qrepack(cfg, planes, blocks, dtype, total, first, n, to_planes) \
+    tc_launch_qrepack((cfg), TC__KARG(uint8_t *, planes), TC__KARG(uint8_t *, blocks), TC__KARG(int32_t, dtype), TC__KARG(int64_t, total), TC__KARG(int64_t, first), TC__KARG(int64_t, n), TC__KARG(int32_t, to_planes))
+#endif
+
+/* kernels/quant.cu:468 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). Grid-stride, a thread per 8 elements. */
+static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
+{
+    void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_QDEQUANT_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qdequant_f32(cfg, out, w, w_dtype, n_rows, k, r0, rows, ids, out_stride) \
+    tc_launch_qdequant_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/quant.cu:474 tc_k_qdequant_f16 */
+static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
+{
+    void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_QDEQUANT_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qdequant_f16(cfg, out, w, w_dtype, n_rows, k, r0, rows, ids, out_stride) \
+    tc_launch_qdequant_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/quant.cu:480 tc_k_qdequant_bf16 */
+static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
+{
+    void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
+    return tc_launch_kernel(TC_KERNEL_QDEQUANT_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qdequant_bf16(cfg, out, w, w_dtype, n_rows, k, r0, rows, ids, out_stride) \
+    tc_launch_qdequant_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
+#endif
+
+/* kernels/quant.cu:491 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
+static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMATVEC_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmatvec_f32(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
+    tc_launch_qmatvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:503 tc_k_qmatvec_mma_f16: The same for 16-bit x on the tensor cores: blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. */
+static inline tc_status tc_launch_qmatvec_mma_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMATVEC_MMA_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmatvec_mma_f16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
+    tc_launch_qmatvec_mma_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:510 tc_k_qmatvec_mma_bf16 */
+static inline tc_status tc_launch_qmatvec_mma_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMATVEC_MMA_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmatvec_mma_bf16(cfg, out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags) \
+    tc_launch_qmatvec_mma_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
 /* kernels/random.cu:31 tc_k_fill_random_f32: out[i] = offset + scale * (2u - 1), u from a hash of (seed, i) (grid-stride). */

@@ -257,14 +257,14 @@ __device__ __forceinline__ bool aligned(const void *a, const void *b, const void
 }
 
 // Dtype codes passed to kernels that take a run-time weight type (tc_dtype's values).
-enum : int { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_I8 = 3, DT_I32 = 4, DT_Q4_0 = 5, DT_Q8_0 = 6, DT_F8E4M3 = 7 };
-constexpr int kQBlock = 32;
+// (The block-quantised types' codes are in quant.cu.)
+enum : int { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_I8 = 3, DT_I32 = 4, DT_F8E4M3 = 7 };
 // The dtype code of an activation type.
 template <typename T> struct dtype_of;
 template <> struct dtype_of<float> { static constexpr int value = DT_F32; };
 template <> struct dtype_of<__half> { static constexpr int value = DT_F16; };
 template <> struct dtype_of<__nv_bfloat16> { static constexpr int value = DT_BF16; };
-// Element i of a row of run-time dtype dt as a float (block types dequantised: GGUF layout).
+// Element i of a row of run-time float dtype dt as a float (NaN for any other dtype).
 __device__ __forceinline__ float load_any(int dt, const void *row, int64_t i)
 {
     switch (dt) {
@@ -276,18 +276,6 @@ __device__ __forceinline__ float load_any(int dt, const void *row, int64_t i)
         return __bfloat162float(((const __nv_bfloat16 *)row)[i]);
     case DT_F8E4M3:
         return to_f32(((const f8e4m3 *)row)[i]);
-    case DT_Q4_0: {
-        const uint8_t *blk = (const uint8_t *)row + (i / kQBlock) * 18;
-        float d = __half2float(__ushort_as_half(*(const unsigned short *)blk));
-        int j = (int)(i % kQBlock);
-        int q = j < 16 ? (blk[2 + j] & 0xf) : (blk[2 + j - 16] >> 4);
-        return (float)(q - 8) * d;
-    }
-    case DT_Q8_0: {
-        const uint8_t *blk = (const uint8_t *)row + (i / kQBlock) * 34;
-        float d = __half2float(__ushort_as_half(*(const unsigned short *)blk));
-        return (float)(int8_t)blk[2 + i % kQBlock] * d;
-    }
     default:
         return __int_as_float(0x7fc00000);
     }

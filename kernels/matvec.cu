@@ -1,5 +1,6 @@
-// Decode matrix products: out[m, n] = x[m, k] w[n, k]^T for m <= 8 rows, where every weight
-// byte is read once and speed is set by memory bandwidth. One warp per weight row: lanes read
+// Decode matrix products: out[m, n] = x[m, k] w[n, k]^T for m <= 8 rows and float weights
+// (quantised ones: quant.cu), where every weight byte is read once and speed is set by memory
+// bandwidth. One warp per weight row: lanes read
 // the row in 16-byte vectors (streamed past L2 so that x stays cached), eight vectors in flight
 // each, and reduce with shuffles. 2 to 8 rows with 16-bit weights of x's dtype go through the
 // tensor cores instead (mma_rows), which leaves the loads as the only work per weight.
@@ -281,73 +282,10 @@ __device__ void rope_rows(TX *out, const TX *x, const TX *w, int64_t n, int64_t 
     }
 }
 
-// The lane's partial dot products of one block-quantised weight row (GGUF Q4_0 / Q8_0
-// layout, one lane per block of 32) with the m rows of x.
-template <typename TX, int M, int DT>
-__device__ __forceinline__ void dot_block_row(float (&acc)[M], const TX *x, const uint8_t *wr, int m,
-                                              int64_t k, int64_t xs)
-{
-    constexpr int kBytes = DT == tc::DT_Q4_0 ? 18 : 34;
-    int lane = threadIdx.x & 31;
-    int64_t nblocks = k / tc::kQBlock;
-    for (int64_t b = lane; b < nblocks; b += 32) {
-        const uint16_t *blk = reinterpret_cast<const uint16_t *>(wr + b * kBytes);
-        float d = __half2float(__ushort_as_half(blk[0]));
-        float wv[tc::kQBlock];
-#pragma unroll
-        for (int j = 0; j < tc::kQBlock / 2; j++) {
-            uint16_t two = blk[1 + j / (DT == tc::DT_Q4_0 ? 2 : 1)];
-            if constexpr (DT == tc::DT_Q4_0) {
-                uint8_t byte = (uint8_t)(j % 2 ? two >> 8 : two);
-                wv[j] = (float)((byte & 0xf) - 8);
-                wv[j + 16] = (float)((byte >> 4) - 8);
-            } else {
-                wv[2 * j] = (float)(int8_t)(two & 0xff);
-                wv[2 * j + 1] = (float)(int8_t)(two >> 8);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < M; r++) {
-            if (r >= m)
-                break;
-            const TX *xr = x + r * xs + b * tc::kQBlock;
-            float s = 0.0f;
-#pragma unroll
-            for (int j = 0; j < tc::kQBlock; j++)
-                s = fmaf(wv[j], tc::to_f32(xr[j]), s);
-            acc[r] = fmaf(d, s, acc[r]);
-        }
-    }
-}
-
-// Bytes of one weight row of run-time dtype dt.
+// Bytes of one weight row of run-time float dtype dt.
 __device__ __forceinline__ int64_t row_bytes(int dt, int64_t k)
 {
-    switch (dt) {
-    case tc::DT_F32:
-        return k * 4;
-    case tc::DT_Q4_0:
-        return k / tc::kQBlock * 18;
-    case tc::DT_Q8_0:
-        return k / tc::kQBlock * 34;
-    default:
-        return k * 2;
-    }
-}
-
-template <typename TX, int M, int DT>
-__device__ void block_rows(TX *out, const TX *x, const uint8_t *w, int m, int64_t n, int64_t k,
-                           int64_t xs, int64_t os, int flags)
-{
-    int64_t warps = blockDim.x >> 5, rb = row_bytes(DT, k);
-    for (int64_t row = blockIdx.x * warps + (threadIdx.x >> 5); row < n; row += gridDim.x * warps) {
-        float acc[M] = {}, up[M] = {};
-        dot_block_row<TX, M, DT>(acc, x, w + row * rb, m, k, xs);
-        if (flags & kSwiglu)
-            dot_block_row<TX, M, DT>(up, x, w + (n + row) * rb, m, k, xs);
-        float none[M];
-        finish<TX, M, false>(acc, up, none, out, m, row, k, os, flags, 0.0f);
-    }
+    return dt == tc::DT_F32 ? k * 4 : k * 2;
 }
 
 template <typename TX, int M>
@@ -374,12 +312,6 @@ __device__ void by_weight(TX *out, const TX *x, const void *w, int dt, int m, in
             float_rows<TX, __nv_bfloat16, M, 8, false>(out, x, (const __nv_bfloat16 *)w, m, n, k, xs, os, flags, eps);
         else
             float_rows<TX, __nv_bfloat16, M, 1, false>(out, x, (const __nv_bfloat16 *)w, m, n, k, xs, os, flags, eps);
-        break;
-    case tc::DT_Q4_0:
-        block_rows<TX, M, tc::DT_Q4_0>(out, x, (const uint8_t *)w, m, n, k, xs, os, flags);
-        break;
-    case tc::DT_Q8_0:
-        block_rows<TX, M, tc::DT_Q8_0>(out, x, (const uint8_t *)w, m, n, k, xs, os, flags);
         break;
     }
 }

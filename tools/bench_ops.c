@@ -2,7 +2,8 @@
  * against the ceilings of GPU.md (3.0 TB/s measured copy bandwidth; cuBLAS for products).
  * Inputs rotate through copies larger than L2 so the cache is not what is measured; each
  * figure is the median of 7 timings (CUDA events) of several repetitions after a warm-up.
- * Usage: bench_ops [all|norm|matvec|gemm|attention], or bench_ops decode H KV BATCH LEN [fp8] */
+ * Usage: bench_ops [all|norm|matvec|gemm|attention|quant [TYPE]], or bench_ops decode H KV BATCH
+ * LEN [fp8] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +218,77 @@ static void bench_matvec(rng_t *r)
         }
 }
 
+/* A block-quantised tensor of random blocks: a 1 MiB pattern of them repeated, copied up in
+ * the file layout (the backend converts it to its planes). */
+static void random_quant(rng_t *r, tc_tensor *t, tc_dtype dt, int64_t n, int64_t k)
+{
+    double *v;
+    int64_t be = tc_dtype_block(dt), pn = (int64_t)((1u << 20) / tc_dtype_bytes(dt, be)) * be;
+    pn = pn < n * k ? pn : n * k;
+    void *pat = random_data(r, dt, pn, -1, 1, &v);
+    size_t bytes = tc_dtype_bytes(dt, n * k), pbytes = tc_dtype_bytes(dt, pn);
+    char *all = malloc(bytes);
+    for (size_t off = 0; off < bytes; off += pbytes)
+        memcpy(all + off, pat, bytes - off < pbytes ? bytes - off : pbytes);
+    CHECK(tc_tensor_init_from_host(t, gpu, dt, TC_SHAPE(n, k), all, bytes));
+    CHECK(tc_backend_synchronize(gpu));
+    free(all), free(pat), free(v);
+}
+
+/* Quantised weights are small: 16 copies, so that even 4096 x 4096 in 4 bits (9 MiB) rotates
+ * through more than L2 holds. */
+#define QSETS 16
+typedef struct {
+    tc_tensor x, w[QSETS], out;
+    int next;
+} qmm_ctx;
+static tc_status run_qmm(void *c, int s)
+{
+    qmm_ctx *m = c;
+    (void)s;
+    return tc_matmul(&m->out, &m->x, &m->w[m->next++ % QSETS]);
+}
+
+/* Each quantised type's products at Llama-2-7B's shapes: decode (1 and 8 rows) against the
+ * bandwidth, and a 512-row prefill product (dequantised tiles and cuBLAS) against the bf16
+ * weights' cuBLAS product. `bench_ops quant [type]`. */
+static void bench_quant(rng_t *r, const char *only)
+{
+    const tc_dtype qs[] = { TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0, TC_DTYPE_Q5_1,
+                            TC_DTYPE_Q8_0, TC_DTYPE_Q2_K, TC_DTYPE_Q3_K, TC_DTYPE_Q4_K,
+                            TC_DTYPE_Q5_K, TC_DTYPE_Q6_K };
+    const int64_t shapes[][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 } };
+    for (size_t qi = 0; qi < sizeof qs / sizeof qs[0]; qi++) {
+        if (only && strcmp(only, tc_dtype_name(qs[qi])))
+            continue;
+        for (int si = 0; si < 3; si++) {
+            int64_t n = shapes[si][0], k = shapes[si][1];
+            qmm_ctx c = { .next = 0 };
+            for (int s = 0; s < QSETS; s++)
+                random_quant(r, &c.w[s], qs[qi], n, k);
+            double wbytes = (double)tc_dtype_bytes(qs[qi], n * k);
+            const int64_t ms[] = { 1, 8, 512 };
+            for (int mi = 0; mi < 3; mi++) {
+                int64_t m = ms[mi];
+                random_gpu(r, &c.x, TC_DTYPE_BF16, TC_SHAPE(m, k));
+                CHECK(tc_tensor_init(&c.out, gpu, TC_DTYPE_BF16, TC_SHAPE(m, n)));
+                double ms_ = time_ms(run_qmm, &c, m > 8 ? 5 : 32);
+                char name[32], shape[48];
+                snprintf(name, sizeof name, "%s m=%lld", tc_dtype_name(qs[qi]), (long long)m);
+                snprintf(shape, sizeof shape, "w [%lld x %lld]", (long long)n, (long long)k);
+                if (m <= 8)
+                    report_bw(name, shape, ms_, wbytes + 2.0 * m * (n + k));
+                else
+                    printf("%-22s %-28s %9.4f ms %8.1f TFLOP/s\n", name, shape, ms_,
+                           2.0 * m * n * k / ms_ / 1e9);
+                tc_tensor_deinit(&c.x), tc_tensor_deinit(&c.out);
+            }
+            for (int s = 0; s < QSETS; s++)
+                tc_tensor_deinit(&c.w[s]);
+        }
+    }
+}
+
 static void bench_gemm(rng_t *r)
 {
     const int64_t shapes[][3] = {
@@ -381,6 +453,8 @@ int main(int argc, char **argv)
         bench_attention(&r);
     if (!strcmp(what, "decode"))
         bench_decode_case(&r, argc, argv);
+    if (!strcmp(what, "all") || !strcmp(what, "quant"))
+        bench_quant(&r, !strcmp(what, "quant") && argc > 2 ? argv[2] : NULL);
     tc_event_destroy(ev0);
     tc_event_destroy(ev1);
     tc_backend_destroy(gpu);

@@ -143,34 +143,37 @@ tc_status tc_llama_config_from_gguf(const tc_gguf *g, tc_llama_config *c)
 
 /* ---------------------------------------------------------------- weights */
 
+/* A block-quantised matrix on CUDA that is a row block of a fused one: its rows go into
+ * `whole` from `row0` on (planes span the whole tensor, so the part is no view of it). */
+typedef struct fused_part {
+    const tc_tensor *part;
+    tc_tensor *whole;
+    int64_t row0;
+} fused_part;
+
 typedef struct loader {
     const tc_gguf *g;
     tc_llama *m;
     const tc_llama_options *opt;
     uint64_t done, total;
-    uint64_t seed; /* with g NULL: random weights */
+    uint64_t seed;       /* with g NULL: random weights */
+    fused_part fused[5]; /* the current layer's */
+    int n_fused;
 } loader;
 
-static bool kernel_reads(tc_ggml_type t, bool cpu, tc_dtype *dt)
+/* Whether a kernel reads ggml type t as stored (every type with a tc_dtype, on both
+ * backends; the IQ family and other rare types are dequantised at load). */
+static bool kernel_reads(tc_ggml_type t, tc_dtype *dt)
 {
-    switch (t) {
-    case TC_GGML_F32: *dt = TC_DTYPE_F32; return true;
-    case TC_GGML_F16: *dt = TC_DTYPE_F16; return true;
-    case TC_GGML_BF16: *dt = TC_DTYPE_BF16; return true;
-    case TC_GGML_Q8_0: *dt = TC_DTYPE_Q8_0; return true;
-    case TC_GGML_Q4_0: *dt = TC_DTYPE_Q4_0; return true;
-    case TC_GGML_Q4_1: *dt = TC_DTYPE_Q4_1; return cpu; /* no CUDA kernel reads it */
-    default: return false;
-    }
+    return tc_ggml_dtype(t, dt);
 }
 
 /* The dtype a tensor is held in: vectors take the activation dtype; matrices keep a type the
  * kernels read (on CUDA, float types become the activation dtype so that cuBLAS can run
- * them, and Q4_1 is read on the CPU only); others are dequantised, to f32 on the CPU and to
- * the activation dtype on CUDA. */
+ * them); others are dequantised, to f32 on the CPU and to the activation dtype on CUDA. */
 static tc_dtype target(tc_ggml_type type, bool vec, bool cpu, tc_dtype act, tc_dtype *native)
 {
-    bool readable = kernel_reads(type, cpu, native);
+    bool readable = kernel_reads(type, native);
     if (vec)
         return act;
     if (readable && (cpu || tc_dtype_is_block(*native)))
@@ -228,10 +231,17 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
     tc_backend *b = m->backend;
     bool cpu = tc_backend_get_kind(b) == TC_BACKEND_CPU;
     tc_dtype native = TC_DTYPE_F32, want = target(gt->type, vec, cpu, m->act, &native);
-    bool readable = kernel_reads(gt->type, cpu, &native);
+    bool readable = kernel_reads(gt->type, &native);
     int64_t shape[2] = { vec ? cols : rows, cols };
     int nd = vec ? 1 : 2;
     tc_status st = TC_OK;
+    for (int i = 0; i < L->n_fused; i++)
+        if (L->fused[i].part == t) {
+            if (!readable || native != want || L->fused[i].whole->dtype != want)
+                return tc_set_error(TC_ERR_INTERNAL, op, "%s: fused matrix of another dtype", name);
+            TC_TRY(tc__quant_upload(L->fused[i].whole, L->fused[i].row0, rows, gt->data));
+            goto placed;
+        }
     /* A tensor already set is a row block of a fused matrix, made in this dtype. */
     bool into = t->data != NULL;
     if (into && t->dtype != want)
@@ -246,6 +256,23 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
             st = tc_tensor_wrap(t, b, want, nd, shape, (void *)(uintptr_t)gt->data);
         else
             st = tc_tensor_init_from_host(t, b, want, nd, shape, gt->data, gt->bytes);
+    } else if (readable && !cpu && !tc_dtype_is_block(native)) {
+        /* A float tensor of another dtype than the activations': its bytes go up as they
+         * are and the GPU converts them (a host loop took 44 s over a 7B F16 file). */
+        tc_tensor raw, r2, t2;
+        int64_t rows2 = vec ? 1 : rows; /* tc_convert takes [rows, cols] */
+        st = tc_tensor_init_from_host(&raw, b, native, nd, shape, gt->data, gt->bytes);
+        if (st == TC_OK) {
+            if (!into)
+                st = tc_tensor_init(t, b, want, nd, shape);
+            if (st == TC_OK)
+                st = tc_tensor_reshape(&raw, TC_SHAPE(rows2, cols), &r2);
+            if (st == TC_OK)
+                st = tc_tensor_reshape(t, TC_SHAPE(rows2, cols), &t2);
+            if (st == TC_OK)
+                st = tc_convert(&t2, &r2);
+            tc_tensor_deinit(&raw); /* in stream order, after the conversion */
+        }
     } else {
         uint64_t n = gt->n_elements;
         float *f = tc_host_alloc(n * sizeof(float));
@@ -271,6 +298,7 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
     }
     if (st != TC_OK)
         return st;
+placed:
     m->n_params += gt->n_elements;
     m->weight_bytes += tc_tensor_bytes(t);
     L->done += gt->bytes;
@@ -311,6 +339,18 @@ static tc_status alloc_scratch(tc_llama *m)
         int sms = tc_backend_context(b)->sm_count;
         size_t need = (size_t)(S + 32 * (int64_t)sms) * (size_t)c->n_heads *
                       (size_t)(c->head_dim + 2) * sizeof(float);
+        /* Products of quantised weights over many rows dequantise row tiles into it. */
+        bool quant = tc_dtype_is_block(m->lm_head.dtype) || tc_dtype_is_block(m->tok_embd.dtype);
+        for (int l = 0; l < c->n_layers; l++) {
+            const tc_llama_layer *y = &m->layers[l];
+            quant |= tc_dtype_is_block(y->wo.dtype) || tc_dtype_is_block(y->w_down.dtype) ||
+                     tc_dtype_is_block(y->wq.dtype) || tc_dtype_is_block(y->w_gate.dtype);
+        }
+        int64_t widest = c->dim > c->ffn_dim ? c->dim : c->ffn_dim;
+        widest =
+            widest > (int64_t)c->n_heads * c->head_dim ? widest : (int64_t)c->n_heads * c->head_dim;
+        size_t qneed = quant ? tc__quant_gemm_workspace(widest, TC_DTYPE_F32) : 0;
+        need = need > qneed ? need : qneed;
         CUdeviceptr ws;
         TC_TRY(tc__backend_workspace(b, need, &ws));
     }
@@ -384,8 +424,15 @@ static tc_status fuse(loader *L, int n, const char *const *names, const int64_t 
         total += rows[i];
     }
     TC_TRY(tc_tensor_init(whole, m->backend, (tc_dtype)dt, TC_SHAPE(total, cols)));
-    for (int i = 0, r = 0; i < n; r += (int)rows[i], i++)
-        TC_TRY(tc_tensor_slice(whole, 0, r, rows[i], parts[i]));
+    for (int i = 0, r = 0; i < n; r += (int)rows[i], i++) {
+        if (!tc_dtype_is_block((tc_dtype)dt)) {
+            TC_TRY(tc_tensor_slice(whole, 0, r, rows[i], parts[i]));
+            continue;
+        }
+        /* Planes over the whole: the part keeps only its shape, and place() finds it here. */
+        TC_TRY(tc_tensor_wrap(parts[i], m->backend, (tc_dtype)dt, TC_SHAPE(rows[i], cols), NULL));
+        L->fused[L->n_fused++] = (fused_part){ parts[i], whole, r };
+    }
     return TC_OK;
 }
 
@@ -433,6 +480,7 @@ static tc_status load(loader *L)
         snprintf(nv, sizeof nv, "blk.%d.attn_v.weight", l);
         snprintf(ng, sizeof ng, "blk.%d.ffn_gate.weight", l);
         snprintf(nu, sizeof nu, "blk.%d.ffn_up.weight", l);
+        L->n_fused = 0;
         TC_TRY(fuse(L, 3, (const char *const[]){ nq, nk, nv }, (const int64_t[]){ qd, kvd, kvd },
                     c->dim, &y->wqkv, (tc_tensor *const[]){ &y->wq, &y->wk, &y->wv }));
         TC_TRY(fuse(L, 2, (const char *const[]){ ng, nu },
@@ -572,7 +620,7 @@ static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *
     int64_t bs = opt->block_size > 0 ? opt->block_size : 16;
     s->max_blocks = (ctx + bs - 1) / bs;
     s->no_graphs = opt->no_graphs;
-    loader L = { g, m, opt, 0, 0, seed };
+    loader L = { .g = g, .m = m, .opt = opt, .seed = seed };
     pthread_t warm;
     bool warming = !cpu && pthread_create(&warm, NULL, prepare_gemm, b) == 0;
     st = load(&L);

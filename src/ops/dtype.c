@@ -16,6 +16,13 @@ static const struct {
     [TC_DTYPE_Q8_0] = { "q8_0", 2 + TC_QBLOCK, TC_QBLOCK },
     [TC_DTYPE_F8E4M3] = { "f8e4m3", 1, 1 },
     [TC_DTYPE_Q4_1] = { "q4_1", 4 + TC_QBLOCK / 2, TC_QBLOCK },
+    [TC_DTYPE_Q5_0] = { "q5_0", 22, TC_QBLOCK },
+    [TC_DTYPE_Q5_1] = { "q5_1", 24, TC_QBLOCK },
+    [TC_DTYPE_Q2_K] = { "q2_k", 84, 256 },
+    [TC_DTYPE_Q3_K] = { "q3_k", 110, 256 },
+    [TC_DTYPE_Q4_K] = { "q4_k", 144, 256 },
+    [TC_DTYPE_Q5_K] = { "q5_k", 176, 256 },
+    [TC_DTYPE_Q6_K] = { "q6_k", 210, 256 },
 };
 
 const char *tc_dtype_name(tc_dtype dt)
@@ -32,7 +39,12 @@ size_t tc_dtype_bytes(tc_dtype dt, int64_t n)
 
 bool tc_dtype_is_block(tc_dtype dt)
 {
-    return dt == TC_DTYPE_Q4_0 || dt == TC_DTYPE_Q8_0 || dt == TC_DTYPE_Q4_1;
+    return (unsigned)dt < TC_DTYPE_COUNT && dtypes[dt].block > 1;
+}
+
+int tc_dtype_block(tc_dtype dt)
+{
+    return (unsigned)dt < TC_DTYPE_COUNT ? dtypes[dt].block : 1;
 }
 
 uint16_t tc__f32_to_f16(float f)
@@ -125,7 +137,7 @@ float tc__load(tc_dtype dt, const void *row, int64_t i)
         int q = j < 16 ? (blk[4 + j] & 0xf) : (blk[4 + j - 16] >> 4);
         return (float)q * tc__f16_to_f32(dm[0]) + tc__f16_to_f32(dm[1]);
     }
-    default: return NAN;
+    default: return tc__dequant_one(dt, row, i);
     }
 }
 
@@ -192,6 +204,10 @@ void tc__load_row(tc_dtype dt, const void *row, int64_t n, float *out)
         }
         break;
     default:
+        if (tc_dtype_is_block(dt)) {
+            tc__dequant_row(dt, row, n, out);
+            break;
+        }
         for (int64_t i = 0; i < n; i++)
             out[i] = tc__load(dt, row, i);
         break;

@@ -68,6 +68,8 @@ tc_status tc_embedding(tc_tensor *out, const tc_tensor *table, const tc_tensor *
             return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory for a row");
         return TC_OK;
     }
+    if (tc_dtype_is_block(table->dtype))
+        return tc__quant_embedding(out, table, ids);
     tc_status st;
     tc_launch_config cfg = tc__cfg(b, (unsigned)n, 128, 0);
     int64_t row_bytes = (int64_t)tc_dtype_bytes(table->dtype, dim);

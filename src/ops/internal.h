@@ -59,7 +59,26 @@ struct tc_backend {
     bool matvec_l1; /* the matrix-vector kernels' carveouts are set and their waves known (matmul.c)
                      */
     int64_t matvec_wave[8]; /* blocks of each matrix-vector kernel resident at once, GPU-wide */
+    int64_t qwave[3];       /* the same for the quantised kernels (qweights.c; 0: not yet known) */
 };
+
+/* Block-quantised tensors on CUDA (qweights.c): device bytes of n elements held as planes;
+ * rows of file-layout blocks copied in (row0 on) and the whole tensor copied out; an
+ * embedding gather; rows [r0, r0 + rows) of a product of at most TC_MATVEC_MAX_ROWS rows with
+ * tc_linear's flags (bit 0 SwiGLU, bit 1 accumulate); and a product of any rows through row
+ * tiles of dequantised weights (TC__QUANT_TILE_BYTES at most, so that a tile stays in L2
+ * between its dequantisation and its product) handed to `gemm`. */
+#define TC__QUANT_TILE_BYTES ((size_t)16 << 20)
+size_t tc__quant_device_bytes(tc_dtype dt, int64_t n);
+tc_status tc__quant_upload(tc_tensor *t, int64_t row0, int64_t rows, const void *src);
+tc_status tc__quant_download(const tc_tensor *t, void *dst);
+tc_status tc__quant_embedding(tc_tensor *out, const tc_tensor *table, const tc_tensor *ids);
+tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, int64_t r0,
+                           int64_t rows, int32_t flags);
+/* Workspace bytes tc__quant_gemm takes for rows of k elements of dtype act. */
+size_t tc__quant_gemm_workspace(int64_t k, tc_dtype act);
+tc_status tc__quant_gemm(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
+                         tc_status (*gemm)(tc_tensor *, const tc_tensor *, const tc_tensor *));
 
 /* Run fn over [0, n) in chunks of at least `grain` items on b's threads; returns when done. */
 void tc__parallel_for(tc_backend *b, int64_t n, int64_t grain, tc__range_fn fn, void *ctx);
@@ -139,6 +158,11 @@ float tc__load(tc_dtype dt, const void *row, int64_t i);
 void tc__store(tc_dtype dt, void *row, int64_t i, float v);
 /* Convert n elements of a row of dtype dt to floats. */
 void tc__load_row(tc_dtype dt, const void *row, int64_t n, float *out);
+/* n elements (whole blocks) of a block type's row in the file layout as f32 (qblock.c);
+ * false for another dtype or a partial block. */
+bool tc__dequant_row(tc_dtype dt, const void *row, int64_t n, float *out);
+/* Element i of such a row (NaN for a dtype that is not a block type). */
+float tc__dequant_one(tc_dtype dt, const void *row, int64_t i);
 
 /* Four lanes of f32 (GCC's and Clang's vector extension; SSE or NEON registers) for the CPU
  * paths' inner loops, which the compiler does not vectorise by itself at -O2. */
@@ -213,12 +237,17 @@ void tc__attention_store_cpu(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
 tc_status tc__check_rows_dense(const char *op, const char *name, const tc_tensor *t);
 #define TC__MASK(dt) (1u << (dt))
 #define TC__FLOATS (TC__MASK(TC_DTYPE_F32) | TC__MASK(TC_DTYPE_F16) | TC__MASK(TC_DTYPE_BF16))
-/* The dtypes a product's or an embedding's weights may have on t's backend (Q4_1: the CPU). */
+/* Every block-quantised dtype. */
+#define TC__QUANTS                                                                 \
+    (TC__MASK(TC_DTYPE_Q4_0) | TC__MASK(TC_DTYPE_Q8_0) | TC__MASK(TC_DTYPE_Q4_1) | \
+     TC__MASK(TC_DTYPE_Q5_0) | TC__MASK(TC_DTYPE_Q5_1) | TC__MASK(TC_DTYPE_Q2_K) | \
+     TC__MASK(TC_DTYPE_Q3_K) | TC__MASK(TC_DTYPE_Q4_K) | TC__MASK(TC_DTYPE_Q5_K) | \
+     TC__MASK(TC_DTYPE_Q6_K))
+/* The dtypes a product's or an embedding's weights may have (on both backends). */
 static inline unsigned tc__weight_dtypes(const tc_tensor *t)
 {
-    unsigned cpu_only =
-        t && t->backend && t->backend->kind == TC_BACKEND_CPU ? TC__MASK(TC_DTYPE_Q4_1) : 0;
-    return TC__FLOATS | TC__MASK(TC_DTYPE_Q4_0) | TC__MASK(TC_DTYPE_Q8_0) | cpu_only;
+    (void)t;
+    return TC__FLOATS | TC__QUANTS;
 }
 /* What a KV cache may hold beside the activations' dtype. */
 #define TC__KV_FP8 TC__MASK(TC_DTYPE_F8E4M3)

@@ -426,23 +426,11 @@ tc_status tc__matmul_widen(tc_tensor *out, const tc_tensor *x, const tc_tensor *
     return gemm_cublas(out, x, w, handle);
 }
 
-tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
+/* x w^T of more than TC_MATVEC_MAX_ROWS rows, x and w of one dtype: cuBLAS, or our own kernels
+ * where it is missing or not wanted. */
+static tc_status gemm_any(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
 {
-    TC_TRY(check_product("tc_matmul", out, x, w, false, false));
-    int64_t m = x->shape[0], n = w->shape[0];
-    if (m == 0 || n == 0)
-        return TC_OK;
     tc_backend *b = out->backend;
-    if (b->kind == TC_BACKEND_CPU)
-        return linear_cpu(out, x, w, &(tc_linear_opts){ 0 });
-    if (m <= TC_MATVEC_MAX_ROWS || w->dtype != x->dtype) {
-        /* Weights of another dtype (quantised ones) have only the matrix-vector kernel, which
-         * then runs once per TC_MATVEC_MAX_ROWS rows. */
-        for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS)
-            TC_TRY(matvec_cuda(
-                out, x, w, r, m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS, NULL, NULL));
-        return TC_OK;
-    }
     if (b->gemm != TC_GEMM_OWN && b->gemm != TC_GEMM_OWN_PORTABLE) {
         void *handle = NULL;
         tc_status st = tc__backend_cublas(b, &handle);
@@ -453,6 +441,29 @@ tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
         TC_DEBUG("%s: cuBLAS unavailable (%s); using thincuda's kernels", b->name, tc_last_error());
     }
     return gemm_own(out, x, w);
+}
+
+tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
+{
+    TC_TRY(check_product("tc_matmul", out, x, w, false, false));
+    int64_t m = x->shape[0], n = w->shape[0];
+    if (m == 0 || n == 0)
+        return TC_OK;
+    tc_backend *b = out->backend;
+    if (b->kind == TC_BACKEND_CPU)
+        return linear_cpu(out, x, w, &(tc_linear_opts){ 0 });
+    if (tc_dtype_is_block(w->dtype))
+        return m <= TC_MATVEC_MAX_ROWS ? tc__quant_matvec(out, x, w, 0, m, 0)
+                                       : tc__quant_gemm(out, x, w, gemm_any);
+    if (m <= TC_MATVEC_MAX_ROWS || w->dtype != x->dtype) {
+        /* Float weights of another dtype have only the matrix-vector kernel, which then runs
+         * once per TC_MATVEC_MAX_ROWS rows. */
+        for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS)
+            TC_TRY(matvec_cuda(
+                out, x, w, r, m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS, NULL, NULL));
+        return TC_OK;
+    }
+    return gemm_any(out, x, w);
 }
 
 static tc_status check_linear(const char *op, const tc_tensor *out, const tc_tensor *x,
@@ -503,9 +514,14 @@ tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
         src = &xn;
         plain.rms_norm = false;
     }
-    for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS)
-        TC_TRY(matvec_cuda(out, src, w, r, m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS,
-                           &plain, NULL));
+    for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS) {
+        int64_t rows = m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS;
+        if (tc_dtype_is_block(w->dtype))
+            TC_TRY(tc__quant_matvec(out, src, w, r, rows,
+                                    (plain.swiglu ? 1 : 0) | (plain.accumulate ? 2 : 0)));
+        else
+            TC_TRY(matvec_cuda(out, src, w, r, rows, &plain, NULL));
+    }
     return TC_OK;
 }
 

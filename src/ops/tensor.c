@@ -18,10 +18,10 @@ static tc_status check_shape(const char *fn, tc_dtype dt, int ndim, const int64_
             return tc_set_error(TC_ERR_INVALID_ARGUMENT, fn, "shape too large");
         n *= shape[i];
     }
-    if (tc_dtype_is_block(dt) && shape[ndim - 1] % TC_QBLOCK != 0)
+    if (shape[ndim - 1] % tc_dtype_block(dt) != 0)
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, fn,
                             "%s packs %d elements per block; the last dimension is %lld",
-                            tc_dtype_name(dt), TC_QBLOCK, (long long)shape[ndim - 1]);
+                            tc_dtype_name(dt), tc_dtype_block(dt), (long long)shape[ndim - 1]);
     return TC_OK;
 }
 
@@ -45,7 +45,9 @@ tc_status tc_tensor_init(tc_tensor *t, tc_backend *b, tc_dtype dt, int ndim, con
     TC_TRY(check_shape("tc_tensor_init", dt, ndim, shape));
     set_layout(t, b, dt, ndim, shape);
     void *p = NULL;
-    tc_status st = tc_backend_alloc(b, tc_tensor_bytes(t), &p);
+    bool planes = b->kind == TC_BACKEND_CUDA && tc_dtype_is_block(dt);
+    tc_status st = tc_backend_alloc(
+        b, planes ? tc__quant_device_bytes(dt, tc_tensor_numel(t)) : tc_tensor_bytes(t), &p);
     if (st != TC_OK) {
         memset(t, 0, sizeof *t);
         return st;
@@ -141,10 +143,16 @@ tc_status tc_tensor_slice(const tc_tensor *t, int dim, int64_t start, int64_t le
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_tensor_slice",
                             "[%lld, %lld) is outside dimension %d of size %lld", (long long)start,
                             (long long)(start + len), dim, (long long)t->shape[dim]);
-    if (tc_dtype_is_block(t->dtype) && dim == t->ndim - 1 && (start % TC_QBLOCK || len % TC_QBLOCK))
+    int blk = tc_dtype_block(t->dtype);
+    if (blk > 1 && t->backend && t->backend->kind == TC_BACKEND_CUDA && t->shape[dim] != len)
+        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_tensor_slice",
+                            "a %s tensor on CUDA is held as planes over all its blocks and "
+                            "cannot be sliced",
+                            tc_dtype_name(t->dtype));
+    if (dim == t->ndim - 1 && (start % blk || len % blk))
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_tensor_slice",
                             "%s slices of the last dimension must be whole blocks of %d",
-                            tc_dtype_name(t->dtype), TC_QBLOCK);
+                            tc_dtype_name(t->dtype), blk);
     int64_t index[TC_TENSOR_MAX_DIMS] = { 0 };
     index[dim] = start;
     *out = *t;
@@ -190,6 +198,8 @@ tc_status tc_tensor_copy_from_host(tc_tensor *t, const void *src, size_t bytes)
         memmove(t->data, src, bytes);
         return TC_OK;
     }
+    if (tc_dtype_is_block(t->dtype))
+        return tc__quant_upload(t, 0, tc_tensor_numel(t) / t->shape[t->ndim - 1], src);
     return tc__backend_upload(t->backend, (CUdeviceptr)(uintptr_t)t->data, src, bytes);
 }
 
@@ -200,6 +210,8 @@ tc_status tc_tensor_copy_to_host(const tc_tensor *t, void *dst, size_t bytes)
         memmove(dst, t->data, bytes);
         return TC_OK;
     }
+    if (tc_dtype_is_block(t->dtype))
+        return tc__quant_download(t, dst);
     TC_TRY(tc_stream_copy_d2h(t->backend->stream, dst, (CUdeviceptr)(uintptr_t)t->data, bytes));
     return tc_stream_synchronize(t->backend->stream);
 }
@@ -228,6 +240,8 @@ tc_status tc_tensor_copy(tc_tensor *dst, const tc_tensor *src)
         return tc_tensor_copy_from_host(dst, src->data, bytes);
     if (db != sb)
         TC_TRY(tc_backend_synchronize(sb));
+    if (tc_dtype_is_block(src->dtype)) /* planes and their alignment */
+        bytes = tc__quant_device_bytes(src->dtype, tc_tensor_numel(src));
     return tc_stream_copy_d2d(db->stream, (CUdeviceptr)(uintptr_t)dst->data,
                               (CUdeviceptr)(uintptr_t)src->data, bytes);
 }

@@ -10,14 +10,18 @@
 extern "C" {
 #endif
 
-/* Element types. Q4_0, Q8_0 and Q4_1 are packed blocks of 32 elements along the last
- * dimension, laid out as in GGUF (ggml-common.h, "block_q4_0"/"block_q8_0"/"block_q4_1"): an
- * f16 scale d followed by 16 bytes of nibbles (element j in the low nibble of byte j, element
- * j+16 in the high nibble; value (q - 8) * d) or by 32 int8 values (value q * d); Q4_1 has an
- * f16 offset m after d, then nibbles of value q * d + m, and is read on the CPU only. F8E4M3 is the
- * OCP 8-bit float E4M3 ("e4m3fn": 4 exponent bits of bias 7, 3 mantissa bits, no infinities, 0x7f
- * and 0xff NaN, largest finite 448), held by KV caches; conversions round to nearest even and
- * saturate finite values beyond 448 to +-448. */
+/* Element types. The block types are GGUF's quantised blocks along the last dimension, laid
+ * out in host memory exactly as in a GGUF file (ggml-common.h's block_q4_0 ... block_q6_K):
+ * Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 pack 32 elements a block with an f16 scale d (and an f16
+ * offset m for the _1 types): value (q - 8) d, q d + m, (q - 16) d, q d + m, q d; the K types
+ * pack 256 elements in sub-blocks of 32 (Q4_K, Q5_K: 6-bit scales and minima under f16 d and
+ * dmin, value d sc q - dmin mn) or of 16 (Q2_K: 4-bit scales and minima; Q3_K: 6-bit signed
+ * scales, value d sc (q - 4 when the high bit is clear); Q6_K: int8 scales, value d sc (q -
+ * 32)). src/ops/qblock.c dequantises each. On CUDA a block tensor is held in the same bytes
+ * split into planes (each field of every block together; kernels/quant.cu), converted by the
+ * host copies. F8E4M3 is the OCP 8-bit float E4M3 ("e4m3fn": 4 exponent bits of bias 7, 3
+ * mantissa bits, no infinities, 0x7f and 0xff NaN, largest finite 448), held by KV caches;
+ * conversions round to nearest even and saturate finite values beyond 448 to +-448. */
 typedef enum tc_dtype {
     TC_DTYPE_F32 = 0,
     TC_DTYPE_F16 = 1,
@@ -28,11 +32,18 @@ typedef enum tc_dtype {
     TC_DTYPE_Q8_0 = 6,
     TC_DTYPE_F8E4M3 = 7,
     TC_DTYPE_Q4_1 = 8,
+    TC_DTYPE_Q5_0 = 9,
+    TC_DTYPE_Q5_1 = 10,
+    TC_DTYPE_Q2_K = 11,
+    TC_DTYPE_Q3_K = 12,
+    TC_DTYPE_Q4_K = 13,
+    TC_DTYPE_Q5_K = 14,
+    TC_DTYPE_Q6_K = 15,
     TC_DTYPE_COUNT
 } tc_dtype;
 
 #define TC_TENSOR_MAX_DIMS 4
-/* Elements per block of the block-quantised dtypes. */
+/* Elements per block of the 32-element block types (the K types have 256). */
 #define TC_QBLOCK 32
 
 /* A tensor. shape[0] is the outermost dimension; strides count elements. Block dtypes are
@@ -57,10 +68,12 @@ typedef struct tc_tensor {
 
 /* The dtype's name ("bf16"). */
 TC_API const char *tc_dtype_name(tc_dtype dt);
-/* Bytes taken by `n` consecutive elements of dt (n a multiple of TC_QBLOCK for block types). */
+/* Bytes taken by `n` consecutive elements of dt (n a multiple of the block for block types). */
 TC_API size_t tc_dtype_bytes(tc_dtype dt, int64_t n);
 /* Whether dt is one of the block-quantised types. */
 TC_API bool tc_dtype_is_block(tc_dtype dt);
+/* Elements per block of dt: 32 or 256 for block types, 1 for the others. */
+TC_API int tc_dtype_block(tc_dtype dt);
 
 /* Allocate an uninitialised contiguous tensor on backend b. */
 TC_API tc_status tc_tensor_init(tc_tensor *t, tc_backend *b, tc_dtype dt, int ndim,

@@ -428,8 +428,6 @@ static void matmul(rng_t *r)
                 "own tensor core (wide tiles, odd n)", false);
     matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 130, 300, 8, TC_GEMM_OWN, "own tensor core (k 8)",
                 false);
-    matmul_case(r, TC_DTYPE_BF16, TC_DTYPE_Q4_0, 20, 300, 1024, TC_GEMM_AUTO,
-                "q4_0 by matvec chunks", false);
 }
 
 /* tc_linear (the decode step's fused layer) with each combination of its options (bit 0
@@ -479,6 +477,62 @@ static void linear_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n
     tc_tensor_deinit(&go), tc_tensor_deinit(&co);
     if (acc)
         tc_tensor_deinit(&old);
+}
+
+/* Every block-quantised type on CUDA (held as planes) against the reference over its
+ * dequantised values and the CPU's product on the same blocks: the decode kernels of 1 to 8
+ * rows (tensor cores for 16-bit x, f32 arithmetic for f32 x; partial tiles of 16 rows; K
+ * types over 7 blocks a row), SwiGLU and accumulate, longer products through tiles of
+ * dequantised rows and cuBLAS (several tiles), the embedding gather, and the file layout
+ * coming back unchanged from the GPU. */
+static void quantised(rng_t *r)
+{
+    const tc_dtype qs[] = { TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0, TC_DTYPE_Q5_1,
+                            TC_DTYPE_Q8_0, TC_DTYPE_Q2_K, TC_DTYPE_Q3_K, TC_DTYPE_Q4_K,
+                            TC_DTYPE_Q5_K, TC_DTYPE_Q6_K };
+    for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) {
+        tc_dtype q = qs[i];
+        int64_t k = tc_dtype_block(q) == 256 ? 7 * 256 : 2080;
+        const int64_t ms[] = { 1, 2, 8 };
+        for (int mi = 0; mi < 3; mi++) {
+            matmul_case(r, TC_DTYPE_BF16, q, ms[mi], 1000, k, TC_GEMM_AUTO, "decode", false);
+            matmul_case(r, TC_DTYPE_F32, q, ms[mi], 999, k, TC_GEMM_AUTO, "decode, f32", false);
+        }
+        matmul_case(r, TC_DTYPE_F16, q, 5, 333, k, TC_GEMM_AUTO, "decode", false);
+        matmul_case(r, TC_DTYPE_BF16, q, 77, 5000, 4096, TC_GEMM_CUBLAS, "dequantised tiles",
+                    false);
+        matmul_case(r, TC_DTYPE_F32, q, 9, 300, k, TC_GEMM_AUTO, "dequantised tiles, f32", false);
+        matmul_case(r, TC_DTYPE_BF16, q, 20, 300, k, TC_GEMM_OWN, "dequantised tiles, own", false);
+        for (int mode = 1; mode < 4; mode++) {
+            linear_case(r, TC_DTYPE_BF16, q, 1 + 3 * (mode - 1), 600, k, mode, false);
+            linear_case(r, TC_DTYPE_F32, q, 3, 200, k, mode, false);
+        }
+        /* Embedding rows, and the blocks back as they went up. */
+        tc_tensor gt, ct, gi, ci, go, co;
+        int64_t vocab = 300, n = 37;
+        double *tv = twin(r, q, TC_SHAPE(vocab, k), -1, 1, &gt, &ct);
+        double *iv = twin(r, TC_DTYPE_I32, TC_SHAPE(n), 0, vocab, &gi, &ci);
+        poisoned(&go, gpu, TC_DTYPE_BF16, TC_SHAPE(n, k));
+        poisoned(&co, cpu, TC_DTYPE_BF16, TC_SHAPE(n, k));
+        CHECK(tc_embedding(&go, &gt, &gi));
+        CHECK(tc_embedding(&co, &ct, &ci));
+        double *want = malloc(sizeof(double) * (size_t)(n * k));
+        for (int64_t a = 0; a < n; a++)
+            memcpy(want + a * k, tv + (int64_t)iv[a] * k, sizeof(double) * (size_t)k);
+        char what[96];
+        snprintf(what, sizeof what, "embedding %s -> bf16", tc_dtype_name(q));
+        expect_close(what, &go, want, &co, tolerance(TC_DTYPE_BF16));
+        size_t bytes = tc_tensor_bytes(&ct);
+        void *back = malloc(bytes);
+        CHECK(tc_tensor_copy_to_host(&gt, back, bytes));
+        bool same = memcmp(back, ct.data, bytes) == 0;
+        printf("%-58s %s\n", "  its blocks back from the GPU's planes", same ? "ok" : "FAIL");
+        failures += !same;
+        cases++;
+        free(back), free(want), free(tv), free(iv);
+        tc_tensor_deinit(&gt), tc_tensor_deinit(&ct), tc_tensor_deinit(&gi), tc_tensor_deinit(&ci);
+        tc_tensor_deinit(&go), tc_tensor_deinit(&co);
+    }
 }
 
 /* tc_linear_rope_store: one row runs the fused kernel, three rows the product and then
@@ -1172,6 +1226,7 @@ int main(void)
     swiglu_softmax_argmax(&r);
     argmax_long_rows(&r);
     linear(&r);
+    quantised(&r);
     linear_rope_store(&r);
     attention(&r);
     attention_fp8(&r);

@@ -24,17 +24,52 @@ static inline double rng_uniform(rng_t *r, double lo, double hi)
 {
     return lo + (hi - lo) * ((double)(rng_next(r) >> 11) * 0x1.0p-53);
 }
-static inline int64_t rng_int(rng_t *r, int64_t n) { return (int64_t)(rng_next(r) % (uint64_t)n); }
+static inline int64_t rng_int(rng_t *r, int64_t n)
+{
+    return (int64_t)(rng_next(r) % (uint64_t)n);
+}
 
 /* Fill a host buffer of n elements of dtype dt with uniform values in [lo, hi) and return
  * the values actually stored (after rounding to dt) as doubles in *vals (malloc'ed). Block
  * types get random scales and quants, their values computed here from the integers. */
-static inline void *random_data(rng_t *r, tc_dtype dt, int64_t n, double lo, double hi, double **vals)
+static inline void *random_data(rng_t *r, tc_dtype dt, int64_t n, double lo, double hi,
+                                double **vals)
 {
     size_t bytes = tc_dtype_bytes(dt, n);
     uint8_t *buf = malloc(bytes + 1);
     double *v = malloc(sizeof(double) * (size_t)(n + 1));
-    if (tc_dtype_is_block(dt)) {
+    if (tc_dtype_is_block(dt) && dt != TC_DTYPE_Q4_0 && dt != TC_DTYPE_Q8_0 &&
+        dt != TC_DTYPE_Q4_1) {
+        /* The other block types: random bytes with finite f16 scales at the offsets the
+         * format keeps them, the values from the host dequantisation (checked against gguf-py
+         * by tests/model/test_dequant.py). */
+        int be = tc_dtype_block(dt);
+        size_t bb = tc_dtype_bytes(dt, be);
+        int offs[2] = { -1, -1 };
+        double lo_d = be == 256 ? 0.0002 : 0.01, hi_d = be == 256 ? 0.002 : 0.1;
+        switch (dt) {
+        case TC_DTYPE_Q5_0: offs[0] = 0; break;
+        case TC_DTYPE_Q5_1: offs[0] = 0, offs[1] = 2; break;
+        case TC_DTYPE_Q2_K: offs[0] = 80, offs[1] = 82; break;
+        case TC_DTYPE_Q3_K: offs[0] = 108; break;
+        case TC_DTYPE_Q6_K: offs[0] = 208; break;
+        default: offs[0] = 0, offs[1] = 2; break; /* Q4_K, Q5_K: d, dmin */
+        }
+        for (size_t i = 0; i < bytes; i++)
+            buf[i] = (uint8_t)rng_next(r);
+        for (int64_t b = 0; b < n / be; b++)
+            for (int f = 0; f < 2; f++)
+                if (offs[f] >= 0) {
+                    uint16_t h = tc__f32_to_f16((float)rng_uniform(r, lo_d, hi_d));
+                    memcpy(buf + (size_t)b * bb + offs[f], &h, 2);
+                }
+        float *tmp = malloc(sizeof(float) * (size_t)(n + 1));
+        if (!tmp || !tc__dequant_row(dt, buf, n, tmp))
+            abort();
+        for (int64_t i = 0; i < n; i++)
+            v[i] = tmp[i];
+        free(tmp);
+    } else if (tc_dtype_is_block(dt)) {
         size_t bb = tc_dtype_bytes(dt, TC_QBLOCK);
         for (int64_t b = 0; b < n / TC_QBLOCK; b++) {
             uint8_t *blk = buf + (size_t)b * bb;
@@ -52,12 +87,14 @@ static inline void *random_data(rng_t *r, tc_dtype dt, int64_t n, double lo, dou
                 if (dt == TC_DTYPE_Q4_1) {
                     q = (int)rng_int(r, 16);
                     uint8_t *byte = blk + 4 + (j % 16);
-                    *byte = j < 16 ? (uint8_t)((*byte & 0xf0) | q) : (uint8_t)((*byte & 0x0f) | (q << 4));
+                    *byte = j < 16 ? (uint8_t)((*byte & 0xf0) | q)
+                                   : (uint8_t)((*byte & 0x0f) | (q << 4));
                     v[b * TC_QBLOCK + j] = q * d + m;
                 } else if (dt == TC_DTYPE_Q4_0) {
                     q = (int)rng_int(r, 16);
                     uint8_t *byte = blk + 2 + (j % 16);
-                    *byte = j < 16 ? (uint8_t)((*byte & 0xf0) | q) : (uint8_t)((*byte & 0x0f) | (q << 4));
+                    *byte = j < 16 ? (uint8_t)((*byte & 0xf0) | q)
+                                   : (uint8_t)((*byte & 0x0f) | (q << 4));
                     v[b * TC_QBLOCK + j] = (q - 8) * d;
                 } else {
                     q = (int)rng_int(r, 255) - 127;
@@ -90,8 +127,7 @@ static inline void *random_data(rng_t *r, tc_dtype dt, int64_t n, double lo, dou
                 ((int32_t *)buf)[i] = (int32_t)floor(x);
                 v[i] = floor(x);
                 break;
-            default:
-                abort();
+            default: abort();
             }
         }
     }
@@ -152,8 +188,8 @@ static inline double tolerance(tc_dtype dt)
 
 /* References. */
 
-static inline void ref_rmsnorm(double *out, double *res_io, const double *x, const double *w, int64_t n, int64_t d,
-                               double eps, tc_dtype dt)
+static inline void ref_rmsnorm(double *out, double *res_io, const double *x, const double *w,
+                               int64_t n, int64_t d, double eps, tc_dtype dt)
 {
     for (int64_t r = 0; r < n; r++) {
         double ss = 0.0;
@@ -162,7 +198,7 @@ static inline void ref_rmsnorm(double *out, double *res_io, const double *x, con
             if (res_io) {
                 v += res_io[r * d + i];
                 /* the stored residual is rounded to dt before it is normalised */
-                v = dt == TC_DTYPE_F32 ? (float)v
+                v = dt == TC_DTYPE_F32    ? (float)v
                     : dt == TC_DTYPE_BF16 ? tc__bf16_to_f32(tc__f32_to_bf16((float)v))
                                           : tc__f16_to_f32(tc__f32_to_f16((float)v));
                 res_io[r * d + i] = v;
@@ -196,7 +232,8 @@ static inline void ref_frequencies(const tc_rope_config *c, double *inv)
 }
 
 /* Rotate x [n, heads, hd] in place. */
-static inline void ref_rope(double *x, int64_t n, int64_t heads, const int32_t *pos, const tc_rope_config *c)
+static inline void ref_rope(double *x, int64_t n, int64_t heads, const int32_t *pos,
+                            const tc_rope_config *c)
 {
     int hd = c->head_dim, half = hd / 2;
     double inv[256];
@@ -213,7 +250,8 @@ static inline void ref_rope(double *x, int64_t n, int64_t heads, const int32_t *
             }
 }
 
-static inline void ref_matmul(double *out, const double *x, const double *w, int64_t m, int64_t n, int64_t k)
+static inline void ref_matmul(double *out, const double *x, const double *w, int64_t m, int64_t n,
+                              int64_t k)
 {
     for (int64_t r = 0; r < m; r++)
         for (int64_t c = 0; c < n; c++) {
@@ -262,8 +300,9 @@ static inline double *ref_rms_rows(const double *x, int64_t m, int64_t k, double
 
 /* Causal attention of one sequence's m newest queries q [m, H, hd] over contiguous keys and
  * values [len, KV, hd]. */
-static inline void ref_attention(double *out, const double *q, const double *k, const double *v, int64_t m,
-                                 int64_t len, int64_t H, int64_t KV, int64_t hd, double scale)
+static inline void ref_attention(double *out, const double *q, const double *k, const double *v,
+                                 int64_t m, int64_t len, int64_t H, int64_t KV, int64_t hd,
+                                 double scale)
 {
     double *p = malloc(sizeof(double) * (size_t)(len + 1));
     for (int64_t j = 0; j < m; j++) {
@@ -294,9 +333,9 @@ static inline void ref_attention(double *out, const double *q, const double *k, 
 /* A batch of sequences in a paged cache, with the contiguous copies the reference reads. */
 typedef struct {
     int64_t n_seqs, H, KV, hd, bs, max_blocks, n_blocks, n_tokens;
-    int64_t *len, *m;               /* per sequence: cached tokens, queries */
-    double **k, **v;                /* per sequence [len, KV, hd] */
-    double *q;                      /* [n_tokens, H, hd] */
+    int64_t *len, *m;                /* per sequence: cached tokens, queries */
+    double **k, **v;                 /* per sequence [len, KV, hd] */
+    double *q;                       /* [n_tokens, H, hd] */
     int32_t *table, *lens, *q_start; /* host copies of the index tensors */
     tc_tensor tq, tk, tv, ttable, tlens, tqstart;
 } paged_case;
@@ -304,9 +343,10 @@ typedef struct {
 /* Build a case on backend b: sequence s has len[s] cached tokens of which the last m[s] are
  * queries; blocks are handed out in a shuffled order so that the table matters. Queries are
  * of dtype dt, the caches of kv_dt, with values in [-amp, amp). */
-static inline tc_status paged_build_kv(paged_case *c, rng_t *r, tc_backend *b, tc_dtype dt, tc_dtype kv_dt,
-                                       double amp, int64_t n_seqs, const int64_t *len, const int64_t *m,
-                                       int64_t H, int64_t KV, int64_t hd, int64_t bs)
+static inline tc_status paged_build_kv(paged_case *c, rng_t *r, tc_backend *b, tc_dtype dt,
+                                       tc_dtype kv_dt, double amp, int64_t n_seqs,
+                                       const int64_t *len, const int64_t *m, int64_t H, int64_t KV,
+                                       int64_t hd, int64_t bs)
 {
     memset(c, 0, sizeof *c);
     c->n_seqs = n_seqs, c->H = H, c->KV = KV, c->hd = hd, c->bs = bs;
@@ -358,24 +398,28 @@ static inline tc_status paged_build_kv(paged_case *c, rng_t *r, tc_backend *b, t
             c->table[s * c->max_blocks + blk] = perm[next++];
         for (int64_t t = 0; t < len[s]; t++) {
             int64_t slot = (int64_t)c->table[s * c->max_blocks + t / bs] * bs + t % bs;
-            memcpy(kc + (size_t)(slot * row) * eb, (uint8_t *)kb + (size_t)(t * row) * eb, (size_t)row * eb);
-            memcpy(vc + (size_t)(slot * row) * eb, (uint8_t *)vb + (size_t)(t * row) * eb, (size_t)row * eb);
+            memcpy(kc + (size_t)(slot * row) * eb, (uint8_t *)kb + (size_t)(t * row) * eb,
+                   (size_t)row * eb);
+            memcpy(vc + (size_t)(slot * row) * eb, (uint8_t *)vb + (size_t)(t * row) * eb,
+                   (size_t)row * eb);
         }
         free(kb);
         free(vb);
     }
     free(perm);
     tc_status st;
-    int64_t cshape[4] = {c->n_blocks, bs, KV, hd};
+    int64_t cshape[4] = { c->n_blocks, bs, KV, hd };
     TC_CHECK(st, tc_tensor_init_from_host(&c->tk, b, kv_dt, 4, cshape, kc, cache_elems * eb));
     TC_CHECK(st, tc_tensor_init_from_host(&c->tv, b, kv_dt, 4, cshape, vc, cache_elems * eb));
-    TC_CHECK(st, random_tensor(r, b, &c->tq, dt, TC_SHAPE(c->n_tokens > 0 ? c->n_tokens : 1, H, hd), -1.0, 1.0, &c->q));
-    TC_CHECK(st, tc_tensor_init_from_host(&c->ttable, b, TC_DTYPE_I32, TC_SHAPE(n_seqs, c->max_blocks), c->table,
+    TC_CHECK(st, random_tensor(r, b, &c->tq, dt, TC_SHAPE(c->n_tokens > 0 ? c->n_tokens : 1, H, hd),
+                               -1.0, 1.0, &c->q));
+    TC_CHECK(st, tc_tensor_init_from_host(&c->ttable, b, TC_DTYPE_I32,
+                                          TC_SHAPE(n_seqs, c->max_blocks), c->table,
                                           sizeof(int32_t) * (size_t)(n_seqs * c->max_blocks)));
     TC_CHECK(st, tc_tensor_init_from_host(&c->tlens, b, TC_DTYPE_I32, TC_SHAPE(n_seqs), c->lens,
                                           sizeof(int32_t) * (size_t)n_seqs));
-    TC_CHECK(st, tc_tensor_init_from_host(&c->tqstart, b, TC_DTYPE_I32, TC_SHAPE(n_seqs + 1), c->q_start,
-                                          sizeof(int32_t) * (size_t)(n_seqs + 1)));
+    TC_CHECK(st, tc_tensor_init_from_host(&c->tqstart, b, TC_DTYPE_I32, TC_SHAPE(n_seqs + 1),
+                                          c->q_start, sizeof(int32_t) * (size_t)(n_seqs + 1)));
 fail:
     free(kc);
     free(vc);
@@ -383,9 +427,9 @@ fail:
 }
 
 /* paged_build_kv with caches of the queries' dtype, values in [-1, 1). */
-static inline tc_status paged_build(paged_case *c, rng_t *r, tc_backend *b, tc_dtype dt, int64_t n_seqs,
-                                    const int64_t *len, const int64_t *m, int64_t H, int64_t KV, int64_t hd,
-                                    int64_t bs)
+static inline tc_status paged_build(paged_case *c, rng_t *r, tc_backend *b, tc_dtype dt,
+                                    int64_t n_seqs, const int64_t *len, const int64_t *m, int64_t H,
+                                    int64_t KV, int64_t hd, int64_t bs)
 {
     return paged_build_kv(c, r, b, dt, dt, 1.0, n_seqs, len, m, H, KV, hd, bs);
 }
@@ -395,8 +439,9 @@ static inline double *paged_reference(const paged_case *c, double scale)
 {
     double *out = malloc(sizeof(double) * (size_t)(c->n_tokens * c->H * c->hd + 1));
     for (int64_t s = 0; s < c->n_seqs; s++)
-        ref_attention(out + (int64_t)c->q_start[s] * c->H * c->hd, c->q + (int64_t)c->q_start[s] * c->H * c->hd,
-                      c->k[s], c->v[s], c->m[s], c->len[s], c->H, c->KV, c->hd, scale);
+        ref_attention(out + (int64_t)c->q_start[s] * c->H * c->hd,
+                      c->q + (int64_t)c->q_start[s] * c->H * c->hd, c->k[s], c->v[s], c->m[s],
+                      c->len[s], c->H, c->KV, c->hd, scale);
     return out;
 }
 

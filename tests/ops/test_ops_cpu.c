@@ -174,11 +174,15 @@ static void embedding_gathers_rows_of_every_dtype(void **state)
 {
     (void)state;
     rng_t r = { 3 };
-    const tc_dtype tables[] = { TC_DTYPE_F32,  TC_DTYPE_BF16, TC_DTYPE_F16,
-                                TC_DTYPE_Q8_0, TC_DTYPE_Q4_0, TC_DTYPE_Q4_1 };
-    for (size_t ti = 0; ti < 6; ti++)
+    const tc_dtype tables[] = { TC_DTYPE_F32,  TC_DTYPE_BF16, TC_DTYPE_F16,  TC_DTYPE_Q8_0,
+                                TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0, TC_DTYPE_Q5_1,
+                                TC_DTYPE_Q2_K, TC_DTYPE_Q3_K, TC_DTYPE_Q4_K, TC_DTYPE_Q5_K,
+                                TC_DTYPE_Q6_K };
+    for (size_t ti = 0; ti < sizeof tables / sizeof tables[0]; ti++)
         for (size_t oi = 0; oi < 3; oi++) {
-            int64_t vocab = 131, dim = tc_dtype_is_block(tables[ti]) ? 96 : 127, n = 37;
+            int64_t vocab = 131,
+                    dim = tc_dtype_is_block(tables[ti]) ? 3 * tc_dtype_block(tables[ti]) : 127,
+                    n = 37;
             double *tv, *ignored;
             tc_tensor table, ids, out;
             assert_int_equal(
@@ -278,17 +282,20 @@ static void matmul_every_weight_dtype_and_odd_shapes(void **state)
 {
     (void)state;
     rng_t r = { 6 };
-    const tc_dtype ws[] = { TC_DTYPE_F32,  TC_DTYPE_BF16, TC_DTYPE_F16,
-                            TC_DTYPE_Q8_0, TC_DTYPE_Q4_0, TC_DTYPE_Q4_1 };
+    const tc_dtype ws[] = { TC_DTYPE_F32,  TC_DTYPE_BF16, TC_DTYPE_F16,  TC_DTYPE_Q8_0,
+                            TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0, TC_DTYPE_Q5_1,
+                            TC_DTYPE_Q2_K, TC_DTYPE_Q3_K, TC_DTYPE_Q4_K, TC_DTYPE_Q5_K,
+                            TC_DTYPE_Q6_K };
     const int64_t shapes[][3] = {
         { 1, 1, 1 }, { 3, 5, 3 }, { 127, 33, 127 }, { 2, 3, 4097 }, { 9, 127, 96 }
     };
-    for (size_t wi = 0; wi < 6; wi++)
+    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
         for (size_t xi = 0; xi < 3; xi++)
             for (size_t si = 0; si < 5; si++) {
-                int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
-                if (tc_dtype_is_block(ws[wi]))
-                    k = (k + 31) / 32 * 32;
+                int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2],
+                        be = tc_dtype_block(ws[wi]);
+                /* Block types: k a multiple of the block (the K types' odd counts of 256). */
+                k = (k + be - 1) / be * be;
                 double *xv, *wv;
                 tc_tensor x, w, out;
                 assert_int_equal(random_tensor(&r, cpu, &x, floats[xi], TC_SHAPE(m, k), -1, 1, &xv),
@@ -332,10 +339,10 @@ static void linear_fuses_norm_swiglu_and_residual(void **state)
 {
     (void)state;
     rng_t r = { 61 };
-    const tc_dtype ws[] = { TC_DTYPE_F32, TC_DTYPE_BF16, TC_DTYPE_Q8_0, TC_DTYPE_Q4_0,
-                            TC_DTYPE_Q4_1 };
+    const tc_dtype ws[] = { TC_DTYPE_F32,  TC_DTYPE_BF16, TC_DTYPE_Q8_0, TC_DTYPE_Q4_0,
+                            TC_DTYPE_Q4_1, TC_DTYPE_Q5_1, TC_DTYPE_Q3_K, TC_DTYPE_Q6_K };
     const int64_t shapes[][3] = { { 1, 1, 32 }, { 3, 5, 96 }, { 9, 33, 4097 }, { 2, 127, 64 } };
-    for (size_t wi = 0; wi < 5; wi++)
+    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
         for (size_t xi = 0; xi < 3; xi++)
             for (size_t si = 0; si < 4; si++)
                 for (int mode = 0; mode < 8; mode++) {
@@ -343,8 +350,8 @@ static void linear_fuses_norm_swiglu_and_residual(void **state)
                     if (norm && tc_dtype_is_block(ws[wi]))
                         continue; /* refused: checked below */
                     int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
-                    if (tc_dtype_is_block(ws[wi]))
-                        k = (k + 31) / 32 * 32;
+                    int64_t be = tc_dtype_block(ws[wi]);
+                    k = (k + be - 1) / be * be;
                     /* gate * up of these random weights passes f16's largest value at 4097 */
                     if (floats[xi] == TC_DTYPE_F16 && swiglu && k > 1000)
                         continue;

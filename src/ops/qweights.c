@@ -1,0 +1,179 @@
+/* Block-quantised weights on the CUDA backend: they are held as planes (each field of every
+ * block together, kernels/quant.cu), converted from and to the file's layout on the device
+ * when copied; products of up to TC_MATVEC_MAX_ROWS rows read them in place, longer ones
+ * dequantise row tiles small enough to stay in L2 and hand each to cuBLAS. */
+#include "ops/internal.h"
+
+size_t tc__quant_device_bytes(tc_dtype dt, int64_t n)
+{
+    /* Four planes at most, each 256-byte aligned. */
+    return tc_dtype_bytes(dt, n) + 4 * 256;
+}
+
+/* Whether t is a whole block tensor (its data where it was allocated): planes are laid out
+ * over a tensor's every block, so only whole tensors (and their rows through
+ * tc__quant_upload) convert. */
+static tc_status whole_2d(const char *op, const tc_tensor *t)
+{
+    if (t->ndim < 1 || !tc_tensor_is_contiguous(t))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "a quantised tensor must be contiguous");
+    return TC_OK;
+}
+
+static int64_t rows_of(const tc_tensor *t)
+{
+    int64_t last = t->shape[t->ndim - 1];
+    return last ? tc_tensor_numel(t) / last : 0;
+}
+
+/* A grid of 256-thread blocks over `work` threads' worth of items, at most 8 per SM. */
+static tc_launch_config spread(tc_backend *b, int64_t work)
+{
+    int64_t blocks = (work + 255) / 256, cap = (int64_t)b->ctx->sm_count * 8;
+    return tc__cfg(b, (unsigned)(blocks < 1 ? 1 : blocks < cap ? blocks : cap), 256, 0);
+}
+
+/* Copy `rows` rows of file-layout blocks at src (host) to rows [row0, row0 + rows) of the
+ * CUDA block tensor t: through a device buffer, then the repacking kernel. */
+tc_status tc__quant_upload(tc_tensor *t, int64_t row0, int64_t rows, const void *src)
+{
+    const char *op = "tc_tensor_copy_from_host";
+    TC_TRY(whole_2d(op, t));
+    tc_backend *b = t->backend;
+    int64_t k = t->shape[t->ndim - 1], nb = k / tc_dtype_block(t->dtype), total = rows_of(t);
+    if (row0 < 0 || rows < 0 || row0 > total - rows)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "rows [%lld, %lld) of %lld",
+                            (long long)row0, (long long)(row0 + rows), (long long)total);
+    size_t bytes = tc_dtype_bytes(t->dtype, k) * (size_t)rows;
+    if (bytes == 0)
+        return TC_OK;
+    void *tmp = NULL;
+    TC_TRY(tc_backend_alloc(b, bytes, &tmp));
+    tc_status st = tc__backend_upload(b, (CUdeviceptr)(uintptr_t)tmp, src, bytes);
+    if (st == TC_OK)
+        st = tc_launch_qrepack(spread(b, (int64_t)(bytes / 2)), (uint8_t *)t->data, (uint8_t *)tmp,
+                               (int32_t)t->dtype, total * nb, row0 * nb, rows * nb, (int32_t)1);
+    tc_backend_free(b, tmp); /* in stream order: the kernel has it until it finishes */
+    return st;
+}
+
+/* The whole CUDA block tensor t in the file's layout at dst (host). */
+tc_status tc__quant_download(const tc_tensor *t, void *dst)
+{
+    const char *op = "tc_tensor_copy_to_host";
+    TC_TRY(whole_2d(op, t));
+    tc_backend *b = t->backend;
+    size_t bytes = tc_tensor_bytes(t);
+    if (bytes == 0)
+        return TC_OK;
+    int64_t blocks = (int64_t)(tc_tensor_numel(t) / tc_dtype_block(t->dtype));
+    void *tmp = NULL;
+    TC_TRY(tc_backend_alloc(b, bytes, &tmp));
+    tc_status st =
+        tc_launch_qrepack(spread(b, (int64_t)(bytes / 2)), (uint8_t *)t->data, (uint8_t *)tmp,
+                          (int32_t)t->dtype, blocks, (int64_t)0, blocks, (int32_t)0);
+    if (st == TC_OK)
+        st = tc_stream_copy_d2h(b->stream, dst, (CUdeviceptr)(uintptr_t)tmp, bytes);
+    if (st == TC_OK)
+        st = tc_stream_synchronize(b->stream);
+    tc_backend_free(b, tmp);
+    return st;
+}
+
+tc_status tc__quant_embedding(tc_tensor *out, const tc_tensor *table, const tc_tensor *ids)
+{
+    tc_backend *b = out->backend;
+    int64_t n = ids->shape[0], dim = table->shape[1];
+    if (out->dtype != TC_DTYPE_F32 && ((uintptr_t)out->data % 16 || (out->stride[0] * 2) % 16))
+        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_embedding",
+                            "rows of a quantised table go to 16-byte aligned output rows");
+    tc_launch_config cfg = spread(b, n * (dim / 8));
+    tc_status st;
+#define LAUNCH(sfx)                                                                            \
+    tc_launch_qdequant_##sfx(cfg, TC__DEV(T, out), table->data, (int32_t)table->dtype,         \
+                             table->shape[0], dim, (int64_t)0, n, TC__DEV(const int32_t, ids), \
+                             out->stride[0])
+    TC__BY_DTYPE(st, out->dtype, LAUNCH);
+#undef LAUNCH
+    return st;
+}
+
+/* The kernels' carveouts (the tensor-core one keeps 8 KiB of shared memory a block: a
+ * quarter of the SM for it, as matvec.cu's) and how many blocks of each fit at once. */
+static tc_status prepare(tc_backend *b)
+{
+    if (b->qwave[0])
+        return TC_OK;
+    static const tc_kernel_id ids[3] = { TC_KERNEL_QMATVEC_F32, TC_KERNEL_QMATVEC_MMA_F16,
+                                         TC_KERNEL_QMATVEC_MMA_BF16 };
+    for (int i = 0; i < 3; i++) {
+        int threads = i == 0 ? 64 : 256, per_sm = 0;
+        TC_TRY(tc_launch_set_carveout(b->ctx, ids[i], i == 0 ? 0 : 25));
+        if (tc_launch_blocks_per_sm(b->ctx, ids[i], threads, 0, &per_sm) != TC_OK || per_sm < 1)
+            per_sm = 1;
+        b->qwave[i] = (int64_t)per_sm * b->ctx->sm_count;
+    }
+    return TC_OK;
+}
+
+tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, int64_t r0,
+                           int64_t rows, int32_t flags)
+{
+    tc_backend *b = out->backend;
+    TC_TRY(prepare(b));
+    int64_t n = out->shape[1], k = w->shape[1], xo = r0 * x->stride[0], oo = r0 * out->stride[0];
+    size_t es = tc_dtype_bytes(x->dtype, 1);
+    if (((uintptr_t)x->data + (size_t)xo * es) % 16 || ((size_t)x->stride[0] * es) % 16)
+        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_matmul",
+                            "quantised weights take 16-byte aligned rows of x");
+    if (x->dtype == TC_DTYPE_F32) {
+        /* A warp per output row, two per block. */
+        int64_t blocks = (n + 1) / 2, cap = b->qwave[0];
+        tc_launch_config cfg = tc__cfg(b, (unsigned)(blocks < cap ? blocks : cap), 64, 0);
+        return tc_launch_qmatvec_f32(cfg, TC__DEV(float, out) + oo, TC__DEV(const float, x) + xo,
+                                     w->data, (int32_t)w->dtype, (int32_t)rows, n, k, x->stride[0],
+                                     out->stride[0], flags);
+    }
+    bool f16 = x->dtype == TC_DTYPE_F16;
+    int64_t tiles = (n + 15) / 16, wave = b->qwave[f16 ? 1 : 2];
+    tc_launch_config cfg = tc__cfg(b, (unsigned)(tiles < wave ? tiles : wave), 256, 0);
+    return f16 ? tc_launch_qmatvec_mma_f16(
+                     cfg, TC__DEV(tc_half, out) + oo, TC__DEV(const tc_half, x) + xo, w->data,
+                     (int32_t)w->dtype, (int32_t)rows, n, k, x->stride[0], out->stride[0], flags)
+               : tc_launch_qmatvec_mma_bf16(
+                     cfg, TC__DEV(tc_bf16, out) + oo, TC__DEV(const tc_bf16, x) + xo, w->data,
+                     (int32_t)w->dtype, (int32_t)rows, n, k, x->stride[0], out->stride[0], flags);
+}
+
+size_t tc__quant_gemm_workspace(int64_t k, tc_dtype act)
+{
+    size_t row = tc_dtype_bytes(act, k), rows = TC__QUANT_TILE_BYTES / (row ? row : 1);
+    rows = rows < 16 ? 16 : rows;
+    return rows * row;
+}
+
+tc_status tc__quant_gemm(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
+                         tc_status (*gemm)(tc_tensor *, const tc_tensor *, const tc_tensor *))
+{
+    tc_backend *b = out->backend;
+    int64_t n = w->shape[0], k = w->shape[1];
+    size_t bytes = tc__quant_gemm_workspace(k, x->dtype);
+    int64_t tile = (int64_t)(bytes / tc_dtype_bytes(x->dtype, k));
+    CUdeviceptr ws;
+    TC_TRY(tc__backend_workspace(b, bytes, &ws));
+    for (int64_t r0 = 0; r0 < n; r0 += tile) {
+        int64_t rows = n - r0 < tile ? n - r0 : tile;
+        tc_tensor wt, ot;
+        tc_status st;
+#define LAUNCH(sfx)                                                                 \
+    tc_launch_qdequant_##sfx(spread(b, rows *(k / 8)), (T *)(uintptr_t)ws, w->data, \
+                             (int32_t)w->dtype, n, k, r0, rows, (const int32_t *)NULL, k)
+        TC__BY_DTYPE(st, x->dtype, LAUNCH);
+#undef LAUNCH
+        TC_TRY(st);
+        TC_TRY(tc_tensor_wrap(&wt, b, x->dtype, TC_SHAPE(rows, k), (void *)(uintptr_t)ws));
+        TC_TRY(tc_tensor_slice(out, 1, r0, rows, &ot));
+        TC_TRY(gemm(&ot, x, &wt));
+    }
+    return TC_OK;
+}
