@@ -26,7 +26,7 @@
 typedef struct serve_opts {
     const char *model, *shape, *host, *api_key, *device, *dtype, *template_name, *name;
     long port, threads, ctx, max_queue, max_running, step_tokens, max_body, max_conns;
-    long read_timeout, max_messages, max_prompt_bytes;
+    long read_timeout, max_messages, max_prompt_bytes, max_conns_ip;
     double kv_fraction, kv_tokens, shutdown_s;
     bool kv_fp8, allow_special;
 } serve_opts;
@@ -75,7 +75,9 @@ static const char usage[] =
     "  --allow-special-in-messages  control tokens written in chat messages (<|im_end|>) are\n"
     "                         tokens, as the template's markers are; by default they are text\n"
     "  --max-connections N    open connections at most (default 1024)\n"
-    "  --read-timeout S       seconds a client has to send its request (default 30)\n"
+    "  --max-connections-per-ip N  open connections from one address (default 512)\n"
+    "  --read-timeout S       seconds a client has to send a request's head and body, however\n"
+    "                         slowly it sends them (default 30); then the connection closes\n"
     "  --shutdown-timeout S   seconds running requests get to finish on SIGTERM (default 5)\n"
     "  --device D             cpu, cuda or auto (default)\n"
     "  --dtype T              activations on cuda: bf16 (default), f16 or f32\n"
@@ -109,6 +111,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         STEP,
         BODY,
         CONNS,
+        CONNS_IP,
         MSGS,
         PBYTES,
         SPECIAL,
@@ -136,6 +139,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         { "step-tokens", required_argument, 0, STEP },
         { "max-body", required_argument, 0, BODY },
         { "max-connections", required_argument, 0, CONNS },
+        { "max-connections-per-ip", required_argument, 0, CONNS_IP },
         { "max-messages", required_argument, 0, MSGS },
         { "max-prompt-bytes", required_argument, 0, PBYTES },
         { "allow-special-in-messages", no_argument, 0, SPECIAL },
@@ -188,6 +192,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         case STEP: NUM("--step-tokens", 16, 65536, step_tokens); break;
         case BODY: NUM("--max-body", 1024, 1 << 30, max_body); break;
         case CONNS: NUM("--max-connections", 1, 65536, max_conns); break;
+        case CONNS_IP: NUM("--max-connections-per-ip", 1, 65536, max_conns_ip); break;
         case MSGS: NUM("--max-messages", 1, 1 << 24, max_messages); break;
         case PBYTES: NUM("--max-prompt-bytes", 1, 1 << 30, max_prompt_bytes); break;
         case SPECIAL: o->allow_special = true; break;
@@ -387,6 +392,7 @@ int tc_cli_serve(int argc, char **argv)
                              .model_id = s.o.name,
                              .max_body = (size_t)s.o.max_body,
                              .max_connections = (unsigned)s.o.max_conns,
+                             .max_connections_per_ip = (unsigned)s.o.max_conns_ip,
                              .read_timeout_s = (unsigned)s.o.read_timeout,
                              .max_messages = (size_t)s.o.max_messages,
                              .max_prompt_bytes = (size_t)s.o.max_prompt_bytes,

@@ -17,6 +17,7 @@
 #include "runtime/host.h"
 #include "server/mhd.h"
 #include "server/openai.h"
+#include "server/watch.h"
 
 /* ---------------------------------------------------------------- metrics */
 
@@ -112,6 +113,7 @@ struct job {
 struct tc_server {
     tc_mhd mhd;
     struct MHD_Daemon *d;
+    tc__watch *watch; /* request deadlines */
     tc_server_options o;
     char host[64];
     int port;
@@ -1221,6 +1223,9 @@ static enum MHD_Result handle_metrics(tc_server *s, struct MHD_Connection *c)
     COUNTER("thincuda_engine_steps_total", "Engine steps (forward passes).", es.steps);
     COUNTER("thincuda_client_disconnects_total", "Requests cancelled because the client went away.",
             m.disconnects);
+    COUNTER("thincuda_request_deadline_closes_total",
+            "Connections closed because a request had not arrived by its deadline.",
+            s->watch ? tc__watch_expired(s->watch) : 0);
     GAUGE("thincuda_ready", "1 once the model is loaded.", "%d", ready ? 1 : 0);
     GAUGE("thincuda_requests_in_flight", "Requests with an engine sequence.", "%d", jobs);
     GAUGE("thincuda_queue_length", "Sequences waiting to start.", "%d", es.waiting);
@@ -1310,6 +1315,14 @@ static bool has_body(tc_server *s, struct MHD_Connection *c)
     const char *cl = s->mhd.lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     const char *te = s->mhd.lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
     return te || (cl && strtoull(cl, NULL, 10) != 0);
+}
+
+/* The deadline entry of a connection (NULL when it has none). */
+static tc__watch_conn *conn_watch(tc_server *s, struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        s->mhd.get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
 }
 
 static bool key_ok(tc_server *s, struct MHD_Connection *c)
@@ -1437,6 +1450,10 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
             return MHD_YES;
         return first_call(s, c, url, method, k);
     }
+    /* A call without data after the first one: the request has arrived in full, and its
+     * deadline no longer applies; one that came too late is not answered. */
+    if (*upload_size == 0 && !tc__watch_received(s->watch, conn_watch(s, c)))
+        return MHD_NO;
     if (!k->checked) {
         enum MHD_Result r = first_call(s, c, url, method, k);
         if (r != MHD_YES || k->answered)
@@ -1493,8 +1510,25 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
         free(k);
         *con_cls = NULL;
     }
-    /* Back to the read timeout while the connection waits for its next request. */
+    /* Back to the read timeout while the connection waits for its next request, whose
+     * deadline starts now. */
     s->mhd.set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->o.read_timeout_s);
+    tc__watch_next(s->watch, conn_watch(s, c));
+}
+
+/* A connection opens or closes: its requests are timed from the start. */
+static void notify_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                              enum MHD_ConnectionNotificationCode toe)
+{
+    tc_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            s->mhd.get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? tc__watch_open(s->watch, ci->connect_fd) : NULL;
+    } else {
+        tc__watch_close(s->watch, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -1518,12 +1552,20 @@ bool tc_server_start(const tc_server_options *o, tc_server **out, char *msg, siz
         s->o.max_connections = 1024;
     if (!s->o.read_timeout_s)
         s->o.read_timeout_s = 30;
+    if (!s->o.max_connections_per_ip)
+        s->o.max_connections_per_ip = 512;
     if (!s->o.max_messages)
         s->o.max_messages = 2048;
     if (!s->o.max_prompt_bytes)
         s->o.max_prompt_bytes = 1u << 20;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    s->watch = tc__watch_create(s->o.read_timeout_s);
+    if (!s->watch) {
+        snprintf(msg, len, "cannot start the request watchdog (out of memory or threads)");
+        tc_server_destroy(s);
+        return false;
+    }
     struct addrinfo hints = { .ai_flags = AI_NUMERICHOST | AI_PASSIVE, .ai_socktype = SOCK_STREAM },
                     *ai = NULL;
     char port[16];
@@ -1539,12 +1581,13 @@ bool tc_server_start(const tc_server_options *o, tc_server **out, char *msg, siz
                      MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    s->d = s->mhd.start_daemon(flags, (uint16_t)o->port, NULL, NULL, access_handler, s,
-                               MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT,
-                               s->o.read_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-                               s->o.max_connections, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
-                               MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEAD_MEMORY,
-                               MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_END);
+    s->d = s->mhd.start_daemon(
+        flags, (uint16_t)o->port, NULL, NULL, access_handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_CONNECTION_TIMEOUT, s->o.read_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        s->o.max_connections, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEAD_MEMORY, MHD_OPTION_NOTIFY_CONNECTION,
+        notify_connection, s, MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->o.max_connections_per_ip,
+        MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
         snprintf(msg, len, "cannot listen on %s port %d (in use, or not an address of this host)",
@@ -1614,6 +1657,7 @@ void tc_server_destroy(tc_server *s)
         return;
     if (s->d)
         s->mhd.stop_daemon(s->d);
+    tc__watch_destroy(s->watch);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

@@ -27,9 +27,11 @@ typedef struct tc_server_options {
     const char *model_id;     /* the name /v1/models lists and requests may give */
     size_t max_body;          /* request bodies beyond it get 413; 0: 4 MiB */
     unsigned max_connections; /* 0: 1024 */
-    unsigned read_timeout_s;  /* a request must arrive within this; 0: 30 */
-    size_t max_messages;      /* chat messages a request may have; 0: 2048 */
-    size_t max_prompt_bytes;  /* bytes of prompt or message text a request may have; 0: 1 MiB */
+    unsigned read_timeout_s;  /* a request's head and body must arrive within this, however
+                                 they trickle, or the connection is closed; 0: 30 */
+    unsigned max_connections_per_ip; /* open connections from one address; 0: 512 */
+    size_t max_messages;             /* chat messages a request may have; 0: 2048 */
+    size_t max_prompt_bytes; /* bytes of prompt or message text a request may have; 0: 1 MiB */
     /* Control tokens written in chat messages ("<|im_end|>") are tokens, not text, in chat
      * requests and /tokenize; by default only the template's own markers are. */
     bool allow_special_in_messages;
