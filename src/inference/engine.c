@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "inference/blocks.h"
+#include "inference/grammar.h"
 #include "runtime/host.h"
 #include "runtime/log.h"
 
@@ -30,7 +31,8 @@ typedef struct seq {
     int32_t n_committed;     /* full blocks recorded in the prefix cache */
     int64_t step_new;        /* tokens scheduled in the current step */
     tc_detok detok;
-    char *text; /* generated text not yet released */
+    tc_grammar_state *gs; /* where the generated text is in the request's grammar */
+    char *text;           /* generated text not yet released */
     size_t text_len, text_cap;
     /* The last token's log-probabilities, when the request wants them. */
     float lp;
@@ -121,6 +123,7 @@ static void free_seq(seq *s)
     tc_host_free(s->table);
     tc_host_free(s->hashes);
     tc_host_free(s->text);
+    tc_grammar_state_free(s->gs);
     tc_host_free(s);
 }
 
@@ -138,6 +141,7 @@ static void free_request(request *q)
     tc_host_free(q->stop_tokens);
     tc_host_free(q->bias_ids);
     tc_host_free(q->bias);
+    tc_grammar_unref(q->r.grammar);
     tc_host_free(q);
 }
 
@@ -152,7 +156,9 @@ static seq *new_seq(const tc_engine *e, request *q, int index)
     s->toks = tc_host_alloc(sizeof(int32_t) * (size_t)s->cap);
     s->table = tc_host_alloc(sizeof(int32_t) * (size_t)e->m.max_blocks);
     s->hashes = tc_host_alloc(sizeof(uint64_t) * (size_t)e->m.max_blocks);
-    if (!s->toks || !s->table || !s->hashes) {
+    if (q->r.grammar)
+        s->gs = tc_grammar_start(q->r.grammar);
+    if (!s->toks || !s->table || !s->hashes || (q->r.grammar && !s->gs)) {
         free_seq(s);
         return NULL;
     }
@@ -206,6 +212,8 @@ static tc_status check_request(const tc_engine *e, const tc_request *r, int64_t 
         if (r->bias_ids[i] < 0 || r->bias_ids[i] >= e->m.vocab || !isfinite(r->bias[i]))
             return BAD("logit bias %d: token %d (vocabulary %d), bias %g", i, r->bias_ids[i],
                        e->m.vocab, (double)r->bias[i]);
+    if (r->grammar && !e->o.tok)
+        return BAD("constrained decoding needs the engine's tokenizer");
     if (!r->callback)
         return BAD("the request has no callback");
     *max_tokens = mt;
@@ -228,6 +236,7 @@ static request *copy_request(const tc_request *r, int64_t max_tokens)
         return NULL;
     q->r = *r;
     q->r.n = r->n < 1 ? 1 : r->n;
+    q->r.grammar = tc_grammar_ref_take(r->grammar);
     q->max_tokens = max_tokens;
     q->prompt = tc_host_alloc(sizeof(int32_t) * (size_t)r->n_prompt);
     q->seqs = tc_host_calloc((size_t)q->r.n, sizeof *q->seqs);
@@ -841,6 +850,10 @@ static void accept(tc_engine *e, seq *s, int32_t t)
     request *q = s->req;
     if (q->r.n > 1 && s->index == 0 && !q->forked)
         fork_choices(e, s);
+    if (s->gs && !tc_grammar_accept(s->gs, t)) {
+        finish(e, s, -1, NULL, 0, TC_FINISH_ERROR, "no token could continue the grammar");
+        return;
+    }
     s->toks[s->n_toks++] = t;
     s->n_generated++;
     bool stop_tok = is_stop_token(e, q, t);
@@ -881,11 +894,13 @@ static void accept(tc_engine *e, seq *s, int32_t t)
         emit(e, s, t, NULL, 0, TC_FINISH_NONE, NULL);
 }
 
-/* Add a request's logit bias to row i of the logits, in place, so that every sampling path
- * sees it (the CUDA greedy one picks the argmax on the device): the row makes a round trip
- * through the host, for biased rows only. A bias of -100 or less bans the token outright. */
-static tc_status add_bias(tc_engine *e, tc_tensor *logits, int32_t i, const tc_request *r)
+/* Add a request's logit bias to row i of the logits and mask the tokens its grammar does not
+ * allow next, in place, so that every sampling path sees it (the CUDA greedy one picks the
+ * argmax on the device): the row makes a round trip through the host, for such rows only. A
+ * bias of -100 or less bans the token outright. */
+static tc_status adjust_row(tc_engine *e, tc_tensor *logits, int32_t i, seq *s)
 {
+    const tc_request *r = &s->req->r;
     tc_tensor row;
     float *x = e->logit_row;
     tc_status st = tc_tensor_slice(logits, 0, i, 1, &row);
@@ -895,6 +910,8 @@ static tc_status add_bias(tc_engine *e, tc_tensor *logits, int32_t i, const tc_r
         return st;
     for (int k = 0; k < r->n_bias; k++)
         x[r->bias_ids[k]] = r->bias[k] <= -100.0f ? -INFINITY : x[r->bias_ids[k]] + r->bias[k];
+    if (s->gs && !tc_grammar_mask(s->gs, x, e->m.vocab))
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_engine_step", "no host memory for a mask");
     return tc_tensor_copy_from_host(&row, x, sizeof(float) * (size_t)e->m.vocab);
 }
 
@@ -1039,8 +1056,8 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
         tc_tensor rows;
         st = tc_tensor_slice(logits, 0, 0, n_sample, &rows);
         for (int32_t i = 0; i < n_sample && st == TC_OK; i++)
-            if (e->batch[i]->req->r.n_bias)
-                st = add_bias(e, &rows, i, &e->batch[i]->req->r);
+            if (e->batch[i]->req->r.n_bias || e->batch[i]->gs)
+                st = adjust_row(e, &rows, i, e->batch[i]);
         if (st == TC_OK)
             st = tc_sample(e->sampled, &rows, e->rows);
         for (int32_t i = 0; i < n_sample && st == TC_OK; i++)

@@ -80,6 +80,10 @@ typedef struct tc_request {
     const int32_t *bias_ids;
     const float *bias;
     int n_bias;
+    /* Constrained decoding (needs the engine's tokenizer): at every step only tokens that
+     * can continue a document of this grammar are sampled (inference/grammar.h). The engine
+     * takes its own reference. NULL: none. */
+    struct tc_grammar *grammar;
     tc_engine_callback callback;
     void *user;
 } tc_request;

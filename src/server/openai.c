@@ -351,16 +351,29 @@ static bool parse_common(json_t *root, tc_oai_request *r, tc_oai_error *err)
     if (rf && !json_is_null(rf)) {
         json_t *type = json_object_get(rf, "type");
         if (!json_is_object(rf) || !json_is_string(type))
-            return BAD("response_format", "'response_format' must be {\"type\": \"text\"} or "
-                                          "{\"type\": \"json_object\"}");
+            return BAD("response_format", "'response_format' must be {\"type\": \"text\"}, "
+                                          "{\"type\": \"json_object\"} or {\"type\": "
+                                          "\"json_schema\", \"json_schema\": {...}}");
         const char *t = json_string_value(type);
-        if (!strcmp(t, "json_object"))
+        if (!strcmp(t, "json_object")) {
             r->json_object = true;
-        else if (strcmp(t, "text"))
+        } else if (!strcmp(t, "json_schema")) {
+            json_t *js = json_object_get(rf, "json_schema");
+            json_t *schema = json_object_get(js, "schema");
+            if (!json_is_object(js))
+                return BAD("response_format.json_schema",
+                           "'response_format.json_schema' must be an object with 'schema'");
+            if (!json_is_object(schema) && !json_is_boolean(schema))
+                return BAD("response_format.json_schema.schema",
+                           "'response_format.json_schema.schema' must be a JSON schema (an "
+                           "object)");
+            r->json_schema = schema;
+        } else if (strcmp(t, "text")) {
             return BAD("response_format.type",
                        "response_format type '%.32s' is not supported; "
-                       "want text or json_object",
+                       "want text, json_object or json_schema",
                        t);
+        }
     }
     if (!parse_bias(root, r, err) || !unsupported(root, "tools", err) ||
         !unsupported(root, "functions", err) || !unsupported(root, "suffix", err) ||

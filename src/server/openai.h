@@ -50,7 +50,10 @@ typedef struct tc_oai_request {
     bool stream, include_usage;
     bool logprobs;
     int top_logprobs;
-    bool json_object; /* response_format {"type": "json_object"}: validated, not enforced */
+    bool json_object; /* response_format {"type": "json_object"}: any JSON object */
+    /* response_format {"type": "json_schema", "json_schema": {"schema": ...}}: the schema
+     * (a json_t owned by root), enforced by constrained decoding. NULL: none. */
+    void *json_schema;
     bool ignore_eos;
     /* logit_bias: token ids (checked against the vocabulary by the server) and biases in
      * [-100, 100] (owned). */

@@ -17,6 +17,7 @@
 #include "runtime/host.h"
 #include "server/mhd.h"
 #include "server/openai.h"
+#include "server/schema.h"
 #include "server/watch.h"
 
 /* ---------------------------------------------------------------- metrics */
@@ -936,6 +937,17 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
                      .n_bias = q->n_bias,
                      .callback = on_event,
                      .user = j };
+    if (q->json_object || q->json_schema) {
+        char why[320];
+        r.grammar = tc_schema_grammar(q->json_schema, s->m.tok, why, sizeof why);
+        if (!r.grammar) {
+            tc_host_free(ids);
+            return tc_oai_fail(err, 400, "invalid_request_error",
+                               q->json_schema ? "response_format.json_schema.schema"
+                                              : "response_format",
+                               NULL, "the response format cannot be enforced: %s", why);
+        }
+    }
     if (!q->seed_set) {
         uint64_t seed;
         if (getentropy(&seed, sizeof seed) != 0)
@@ -955,6 +967,7 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
     pthread_mutex_unlock(&s->mu);
     if (stopping) {
         tc_host_free(ids);
+        tc_grammar_unref(r.grammar);
         return tc_oai_fail(err, 503, "server_error", NULL, "shutting_down",
                            "the server is shutting down");
     }
@@ -963,6 +976,7 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
     j->submitted = st == TC_OK;
     pthread_mutex_unlock(&j->mu);
     tc_host_free(ids);
+    tc_grammar_unref(r.grammar); /* the engine holds its own reference */
     if (st != TC_OK) {
         unlink_job(s, j);
         if (st == TC_ERR_LIMIT)

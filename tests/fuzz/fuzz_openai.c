@@ -1,12 +1,14 @@
 /* libFuzzer harness for the OpenAI request parser: any body parses or fails with an error
  * that has a status, a type and a message; a parsed request's fields are within the ranges
- * the engine accepts. Build and run: tools/fuzz openai [seconds]. */
+ * the engine accepts; a response_format's schema compiles to a grammar or fails with a
+ * reason. Build and run: tools/fuzz openai [seconds]. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server/openai.h"
+#include "server/schema.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -25,6 +27,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             for (int i = 0; i < r.n_stop; i++)
                 if (!r.stop[i][0])
                     abort();
+            if (r.json_schema || r.json_object) {
+                char why[320] = "";
+                tc_grammar *g = tc_schema_grammar(r.json_schema, NULL, why, sizeof why);
+                if (!g && !why[0])
+                    abort();
+                tc_grammar_state_free(g ? tc_grammar_start(g) : NULL);
+                tc_grammar_unref(g);
+            }
         } else if (e.status < 400 || !e.message[0] || !e.type[0]) {
             abort();
         }
