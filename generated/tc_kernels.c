@@ -138,10 +138,46 @@ static const uint16_t sizes_tc_k_qdequant_bf16[] = {8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qdequant_bf16[] = {"out", "w", "w_dtype", "n_rows", "k", "r0", "rows", "ids", "out_stride"};
 static const uint16_t sizes_tc_k_qmatvec_f32[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmatvec_f32[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_qmatvec_mma_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_qmatvec_mma_f16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_qmatvec_mma_bf16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_qmatvec_mma_bf16[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q4_0_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q4_0_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q4_0_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q4_0_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q4_1_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q4_1_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q4_1_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q4_1_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q5_0_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q5_0_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q5_0_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q5_0_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q5_1_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q5_1_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q5_1_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q5_1_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q8_0_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q8_0_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q8_0_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q8_0_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q2_k_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q2_k_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q2_k_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q2_k_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q3_k_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q3_k_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q3_k_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q3_k_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q4_k_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q4_k_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q4_k_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q4_k_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q5_k_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q5_k_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q5_k_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q5_k_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q6_k_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q6_k_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q6_k_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q6_k_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_fill_random_f32[] = {8, 8, 8, 4, 4};
 static const char *const names_tc_k_fill_random_f32[] = {"out", "n", "seed", "offset", "scale"};
 static const uint16_t sizes_tc_k_fill_random_f16[] = {8, 8, 8, 4, 4};
@@ -232,13 +268,31 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_matvec1_bf16", "kernels/matvec.cu", 505, 25, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
     {"tc_k_matvec_mma_f16", "kernels/matvec.cu", 522, 9, sizes_tc_k_matvec_mma_f16, names_tc_k_matvec_mma_f16},
     {"tc_k_matvec_mma_bf16", "kernels/matvec.cu", 531, 9, sizes_tc_k_matvec_mma_bf16, names_tc_k_matvec_mma_bf16},
-    {"tc_k_qrepack", "kernels/quant.cu", 437, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
-    {"tc_k_qdequant_f32", "kernels/quant.cu", 468, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
-    {"tc_k_qdequant_f16", "kernels/quant.cu", 474, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
-    {"tc_k_qdequant_bf16", "kernels/quant.cu", 480, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
-    {"tc_k_qmatvec_f32", "kernels/quant.cu", 491, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
-    {"tc_k_qmatvec_mma_f16", "kernels/quant.cu", 503, 10, sizes_tc_k_qmatvec_mma_f16, names_tc_k_qmatvec_mma_f16},
-    {"tc_k_qmatvec_mma_bf16", "kernels/quant.cu", 510, 10, sizes_tc_k_qmatvec_mma_bf16, names_tc_k_qmatvec_mma_bf16},
+    {"tc_k_qrepack", "kernels/quant.cu", 546, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
+    {"tc_k_qdequant_f32", "kernels/quant.cu", 577, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
+    {"tc_k_qdequant_f16", "kernels/quant.cu", 583, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
+    {"tc_k_qdequant_bf16", "kernels/quant.cu", 589, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
+    {"tc_k_qmatvec_f32", "kernels/quant.cu", 600, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
+    {"tc_k_qmv_q4_0_f16", "kernels/quant.cu", 614, 9, sizes_tc_k_qmv_q4_0_f16, names_tc_k_qmv_q4_0_f16},
+    {"tc_k_qmv_q4_0_bf16", "kernels/quant.cu", 621, 9, sizes_tc_k_qmv_q4_0_bf16, names_tc_k_qmv_q4_0_bf16},
+    {"tc_k_qmv_q4_1_f16", "kernels/quant.cu", 628, 9, sizes_tc_k_qmv_q4_1_f16, names_tc_k_qmv_q4_1_f16},
+    {"tc_k_qmv_q4_1_bf16", "kernels/quant.cu", 635, 9, sizes_tc_k_qmv_q4_1_bf16, names_tc_k_qmv_q4_1_bf16},
+    {"tc_k_qmv_q5_0_f16", "kernels/quant.cu", 642, 9, sizes_tc_k_qmv_q5_0_f16, names_tc_k_qmv_q5_0_f16},
+    {"tc_k_qmv_q5_0_bf16", "kernels/quant.cu", 649, 9, sizes_tc_k_qmv_q5_0_bf16, names_tc_k_qmv_q5_0_bf16},
+    {"tc_k_qmv_q5_1_f16", "kernels/quant.cu", 656, 9, sizes_tc_k_qmv_q5_1_f16, names_tc_k_qmv_q5_1_f16},
+    {"tc_k_qmv_q5_1_bf16", "kernels/quant.cu", 663, 9, sizes_tc_k_qmv_q5_1_bf16, names_tc_k_qmv_q5_1_bf16},
+    {"tc_k_qmv_q8_0_f16", "kernels/quant.cu", 670, 9, sizes_tc_k_qmv_q8_0_f16, names_tc_k_qmv_q8_0_f16},
+    {"tc_k_qmv_q8_0_bf16", "kernels/quant.cu", 677, 9, sizes_tc_k_qmv_q8_0_bf16, names_tc_k_qmv_q8_0_bf16},
+    {"tc_k_qmv_q2_k_f16", "kernels/quant.cu", 684, 9, sizes_tc_k_qmv_q2_k_f16, names_tc_k_qmv_q2_k_f16},
+    {"tc_k_qmv_q2_k_bf16", "kernels/quant.cu", 691, 9, sizes_tc_k_qmv_q2_k_bf16, names_tc_k_qmv_q2_k_bf16},
+    {"tc_k_qmv_q3_k_f16", "kernels/quant.cu", 698, 9, sizes_tc_k_qmv_q3_k_f16, names_tc_k_qmv_q3_k_f16},
+    {"tc_k_qmv_q3_k_bf16", "kernels/quant.cu", 705, 9, sizes_tc_k_qmv_q3_k_bf16, names_tc_k_qmv_q3_k_bf16},
+    {"tc_k_qmv_q4_k_f16", "kernels/quant.cu", 712, 9, sizes_tc_k_qmv_q4_k_f16, names_tc_k_qmv_q4_k_f16},
+    {"tc_k_qmv_q4_k_bf16", "kernels/quant.cu", 719, 9, sizes_tc_k_qmv_q4_k_bf16, names_tc_k_qmv_q4_k_bf16},
+    {"tc_k_qmv_q5_k_f16", "kernels/quant.cu", 726, 9, sizes_tc_k_qmv_q5_k_f16, names_tc_k_qmv_q5_k_f16},
+    {"tc_k_qmv_q5_k_bf16", "kernels/quant.cu", 733, 9, sizes_tc_k_qmv_q5_k_bf16, names_tc_k_qmv_q5_k_bf16},
+    {"tc_k_qmv_q6_k_f16", "kernels/quant.cu", 740, 9, sizes_tc_k_qmv_q6_k_f16, names_tc_k_qmv_q6_k_f16},
+    {"tc_k_qmv_q6_k_bf16", "kernels/quant.cu", 747, 9, sizes_tc_k_qmv_q6_k_bf16, names_tc_k_qmv_q6_k_bf16},
     {"tc_k_fill_random_f32", "kernels/random.cu", 31, 5, sizes_tc_k_fill_random_f32, names_tc_k_fill_random_f32},
     {"tc_k_fill_random_f16", "kernels/random.cu", 38, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
     {"tc_k_fill_random_bf16", "kernels/random.cu", 45, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},

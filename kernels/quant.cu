@@ -60,9 +60,13 @@ __device__ __forceinline__ Planes planes(int dt, const void *w, int64_t blocks)
     return P;
 }
 
+// (Plain loads: volatile asm ones, kept where the code issues them, and L2 prefetches of the
+// chunks further on made the tensor-core kernel slower on the H100, 7B shapes: Q4_0 decode 237
+// -> 193 tokens/s.)
 __device__ __forceinline__ uint2 ld8(const uint8_t *p) { return *reinterpret_cast<const uint2 *>(p); }
 __device__ __forceinline__ uint32_t ld4(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
 __device__ __forceinline__ uint32_t ld2(const uint8_t *p) { return *reinterpret_cast<const uint16_t *>(p); }
+__device__ __forceinline__ uint32_t ld1(const uint8_t *p) { return *p; }
 __device__ __forceinline__ float half_lo(uint32_t v) { return __half2float(__ushort_as_half((unsigned short)(v & 0xffff))); }
 __device__ __forceinline__ float half_hi(uint32_t v) { return __half2float(__ushort_as_half((unsigned short)(v >> 16))); }
 // Byte i (0..7) of the 8 quant bytes.
@@ -92,7 +96,7 @@ template <int DT> __device__ __forceinline__ Raw fetch(const Planes &P, int64_t 
         r.e[0] = ld2(P.p[1] + blk * 2);
     } else if constexpr (DT == Q2_K) {
         r.q = ld8(P.p[0] + blk * 64 + (j >> 4) * 32 + (j & 3) * 8);
-        r.e[0] = P.p[1][blk * 16 + (j >> 1)];
+        r.e[0] = ld1(P.p[1] + blk * 16 + (j >> 1));
         r.e[1] = ld4(P.p[2] + blk * 4);
     } else if constexpr (DT == Q3_K) {
         r.q = ld8(P.p[0] + blk * 64 + (j >> 4) * 32 + (j & 3) * 8);
@@ -100,8 +104,8 @@ template <int DT> __device__ __forceinline__ Raw fetch(const Planes &P, int64_t 
         r.e[0] = h.x;
         r.e[1] = h.y;
         const int s = j >> 1;
-        r.e[2] = P.p[2][blk * 12 + (s & 7)];
-        r.e[3] = P.p[2][blk * 12 + 8 + (s & 3)];
+        r.e[2] = ld1(P.p[2] + blk * 12 + (s & 7));
+        r.e[3] = ld1(P.p[2] + blk * 12 + 8 + (s & 3));
         r.e[4] = ld2(P.p[3] + blk * 2);
     } else if constexpr (DT == Q4_K || DT == Q5_K) {
         const int sb = j >> 2;
@@ -122,69 +126,71 @@ template <int DT> __device__ __forceinline__ Raw fetch(const Planes &P, int64_t 
         uint2 h = ld8(P.p[1] + blk * 64 + n * 32 + (j & 3) * 8);
         r.e[0] = h.x;
         r.e[1] = h.y;
-        r.e[2] = P.p[2][blk * 16 + (j >> 1)];
+        r.e[2] = ld1(P.p[2] + blk * 16 + (j >> 1));
         r.e[3] = ld2(P.p[3] + blk * 2);
     }
     return r;
 }
 
 // Byte i of a K type's 12 packed scale bytes (held as three words).
-__device__ __forceinline__ int sbyte(const Raw &r, int i) { return (int)((r.e[i >> 2] >> (8 * (i & 3))) & 0xff); }
-
-// The 8 weights of group j as floats.
-template <int DT> __device__ __forceinline__ void decode(const Raw &r, int j, float (&v)[8])
+__device__ __forceinline__ int sbyte(const Raw &r, int i)
 {
+    // Selects, not r.e[i >> 2]: an index known only at run time puts the array in local memory.
+    const uint32_t w = i < 4 ? r.e[0] : i < 8 ? r.e[1] : r.e[2];
+    return (int)((w >> (8 * (i & 3))) & 0xff);
+}
+
+// The 8 weights of group j as small unsigned integers, one a byte (elements 0-3 in b.x, 4-7
+// in b.y), and the affine map to their values: w = s (b - bias) + off. What the tensor-core
+// kernel converts to 16-bit pairs without a conversion instruction.
+struct Ints {
+    uint2 b;
+    int bias;
+    float s, off;
+};
+// Bit i of the low 8 bits of v to bit 4 of byte i (the 5th bit of Q5 quants).
+__device__ __forceinline__ uint2 spread_bits(uint32_t v)
+{
+    return make_uint2(((v & 15) * 0x00204081u & 0x01010101u) << 4, ((v >> 4 & 15) * 0x00204081u & 0x01010101u) << 4);
+}
+template <int DT> __device__ __forceinline__ Ints ints(const Raw &r, int j)
+{
+    Ints o;
     if constexpr (DT == Q4_0 || DT == Q4_1 || DT == Q5_0 || DT == Q5_1) {
-        // Elements 0-15 in the low nibbles of the 16 bytes, 16-31 in the high ones.
         const int shift = (j >> 1) * 4;
         const bool q5 = DT == Q5_0 || DT == Q5_1;
         const uint32_t dm = q5 ? r.e[1] : r.e[0];
-        const float d = half_lo(dm), m = DT == Q4_1 || DT == Q5_1 ? half_hi(dm) : 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int q = (int)((byte_of(r.q, i) >> shift) & 15);
-            if constexpr (q5)
-                q |= (int)((r.e[0] >> (8 * j + i)) & 1) << 4;
-            if constexpr (DT == Q4_0)
-                v[i] = (float)(q - 8) * d;
-            else if constexpr (DT == Q5_0)
-                v[i] = (float)(q - 16) * d;
-            else
-                v[i] = (float)q * d + m;
+        o.b = make_uint2((r.q.x >> shift) & 0x0f0f0f0fu, (r.q.y >> shift) & 0x0f0f0f0fu);
+        if constexpr (q5) {
+            const uint2 h = spread_bits(r.e[0] >> (8 * j));
+            o.b.x |= h.x;
+            o.b.y |= h.y;
         }
+        o.bias = DT == Q4_0 ? 8 : DT == Q5_0 ? 16 : 0;
+        o.s = half_lo(dm);
+        o.off = DT == Q4_1 || DT == Q5_1 ? half_hi(dm) : 0.0f;
     } else if constexpr (DT == Q8_0) {
-        const float d = half_lo(r.e[0]);
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            v[i] = (float)(int8_t)byte_of(r.q, i) * d;
+        o.b = make_uint2(r.q.x ^ 0x80808080u, r.q.y ^ 0x80808080u);
+        o.bias = 128;
+        o.s = half_lo(r.e[0]);
+        o.off = 0.0f;
     } else if constexpr (DT == Q2_K) {
-        // Half n = j / 16 of the block: byte l of its 32 holds elements 32g + l of the half in
-        // bits 2g, 2g + 1; a byte of scale (low nibble) and minimum (high) per 16 elements.
         const int g = (j >> 2) & 3;
-        const float d = half_lo(r.e[1]), dmin = half_hi(r.e[1]);
-        const float sc = d * (float)(r.e[0] & 15), mn = dmin * (float)(r.e[0] >> 4);
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            v[i] = sc * (float)((byte_of(r.q, i) >> (2 * g)) & 3) - mn;
+        o.b = make_uint2((r.q.x >> (2 * g)) & 0x03030303u, (r.q.y >> (2 * g)) & 0x03030303u);
+        o.bias = 0;
+        o.s = half_lo(r.e[1]) * (float)(r.e[0] & 15);
+        o.off = -half_hi(r.e[1]) * (float)(r.e[0] >> 4);
     } else if constexpr (DT == Q3_K) {
-        // As Q2_K, with a high bit per element in hmask (bit 4n + g of byte l): clear means
-        // q - 4. 6-bit scales less 32: the low 4 bits in a nibble of bytes 0-7, the high 2 in
-        // bytes 8-11.
         const int n = j >> 4, g = (j >> 2) & 3, s = j >> 1;
         const int lo = s < 8 ? (int)(r.e[2] & 15) : (int)(r.e[2] >> 4);
         const int hi = (int)(r.e[3] >> (2 * (s >> 2))) & 3;
-        const float sc = half_lo(r.e[4]) * (float)((lo | (hi << 4)) - 32);
-        const uint2 h = make_uint2(r.e[0], r.e[1]);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int q = (int)((byte_of(r.q, i) >> (2 * g)) & 3);
-            q -= (byte_of(h, i) >> (4 * n + g)) & 1 ? 0 : 4;
-            v[i] = sc * (float)q;
-        }
+        const int sh = 4 * n + g;
+        o.b = make_uint2(((r.q.x >> (2 * g)) & 0x03030303u) | (((r.e[0] >> sh) & 0x01010101u) << 2),
+                         ((r.q.y >> (2 * g)) & 0x03030303u) | (((r.e[1] >> sh) & 0x01010101u) << 2));
+        o.bias = 4;
+        o.s = half_lo(r.e[4]) * (float)((lo | (hi << 4)) - 32);
+        o.off = 0.0f;
     } else if constexpr (DT == Q4_K || DT == Q5_K) {
-        // Sub-block sb = j / 4 of 32: the low (even sb) or high (odd) nibbles of 32 bytes; its
-        // 6-bit scale and minimum packed in 12 bytes (sub-blocks 0-3 in the low 6 bits of
-        // bytes 0-3 and 4-7, 4-7 in the nibbles of bytes 8-11 and the top 2 bits of 0-7).
         const int sb = j >> 2;
         int sc, mn;
         if (sb < 4) {
@@ -194,34 +200,109 @@ template <int DT> __device__ __forceinline__ void decode(const Raw &r, int j, fl
             sc = (sbyte(r, sb + 4) & 15) | ((sbyte(r, sb - 4) >> 6) << 4);
             mn = (sbyte(r, sb + 4) >> 4) | ((sbyte(r, sb) >> 6) << 4);
         }
-        const float d = half_lo(r.e[3]) * (float)sc, m = half_hi(r.e[3]) * (float)mn;
         const int shift = (sb & 1) * 4;
-        const uint2 h = make_uint2(r.e[4], r.e[5]);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int q = (int)((byte_of(r.q, i) >> shift) & 15);
-            if constexpr (DT == Q5_K)
-                q |= (int)((byte_of(h, i) >> sb) & 1) << 4;
-            v[i] = d * (float)q - m;
+        o.b = make_uint2((r.q.x >> shift) & 0x0f0f0f0fu, (r.q.y >> shift) & 0x0f0f0f0fu);
+        if constexpr (DT == Q5_K) {
+            o.b.x |= ((r.e[4] >> sb) & 0x01010101u) << 4;
+            o.b.y |= ((r.e[5] >> sb) & 0x01010101u) << 4;
         }
+        o.bias = 0;
+        o.s = half_lo(r.e[3]) * (float)sc;
+        o.off = -half_hi(r.e[3]) * (float)mn;
     } else if constexpr (DT == Q6_K) {
-        // Half n = j / 16: quarter q4 of it takes the low (q4 < 2) or high nibbles of 32 of its
-        // 64 low bytes and bits 2 q4, 2 q4 + 1 of its 32 high bytes; int8 scales per 16.
         const int q4 = (j >> 2) & 3;
-        const float sc = half_lo(r.e[3]) * (float)(int8_t)r.e[2];
-        const uint2 h = make_uint2(r.e[0], r.e[1]);
+        const int sl = 4 * (q4 >> 1), sh = 2 * q4;
+        o.b = make_uint2(((r.q.x >> sl) & 0x0f0f0f0fu) | (((r.e[0] >> sh) & 0x03030303u) << 4),
+                         ((r.q.y >> sl) & 0x0f0f0f0fu) | (((r.e[1] >> sh) & 0x03030303u) << 4));
+        o.bias = 32;
+        o.s = half_lo(r.e[3]) * (float)(int8_t)r.e[2];
+        o.off = 0.0f;
+    }
+    return o;
+}
+
+// Two of the bytes of w (selector sel: 0x4140 for bytes 0 and 1, 0x4342 for 2 and 3) as a pair
+// of T: each byte under T's exponent of 1024 (f16, 10 mantissa bits) or 128 (bf16, 7) makes
+// that number plus the byte exactly; subtracting the number and the bias leaves the integer,
+// exactly, and one multiply-add gives the weights, rounded once. No conversion instruction:
+// those run at an eighth of the rate of arithmetic on the H100.
+template <typename T> __device__ __forceinline__ uint32_t pair_of(uint32_t w, uint32_t sel, int bias, uint32_t s2,
+                                                               uint32_t off2, bool has_off)
+{
+    uint32_t r;
+    if constexpr (tc::is_half<T>) {
+        uint32_t v = __byte_perm(w, 0x64, sel);
+        __half2 t = __hsub2(*reinterpret_cast<__half2 *>(&v), __half2half2(__int2half_rn(1024 + bias)));
+        __half2 s = *reinterpret_cast<__half2 *>(&s2), o = *reinterpret_cast<__half2 *>(&off2);
+        __half2 a = has_off ? __hfma2(t, s, o) : __hmul2(t, s);
+        r = *reinterpret_cast<uint32_t *>(&a);
+    } else {
+        uint32_t v = __byte_perm(w, 0x43, sel);
+        __nv_bfloat162 t = __hsub2(*reinterpret_cast<__nv_bfloat162 *>(&v),
+                                   __bfloat162bfloat162(__int2bfloat16_rn(128 + bias)));
+        __nv_bfloat162 s = *reinterpret_cast<__nv_bfloat162 *>(&s2), o = *reinterpret_cast<__nv_bfloat162 *>(&off2);
+        __nv_bfloat162 a = has_off ? __hfma2(t, s, o) : __hmul2(t, s);
+        r = *reinterpret_cast<uint32_t *>(&a);
+    }
+    return r;
+}
+
+// Types whose scale covers each chunk of 32 elements that a tensor-core step takes: their
+// integers go into the products as they are (exact in 16 bits), the scale and offset are
+// applied to each chunk's f32 sums. The others (scales per 16) fold theirs into the weights.
+template <int DT> constexpr bool kChunkScale = DT == Q4_0 || DT == Q4_1 || DT == Q5_0 || DT == Q5_1 || DT == Q8_0 ||
+                                               DT == Q4_K || DT == Q5_K;
+template <int DT> constexpr bool kHasOff = DT == Q4_1 || DT == Q5_1 || DT == Q2_K || DT == Q4_K || DT == Q5_K;
+
+// The integers (b - bias) of q as four pairs of T, exact. Q8_0's do not fit bf16's magic
+// number: they go through f32 (exact there, and as bf16 too: 8 significant bits).
+template <typename T, int DT> __device__ __forceinline__ uint4 frag_int(const Ints &q)
+{
+    if constexpr (DT == Q8_0 && !tc::is_half<T>) {
+        float v[8];
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int q = (int)((byte_of(r.q, i) >> (4 * (q4 >> 1))) & 15) | (int)(((byte_of(h, i) >> (2 * q4)) & 3) << 4);
-            v[i] = sc * (float)(q - 32);
-        }
+        for (int i = 0; i < 8; i++)
+            v[i] = __int_as_float(0x4b000000 | byte_of(q.b, i)) - 8388736.0f;
+        return { tc::pack2<T>(v[0], v[1]), tc::pack2<T>(v[2], v[3]), tc::pack2<T>(v[4], v[5]),
+                 tc::pack2<T>(v[6], v[7]) };
+    } else {
+        const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
+        return { pair_of<T>(q.b.x, 0x4140, q.bias, one, 0, false), pair_of<T>(q.b.x, 0x4342, q.bias, one, 0, false),
+                 pair_of<T>(q.b.y, 0x4140, q.bias, one, 0, false), pair_of<T>(q.b.y, 0x4342, q.bias, one, 0, false) };
     }
 }
 
-// Group j of block blk, loaded and decoded.
+// The 8 weights of group j as four pairs of T, the A fragment registers of the tensor-core
+// kernel. Q8_0's bytes do not fit bf16's 7 mantissa bits: those go through f32 (an exact
+// float from each byte by the same trick, one multiply, then a rounding pack).
+template <typename T, int DT> __device__ __forceinline__ uint4 frag(const Raw &r, int j)
+{
+    const Ints q = ints<DT>(r, j);
+    if constexpr (DT == Q8_0 && !tc::is_half<T>) {
+        float v[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            v[i] = (__int_as_float(0x4b000000 | byte_of(q.b, i)) - 8388736.0f) * q.s;
+        return { tc::pack2<T>(v[0], v[1]), tc::pack2<T>(v[2], v[3]), tc::pack2<T>(v[4], v[5]),
+                 tc::pack2<T>(v[6], v[7]) };
+    } else {
+        const uint32_t s2 = tc::pack2<T>(q.s, q.s), o2 = tc::pack2<T>(q.off, q.off);
+        const bool has_off = kHasOff<DT>;
+        return { pair_of<T>(q.b.x, 0x4140, q.bias, s2, o2, has_off), pair_of<T>(q.b.x, 0x4342, q.bias, s2, o2, has_off),
+                 pair_of<T>(q.b.y, 0x4140, q.bias, s2, o2, has_off), pair_of<T>(q.b.y, 0x4342, q.bias, s2, o2, has_off) };
+    }
+}
+
+// Group j of block blk, loaded and decoded to f32: each byte made an exact float by the
+// same trick as pair_of (2^23 plus the byte), then one multiply-add (no conversion
+// instruction).
 template <int DT> __device__ __forceinline__ void deq8(const Planes &P, int64_t blk, int j, float (&v)[8])
 {
-    decode<DT>(fetch<DT>(P, blk, j), j, v);
+    const Ints q = ints<DT>(fetch<DT>(P, blk, j), j);
+    const float base = 8388608.0f + (float)q.bias;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        v[i] = fmaf(__int_as_float(0x4b000000 | byte_of(q.b, i)) - base, q.s, q.off);
 }
 
 // Calls f with the type's code as a compile-time constant (an unknown dtype calls nothing).
@@ -337,12 +418,15 @@ __device__ void simt_rows(float *out, const float *x, const void *w, int m, int6
 // the block then takes the 16 up rows (n on) the same way (a second pass rather than a second
 // instantiation: the binary's size); bit 1 adds to out.
 constexpr int kWarps = 8;
+template <int DT>
+constexpr int kDepth = DT == Q3_K || DT == Q5_K ? 3 : 4;
 template <typename T, int DT>
 __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs, int64_t os,
                          int flags, float (*red)[kWarps][16][8])
 {
     constexpr Layout L = layout(DT);
-    constexpr int GB = L.block / 8, U = 4;
+    // Chunks in flight per lane (deeper, 5-6 for the lighter types, measured slower).
+    constexpr int GB = L.block / 8, U = kDepth<DT>;
     const bool swiglu = flags & 1;
     const Planes P = planes(DT, w, (swiglu ? 2 * n : n) * (k / L.block));
     const int lane = threadIdx.x & 31, g = lane >> 2, p = lane & 3, warp = threadIdx.x >> 5;
@@ -356,32 +440,56 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
             // Rows past n read row 0 (in bounds) and are never written.
             const int64_t rows[2] = { (h ? n : 0) + (ra < n ? ra : 0), (h ? n : 0) + (rb < n ? rb : 0) };
             float acc[4] = {};
+            // A rolling pipeline U chunks deep: chunk c + u's slot is refilled with chunk
+            // c + u + U as soon as it is used, so that U chunks' loads are always in flight.
+            // Chunks past c1 re-read chunk c0 against zeros of x.
+            Raw raw[U][2];
+            uint4 xv[U];
+            auto load = [&](int64_t c, Raw(&rr)[2], uint4 &xx) {
+                const int64_t cc = c < c1 ? c : c0, grp = cc * 4 + p;
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+                    rr[i] = fetch<DT>(P, rows[i] * nb + grp / GB, (int)(grp % GB));
+                xx = xin && c < c1 ? *reinterpret_cast<const uint4 *>(xr + c * 32) : make_uint4(0, 0, 0, 0);
+            };
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                load(c0 + u, raw[u], xv[u]);
             for (int64_t c = c0; c < c1; c += U) {
-                Raw raw[U][2];
-                uint4 xv[U];
 #pragma unroll
                 for (int u = 0; u < U; u++) {
-                    // Past c1 a lane re-reads chunk c0 (its product is zero: x is).
-                    const int64_t grp = (c + u < c1 ? c + u : c0) * 4 + p;
-#pragma unroll
-                    for (int i = 0; i < 2; i++)
-                        raw[u][i] = fetch<DT>(P, rows[i] * nb + grp / GB, (int)(grp % GB));
-                    xv[u] = xin && c + u < c1 ? *reinterpret_cast<const uint4 *>(xr + (c + u) * 32)
-                                              : make_uint4(0, 0, 0, 0);
-                }
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const int j = (int)(((c + u < c1 ? c + u : c0) * 4 + p) % GB);
-                    uint4 a[2];
-#pragma unroll
-                    for (int i = 0; i < 2; i++) {
-                        float v[8];
-                        decode<DT>(raw[u][i], j, v);
-                        a[i] = { tc::pack2<T>(v[0], v[1]), tc::pack2<T>(v[2], v[3]), tc::pack2<T>(v[4], v[5]),
-                                 tc::pack2<T>(v[6], v[7]) };
+                    const int j = (int)((((c + u) < c1 ? c + u : c0) * 4 + p) % GB);
+                    const uint4 xx = xv[u];
+                    if constexpr (kChunkScale<DT>) {
+                        // The chunk's integer sums, scaled per row (this lane holds rows g and
+                        // g + 8 of the sums, whose scales it decoded); offsets times the sums of
+                        // x, which a product with all-ones weights gives in the same layout.
+                        const Ints qa = ints<DT>(raw[u][0], j), qb = ints<DT>(raw[u][1], j);
+                        load(c + u + U, raw[u], xv[u]);
+                        const uint4 a = frag_int<T, DT>(qa), b = frag_int<T, DT>(qb);
+                        float t[4] = {};
+                        tc::mma16816<T>(t, a.x, b.x, a.y, b.y, xx.x, xx.y);
+                        tc::mma16816<T>(t, a.z, b.z, a.w, b.w, xx.z, xx.w);
+                        acc[0] = fmaf(qa.s, t[0], acc[0]);
+                        acc[1] = fmaf(qa.s, t[1], acc[1]);
+                        acc[2] = fmaf(qb.s, t[2], acc[2]);
+                        acc[3] = fmaf(qb.s, t[3], acc[3]);
+                        if constexpr (kHasOff<DT>) {
+                            const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
+                            float sx[4] = {};
+                            tc::mma16816<T>(sx, one, one, one, one, xx.x, xx.y);
+                            tc::mma16816<T>(sx, one, one, one, one, xx.z, xx.w);
+                            acc[0] = fmaf(qa.off, sx[0], acc[0]);
+                            acc[1] = fmaf(qa.off, sx[1], acc[1]);
+                            acc[2] = fmaf(qb.off, sx[2], acc[2]);
+                            acc[3] = fmaf(qb.off, sx[3], acc[3]);
+                        }
+                    } else {
+                        const uint4 a = frag<T, DT>(raw[u][0], j), b = frag<T, DT>(raw[u][1], j);
+                        load(c + u + U, raw[u], xv[u]);
+                        tc::mma16816<T>(acc, a.x, b.x, a.y, b.y, xx.x, xx.y);
+                        tc::mma16816<T>(acc, a.z, b.z, a.w, b.w, xx.z, xx.w);
                     }
-                    tc::mma16816<T>(acc, a[0].x, a[1].x, a[0].y, a[1].y, xv[u].x, xv[u].y);
-                    tc::mma16816<T>(acc, a[0].z, a[1].z, a[0].w, a[1].w, xv[u].z, xv[u].w);
                 }
             }
             red[h][warp][g][2 * p] = acc[0];
@@ -413,13 +521,14 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
     }
 }
 
-template <typename T>
-__device__ void mma_any(T *out, const T *x, const void *w, int dt, int m, int64_t n, int64_t k, int64_t xs,
-                        int64_t os, int flags)
+// One kernel per type and activation dtype (below): in one kernel the ten types' code shared
+// one register allocation and spilled (1.2 KB of spill code), each alone spills little or none.
+template <typename T, int DT>
+__device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, int m, int64_t n, int64_t k,
+                                           int64_t xs, int64_t os, int flags)
 {
-    // One array for every instantiation (each would otherwise get its own).
     __shared__ float red[2][kWarps][16][8];
-    by_type(dt, [&](auto t) { mma_rows<T, decltype(t)::value>(out, x, w, m, n, k, xs, os, flags, red); });
+    mma_rows<T, DT>(out, x, w, m, n, k, xs, os, flags, red);
 }
 
 template <typename T>
@@ -497,19 +606,147 @@ extern "C" __global__ void tc_k_qmatvec_f32(float *out, const float *x, const vo
     });
 }
 
-/** The same for 16-bit x on the tensor cores: blocks of 256 threads, each taking 16 rows of
- *  out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. */
+/** The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16|
+ *  bf16>): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a
+ *  multiple of 32, x and its stride 16-byte aligned. The launch bounds (two blocks per SM)
+ *  give each lane the registers of several chunks' loads in flight. */
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmatvec_mma_f16(__half *out, const __half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n,
-                         int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+    tc_k_qmv_q4_0_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                     int64_t out_stride, int32_t flags)
 {
     tc::await_inputs();
-    quant_cu::mma_any<__half>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
+    quant_cu::mma_kernel<__half, quant_cu::Q4_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmatvec_mma_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t w_dtype, int32_t m,
-                          int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+    tc_k_qmv_q4_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                      int64_t out_stride, int32_t flags)
 {
     tc::await_inputs();
-    quant_cu::mma_any<__nv_bfloat16>(out, x, w, w_dtype, m, n, k, x_stride, out_stride, flags);
+    quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q4_1_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                     int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__half, quant_cu::Q4_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q4_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                      int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q5_0_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                     int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__half, quant_cu::Q5_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q5_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                      int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q5_1_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                     int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__half, quant_cu::Q5_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q5_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                      int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q8_0_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                     int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__half, quant_cu::Q8_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q8_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                      int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q8_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q2_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                     int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__half, quant_cu::Q2_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q2_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                      int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q2_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q3_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                     int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__half, quant_cu::Q3_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q3_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                      int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q3_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q4_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                     int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__half, quant_cu::Q4_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q4_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                      int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q5_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                     int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__half, quant_cu::Q5_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q5_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                      int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q6_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                     int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__half, quant_cu::Q6_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q6_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                      int64_t out_stride, int32_t flags)
+{
+    tc::await_inputs();
+    quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }

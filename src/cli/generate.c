@@ -604,12 +604,14 @@ int tc_cli_info(int argc, char **argv)
     }
     const tc_gguf g = *ss.f.src;
     tc_llama_config c = ss.f.cfg;
-    uint64_t params = 0, file_bytes = 0, counts[31] = { 0 };
+    uint64_t params = 0, file_bytes = 0, counts[31] = { 0 }, type_bytes[31] = { 0 };
     for (uint64_t i = 0; i < g.n_tensors; i++) {
         params += g.tensors[i].n_elements;
         file_bytes += g.tensors[i].bytes;
-        if ((unsigned)g.tensors[i].type < 31)
+        if ((unsigned)g.tensors[i].type < 31) {
             counts[g.tensors[i].type]++;
+            type_bytes[g.tensors[i].type] += g.tensors[i].bytes;
+        }
     }
     bool cpu = !strcmp(o.device, "cpu");
     tc_dtype act = cpu ? TC_DTYPE_F32 : TC_DTYPE_BF16;
@@ -637,7 +639,8 @@ int tc_cli_info(int argc, char **argv)
     printf("tensor types    ");
     for (int t = 0; t < 31; t++)
         if (counts[t])
-            printf(" %s x%llu", tc_ggml_type_name((tc_ggml_type)t), (unsigned long long)counts[t]);
+            printf(" %s x%llu (%.1f MiB)", tc_ggml_type_name((tc_ggml_type)t),
+                   (unsigned long long)counts[t], (double)type_bytes[t] / 1048576.0);
     printf("\n");
     printf("weights in file  %llu bytes (%.1f MiB)\n", (unsigned long long)file_bytes,
            (double)file_bytes / 1048576.0);

@@ -59,7 +59,8 @@ struct tc_backend {
     bool matvec_l1; /* the matrix-vector kernels' carveouts are set and their waves known (matmul.c)
                      */
     int64_t matvec_wave[8]; /* blocks of each matrix-vector kernel resident at once, GPU-wide */
-    int64_t qwave[3];       /* the same for the quantised kernels (qweights.c; 0: not yet known) */
+    int64_t qwave[1]; /* the same for the quantised f32 kernel (qweights.c; 0: not yet known) */
+    int64_t qwave_mma[TC_DTYPE_COUNT][2]; /* and its tensor-core ones, f16 and bf16 x */
 };
 
 /* Block-quantised tensors on CUDA (qweights.c): device bytes of n elements held as planes;

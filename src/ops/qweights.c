@@ -98,21 +98,44 @@ tc_status tc__quant_embedding(tc_tensor *out, const tc_tensor *table, const tc_t
     return st;
 }
 
-/* The kernels' carveouts (the tensor-core one keeps 8 KiB of shared memory a block: a
- * quarter of the SM for it, as matvec.cu's) and how many blocks of each fit at once. */
+/* The tensor-core kernels of each type, for f16 and bf16 x. */
+typedef tc_status (*qmv_f16_fn)(tc_launch_config, tc_half *, const tc_half *, const void *, int32_t,
+                                int64_t, int64_t, int64_t, int64_t, int32_t);
+typedef tc_status (*qmv_bf16_fn)(tc_launch_config, tc_bf16 *, const tc_bf16 *, const void *,
+                                 int32_t, int64_t, int64_t, int64_t, int64_t, int32_t);
+#define QMV(T, t)                                                                                  \
+    [TC_DTYPE_##T] = { tc_launch_qmv_##t##_f16, tc_launch_qmv_##t##_bf16, TC_KERNEL_QMV_##T##_F16, \
+                       TC_KERNEL_QMV_##T##_BF16 }
+static const struct {
+    qmv_f16_fn f16;
+    qmv_bf16_fn bf16;
+    tc_kernel_id id_f16, id_bf16;
+} qmv[TC_DTYPE_COUNT] = { QMV(Q4_0, q4_0), QMV(Q4_1, q4_1), QMV(Q5_0, q5_0), QMV(Q5_1, q5_1),
+                          QMV(Q8_0, q8_0), QMV(Q2_K, q2_k), QMV(Q3_K, q3_k), QMV(Q4_K, q4_k),
+                          QMV(Q5_K, q5_k), QMV(Q6_K, q6_k) };
+#undef QMV
+
+/* The kernels' carveouts (the tensor-core ones keep 8 KiB of shared memory a block: a
+ * quarter of the SM for it, as matvec.cu's) and how many blocks of each fit at once (the
+ * f32 kernel's, and the tensor-core kernels' of each dtype and type). */
 static tc_status prepare(tc_backend *b)
 {
     if (b->qwave[0])
         return TC_OK;
-    static const tc_kernel_id ids[3] = { TC_KERNEL_QMATVEC_F32, TC_KERNEL_QMATVEC_MMA_F16,
-                                         TC_KERNEL_QMATVEC_MMA_BF16 };
-    for (int i = 0; i < 3; i++) {
-        int threads = i == 0 ? 64 : 256, per_sm = 0;
-        TC_TRY(tc_launch_set_carveout(b->ctx, ids[i], i == 0 ? 0 : 25));
-        if (tc_launch_blocks_per_sm(b->ctx, ids[i], threads, 0, &per_sm) != TC_OK || per_sm < 1)
-            per_sm = 1;
-        b->qwave[i] = (int64_t)per_sm * b->ctx->sm_count;
-    }
+    int per_sm = 0;
+    TC_TRY(tc_launch_set_carveout(b->ctx, TC_KERNEL_QMATVEC_F32, 0));
+    if (tc_launch_blocks_per_sm(b->ctx, TC_KERNEL_QMATVEC_F32, 64, 0, &per_sm) != TC_OK ||
+        per_sm < 1)
+        per_sm = 1;
+    b->qwave[0] = (int64_t)per_sm * b->ctx->sm_count;
+    for (int dt = 0; dt < TC_DTYPE_COUNT; dt++)
+        for (int h = 0; h < 2 && qmv[dt].f16; h++) {
+            tc_kernel_id id = h ? qmv[dt].id_bf16 : qmv[dt].id_f16;
+            TC_TRY(tc_launch_set_carveout(b->ctx, id, 25));
+            if (tc_launch_blocks_per_sm(b->ctx, id, 256, 0, &per_sm) != TC_OK || per_sm < 1)
+                per_sm = 1;
+            b->qwave_mma[dt][h] = (int64_t)per_sm * b->ctx->sm_count;
+        }
     return TC_OK;
 }
 
@@ -135,14 +158,14 @@ tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *
                                      out->stride[0], flags);
     }
     bool f16 = x->dtype == TC_DTYPE_F16;
-    int64_t tiles = (n + 15) / 16, wave = b->qwave[f16 ? 1 : 2];
+    int64_t tiles = (n + 15) / 16, wave = b->qwave_mma[w->dtype][f16 ? 0 : 1];
     tc_launch_config cfg = tc__cfg(b, (unsigned)(tiles < wave ? tiles : wave), 256, 0);
-    return f16 ? tc_launch_qmatvec_mma_f16(
-                     cfg, TC__DEV(tc_half, out) + oo, TC__DEV(const tc_half, x) + xo, w->data,
-                     (int32_t)w->dtype, (int32_t)rows, n, k, x->stride[0], out->stride[0], flags)
-               : tc_launch_qmatvec_mma_bf16(
-                     cfg, TC__DEV(tc_bf16, out) + oo, TC__DEV(const tc_bf16, x) + xo, w->data,
-                     (int32_t)w->dtype, (int32_t)rows, n, k, x->stride[0], out->stride[0], flags);
+    return f16 ? qmv[w->dtype].f16(cfg, TC__DEV(tc_half, out) + oo, TC__DEV(const tc_half, x) + xo,
+                                   w->data, (int32_t)rows, n, k, x->stride[0], out->stride[0],
+                                   flags)
+               : qmv[w->dtype].bf16(cfg, TC__DEV(tc_bf16, out) + oo, TC__DEV(const tc_bf16, x) + xo,
+                                    w->data, (int32_t)rows, n, k, x->stride[0], out->stride[0],
+                                    flags);
 }
 
 size_t tc__quant_gemm_workspace(int64_t k, tc_dtype act)

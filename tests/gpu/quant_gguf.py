@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Random-weight quantised Llama GGUF files at real shapes, with the per-tensor type mixes of
 llama-quantize's presets (Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, Q6_K, Q8_0, Q4_0, and a mix of the
-legacy 32-element types). Blocks are random bytes with their f16 scales set so that each
+legacy 32-element types), or F16 / BF16 throughout. Blocks are random bytes with their f16 scales set so that each
 weight matrix's elements have a standard deviation near 1/sqrt(columns) (activations keep
 their scale through the layers): any valid encoding serves, since the loaders under test
 decode whatever the blocks say and the checks compare our backends on the same file.
@@ -18,6 +18,7 @@ SHAPES = {  # dim, ffn, heads, kv heads, layers, vocab
     "smollm2-135m": (576, 1536, 9, 3, 30, 49152),
     "llama3.2-1b": (2048, 8192, 32, 8, 16, 128256),
     "llama2-7b": (4096, 11008, 32, 32, 32, 32000),
+    "tiny": (256, 512, 4, 2, 2, 512),  # CI: K-quant rows, seconds on a CPU
 }
 # ggml type: (id, block elements, block bytes, [(f16 offset, multiple of d)]: the scale d
 # itself and fields derived from it (minima set so that a block's mean is near zero), and the
@@ -47,7 +48,7 @@ def mix_type(mix, kind, i, n):
         return {"attn_q": "Q4_1", "attn_k": "Q5_0", "attn_v": "Q5_1", "attn_output": "Q4_0",
                 "ffn_gate": "Q5_1", "ffn_up": "Q5_1", "ffn_down": "Q8_0", "token_embd": "Q4_1",
                 "output": "Q8_0"}[kind]
-    if mix in ("Q6_K", "Q8_0"):
+    if mix in ("Q6_K", "Q8_0", "F16", "BF16"):
         return mix
     if mix == "Q4_0":
         return "Q6_K" if kind == "output" else "Q4_0"
@@ -64,6 +65,11 @@ def mix_type(mix, kind, i, n):
 
 
 def random_matrix(rng, name, rows, cols):
+    if name in ("F16", "BF16"):  # uniform with variance 1/cols, as our random shapes
+        w = rng.uniform(-np.sqrt(3 / cols), np.sqrt(3 / cols), size=(rows, cols)).astype(np.float32)
+        if name == "F16":
+            return W.GGML_F16, w.astype(np.float16).tobytes(), [rows, cols]
+        return W.GGML_BF16, (w.view(np.uint32) >> 16).astype(np.uint16).tobytes(), [rows, cols]
     t = TYPES[name]
     tid, be, bb, scales, spread = t
     if cols % be:  # as llama-quantize does for rows it cannot split into K blocks
