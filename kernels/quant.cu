@@ -81,53 +81,53 @@ struct Raw {
 };
 
 // Group j (elements 8j .. 8j + 7) of block blk.
-template <int DT> __device__ __forceinline__ Raw fetch(const Planes &P, int64_t blk, int j)
+template <int DT, typename I = int64_t> __device__ __forceinline__ Raw fetch(const Planes &P, I blk, int j)
 {
     Raw r;
     if constexpr (DT == Q4_0 || DT == Q4_1) {
-        r.q = ld8(P.p[0] + blk * 16 + (j & 1) * 8);
-        r.e[0] = DT == Q4_0 ? ld2(P.p[1] + blk * 2) : ld4(P.p[1] + blk * 4);
+        r.q = ld8(P.p[0] + (uint64_t)blk * 16 + (j & 1) * 8);
+        r.e[0] = DT == Q4_0 ? ld2(P.p[1] + (uint64_t)blk * 2) : ld4(P.p[1] + (uint64_t)blk * 4);
     } else if constexpr (DT == Q5_0 || DT == Q5_1) {
-        r.q = ld8(P.p[0] + blk * 16 + (j & 1) * 8);
-        r.e[0] = ld4(P.p[1] + blk * 4);
-        r.e[1] = DT == Q5_0 ? ld2(P.p[2] + blk * 2) : ld4(P.p[2] + blk * 4);
+        r.q = ld8(P.p[0] + (uint64_t)blk * 16 + (j & 1) * 8);
+        r.e[0] = ld4(P.p[1] + (uint64_t)blk * 4);
+        r.e[1] = DT == Q5_0 ? ld2(P.p[2] + (uint64_t)blk * 2) : ld4(P.p[2] + (uint64_t)blk * 4);
     } else if constexpr (DT == Q8_0) {
-        r.q = ld8(P.p[0] + blk * 32 + j * 8);
-        r.e[0] = ld2(P.p[1] + blk * 2);
+        r.q = ld8(P.p[0] + (uint64_t)blk * 32 + j * 8);
+        r.e[0] = ld2(P.p[1] + (uint64_t)blk * 2);
     } else if constexpr (DT == Q2_K) {
-        r.q = ld8(P.p[0] + blk * 64 + (j >> 4) * 32 + (j & 3) * 8);
-        r.e[0] = ld1(P.p[1] + blk * 16 + (j >> 1));
-        r.e[1] = ld4(P.p[2] + blk * 4);
+        r.q = ld8(P.p[0] + (uint64_t)blk * 64 + (j >> 4) * 32 + (j & 3) * 8);
+        r.e[0] = ld1(P.p[1] + (uint64_t)blk * 16 + (j >> 1));
+        r.e[1] = ld4(P.p[2] + (uint64_t)blk * 4);
     } else if constexpr (DT == Q3_K) {
-        r.q = ld8(P.p[0] + blk * 64 + (j >> 4) * 32 + (j & 3) * 8);
-        uint2 h = ld8(P.p[1] + blk * 32 + (j & 3) * 8);
+        r.q = ld8(P.p[0] + (uint64_t)blk * 64 + (j >> 4) * 32 + (j & 3) * 8);
+        uint2 h = ld8(P.p[1] + (uint64_t)blk * 32 + (j & 3) * 8);
         r.e[0] = h.x;
         r.e[1] = h.y;
         const int s = j >> 1;
-        r.e[2] = ld1(P.p[2] + blk * 12 + (s & 7));
-        r.e[3] = ld1(P.p[2] + blk * 12 + 8 + (s & 3));
-        r.e[4] = ld2(P.p[3] + blk * 2);
+        r.e[2] = ld1(P.p[2] + (uint64_t)blk * 12 + (s & 7));
+        r.e[3] = ld1(P.p[2] + (uint64_t)blk * 12 + 8 + (s & 3));
+        r.e[4] = ld2(P.p[3] + (uint64_t)blk * 2);
     } else if constexpr (DT == Q4_K || DT == Q5_K) {
         const int sb = j >> 2;
-        r.q = ld8(P.p[0] + blk * 128 + (sb >> 1) * 32 + (j & 3) * 8);
-        const uint8_t *sc = P.p[DT == Q4_K ? 1 : 2] + blk * 12;
+        r.q = ld8(P.p[0] + (uint64_t)blk * 128 + (sb >> 1) * 32 + (j & 3) * 8);
+        const uint8_t *sc = P.p[DT == Q4_K ? 1 : 2] + (uint64_t)blk * 12;
         r.e[0] = ld4(sc);
         r.e[1] = ld4(sc + 4);
         r.e[2] = ld4(sc + 8);
-        r.e[3] = ld4(P.p[DT == Q4_K ? 2 : 3] + blk * 4);
+        r.e[3] = ld4(P.p[DT == Q4_K ? 2 : 3] + (uint64_t)blk * 4);
         if constexpr (DT == Q5_K) {
-            uint2 h = ld8(P.p[1] + blk * 32 + (j & 3) * 8);
+            uint2 h = ld8(P.p[1] + (uint64_t)blk * 32 + (j & 3) * 8);
             r.e[4] = h.x;
             r.e[5] = h.y;
         }
     } else if constexpr (DT == Q6_K) {
         const int n = j >> 4, q4 = (j >> 2) & 3;
-        r.q = ld8(P.p[0] + blk * 128 + n * 64 + (q4 & 1) * 32 + (j & 3) * 8);
-        uint2 h = ld8(P.p[1] + blk * 64 + n * 32 + (j & 3) * 8);
+        r.q = ld8(P.p[0] + (uint64_t)blk * 128 + n * 64 + (q4 & 1) * 32 + (j & 3) * 8);
+        uint2 h = ld8(P.p[1] + (uint64_t)blk * 64 + n * 32 + (j & 3) * 8);
         r.e[0] = h.x;
         r.e[1] = h.y;
-        r.e[2] = ld1(P.p[2] + blk * 16 + (j >> 1));
-        r.e[3] = ld2(P.p[3] + blk * 2);
+        r.e[2] = ld1(P.p[2] + (uint64_t)blk * 16 + (j >> 1));
+        r.e[3] = ld2(P.p[3] + (uint64_t)blk * 2);
     }
     return r;
 }
@@ -439,6 +439,9 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
         for (int h = 0; h < (swiglu ? 2 : 1); h++) {
             // Rows past n read row 0 (in bounds) and are never written.
             const int64_t rows[2] = { (h ? n : 0) + (ra < n ? ra : 0), (h ? n : 0) + (rb < n ? rb : 0) };
+            // The rows' first blocks: a chunk's block index is then a 32-bit sum (a tensor has
+            // fewer than 2^32 blocks), and fetch widens it once per address.
+            const uint32_t rblk[2] = { (uint32_t)(rows[0] * nb), (uint32_t)(rows[1] * nb) };
             float acc[4] = {};
             // A rolling pipeline U chunks deep: chunk c + u's slot is refilled with chunk
             // c + u + U as soon as it is used, so that U chunks' loads are always in flight.
@@ -446,10 +449,10 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
             Raw raw[U][2];
             uint4 xv[U];
             auto load = [&](int64_t c, Raw(&rr)[2], uint4 &xx) {
-                const int64_t cc = c < c1 ? c : c0, grp = cc * 4 + p;
+                const uint32_t grp = (uint32_t)(c < c1 ? c : c0) * 4 + p;
 #pragma unroll
                 for (int i = 0; i < 2; i++)
-                    rr[i] = fetch<DT>(P, rows[i] * nb + grp / GB, (int)(grp % GB));
+                    rr[i] = fetch<DT, uint32_t>(P, rblk[i] + grp / GB, (int)(grp % GB));
                 xx = xin && c < c1 ? *reinterpret_cast<const uint4 *>(xr + c * 32) : make_uint4(0, 0, 0, 0);
             };
 #pragma unroll
