@@ -33,6 +33,14 @@ static tc_launch_config spread(tc_backend *b, int64_t work)
     return tc__cfg(b, (unsigned)(blocks < 1 ? 1 : blocks < cap ? blocks : cap), 256, 0);
 }
 
+/* A block of 256 threads per row (grid-stride over rows), at most 8 per SM: the dequantising
+ * kernel's grid. */
+static tc_launch_config per_row(tc_backend *b, int64_t rows)
+{
+    int64_t cap = (int64_t)b->ctx->sm_count * 8;
+    return tc__cfg(b, (unsigned)(rows < 1 ? 1 : rows < cap ? rows : cap), 256, 0);
+}
+
 /* Copy `rows` rows of file-layout blocks at src (host) to rows [row0, row0 + rows) of the
  * CUDA block tensor t: through a device buffer, then the repacking kernel. */
 tc_status tc__quant_upload(tc_tensor *t, int64_t row0, int64_t rows, const void *src)
@@ -87,7 +95,7 @@ tc_status tc__quant_embedding(tc_tensor *out, const tc_tensor *table, const tc_t
     if (out->dtype != TC_DTYPE_F32 && ((uintptr_t)out->data % 16 || (out->stride[0] * 2) % 16))
         return tc_set_error(TC_ERR_UNSUPPORTED, "tc_embedding",
                             "rows of a quantised table go to 16-byte aligned output rows");
-    tc_launch_config cfg = spread(b, n * (dim / 8));
+    tc_launch_config cfg = per_row(b, n);
     tc_status st;
 #define LAUNCH(sfx)                                                                            \
     tc_launch_qdequant_##sfx(cfg, TC__DEV(T, out), table->data, (int32_t)table->dtype,         \
@@ -188,9 +196,9 @@ tc_status tc__quant_gemm(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
         int64_t rows = n - r0 < tile ? n - r0 : tile;
         tc_tensor wt, ot;
         tc_status st;
-#define LAUNCH(sfx)                                                                 \
-    tc_launch_qdequant_##sfx(spread(b, rows *(k / 8)), (T *)(uintptr_t)ws, w->data, \
-                             (int32_t)w->dtype, n, k, r0, rows, (const int32_t *)NULL, k)
+#define LAUNCH(sfx)                                                                               \
+    tc_launch_qdequant_##sfx(per_row(b, rows), (T *)(uintptr_t)ws, w->data, (int32_t)w->dtype, n, \
+                             k, r0, rows, (const int32_t *)NULL, k)
         TC__BY_DTYPE(st, x->dtype, LAUNCH);
 #undef LAUNCH
         TC_TRY(st);
