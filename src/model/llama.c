@@ -161,19 +161,14 @@ typedef struct loader {
     int n_fused;
 } loader;
 
-/* Whether a kernel reads ggml type t as stored (every type with a tc_dtype, on both
- * backends; the IQ family and other rare types are dequantised at load). */
-static bool kernel_reads(tc_ggml_type t, tc_dtype *dt)
-{
-    return tc_ggml_dtype(t, dt);
-}
-
 /* The dtype a tensor is held in: vectors take the activation dtype; matrices keep a type the
  * kernels read (on CUDA, float types become the activation dtype so that cuBLAS can run
  * them); others are dequantised, to f32 on the CPU and to the activation dtype on CUDA. */
 static tc_dtype target(tc_ggml_type type, bool vec, bool cpu, tc_dtype act, tc_dtype *native)
 {
-    bool readable = kernel_reads(type, native);
+    /* Every type with a tc_dtype is read as stored on both backends; the IQ family and other
+     * rare types are dequantised at load. */
+    bool readable = tc_ggml_dtype(type, native);
     if (vec)
         return act;
     if (readable && (cpu || tc_dtype_is_block(*native)))
@@ -231,7 +226,7 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
     tc_backend *b = m->backend;
     bool cpu = tc_backend_get_kind(b) == TC_BACKEND_CPU;
     tc_dtype native = TC_DTYPE_F32, want = target(gt->type, vec, cpu, m->act, &native);
-    bool readable = kernel_reads(gt->type, &native);
+    bool readable = tc_ggml_dtype(gt->type, &native);
     int64_t shape[2] = { vec ? cols : rows, cols };
     int nd = vec ? 1 : 2;
     tc_status st = TC_OK;

@@ -1,7 +1,6 @@
 /* Dequantisation of GGUF tensors to f32 (the block types through the ops layer's
  * src/ops/qblock.c). */
 #include "model/quant.h"
-#include <string.h>
 #include "ops/internal.h"
 
 bool tc_ggml_dtype(tc_ggml_type type, tc_dtype *dt)
@@ -28,21 +27,10 @@ bool tc_ggml_dtype(tc_ggml_type type, tc_dtype *dt)
 
 bool tc_dequantize(tc_ggml_type type, const void *src, uint64_t n, float *out)
 {
-    const uint8_t *b = src;
     uint64_t be, bb;
     tc_dtype dt;
     if (!tc_ggml_type_block(type, &be, &bb) || n % be || !tc_ggml_dtype(type, &dt))
         return false;
-    switch (type) {
-    case TC_GGML_F32: memcpy(out, src, n * 4); return true;
-    case TC_GGML_F16:
-    case TC_GGML_BF16:
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, b + 2 * i, 2);
-            out[i] = type == TC_GGML_F16 ? tc__f16_to_f32(h) : tc__bf16_to_f32(h);
-        }
-        return true;
-    default: return tc__dequant_row(dt, src, (int64_t)n, out);
-    }
+    tc__load_row(dt, src, (int64_t)n, out);
+    return true;
 }

@@ -115,28 +115,6 @@ float tc__load(tc_dtype dt, const void *row, int64_t i)
     case TC_DTYPE_I8: return ((const int8_t *)row)[i];
     case TC_DTYPE_F8E4M3: return tc__f8e4m3_to_f32(((const uint8_t *)row)[i]);
     case TC_DTYPE_I32: return (float)((const int32_t *)row)[i];
-    case TC_DTYPE_Q4_0: {
-        const uint8_t *blk = (const uint8_t *)row + (i / TC_QBLOCK) * (2 + TC_QBLOCK / 2);
-        uint16_t d;
-        memcpy(&d, blk, 2);
-        int j = (int)(i % TC_QBLOCK);
-        int q = j < 16 ? (blk[2 + j] & 0xf) : (blk[2 + j - 16] >> 4);
-        return (float)(q - 8) * tc__f16_to_f32(d);
-    }
-    case TC_DTYPE_Q8_0: {
-        const uint8_t *blk = (const uint8_t *)row + (i / TC_QBLOCK) * (2 + TC_QBLOCK);
-        uint16_t d;
-        memcpy(&d, blk, 2);
-        return (float)(int8_t)blk[2 + i % TC_QBLOCK] * tc__f16_to_f32(d);
-    }
-    case TC_DTYPE_Q4_1: {
-        const uint8_t *blk = (const uint8_t *)row + (i / TC_QBLOCK) * (4 + TC_QBLOCK / 2);
-        uint16_t dm[2];
-        memcpy(dm, blk, 4);
-        int j = (int)(i % TC_QBLOCK);
-        int q = j < 16 ? (blk[4 + j] & 0xf) : (blk[4 + j - 16] >> 4);
-        return (float)q * tc__f16_to_f32(dm[0]) + tc__f16_to_f32(dm[1]);
-    }
     default: return tc__dequant_one(dt, row, i);
     }
 }
@@ -164,50 +142,9 @@ void tc__load_row(tc_dtype dt, const void *row, int64_t n, float *out)
         for (int64_t i = 0; i < n; i++)
             out[i] = tc__f16_to_f32(((const uint16_t *)row)[i]);
         break;
-    case TC_DTYPE_Q4_0:
-        for (int64_t b = 0; b < n / TC_QBLOCK; b++) {
-            const uint8_t *blk = (const uint8_t *)row + b * (2 + TC_QBLOCK / 2);
-            uint16_t dh;
-            memcpy(&dh, blk, 2);
-            float d = tc__f16_to_f32(dh);
-            for (int j = 0; j < 16; j++) {
-                out[b * TC_QBLOCK + j] = (float)((blk[2 + j] & 0xf) - 8) * d;
-                out[b * TC_QBLOCK + j + 16] = (float)((blk[2 + j] >> 4) - 8) * d;
-            }
-        }
-        break;
-    case TC_DTYPE_Q8_0:
-        for (int64_t b = 0; b < n / TC_QBLOCK; b++) {
-            const uint8_t *blk = (const uint8_t *)row + b * (2 + TC_QBLOCK);
-            uint16_t dh;
-            memcpy(&dh, blk, 2);
-            float d = tc__f16_to_f32(dh);
-            int8_t q[TC_QBLOCK]; /* copied out so that the loop vectorises (see Q4_1) */
-            memcpy(q, blk + 2, TC_QBLOCK);
-            for (int j = 0; j < TC_QBLOCK; j++)
-                out[b * TC_QBLOCK + j] = (float)q[j] * d;
-        }
-        break;
-    case TC_DTYPE_Q4_1:
-        for (int64_t b = 0; b < n / TC_QBLOCK; b++) {
-            const uint8_t *blk = (const uint8_t *)row + b * (4 + TC_QBLOCK / 2);
-            uint16_t dm[2];
-            memcpy(dm, blk, 4);
-            float d = tc__f16_to_f32(dm[0]), m = tc__f16_to_f32(dm[1]), *o = out + b * TC_QBLOCK;
-            /* The nibbles copied out first: out cannot alias them, so the loops vectorise. */
-            uint8_t q[16];
-            memcpy(q, blk + 4, 16);
-            for (int j = 0; j < 16; j++)
-                o[j] = (float)(q[j] & 0xf) * d + m;
-            for (int j = 0; j < 16; j++)
-                o[j + 16] = (float)(q[j] >> 4) * d + m;
-        }
-        break;
     default:
-        if (tc_dtype_is_block(dt)) {
-            tc__dequant_row(dt, row, n, out);
+        if (tc__dequant_row(dt, row, n, out)) /* the block types (qblock.c) */
             break;
-        }
         for (int64_t i = 0; i < n; i++)
             out[i] = tc__load(dt, row, i);
         break;

@@ -22,14 +22,17 @@ static void q4_0(const uint8_t *b, float *y)
     }
 }
 
-/* Q4_1: f16 d, f16 m, 16 bytes of nibbles; x = q d + m. */
+/* Q4_1: f16 d, f16 m, 16 bytes of nibbles; x = q d + m. The nibbles are copied out first:
+ * y cannot alias them, so the loops vectorise (the CPU demo's decode). */
 static void q4_1(const uint8_t *b, float *y)
 {
     float d = half(b), m = half(b + 2);
-    for (int j = 0; j < 16; j++) {
-        y[j] = (float)(b[4 + j] & 15) * d + m;
-        y[j + 16] = (float)(b[4 + j] >> 4) * d + m;
-    }
+    uint8_t q[16];
+    memcpy(q, b + 4, 16);
+    for (int j = 0; j < 16; j++)
+        y[j] = (float)(q[j] & 15) * d + m;
+    for (int j = 0; j < 16; j++)
+        y[j + 16] = (float)(q[j] >> 4) * d + m;
 }
 
 /* Q5_0: f16 d, 32 high bits (bit j: element j), 16 bytes of nibbles; x = (q - 16) d. */
@@ -60,12 +63,14 @@ static void q5_1(const uint8_t *b, float *y)
     }
 }
 
-/* Q8_0: f16 d, 32 int8; x = q d. */
+/* Q8_0: f16 d, 32 int8; x = q d (copied out first, as Q4_1's). */
 static void q8_0(const uint8_t *b, float *y)
 {
     float d = half(b);
+    int8_t q[32];
+    memcpy(q, b + 2, 32);
     for (int j = 0; j < 32; j++)
-        y[j] = (float)(int8_t)b[2 + j] * d;
+        y[j] = (float)q[j] * d;
 }
 
 /* Q2_K: 256 elements: 16 bytes of scales (low nibble) and minima (high), one per 16
@@ -159,44 +164,40 @@ static void q6_k(const uint8_t *b, float *y)
     }
 }
 
-typedef void (*block_fn)(const uint8_t *, float *);
-
-static block_fn block_of(tc_dtype dt)
-{
-    switch (dt) {
-    case TC_DTYPE_Q4_0: return q4_0;
-    case TC_DTYPE_Q4_1: return q4_1;
-    case TC_DTYPE_Q5_0: return q5_0;
-    case TC_DTYPE_Q5_1: return q5_1;
-    case TC_DTYPE_Q8_0: return q8_0;
-    case TC_DTYPE_Q2_K: return q2_k;
-    case TC_DTYPE_Q3_K: return q3_k;
-    case TC_DTYPE_Q4_K: return q4_k;
-    case TC_DTYPE_Q5_K: return q5_k;
-    case TC_DTYPE_Q6_K: return q6_k;
-    default: return NULL;
-    }
-}
+/* Each block of a row through the type's function, a loop per type so that the function is
+ * inlined into it (the CPU products widen every weight row through here). */
+#define ROW(fn, be)                                                \
+    for (int64_t i = 0; i < n / (be); i++)                         \
+        fn((const uint8_t *)row + (size_t)i * bb, out + i * (be)); \
+    return true
 
 bool tc__dequant_row(tc_dtype dt, const void *row, int64_t n, float *out)
 {
-    block_fn f = block_of(dt);
-    int be = tc_dtype_block(dt);
-    if (!f || n % be)
+    if (!tc_dtype_is_block(dt) || n % tc_dtype_block(dt))
         return false;
-    size_t bb = tc_dtype_bytes(dt, be);
-    for (int64_t i = 0; i < n / be; i++)
-        f((const uint8_t *)row + (size_t)i * bb, out + i * be);
-    return true;
+    size_t bb = tc_dtype_bytes(dt, tc_dtype_block(dt)); /* bytes a block */
+    switch (dt) {
+    case TC_DTYPE_Q4_0: ROW(q4_0, 32);
+    case TC_DTYPE_Q4_1: ROW(q4_1, 32);
+    case TC_DTYPE_Q5_0: ROW(q5_0, 32);
+    case TC_DTYPE_Q5_1: ROW(q5_1, 32);
+    case TC_DTYPE_Q8_0: ROW(q8_0, 32);
+    case TC_DTYPE_Q2_K: ROW(q2_k, 256);
+    case TC_DTYPE_Q3_K: ROW(q3_k, 256);
+    case TC_DTYPE_Q4_K: ROW(q4_k, 256);
+    case TC_DTYPE_Q5_K: ROW(q5_k, 256);
+    case TC_DTYPE_Q6_K: ROW(q6_k, 256);
+    default: return false;
+    }
 }
+#undef ROW
 
 float tc__dequant_one(tc_dtype dt, const void *row, int64_t i)
 {
     float blk[256];
     int be = tc_dtype_block(dt);
-    block_fn f = block_of(dt);
-    if (!f)
+    if (!tc__dequant_row(dt, (const uint8_t *)row + (size_t)(i / be) * tc_dtype_bytes(dt, be), be,
+                         blk))
         return NAN;
-    f((const uint8_t *)row + (size_t)(i / be) * tc_dtype_bytes(dt, be), blk);
     return blk[i % be];
 }

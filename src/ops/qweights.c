@@ -10,10 +10,9 @@ size_t tc__quant_device_bytes(tc_dtype dt, int64_t n)
     return tc_dtype_bytes(dt, n) + 4 * 256;
 }
 
-/* Whether t is a whole block tensor (its data where it was allocated): planes are laid out
- * over a tensor's every block, so only whole tensors (and their rows through
- * tc__quant_upload) convert. */
-static tc_status whole_2d(const char *op, const tc_tensor *t)
+/* Planes are laid out over a tensor's every block: only contiguous whole tensors (and their
+ * rows through tc__quant_upload) convert. */
+static tc_status check_contiguous(const char *op, const tc_tensor *t)
 {
     if (t->ndim < 1 || !tc_tensor_is_contiguous(t))
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "a quantised tensor must be contiguous");
@@ -46,7 +45,7 @@ static tc_launch_config per_row(tc_backend *b, int64_t rows)
 tc_status tc__quant_upload(tc_tensor *t, int64_t row0, int64_t rows, const void *src)
 {
     const char *op = "tc_tensor_copy_from_host";
-    TC_TRY(whole_2d(op, t));
+    TC_TRY(check_contiguous(op, t));
     tc_backend *b = t->backend;
     int64_t k = t->shape[t->ndim - 1], nb = k / tc_dtype_block(t->dtype), total = rows_of(t);
     if (row0 < 0 || rows < 0 || row0 > total - rows)
@@ -69,7 +68,7 @@ tc_status tc__quant_upload(tc_tensor *t, int64_t row0, int64_t rows, const void 
 tc_status tc__quant_download(const tc_tensor *t, void *dst)
 {
     const char *op = "tc_tensor_copy_to_host";
-    TC_TRY(whole_2d(op, t));
+    TC_TRY(check_contiguous(op, t));
     tc_backend *b = t->backend;
     size_t bytes = tc_tensor_bytes(t);
     if (bytes == 0)
