@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 /* Every distinct value of CUdevice_attribute with its first name, in value order. */
-extern const tc_enum_value tc_enum_CUdevice_attribute[147];
+extern TC_API const tc_enum_value tc_enum_CUdevice_attribute[147];
 #define TC_ENUM_CUDEVICE_ATTRIBUTE_COUNT 147
 
 /**

@@ -150,10 +150,10 @@ typedef struct tc_kernel_info {
 } tc_kernel_info;
 
 /* Every kernel, indexed by tc_kernel_id. */
-extern const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT];
+extern TC_API const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT];
 
 /* Launch kernel `id` with args[i] pointing at parameter i (src/runtime/launch.c). */
-tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **args);
+TC_API tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **args);
 
 #ifndef __cplusplus
 /* Exact-type argument checks used by the launcher macros below. */

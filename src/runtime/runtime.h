@@ -14,6 +14,7 @@
 #include "runtime/pinned.h"
 #include "runtime/pool.h"
 #include "runtime/stream.h"
+#include "runtime/version.h"
 #include "tc_kernels.h"
 
 #endif /* TC_RUNTIME_H */
