@@ -60,6 +60,36 @@ def doc_sentence(doc):
     return re.sub(r"\s+", " ", text).strip()
 
 
+# Documentation words that mark a code after which the context is lost (tc_status_is_sticky).
+STICKY_WORDS = ("relaunched", "cannot be used anymore", "inconsistent state")
+
+
+def status_hints(codes, hints, cuda_version):
+    """Attach tc_status_hint's words ({cuda} filled in; {driver} is filled in at run time) and
+    the oom/sticky flags to each code; return warnings for codes without an entry in
+    gen/hints.toml and for entries that name no code of these headers."""
+    words, flags = hints["hint"], hints["flags"]
+    warnings = []
+    for c in codes:
+        h = words.get(c["name"])
+        if h is None:
+            warnings.append("status %s has no hint in gen/hints.toml (add one, or \"none\")"
+                            % c["name"])
+            h = "none"
+        c["hint_c"] = "NULL" if h == "none" else c_string(h.replace("{cuda}", cuda_version))
+        f = []
+        if c["name"] in flags["oom"]:
+            f.append("TC__OOM")
+        if c["name"] in flags["sticky"] or any(w in c["string"] for w in STICKY_WORDS):
+            f.append("TC__STICKY")
+        c["flags"] = " | ".join(f) or "0"
+    names = {c["name"] for c in codes}
+    for n in sorted(set(words) | set(flags["oom"]) | set(flags["sticky"])):
+        if n not in names:
+            warnings.append("gen/hints.toml names a status these headers lack: %s" % n)
+    return warnings
+
+
 def status_codes(libs, own, overrides):
     codes = []
     for c in own:
@@ -296,6 +326,8 @@ def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels")):
         loader_libs.append(dict(key=lib.key, env_c=c_string(LIB_ENV[lib.key]),
                                 sonames_c=c_string(":".join(sonames))))
     codes = status_codes(libs, own, overrides)
+    with open(os.path.join(HERE, "hints.toml"), "rb") as fh:
+        hint_warnings = status_hints(codes, tomllib.load(fh), vstr)
 
     out = {}
     out["tc_status.h"] = env.get_template("tc_status.h.j2").render(
@@ -342,6 +374,7 @@ def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels")):
     for lib in libs:
         problems += ["unclassified pointer parameter: %s" % u for u in lib.unclassified]
     problems += ["override rule matches nothing: %s" % r for r in unused]
+    problems += hint_warnings
     return out, problems
 
 

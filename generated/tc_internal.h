@@ -33,6 +33,10 @@ TC__HIDDEN extern int tc__trace_on;
 /* Resolve symbol `id` into its slot; on failure record the last error and return why. */
 TC__HIDDEN tc_status tc__resolve(int id, void **out);
 
+/* The installed driver's CUDA version (12020 for 12.2), loading the driver if needed; 0 when
+ * it cannot be loaded or does not say. */
+TC__HIDDEN int tc__driver_version(void);
+
 /* Record a library's failing return `code` from symbol `id` and return it as a tc_status. */
 TC__HIDDEN tc_status tc__fail(tc_lib lib, int code, int id) TC__NOINLINE;
 

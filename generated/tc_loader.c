@@ -181,6 +181,35 @@ static void (*const loaders[])(void) = {
     load_curand,
 };
 
+static pthread_once_t version_once = PTHREAD_ONCE_INIT;
+static int driver_version;
+
+/* Asked only when a message or hint advises an update, so that loading stays one lookup. */
+static void query_driver_version(void)
+{
+    libstate *ls = &libs[TC_LIB_CUDA - 1];
+    pthread_once(&ls->once, loaders[TC_LIB_CUDA - 1]);
+    if (!ls->handle)
+        return;
+    void *fn = NULL;
+    if (ls->get_proc_v2)
+        ls->get_proc_v2("cuDriverGetVersion", &fn, 2020, CU_GET_PROC_ADDRESS_DEFAULT, NULL);
+    else if (ls->get_proc_v1)
+        ls->get_proc_v1("cuDriverGetVersion", &fn, 2020, CU_GET_PROC_ADDRESS_DEFAULT);
+    if (!fn)
+        fn = dlsym(ls->handle, "cuDriverGetVersion");
+    CUresult (*get_version)(int *) = NULL;
+    memcpy(&get_version, &fn, sizeof fn);
+    if (get_version && get_version(&driver_version) != CUDA_SUCCESS)
+        driver_version = 0;
+}
+
+int tc__driver_version(void)
+{
+    pthread_once(&version_once, query_driver_version);
+    return driver_version;
+}
+
 static tc_status resolve_driver(libstate *ls, const tc__sym *s, void **out)
 {
     cuuint64_t flags = s->per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
@@ -196,8 +225,9 @@ static tc_status resolve_driver(libstate *ls, const tc__sym *s, void **out)
         if (q == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
             return tc_set_error(TC_ERR_DRIVER_TOO_OLD, s->name,
                                 "the driver has %s but not the ABI version %d.%d that these "
-                                "bindings were built for",
-                                s->symbol, s->version / 1000, s->version % 1000 / 10);
+                                "bindings were built for; installed driver: CUDA %d.%d",
+                                s->symbol, s->version / 1000, s->version % 1000 / 10,
+                                tc__driver_version() / 1000, tc__driver_version() % 1000 / 10);
         return tc_set_error(TC_ERR_SYMBOL_NOT_FOUND, s->name,
                             "the driver does not export %s (ABI version %d.%d%s)", s->symbol,
                             s->version / 1000, s->version % 1000 / 10,
@@ -219,8 +249,9 @@ static tc_status resolve_driver(libstate *ls, const tc__sym *s, void **out)
         return TC_OK;
     }
     return tc_set_error(TC_ERR_DRIVER_TOO_OLD, s->name,
-                        "the driver has no cuGetProcAddress and does not export %s",
-                        s->exported);
+                        "the driver has no cuGetProcAddress and does not export %s; installed "
+                        "driver: CUDA %d.%d",
+                        s->exported, tc__driver_version() / 1000, tc__driver_version() % 1000 / 10);
 }
 
 tc_status tc__resolve(int id, void **out)

@@ -3,6 +3,7 @@
 #ifndef TC_STATUS_H
 #define TC_STATUS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -180,6 +181,19 @@ TC_API const char *tc_status_name(tc_status s);
 
 /* Return a sentence describing a status, from the header's documentation; never NULL. */
 TC_API const char *tc_status_string(tc_status s);
+
+/* Return what to do about a status in one sentence (with the installed driver's version where
+ * an update is the cure), or NULL when there is nothing to add to tc_status_string(). */
+TC_API const char *tc_status_hint(tc_status s);
+
+/* True for the out-of-memory codes of every library (TC_ERR_OUT_OF_MEMORY,
+ * CUDA_ERROR_OUT_OF_MEMORY, CUBLAS_STATUS_ALLOC_FAILED, CURAND_STATUS_ALLOCATION_FAILED). */
+TC_API bool tc_status_is_oom(tc_status s);
+
+/* True when the CUDA context is lost after this status (CUDA_ERROR_ILLEGAL_ADDRESS,
+ * CUDA_ERROR_LAUNCH_FAILED and kin): every later call in the process fails the same way, and
+ * only a new process can use the GPU again. */
+TC_API bool tc_status_is_sticky(tc_status s);
 
 /* Return the name of a library ("CUDA driver", "cuBLAS", "cuRAND", "thincuda"). */
 TC_API const char *tc_lib_name(tc_lib lib);
