@@ -293,8 +293,10 @@ def render_kernels(env, kernels_dir):
     }
 
 
-def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels")):
-    """Return {relative path: text} for everything generated/ holds."""
+def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None):
+    """Return ({relative path: text} for everything generated/ holds, problems). Override
+    rules that match nothing and hint table gaps are problems too, unless a `warnings` list is
+    given to receive them (they may belong to another CUDA release)."""
     libs, own, overrides, unused = build(include_dir)
     cuda_version = libs[0].version_macro["CUDA_VERSION"]
     vstr = "%d.%d" % (cuda_version // 1000, cuda_version % 1000 // 10)
@@ -373,9 +375,147 @@ def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels")):
     problems = []
     for lib in libs:
         problems += ["unclassified pointer parameter: %s" % u for u in lib.unclassified]
-    problems += ["override rule matches nothing: %s" % r for r in unused]
-    problems += hint_warnings
+    soft = ["override rule matches nothing in these headers: %s" % r for r in unused]
+    soft += hint_warnings
+    if warnings is None:
+        problems += soft
+    else:
+        warnings.extend(soft)
     return out, problems
+
+
+# ---------------------------------------------------------------- API difference summary
+
+PROTO = re.compile(r"^(TC_DEPRECATED )?TC_API tc_status tc_(\w+)\((.*)\);$", re.M)
+STATUS_ROW = re.compile(r"^    TC_(\w+) = 0x[0-9A-F]{8},$", re.M)
+RELEASE = re.compile(r"from the CUDA (\S+) headers")
+SUMMARY_HEADERS = (("cuda", "cuda.h"), ("cublas", "cublas_api.h"), ("curand", "curand.h"))
+
+
+def _split_params(params):
+    """Split a parameter list at its top-level commas."""
+    out, depth, cur = [], 0, ""
+    for ch in params:
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        depth += ch in "([" and 1 or ch in ")]" and -1 or 0
+        cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def _param_type(p):
+    """A parameter's type without its name, so that renamed parameters are no change."""
+    p = re.sub(r"\s+", " ", p)
+    if "(*" in p:
+        return re.sub(r"\(\*\s*\w*\s*\)", "(*)", p, count=1)
+    m = re.match(r"^(.*?[\s*])(\w+)(\s*\[[^\]]*\])*$", p)
+    if m and m.group(1).strip() and m.group(1).strip() not in ("const", "unsigned", "signed"):
+        return (m.group(1) + (m.group(3) or "")).strip()
+    return p
+
+
+def api_of(header_text):
+    """{public name: (prototype without annotations, parameter types, deprecated)} of a
+    generated library header."""
+    out = {}
+    for dep, name, params in PROTO.findall(header_text):
+        params = re.sub(r"\s*/\*.*?\*/", "", params)
+        types = tuple(_param_type(p) for p in _split_params(params))
+        out[name] = ("%s(%s)" % (name, params), types, bool(dep))
+    return out
+
+
+def api_changes(old_files, new_files):
+    """The difference between two renders of generated/ (the committed one and a new one):
+    per header the functions added, removed, with changed parameter types and newly
+    deprecated, and the status codes added and removed."""
+    def release(files):
+        m = RELEASE.search(files.get("tc_status.h", ""))
+        return m.group(1) if m else "unknown"
+
+    headers = []
+    for key, header in SUMMARY_HEADERS:
+        old = api_of(old_files.get("tc_%s.h" % key, ""))
+        new = api_of(new_files["tc_%s.h" % key])
+        both = sorted(set(old) & set(new))
+        headers.append(dict(
+            header=header, title=LIB_TITLE[key],
+            added=[new[n][0] for n in sorted(set(new) - set(old))],
+            removed=[old[n][0] for n in sorted(set(old) - set(new))],
+            changed=[(old[n][0], new[n][0]) for n in both if old[n][1] != new[n][1]],
+            deprecated=[n for n in both if new[n][2] and not old[n][2]]))
+    old_st = set(STATUS_ROW.findall(old_files.get("tc_status.h", "")))
+    new_st = set(STATUS_ROW.findall(new_files["tc_status.h"]))
+    return dict(old=release(old_files), new=release(new_files), headers=headers,
+                status_added=sorted(new_st - old_st), status_removed=sorted(old_st - new_st))
+
+
+def changes_empty(ch):
+    return (ch["old"] == ch["new"] and not ch["status_added"] and not ch["status_removed"]
+            and not any(h[k] for h in ch["headers"]
+                        for k in ("added", "removed", "changed", "deprecated")))
+
+
+def changes_console(ch, limit=8):
+    """A few lines for the terminal: counts per header and the first names."""
+    def names(protos):
+        short = [p.split("(")[0] for p in protos]
+        more = " and %d more" % (len(short) - limit) if len(short) > limit else ""
+        return ", ".join(short[:limit]) + more
+
+    lines = ["API difference against the committed generated/ (CUDA %s -> %s):"
+             % (ch["old"], ch["new"])]
+    for h in ch["headers"]:
+        lines.append("  %s: %d added, %d removed, %d changed signature, %d newly deprecated"
+                     % (h["header"], len(h["added"]), len(h["removed"]), len(h["changed"]),
+                        len(h["deprecated"])))
+        for word, protos in (("added", h["added"]), ("removed", h["removed"]),
+                             ("changed", [n for _, n in h["changed"]])):
+            if protos:
+                lines.append("    %s: %s" % (word, names(protos)))
+    lines.append("  status codes: %d added, %d removed"
+                 % (len(ch["status_added"]), len(ch["status_removed"])))
+    return "\n".join(lines)
+
+
+def changes_markdown(ch):
+    """generated/CHANGES.md: the whole difference, every name and signature."""
+    out = ["<!-- Written by tools/regen when the API differs from the generated/ it replaces. "
+           "Do not edit: run tools/regen. -->",
+           "# API changes: CUDA %s -> CUDA %s" % (ch["old"], ch["new"]), ""]
+    for h in ch["headers"]:
+        out.append("## %s (`%s`): %d added, %d removed, %d changed, %d newly deprecated"
+                   % (h["title"], h["header"], len(h["added"]), len(h["removed"]),
+                      len(h["changed"]), len(h["deprecated"])))
+        out.append("")
+        for word, protos in (("Added", h["added"]), ("Removed", h["removed"])):
+            if protos:
+                out.append("%s:" % word)
+                out.append("")
+                out += ["- `%s`" % p for p in protos]
+                out.append("")
+        if h["changed"]:
+            out.append("Changed signature (before, after):")
+            out.append("")
+            for old, new in h["changed"]:
+                out.append("- `%s`" % old)
+                out.append("  `%s`" % new)
+            out.append("")
+        if h["deprecated"]:
+            out.append("Newly deprecated: %s" % ", ".join("`%s`" % n for n in h["deprecated"]))
+            out.append("")
+    out.append("## Status codes: %d added, %d removed"
+               % (len(ch["status_added"]), len(ch["status_removed"])))
+    out.append("")
+    for word, names in (("Added", ch["status_added"]), ("Removed", ch["status_removed"])):
+        if names:
+            out.append("%s: %s" % (word, ", ".join("`%s`" % n for n in names)))
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
 
 
 def main(argv=None):
@@ -383,16 +523,21 @@ def main(argv=None):
     ap.add_argument("--cuda-include", default=default_include(),
                     help="directory holding cuda.h, cudaTypedefs.h, cublas_v2.h, curand.h")
     ap.add_argument("--out", default=os.path.join(ROOT, "generated"))
+    ap.add_argument("--kernels", default=os.path.join(ROOT, "kernels"),
+                    help="directory of the .cu files whose launchers tc_kernels.h holds")
     ap.add_argument("--check", action="store_true",
                     help="compare with --out instead of writing; exit 1 on any difference")
     ap.add_argument("--allow-problems", action="store_true",
-                    help="write output even with unclassified pointers or stale overrides")
+                    help="write output even with unclassified pointer parameters")
     a = ap.parse_args(argv)
+    warnings = []
     try:
-        files, problems = render(a.cuda_include)
+        files, problems = render(a.cuda_include, a.kernels, warnings)
     except GenError as e:
         print("thincuda_gen: error: %s" % e, file=sys.stderr)
         return 2
+    for w in warnings:
+        print("thincuda_gen: warning: %s" % w, file=sys.stderr)
     for p in problems:
         print("thincuda_gen: %s" % p, file=sys.stderr)
     if problems and not a.allow_problems:
@@ -411,16 +556,31 @@ def main(argv=None):
                 print("\n".join(list(diff)[:40]))
         extra = sorted(set(os.listdir(a.out)) - set(files)) if os.path.isdir(a.out) else []
         for e in extra:
-            if e.startswith("tc_") or e == "COVERAGE.md":
+            if e.startswith("tc_"):
                 bad += 1
                 print("stale file in %s: %s" % (a.out, e))
         print("thincuda_gen: %s" % ("up to date" if not bad else "%d file(s) differ" % bad))
         return 1 if bad else 0
+    old = {}
+    for rel in files:
+        path = os.path.join(a.out, rel)
+        if os.path.exists(path):
+            with open(path) as fh:
+                old[rel] = fh.read()
+    changes = api_changes(old, files)
     os.makedirs(a.out, exist_ok=True)
     for rel, text in sorted(files.items()):
         with open(os.path.join(a.out, rel), "w") as fh:
             fh.write(text)
     print("thincuda_gen: wrote %d files to %s" % (len(files), os.path.relpath(a.out)))
+    if changes_empty(changes):
+        print("thincuda_gen: no API difference against the generated/ it replaced")
+    else:
+        print(changes_console(changes))
+        with open(os.path.join(a.out, "CHANGES.md"), "w") as fh:
+            fh.write(changes_markdown(changes))
+        print("thincuda_gen: the whole difference is in %s"
+              % os.path.relpath(os.path.join(a.out, "CHANGES.md")))
     return 0
 
 

@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include <cublas_api.h>
+#include <cublas_v2.h>
 
 #define EXPORT __attribute__((visibility("default")))
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include <cmocka.h>
-#include <cublas_api.h>
+#include <cublas_v2.h>
 #include <cuda.h>
 #include <curand.h>
 

@@ -14,7 +14,8 @@ def test_regenerating_reproduces_generated_byte_for_byte(rendered):
     files, problems = rendered
     assert problems == []
     gen_dir = os.path.join(ROOT, "generated")
-    on_disk = {f for f in os.listdir(gen_dir)}
+    # CHANGES.md records the last regeneration that changed the API; no render makes it.
+    on_disk = {f for f in os.listdir(gen_dir)} - {"CHANGES.md"}
     assert on_disk == set(files), "generated/ has stale or missing files"
     for rel, text in files.items():
         with open(os.path.join(gen_dir, rel)) as fh:
