@@ -226,22 +226,24 @@ template <int DT> __device__ __forceinline__ Ints ints(const Raw &r, int j)
 // that number plus the byte exactly; subtracting the number and the bias leaves the integer,
 // exactly, and one multiply-add gives the weights, rounded once. No conversion instruction:
 // those run at an eighth of the rate of arithmetic on the H100.
-template <typename T> __device__ __forceinline__ uint32_t pair_of(uint32_t w, uint32_t sel, int bias, uint32_t s2,
-                                                               uint32_t off2, bool has_off)
+// Without scale (Scaled false) the pair is the integers themselves (the subtraction alone).
+template <typename T, bool Scaled = true>
+__device__ __forceinline__ uint32_t pair_of(uint32_t w, uint32_t sel, int bias, uint32_t s2, uint32_t off2,
+                                            bool has_off)
 {
     uint32_t r;
     if constexpr (tc::is_half<T>) {
         uint32_t v = __byte_perm(w, 0x64, sel);
         __half2 t = __hsub2(*reinterpret_cast<__half2 *>(&v), __half2half2(__int2half_rn(1024 + bias)));
         __half2 s = *reinterpret_cast<__half2 *>(&s2), o = *reinterpret_cast<__half2 *>(&off2);
-        __half2 a = has_off ? __hfma2(t, s, o) : __hmul2(t, s);
+        __half2 a = !Scaled ? t : has_off ? __hfma2(t, s, o) : __hmul2(t, s);
         r = *reinterpret_cast<uint32_t *>(&a);
     } else {
         uint32_t v = __byte_perm(w, 0x43, sel);
         __nv_bfloat162 t = __hsub2(*reinterpret_cast<__nv_bfloat162 *>(&v),
                                    __bfloat162bfloat162(__int2bfloat16_rn(128 + bias)));
         __nv_bfloat162 s = *reinterpret_cast<__nv_bfloat162 *>(&s2), o = *reinterpret_cast<__nv_bfloat162 *>(&off2);
-        __nv_bfloat162 a = has_off ? __hfma2(t, s, o) : __hmul2(t, s);
+        __nv_bfloat162 a = !Scaled ? t : has_off ? __hfma2(t, s, o) : __hmul2(t, s);
         r = *reinterpret_cast<uint32_t *>(&a);
     }
     return r;
@@ -266,9 +268,10 @@ template <typename T, int DT> __device__ __forceinline__ uint4 frag_int(const In
         return { tc::pack2<T>(v[0], v[1]), tc::pack2<T>(v[2], v[3]), tc::pack2<T>(v[4], v[5]),
                  tc::pack2<T>(v[6], v[7]) };
     } else {
-        const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
-        return { pair_of<T>(q.b.x, 0x4140, q.bias, one, 0, false), pair_of<T>(q.b.x, 0x4342, q.bias, one, 0, false),
-                 pair_of<T>(q.b.y, 0x4140, q.bias, one, 0, false), pair_of<T>(q.b.y, 0x4342, q.bias, one, 0, false) };
+        return { pair_of<T, false>(q.b.x, 0x4140, q.bias, 0, 0, false),
+                 pair_of<T, false>(q.b.x, 0x4342, q.bias, 0, 0, false),
+                 pair_of<T, false>(q.b.y, 0x4140, q.bias, 0, 0, false),
+                 pair_of<T, false>(q.b.y, 0x4342, q.bias, 0, 0, false) };
     }
 }
 
@@ -414,93 +417,198 @@ __device__ void simt_rows(float *out, const float *x, const void *w, int m, int6
         }
 }
 
-// 1 to 8 rows of 16-bit x on the tensor cores, as matvec.cu's mma_rows does for 16-bit
-// weights: a block of kWarps warps takes 16 weight rows (the rows of an m16n8k16 product; x's
-// rows are its columns) and each warp a share of k in chunks of 32. Lane (g, p) = (l / 4,
-// l % 4) dequantises group p of each chunk (8 weights) of rows g and g + 8 into registers, in
-// x's dtype; its fragment slots {2p, 2p + 1, 2p + 8, 2p + 9} of the chunk's first product
-// stand for elements 0-3 of the group, of the second for 4-7, and x's row g is read the same
-// way, so the products are the dot products. U chunks' loads are issued before the first is
-// decoded. The warps' sums meet in shared memory in a fixed order. With SwiGLU (flags bit 0)
-// the block then takes the 16 up rows (n on) the same way (a second pass rather than a second
-// instantiation: the binary's size); bit 1 adds to out.
+// 1 to 8 rows of 16-bit x on the tensor cores. A block of kWarps warps takes 16 weight rows at a
+// time (the rows of an m16n8k16 product; x's rows are its columns) and each warp a share of k,
+// in steps of S blocks. A warp streams its steps' weights through shared memory: each step's
+// bytes of its 16 rows, plane by plane, are copied with 16-byte cp.async into a ring of nst
+// stages, nst - 1 steps ahead of the one it computes, across rows and tiles, so that several
+// kilobytes a warp are always on their way whatever the type's density (holding them in
+// registers, 8 bytes a lane and a few chunks deep, kept every type at 0.5-1 TB/s). The first
+// steps are requested before the kernel waits for its inputs: they read only weights.
+//
+// Computing a step, lane (g, p) = (l / 4, l % 4) dequantises group p of each chunk of 32
+// (8 weights) of rows g and g + 8 from shared memory into registers, in x's dtype; its fragment
+// slots {2p, 2p + 1, 2p + 8, 2p + 9} of the chunk's first product stand for elements 0-3 of the
+// group, of the second for 4-7, and x's row g is read the same way, so the products are the
+// dot products. The warps' sums meet in shared memory in a fixed order. With SwiGLU (flags bit
+// 0) the block takes the 16 up rows (n on) after the gate rows; bit 1 adds to out.
 constexpr int kWarps = 8;
-template <int DT>
-constexpr int kDepth = DT == Q3_K || DT == Q5_K ? 3 : 4;
+
+// Calls f(Int<I>) for I in [I0, N).
+template <int I, int N, typename F> __device__ __forceinline__ void each(F &&f)
+{
+    if constexpr (I < N) {
+        f(Int<I>{});
+        each<I + 1, N>(f);
+    }
+}
+
+// One step of a warp's pipeline: S blocks of each of 16 rows. A plane's bytes of a row's S
+// blocks are contiguous; the copy takes the 16-byte units that cover them, the first of which
+// may start up to 16 - a bytes early (a: the largest power of two up to 16 dividing the field's
+// size, so dividing every block's offset), which the reads then skip. units(f) is how many that
+// can be, first(f) where plane f's begin in a row's share of the stage.
+template <int DT> struct Step {
+    static constexpr Layout L = layout(DT);
+    static constexpr int S = L.block == 32 ? 4 : 1, CPB = L.block / 32;
+    __host__ __device__ static constexpr int align(int v) { return v % 16 == 0 ? 16 : v % 8 == 0 ? 8 : v % 4 == 0 ? 4 : v % 2 == 0 ? 2 : 1; }
+    __host__ __device__ static constexpr int units(int f) { return (16 - align(L.f[f].size) + S * L.f[f].size + 15) / 16; }
+    __host__ __device__ static constexpr int first(int f) { return f == 0 ? 0 : first(f - 1) + units(f - 1); }
+    static constexpr int row_bytes = 16 * first(L.nf), bytes = 16 * row_bytes;
+};
+
+// cp.async.wait_group for a run-time n (0 to 5; more waits as for 5, which waits for more).
+__device__ __forceinline__ void wait_copies(int n)
+{
+    switch (n) {
+    case 0: tc::cp_wait<0>(); break;
+    case 1: tc::cp_wait<1>(); break;
+    case 2: tc::cp_wait<2>(); break;
+    case 3: tc::cp_wait<3>(); break;
+    case 4: tc::cp_wait<4>(); break;
+    default: tc::cp_wait<5>(); break;
+    }
+}
+
 template <typename T, int DT>
 __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs, int64_t os,
-                         int flags, float (*red)[kWarps][16][8])
+                         int flags, float (*red)[kWarps][16][8], uint8_t *sm, int nst)
 {
-    constexpr Layout L = layout(DT);
-    // Chunks in flight per lane (deeper, 5-6 for the lighter types, measured slower).
-    constexpr int GB = L.block / 8, U = kDepth<DT>;
+    using G = Step<DT>;
+    constexpr Layout L = G::L;
+    constexpr int S = G::S, CPB = G::CPB, RB = G::row_bytes;
     const bool swiglu = flags & 1;
+    const int H = swiglu ? 2 : 1;
     const Planes P = planes(DT, w, (swiglu ? 2 * n : n) * (k / L.block));
     const int lane = threadIdx.x & 31, g = lane >> 2, p = lane & 3, warp = threadIdx.x >> 5;
-    const int64_t nb = k / L.block, chunks = k / 32, per = (chunks + kWarps - 1) / kWarps, c0 = warp * per,
-                  c1 = min(chunks, c0 + per), tiles = (n + 15) / 16;
-    const bool xin = g < m;
-    const T *xr = x + (xin ? g : 0) * xs + p * 8;
-    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int64_t ra = tile * 16 + g, rb = ra + 8;
-        for (int h = 0; h < (swiglu ? 2 : 1); h++) {
-            // Rows past n read row 0 (in bounds) and are never written.
-            const int64_t rows[2] = { (h ? n : 0) + (ra < n ? ra : 0), (h ? n : 0) + (rb < n ? rb : 0) };
-            // The rows' first blocks: a chunk's block index is then a 32-bit sum (a tensor has
-            // fewer than 2^32 blocks), and fetch widens it once per address.
-            const uint32_t rblk[2] = { (uint32_t)(rows[0] * nb), (uint32_t)(rows[1] * nb) };
-            float acc[4] = {};
-            // A rolling pipeline U chunks deep: chunk c + u's slot is refilled with chunk
-            // c + u + U as soon as it is used, so that U chunks' loads are always in flight.
-            // Chunks past c1 re-read chunk c0 against zeros of x.
-            Raw raw[U][2];
-            uint4 xv[U];
-            auto load = [&](int64_t c, Raw(&rr)[2], uint4 &xx) {
-                const uint32_t grp = (uint32_t)(c < c1 ? c : c0) * 4 + p;
+    const uint32_t nb = (uint32_t)(k / L.block);
+    const int steps = (int)((nb + S - 1) / S), per = (steps + kWarps - 1) / kWarps, s0 = min(steps, warp * per),
+              my = min(steps, s0 + per) - s0;
+    const int64_t tiles = (n + 15) / 16,
+                  mine = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0, total = mine * H * my;
+    uint8_t *ring = sm + warp * nst * G::bytes;
+
+    // The next step to copy: its number, ring slot, tile, half (gate or up) and step.
+    int64_t li = 0, ltile = blockIdx.x;
+    int lslot = 0, lh = 0, ls = 0;
+    auto issue = [&]() {
+        if (li < total) {
+            uint8_t *dst = ring + lslot * G::bytes;
+            const uint32_t b0 = (uint32_t)(s0 + ls) * S, cnt = min((uint32_t)S, nb - b0);
+            each<0, L.nf>([&](auto F) {
+                constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
 #pragma unroll
-                for (int i = 0; i < 2; i++)
-                    rr[i] = fetch<DT, uint32_t>(P, rblk[i] + grp / GB, (int)(grp % GB));
-                xx = xin && c < c1 ? *reinterpret_cast<const uint4 *>(xr + c * 32) : make_uint4(0, 0, 0, 0);
-            };
-#pragma unroll
-            for (int u = 0; u < U; u++)
-                load(c0 + u, raw[u], xv[u]);
-            for (int64_t c = c0; c < c1; c += U) {
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const int j = (int)((((c + u) < c1 ? c + u : c0) * 4 + p) % GB);
-                    const uint4 xx = xv[u];
-                    if constexpr (kChunkScale<DT>) {
-                        // The chunk's integer sums, scaled per row (this lane holds rows g and
-                        // g + 8 of the sums, whose scales it decoded); offsets times the sums of
-                        // x, which a product with all-ones weights gives in the same layout.
-                        const Ints qa = ints<DT>(raw[u][0], j), qb = ints<DT>(raw[u][1], j);
-                        load(c + u + U, raw[u], xv[u]);
-                        const uint4 a = frag_int<T, DT>(qa), b = frag_int<T, DT>(qb);
-                        float t[4] = {};
-                        tc::mma16816<T>(t, a.x, b.x, a.y, b.y, xx.x, xx.y);
-                        tc::mma16816<T>(t, a.z, b.z, a.w, b.w, xx.z, xx.w);
-                        acc[0] = fmaf(qa.s, t[0], acc[0]);
-                        acc[1] = fmaf(qa.s, t[1], acc[1]);
-                        acc[2] = fmaf(qb.s, t[2], acc[2]);
-                        acc[3] = fmaf(qb.s, t[3], acc[3]);
-                        if constexpr (kHasOff<DT>) {
-                            const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
-                            float sx[4] = {};
-                            tc::mma16816<T>(sx, one, one, one, one, xx.x, xx.y);
-                            tc::mma16816<T>(sx, one, one, one, one, xx.z, xx.w);
-                            acc[0] = fmaf(qa.off, sx[0], acc[0]);
-                            acc[1] = fmaf(qa.off, sx[1], acc[1]);
-                            acc[2] = fmaf(qb.off, sx[2], acc[2]);
-                            acc[3] = fmaf(qb.off, sx[3], acc[3]);
-                        }
-                    } else {
-                        const uint4 a = frag<T, DT>(raw[u][0], j), b = frag<T, DT>(raw[u][1], j);
-                        load(c + u + U, raw[u], xv[u]);
-                        tc::mma16816<T>(acc, a.x, b.x, a.y, b.y, xx.x, xx.y);
-                        tc::mma16816<T>(acc, a.z, b.z, a.w, b.w, xx.z, xx.w);
+                for (int i = 0; i < (16 * U + 31) / 32; i++) {
+                    const int slot = lane + 32 * i, r = slot / U, u = slot % U;
+                    if (16 * U % 32 == 0 || slot < 16 * U) {
+                        const int64_t row = (ltile * 16 + r < n ? ltile * 16 + r : 0) + (lh ? n : 0);
+                        const uint64_t at = (uint64_t)((uint32_t)row * nb + b0) * size,
+                                       start = (at & ~(uint64_t)15) + 16 * u;
+                        if (start < at + cnt * size)
+                            tc::cp_async16(dst + r * RB + 16 * (G::first(f) + u), P.p[f] + start, true);
                     }
                 }
+            });
+            li++;
+            lslot = lslot + 1 == nst ? 0 : lslot + 1;
+            if (++ls == my) {
+                ls = 0;
+                if (++lh == H) {
+                    lh = 0;
+                    ltile += gridDim.x;
+                }
+            }
+        }
+        tc::cp_commit();
+    };
+    for (int q = 0; q < nst - 1; q++)
+        issue();
+    tc::await_inputs();
+
+    // x of a step's chunks (as many as the step has), loaded a step ahead of its use: the next
+    // step is s + 1, or the first again for the next half or tile.
+    constexpr int CPS = S * CPB;
+    const bool xin = g < m;
+    const T *xr = x + (xin ? g : 0) * xs + p * 8;
+    auto load_x = [&](int s, uint4(&xx)[CPS]) {
+        const uint32_t c0 = (uint32_t)(s0 + s) * CPS;
+#pragma unroll
+        for (int i = 0; i < CPS; i++)
+            xx[i] = xin && c0 + i < nb * CPB ? *reinterpret_cast<const uint4 *>(xr + (int64_t)(c0 + i) * 32)
+                                              : make_uint4(0, 0, 0, 0);
+    };
+    uint4 xa[CPS];
+    load_x(0, xa);
+    int cslot = 0;
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int64_t ra = tile * 16 + g, rb = ra + 8;
+        for (int h = 0; h < H; h++) {
+            // The rows' first blocks (rows past n read row 0 and are never written).
+            const uint32_t rblk[2] = { (uint32_t)((h ? n : 0) + (ra < n ? ra : 0)) * nb,
+                                       (uint32_t)((h ? n : 0) + (rb < n ? rb : 0)) * nb };
+            float acc[4] = {};
+            for (int s = 0; s < my; s++) {
+                uint4 xb[CPS];
+                load_x(s + 1 < my ? s + 1 : 0, xb);
+                __syncwarp();
+                issue();
+                wait_copies(nst - 1);
+                __syncwarp();
+                const uint8_t *st = ring + cslot * G::bytes;
+                cslot = cslot + 1 == nst ? 0 : cslot + 1;
+                const uint32_t b0 = (uint32_t)(s0 + s) * S, cnt = min((uint32_t)S, nb - b0);
+                // The rows' planes in the stage, as fetch takes them (block 0: the step's first).
+                Planes Q[2];
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+                    each<0, L.nf>([&](auto F) {
+                        constexpr int f = decltype(F)::value, size = L.f[f].size;
+                        const uint32_t skip = size % 16 ? ((rblk[i] + b0) * size) & 15 : 0;
+                        Q[i].p[f] = st + (g + 8 * i) * RB + 16 * G::first(f) + skip;
+                    });
+#pragma unroll
+                for (int bl = 0; bl < S; bl++) {
+                    if (bl >= cnt)
+                        break;
+#pragma unroll
+                    for (int cc = 0; cc < CPB; cc++) {
+                        const int j = cc * 4 + p;
+                        const uint4 xx = xa[bl * CPB + cc];
+                        const Raw r0 = fetch<DT, uint32_t>(Q[0], bl, j), r1 = fetch<DT, uint32_t>(Q[1], bl, j);
+                        if constexpr (kChunkScale<DT>) {
+                            // The chunk's integer sums, scaled per row (this lane holds rows g
+                            // and g + 8 of the sums, whose scales it decoded); offsets times the
+                            // sums of x, which a product with all-ones weights gives in the same
+                            // layout.
+                            const Ints qa = ints<DT>(r0, j), qb = ints<DT>(r1, j);
+                            const uint4 a = frag_int<T, DT>(qa), b = frag_int<T, DT>(qb);
+                            float t[4] = {};
+                            tc::mma16816<T>(t, a.x, b.x, a.y, b.y, xx.x, xx.y);
+                            tc::mma16816<T>(t, a.z, b.z, a.w, b.w, xx.z, xx.w);
+                            acc[0] = fmaf(qa.s, t[0], acc[0]);
+                            acc[1] = fmaf(qa.s, t[1], acc[1]);
+                            acc[2] = fmaf(qb.s, t[2], acc[2]);
+                            acc[3] = fmaf(qb.s, t[3], acc[3]);
+                            if constexpr (kHasOff<DT>) {
+                                const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
+                                float sx[4] = {};
+                                tc::mma16816<T>(sx, one, one, one, one, xx.x, xx.y);
+                                tc::mma16816<T>(sx, one, one, one, one, xx.z, xx.w);
+                                acc[0] = fmaf(qa.off, sx[0], acc[0]);
+                                acc[1] = fmaf(qa.off, sx[1], acc[1]);
+                                acc[2] = fmaf(qb.off, sx[2], acc[2]);
+                                acc[3] = fmaf(qb.off, sx[3], acc[3]);
+                            }
+                        } else {
+                            const uint4 a = frag<T, DT>(r0, j), b = frag<T, DT>(r1, j);
+                            tc::mma16816<T>(acc, a.x, b.x, a.y, b.y, xx.x, xx.y);
+                            tc::mma16816<T>(acc, a.z, b.z, a.w, b.w, xx.z, xx.w);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < CPS; i++)
+                    xa[i] = xb[i];
             }
             red[h][warp][g][2 * p] = acc[0];
             red[h][warp][g][2 * p + 1] = acc[1];
@@ -533,12 +641,19 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
 
 // One kernel per type and activation dtype (below): in one kernel the ten types' code shared
 // one register allocation and spilled (1.2 KB of spill code), each alone spills little or none.
+// The ring takes the dynamic shared memory the launch gives: as many stages as fit, up to 6.
 template <typename T, int DT>
 __device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, int m, int64_t n, int64_t k,
                                            int64_t xs, int64_t os, int flags)
 {
     __shared__ float red[2][kWarps][16][8];
-    mma_rows<T, DT>(out, x, w, m, n, k, xs, os, flags, red);
+    extern __shared__ __align__(16) uint8_t ring[];
+    uint32_t bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+    const int nst = min(6, (int)(bytes / (kWarps * Step<DT>::bytes)));
+    if (nst < 1)
+        __trap();
+    mma_rows<T, DT>(out, x, w, m, n, k, xs, os, flags, red, ring, nst);
 }
 
 template <typename T>
@@ -619,145 +734,126 @@ extern "C" __global__ void tc_k_qmatvec_f32(float *out, const float *x, const vo
 
 /** The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16|
  *  bf16>): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a
- *  multiple of 32, x and its stride 16-byte aligned. The launch bounds (two blocks per SM)
- *  give each lane the registers of several chunks' loads in flight. */
+ *  multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights'
+ *  pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives
+ *  deeper pipelines (up to 6 steps). Two blocks an SM. */
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q4_0_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__half, quant_cu::Q4_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q4_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q4_1_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__half, quant_cu::Q4_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q4_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q5_0_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__half, quant_cu::Q5_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q5_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q5_1_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__half, quant_cu::Q5_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q5_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q8_0_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__half, quant_cu::Q8_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q8_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q8_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q2_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__half, quant_cu::Q2_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q2_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q2_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q3_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__half, quant_cu::Q3_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q3_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q3_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q4_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__half, quant_cu::Q4_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q4_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q5_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__half, quant_cu::Q5_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q5_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q6_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__half, quant_cu::Q6_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q6_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
-    tc::await_inputs();
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }

@@ -61,6 +61,7 @@ struct tc_backend {
     int64_t matvec_wave[8]; /* blocks of each matrix-vector kernel resident at once, GPU-wide */
     int64_t qwave[1]; /* the same for the quantised f32 kernel (qweights.c; 0: not yet known) */
     int64_t qwave_mma[TC_DTYPE_COUNT][2]; /* and its tensor-core ones, f16 and bf16 x */
+    unsigned qmv_shared; /* the tensor-core ones' dynamic shared memory (their weight pipeline) */
 };
 
 /* Block-quantised tensors on CUDA (qweights.c): device bytes of n elements held as planes;

@@ -122,9 +122,15 @@ static const struct {
                           QMV(Q5_K, q5_k), QMV(Q6_K, q6_k) };
 #undef QMV
 
-/* The kernels' carveouts (the tensor-core ones keep 8 KiB of shared memory a block: a
- * quarter of the SM for it, as matvec.cu's) and how many blocks of each fit at once (the
- * f32 kernel's, and the tensor-core kernels' of each dtype and type). */
+/* The tensor-core kernels stream weights through shared memory, as much as two blocks an SM
+ * leave each (less 8 KiB of their own and 1 KiB the driver keeps a block), at most 96 KiB: six
+ * steps of the lighter types for each warp, three of Q6_K; one of Q6_K (28 KiB) is the least
+ * they take, which every GPU they are built for has. */
+#define QMV_SHARED_MAX (96u << 10)
+#define QMV_SHARED_MIN (8u * 3584u)
+
+/* The kernels' carveouts and how many blocks of each fit at once (the f32 kernel's, and the
+ * tensor-core kernels' of each dtype and type). */
 static tc_status prepare(tc_backend *b)
 {
     if (b->qwave[0])
@@ -135,11 +141,17 @@ static tc_status prepare(tc_backend *b)
         per_sm < 1)
         per_sm = 1;
     b->qwave[0] = (int64_t)per_sm * b->ctx->sm_count;
+    long half = (long)b->ctx->max_shared_sm / 2 - (9l << 10);
+    unsigned shared = half > (long)QMV_SHARED_MAX ? QMV_SHARED_MAX : half > 0 ? (unsigned)half : 0;
+    shared &= ~255u;
+    if (shared < QMV_SHARED_MIN)
+        shared = QMV_SHARED_MIN;
+    b->qmv_shared = shared;
     for (int dt = 0; dt < TC_DTYPE_COUNT; dt++)
         for (int h = 0; h < 2 && qmv[dt].f16; h++) {
             tc_kernel_id id = h ? qmv[dt].id_bf16 : qmv[dt].id_f16;
-            TC_TRY(tc_launch_set_carveout(b->ctx, id, 25));
-            if (tc_launch_blocks_per_sm(b->ctx, id, 256, 0, &per_sm) != TC_OK || per_sm < 1)
+            TC_TRY(tc_launch_set_carveout(b->ctx, id, 100));
+            if (tc_launch_blocks_per_sm(b->ctx, id, 256, shared, &per_sm) != TC_OK || per_sm < 1)
                 per_sm = 1;
             b->qwave_mma[dt][h] = (int64_t)per_sm * b->ctx->sm_count;
         }
@@ -166,7 +178,7 @@ tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *
     }
     bool f16 = x->dtype == TC_DTYPE_F16;
     int64_t tiles = (n + 15) / 16, wave = b->qwave_mma[w->dtype][f16 ? 0 : 1];
-    tc_launch_config cfg = tc__cfg(b, (unsigned)(tiles < wave ? tiles : wave), 256, 0);
+    tc_launch_config cfg = tc__cfg(b, (unsigned)(tiles < wave ? tiles : wave), 256, b->qmv_shared);
     return f16 ? qmv[w->dtype].f16(cfg, TC__DEV(tc_half, out) + oo, TC__DEV(const tc_half, x) + xo,
                                    w->data, (int32_t)rows, n, k, x->stride[0], out->stride[0],
                                    flags)

@@ -39,6 +39,8 @@ static tc_status read_limits(tc_context *c)
                                    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, c->dev));
     TC_TRY(tc_cuDeviceGetAttribute(&c->max_shared_optin,
                                    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, c->dev));
+    TC_TRY(tc_cuDeviceGetAttribute(
+        &c->max_shared_sm, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, c->dev));
     for (int i = 0; i < 3; i++) {
         TC_TRY(tc_cuDeviceGetAttribute(&c->max_block[i], block[i], c->dev));
         TC_TRY(tc_cuDeviceGetAttribute(&c->max_grid[i], grid[i], c->dev));

@@ -22,6 +22,7 @@ struct tc_context {
     int max_threads_per_block;
     int max_block[3], max_grid[3];
     int max_shared_optin; /* bytes per block with the opt-in attribute */
+    int max_shared_sm;    /* bytes per multiprocessor */
 
     /* The embedded kernels, loaded on first use (module.c). */
     pthread_mutex_t module_lock;

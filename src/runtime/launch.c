@@ -18,6 +18,16 @@ static tc_status bad_launch(tc_kernel_id id, const tc_launch_config *cfg, tc_sta
                         cfg->block.x, cfg->block.y, cfg->block.z, cfg->shared_bytes, why);
 }
 
+/* Above the default 48 KiB a kernel must opt in to its dynamic shared memory, for launches and
+ * for the occupancy calculator alike; done once for each larger size. */
+static tc_status allow_shared(tc_context *c, tc_kernel_id id, uint32_t bytes)
+{
+    TC_TRY(tc_cuFuncSetAttribute(c->funcs[id], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 (int)bytes));
+    atomic_store(&c->func_dyn_shared[id], (int)bytes);
+    return TC_OK;
+}
+
 /* Check the configuration against the device's and the kernel's limits. */
 static tc_status check_config(tc_context *c, tc_kernel_id id, const tc_launch_config *cfg)
 {
@@ -53,10 +63,7 @@ static tc_status check_config(tc_context *c, tc_kernel_id id, const tc_launch_co
                      room, c->max_shared_optin, c->func_static_shared[id]);
             return bad_launch(id, cfg, TC_ERR_LAUNCH, why);
         }
-        /* Above the default 48 KiB a kernel must opt in; do it once for this size. */
-        TC_TRY(tc_cuFuncSetAttribute(c->funcs[id], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                     (int)cfg->shared_bytes));
-        atomic_store(&c->func_dyn_shared[id], (int)cfg->shared_bytes);
+        TC_TRY(allow_shared(c, id, cfg->shared_bytes));
     }
     return TC_OK;
 }
@@ -109,6 +116,10 @@ tc_status tc_launch_blocks_per_sm(tc_context *ctx, tc_kernel_id id, int block, s
     CUfunction f;
     TC_TRY(tc_module_function(ctx, id, &f));
     TC_TRY(tc__context_enter(ctx));
+    /* The calculator counts no block of a kernel not yet allowed that much shared memory. */
+    if ((int64_t)shared_bytes > atomic_load(&ctx->func_dyn_shared[id]) &&
+        (int64_t)shared_bytes <= ctx->max_shared_optin - ctx->func_static_shared[id])
+        TC_TRY(allow_shared(ctx, id, (uint32_t)shared_bytes));
     return tc_cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, f, block, shared_bytes);
 }
 

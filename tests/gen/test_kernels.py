@@ -82,8 +82,9 @@ def test_launchers_check_types_and_table_matches(rendered):
 def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     """Launches on an overlapped stream (tc_stream_set_overlap) may start while the previous
     kernel runs: each kernel's body must begin with tc::await_inputs(), except the matrix-vector
-    kernels, whose shared bodies (matvec_cu::by_rows and, on the tensor cores, mma_rows) read
-    only weights before calling it, and the decode attention kernels, whose body
+    kernels, whose shared bodies (matvec_cu::by_rows and, on the tensor cores, mma_rows; the
+    quantised ones' quant_cu::mma_rows, which requests its first weight steps) read only
+    weights before calling it, and the decode attention kernels, whose body
     (attention_cu::decode) waits at once unless the
     caller allows early reads (fresh_rows), and then reads only the lengths, the table and the
     cache before waiting: never q, and it writes nothing."""
@@ -99,6 +100,9 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
                 continue
             if name.startswith("tc_k_matvec"):
                 assert first.startswith("matvec_cu::by_rows"), name
+                continue
+            if name.startswith("tc_k_qmv_"):
+                assert first.startswith("quant_cu::mma_kernel<"), name
                 continue
             if name.startswith("tc_k_attn_decode"):
                 assert first.startswith("attention_cu::decode<"), name
@@ -120,6 +124,19 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     for touched in (r"\bout\b", r"(?<![.\w])x\b", r"\bxr\b"):
         assert not re.search(touched, code), f"mma_rows touches {touched!r} before it waits"
     assert "prefetch_l2(w +" in code
+    # The quantised tensor-core kernels: only weight copies (issue) before the wait.
+    body = open(os.path.join(ROOT, "kernels", "quant.cu")).read()
+    kernel = body[body.index("__device__ __forceinline__ void mma_kernel"):]
+    kernel = kernel[:kernel.index("\n}\n")]
+    assert re.search(r"\{\s*__shared__[^;]*;\s*extern __shared__[^;]*;\s*uint32_t bytes;\s*asm\(.*?\);"
+                     r"\s*const int nst[^;]*;\s*if \(nst < 1\)\s*__trap\(\);\s*mma_rows<", kernel), \
+        "mma_kernel must go straight to mma_rows"
+    mma = body[body.index("__device__ void mma_rows"):]
+    mma = mma[mma.index("{"):]
+    code = "\n".join(line.split("//")[0] for line in mma[:mma.index("tc::await_inputs();")].splitlines())
+    for touched in (r"\bout\b", r"(?<![.\w])x\b", r"\bxr\b", r"\bred\b\["):
+        assert not re.search(touched, code), f"quant mma_rows touches {touched!r} before it waits"
+    assert "cp_async16(" in code
     body = open(os.path.join(ROOT, "kernels", "attention.cu")).read()
     decode = body[body.index("__device__ void decode("):]
     head = decode[:decode.index("{") + 1]

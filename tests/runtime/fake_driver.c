@@ -109,6 +109,7 @@ static CUresult f_attribute(int *v, CUdevice_attribute a, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 232448; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = 233472; break;
     default:
         /* An old driver: it knows the first 120 attributes only. */
         if ((int)a > 120)
