@@ -101,8 +101,9 @@ def _doc(cursor):
     return " ".join(lines)
 
 
-def read_file(path, root):
-    """Return the extern "C" __global__ kernels declared in one .cu file, in source order."""
+def read_file(path, root, prefix="tc_k_"):
+    """Return the extern "C" __global__ kernels declared in one .cu file, in source order.
+    thincuda's own kernels are named `prefix`<op>_<dtype>; prefix None takes any name."""
     args = ["-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib", "-std=c++17",
             "-isystem", PRELUDE, "-isystem", resource_include_dir(),
             "-include", os.path.join(PRELUDE, "thincuda_prelude.h"),
@@ -124,11 +125,12 @@ def read_file(path, root):
         where = "%s:%d: %s" % (rel, c.location.line, c.spelling)
         if c.semantic_parent.kind != ci.CursorKind.LINKAGE_SPEC:
             raise GenError("%s: a __global__ kernel must be declared extern \"C\"" % where)
-        if not c.spelling.startswith("tc_k_"):
-            raise GenError("%s: kernel names start with tc_k_ (tc_k_<op>_<dtype>)" % where)
+        if prefix and not c.spelling.startswith(prefix):
+            raise GenError("%s: kernel names start with %s (%s<op>_<dtype>)"
+                           % (where, prefix, prefix))
         if c.is_definition() or not any(k.name == c.spelling for k in found):
-            k = Kernel(c.spelling, c.spelling[len("tc_k_"):], rel, c.location.line,
-                       doc=_doc(c))
+            short = c.spelling[len(prefix):] if prefix else c.spelling
+            k = Kernel(c.spelling, short, rel, c.location.line, doc=_doc(c))
             for i, a in enumerate(c.get_arguments()):
                 k.params.append(_param(a, "%s parameter %d (%s)" % (where, i + 1, a.spelling)))
             found = [f for f in found if f.name != k.name] + [k]

@@ -1,5 +1,6 @@
 /* The thincuda runtime in one include: devices, contexts, streams, events, the memory pool,
- * pinned buffers, the embedded kernels and their launchers, logging. */
+ * pinned buffers, the embedded kernels and their launchers, modules of the user's own
+ * kernels, logging. */
 #ifndef TC_RUNTIME_H
 #define TC_RUNTIME_H
 
@@ -8,6 +9,7 @@
 #include "runtime/error.h"
 #include "runtime/event.h"
 #include "runtime/host.h"
+#include "runtime/kmodule.h"
 #include "runtime/launch.h"
 #include "runtime/log.h"
 #include "runtime/module.h"

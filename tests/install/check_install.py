@@ -3,7 +3,9 @@
 installed header compiles on its own, the shared library exports exactly what the headers
 declare and needs only libc, libdl, pthreads and libm, and every example builds with
 `pkg-config --cflags --libs thincuda` against the shared and the static library and runs
-(without a driver it must fail cleanly, naming the reason).
+(without a driver it must fail cleanly, naming the reason); an example with its own kernels
+(X.cu beside X.c) gets its launchers from the installed generator, and a mistyped launch
+must not compile; every C snippet in README.md compiles against the installed headers.
 
 Usage: check_install.py BUILD_DIR SOURCE_DIR DEFAULT_LIBRARY [CC ...]
 """
@@ -11,6 +13,7 @@ import glob
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,6 +74,28 @@ def needed(path):
     return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
 
 
+def user_kernels(cu, generator, out, compile_cmd, failures):
+    """Launchers (and, where nvcc is found, the fatbin) for an example's own kernels through
+    the installed generator; check that a mistyped launch does not compile. Return the extra
+    compiler arguments."""
+    os.makedirs(out)
+    nvcc = shutil.which("nvcc") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"),
+                                                "bin", "nvcc")
+    image = []
+    if os.access(nvcc, os.X_OK):
+        fatbin = os.path.join(out, "kernels.fatbin")
+        run([nvcc, "-fatbin", "-arch=sm_80", "-o", fatbin, cu])
+        image = ["--image", fatbin, "--targets", "sm_80 compute_80"]
+    run([sys.executable, generator, "kernels", "--prefix", "ex_", "--out", out] + image + [cu])
+    wrong = ('#include "ex_kernels.h"\nvoid f(tc_kmodule *m, tc_launch_config c, float *y)\n'
+             '{ ex_launch_saxpy(m, c, (size_t)1, 2.0, y, y); }\n')
+    r = subprocess.run(compile_cmd + ["-std=c11", "-fsyntax-only", "-I", out, "-x", "c", "-"],
+                       input=wrong, capture_output=True, text=True)
+    if r.returncode == 0:
+        failures.append("a mistyped ex_launch_saxpy call compiled")
+    return ["-I", out, os.path.join(out, "ex_kernels.c")]
+
+
 def main():
     build, default_library, cc = sys.argv[1], sys.argv[3], sys.argv[4:] or ["cc"]
     shared = default_library in ("shared", "both")
@@ -125,14 +150,19 @@ def main():
                             open(os.path.join(include_dir, "runtime", "version.h")).read()).group(1)
         examples = sorted(glob.glob(os.path.join(SRC, "examples", "*.c")))
         env = dict(os.environ, LD_LIBRARY_PATH=libdir, **NO_DRIVER)
+        generator = pkg_config(pc_dir, root, "--variable=generator")[0]
         for ex in examples:
             name = os.path.basename(ex)[:-2]
+            extra = []
+            if os.path.exists(ex[:-2] + ".cu"):
+                extra = user_kernels(ex[:-2] + ".cu", generator, os.path.join(dest, name),
+                                     cc + cflags, failures)
             for kind, flags, ok in (("shared", libs, shared), ("static", static_libs, static)):
                 if not ok:
                     continue
                 exe = os.path.join(dest, "%s_%s" % (name, kind))
                 r = subprocess.run(cc + ["-std=c11", "-Wall", "-Wextra", "-Werror", ex, "-o", exe]
-                                   + cflags + flags, capture_output=True, text=True)
+                                   + extra + cflags + flags, capture_output=True, text=True)
                 if r.returncode != 0:
                     failures.append("examples/%s.c (%s) does not build:\n%s" % (name, kind, r.stderr[-2000:]))
                     continue
@@ -145,6 +175,15 @@ def main():
                 if r.returncode != 1 or "libcuda" not in r.stderr:
                     failures.append("%s_%s without a driver: exit %d, stderr %r" % (
                         name, kind, r.returncode, r.stderr[-400:]))
+        snippets = re.findall(r"```c\n(.*?)```", open(os.path.join(SRC, "README.md")).read(), re.S)
+        for i, text in enumerate(snippets):
+            r = subprocess.run(cc + ["-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-x", "c", "-",
+                                     "-o", os.path.join(dest, "snippet%d.o" % i)] + cflags,
+                               input=text, capture_output=True, text=True)
+            if r.returncode != 0:
+                failures.append("README.md's C snippet %d does not compile:\n%s%s" % (
+                    i + 1, text, r.stderr[-1500:]))
+        print("README.md: %d C snippets compile against the installed headers" % len(snippets))
         print("examples: %s built (%s) and run without a driver" % (
             ", ".join(os.path.basename(e)[:-2] for e in examples),
             " and ".join(k for k, ok in (("shared", shared), ("static", static)) if ok)))
