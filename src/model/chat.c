@@ -1,9 +1,16 @@
 /* Native chat templates. Recognition looks for each format's markers in the Jinja source;
- * a default system prompt written literally into a ChatML template (SmolLM2's) is kept. */
+ * a default system prompt written literally into a ChatML template (SmolLM2's) is kept.
+ * Tools follow the templates that define them: Qwen 2.5's for ChatML (the Hermes format) and
+ * Meta's Llama 3.1 template, as transformers' apply_chat_template renders them. */
 #define _GNU_SOURCE
 #include "model/chat.h"
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "runtime/host.h"
 
 static bool has(const char *s, size_t n, const char *needle)
@@ -12,26 +19,28 @@ static bool has(const char *s, size_t n, const char *needle)
 }
 
 /* The text between "<|im_start|>system\n" (the newline written as a real newline or as \n in
- * the Jinja string) and "<|im_end|>" inside one string literal of the template. */
+ * the Jinja string) and "<|im_end|>" inside one string literal of the template: the first
+ * such occurrence (Qwen 2.5 opens a system turn for its tools before its default one). */
 static void chatml_default_system(const char *s, size_t n, char *out, size_t cap)
 {
     out[0] = 0;
     const char *marks[] = { "<|im_start|>system\n", "<|im_start|>system\\n" };
     for (int k = 0; k < 2; k++) {
-        const char *p = memmem(s, n, marks[k], strlen(marks[k]));
-        if (!p)
-            continue;
-        p += strlen(marks[k]);
-        const char *e = memmem(p, n - (size_t)(p - s), "<|im_end|>", 10);
-        if (!e || e == p)
-            continue;
-        /* Only literal text: a Jinja expression or the string's end means no default. */
-        size_t len = (size_t)(e - p);
-        if (memchr(p, '{', len) || memchr(p, '\'', len) || memchr(p, '"', len) || len >= cap)
-            continue;
-        memcpy(out, p, len);
-        out[len] = 0;
-        return;
+        size_t mlen = strlen(marks[k]);
+        for (const char *p = memmem(s, n, marks[k], mlen); p;
+             p = memmem(p, n - (size_t)(p - s), marks[k], mlen)) {
+            p += mlen;
+            const char *e = memmem(p, n - (size_t)(p - s), "<|im_end|>", 10);
+            if (!e || e == p)
+                continue;
+            /* Only literal text: a Jinja expression or the string's end means no default. */
+            size_t len = (size_t)(e - p);
+            if (memchr(p, '{', len) || memchr(p, '\'', len) || memchr(p, '"', len) || len >= cap)
+                continue;
+            memcpy(out, p, len);
+            out[len] = 0;
+            return;
+        }
     }
 }
 
@@ -43,6 +52,10 @@ tc_status tc_chat_template_detect(const char *s, size_t n, tc_chat_template *out
         chatml_default_system(s, n, out->default_system, sizeof out->default_system);
     } else if (has(s, n, "<|start_header_id|>")) {
         out->kind = TC_CHAT_LLAMA3;
+        /* Llama 3.1 and later state the knowledge cut-off and the date in every system turn;
+         * 3.2's template takes the date from strftime_now. */
+        out->llama31 = has(s, n, "Cutting Knowledge Date");
+        out->today = out->llama31 && has(s, n, "strftime_now");
     } else if (has(s, n, "[INST]")) {
         out->kind = TC_CHAT_LLAMA2;
     } else if (has(s, n, "<|user|>")) {
@@ -60,18 +73,22 @@ tc_status tc_chat_template_named(const char *name, tc_chat_template *out)
     static const struct {
         const char *name;
         tc_chat_kind kind;
-    } names[] = { { "chatml", TC_CHAT_CHATML },
-                  { "llama3", TC_CHAT_LLAMA3 },
-                  { "llama2", TC_CHAT_LLAMA2 },
-                  { "zephyr", TC_CHAT_ZEPHYR } };
+        bool llama31;
+    } names[] = { { "chatml", TC_CHAT_CHATML, false },
+                  { "llama3", TC_CHAT_LLAMA3, false },
+                  { "llama3.1", TC_CHAT_LLAMA3, true },
+                  { "llama2", TC_CHAT_LLAMA2, false },
+                  { "zephyr", TC_CHAT_ZEPHYR, false } };
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!strcmp(name, names[i].name)) {
             out->kind = names[i].kind;
+            out->llama31 = names[i].llama31;
             return TC_OK;
         }
     return tc_set_error(TC_ERR_NOT_FOUND, "tc_chat_template",
-                        "no chat template '%s' (known: chatml, llama3, llama2, zephyr)", name);
+                        "no chat template '%s' (known: chatml, llama3, llama3.1, llama2, zephyr)",
+                        name);
 }
 
 /* A growable string. */
@@ -84,9 +101,8 @@ typedef struct buf {
     size_t n_plain, cap_plain;
     bool keep_plain;
 } buf;
-static void put(buf *b, const char *s)
+static void putn(buf *b, const char *s, size_t k)
 {
-    size_t k = strlen(s);
     if (b->oom)
         return;
     if (b->n + k + 1 > b->cap) {
@@ -99,36 +115,36 @@ static void put(buf *b, const char *s)
         b->p = p;
         b->cap = cap;
     }
-    memcpy(b->p + b->n, s, k + 1);
+    memcpy(b->p + b->n, s, k);
     b->n += k;
+    b->p[b->n] = 0;
 }
-/* Put s without its leading and trailing whitespace (Llama 3 and 2 templates trim). */
-static void put_trimmed(buf *b, const char *s)
+static void put(buf *b, const char *s)
 {
-    while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')
-        s++;
-    size_t k = strlen(s);
-    while (k && (s[k - 1] == ' ' || s[k - 1] == '\n' || s[k - 1] == '\t' || s[k - 1] == '\r'))
-        k--;
-    char *c = tc_host_alloc(k + 1);
-    if (!c) {
-        b->oom = true;
-        return;
-    }
-    memcpy(c, s, k);
-    c[k] = 0;
-    put(b, c);
-    tc_host_free(c);
+    putn(b, s, strlen(s));
+}
+
+/* Python's str.strip() for ASCII, as Jinja's trim filter is: space, \t, \n, \v, \f, \r and
+ * the separators \x1c to \x1f. */
+static bool space(char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
 }
 
 /* Put what a message says (s, or s without its outer whitespace), keeping its range. */
 static void put_content(buf *b, const char *s, bool trim)
 {
-    size_t from = b->n;
-    if (trim)
-        put_trimmed(b, s);
-    else
-        put(b, s);
+    size_t from = b->n, k = s ? strlen(s) : 0;
+    if (trim) {
+        while (k && space(*s)) {
+            s++;
+            k--;
+        }
+        while (k && space(s[k - 1]))
+            k--;
+    }
+    if (k)
+        putn(b, s, k);
     if (b->oom || !b->keep_plain || b->n == from)
         return;
     if (b->n_plain == b->cap_plain) {
@@ -146,91 +162,498 @@ static void put_content(buf *b, const char *s, bool trim)
     b->n_plain++;
 }
 
-static tc_status format(const tc_chat_template *t, const tc_chat_message *m, size_t n,
+/* ---------------------------------------------------------------- JSON as Python writes it */
+
+/* A string as json.dumps(s, ensure_ascii=False) writes it. */
+static void py_string(buf *b, const char *s, size_t n)
+{
+    putn(b, "\"", 1);
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        const char *esc = c == '"'    ? "\\\""
+                          : c == '\\' ? "\\\\"
+                          : c == '\n' ? "\\n"
+                          : c == '\r' ? "\\r"
+                          : c == '\t' ? "\\t"
+                          : c == '\b' ? "\\b"
+                          : c == '\f' ? "\\f"
+                                      : NULL;
+        if (!esc && c >= 0x20)
+            continue;
+        putn(b, s + run, i - run);
+        run = i + 1;
+        char u[8];
+        if (!esc) {
+            snprintf(u, sizeof u, "\\u%04x", c);
+            esc = u;
+        }
+        put(b, esc);
+    }
+    putn(b, s + run, n - run);
+    putn(b, "\"", 1);
+}
+
+/* A double as Python's repr writes it: the shortest digits that read back to the same value,
+ * positional from 1e-4 up to 1e16 (always with a fraction), scientific outside. */
+static void py_real(buf *b, double v)
+{
+    if (!isfinite(v)) {
+        put(b, isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
+        return;
+    }
+    char e[40];
+    for (int prec = 0; prec < 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec, v);
+        if (strtod(e, NULL) == v)
+            break;
+    }
+    /* e is [-]d[.ddd]e[+-]xx: its digits and decimal exponent. */
+    char digits[24], out[64];
+    int nd = 0, at = 0;
+    const char *p = e;
+    bool neg = *p == '-';
+    if (neg)
+        p++;
+    for (; *p && *p != 'e'; p++)
+        if (*p != '.')
+            digits[nd++] = *p;
+    int exp = atoi(p + 1);
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    if (neg)
+        out[at++] = '-';
+    if (exp >= -4 && exp < 16) {
+        if (exp < 0) {
+            out[at++] = '0';
+            out[at++] = '.';
+            for (int i = -1; i > exp; i--)
+                out[at++] = '0';
+            for (int i = 0; i < nd; i++)
+                out[at++] = digits[i];
+        } else {
+            for (int i = 0; i <= exp; i++)
+                out[at++] = i < nd ? digits[i] : '0';
+            out[at++] = '.';
+            if (nd > exp + 1)
+                for (int i = exp + 1; i < nd; i++)
+                    out[at++] = digits[i];
+            else
+                out[at++] = '0';
+        }
+        out[at] = 0;
+    } else {
+        out[at++] = digits[0];
+        if (nd > 1) {
+            out[at++] = '.';
+            for (int i = 1; i < nd; i++)
+                out[at++] = digits[i];
+        }
+        snprintf(out + at, sizeof out - (size_t)at, "e%c%02d", exp < 0 ? '-' : '+',
+                 exp < 0 ? -exp : exp);
+    }
+    put(b, out);
+}
+
+static void py_indent(buf *b, int indent, int level)
+{
+    putn(b, "\n", 1);
+    for (int i = 0; i < indent * level; i++)
+        putn(b, " ", 1);
+}
+
+/* v as json.dumps(v, ensure_ascii=False, indent=indent or None) writes it (transformers'
+ * tojson filter): ", " and ": " between items without indent, "," and ": " with it. Keys stay
+ * in their order. Nesting is bounded by the parser that built v. */
+static void py_json(buf *b, const json_t *v, int indent, int level)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        if (json_object_size(v) == 0) {
+            put(b, "{}");
+            return;
+        }
+        put(b, "{");
+        const char *key;
+        json_t *x;
+        bool first = true;
+        json_object_foreach((json_t *)v, key, x)
+        {
+            if (!first)
+                put(b, indent ? "," : ", ");
+            first = false;
+            if (indent)
+                py_indent(b, indent, level + 1);
+            py_string(b, key, strlen(key));
+            put(b, ": ");
+            py_json(b, x, indent, level + 1);
+        }
+        if (indent)
+            py_indent(b, indent, level);
+        put(b, "}");
+        return;
+    }
+    case JSON_ARRAY: {
+        if (json_array_size(v) == 0) {
+            put(b, "[]");
+            return;
+        }
+        put(b, "[");
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i)
+                put(b, indent ? "," : ", ");
+            if (indent)
+                py_indent(b, indent, level + 1);
+            py_json(b, json_array_get(v, i), indent, level + 1);
+        }
+        if (indent)
+            py_indent(b, indent, level);
+        put(b, "]");
+        return;
+    }
+    case JSON_STRING: py_string(b, json_string_value(v), json_string_length(v)); return;
+    case JSON_INTEGER: {
+        char n[32];
+        snprintf(n, sizeof n, "%lld", (long long)json_integer_value(v));
+        put(b, n);
+        return;
+    }
+    case JSON_REAL: py_real(b, json_real_value(v)); return;
+    case JSON_TRUE: put(b, "true"); return;
+    case JSON_FALSE: put(b, "false"); return;
+    default: put(b, "null"); return;
+    }
+}
+
+/* Put v as py_json writes it, as message text (kept plain: the client wrote it). */
+static void put_json(buf *b, const json_t *v, int indent)
+{
+    buf t = { 0 };
+    py_json(&t, v, indent, 0);
+    if (t.oom)
+        b->oom = true;
+    else
+        put_content(b, t.p ? t.p : "", false);
+    tc_host_free(t.p);
+}
+
+/* ---------------------------------------------------------------- rendering */
+
+typedef struct render {
+    const tc_chat_template *t;
+    const tc_chat_message *m;
+    const tc_chat_calls *calls; /* [n] or NULL */
+    size_t n;
+    json_t *tools; /* the parsed tools array, NULL: none */
+    json_t **args; /* [every call of every message] the parsed arguments */
+    size_t *first; /* [n] index in args of message i's first call */
+    bool add_generation_prompt;
+} render;
+
+static tc_status bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static tc_status bad(const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_chat_format", "%s", msg);
+}
+
+/* ChatML, with tools as Qwen 2.5's template writes them (the Hermes function-calling format):
+ * the tools in the system turn, calls as <tool_call> blocks in the assistant's turn, results
+ * as <tool_response> blocks in a user turn (consecutive results share one). */
+/* The number of tool calls message i makes. */
+static size_t n_calls(const render *r, size_t i)
+{
+    return r->calls ? r->calls[i].n : 0;
+}
+
+static void chatml(const render *r, buf *b)
+{
+    const tc_chat_message *m = r->m;
+    size_t n = r->n;
+    bool has_system = n && !strcmp(m[0].role, "system");
+    size_t from = 0;
+    if (r->tools) {
+        put(b, "<|im_start|>system\n");
+        if (has_system)
+            put_content(b, m[0].content, false);
+        else
+            put(b, r->t->default_system);
+        put(b, "\n\n# Tools\n\nYou may call one or more functions to assist with the user "
+               "query.\n\nYou are provided with function signatures within <tools></tools> XML "
+               "tags:\n<tools>");
+        for (size_t i = 0; i < json_array_size(r->tools); i++) {
+            put(b, "\n");
+            put_json(b, json_array_get(r->tools, i), 0);
+        }
+        put(b, "\n</tools>\n\nFor each function call, return a json object with function name "
+               "and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+               "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+        from = has_system ? 1 : 0;
+    } else if (!has_system && r->t->default_system[0]) {
+        put(b, "<|im_start|>system\n");
+        put(b, r->t->default_system);
+        put(b, "<|im_end|>\n");
+    }
+    for (size_t i = from; i < n; i++) {
+        if (!strcmp(m[i].role, "tool")) {
+            if (i == 0 || strcmp(m[i - 1].role, "tool"))
+                put(b, "<|im_start|>user");
+            put(b, "\n<tool_response>\n");
+            put_content(b, m[i].content, false);
+            put(b, "\n</tool_response>");
+            if (i + 1 == n || strcmp(m[i + 1].role, "tool"))
+                put(b, "<|im_end|>\n");
+        } else if (n_calls(r, i)) {
+            put(b, "<|im_start|>assistant");
+            if (m[i].content && m[i].content[0]) {
+                put(b, "\n");
+                put_content(b, m[i].content, false);
+            }
+            for (size_t k = 0; k < n_calls(r, i); k++) {
+                put(b, "\n<tool_call>\n{\"name\": \"");
+                put_content(b, r->calls[i].call[k].name, false);
+                put(b, "\", \"arguments\": ");
+                put_json(b, r->args[r->first[i] + k], 0);
+                put(b, "}\n</tool_call>");
+            }
+            put(b, "<|im_end|>\n");
+        } else {
+            put(b, "<|im_start|>");
+            put(b, m[i].role);
+            put(b, "\n");
+            put_content(b, m[i].content, false);
+            put(b, "<|im_end|>\n");
+        }
+    }
+    if (r->add_generation_prompt)
+        put(b, "<|im_start|>assistant\n");
+}
+
+/* Llama 3.0: each message in its header, trimmed. */
+static void llama3(const render *r, buf *b)
+{
+    put(b, "<|begin_of_text|>");
+    for (size_t i = 0; i < r->n; i++) {
+        put(b, "<|start_header_id|>");
+        put(b, r->m[i].role);
+        put(b, "<|end_header_id|>\n\n");
+        put_content(b, r->m[i].content, true);
+        put(b, "<|eot_id|>");
+    }
+    if (r->add_generation_prompt)
+        put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+/* Llama 3.1+ as Meta's template writes it (tools_in_user_message, its default): a system
+ * turn with the date, the tools in the first user turn, a call as {"name": ..., "parameters":
+ * ...}, a result as the JSON string of its text in an ipython turn. */
+static tc_status llama31(const render *r, buf *b)
+{
+    const tc_chat_message *m = r->m;
+    size_t n = r->n, i = 0;
+    put(b, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n");
+    if (r->tools)
+        put(b, "Environment: ipython\n");
+    put(b, "Cutting Knowledge Date: December 2023\nToday Date: ");
+    char date[32] = "26 Jul 2024";
+    if (r->t->today) {
+        time_t now = time(NULL);
+        struct tm tm;
+        if (localtime_r(&now, &tm))
+            strftime(date, sizeof date, "%d %b %Y", &tm);
+    }
+    put(b, date);
+    put(b, "\n\n");
+    if (n && !strcmp(m[0].role, "system"))
+        put_content(b, m[i++].content, true);
+    put(b, "<|eot_id|>");
+    if (r->tools) {
+        if (i == n || strcmp(m[i].role, "user"))
+            return bad("Llama 3.1's template puts the tools in the first user message: the "
+                       "first message after the system message must be from the user");
+        put(b, "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, "
+               "please respond with a JSON for a function call with its proper arguments that "
+               "best answers the given prompt.\n\nRespond in the format {\"name\": function "
+               "name, \"parameters\": dictionary of argument name and its value}.Do not use "
+               "variables.\n\n");
+        for (size_t k = 0; k < json_array_size(r->tools); k++) {
+            put_json(b, json_array_get(r->tools, k), 4);
+            put(b, "\n\n");
+        }
+        put_content(b, m[i++].content, true);
+        put(b, "<|eot_id|>");
+    }
+    for (; i < n; i++) {
+        if (!strcmp(m[i].role, "tool")) {
+            put(b, "<|start_header_id|>ipython<|end_header_id|>\n\n");
+            json_t *text = json_string(m[i].content ? m[i].content : "");
+            if (!text)
+                b->oom = true;
+            else
+                put_json(b, text, 0);
+            json_decref(text);
+            put(b, "<|eot_id|>");
+        } else if (n_calls(r, i)) {
+            if (n_calls(r, i) != 1)
+                return bad("message %zu: Llama 3.1's template takes one tool call per assistant "
+                           "message, not %zu",
+                           i, n_calls(r, i));
+            put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
+            put_content(b, r->calls[i].call[0].name, false);
+            put(b, "\", \"parameters\": ");
+            put_json(b, r->args[r->first[i]], 0);
+            put(b, "}<|eot_id|>");
+        } else {
+            put(b, "<|start_header_id|>");
+            put(b, m[i].role);
+            put(b, "<|end_header_id|>\n\n");
+            put_content(b, m[i].content, true);
+            put(b, "<|eot_id|>");
+        }
+    }
+    if (r->add_generation_prompt)
+        put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return TC_OK;
+}
+
+static void llama2(const render *r, buf *b)
+{
+    /* Meta's format: the system prompt folds into the first user turn. */
+    const tc_chat_message *m = r->m;
+    bool has_system = r->n && !strcmp(m[0].role, "system");
+    bool first = true;
+    for (size_t i = has_system ? 1 : 0; i < r->n; i++) {
+        if (!strcmp(m[i].role, "user")) {
+            put(b, "<s>[INST] ");
+            if (first && has_system) {
+                put(b, "<<SYS>>\n");
+                put_content(b, m[0].content, true);
+                put(b, "\n<</SYS>>\n\n");
+            }
+            put_content(b, m[i].content, true);
+            put(b, " [/INST]");
+            first = false;
+        } else if (!strcmp(m[i].role, "assistant")) {
+            put(b, " ");
+            put_content(b, m[i].content, true);
+            put(b, " </s>");
+        }
+    }
+}
+
+static void zephyr(const render *r, buf *b)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        put(b, "<|");
+        put(b, r->m[i].role);
+        put(b, "|>\n");
+        put_content(b, r->m[i].content, false);
+        put(b, "</s>\n");
+    }
+    if (r->add_generation_prompt)
+        put(b, "<|assistant|>\n");
+}
+
+bool tc_chat_template_tools(const tc_chat_template *t)
+{
+    return t->kind == TC_CHAT_CHATML || (t->kind == TC_CHAT_LLAMA3 && t->llama31);
+}
+
+static const char *kind_name(const tc_chat_template *t)
+{
+    switch (t->kind) {
+    case TC_CHAT_CHATML: return "ChatML";
+    case TC_CHAT_LLAMA3: return t->llama31 ? "Llama 3.1" : "Llama 3";
+    case TC_CHAT_LLAMA2: return "Llama 2";
+    default: return "Zephyr";
+    }
+}
+
+/* Check the messages and parse what the templates write as JSON (tools, call arguments). */
+static tc_status prepare(render *r, const char *tools)
+{
+    const tc_chat_message *m = r->m;
+    size_t total = 0;
+    bool uses_tools = tools != NULL;
+    for (size_t i = 0; i < r->n; i++) {
+        bool tool = m[i].role && !strcmp(m[i].role, "tool");
+        if (!m[i].role || (strcmp(m[i].role, "system") && strcmp(m[i].role, "user") &&
+                           strcmp(m[i].role, "assistant") && !tool))
+            return bad("message %zu: role must be system, user, assistant or tool", i);
+        if (n_calls(r, i) && strcmp(m[i].role, "assistant"))
+            return bad("message %zu: only assistant messages make tool calls", i);
+        if (!m[i].content && !n_calls(r, i))
+            return bad("message %zu: it has no content", i);
+        uses_tools |= tool || n_calls(r, i);
+        total += n_calls(r, i);
+    }
+    if (uses_tools && !tc_chat_template_tools(r->t))
+        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_chat_format",
+                            "the %s chat template has no tool calling (ChatML and Llama 3.1+ "
+                            "have it)",
+                            kind_name(r->t));
+    json_error_t je;
+    if (tools) {
+        r->tools = json_loads(tools, 0, &je);
+        if (!json_is_array(r->tools))
+            return bad("the tools are not a JSON array");
+    }
+    r->first = tc_host_calloc(r->n ? r->n : 1, sizeof *r->first);
+    r->args = tc_host_calloc(total ? total : 1, sizeof *r->args);
+    if (!r->first || !r->args)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_chat_format", "no host memory");
+    size_t at = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        r->first[i] = at;
+        for (size_t k = 0; k < n_calls(r, i); k++) {
+            const tc_chat_tool_call *c = &r->calls[i].call[k];
+            r->args[at] = c->arguments ? json_loads(c->arguments, JSON_DECODE_ANY, &je) : NULL;
+            if (!c->name || !r->args[at++])
+                return bad("message %zu: tool call %zu needs a name and arguments that are "
+                           "JSON",
+                           i, k);
+        }
+    }
+    return TC_OK;
+}
+
+static tc_status format(const tc_chat_template *t, const tc_chat_message *m,
+                        const tc_chat_calls *calls, size_t n, const char *tools,
                         bool add_generation_prompt, buf *out_buf, char **out)
 {
     *out = NULL;
-    for (size_t i = 0; i < n; i++)
-        if (!m[i].role || !m[i].content ||
-            (strcmp(m[i].role, "system") && strcmp(m[i].role, "user") &&
-             strcmp(m[i].role, "assistant")))
-            return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_chat_format",
-                                "message %zu: role must be system, user or assistant", i);
+    render r = {
+        .t = t, .m = m, .calls = calls, .n = n, .add_generation_prompt = add_generation_prompt
+    };
     buf b = { .keep_plain = out_buf != NULL };
-    put(&b, "");
-    bool has_system = n && !strcmp(m[0].role, "system");
-    switch (t->kind) {
-    case TC_CHAT_CHATML:
-        if (!has_system && t->default_system[0]) {
-            put(&b, "<|im_start|>system\n");
-            put(&b, t->default_system);
-            put(&b, "<|im_end|>\n");
+    tc_status st = prepare(&r, tools);
+    if (st == TC_OK) {
+        put(&b, "");
+        switch (t->kind) {
+        case TC_CHAT_CHATML: chatml(&r, &b); break;
+        case TC_CHAT_LLAMA3: st = t->llama31 ? llama31(&r, &b) : (llama3(&r, &b), TC_OK); break;
+        case TC_CHAT_LLAMA2: llama2(&r, &b); break;
+        case TC_CHAT_ZEPHYR: zephyr(&r, &b); break;
+        default: st = bad("unknown template kind");
         }
-        for (size_t i = 0; i < n; i++) {
-            put(&b, "<|im_start|>");
-            put(&b, m[i].role);
-            put(&b, "\n");
-            put_content(&b, m[i].content, false);
-            put(&b, "<|im_end|>\n");
-        }
-        if (add_generation_prompt)
-            put(&b, "<|im_start|>assistant\n");
-        break;
-    case TC_CHAT_LLAMA3:
-        put(&b, "<|begin_of_text|>");
-        for (size_t i = 0; i < n; i++) {
-            put(&b, "<|start_header_id|>");
-            put(&b, m[i].role);
-            put(&b, "<|end_header_id|>\n\n");
-            put_content(&b, m[i].content, true);
-            put(&b, "<|eot_id|>");
-        }
-        if (add_generation_prompt)
-            put(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-        break;
-    case TC_CHAT_LLAMA2: {
-        /* Meta's format: the system prompt folds into the first user turn. */
-        size_t i = has_system ? 1 : 0;
-        bool first = true;
-        for (; i < n; i++) {
-            if (!strcmp(m[i].role, "user")) {
-                put(&b, "<s>[INST] ");
-                if (first && has_system) {
-                    put(&b, "<<SYS>>\n");
-                    put_content(&b, m[0].content, true);
-                    put(&b, "\n<</SYS>>\n\n");
-                }
-                put_content(&b, m[i].content, true);
-                put(&b, " [/INST]");
-                first = false;
-            } else if (!strcmp(m[i].role, "assistant")) {
-                put(&b, " ");
-                put_content(&b, m[i].content, true);
-                put(&b, " </s>");
-            }
-        }
-        break;
     }
-    case TC_CHAT_ZEPHYR:
-        for (size_t i = 0; i < n; i++) {
-            put(&b, "<|");
-            put(&b, m[i].role);
-            put(&b, "|>\n");
-            put_content(&b, m[i].content, false);
-            put(&b, "</s>\n");
-        }
-        if (add_generation_prompt)
-            put(&b, "<|assistant|>\n");
-        break;
-    default:
+    json_decref(r.tools);
+    if (r.args)
+        for (size_t i = 0, k = 0; i < n; i++)
+            for (size_t c = 0; c < n_calls(&r, i); c++)
+                json_decref(r.args[k++]);
+    tc_host_free(r.args);
+    tc_host_free(r.first);
+    if (st == TC_OK && b.oom)
+        st = tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_chat_format", "no host memory");
+    if (st != TC_OK) {
         tc_host_free(b.p);
         tc_host_free(b.plain);
-        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_chat_format", "unknown template kind");
-    }
-    if (b.oom) {
-        tc_host_free(b.p);
-        tc_host_free(b.plain);
-        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_chat_format", "no host memory");
+        return st;
     }
     *out = b.p;
     if (out_buf)
@@ -241,20 +664,30 @@ static tc_status format(const tc_chat_template *t, const tc_chat_message *m, siz
 tc_status tc_chat_format(const tc_chat_template *t, const tc_chat_message *msgs, size_t n,
                          bool add_generation_prompt, char **out)
 {
-    return format(t, msgs, n, add_generation_prompt, NULL, out);
+    return format(t, msgs, NULL, n, NULL, add_generation_prompt, NULL, out);
+}
+
+tc_status tc_chat_format_tools(const tc_chat_template *t, const tc_chat_message *msgs,
+                               const tc_chat_calls *calls, size_t n, const char *tools,
+                               bool add_generation_prompt, char **out, size_t **plain,
+                               size_t *n_plain)
+{
+    buf b;
+    if (plain) {
+        *plain = NULL;
+        *n_plain = 0;
+    }
+    tc_status st = format(t, msgs, calls, n, tools, add_generation_prompt, plain ? &b : NULL, out);
+    if (st == TC_OK && plain) {
+        *plain = b.plain;
+        *n_plain = b.n_plain;
+    }
+    return st;
 }
 
 tc_status tc_chat_format_spans(const tc_chat_template *t, const tc_chat_message *msgs, size_t n,
                                bool add_generation_prompt, char **out, size_t **plain,
                                size_t *n_plain)
 {
-    buf b;
-    *plain = NULL;
-    *n_plain = 0;
-    tc_status st = format(t, msgs, n, add_generation_prompt, &b, out);
-    if (st == TC_OK) {
-        *plain = b.plain;
-        *n_plain = b.n_plain;
-    }
-    return st;
+    return tc_chat_format_tools(t, msgs, NULL, n, NULL, add_generation_prompt, out, plain, n_plain);
 }

@@ -19,17 +19,35 @@ typedef enum tc_chat_kind {
 typedef struct tc_chat_template {
     tc_chat_kind kind;
     char default_system[512]; /* used when the conversation has no system message ("" none) */
+    /* Llama 3: the 3.1+ format (a system turn that states the knowledge cut-off and the date,
+     * and JSON tool calls); false: 3.0's, which has no tools. */
+    bool llama31;
+    bool today; /* llama31: today's date (Llama 3.2's strftime_now) instead of 26 Jul 2024 */
 } tc_chat_template;
 
 typedef struct tc_chat_message {
-    const char *role; /* "system", "user" or "assistant" */
-    const char *content;
+    const char *role;    /* "system", "user", "assistant" or "tool" (a tool's result) */
+    const char *content; /* NULL only for an assistant message that makes tool calls */
 } tc_chat_message;
+
+/* A call an assistant message made (OpenAI's tool_calls[i]). */
+typedef struct tc_chat_tool_call {
+    const char *id;        /* "call_..." (the templates do not write it) */
+    const char *name;      /* the function's name */
+    const char *arguments; /* the arguments: the JSON text of an object */
+} tc_chat_tool_call;
+
+/* The tool calls of one message (n 0: none). */
+typedef struct tc_chat_calls {
+    const tc_chat_tool_call *call; /* [n] */
+    size_t n;
+} tc_chat_calls;
 
 /* Recognise a template's source. An unrecognised one is TC_ERR_UNSUPPORTED naming the
  * fallback ("use --template chatml|llama3|llama2|zephyr"). */
 TC_API tc_status tc_chat_template_detect(const char *source, size_t len, tc_chat_template *out);
-/* A template by name ("chatml", "llama3", "llama2", "zephyr"), or TC_ERR_NOT_FOUND. */
+/* A template by name ("chatml", "llama3", "llama3.1", "llama2", "zephyr"), or
+ * TC_ERR_NOT_FOUND. */
 TC_API tc_status tc_chat_template_named(const char *name, tc_chat_template *out);
 /* Render messages as the model's prompt, ending with the assistant's turn opening when
  * add_generation_prompt. *out (NUL-terminated) is freed with tc_host_free. The prompt starts
@@ -43,6 +61,21 @@ TC_API tc_status tc_chat_format(const tc_chat_template *t, const tc_chat_message
 TC_API tc_status tc_chat_format_spans(const tc_chat_template *t, const tc_chat_message *msgs,
                                       size_t n, bool add_generation_prompt, char **out,
                                       size_t **plain, size_t *n_plain);
+/* Whether the template renders tools, tool calls and tool results: ChatML in the manner of
+ * Hermes and Qwen 2.5 (<tools> in the system turn, <tool_call> and <tool_response> blocks)
+ * and Llama 3.1+ (tools in the first user turn, JSON calls, results in ipython turns). */
+TC_API bool tc_chat_template_tools(const tc_chat_template *t);
+/* Render as tc_chat_format_spans does, with tool definitions and calls: calls (NULL: none) holds
+ * each message's tool calls, tools is the JSON text of an array of OpenAI tools ({"type":
+ * "function", "function": {...}}), NULL for none. Tools, calls
+ * and results are written as transformers' apply_chat_template writes them with the model's
+ * own template (JSON as Python's json.dumps, in the order given). A template without tool
+ * support (tc_chat_template_tools) is TC_ERR_UNSUPPORTED when tools, calls or results are
+ * given. plain may be NULL when the ranges are not wanted. */
+TC_API tc_status tc_chat_format_tools(const tc_chat_template *t, const tc_chat_message *msgs,
+                                      const tc_chat_calls *calls, size_t n, const char *tools,
+                                      bool add_generation_prompt, char **out, size_t **plain,
+                                      size_t *n_plain);
 
 #ifdef __cplusplus
 }

@@ -151,6 +151,81 @@ static bool content_of(json_t *c, size_t i, char **out, tc_oai_error *err)
     return true;
 }
 
+/* A function name as OpenAI allows it: 1 to 64 of [A-Za-z0-9_-]. */
+static bool good_name(const char *s)
+{
+    size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-");
+    return n > 0 && n <= TC_OAI_MAX_NAME && s[n] == 0;
+}
+
+/* An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
+ * "arguments": JSON text}}], into r->calls[i]. */
+static bool parse_tool_calls(json_t *tc, size_t i, size_t n_msgs, tc_oai_request *r,
+                             tc_oai_error *err)
+{
+    char param[96];
+    snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+    if (!tc || json_is_null(tc))
+        return true;
+    if (!json_is_array(tc))
+        return BAD(param, "'%s' must be an array, not %s", param, type_name(tc));
+    size_t n = json_array_size(tc);
+    if (n > TC_OAI_MAX_TOOLS)
+        return BAD(param, "'%s' has %zu calls; at most %d", param, n, TC_OAI_MAX_TOOLS);
+    if (n == 0)
+        return true;
+    if (!r->calls) {
+        r->calls = calloc(n_msgs, sizeof *r->calls);
+        if (!r->calls)
+            return tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    tc_chat_tool_call *v = calloc(n, sizeof *v);
+    if (!v)
+        return tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    r->calls[i] = (tc_chat_calls){ v, n };
+    for (size_t k = 0; k < n; k++) {
+        json_t *c = json_array_get(tc, k), *id = json_object_get(c, "id"),
+               *type = json_object_get(c, "type"), *fn = json_object_get(c, "function");
+        json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+        snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu]", i, k);
+        if (!json_is_object(c) || !json_is_string(id) || !json_is_object(fn) ||
+            (type && !(json_is_string(type) && !strcmp(json_string_value(type), "function"))))
+            return BAD(param,
+                       "'%s' must be {\"id\": ..., \"type\": \"function\", \"function\": "
+                       "{\"name\": ..., \"arguments\": ...}}",
+                       param);
+        if (!json_is_string(name) || !good_name(json_string_value(name)))
+            return BAD(param,
+                       "'%s.function.name' must be a function name (1 to %d of "
+                       "A-Z, a-z, 0-9, _ and -)",
+                       param, TC_OAI_MAX_NAME);
+        json_error_t je;
+        json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, &je) : NULL;
+        bool object = json_is_object(parsed);
+        json_decref(parsed);
+        if (!object)
+            return BAD(param, "'%s.function.arguments' must be the JSON text of an object", param);
+        v[k] = (tc_chat_tool_call){ json_string_value(id), json_string_value(name),
+                                    json_string_value(args) };
+    }
+    return true;
+}
+
+/* Whether a tool message's tool_call_id names a call of the last assistant message before
+ * it that made calls (as OpenAI requires; calls per message are bounded, so this is linear). */
+static bool answers_call(const tc_oai_request *r, size_t i, const char *id)
+{
+    for (size_t j = i; j-- > 0;) {
+        if (!r->calls || !r->calls[j].n)
+            continue;
+        for (size_t k = 0; k < r->calls[j].n; k++)
+            if (!strcmp(r->calls[j].call[k].id, id))
+                return true;
+        return false;
+    }
+    return false;
+}
+
 static bool parse_messages(json_t *root, tc_oai_request *r, tc_oai_error *err)
 {
     json_t *msgs = json_object_get(root, "messages");
@@ -176,14 +251,120 @@ static bool parse_messages(json_t *root, tc_oai_request *r, tc_oai_error *err)
         const char *name = json_string_value(role);
         if (!strcmp(name, "developer"))
             name = "system";
-        if (strcmp(name, "system") && strcmp(name, "user") && strcmp(name, "assistant"))
-            return BAD(param, "'%s' is '%.32s'; want system, developer, user or assistant", param,
-                       json_string_value(role));
+        if (strcmp(name, "system") && strcmp(name, "user") && strcmp(name, "assistant") &&
+            strcmp(name, "tool"))
+            return BAD(param, "'%s' is '%.32s'; want system, developer, user, assistant or tool",
+                       param, json_string_value(role));
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (calls && !json_is_null(calls) && strcmp(name, "assistant")) {
+            snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+            return BAD(param, "only assistant messages carry 'tool_calls'");
+        }
         char *content = NULL;
         if (!content_of(json_object_get(m, "content"), i, &content, err))
             return false;
         r->messages[i] = (tc_chat_message){ name, content };
         r->n_messages = i + 1;
+        if (!parse_tool_calls(calls, i, n, r, err))
+            return false;
+        if (!strcmp(name, "tool")) {
+            json_t *id = json_object_get(m, "tool_call_id");
+            snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+            if (!json_is_string(id))
+                return BAD(param, "a tool message needs 'tool_call_id', the id of the call it "
+                                  "answers");
+            if (!answers_call(r, i, json_string_value(id)))
+                return BAD(param,
+                           "'%s' is '%.64s', which is not a call of the assistant message "
+                           "before it",
+                           param, json_string_value(id));
+        }
+    }
+    return true;
+}
+
+/* tools, tool_choice and parallel_tool_calls (chat). */
+static bool parse_tools(json_t *root, tc_oai_request *r, tc_oai_error *err)
+{
+    json_t *tools = json_object_get(root, "tools"), *choice = json_object_get(root, "tool_choice");
+    if (tools && json_is_null(tools))
+        tools = NULL;
+    if (tools && !json_is_array(tools))
+        return BAD("tools", "'tools' must be an array of tools, not %s", type_name(tools));
+    size_t n = tools ? json_array_size(tools) : 0;
+    if (n > TC_OAI_MAX_TOOLS)
+        return BAD("tools", "'tools' has %zu tools; at most %d", n, TC_OAI_MAX_TOOLS);
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(tools, i), *type = json_object_get(t, "type"),
+               *fn = json_object_get(t, "function");
+        char param[64];
+        snprintf(param, sizeof param, "tools[%zu]", i);
+        if (!json_is_object(t) || !json_is_string(type) ||
+            strcmp(json_string_value(type), "function") || !json_is_object(fn))
+            return BAD(param, "'%s' must be {\"type\": \"function\", \"function\": {...}}", param);
+        json_t *name = json_object_get(fn, "name"), *desc = json_object_get(fn, "description"),
+               *params = json_object_get(fn, "parameters"), *strict = json_object_get(fn, "strict");
+        snprintf(param, sizeof param, "tools[%zu].function.name", i);
+        if (!json_is_string(name) || !good_name(json_string_value(name)))
+            return BAD(param, "'%s' must be a function name: 1 to %d of A-Z, a-z, 0-9, _ and -",
+                       param, TC_OAI_MAX_NAME);
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(json_string_value(name),
+                        json_string_value(json_object_get(
+                            json_object_get(json_array_get(tools, k), "function"), "name"))))
+                return BAD(param, "two tools are named '%s'", json_string_value(name));
+        snprintf(param, sizeof param, "tools[%zu].function.description", i);
+        if (desc && !json_is_null(desc) && !json_is_string(desc))
+            return BAD(param, "'%s' must be a string, not %s", param, type_name(desc));
+        snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
+        if (params && !json_is_object(params))
+            return BAD(param, "'%s' must be a JSON schema (an object), not %s", param,
+                       type_name(params));
+        snprintf(param, sizeof param, "tools[%zu].function.strict", i);
+        if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+            return BAD(param, "'%s' must be a boolean, not %s", param, type_name(strict));
+    }
+    r->parallel_tool_calls = true;
+    if (!get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, err))
+        return false;
+    r->tool_choice = n ? TC_OAI_TOOLS_AUTO : TC_OAI_TOOLS_NONE;
+    if (choice && !json_is_null(choice)) {
+        const char *c = json_string_value(choice);
+        json_t *fn = json_object_get(choice, "function"), *type = json_object_get(choice, "type");
+        if (c && !strcmp(c, "none")) {
+            r->tool_choice = TC_OAI_TOOLS_NONE;
+        } else if (c && (!strcmp(c, "auto") || !strcmp(c, "required"))) {
+            if (!n)
+                return BAD("tool_choice", "'tool_choice' '%s' needs 'tools'", c);
+            r->tool_choice = !strcmp(c, "auto") ? TC_OAI_TOOLS_AUTO : TC_OAI_TOOLS_REQUIRED;
+        } else if (json_is_object(choice) && json_is_string(type) &&
+                   !strcmp(json_string_value(type), "function") &&
+                   json_is_string(json_object_get(fn, "name"))) {
+            const char *want = json_string_value(json_object_get(fn, "name"));
+            size_t i;
+            for (i = 0; i < n; i++)
+                if (!strcmp(want,
+                            json_string_value(json_object_get(
+                                json_object_get(json_array_get(tools, i), "function"), "name"))))
+                    break;
+            if (i == n)
+                return BAD("tool_choice",
+                           "'tool_choice' names the function '%.64s', which is "
+                           "not in 'tools'",
+                           want);
+            r->tool_choice = TC_OAI_TOOLS_NAMED;
+            r->tool_name = want;
+        } else {
+            return BAD("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                      "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        }
+    }
+    if (n) {
+        r->tools = tools;
+        r->n_tools = n;
+        r->tools_text = json_dumps(tools, JSON_COMPACT);
+        if (!r->tools_text)
+            return tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
     }
     return true;
 }
@@ -375,7 +556,7 @@ static bool parse_common(json_t *root, tc_oai_request *r, tc_oai_error *err)
                        t);
         }
     }
-    if (!parse_bias(root, r, err) || !unsupported(root, "tools", err) ||
+    if (!parse_bias(root, r, err) || (r->kind != TC_OAI_CHAT && !unsupported(root, "tools", err)) ||
         !unsupported(root, "functions", err) || !unsupported(root, "suffix", err) ||
         !unsupported(root, "echo", err))
         return false;
@@ -417,7 +598,7 @@ bool tc_oai_parse(tc_oai_kind kind, const char *body, size_t len, tc_oai_request
     if (!json_is_object(root))
         return BAD(NULL, "the body must be a JSON object, not %s", type_name(root));
     if (kind == TC_OAI_CHAT) {
-        if (!parse_messages(root, out, err) ||
+        if (!parse_messages(root, out, err) || !parse_tools(root, out, err) ||
             !get_bool(root, "add_generation_prompt", &out->add_generation_prompt, err))
             return false;
     } else if (!parse_prompt(root, out, err)) {
@@ -431,6 +612,11 @@ void tc_oai_request_free(tc_oai_request *r)
     for (size_t i = 0; i < r->n_messages; i++)
         free((char *)r->messages[i].content);
     free(r->messages);
+    if (r->calls)
+        for (size_t i = 0; i < r->n_messages; i++)
+            free((void *)r->calls[i].call);
+    free(r->calls);
+    free(r->tools_text);
     free(r->prompt_tokens);
     free(r->bias_ids);
     free(r->bias);

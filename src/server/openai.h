@@ -14,11 +14,22 @@
 
 typedef enum tc_oai_kind { TC_OAI_CHAT, TC_OAI_COMPLETION } tc_oai_kind;
 
+/* What tool_choice asks: no call, the model's choice, at least one call, or one call of a
+ * named function. */
+typedef enum tc_oai_tool_choice {
+    TC_OAI_TOOLS_NONE,
+    TC_OAI_TOOLS_AUTO,
+    TC_OAI_TOOLS_REQUIRED,
+    TC_OAI_TOOLS_NAMED,
+} tc_oai_tool_choice;
+
 enum {
     TC_OAI_MAX_STOP = 4,       /* stop strings, as OpenAI allows */
     TC_OAI_MAX_STOP_LEN = 256, /* bytes each */
     TC_OAI_MAX_N = 16,         /* choices per request */
     TC_OAI_MAX_BIAS = 1024,    /* logit_bias entries */
+    TC_OAI_MAX_TOOLS = 128,    /* tools, and tool calls of one message, as OpenAI allows */
+    TC_OAI_MAX_NAME = 64,      /* bytes of a function's name ([A-Za-z0-9_-]) */
 };
 
 typedef struct tc_oai_error {
@@ -36,6 +47,18 @@ typedef struct tc_oai_request {
     /* Chat: the messages, each content the concatenation of its text parts (owned). */
     tc_chat_message *messages;
     size_t n_messages;
+    /* [n_messages] each message's tool calls (NULL when no message makes one; owned, their
+     * strings owned by root). */
+    tc_chat_calls *calls;
+    /* Tools (chat): the "tools" array (a json_t owned by root; NULL: none) and its JSON text
+     * (owned), what tool_choice asks (NONE when there are no tools), the function it names,
+     * and whether one reply may make several calls. */
+    void *tools;
+    size_t n_tools;
+    char *tools_text;
+    tc_oai_tool_choice tool_choice;
+    const char *tool_name;
+    bool parallel_tool_calls;
     bool add_generation_prompt;
     /* Completions: a prompt as text, or as token ids. */
     const char *prompt;

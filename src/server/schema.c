@@ -645,9 +645,9 @@ static int compile_schema(ctx *c, json_t *s, const char *path)
     return any_rule(c);
 }
 
-tc_grammar *tc_schema_grammar(json_t *schema, const tc_tokenizer *tok, char *why, size_t cap)
+int tc__schema_rule(tc_grammar *g, json_t *schema, char *why, size_t cap)
 {
-    ctx c = { .g = tc_grammar_create(),
+    ctx c = { .g = g,
               .root = schema,
               .refs = json_object(),
               .ws = -1,
@@ -659,11 +659,9 @@ tc_grammar *tc_schema_grammar(json_t *schema, const tc_tokenizer *tok, char *why
               .any_object = -1,
               .why = why,
               .cap = cap };
-    if (!c.g || !c.refs) {
+    if (!c.refs) {
         snprintf(why, cap, "out of memory");
-        tc_grammar_unref(c.g);
-        json_decref(c.refs);
-        return NULL;
+        return -1;
     }
     int root;
     if (schema) {
@@ -673,11 +671,19 @@ tc_grammar *tc_schema_grammar(json_t *schema, const tc_tokenizer *tok, char *why
         root = c.any_object;
     }
     json_decref(c.refs);
-    if (c.failed || root < 0 || !tc_grammar_finish(c.g, root, tok)) {
-        if (!c.failed)
+    return c.failed ? -1 : root;
+}
+
+tc_grammar *tc_schema_grammar(json_t *schema, const tc_tokenizer *tok, char *why, size_t cap)
+{
+    tc_grammar *g = tc_grammar_create();
+    why[0] = 0;
+    int root = g ? tc__schema_rule(g, schema, why, cap) : -1;
+    if (root < 0 || !tc_grammar_finish(g, root, tok)) {
+        if (!why[0])
             snprintf(why, cap, "out of memory");
-        tc_grammar_unref(c.g);
+        tc_grammar_unref(g);
         return NULL;
     }
-    return c.g;
+    return g;
 }

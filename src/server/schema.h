@@ -19,5 +19,9 @@
  * for tokenizer tok; NULL with a sentence in why (naming the keyword and where it is) when
  * the schema uses what is not supported or is malformed, or memory runs out. */
 tc_grammar *tc_schema_grammar(json_t *schema, const tc_tokenizer *tok, char *why, size_t cap);
+/* Add the rules of documents valid under `schema` (NULL: any JSON object) to g, which is being
+ * built, and return the rule's id; -1 with a sentence in why as tc_schema_grammar says (rules
+ * already added then stay, unreferenced). */
+int tc__schema_rule(tc_grammar *g, json_t *schema, char *why, size_t cap);
 
 #endif /* TC_SERVER_SCHEMA_H */

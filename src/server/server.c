@@ -18,6 +18,7 @@
 #include "server/mhd.h"
 #include "server/openai.h"
 #include "server/schema.h"
+#include "server/tools.h"
 #include "server/watch.h"
 
 /* ---------------------------------------------------------------- metrics */
@@ -107,6 +108,10 @@ struct job {
     size_t *text_len;
     json_t **lp;              /* [n] arrays (chat: content entries; completions: parallel) */
     tc_finish_reason *finish; /* [n] */
+    /* Tool calling (chat with tools and tool_choice other than none): the template's call
+     * format and each choice's parser of its text. NULL: the text is all content. */
+    tc__tool_format tool_format;
+    tc__tool_parser **tools; /* [n] */
     char error[256];
     job *prev, *next; /* the server's list of jobs that have an engine request */
 };
@@ -154,6 +159,10 @@ static void free_job(job *j)
         if (j->lp)
             json_decref(j->lp[i]);
     }
+    if (j->tools)
+        for (int i = 0; i < j->n; i++)
+            tc__tool_parser_destroy(j->tools[i]);
+    free(j->tools);
     free(j->text);
     free(j->text_len);
     free(j->lp);
@@ -449,9 +458,12 @@ static json_t *usage_of(const job *j)
                      "cached_tokens", (json_int_t)j->cached_tokens);
 }
 
-static const char *finish_name(tc_finish_reason f)
+/* A choice's finish_reason: "tool_calls" when it stopped after making calls. */
+static const char *finish_name(const job *j, int i, tc_finish_reason f)
 {
-    return f == TC_FINISH_LENGTH ? "length" : "stop";
+    if (f == TC_FINISH_LENGTH)
+        return "length";
+    return j->tools && tc__tool_parser_calls(j->tools[i]) > 0 ? "tool_calls" : "stop";
 }
 
 /* ---------------------------------------------------------------- responses */
@@ -616,26 +628,48 @@ static void stream_event(job *j, const ev_rec *r)
     if (r->token >= 0)
         j->completion_tokens[i] = r->completion_tokens;
     bool has_text = r->len > 0, has_lp = has_logprob(j, r);
-    if (!has_text && !has_lp && r->finish == TC_FINISH_NONE && (!chat || j->role_sent[i]))
+    json_t *text = NULL, *calls = NULL;
+    if (j->tools) {
+        /* The text goes through the choice's parser: what is content and what is a call. */
+        tc__tool_parser_feed(j->tools[i], r->text ? r->text : "", r->len);
+        if (r->finish != TC_FINISH_NONE)
+            tc__tool_parser_end(j->tools[i]);
+        tc__tool_parser_drain(j->tools[i], &text, &calls);
+        has_text = text != NULL;
+    } else {
+        text = json_text(r->text ? r->text : "", r->len);
+    }
+    if (!has_text && !calls && !has_lp && r->finish == TC_FINISH_NONE &&
+        (!chat || j->role_sent[i])) {
+        json_decref(text);
         return;
+    }
+    if (!text)
+        text = json_string("");
     json_t *c = chunk_base(j), *choice;
-    json_t *text = json_text(r->text ? r->text : "", r->len);
     if (chat) {
         json_t *delta = json_object();
-        if (!j->role_sent[i]) {
+        bool first = !j->role_sent[i];
+        if (first) {
             json_object_set_new(delta, "role", json_string("assistant"));
             j->role_sent[i] = true;
         }
-        if (has_text || r->finish == TC_FINISH_NONE)
+        /* A call's first chunk says content null, as OpenAI's does. */
+        if (has_text || (!calls && r->finish == TC_FINISH_NONE)) {
             json_object_set_new(delta, "content", text);
-        else
+        } else {
             json_decref(text);
+            if (calls && first)
+                json_object_set_new(delta, "content", json_null());
+        }
+        if (calls)
+            json_object_set_new(delta, "tool_calls", calls);
         json_t *lp = json_null();
         if (has_lp)
             lp = json_pack("{s:[o]}", "content", chat_lp_entry(s, r));
         choice = json_pack("{s:i,s:o,s:o,s:o}", "index", i, "delta", delta, "logprobs", lp,
                            "finish_reason",
-                           r->finish ? json_string(finish_name(r->finish)) : json_null());
+                           r->finish ? json_string(finish_name(j, i, r->finish)) : json_null());
     } else {
         json_t *lp = json_null();
         if (has_lp) {
@@ -645,7 +679,7 @@ static void stream_event(job *j, const ev_rec *r)
         }
         choice = json_pack("{s:i,s:o,s:o,s:o}", "index", i, "text", text, "logprobs", lp,
                            "finish_reason",
-                           r->finish ? json_string(finish_name(r->finish)) : json_null());
+                           r->finish ? json_string(finish_name(j, i, r->finish)) : json_null());
     }
     json_array_append_new(json_object_get(c, "choices"), choice);
     out_event(j, c);
@@ -729,6 +763,11 @@ static bool collect(job *j)
                     j->lp[i] = json_array();
                 json_array_append_new(j->lp[i], chat_lp_entry(s, &r));
             }
+            if (j->tools) {
+                tc__tool_parser_feed(j->tools[i], r.text ? r.text : "", r.len);
+                if (r.finish != TC_FINISH_NONE)
+                    tc__tool_parser_end(j->tools[i]);
+            }
             if (r.finish != TC_FINISH_NONE)
                 j->finish[i] = r.finish;
             if (r.finish == TC_FINISH_ERROR)
@@ -761,13 +800,22 @@ static json_t *completion_json(job *j)
         else if (j->req.logprobs)
             lp = completion_lp(j->srv, j->lp[i]);
         json_t *c;
-        if (chat)
-            c = json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", i, "message", "role",
-                          "assistant", "content", text, "refusal", "logprobs", lp, "finish_reason",
-                          finish_name(j->finish[i]));
-        else
+        if (chat) {
+            json_t *calls = NULL;
+            if (j->tools) {
+                json_decref(text);
+                tc__tool_parser_message(j->tools[i], &text, &calls);
+            }
+            json_t *msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content",
+                                    text ? text : json_null(), "refusal");
+            if (calls)
+                json_object_set_new(msg, "tool_calls", calls);
+            c = json_pack("{s:i,s:o,s:o,s:s}", "index", i, "message", msg, "logprobs", lp,
+                          "finish_reason", finish_name(j, i, j->finish[i]));
+        } else {
             c = json_pack("{s:i,s:o,s:o,s:s}", "index", i, "text", text, "logprobs", lp,
-                          "finish_reason", finish_name(j->finish[i]));
+                          "finish_reason", finish_name(j, i, j->finish[i]));
+        }
         json_array_append_new(choices, c);
     }
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o}", "id", j->rid, "object",
@@ -794,6 +842,8 @@ static bool prompt_bounded(const tc_server *s, const tc_oai_request *q, tc_oai_e
     size_t bytes = q->prompt ? strlen(q->prompt) : 0;
     for (size_t i = 0; i < q->n_messages; i++)
         bytes += strlen(q->messages[i].content);
+    if (q->tools_text)
+        bytes += strlen(q->tools_text);
     if (bytes > s->o.max_prompt_bytes)
         return tc_oai_fail(
             err, 400, "invalid_request_error", q->kind == TC_OAI_CHAT ? "messages" : "prompt",
@@ -846,8 +896,15 @@ static bool prompt_tokens(tc_server *s, const tc_oai_request *q, bool add_bos, s
                                "--template chatml|llama3|llama2|zephyr, or use /v1/completions");
         /* What the messages say is text: a control token written in one ("<|im_end|>")
          * cannot end its turn and forge another, unless the server allows it. */
-        if (tc_chat_format_spans(s->m.chat, q->messages, q->n_messages, q->add_generation_prompt,
-                                 &text, &plain, &n_plain) != TC_OK)
+        /* With tool_choice none the tools are left out of the prompt, as vLLM does: the
+         * model is not to call them. */
+        const char *tools = q->tool_choice != TC_OAI_TOOLS_NONE ? q->tools_text : NULL;
+        tc_status st = tc_chat_format_tools(s->m.chat, q->messages, q->calls, q->n_messages, tools,
+                                            q->add_generation_prompt, &text, &plain, &n_plain);
+        if (st == TC_ERR_UNSUPPORTED)
+            return tc_oai_fail(err, 400, "invalid_request_error", tools ? "tools" : "messages",
+                               NULL, "this model cannot take tools: %s", tc_last_error());
+        if (st != TC_OK)
             return tc_oai_fail(err, 400, "invalid_request_error", "messages", NULL,
                                "the messages cannot be rendered in the chat template: %s",
                                tc_last_error());
@@ -937,6 +994,24 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
                      .n_bias = q->n_bias,
                      .callback = on_event,
                      .user = j };
+    bool tool_calls = q->kind == TC_OAI_CHAT && q->tool_choice != TC_OAI_TOOLS_NONE;
+    if (tool_calls && (q->json_object || q->json_schema)) {
+        tc_host_free(ids);
+        return tc_oai_fail(err, 400, "invalid_request_error", "response_format", NULL,
+                           "'response_format' with tools is not supported; use tool_choice "
+                           "\"none\" or leave response_format out");
+    }
+    if (tool_calls) {
+        /* The template renders tools (checked as the prompt was made), so it has a format. */
+        j->tools = calloc((size_t)j->n, sizeof *j->tools);
+        bool ok = j->tools && tc__tool_format_of(s->m.chat, &j->tool_format);
+        for (int i = 0; ok && i < j->n; i++)
+            ok = (j->tools[i] = tc__tool_parser_create(&j->tool_format)) != NULL;
+        if (!ok || !tc__tool_grammar(q, &j->tool_format, s->m.tok, &r.grammar, err)) {
+            tc_host_free(ids);
+            return ok ? false : tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        }
+    }
     if (q->json_object || q->json_schema) {
         char why[320];
         r.grammar = tc_schema_grammar(q->json_schema, s->m.tok, why, sizeof why);
