@@ -88,7 +88,7 @@ def _collect_unclassified(lib):
                 lib.unclassified.append("%s(%s %s)" % (f.name, p.type, p.name))
 
 
-def _build(lib, decls, aliases, overrides, default_space, header, cxx_only=()):
+def _build(lib, decls, aliases, overrides, default_space, header, cxx_only=(), docs=None):
     names = public_names(decls, aliases)
     for d in sorted(decls):
         cur = decls[d]
@@ -102,7 +102,8 @@ def _build(lib, decls, aliases, overrides, default_space, header, cxx_only=()):
         for name, pt in names[d]:
             variants = [""] + ([pt] if pt else [])
             for v in variants:
-                f = build_function(lib.key, d, name + v, cur, overrides, default_space, header)
+                f = build_function(lib.key, d, name + v, cur, overrides, default_space, header,
+                                   (docs or {}).get(d))
                 f.per_thread = v
                 f.cxx_only = d in cxx_only
                 lib.functions.append(f)
@@ -176,6 +177,64 @@ def curand(include_dir, overrides):
     lib.sonames = ["libcurand.so.%d" % major, "libcurand.so"]
     _build(lib, decls, aliases, overrides, "device", "curand.h")
     lib.enums = enums(tu, files, "curand.h")
+    _classify_returns(lib)
+    _collect_unclassified(lib)
+    return lib
+
+
+def nvrtc(include_dir, overrides, cuda_major):
+    lib = Library(key="nvrtc", title="NVRTC", headers=["nvrtc.h"],
+                  status_type="nvrtcResult", success="NVRTC_SUCCESS")
+    tu = parse(os.path.join(include_dir, "nvrtc.h"), include_dir)
+    files = {"nvrtc.h"}
+    decls = function_decls(tu, files)
+    aliases = macro_aliases(tu, files)
+    # nvrtc.h has no version macro: the library is the toolkit's (libnvrtc.so.13 for 13.x).
+    lib.version_macro = {"CUDA_VERSION major": cuda_major}
+    lib.sonames = ["libnvrtc.so.%d" % cuda_major, "libnvrtc.so"]
+    _build(lib, decls, aliases, overrides, "host", "nvrtc.h")
+    lib.enums = enums(tu, files, "nvrtc.h")
+    _classify_returns(lib)
+    _collect_unclassified(lib)
+    return lib
+
+
+VERSIONED_JITLINK = re.compile(r"^__nvJitLink\w+_\d+_\d+$")
+
+
+def nvjitlink(include_dir, overrides, cuda_major):
+    """nvJitLink.h declares each public function as a static inline wrapper of a symbol named
+    for the release (nvJitLinkCreate calls __nvJitLinkCreate_13_0): the wrapper's name is the
+    public one and the versioned symbol is what the library exports."""
+    lib = Library(key="nvjitlink", title="nvJitLink", headers=["nvJitLink.h"],
+                  status_type="nvJitLinkResult", success="NVJITLINK_SUCCESS")
+    tu = parse(os.path.join(include_dir, "nvJitLink.h"), include_dir)
+    files = {"nvJitLink.h"}
+    decls = function_decls(tu, files)
+    aliases = macro_aliases(tu, files)
+    with open(os.path.join(include_dir, "nvJitLink.h")) as fh:
+        text = fh.read()
+    docs = {}
+    for name, cur in list(decls.items()):
+        if cur.storage_class != ci.StorageClass.STATIC:
+            continue
+        # The body (which libclang skips) names the symbol; the comment before the wrapper
+        # is the function's documentation (an #ifndef between them hides it from libclang).
+        m = re.search(r"static inline \w+\s+%s\s*\([^)]*\)[^{]*\{\s*return\s+(\w+)\s*\("
+                      % re.escape(name), text)
+        if not (m and VERSIONED_JITLINK.match(m.group(1)) and m.group(1) in decls):
+            continue
+        aliases[name] = (m.group(1), "")
+        del decls[name]
+        doc = re.search(r"(/\*\*(?:(?!\*/).)*\*/)\s*(?:#[^\n]*\n\s*)*\Z", text[:m.start()], re.S)
+        if doc:
+            docs[m.group(1)] = doc.group(1)
+    lib.version_macro = {"CUDA_VERSION major": cuda_major}
+    lib.sonames = ["libnvJitLink.so.%d" % cuda_major, "libnvJitLink.so"]
+    _build(lib, decls, aliases, overrides, "host", "nvJitLink.h", docs=docs)
+    # Only the wrappers' names are what a C user writes, not the versioned symbols'.
+    lib.functions = [f for f in lib.functions if not VERSIONED_JITLINK.match(f.name)]
+    lib.enums = enums(tu, files, "nvJitLink.h")
     _classify_returns(lib)
     _collect_unclassified(lib)
     return lib

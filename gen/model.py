@@ -235,7 +235,7 @@ def _param_docs(doc):
     out = {}
     for line in doc.splitlines():
         line = line.strip().lstrip("*").strip()
-        m = re.match(r"^[\\@]param(\[[a-z, ]+\])?\s+(\w+)\s*-?\s*(.*)$", line)
+        m = re.match(r"^[\\@]param\s*(\[[a-z, ]+\])?\s+(\w+)\s*-?\s*(.*)$", line)
         if m:
             out[m.group(2)] = ((m.group(1) or "").strip("[]").replace(" ", ""), m.group(3))
     return out
@@ -398,8 +398,12 @@ def enums(tu, files, header):
     return result
 
 
-def build_function(lib, decl_name, name, cursor, overrides, default_space, header):
-    doc = clean_comment(cursor.raw_comment)
+def build_function(lib, decl_name, name, cursor, overrides, default_space, header,
+                   doc_comment=None):
+    """Model one function; doc_comment, when given, is its documentation comment where the
+    header puts it elsewhere (nvJitLink.h documents the static inline wrapper instead of the
+    exported symbol)."""
+    doc = clean_comment(doc_comment or cursor.raw_comment)
     docs = _param_docs(doc)
     params = [_make_param(lib, name, a, i, docs, overrides, default_space)
               for i, a in enumerate(cursor.get_arguments())]

@@ -25,15 +25,18 @@ import kernels  # noqa: E402
 import libraries  # noqa: E402
 from model import GenError, Overrides  # noqa: E402
 
-LIB_IDS = {"thincuda": 0, "cuda": 1, "cublas": 2, "curand": 3}
+LIB_IDS = {"thincuda": 0, "cuda": 1, "cublas": 2, "curand": 3, "nvrtc": 4, "nvjitlink": 5}
 LIB_ENUM = {"thincuda": "TC_LIB_THINCUDA", "cuda": "TC_LIB_CUDA", "cublas": "TC_LIB_CUBLAS",
-            "curand": "TC_LIB_CURAND"}
+            "curand": "TC_LIB_CURAND", "nvrtc": "TC_LIB_NVRTC", "nvjitlink": "TC_LIB_NVJITLINK"}
 LIB_TITLE = {"thincuda": "thincuda", "cuda": "CUDA driver", "cublas": "cuBLAS",
-             "curand": "cuRAND"}
+             "curand": "cuRAND", "nvrtc": "NVRTC", "nvjitlink": "nvJitLink"}
 LIB_ENV = {"cuda": "THINCUDA_LIBCUDA", "cublas": "THINCUDA_LIBCUBLAS",
-           "curand": "THINCUDA_LIBCURAND"}
-STATUS_ENUMS = {"cuda": "CUresult", "cublas": "cublasStatus_t", "curand": "curandStatus_t"}
-INCLUDES = {"cuda": ["cuda.h"], "cublas": ["cublas_v2.h"], "curand": ["curand.h"]}
+           "curand": "THINCUDA_LIBCURAND", "nvrtc": "THINCUDA_LIBNVRTC",
+           "nvjitlink": "THINCUDA_LIBNVJITLINK"}
+STATUS_ENUMS = {"cuda": "CUresult", "cublas": "cublasStatus_t", "curand": "curandStatus_t",
+                "nvrtc": "nvrtcResult", "nvjitlink": "nvJitLinkResult"}
+INCLUDES = {"cuda": ["cuda.h"], "cublas": ["cublas_v2.h"], "curand": ["curand.h"],
+            "nvrtc": ["nvrtc.h"], "nvjitlink": ["nvJitLink.h"]}
 SCALAR_OUT = {"int", "uint", "float", "enum", "pointer", "char"}
 
 
@@ -224,15 +227,20 @@ def render_function(f, lib, fid, tables):
     call = "tc__fn(%s)" % ", ".join(args)
     lib_enum = LIB_ENUM[lib.key]
     outs = [s for s in (trace_out(p, tables) for p in params) if s]
+    # The out-parameter for a returned value; nvrtcGetErrorString's own parameter is `result`.
+    rv = "result_out" if "result" in args else "result"
     if f.ret_category == "value":
-        decls.append("%s *result" % f.ret_type)
-        protos.append("%s *result /* out: the function's return value */" % f.ret_type)
-        slow = "        %s tc__r = %s;\n        if (result)\n            *result = tc__r;\n        tc__st = TC_OK;" % (f.ret_type, call)
-        fast = "    %s tc__r = %s;\n    if (result)\n        *result = tc__r;\n    return TC_OK;" % (f.ret_type, call)
+        decls.append("%s *%s" % (f.ret_type, rv))
+        protos.append("%s *%s /* out: the function's return value */" % (f.ret_type, rv))
+        slow = ("        %s tc__r = %s;\n        if (%s)\n            *%s = tc__r;\n        tc__st = TC_OK;"
+                % (f.ret_type, call, rv, rv))
+        fast = ("    %s tc__r = %s;\n    if (%s)\n        *%s = tc__r;\n    return TC_OK;"
+                % (f.ret_type, call, rv, rv))
         if f.ret_type.endswith("*") and "char" in f.ret_type:
-            outs.append('if (result) tc__tl_s(&tc__tl, "*result", *result);')
+            outs.append('if (%s) tc__tl_s(&tc__tl, "*%s", *%s);' % (rv, rv, rv))
         else:
-            outs.append('if (result) tc__tl_u(&tc__tl, "*result", (unsigned long long)*result);')
+            outs.append('if (%s) tc__tl_u(&tc__tl, "*%s", (unsigned long long)*%s);'
+                        % (rv, rv, rv))
     elif f.ret_category == "void":
         slow = "        %s;\n        tc__st = TC_OK;" % call
         fast = "    %s;\n    return TC_OK;" % call
@@ -241,7 +249,7 @@ def render_function(f, lib, fid, tables):
                 % (f.ret_type, call, lib.success, lib_enum, fid))
         fast = ("    %s tc__r = %s;\n    return TC__LIKELY(tc__r == %s) ? TC_OK : tc__fail(%s, (int)tc__r, %d);"
                 % (f.ret_type, call, lib.success, lib_enum, fid))
-    all_args = args + (["result"] if f.ret_category == "value" else [])
+    all_args = args + ([rv] if f.ret_category == "value" else [])
     return dict(name=f.name, doc=f.doc, deprecated=f.deprecated, id=fid,
                 proto=", ".join(protos) or "void", params=", ".join(decls) or "void",
                 pfn_params=", ".join(p.decl for p in params) or "void",
@@ -258,8 +266,12 @@ def build(include_dir):
         own = tomllib.load(fh)["code"]
     libs = [libraries.driver(include_dir, overrides), libraries.cublas(include_dir, overrides),
             libraries.curand(include_dir, overrides)]
-    unused = [overrides.pointer_rules[i] for i in range(len(overrides.pointer_rules))
-              if i not in overrides.used]
+    cuda_major = libs[0].version_macro["CUDA_VERSION"] // 1000
+    libs += [libraries.nvrtc(include_dir, overrides, cuda_major),
+             libraries.nvjitlink(include_dir, overrides, cuda_major)]
+    # A rule with cuda_before = N is for older releases only: not stale in newer headers.
+    unused = [r for i, r in enumerate(overrides.pointer_rules) if i not in overrides.used
+              and libs[0].version_macro["CUDA_VERSION"] < r.get("cuda_before", 1 << 30)]
     return libs, own, overrides, unused
 
 
@@ -303,7 +315,8 @@ def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None
     cuda_version = libs[0].version_macro["CUDA_VERSION"]
     vstr = "%d.%d" % (cuda_version // 1000, cuda_version % 1000 // 10)
     banner_text = ("Generated by gen/thincuda_gen.py from the CUDA %s headers "
-                   "(cuda.h, cublas_api.h, curand.h). Do not edit: run tools/regen." % vstr)
+                   "(cuda.h, cublas_api.h, curand.h, nvrtc.h, nvJitLink.h). Do not edit: run tools/regen."
+                   % vstr)
     banner = "/* %s */" % banner_text
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "templates")),
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
@@ -323,7 +336,7 @@ def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None
                          lib=LIB_IDS[lib.key], pt=1 if f.per_thread else 0))
 
     lib_rows = [dict(key=k, id=LIB_IDS[k], enum=LIB_ENUM[k], title=LIB_TITLE[k])
-                for k in ("thincuda", "cuda", "cublas", "curand")]
+                for k in ("thincuda", "cuda", "cublas", "curand", "nvrtc", "nvjitlink")]
     loader_libs = []
     for lib in libs:
         sonames = ["libcuda.so.1", "libcuda.so"] if lib.key == "cuda" else lib.sonames
@@ -391,7 +404,8 @@ def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None
 PROTO = re.compile(r"^(TC_DEPRECATED )?TC_API tc_status tc_(\w+)\((.*)\);$", re.M)
 STATUS_ROW = re.compile(r"^    TC_(\w+) = 0x[0-9A-F]{8},$", re.M)
 RELEASE = re.compile(r"from the CUDA (\S+) headers")
-SUMMARY_HEADERS = (("cuda", "cuda.h"), ("cublas", "cublas_api.h"), ("curand", "curand.h"))
+SUMMARY_HEADERS = (("cuda", "cuda.h"), ("cublas", "cublas_api.h"), ("curand", "curand.h"),
+                   ("nvrtc", "nvrtc.h"), ("nvjitlink", "nvJitLink.h"))
 
 
 def _split_params(params):

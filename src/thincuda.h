@@ -1,5 +1,5 @@
-/* thincuda in one include: the generated bindings (driver, cuBLAS, cuRAND), the runtime and
- * the tensor ops. Compile with `pkg-config --cflags thincuda`. */
+/* thincuda in one include: the generated bindings (driver, cuBLAS, cuRAND, NVRTC, nvJitLink),
+ * the runtime and the tensor ops. Compile with `pkg-config --cflags thincuda`. */
 #ifndef THINCUDA_H
 #define THINCUDA_H
 
@@ -9,5 +9,7 @@
 #include "tc_cublas.h"
 #include "tc_cuda.h"
 #include "tc_curand.h"
+#include "tc_nvjitlink.h"
+#include "tc_nvrtc.h"
 
 #endif /* THINCUDA_H */

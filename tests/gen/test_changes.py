@@ -27,6 +27,8 @@ def test_a_new_release_regenerates_in_one_command_with_a_summary(tmp_path, capsy
     assert "cuda.h: 1 added, 1 removed, 1 changed signature, 0 newly deprecated" in console
     assert "cublas_api.h: 1 added, 0 removed, 0 changed signature" in console
     assert "curand.h: 0 added, 0 removed, 0 changed signature" in console
+    # nvJitLink's symbol is renamed each release (__nvJitLinkComplete_12_6); its name is not.
+    assert "nvJitLink.h: 0 added, 0 removed, 0 changed signature" in console
     assert "status codes: 1 added, 0 removed" in console
     changes = open(os.path.join(out, "CHANGES.md")).read()
     assert "# API changes: CUDA 12.4 -> CUDA 12.6" in changes
@@ -36,6 +38,9 @@ def test_a_new_release_regenerates_in_one_command_with_a_summary(tmp_path, capsy
     assert "cuStreamSynchronize" not in changes  # a renamed parameter is no change
     assert "- `cublasSetSmCountTarget(cublasHandle_t handle, int smCountTarget)`" in changes
     assert "Added: `CUDA_ERROR_NOT_READY`" in changes
+    jitlink = open(os.path.join(out, "tc_nvjitlink.c")).read()
+    assert '"__nvJitLinkComplete_12_6"' in open(os.path.join(out, "tc_symbols.c")).read()
+    assert "tc_nvJitLinkComplete(nvJitLinkHandle handle)" in jitlink
 
     assert regen("release_b", out, kernels) == 0
     assert "no API difference" in capsys.readouterr().out
