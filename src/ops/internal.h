@@ -68,9 +68,11 @@ struct tc_backend {
  * rows of file-layout blocks copied in (row0 on) and the whole tensor copied out; an
  * embedding gather; rows [r0, r0 + rows) of a product of at most TC_MATVEC_MAX_ROWS rows with
  * tc_linear's flags (bit 0 SwiGLU, bit 1 accumulate); and a product of any rows through row
- * tiles of dequantised weights (TC__QUANT_TILE_BYTES at most, so that a tile stays in L2
- * between its dequantisation and its product) handed to `gemm`. */
-#define TC__QUANT_TILE_BYTES ((size_t)16 << 20)
+ * tiles of dequantised weights handed to `gemm`: TC__QUANT_TILE_BYTES at most, which holds a
+ * 7B model's largest matrix in one or two tiles (16 MiB tiles, which stayed in L2, made
+ * products too narrow for cuBLAS: 137 TFLOP/s for 512 x 4096 x 11008 on the H100; the
+ * products of more than a few rows are bound by arithmetic, not by reading the tile). */
+#define TC__QUANT_TILE_BYTES ((size_t)96 << 20)
 size_t tc__quant_device_bytes(tc_dtype dt, int64_t n);
 tc_status tc__quant_upload(tc_tensor *t, int64_t row0, int64_t rows, const void *src);
 tc_status tc__quant_download(const tc_tensor *t, void *dst);
