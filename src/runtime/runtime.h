@@ -1,6 +1,6 @@
 /* The thincuda runtime in one include: devices, contexts, streams, events, the memory pool,
  * pinned buffers, the embedded kernels and their launchers, modules of the user's own
- * kernels, logging. */
+ * kernels, run-time compilation (NVRTC), logging. */
 #ifndef TC_RUNTIME_H
 #define TC_RUNTIME_H
 
@@ -15,6 +15,7 @@
 #include "runtime/module.h"
 #include "runtime/pinned.h"
 #include "runtime/pool.h"
+#include "runtime/rtc.h"
 #include "runtime/stream.h"
 #include "runtime/version.h"
 #include "tc_kernels.h"
