@@ -211,18 +211,13 @@ static bool parse_tool_calls(json_t *tc, size_t i, size_t n_msgs, tc_oai_request
     return true;
 }
 
-/* Whether a tool message's tool_call_id names a call of the last assistant message before
- * it that made calls (as OpenAI requires; calls per message are bounded, so this is linear). */
-static bool answers_call(const tc_oai_request *r, size_t i, const char *id)
+/* Whether a tool message's tool_call_id names one of the calls (as OpenAI requires of the
+ * assistant message that made calls last; calls per message are bounded). */
+static bool answers_call(const tc_chat_calls *calls, const char *id)
 {
-    for (size_t j = i; j-- > 0;) {
-        if (!r->calls || !r->calls[j].n)
-            continue;
-        for (size_t k = 0; k < r->calls[j].n; k++)
-            if (!strcmp(r->calls[j].call[k].id, id))
-                return true;
-        return false;
-    }
+    for (size_t k = 0; calls && k < calls->n; k++)
+        if (!strcmp(calls->call[k].id, id))
+            return true;
     return false;
 }
 
@@ -239,6 +234,7 @@ static bool parse_messages(json_t *root, tc_oai_request *r, tc_oai_error *err)
     r->messages = calloc(n, sizeof *r->messages);
     if (!r->messages)
         return tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    const tc_chat_calls *last = NULL; /* the calls of the last message that made some */
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
         char param[64];
@@ -267,13 +263,15 @@ static bool parse_messages(json_t *root, tc_oai_request *r, tc_oai_error *err)
         r->n_messages = i + 1;
         if (!parse_tool_calls(calls, i, n, r, err))
             return false;
+        if (r->calls && r->calls[i].n)
+            last = &r->calls[i];
         if (!strcmp(name, "tool")) {
             json_t *id = json_object_get(m, "tool_call_id");
             snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
             if (!json_is_string(id))
                 return BAD(param, "a tool message needs 'tool_call_id', the id of the call it "
                                   "answers");
-            if (!answers_call(r, i, json_string_value(id)))
+            if (!answers_call(last, json_string_value(id)))
                 return BAD(param,
                            "'%s' is '%.64s', which is not a call of the assistant message "
                            "before it",

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "runtime/host.h"
+#include "server/internal.h"
 #include "server/schema.h"
 
 bool tc__tool_format_of(const tc_chat_template *t, tc__tool_format *f)
@@ -227,6 +228,7 @@ struct tc__tool_parser {
     size_t sent;  /* bytes of content drained */
     call *calls;
     int n_calls, cap_calls;
+    int n_drained; /* calls drained in full (all but the last are complete) */
     char name[TC_OAI_MAX_NAME + 1];
     size_t n_name;
     int depth; /* P_ARGS: nesting of the arguments (0: not begun) */
@@ -323,13 +325,19 @@ static void text_byte(tc__tool_parser *p, char c)
     for (size_t t = n < p->n_trigger ? n : p->n_trigger - 1; t > 0 && !keep; t--)
         if (!memcmp(s + n - t, p->trigger, t))
             keep = t;
-    /* Content: everything before that, less its trailing whitespace. */
-    size_t out = p->pend.n - keep, held = 0;
-    while (held < out && ws(p->pend.p[out - held - 1]))
-        held++;
-    add(&p->content, p->pend.p, out - held);
-    memmove(p->pend.p, p->pend.p + out - held, held + keep);
-    p->pend.n = held + keep;
+    /* Content: everything before that, less its trailing whitespace (which may be all of
+     * it, the whitespace held before included: then nothing moves, so that a run of
+     * whitespace costs constant time a byte). */
+    size_t seg = n - keep, tail = 0;
+    while (tail < seg && ws(s[seg - tail - 1]))
+        tail++;
+    size_t held = tail == seg ? p->n_ws + seg : tail;
+    size_t out = p->pend.n - keep - held;
+    if (out) {
+        add(&p->content, p->pend.p, out);
+        memmove(p->pend.p, p->pend.p + out, held + keep);
+        p->pend.n = held + keep;
+    }
     p->n_ws = held;
     p->k = keep;
 }
@@ -475,40 +483,23 @@ static size_t whole_chars(const char *s, size_t n)
     return want > back + 1 ? i - 1 : n;
 }
 
-/* A JSON string of bytes that may not be UTF-8 (invalid bytes become U+FFFD). */
-static json_t *string_of(const char *s, size_t n)
-{
-    json_t *v = json_stringn(s, n);
-    if (v)
-        return v;
-    text t = { 0 };
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x80)
-            add(&t, s + i, 1);
-        else
-            add(&t, "\xEF\xBF\xBD", 3);
-    }
-    v = json_stringn(t.p ? t.p : "", t.n);
-    free(t.p);
-    return v;
-}
-
 void tc__tool_parser_drain(tc__tool_parser *p, json_t **content, json_t **calls)
 {
     *content = *calls = NULL;
     size_t upto = p->ended ? p->content.n : whole_chars(p->content.p, p->content.n);
     if (upto > p->sent) {
-        *content = string_of(p->content.p + p->sent, upto - p->sent);
+        *content = tc__json_text(p->content.p + p->sent, upto - p->sent);
         p->sent = upto;
     }
-    for (int i = 0; i < p->n_calls; i++) {
+    for (int i = p->n_drained; i < p->n_calls; i++) {
         call *c = &p->calls[i];
         upto = p->ended ? c->args.n : whole_chars(c->args.p, c->args.n);
+        if (i < p->n_calls - 1 && upto == c->args.n)
+            p->n_drained = i + 1;
         if (c->announced && upto == c->sent)
             continue;
         json_t *fn = json_object();
-        json_object_set_new(fn, "arguments", string_of(c->args.p + c->sent, upto - c->sent));
+        json_object_set_new(fn, "arguments", tc__json_text(c->args.p + c->sent, upto - c->sent));
         c->sent = upto;
         json_t *d = json_pack("{s:i}", "index", i);
         if (!c->announced) {
@@ -531,7 +522,7 @@ void tc__tool_parser_message(const tc__tool_parser *p, json_t **content, json_t 
     for (size_t i = 0; i < p->content.n && blank; i++)
         blank = ws(p->content.p[i]);
     if (!blank || p->n_calls == 0)
-        *content = string_of(p->content.p ? p->content.p : "", p->content.n);
+        *content = tc__json_text(p->content.p ? p->content.p : "", p->content.n);
     if (p->n_calls == 0)
         return;
     *calls = json_array();
@@ -540,6 +531,6 @@ void tc__tool_parser_message(const tc__tool_parser *p, json_t **content, json_t 
         json_array_append_new(*calls,
                               json_pack("{s:s,s:s,s:{s:s,s:o}}", "id", c->id, "type", "function",
                                         "function", "name", c->name, "arguments",
-                                        string_of(c->args.p ? c->args.p : "", c->args.n)));
+                                        tc__json_text(c->args.p ? c->args.p : "", c->args.n)));
     }
 }
