@@ -340,6 +340,26 @@ def family_srv(request):
         assert s.stop() == 0, "".join(s.log)
 
 
+def test_forced_call_in_family_format(family_srv):
+    """Each family's call format end to end: a forced call is written in the template's own
+    format (the grammar's), parsed back into tool_calls, and rendered into the next prompt as
+    the template writes calls."""
+    family, s = family_srv
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="none", max_retries=0)
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.chat.completions.create(model=NAME, messages=messages, tools=[WEATHER, TIME],
+                                       tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                       temperature=0, max_tokens=50)
+    assert r.choices[0].finish_reason == "tool_calls"
+    (call,) = r.choices[0].message.tool_calls
+    args = validate(call.function.arguments, schema_of("get_weather"))
+    messages += [r.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "22 C"}]
+    prompt = rendered(s, {"messages": messages, "tools": [WEATHER, TIME]})
+    key = "parameters" if family == "llama3.1" else "arguments"
+    assert f'{{"name": "get_weather", "{key}": {json.dumps(args)}}}' in prompt
+
+
 def test_renderings_match_transformers(family_srv, renderings):
     family, s = family_srv
     cases = [c for c in renderings if c["family"] == family]
