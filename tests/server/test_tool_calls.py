@@ -18,6 +18,7 @@ openai = pytest.importorskip("openai")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data")
+TEMPLATES = {"qwen2.5": "qwen2.5-instruct.jinja", "llama3.1": "llama3.1-instruct.jinja"}
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city",
@@ -73,12 +74,21 @@ def rendered(srv, body):
 # ---------------------------------------------------------------- calls through the client
 
 
+NAMED = dict(model=NAME, messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+             tools=[WEATHER, TIME], tool_choice={"type": "function", "function": {"name": "get_weather"}},
+             temperature=0, max_tokens=50)
+_named = []
+
+
+def named_call(client):
+    """The reply to NAMED (made once for the tests that need it)."""
+    if not _named:
+        _named.append(client.chat.completions.create(**NAMED))
+    return _named[0]
+
+
 def test_forced_named_call(client):
-    r = client.chat.completions.create(
-        model=NAME, messages=[{"role": "user", "content": "Is it cold in Oslo today?"}],
-        tools=[WEATHER, TIME], tool_choice={"type": "function", "function": {"name": "get_weather"}},
-        temperature=0, max_tokens=50)
-    choice = r.choices[0]
+    choice = named_call(client).choices[0]
     assert choice.finish_reason == "tool_calls", choice
     assert choice.message.content is None
     (call,) = choice.message.tool_calls
@@ -128,15 +138,12 @@ def shots():
     return out
 
 
-@pytest.mark.parametrize("is_strict", [True, False], ids=["strict", "parsed"])
-def test_auto_call(client, is_strict):
-    """tool_choice auto (the default): SmolLM2 calls the function after five examples; with
-    strict the call is constrained, without it parsed from free text."""
-    fn = {"name": "get_weather", "description": "Get the current weather in a city"}
-    if is_strict:
-        fn["strict"] = True
-    fn["parameters"] = {"type": "object", "properties": {"city": {"type": "string"}},
-                        "required": ["city"], "additionalProperties": False}
+def test_auto_call(client):
+    """tool_choice auto (the default) with a strict function: SmolLM2 calls it after five
+    examples, the grammar letting it write text or, once it opens a call, a valid call."""
+    fn = {"name": "get_weather", "description": "Get the current weather in a city", "strict": True,
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                         "required": ["city"], "additionalProperties": False}}
     r = client.chat.completions.create(
         model=NAME, messages=shots() + [{"role": "user", "content": "What is the weather in Paris?"}],
         tools=[{"type": "function", "function": fn}], parallel_tool_calls=False, temperature=0,
@@ -149,32 +156,29 @@ def test_auto_call(client, is_strict):
 
 
 def test_auto_without_call(client):
-    """With auto the model may answer in text: no tool_calls, and the text is the content."""
-    r = client.chat.completions.create(
-        model=NAME, messages=[{"role": "user", "content": "Say hello."}], tools=[strict(WEATHER)],
-        temperature=0, max_tokens=12)
+    """With auto and no strict function nothing constrains the reply; text that makes no call
+    is the content, whole."""
+    r = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Say hello."}],
+                                       tools=[WEATHER], temperature=0, max_tokens=12)
     choice = r.choices[0]
     assert not choice.message.tool_calls
     assert choice.message.content and choice.finish_reason in ("stop", "length")
 
 
 def test_follow_up_with_result(srv, client):
-    """A forced call, then the call and its result sent back: the next turn answers in text,
-    and the prompt carries the result in the template's <tool_response> block."""
-    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
-    first = client.chat.completions.create(model=NAME, messages=messages, tools=[WEATHER],
-                                           tool_choice="required", parallel_tool_calls=False,
-                                           temperature=0, max_tokens=60)
-    msg = first.choices[0].message
+    """The forced call and its result sent back: the next turn answers in text, and the prompt
+    carries the call in a <tool_call> block and the result in a <tool_response> block."""
+    msg = named_call(client).choices[0].message
     (call,) = msg.tool_calls
-    messages += [msg.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": call.id, "content": "22 C and sunny"}]
-    second = client.chat.completions.create(model=NAME, messages=messages, tools=[WEATHER],
+    messages = NAMED["messages"] + [msg.model_dump(exclude_none=True),
+                                    {"role": "tool", "tool_call_id": call.id, "content": "22 C and sunny"}]
+    second = client.chat.completions.create(model=NAME, messages=messages, tools=[WEATHER, TIME],
                                             temperature=0, max_tokens=30)
     assert second.choices[0].message.content
     assert not second.choices[0].message.tool_calls
-    prompt = rendered(srv, {"messages": messages, "tools": [WEATHER]})
-    assert "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " in prompt
+    prompt = rendered(srv, {"messages": messages, "tools": [WEATHER, TIME]})
+    args = json.loads(call.function.arguments)
+    assert f'<tool_call>\n{{"name": "get_weather", "arguments": {json.dumps(args)}}}\n</tool_call>' in prompt
     assert prompt.endswith("<tool_response>\n22 C and sunny\n</tool_response><|im_end|>\n"
                            "<|im_start|>assistant\n")
 
@@ -320,34 +324,43 @@ def renderings():
         return json.load(f)["cases"]
 
 
-@pytest.fixture(scope="module", params=["qwen2.5", "llama3.1"])
-def family_srv(request):
-    """SmolLM2 (Hugging Face form) with a family's own template file as its chat template, so
-    that the server recognises the template as it would the model's."""
+@pytest.fixture(scope="module")
+def family_srv():
+    """family -> SmolLM2 (Hugging Face form) with that family's own template file as its chat
+    template, so that the server recognises the template as it would the model's; each
+    server started when first asked for."""
     hf = hf_model()
     if not hf:
         pytest.skip("SmolLM2's Hugging Face form is not available (tools/fetch-model --hf)")
-    with tempfile.TemporaryDirectory() as d:
-        for f in os.listdir(hf):
-            if f != "chat_template.jinja":
-                os.symlink(os.path.join(hf, f), os.path.join(d, f))
-        template = {"qwen2.5": "qwen2.5-instruct.jinja", "llama3.1": "llama3.1-instruct.jinja"}
-        with open(os.path.join(DATA, template[request.param])) as src, \
-                open(os.path.join(d, "chat_template.jinja"), "w") as dst:
-            dst.write(src.read())
-        s = Server("--model", d)
-        yield request.param, s
+    servers, dirs = {}, []
+
+    def get(family):
+        if family not in servers:
+            d = tempfile.TemporaryDirectory()
+            dirs.append(d)
+            for f in os.listdir(hf):
+                if f != "chat_template.jinja":
+                    os.symlink(os.path.join(hf, f), os.path.join(d.name, f))
+            with open(os.path.join(DATA, TEMPLATES[family])) as src, \
+                    open(os.path.join(d.name, "chat_template.jinja"), "w") as dst:
+                dst.write(src.read())
+            servers[family] = Server("--model", d.name)
+        return servers[family]
+    yield get
+    for s in servers.values():
         assert s.stop() == 0, "".join(s.log)
+    for d in dirs:
+        d.cleanup()
 
 
-def test_forced_call_in_family_format(family_srv):
-    """Each family's call format end to end: a forced call is written in the template's own
-    format (the grammar's), parsed back into tool_calls, and rendered into the next prompt as
-    the template writes calls."""
-    family, s = family_srv
+def test_forced_call_in_llama_format(family_srv):
+    """Llama 3.1's call format end to end (ChatML's is test_follow_up_with_result's): a forced
+    call is written in the template's own format (the grammar's), parsed back into
+    tool_calls, and rendered into the next prompt as the template writes calls."""
+    s = family_srv("llama3.1")
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="none", max_retries=0)
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
-    r = client.chat.completions.create(model=NAME, messages=messages, tools=[WEATHER, TIME],
+    r = client.chat.completions.create(model=NAME, messages=messages, tools=[WEATHER],
                                        tool_choice={"type": "function", "function": {"name": "get_weather"}},
                                        temperature=0, max_tokens=50)
     assert r.choices[0].finish_reason == "tool_calls"
@@ -355,13 +368,15 @@ def test_forced_call_in_family_format(family_srv):
     args = validate(call.function.arguments, schema_of("get_weather"))
     messages += [r.choices[0].message.model_dump(exclude_none=True),
                  {"role": "tool", "tool_call_id": call.id, "content": "22 C"}]
-    prompt = rendered(s, {"messages": messages, "tools": [WEATHER, TIME]})
-    key = "parameters" if family == "llama3.1" else "arguments"
-    assert f'{{"name": "get_weather", "{key}": {json.dumps(args)}}}' in prompt
+    prompt = rendered(s, {"messages": messages, "tools": [WEATHER]})
+    assert (f'<|start_header_id|>assistant<|end_header_id|>\n\n{{"name": "get_weather", '
+            f'"parameters": {json.dumps(args)}}}<|eot_id|><|start_header_id|>ipython'
+            f'<|end_header_id|>\n\n"22 C"<|eot_id|>') in prompt
 
 
-def test_renderings_match_transformers(family_srv, renderings):
-    family, s = family_srv
+@pytest.mark.parametrize("family", ["qwen2.5", "llama3.1"])
+def test_renderings_match_transformers(family_srv, renderings, family):
+    s = family_srv(family)
     cases = [c for c in renderings if c["family"] == family]
     assert len(cases) >= 5
     live = None
