@@ -24,7 +24,8 @@ WEATHER = {"type": "function", "function": {
         "unit": {"enum": ["celsius", "fahrenheit"], "default": "celsius"},
         "days": {"type": "integer", "minimum": 1, "maximum": 16},
         "threshold": {"type": "number", "minimum": 0.1, "maximum": 1e20, "multipleOf": 1e-07},
-        "scale": {"type": "number", "default": 123456.789},
+        "scale": {"type": "number", "default": 123456.789, "examples": [
+            2.0, -0.0001, 0.00001234, 1e16, 9999999999999998.0, 1.5e300, -2.5e-300, 0.1, 100]},
         "tags": {"type": "array", "items": {"type": "string"}, "default": []},
         "extra": {"type": "object", "properties": {}, "default": None},
         "flag": {"type": "boolean", "default": False}},
