@@ -193,7 +193,9 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
         j->tools = calloc((size_t)j->n, sizeof *j->tools);
         bool ok = j->tools && tc__tool_format_of(s->m.chat, &j->tool_format);
         for (int i = 0; ok && i < j->n; i++)
-            ok = (j->tools[i] = tc__tool_parser_create(&j->tool_format)) != NULL;
+            ok = (j->tools[i] = tc__tool_parser_create(
+                      &j->tool_format,
+                      q->parallel_tool_calls && q->tool_choice != TC_OAI_TOOLS_NAMED)) != NULL;
         if (!ok || !tc__tool_grammar(q, &j->tool_format, s->m.tok, &r.grammar, err)) {
             tc_host_free(ids);
             return ok ? false : tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");

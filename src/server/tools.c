@@ -214,7 +214,7 @@ typedef struct call {
     bool announced;
 } call;
 
-enum { P_TEXT, P_HEAD, P_NAME, P_MID, P_ARGS, P_TAIL };
+enum { P_TEXT, P_HEAD, P_NAME, P_MID, P_ARGS, P_TAIL, P_DONE };
 
 struct tc__tool_parser {
     char trigger[32], head[64], mid[64], tail[64];
@@ -233,14 +233,16 @@ struct tc__tool_parser {
     size_t n_name;
     int depth; /* P_ARGS: nesting of the arguments (0: not begun) */
     bool in_string, escape, ended;
+    bool parallel; /* more than one call may be made */
     uint64_t rng;
 };
 
-tc__tool_parser *tc__tool_parser_create(const tc__tool_format *f)
+tc__tool_parser *tc__tool_parser_create(const tc__tool_format *f, bool parallel)
 {
     tc__tool_parser *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
+    p->parallel = parallel;
     size_t tl = trigger_len(f->open);
     if (tl >= sizeof p->trigger)
         tl = sizeof p->trigger - 1;
@@ -430,17 +432,19 @@ static void feed_byte(tc__tool_parser *p, char c)
         return;
     case P_TAIL:
         if (marker_byte(p, p->tail, c, &bad)) {
-            p->st = P_TEXT;
+            p->st = p->parallel ? P_TEXT : P_DONE;
             p->k = p->n_ws = 0;
             p->pend.n = 0;
         } else if (bad) {
             /* Not the template's ending: the call stands as it is, and c is text. */
-            p->st = P_TEXT;
+            p->st = p->parallel ? P_TEXT : P_DONE;
             p->k = p->n_ws = 0;
             p->pend.n = 0;
-            text_byte(p, c);
+            if (p->parallel)
+                text_byte(p, c);
         }
         return;
+    case P_DONE: return;
     }
 }
 
@@ -457,8 +461,8 @@ void tc__tool_parser_end(tc__tool_parser *p)
     p->ended = true;
     if (p->st == P_ARGS && p->depth > 0)
         return; /* cut short: the call keeps what it has */
-    if (p->st == P_TEXT && p->n_calls > 0 && p->n_ws == p->pend.n)
-        return; /* whitespace after the calls */
+    if (p->st == P_DONE || (p->st == P_TEXT && p->n_calls > 0 && p->n_ws == p->pend.n))
+        return; /* what follows the only call, or whitespace after the calls */
     if (p->st == P_TEXT || p->st == P_HEAD || p->st == P_NAME || p->st == P_MID || p->st == P_ARGS)
         give_back(p);
 }

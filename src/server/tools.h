@@ -36,8 +36,10 @@ bool tc__tool_grammar(const tc_oai_request *q, const tc__tool_format *f, const t
 
 typedef struct tc__tool_parser tc__tool_parser;
 
-/* A parser for one choice's text; NULL when out of memory. */
-tc__tool_parser *tc__tool_parser_create(const tc__tool_format *f);
+/* A parser for one choice's text; NULL when out of memory. Without parallel, what follows the
+ * first call is dropped (parallel_tool_calls false promises one call at most, and a reply
+ * not constrained by a grammar may make more). */
+tc__tool_parser *tc__tool_parser_create(const tc__tool_format *f, bool parallel);
 void tc__tool_parser_destroy(tc__tool_parser *p);
 /* Feed the next n bytes of the choice's text. */
 void tc__tool_parser_feed(tc__tool_parser *p, const char *text, size_t n);

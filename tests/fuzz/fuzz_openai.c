@@ -34,9 +34,9 @@ static json_t *joined(json_t *s, const json_t *v)
 
 /* The tool-call parser over text written in pieces of uneven sizes: the drained content and
  * argument fragments are the message's content and arguments. */
-static void parse_calls(const tc__tool_format *f, const char *text, size_t n)
+static void parse_calls(const tc__tool_format *f, bool parallel, const char *text, size_t n)
 {
-    tc__tool_parser *p = tc__tool_parser_create(f);
+    tc__tool_parser *p = tc__tool_parser_create(f, parallel);
     if (!p)
         return;
     json_t *content = json_string(""), *args = json_array();
@@ -69,7 +69,8 @@ static void parse_calls(const tc__tool_format *f, const char *text, size_t n)
     json_t *c, *calls;
     tc__tool_parser_message(p, &c, &calls);
     if (json_array_size(calls) != json_array_size(args) ||
-        (int)json_array_size(args) != tc__tool_parser_calls(p))
+        (int)json_array_size(args) != tc__tool_parser_calls(p) ||
+        (!parallel && json_array_size(args) > 1))
         abort();
     for (size_t i = 0; i < json_array_size(args); i++)
         if (!json_equal(
@@ -129,7 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 } else if (r.tools && (e.status < 400 || !e.message[0])) {
                     abort();
                 }
-                parse_calls(&f, (const char *)data, size);
+                parse_calls(&f, r.parallel_tool_calls, (const char *)data, size);
             }
             if (r.json_schema || r.json_object) {
                 char why[320] = "";
