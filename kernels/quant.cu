@@ -450,12 +450,20 @@ template <int I, int N, typename F> __device__ __forceinline__ void each(F &&f)
 // can be, first(f) where plane f's begin in a row's share of the stage.
 template <int DT> struct Step {
     static constexpr Layout L = layout(DT);
-    static constexpr int S = L.block == 32 ? 4 : 1, CPB = L.block / 32;
+    // Steps of 256 elements (Q8_0: 128), whose fixed costs (the copies' addresses, the wait) the
+    // chunks share; at most 3584 bytes for 16 rows.
+    static constexpr int S = L.block == 32 ? (DT == Q8_0 ? 4 : 8) : 1, CPB = L.block / 32;
     __host__ __device__ static constexpr int align(int v) { return v % 16 == 0 ? 16 : v % 8 == 0 ? 8 : v % 4 == 0 ? 4 : v % 2 == 0 ? 2 : 1; }
     __host__ __device__ static constexpr int units(int f) { return (16 - align(L.f[f].size) + S * L.f[f].size + 15) / 16; }
     __host__ __device__ static constexpr int first(int f) { return f == 0 ? 0 : first(f - 1) + units(f - 1); }
     static constexpr int row_bytes = 16 * first(L.nf), bytes = 16 * row_bytes;
 };
+
+// A 16-byte cp.async to a shared-memory address.
+__device__ __forceinline__ void cp_async16_s(uint32_t to, const void *from)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(from));
+}
 
 // cp.async.wait_group for a run-time n (0 to 5; more waits as for 5, which waits for more).
 __device__ __forceinline__ void wait_copies(int n)
@@ -487,13 +495,17 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
     const int64_t tiles = (n + 15) / 16,
                   mine = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0, total = mine * H * my;
     uint8_t *ring = sm + warp * nst * G::bytes;
+    // The ring's shared-memory address (32 bits: cp.async takes no generic address), and n in
+    // 32 bits (rows fit: a tensor has fewer than 2^32 blocks).
+    const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring), n32 = (uint32_t)n;
 
     // The next step to copy: its number, ring slot, tile, half (gate or up) and step.
-    int64_t li = 0, ltile = blockIdx.x;
+    int64_t li = 0;
+    uint32_t ltile = blockIdx.x;
     int lslot = 0, lh = 0, ls = 0;
     auto issue = [&]() {
         if (li < total) {
-            uint8_t *dst = ring + lslot * G::bytes;
+            const uint32_t dst = ring_s + lslot * G::bytes, row0 = ltile * 16, hoff = lh ? n32 : 0;
             const uint32_t b0 = (uint32_t)(s0 + ls) * S, cnt = min((uint32_t)S, nb - b0);
             each<0, L.nf>([&](auto F) {
                 constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
@@ -501,11 +513,17 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                 for (int i = 0; i < (16 * U + 31) / 32; i++) {
                     const int slot = lane + 32 * i, r = slot / U, u = slot % U;
                     if (16 * U % 32 == 0 || slot < 16 * U) {
-                        const int64_t row = (ltile * 16 + r < n ? ltile * 16 + r : 0) + (lh ? n : 0);
-                        const uint64_t at = (uint64_t)((uint32_t)row * nb + b0) * size,
-                                       start = (at & ~(uint64_t)15) + 16 * u;
-                        if (start < at + cnt * size)
-                            tc::cp_async16(dst + r * RB + 16 * (G::first(f) + u), P.p[f] + start, true);
+                        const uint32_t row = (row0 + r < n32 ? row0 + r : 0) + hoff, blk = row * nb + b0;
+                        const uint32_t to = dst + r * RB + 16 * (G::first(f) + u);
+                        if constexpr (size % 16 == 0) {
+                            // Whole units from the first: only a row's last, short step has fewer.
+                            if (S == 1 || u < cnt * (size / 16))
+                                cp_async16_s(to, P.p[f] + (uint64_t)blk * size + 16 * u);
+                        } else {
+                            const uint64_t at = (uint64_t)blk * size, start = (at & ~(uint64_t)15) + 16 * u;
+                            if (start < at + cnt * size)
+                                cp_async16_s(to, P.p[f] + start);
+                        }
                     }
                 }
             });
@@ -532,10 +550,10 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
     const T *xr = x + (xin ? g : 0) * xs + p * 8;
     auto load_x = [&](int s, uint4(&xx)[CPS]) {
         const uint32_t c0 = (uint32_t)(s0 + s) * CPS;
+        const uint4 *xc = reinterpret_cast<const uint4 *>(xr + (size_t)c0 * 32);
 #pragma unroll
         for (int i = 0; i < CPS; i++)
-            xx[i] = xin && c0 + i < nb * CPB ? *reinterpret_cast<const uint4 *>(xr + (int64_t)(c0 + i) * 32)
-                                              : make_uint4(0, 0, 0, 0);
+            xx[i] = xin && c0 + i < nb * CPB ? xc[4 * i] : make_uint4(0, 0, 0, 0);
     };
     uint4 xa[CPS];
     load_x(0, xa);

@@ -136,7 +136,7 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     code = "\n".join(line.split("//")[0] for line in mma[:mma.index("tc::await_inputs();")].splitlines())
     for touched in (r"\bout\b", r"(?<![.\w])x\b", r"\bxr\b", r"\bred\b\["):
         assert not re.search(touched, code), f"quant mma_rows touches {touched!r} before it waits"
-    assert "cp_async16(" in code
+    assert "cp_async16_s(" in code
     body = open(os.path.join(ROOT, "kernels", "attention.cu")).read()
     decode = body[body.index("__device__ void decode("):]
     head = decode[:decode.index("{") + 1]

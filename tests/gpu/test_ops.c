@@ -453,7 +453,7 @@ static void linear_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n
     tc_linear_opts o = { swiglu, acc, norm, eps };
     CHECK(tc_linear(&go, &gx, &gw, &o));
     CHECK(tc_linear(&co, &cx, &cw, &o));
-    double *want = malloc(sizeof(double) * (size_t)(m * n)),
+    double *want = calloc((size_t)(m * n), sizeof(double)),
            *xn = norm ? ref_rms_rows(xv, m, k, eps) : NULL;
     ref_linear(want, norm ? xn : xv, wv, swiglu, ov, m, n, k);
     char what[112];
