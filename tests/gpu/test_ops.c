@@ -499,6 +499,10 @@ static void quantised(rng_t *r)
             matmul_case(r, TC_DTYPE_F32, q, ms[mi], 999, k, TC_GEMM_AUTO, "decode, f32", false);
         }
         matmul_case(r, TC_DTYPE_F16, q, 5, 333, k, TC_GEMM_AUTO, "decode", false);
+        /* More 16-row tiles than blocks (264 on the H100): blocks that take several, their
+         * copies running ahead from one tile into the next. */
+        matmul_case(r, TC_DTYPE_BF16, q, 1, 5000, k, TC_GEMM_AUTO, "decode, tiles a block", false);
+        linear_case(r, TC_DTYPE_BF16, q, 2, 4500, k, 1, false);
         matmul_case(r, TC_DTYPE_BF16, q, 77, 5000, 4096, TC_GEMM_CUBLAS, "dequantised tiles",
                     false);
         matmul_case(r, TC_DTYPE_F32, q, 9, 300, k, TC_GEMM_AUTO, "dequantised tiles, f32", false);
