@@ -218,6 +218,44 @@ __device__ __forceinline__ void rope_rotate(float &a, float &b, float c, float s
     b = x1 * c + x0 * s;
 }
 
+// The tensor-core matrix-vector kernels' tile of out (16 weight rows x 8 rows of x): each of a
+// block's W warps leaves its m16n8 sums (acc, in mma16816's C layout) in red[warp], the up
+// half's in red2 under SwiGLU; put_sums stores them, store_tile adds the warps' in warp order
+// (a fixed order: the same bits every run) and writes rows [16 tile, 16 tile + 16) of the
+// columns below m, applying SwiGLU (silu(gate) * up) and the accumulation into out when asked.
+template <int W> __device__ __forceinline__ void put_sums(float (&red)[W][16][8], int warp, const float (&acc)[4])
+{
+    const int g = (threadIdx.x & 31) >> 2, p = threadIdx.x & 3;
+    red[warp][g][2 * p] = acc[0];
+    red[warp][g][2 * p + 1] = acc[1];
+    red[warp][g + 8][2 * p] = acc[2];
+    red[warp][g + 8][2 * p + 1] = acc[3];
+}
+template <typename T, int W>
+__device__ __forceinline__ void store_tile(T *out, const float (&red)[W][16][8], const float (&red2)[W][16][8],
+                                           int64_t tile, int m, int64_t n, int64_t os, bool swiglu, bool accumulate)
+{
+    if (threadIdx.x < 128) {
+        const int row = threadIdx.x >> 3, col = threadIdx.x & 7;
+        const int64_t r = tile * 16 + row;
+        if (col < m && r < n) {
+            float v = 0.0f, up = 0.0f;
+#pragma unroll
+            for (int i = 0; i < W; i++) {
+                v += red[i][row][col];
+                if (swiglu)
+                    up += red2[i][row][col];
+            }
+            if (swiglu)
+                v = v / (1.0f + expf(-v)) * up;
+            T *o = out + col * os + r;
+            if (accumulate)
+                v += to_f32(*o);
+            *o = from_f32<T>(v);
+        }
+    }
+}
+
 // Programmatic dependent launch (compute capability 9.0+; a no-op before that, and when the
 // launch did not ask for it: tc_stream_set_overlap). Every kernel calls await_inputs() before it
 // touches memory that an earlier kernel on its stream writes or reads; only reads of data that no

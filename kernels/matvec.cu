@@ -417,32 +417,10 @@ __device__ void mma_rows(T *out, const T *x, const T *w, int m, int64_t n, int64
                 }
         }
 #pragma unroll
-        for (int h = 0; h < NW / 2; h++) {
-            red[h][warp][g][2 * p] = acc[h][0];
-            red[h][warp][g][2 * p + 1] = acc[h][1];
-            red[h][warp][g + 8][2 * p] = acc[h][2];
-            red[h][warp][g + 8][2 * p + 1] = acc[h][3];
-        }
+        for (int h = 0; h < NW / 2; h++)
+            tc::put_sums(red[h], warp, acc[h]);
         __syncthreads();
-        if (threadIdx.x < 128) {
-            const int row = threadIdx.x >> 3, col = threadIdx.x & 7;
-            const int64_t r = tile * 16 + row;
-            if (col < m && r < n) {
-                float v = 0.0f, up = 0.0f;
-#pragma unroll
-                for (int i = 0; i < kMmaWarps; i++) {
-                    v += red[0][i][row][col];
-                    if constexpr (SWIGLU)
-                        up += red[NW / 2 - 1][i][row][col];
-                }
-                if constexpr (SWIGLU)
-                    v = v / (1.0f + expf(-v)) * up;
-                T *o = out + col * os + r;
-                if (flags & kAccumulate)
-                    v += tc::to_f32(*o);
-                *o = tc::from_f32<T>(v);
-            }
-        }
+        tc::store_tile<T>(out, red[0], red[NW / 2 - 1], tile, m, n, os, SWIGLU, flags & kAccumulate);
         __syncthreads();
     }
 }

@@ -628,31 +628,10 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                 for (int i = 0; i < CPS; i++)
                     xa[i] = xb[i];
             }
-            red[h][warp][g][2 * p] = acc[0];
-            red[h][warp][g][2 * p + 1] = acc[1];
-            red[h][warp][g + 8][2 * p] = acc[2];
-            red[h][warp][g + 8][2 * p + 1] = acc[3];
+            tc::put_sums(red[h], warp, acc);
         }
         __syncthreads();
-        if (threadIdx.x < 128) {
-            const int row = threadIdx.x >> 3, col = threadIdx.x & 7;
-            const int64_t r = tile * 16 + row;
-            if (col < m && r < n) {
-                float v = 0.0f, up = 0.0f;
-#pragma unroll
-                for (int i = 0; i < kWarps; i++) {
-                    v += red[0][i][row][col];
-                    if (swiglu)
-                        up += red[1][i][row][col];
-                }
-                if (swiglu)
-                    v = v / (1.0f + expf(-v)) * up;
-                T *o = out + col * os + r;
-                if (flags & 2)
-                    v += tc::to_f32(*o);
-                *o = tc::from_f32<T>(v);
-            }
-        }
+        tc::store_tile<T>(out, red[0], red[1], tile, m, n, os, swiglu, flags & 2);
         __syncthreads();
     }
 }
