@@ -711,7 +711,7 @@ static inline tc_status tc_launch_matvec_mma_bf16(tc_launch_config cfg, tc_bf16 
     tc_launch_matvec_mma_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:668 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
+/* kernels/quant.cu:662 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
 static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes, uint8_t *blocks, int32_t dtype, int64_t total, int64_t first, int64_t n, int32_t to_planes)
 {
     void *args[] = {&planes, &blocks, &dtype, &total, &first, &n, &to_planes};
@@ -722,7 +722,7 @@ static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes,
     tc_launch_qrepack((cfg), TC__KARG(uint8_t *, planes), TC__KARG(uint8_t *, blocks), TC__KARG(int32_t, dtype), TC__KARG(int64_t, total), TC__KARG(int64_t, first), TC__KARG(int64_t, n), TC__KARG(int32_t, to_planes))
 #endif
 
-/* kernels/quant.cu:700 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
+/* kernels/quant.cu:694 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
 static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -733,7 +733,7 @@ static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out,
     tc_launch_qdequant_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:706 tc_k_qdequant_f16 */
+/* kernels/quant.cu:700 tc_k_qdequant_f16 */
 static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -744,7 +744,7 @@ static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qdequant_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:712 tc_k_qdequant_bf16 */
+/* kernels/quant.cu:706 tc_k_qdequant_bf16 */
 static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -755,7 +755,7 @@ static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qdequant_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:723 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
+/* kernels/quant.cu:717 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
 static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -766,7 +766,7 @@ static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, 
     tc_launch_qmatvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:738 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
+/* kernels/quant.cu:732 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
 static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -777,7 +777,7 @@ static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:744 tc_k_qmv_q4_0_bf16 */
+/* kernels/quant.cu:738 tc_k_qmv_q4_0_bf16 */
 static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -788,7 +788,7 @@ static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:750 tc_k_qmv_q4_1_f16 */
+/* kernels/quant.cu:744 tc_k_qmv_q4_1_f16 */
 static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -799,7 +799,7 @@ static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:756 tc_k_qmv_q4_1_bf16 */
+/* kernels/quant.cu:750 tc_k_qmv_q4_1_bf16 */
 static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -810,7 +810,7 @@ static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:762 tc_k_qmv_q5_0_f16 */
+/* kernels/quant.cu:756 tc_k_qmv_q5_0_f16 */
 static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -821,7 +821,7 @@ static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:768 tc_k_qmv_q5_0_bf16 */
+/* kernels/quant.cu:762 tc_k_qmv_q5_0_bf16 */
 static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -832,7 +832,7 @@ static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:774 tc_k_qmv_q5_1_f16 */
+/* kernels/quant.cu:768 tc_k_qmv_q5_1_f16 */
 static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -843,7 +843,7 @@ static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:780 tc_k_qmv_q5_1_bf16 */
+/* kernels/quant.cu:774 tc_k_qmv_q5_1_bf16 */
 static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -854,7 +854,7 @@ static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:786 tc_k_qmv_q8_0_f16 */
+/* kernels/quant.cu:780 tc_k_qmv_q8_0_f16 */
 static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -865,7 +865,7 @@ static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q8_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:792 tc_k_qmv_q8_0_bf16 */
+/* kernels/quant.cu:786 tc_k_qmv_q8_0_bf16 */
 static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -876,7 +876,7 @@ static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q8_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:798 tc_k_qmv_q2_k_f16 */
+/* kernels/quant.cu:792 tc_k_qmv_q2_k_f16 */
 static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -887,7 +887,7 @@ static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q2_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:804 tc_k_qmv_q2_k_bf16 */
+/* kernels/quant.cu:798 tc_k_qmv_q2_k_bf16 */
 static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -898,7 +898,7 @@ static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q2_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:810 tc_k_qmv_q3_k_f16 */
+/* kernels/quant.cu:804 tc_k_qmv_q3_k_f16 */
 static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -909,7 +909,7 @@ static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q3_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:816 tc_k_qmv_q3_k_bf16 */
+/* kernels/quant.cu:810 tc_k_qmv_q3_k_bf16 */
 static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -920,7 +920,7 @@ static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q3_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:822 tc_k_qmv_q4_k_f16 */
+/* kernels/quant.cu:816 tc_k_qmv_q4_k_f16 */
 static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -931,7 +931,7 @@ static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:828 tc_k_qmv_q4_k_bf16 */
+/* kernels/quant.cu:822 tc_k_qmv_q4_k_bf16 */
 static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -942,7 +942,7 @@ static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:834 tc_k_qmv_q5_k_f16 */
+/* kernels/quant.cu:828 tc_k_qmv_q5_k_f16 */
 static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -953,7 +953,7 @@ static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:840 tc_k_qmv_q5_k_bf16 */
+/* kernels/quant.cu:834 tc_k_qmv_q5_k_bf16 */
 static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -964,7 +964,7 @@ static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:846 tc_k_qmv_q6_k_f16 */
+/* kernels/quant.cu:840 tc_k_qmv_q6_k_f16 */
 static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -975,7 +975,7 @@ static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q6_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:852 tc_k_qmv_q6_k_bf16 */
+/* kernels/quant.cu:846 tc_k_qmv_q6_k_bf16 */
 static inline tc_status tc_launch_qmv_q6_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
