@@ -428,7 +428,7 @@ __device__ void simt_rows(float *out, const float *x, const void *w, int m, int6
 // 0) the block takes the 16 up rows (n on) after the gate rows; bit 1 adds to out.
 constexpr int kWarps = 8;
 
-// Calls f(Int<I>) for I in [I0, N).
+// Calls f(Int<i>) for each i in [I, N).
 template <int I, int N, typename F> __device__ __forceinline__ void each(F &&f)
 {
     if constexpr (I < N) {

@@ -205,8 +205,8 @@ tc_status tc__quant_gemm(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
     /* Tiles of equal rows (a multiple of 128 where the workspace allows), not a full one and a
      * sliver. */
     int64_t cap = (int64_t)(bytes / tc_dtype_bytes(x->dtype, k)), count = (n + cap - 1) / cap,
-            tile = (n + count - 1) / count;
-    tile = (tile + 127) / 128 * 128 <= cap ? (tile + 127) / 128 * 128 : tile;
+            tile = (n + count - 1) / count, round = (tile + 127) / 128 * 128;
+    tile = round <= cap ? round : tile;
     CUdeviceptr ws;
     TC_TRY(tc__backend_workspace(b, bytes, &ws));
     for (int64_t r0 = 0; r0 < n; r0 += tile) {

@@ -57,4 +57,10 @@ tc_status tc__module_ensure(tc_context *ctx);
 /* Unload ctx's kernels (the last release). */
 void tc__module_unload(tc_context *ctx);
 
+/* f's parameter count and the sizes of its first `cap` parameters, from cuFuncGetParamInfo
+ * (which the caller has checked the driver has): what the kernel checks of module.c, kmodule.c
+ * and rtc.c compare with their launchers'. */
+#define TC__PARAMS_MAX 256
+tc_status tc__param_sizes(CUfunction f, size_t *sizes, unsigned cap, unsigned *count);
+
 #endif /* TC_RUNTIME_INTERNAL_H */

@@ -21,21 +21,15 @@ struct tc_kmodule {
 static tc_status check_params(tc_kmodule *m, unsigned i)
 {
     const tc_kernel_info *k = &m->spec->kernels[i];
+    size_t have[TC__PARAMS_MAX];
     char why[160] = "";
     unsigned n = 0;
-    for (;; n++) {
-        size_t off = 0, size = 0;
-        tc_status s = tc_cuFuncGetParamInfo(m->funcs[i], n, &off, &size);
-        if (s == TC_CUDA_ERROR_INVALID_VALUE)
-            break;
-        if (s != TC_OK)
-            return s;
-        if (n < k->nparams && size != k->param_sizes[n] && why[0] == '\0')
+    TC_TRY(tc__param_sizes(m->funcs[i], have, TC__PARAMS_MAX, &n));
+    for (unsigned j = 0; j < n && j < k->nparams && j < TC__PARAMS_MAX && why[0] == '\0'; j++)
+        if (have[j] != k->param_sizes[j])
             snprintf(why, sizeof why,
-                     "parameter %u (%s) is %zu bytes in the image, %u in the launcher", n + 1,
-                     k->param_names[n], size, (unsigned)k->param_sizes[n]);
-    }
-    tc_clear_error();
+                     "parameter %u (%s) is %zu bytes in the image, %u in the launcher", j + 1,
+                     k->param_names[j], have[j], (unsigned)k->param_sizes[j]);
     if (n != k->nparams && why[0] == '\0')
         snprintf(why, sizeof why, "the image's kernel takes %u parameters, the launcher %u", n,
                  k->nparams);

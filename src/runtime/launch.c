@@ -22,6 +22,8 @@ static tc_status bad_launch(tc_kernel_id id, const tc_launch_config *cfg, tc_sta
  * for the occupancy calculator alike; done once for each larger size. */
 static tc_status allow_shared(tc_context *c, tc_kernel_id id, uint32_t bytes)
 {
+    if ((int64_t)bytes <= atomic_load(&c->func_dyn_shared[id]))
+        return TC_OK;
     TC_TRY(tc_cuFuncSetAttribute(c->funcs[id], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                  (int)bytes));
     atomic_store(&c->func_dyn_shared[id], (int)bytes);
@@ -117,8 +119,7 @@ tc_status tc_launch_blocks_per_sm(tc_context *ctx, tc_kernel_id id, int block, s
     TC_TRY(tc_module_function(ctx, id, &f));
     TC_TRY(tc__context_enter(ctx));
     /* The calculator counts no block of a kernel not yet allowed that much shared memory. */
-    if ((int64_t)shared_bytes > atomic_load(&ctx->func_dyn_shared[id]) &&
-        (int64_t)shared_bytes <= ctx->max_shared_optin - ctx->func_static_shared[id])
+    if ((int64_t)shared_bytes <= ctx->max_shared_optin - ctx->func_static_shared[id])
         TC_TRY(allow_shared(ctx, id, (uint32_t)shared_bytes));
     return tc_cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, f, block, shared_bytes);
 }

@@ -36,26 +36,38 @@ __attribute__((format(printf, 3, 4))) static tc_status fail_load(tc_context *c, 
     return st;
 }
 
+tc_status tc__param_sizes(CUfunction f, size_t *sizes, unsigned cap, unsigned *count)
+{
+    unsigned n = 0;
+    for (;; n++) {
+        size_t off = 0, size = 0;
+        tc_status s = tc_cuFuncGetParamInfo(f, n, &off, &size);
+        if (s == TC_CUDA_ERROR_INVALID_VALUE)
+            break; /* past the last parameter */
+        if (s != TC_OK)
+            return s;
+        if (n < cap)
+            sizes[n] = size;
+    }
+    tc_clear_error();
+    *count = n;
+    return TC_OK;
+}
+
 /* Compare the fatbin's parameter list of kernel i with the generated one. */
 static tc_status check_params(tc_context *c, int i)
 {
     const tc_kernel_info *k = &tc_kernel_table[i];
+    size_t have[TC__PARAMS_MAX];
     unsigned n = 0;
     char why[160] = "";
-    for (;; n++) {
-        size_t off = 0, size = 0;
-        tc_status s = tc_cuFuncGetParamInfo(c->funcs[i], n, &off, &size);
-        if (s == TC_CUDA_ERROR_INVALID_VALUE)
-            break;
-        if (s != TC_OK)
-            return s;
-        if (n < k->nparams && size != k->param_sizes[n] && why[0] == '\0')
+    TC_TRY(tc__param_sizes(c->funcs[i], have, TC__PARAMS_MAX, &n));
+    for (unsigned j = 0; j < n && j < k->nparams && j < TC__PARAMS_MAX && why[0] == '\0'; j++)
+        if (have[j] != k->param_sizes[j])
             snprintf(why, sizeof why,
                      "parameter %u (%s) is %zu bytes in the fatbin, %u in the "
                      "launcher",
-                     n + 1, k->param_names[n], size, (unsigned)k->param_sizes[n]);
-    }
-    tc_clear_error();
+                     j + 1, k->param_names[j], have[j], (unsigned)k->param_sizes[j]);
     if (n != k->nparams && why[0] == '\0')
         snprintf(why, sizeof why, "the fatbin's kernel takes %u parameters, the launcher %u", n,
                  k->nparams);

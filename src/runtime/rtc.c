@@ -243,20 +243,15 @@ tc_status tc_rtc_launch(tc_rtc *p, const char *kernel, const tc_launch_config *c
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, kernel,
                             "launching %s: the stream is missing or of another context", kernel);
     if (tc_available("cuFuncGetParamInfo")) {
+        size_t have[TC__PARAMS_MAX];
         unsigned n = 0;
-        for (;; n++) {
-            size_t off = 0, size = 0;
-            tc_status s = tc_cuFuncGetParamInfo(f, n, &off, &size);
-            if (s == TC_CUDA_ERROR_INVALID_VALUE)
-                break;
-            TC_TRY(s);
-            if (n < n_args && sizes[n] != size)
+        TC_TRY(tc__param_sizes(f, have, TC__PARAMS_MAX, &n));
+        for (unsigned j = 0; j < n && j < n_args && j < TC__PARAMS_MAX; j++)
+            if (sizes[j] != have[j])
                 return tc_set_error(TC_ERR_KERNEL_MISMATCH, kernel,
                                     "launching %s (%s): argument %u is %zu bytes, the kernel's "
                                     "parameter %zu",
-                                    kernel, p->name, n + 1, sizes[n], size);
-        }
-        tc_clear_error();
+                                    kernel, p->name, j + 1, sizes[j], have[j]);
         if (n != n_args)
             return tc_set_error(TC_ERR_KERNEL_MISMATCH, kernel,
                                 "launching %s (%s) with %u arguments; the kernel takes %u", kernel,
