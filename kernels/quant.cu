@@ -245,11 +245,99 @@ __device__ __forceinline__ uint32_t pair_of(uint32_t w, uint32_t sel, int bias, 
 
 // Types whose scale covers each chunk of 32 elements that a tensor-core step takes: their
 // integers go into the products as they are (exact in 16 bits), the scale and offset are
-// applied to each chunk's f32 sums. The others (scales per 16) fold theirs into the weights.
+// applied to each chunk's f32 sums. The others (scales per 16) take kHalfScale's path below in
+// decode, and fold their scales into the weights where dequantised to 16 bits (batched, tiles).
 template <int DT> constexpr bool kChunkScale = DT == Q4_0 || DT == Q4_1 || DT == Q5_0 || DT == Q5_1 || DT == Q8_0 ||
                                                DT == Q4_K || DT == Q5_K;
 template <int DT> constexpr bool kHasOff = DT == Q4_1 || DT == Q5_1 || DT == Q2_K || DT == Q4_K || DT == Q5_K;
 
+
+// Types whose scales cover 16 elements (Q2_K, Q3_K, Q6_K): their integers go into the products
+// as they are too, each product covering one scale group, so that the two sums of a chunk are
+// scaled apart. Lane p then takes elements 4p .. 4p + 3 of the chunk's first half and of its
+// second (fetch_halves: a quad of each, of the same bytes and shifts), x the same ones.
+template <int DT> constexpr bool kHalfScale = DT == Q2_K || DT == Q3_K || DT == Q6_K;
+
+// Lane p's two quads of chunk c (elements 32c + 4p .. + 3 and 32c + 16 + 4p .. + 3) of block
+// blk, with the scale bytes of the chunk's two groups.
+template <int DT, typename I = int64_t> __device__ __forceinline__ Raw fetch_halves(const Planes &P, I blk, int c, int p)
+{
+    Raw r;
+    const int n = c >> 2, q4 = c & 3;
+    if constexpr (DT == Q6_K) {
+        const uint8_t *ql = P.p[0] + (uint64_t)blk * 128 + n * 64 + (q4 & 1) * 32 + 4 * p,
+                      *qh = P.p[1] + (uint64_t)blk * 64 + n * 32 + 4 * p;
+        r.q = make_uint2(ld4(ql), ld4(ql + 16));
+        r.e[0] = ld4(qh);
+        r.e[1] = ld4(qh + 16);
+        r.e[2] = ld2(P.p[2] + (uint64_t)blk * 16 + 2 * c);
+        r.e[3] = ld2(P.p[3] + (uint64_t)blk * 2);
+    } else {
+        const uint8_t *qs = P.p[0] + (uint64_t)blk * 64 + n * 32 + 4 * p;
+        r.q = make_uint2(ld4(qs), ld4(qs + 16));
+        if constexpr (DT == Q2_K) {
+            r.e[0] = ld2(P.p[1] + (uint64_t)blk * 16 + 2 * c);
+            r.e[1] = ld4(P.p[2] + (uint64_t)blk * 4);
+        } else {
+            const uint8_t *hm = P.p[1] + (uint64_t)blk * 32 + 4 * p, *sc = P.p[2] + (uint64_t)blk * 12;
+            r.e[0] = ld4(hm);
+            r.e[1] = ld4(hm + 16);
+            r.e[2] = ld2(sc + ((2 * c) & 7));
+            r.e[3] = ld2(sc + 8 + ((2 * c) & 3));
+            r.e[4] = ld2(P.p[3] + (uint64_t)blk * 2);
+        }
+    }
+    return r;
+}
+
+// The two quads as small unsigned integers (the first half's in b.x), and each half's scale
+// and offset: w = s[h] (b - bias) + off[h].
+struct Ints2 {
+    uint2 b;
+    int bias;
+    float s[2], off[2];
+};
+template <int DT> __device__ __forceinline__ Ints2 ints_halves(const Raw &r, int c)
+{
+    Ints2 o;
+    const int q4 = c & 3;
+    if constexpr (DT == Q6_K) {
+        const int sl = 4 * (q4 >> 1), sh = 2 * q4;
+        o.b = make_uint2(((r.q.x >> sl) & 0x0f0f0f0fu) | (((r.e[0] >> sh) & 0x03030303u) << 4),
+                         ((r.q.y >> sl) & 0x0f0f0f0fu) | (((r.e[1] >> sh) & 0x03030303u) << 4));
+        o.bias = 32;
+        const float d = half_lo(r.e[3]);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            o.s[h] = d * (small_float(((r.e[2] >> (8 * h)) & 0xff) ^ 0x80) - 128.0f);
+            o.off[h] = 0.0f;
+        }
+    } else if constexpr (DT == Q2_K) {
+        o.b = make_uint2((r.q.x >> (2 * q4)) & 0x03030303u, (r.q.y >> (2 * q4)) & 0x03030303u);
+        o.bias = 0;
+        const float d = half_lo(r.e[1]), dmin = half_hi(r.e[1]);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t sc = (r.e[0] >> (8 * h)) & 0xff;
+            o.s[h] = d * small_float(sc & 15);
+            o.off[h] = -dmin * small_float(sc >> 4);
+        }
+    } else {
+        const int n = c >> 2, sh = 4 * n + q4, s = 2 * c;
+        o.b = make_uint2(((r.q.x >> (2 * q4)) & 0x03030303u) | (((r.e[0] >> sh) & 0x01010101u) << 2),
+                         ((r.q.y >> (2 * q4)) & 0x03030303u) | (((r.e[1] >> sh) & 0x01010101u) << 2));
+        o.bias = 4;
+        const float d = half_lo(r.e[4]);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t lo_b = (r.e[2] >> (8 * h)) & 0xff, hi_b = (r.e[3] >> (8 * h)) & 0xff;
+            const uint32_t lo = s < 8 ? lo_b & 15 : lo_b >> 4, hi = (hi_b >> (2 * (s >> 2))) & 3;
+            o.s[h] = d * (small_float(lo | (hi << 4)) - 32.0f);
+            o.off[h] = 0.0f;
+        }
+    }
+    return o;
+}
 // The integers (b - bias) of q as four pairs of T, exact. Q8_0's do not fit bf16's magic
 // number: they go through f32 (exact there, and as bf16 too: 8 significant bits).
 template <typename T, int DT> __device__ __forceinline__ uint4 frag_int(const Ints &q)
@@ -288,6 +376,21 @@ template <typename T, int DT> __device__ __forceinline__ uint4 frag(const Raw &r
         return { pair_of<T>(q.b.x, 0x4140, q.bias, s2, o2, has_off), pair_of<T>(q.b.x, 0x4342, q.bias, s2, o2, has_off),
                  pair_of<T>(q.b.y, 0x4140, q.bias, s2, o2, has_off), pair_of<T>(q.b.y, 0x4342, q.bias, s2, o2, has_off) };
     }
+}
+
+// The same weights computed in f32 and rounded once (frag rounds the scale and offset to T
+// first, then their product): what the batched kernel multiplies, whose dequantising cost its
+// many columns of x share, and which thereby matches the tiles handed to cuBLAS.
+template <typename T, int DT> __device__ __forceinline__ uint4 frag_f32(const Raw &r, int j)
+{
+    const Ints q = ints<DT>(r, j);
+    const float base = 8388608.0f + (float)q.bias;
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        v[i] = fmaf(__int_as_float(0x4b000000 | byte_of(q.b, i)) - base, q.s, q.off);
+    return { tc::pack2<T>(v[0], v[1]), tc::pack2<T>(v[2], v[3]), tc::pack2<T>(v[4], v[5]),
+             tc::pack2<T>(v[6], v[7]) };
 }
 
 // Group j of block blk, loaded and decoded to f32: each byte made an exact float by the
@@ -442,11 +545,11 @@ template <int I, int N, typename F> __device__ __forceinline__ void each(F &&f)
 // may start up to 16 - a bytes early (a: the largest power of two up to 16 dividing the field's
 // size, so dividing every block's offset), which the reads then skip. units(f) is how many that
 // can be, first(f) where plane f's begin in a row's share of the stage.
-template <int DT> struct Step {
+template <int DT, int SS = 0> struct Step {
     static constexpr Layout L = layout(DT);
     // Steps of 256 elements (Q8_0: 128), whose fixed costs (the copies' addresses, the wait) the
-    // chunks share; at most 3584 bytes for 16 rows.
-    static constexpr int S = L.block == 32 ? (DT == Q8_0 ? 4 : 8) : 1, CPB = L.block / 32;
+    // chunks share; at most 3584 bytes for 16 rows. SS (> 0) sets the blocks a step instead.
+    static constexpr int S = SS > 0 ? SS : L.block == 32 ? (DT == Q8_0 ? 4 : 8) : 1, CPB = L.block / 32;
     __host__ __device__ static constexpr int align(int v) { return v % 16 == 0 ? 16 : v % 8 == 0 ? 8 : v % 4 == 0 ? 4 : v % 2 == 0 ? 2 : 1; }
     __host__ __device__ static constexpr int units(int f) { return (16 - align(L.f[f].size) + S * L.f[f].size + 15) / 16; }
     __host__ __device__ static constexpr int first(int f) { return f == 0 ? 0 : first(f - 1) + units(f - 1); }
@@ -541,13 +644,21 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
     // step is s + 1, or the first again for the next half or tile.
     constexpr int CPS = S * CPB;
     const bool xin = g < m;
-    const T *xr = x + (xin ? g : 0) * xs + p * 8;
+    const T *xr = x + (xin ? g : 0) * xs + p * (kHalfScale<DT> ? 4 : 8);
     auto load_x = [&](int s, uint4(&xx)[CPS]) {
         const uint32_t c0 = (uint32_t)(s0 + s) * CPS;
-        const uint4 *xc = reinterpret_cast<const uint4 *>(xr + (size_t)c0 * 32);
+        const T *xc = xr + (size_t)c0 * 32;
 #pragma unroll
-        for (int i = 0; i < CPS; i++)
-            xx[i] = xin && c0 + i < nb * CPB ? xc[4 * i] : make_uint4(0, 0, 0, 0);
+        for (int i = 0; i < CPS; i++) {
+            const bool in = xin && c0 + i < nb * CPB;
+            if constexpr (kHalfScale<DT>) {
+                const uint2 lo = in ? *reinterpret_cast<const uint2 *>(xc + 32 * i) : make_uint2(0, 0),
+                            hi = in ? *reinterpret_cast<const uint2 *>(xc + 32 * i + 16) : make_uint2(0, 0);
+                xx[i] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+            } else {
+                xx[i] = in ? *reinterpret_cast<const uint4 *>(xc + 32 * i) : make_uint4(0, 0, 0, 0);
+            }
+        }
     };
     uint4 xa[CPS];
     load_x(0, xa);
@@ -586,6 +697,32 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                     for (int cc = 0; cc < CPB; cc++) {
                         const int j = cc * 4 + p;
                         const uint4 xx = xa[bl * CPB + cc];
+                        if constexpr (kHalfScale<DT>) {
+                            // Each product the sums of one scale group: scaled per row and
+                            // half; Q2_K's offsets times the halves' sums of x.
+                            const Ints2 qa = ints_halves<DT>(fetch_halves<DT, uint32_t>(Q[0], bl, cc, p), cc),
+                                        qb = ints_halves<DT>(fetch_halves<DT, uint32_t>(Q[1], bl, cc, p), cc);
+                            const uint4 a = frag_int<T, DT>(Ints{ qa.b, qa.bias, 0.0f, 0.0f }),
+                                        b = frag_int<T, DT>(Ints{ qb.b, qb.bias, 0.0f, 0.0f });
+                            float t0[4] = {}, t1[4] = {};
+                            tc::mma16816<T>(t0, a.x, b.x, a.y, b.y, xx.x, xx.y);
+                            tc::mma16816<T>(t1, a.z, b.z, a.w, b.w, xx.z, xx.w);
+                            acc[0] = fmaf(qa.s[1], t1[0], fmaf(qa.s[0], t0[0], acc[0]));
+                            acc[1] = fmaf(qa.s[1], t1[1], fmaf(qa.s[0], t0[1], acc[1]));
+                            acc[2] = fmaf(qb.s[1], t1[2], fmaf(qb.s[0], t0[2], acc[2]));
+                            acc[3] = fmaf(qb.s[1], t1[3], fmaf(qb.s[0], t0[3], acc[3]));
+                            if constexpr (DT == Q2_K) {
+                                const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
+                                float u0[4] = {}, u1[4] = {};
+                                tc::mma16816<T>(u0, one, one, one, one, xx.x, xx.y);
+                                tc::mma16816<T>(u1, one, one, one, one, xx.z, xx.w);
+                                acc[0] = fmaf(qa.off[1], u1[0], fmaf(qa.off[0], u0[0], acc[0]));
+                                acc[1] = fmaf(qa.off[1], u1[1], fmaf(qa.off[0], u0[1], acc[1]));
+                                acc[2] = fmaf(qb.off[1], u1[2], fmaf(qb.off[0], u0[2], acc[2]));
+                                acc[3] = fmaf(qb.off[1], u1[3], fmaf(qb.off[0], u0[3], acc[3]));
+                            }
+                            continue;
+                        }
                         const Raw r0 = fetch<DT, uint32_t>(Q[0], bl, j), r1 = fetch<DT, uint32_t>(Q[1], bl, j);
                         if constexpr (kChunkScale<DT>) {
                             // The chunk's integer sums, scaled per row (this lane holds rows g
@@ -645,6 +782,178 @@ __device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, in
     if (nst < 1)
         __trap();
     mma_rows<T, DT>(out, x, w, m, n, k, xs, os, flags, red, ring, nst);
+}
+
+// 9 to 64 rows of 16-bit x (batched decode) on the tensor cores, reading and dequantising each
+// weight once for all of them: a GEMM-like tile of 128 weight rows (a warp's 16 each) by all the
+// rows of x, over a share of k (grid.y shares: blockIdx.y's). The block's stages, 256 elements
+// of k each, hold the 128 rows' quantised bytes (planes as Step lays them out) and x's rows in
+// 16-bit, copied by every thread with 16-byte cp.async, as many stages as the dynamic shared
+// memory holds (2 to 4), one barrier a stage. A warp dequantises its rows' group p of each
+// chunk of 32 into registers once (in f32, rounded once to T, as the row tiles handed to cuBLAS
+// have it) and multiplies it with each 8-row column tile of x (mma16816's B from shared memory: row
+// g, the same 8 elements; odd rows keep each pair of chunks swapped, so that a quarter-warp's
+// loads, rows g and g + 1, meet no bank twice). With more than one share, each block stores its f32 sums in ws (share, row of x,
+// row of w) and the last of a tile's blocks to arrive adds them in share order (the same bits
+// every run) and writes out, leaving its counter at zero.
+constexpr int kBatchRows = 8 * 16, kBatchXRow = 256 * 2;
+
+template <int DT> using BatchStep = Step<DT, 256 / layout(DT).block>;
+
+template <typename T, int DT>
+__device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs,
+                          int64_t os, float *ws, int32_t *counts, uint8_t *sm, uint32_t smem)
+{
+    using G = BatchStep<DT>;
+    constexpr Layout L = G::L;
+    constexpr int S = G::S, CPB = G::CPB, RB = G::row_bytes;
+    const int lane = threadIdx.x & 31, g = lane >> 2, p = lane & 3, warp = threadIdx.x >> 5;
+    const int nt = (m + 7) >> 3;
+    const uint32_t wbytes = kBatchRows * RB, sbytes = wbytes + nt * 8 * kBatchXRow;
+    const int nst = min(4, (int)(smem / sbytes));
+    if (nst < 2)
+        __trap();
+    const Planes P = planes(DT, w, n * (k / L.block));
+    const uint32_t nb = (uint32_t)(k / L.block), steps = (nb + S - 1) / S, per = (steps + gridDim.y - 1) / gridDim.y,
+                   s0 = min(steps, blockIdx.y * per), my = min(steps, s0 + per) - s0, n32 = (uint32_t)n;
+    const uint32_t row0 = blockIdx.x * kBatchRows, sm_s = (uint32_t)__cvta_generic_to_shared(sm);
+    tc::await_inputs();
+
+    auto issue = [&](uint32_t i) {
+        if (i < my) {
+            const uint32_t base = sm_s + (i % nst) * sbytes, b0 = (s0 + i) * S, cnt = min((uint32_t)S, nb - b0);
+            each<0, L.nf>([&](auto F) {
+                constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
+#pragma unroll
+                for (int it = 0; it < (kBatchRows * U + 255) / 256; it++) {
+                    const int slot = threadIdx.x + 256 * it, r = slot / U, u = slot % U;
+                    if (kBatchRows * U % 256 == 0 || slot < kBatchRows * U) {
+                        const uint32_t row = row0 + r < n32 ? row0 + r : 0, blk = row * nb + b0;
+                        const uint32_t to = base + r * RB + 16 * (G::first(f) + u);
+                        if constexpr (size % 16 == 0) {
+                            if (u < cnt * (size / 16))
+                                cp_async16_s(to, P.p[f] + (uint64_t)blk * size + 16 * u);
+                        } else {
+                            const uint64_t at = (uint64_t)blk * size, start = (at & ~(uint64_t)15) + 16 * u;
+                            if (start < at + cnt * size)
+                                cp_async16_s(to, P.p[f] + start);
+                        }
+                    }
+                }
+            });
+            const uint32_t e0 = b0 * L.block;
+            for (int t = threadIdx.x; t < nt * 8 * 32; t += 256) {
+                const int r = t >> 5, u = t & 31;
+                if (r < m && e0 + 8 * u < k)
+                    cp_async16_s(base + wbytes + r * kBatchXRow + 16 * (u ^ (r & 1) << 2), x + r * xs + e0 + 8 * u);
+            }
+        }
+        tc::cp_commit();
+    };
+    for (int q = 0; q < nst - 1; q++)
+        issue(q);
+
+    const int r_a = warp * 16 + g;
+    const uint32_t rblk[2] = { (row0 + r_a < n32 ? row0 + r_a : 0) * nb, (row0 + r_a + 8 < n32 ? row0 + r_a + 8 : 0) * nb };
+    float acc[8][4] = {};
+    for (uint32_t i = 0; i < my; i++) {
+        wait_copies(nst - 2);
+        __syncthreads();
+        issue(i + nst - 1);
+        const uint8_t *st = sm + (i % nst) * sbytes;
+        const uint32_t b0 = (s0 + i) * S, cnt = min((uint32_t)S, nb - b0);
+        Planes Q[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            each<0, L.nf>([&](auto F) {
+                constexpr int f = decltype(F)::value, size = L.f[f].size;
+                const uint32_t skip = size % 16 ? ((rblk[h] + b0) * size) & 15 : 0;
+                Q[h].p[f] = st + (r_a + 8 * h) * RB + 16 * G::first(f) + skip;
+            });
+        const uint8_t *xst = st + wbytes + g * kBatchXRow + p * 16;
+        const int xo = (g & 1) * 64; // chunk c of this row is at chunk c ^ (g & 1)
+#pragma unroll
+        for (int bl = 0; bl < S; bl++) {
+            if (bl >= cnt)
+                break;
+#pragma unroll
+            for (int cc = 0; cc < CPB; cc++) {
+                const int j = cc * 4 + p;
+                const uint4 a = frag_f32<T, DT>(fetch<DT, uint32_t>(Q[0], bl, j), j),
+                            b = frag_f32<T, DT>(fetch<DT, uint32_t>(Q[1], bl, j), j);
+                const int c = bl * CPB + cc;
+                const uint8_t *xc = xst + c * 64 + (c & 1 ? -xo : xo);
+#pragma unroll
+                for (int t = 0; t < 8; t++)
+                    if (t < nt) {
+                        const uint4 xx = *reinterpret_cast<const uint4 *>(xc + t * 8 * kBatchXRow);
+                        tc::mma16816<T>(acc[t], a.x, b.x, a.y, b.y, xx.x, xx.y);
+                        tc::mma16816<T>(acc[t], a.z, b.z, a.w, b.w, xx.z, xx.w);
+                    }
+            }
+        }
+    }
+
+    // The warps' sums meet in shared memory (column c of x's rows, then the tile's row; rows
+    // padded so that a warp's stores meet no bank twice), from where the block writes them
+    // along rows.
+    constexpr int RP = kBatchRows + 4;
+    tc::cp_wait<0>();
+    __syncthreads();
+    float *red = reinterpret_cast<float *>(sm);
+#pragma unroll
+    for (int t = 0; t < 8; t++)
+        if (t < nt)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                red[(8 * t + 2 * p + (e & 1)) * RP + r_a + 8 * (e >> 1)] = acc[t][e];
+    __syncthreads();
+    const int cells = m * kBatchRows;
+    if (gridDim.y > 1) {
+        __shared__ bool last;
+        float *mine = ws + (int64_t)blockIdx.y * m * n;
+        for (int i = threadIdx.x; i < cells; i += blockDim.x) {
+            const int c = i / kBatchRows, r = i % kBatchRows;
+            if (row0 + r < n32)
+                mine[(int64_t)c * n + row0 + r] = red[c * RP + r];
+        }
+        // Arrival as decode attention's merge: thread 0's release after the barrier publishes
+        // the block's sums, the last block's acquire sees every share's.
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            last = tc::atomic_add_acq_rel(counts + blockIdx.x, 1) == (int)gridDim.y - 1;
+            if (last)
+                counts[blockIdx.x] = 0;
+        }
+        __syncthreads();
+        if (!last)
+            return;
+    }
+    for (int i = threadIdx.x; i < cells; i += blockDim.x) {
+        const int c = i / kBatchRows, r = i % kBatchRows;
+        if (row0 + r >= n32)
+            continue;
+        float v = 0.0f;
+        if (gridDim.y > 1)
+            for (uint32_t y = 0; y < gridDim.y; y++)
+                v += y == blockIdx.y ? red[c * RP + r] : __ldcg(ws + ((int64_t)y * m + c) * n + row0 + r);
+        else
+            v = red[c * RP + r];
+        if (out_f32)
+            static_cast<float *>(out)[c * os + row0 + r] = v;
+        else
+            static_cast<T *>(out)[c * os + row0 + r] = tc::from_f32<T>(v);
+    }
+}
+
+template <typename T, int DT>
+__device__ __forceinline__ void batch_kernel(void *out, int out_f32, const T *x, const void *w, int m, int64_t n,
+                                             int64_t k, int64_t xs, int64_t os, float *ws, int32_t *counts)
+{
+    extern __shared__ __align__(16) uint8_t stages[];
+    uint32_t bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+    mma_batch<T, DT>(out, out_f32 != 0, x, w, m, n, k, xs, os, ws, counts, stages, bytes);
 }
 
 template <typename T>
@@ -847,4 +1156,133 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                       int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+
+/** out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 64 rows of 16-bit x and w of a block type held
+ *  as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32
+ *  1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of
+ *  grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and
+ *  counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of
+ *  128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each; two blocks an SM
+ *  where two stages fit in half of its memory. k a multiple of 32, x
+ *  and its stride 16-byte aligned. */
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q4_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q4_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q4_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q4_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q4_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q5_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q5_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q5_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q5_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q5_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q5_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q8_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q8_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q8_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q8_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q2_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q2_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q2_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q2_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q3_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q3_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q3_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q3_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q4_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q4_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q4_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q5_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q5_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q5_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q6_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q6_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm_q6_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }

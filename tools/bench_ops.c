@@ -249,9 +249,9 @@ static tc_status run_qmm(void *c, int s)
     return tc_matmul(&m->out, &m->x, &m->w[m->next++ % QSETS]);
 }
 
-/* Each quantised type's products at Llama-2-7B's shapes: decode (1 and 8 rows) against the
- * bandwidth, and a 512-row prefill product (dequantised tiles and cuBLAS) against the bf16
- * weights' cuBLAS product. `bench_ops quant [type]`. */
+/* Each quantised type's products at Llama-2-7B's shapes: decode (1 and 8 rows) and batched
+ * decode (16, 32 and 64 rows, which read the weights once too) against the bandwidth, and a
+ * 512-row prefill product (dequantised tiles and cuBLAS) in TFLOP/s. `bench_ops quant [type]`. */
 static void bench_quant(rng_t *r, const char *only)
 {
     const tc_dtype qs[] = { TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0, TC_DTYPE_Q5_1,
@@ -267,18 +267,18 @@ static void bench_quant(rng_t *r, const char *only)
             for (int s = 0; s < QSETS; s++)
                 random_quant(r, &c.w[s], qs[qi], n, k);
             double wbytes = (double)tc_dtype_bytes(qs[qi], n * k);
-            const int64_t ms[] = { 1, 8, 512 };
-            for (int mi = 0; mi < 3; mi++) {
+            const int64_t ms[] = { 1, 8, 16, 32, 64, 512 };
+            for (int mi = 0; mi < 6; mi++) {
                 int64_t m = ms[mi];
                 random_gpu(r, &c.x, TC_DTYPE_BF16, TC_SHAPE(m, k));
                 CHECK(tc_tensor_init(&c.out, gpu, TC_DTYPE_BF16, TC_SHAPE(m, n)));
                 /* Decode products as the engine runs them (replayed in a graph): a 4-bit
                  * 4096 x 4096 product takes about 3 us, less than a launch from the host. */
-                double ms_ = m > 8 ? time_ms(run_qmm, &c, 5) : time_graph_ms(run_qmm, &c, 32);
+                double ms_ = m > 64 ? time_ms(run_qmm, &c, 5) : time_graph_ms(run_qmm, &c, 32);
                 char name[32], shape[48];
                 snprintf(name, sizeof name, "%s m=%lld", tc_dtype_name(qs[qi]), (long long)m);
                 snprintf(shape, sizeof shape, "w [%lld x %lld]", (long long)n, (long long)k);
-                if (m <= 8)
+                if (m <= 64)
                     report_bw(name, shape, ms_, wbytes + 2.0 * m * (n + k));
                 else
                     printf("%-22s %-28s %9.4f ms %8.1f TFLOP/s\n", name, shape, ms_,

@@ -79,6 +79,13 @@ tc_status tc__quant_download(const tc_tensor *t, void *dst);
 tc_status tc__quant_embedding(tc_tensor *out, const tc_tensor *table, const tc_tensor *ids);
 tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, int64_t r0,
                            int64_t rows, int32_t flags);
+/* Products of more than TC_MATVEC_MAX_ROWS and at most TC__QUANT_BATCH_ROWS rows of 16-bit x
+ * (batched decode) read and dequantise the weights once, on the tensor cores: out of x's dtype
+ * or f32. tc__quant_batch_fits says whether the kernel takes x and w (on this GPU's shared
+ * memory); tc__quant_batch is TC_ERR_UNSUPPORTED where it does not. */
+#define TC__QUANT_BATCH_ROWS 64
+bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w);
+tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w);
 /* Workspace bytes tc__quant_gemm takes for rows of k elements of dtype act. */
 size_t tc__quant_gemm_workspace(int64_t k, tc_dtype act);
 tc_status tc__quant_gemm(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
@@ -92,8 +99,9 @@ void tc__workers_stop(tc__workers *w);
  * the loader's status when cuBLAS cannot be loaded. */
 tc_status tc__backend_cublas(tc_backend *b, void **handle);
 /* out (f32) = x w^T for x and w of one 16-bit dtype, more than TC_MATVEC_MAX_ROWS rows, on
- * cuBLAS (f32 accumulation and output): many rows' logits in one product. TC_ERR_UNSUPPORTED
- * elsewhere (the caller then widens x and runs tc_matmul). */
+ * cuBLAS (f32 accumulation and output): many rows' logits in one product; or for w quantised
+ * and rows that tc__quant_batch takes. TC_ERR_UNSUPPORTED elsewhere (the caller then widens x
+ * and runs tc_matmul). */
 tc_status tc__matmul_widen(tc_tensor *out, const tc_tensor *x, const tc_tensor *w);
 /* At least `bytes` of the CUDA backend's op scratch (one op's temporaries at a time: valid
  * until the next call, in stream order). */

@@ -389,7 +389,8 @@ static tc_status check_product(const char *op, const tc_tensor *out, const tc_te
     TC_TRY(tc__check_dtype(op, "x", x,
                            widen ? TC__MASK(TC_DTYPE_F16) | TC__MASK(TC_DTYPE_BF16) : TC__FLOATS));
     TC_TRY(tc__check_dtype(op, "out", out, TC__MASK(widen ? TC_DTYPE_F32 : x->dtype)));
-    TC_TRY(tc__check_dtype(op, "w", w, widen ? TC__MASK(x->dtype) : tc__weight_dtypes(w)));
+    TC_TRY(tc__check_dtype(op, "w", w,
+                           widen ? TC__MASK(x->dtype) | TC__QUANTS : tc__weight_dtypes(w)));
     TC_TRY(tc__check_ndim(op, "x", x, 2));
     TC_TRY(tc__check_ndim(op, "w", w, 2));
     TC_TRY(tc__check_ndim(op, "out", out, 2));
@@ -415,6 +416,14 @@ tc_status tc__matmul_widen(tc_tensor *out, const tc_tensor *x, const tc_tensor *
     const char *op = "tc_matmul (f32 out)";
     TC_TRY(check_product(op, out, x, w, false, true));
     tc_backend *b = out->backend;
+    if (tc_dtype_is_block(w->dtype)) {
+        if (!tc__quant_batch_fits(x, w))
+            return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                                "a product of quantised weights widens to f32 for %d to %d rows "
+                                "of 16-bit x on CUDA only",
+                                TC_MATVEC_MAX_ROWS + 1, TC__QUANT_BATCH_ROWS);
+        return w->shape[0] == 0 ? TC_OK : tc__quant_batch(out, x, w);
+    }
     void *handle = NULL;
     if (b->kind != TC_BACKEND_CUDA || x->shape[0] <= TC_MATVEC_MAX_ROWS || b->gemm == TC_GEMM_OWN ||
         b->gemm == TC_GEMM_OWN_PORTABLE || tc__backend_cublas(b, &handle) != TC_OK)
@@ -453,8 +462,9 @@ tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
     if (b->kind == TC_BACKEND_CPU)
         return linear_cpu(out, x, w, &(tc_linear_opts){ 0 });
     if (tc_dtype_is_block(w->dtype))
-        return m <= TC_MATVEC_MAX_ROWS ? tc__quant_matvec(out, x, w, 0, m, 0)
-                                       : tc__quant_gemm(out, x, w, gemm_any);
+        return m <= TC_MATVEC_MAX_ROWS      ? tc__quant_matvec(out, x, w, 0, m, 0)
+               : tc__quant_batch_fits(x, w) ? tc__quant_batch(out, x, w)
+                                            : tc__quant_gemm(out, x, w, gemm_any);
     if (m <= TC_MATVEC_MAX_ROWS || w->dtype != x->dtype) {
         /* Float weights of another dtype have only the matrix-vector kernel, which then runs
          * once per TC_MATVEC_MAX_ROWS rows. */

@@ -189,6 +189,121 @@ tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *
                                     flags);
 }
 
+/* The batched products' kernels (tc_k_qmm_*), f16 and bf16 x. */
+typedef tc_status (*qmm_f16_fn)(tc_launch_config, void *, int32_t, const tc_half *, const void *,
+                                int32_t, int64_t, int64_t, int64_t, int64_t, float *, int32_t *);
+typedef tc_status (*qmm_bf16_fn)(tc_launch_config, void *, int32_t, const tc_bf16 *, const void *,
+                                 int32_t, int64_t, int64_t, int64_t, int64_t, float *, int32_t *);
+#define QMM(T, t, block, nf, ...)                \
+    [TC_DTYPE_##T] = { tc_launch_qmm_##t##_f16,  \
+                       tc_launch_qmm_##t##_bf16, \
+                       TC_KERNEL_QMM_##T##_F16,  \
+                       TC_KERNEL_QMM_##T##_BF16, \
+                       block,                    \
+                       nf,                       \
+                       { __VA_ARGS__ } }
+/* With each type's plane fields (kernels/quant.cu's layout(): elements a block, the fields'
+ * bytes a block), which size the kernels' stages. */
+static const struct {
+    qmm_f16_fn f16;
+    qmm_bf16_fn bf16;
+    tc_kernel_id id_f16, id_bf16;
+    int block, nf, size[4];
+} qmm[TC_DTYPE_COUNT] = {
+    QMM(Q4_0, q4_0, 32, 2, 16, 2),           QMM(Q4_1, q4_1, 32, 2, 16, 4),
+    QMM(Q5_0, q5_0, 32, 3, 16, 4, 2),        QMM(Q5_1, q5_1, 32, 3, 16, 4, 4),
+    QMM(Q8_0, q8_0, 32, 2, 32, 2),           QMM(Q2_K, q2_k, 256, 3, 64, 16, 4),
+    QMM(Q3_K, q3_k, 256, 4, 64, 32, 12, 2),  QMM(Q4_K, q4_k, 256, 3, 128, 12, 4),
+    QMM(Q5_K, q5_k, 256, 4, 128, 32, 12, 4), QMM(Q6_K, q6_k, 256, 4, 128, 64, 16, 2)
+};
+#undef QMM
+
+/* Shared memory one stage of a batched product takes (kernels/quant.cu's mma_batch): 128
+ * weight rows of 256 elements, each field's bytes in the 16-byte units that cover them from
+ * an aligned start, and x's rows (m rounded up to 8) of 256 elements. */
+static size_t batch_stage_bytes(tc_dtype dt, int64_t m)
+{
+    int s = 256 / qmm[dt].block, units = 0;
+    for (int f = 0; f < qmm[dt].nf; f++) {
+        int size = qmm[dt].size[f], a = size % 16 == 0  ? 16
+                                        : size % 8 == 0 ? 8
+                                        : size % 4 == 0 ? 4
+                                        : size % 2 == 0 ? 2
+                                                        : 1;
+        units += (16 - a + s * size + 15) / 16;
+    }
+    return (size_t)128 * 16 * (size_t)units + (size_t)((m + 7) / 8 * 8) * 512;
+}
+
+bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w)
+{
+    int64_t m = x->shape[0];
+    return x->backend->kind == TC_BACKEND_CUDA && tc_dtype_is_block(w->dtype) &&
+           qmm[w->dtype].f16 && m > TC_MATVEC_MAX_ROWS && m <= TC__QUANT_BATCH_ROWS &&
+           (x->dtype == TC_DTYPE_F16 || x->dtype == TC_DTYPE_BF16) &&
+           2 * batch_stage_bytes(w->dtype, m) <= tc__backend_shared_room(x->backend);
+}
+
+tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
+{
+    const char *op = "tc_matmul";
+    tc_backend *b = out->backend;
+    if (!tc__quant_batch_fits(x, w))
+        return tc_set_error(TC_ERR_UNSUPPORTED, op, "no batched quantised kernel for this product");
+    int64_t m = x->shape[0], n = w->shape[0], k = w->shape[1];
+    size_t es = tc_dtype_bytes(x->dtype, 1);
+    if ((uintptr_t)x->data % 16 || ((size_t)x->stride[0] * es) % 16)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "quantised weights take 16-byte aligned rows of x");
+    bool f16 = x->dtype == TC_DTYPE_F16, f32_out = out->dtype == TC_DTYPE_F32;
+    /* Two blocks an SM (16 warps to hide the latencies) where two stages fit in half its
+     * shared memory (less the driver's 1 KiB and the kernel's own a block), else one with
+     * more stages. */
+    size_t stage = batch_stage_bytes(w->dtype, m), room = tc__backend_shared_room(b),
+           sm = (size_t)b->ctx->max_shared_sm, half = sm / 2 > (2u << 10) ? sm / 2 - (2u << 10) : 0;
+    size_t fit = 2 * stage <= half ? half : room, stages = fit / stage > 4 ? 4 : fit / stage;
+    unsigned smem = (unsigned)(stages * stage);
+    tc_kernel_id id = f16 ? qmm[w->dtype].id_f16 : qmm[w->dtype].id_bf16;
+    int per_sm = 0;
+    TC_TRY(tc_launch_set_carveout(b->ctx, id, 100));
+    if (tc_launch_blocks_per_sm(b->ctx, id, 256, smem, &per_sm) != TC_OK || per_sm < 1)
+        per_sm = 1;
+    /* Shares of k so that the blocks fill whole waves (at least 85% of the last), each share
+     * at least two stages long: a 4096-row product is 32 tiles, which alone would leave three
+     * quarters of an H100 idle. */
+    int64_t tiles = (n + 127) / 128, wave = (int64_t)per_sm * b->ctx->sm_count,
+            steps = (k + 255) / 256,
+            most = steps / 2 < 1    ? 1
+                   : steps / 2 > 16 ? 16
+                                    : steps / 2;
+    int64_t shares = 1;
+    double best = 0.0;
+    for (int64_t s = 1; s <= most; s++) {
+        int64_t blocks = tiles * s, waves = (blocks + wave - 1) / wave;
+        double use = (double)blocks / (double)(waves * wave);
+        if (use > best + 1e-9) {
+            best = use;
+            shares = s;
+        }
+        if (use >= 0.85)
+            break;
+    }
+    CUdeviceptr ws = 0, counters = 0;
+    if (shares > 1) {
+        TC_TRY(tc__backend_workspace(b, (size_t)shares * (size_t)(m * n) * sizeof(float), &ws));
+        TC_TRY(tc__backend_counters(b, (size_t)tiles, &counters));
+    }
+    tc_launch_config cfg = tc__cfg(b, (unsigned)tiles, 256, smem);
+    cfg.grid.y = (uint32_t)shares;
+    if (f16)
+        return qmm[w->dtype].f16(cfg, out->data, f32_out, TC__DEV(const tc_half, x), w->data,
+                                 (int32_t)m, n, k, x->stride[0], out->stride[0],
+                                 (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
+    return qmm[w->dtype].bf16(cfg, out->data, f32_out, TC__DEV(const tc_bf16, x), w->data,
+                              (int32_t)m, n, k, x->stride[0], out->stride[0],
+                              (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
+}
+
 size_t tc__quant_gemm_workspace(int64_t k, tc_dtype act)
 {
     size_t row = tc_dtype_bytes(act, k), rows = TC__QUANT_TILE_BYTES / (row ? row : 1);

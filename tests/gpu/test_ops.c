@@ -479,6 +479,35 @@ static void linear_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n
         tc_tensor_deinit(&old);
 }
 
+/* A batched product of quantised weights with f32 out (the logits of 9 to 64 rows:
+ * tc__matmul_widen) against the reference and the CPU's product of x widened to f32. */
+static void quant_widen_case(rng_t *r, tc_dtype q, int64_t m, int64_t n, int64_t k)
+{
+    tc_tensor gx, cx, gw, cw, go, co, cxf;
+    double *xv = twin(r, TC_DTYPE_BF16, TC_SHAPE(m, k), -1, 1, &gx, &cx);
+    double *wv = twin(r, q, TC_SHAPE(n, k), -1, 1, &gw, &cw);
+    poisoned(&go, gpu, TC_DTYPE_F32, TC_SHAPE(m, n));
+    poisoned(&co, cpu, TC_DTYPE_F32, TC_SHAPE(m, n));
+    CHECK(tc_tensor_init(&cxf, cpu, TC_DTYPE_F32, TC_SHAPE(m, k)));
+    CHECK(tc_convert(&cxf, &cx));
+    tc_status st = tc__matmul_widen(&go, &gx, &gw);
+    CHECK(tc_matmul(&co, &cxf, &cw));
+    double *want = malloc(sizeof(double) * (size_t)(m * n));
+    ref_matmul(want, xv, wv, m, n, k);
+    char what[96];
+    snprintf(what, sizeof what, "matmul bf16 x %s -> f32 [%lld x %lld x %lld] batched",
+             tc_dtype_name(q), (long long)m, (long long)n, (long long)k);
+    if (st != TC_OK) {
+        printf("%-58s %s  FAIL\n", what, tc_last_error());
+        failures++, cases++;
+    } else {
+        expect_close(what, &go, want, &co, tolerance(TC_DTYPE_BF16));
+    }
+    free(xv), free(wv), free(want);
+    tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&gw), tc_tensor_deinit(&cw);
+    tc_tensor_deinit(&go), tc_tensor_deinit(&co), tc_tensor_deinit(&cxf);
+}
+
 /* Every block-quantised type on CUDA (held as planes) against the reference over its
  * dequantised values and the CPU's product on the same blocks: the decode kernels of 1 to 8
  * rows (tensor cores for 16-bit x, f32 arithmetic for f32 x; partial tiles of 16 rows; K
@@ -506,7 +535,15 @@ static void quantised(rng_t *r)
         matmul_case(r, TC_DTYPE_BF16, q, 77, 5000, 4096, TC_GEMM_CUBLAS, "dequantised tiles",
                     false);
         matmul_case(r, TC_DTYPE_F32, q, 9, 300, k, TC_GEMM_AUTO, "dequantised tiles, f32", false);
-        matmul_case(r, TC_DTYPE_BF16, q, 20, 300, k, TC_GEMM_OWN, "dequantised tiles, own", false);
+        matmul_case(r, TC_DTYPE_BF16, q, 65, 300, k, TC_GEMM_OWN, "dequantised tiles, own", false);
+        /* Batched decode, 9 to 64 rows: the weights read and dequantised once for all rows,
+         * over shares of k that the last block of each tile adds (1000 rows: 8 tiles, the last
+         * partial), or in one share (120 tiles fill an H100's wave); f32 logits. */
+        const int64_t bs[] = { 9, 16, 33, 64 };
+        for (int bi = 0; bi < 4; bi++)
+            matmul_case(r, TC_DTYPE_BF16, q, bs[bi], 1000, k, TC_GEMM_AUTO, "batched", false);
+        matmul_case(r, TC_DTYPE_F16, q, 24, 15360, k, TC_GEMM_AUTO, "batched, one share", false);
+        quant_widen_case(r, q, 40, 700, k);
         for (int mode = 1; mode < 4; mode++) {
             linear_case(r, TC_DTYPE_BF16, q, 1 + 3 * (mode - 1), 600, k, mode, false);
             linear_case(r, TC_DTYPE_F32, q, 3, 200, k, mode, false);
