@@ -22,7 +22,7 @@ typedef struct entry {
 /* Sorted by status value. */
 static const entry table[] = {
     { TC_OK, "TC_OK", "success", NULL, 0 },
-    { TC_ERR_LIBRARY_NOT_FOUND, "TC_ERR_LIBRARY_NOT_FOUND", "a shared library (the NVIDIA driver, cuBLAS or cuRAND) could not be loaded", "install the NVIDIA driver (libcuda.so.1) or the CUDA library named in the message, or point THINCUDA_LIBCUDA, THINCUDA_LIBCUBLAS or THINCUDA_LIBCURAND at it", 0 },
+    { TC_ERR_LIBRARY_NOT_FOUND, "TC_ERR_LIBRARY_NOT_FOUND", "a shared library (the NVIDIA driver, or a CUDA library such as cuBLAS or NVML) could not be loaded", "install the NVIDIA driver (libcuda.so.1) or the CUDA library named in the message, or point THINCUDA_LIBCUDA, THINCUDA_LIBCUBLAS or THINCUDA_LIBCURAND at it", 0 },
     { TC_ERR_SYMBOL_NOT_FOUND, "TC_ERR_SYMBOL_NOT_FOUND", "the loaded library does not export this function", "update the NVIDIA driver or library to a release that has this function (these bindings are from CUDA 13.0; installed driver: {driver}), or check tc_available() before calling it", 0 },
     { TC_ERR_DRIVER_TOO_OLD, "TC_ERR_DRIVER_TOO_OLD", "the installed driver is older than the version that introduced this function", "update the NVIDIA driver to at least CUDA 13.0 (installed: {driver}), or regenerate the bindings from older CUDA headers", 0 },
     { TC_ERR_UNKNOWN_FUNCTION, "TC_ERR_UNKNOWN_FUNCTION", "no function of that name is known to these bindings", "check the spelling: names are the header's (cuMemAlloc, cublasSgemm), without the tc_ prefix", 0 },
