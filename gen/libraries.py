@@ -1,4 +1,5 @@
-"""Models the three wrapped libraries (driver, cuBLAS, cuRAND) from a CUDA include directory."""
+"""Models the wrapped libraries (driver, cuBLAS, cuBLASLt, cuRAND, NVRTC, nvJitLink, NVML, NVTX)
+from their headers."""
 
 import os
 import re
@@ -88,11 +89,15 @@ def _collect_unclassified(lib):
                 lib.unclassified.append("%s(%s %s)" % (f.name, p.type, p.name))
 
 
-def _build(lib, decls, aliases, overrides, default_space, header, cxx_only=(), docs=None):
+def _build(lib, decls, aliases, overrides, default_space, header, cxx_only=(), docs=None,
+           header_only=False):
+    """Model every declaration; header_only keeps the static inline definitions (NVTX's
+    functions are nothing else) instead of skipping them as having no library symbol."""
     names = public_names(decls, aliases)
     for d in sorted(decls):
         cur = decls[d]
-        if cur.storage_class == ci.StorageClass.STATIC or cur.is_definition():
+        if not header_only and (cur.storage_class == ci.StorageClass.STATIC
+                                or cur.is_definition()):
             lib.skipped.append(Skip(d, overrides.skip_functions.get(
                 d, "static inline helper defined in the header: no library symbol to wrap")))
             continue
@@ -102,7 +107,8 @@ def _build(lib, decls, aliases, overrides, default_space, header, cxx_only=(), d
         for name, pt in names[d]:
             variants = [""] + ([pt] if pt else [])
             for v in variants:
-                f = build_function(lib.key, d, name + v, cur, overrides, default_space, header,
+                f = build_function(lib.key, d, name + v, cur, overrides, default_space,
+                                   header or os.path.basename(cur.location.file.name),
                                    (docs or {}).get(d))
                 f.per_thread = v
                 f.cxx_only = d in cxx_only
@@ -235,6 +241,72 @@ def nvjitlink(include_dir, overrides, cuda_major):
     # Only the wrappers' names are what a C user writes, not the versioned symbols'.
     lib.functions = [f for f in lib.functions if not VERSIONED_JITLINK.match(f.name)]
     lib.enums = enums(tu, files, "nvJitLink.h")
+    _classify_returns(lib)
+    _collect_unclassified(lib)
+    return lib
+
+
+def cublaslt(include_dir, overrides):
+    """cuBLASLt returns cuBLAS's own cublasStatus_t: its codes are TC_CUBLAS_STATUS_*."""
+    lib = Library(key="cublaslt", title="cuBLASLt", headers=["cublasLt.h"],
+                  status_type="cublasStatus_t", success="CUBLAS_STATUS_SUCCESS")
+    tu = parse(os.path.join(include_dir, "cublasLt.h"), include_dir)
+    files = {"cublasLt.h"}
+    decls = function_decls(tu, files)
+    aliases = macro_aliases(tu, files)
+    major = macro_int(tu, "CUBLAS_VER_MAJOR")
+    if major is None:
+        raise GenError("cublas_api.h (through cublasLt.h) defines no CUBLAS_VER_MAJOR")
+    lib.version_macro = {"CUBLAS_VER_MAJOR": major}
+    lib.sonames = ["libcublasLt.so.%d" % major, "libcublasLt.so"]
+    _build(lib, decls, aliases, overrides, "host", "cublasLt.h")
+    lib.enums = enums(tu, files | {"cublas_api.h"}, "cublasLt.h")
+    _classify_returns(lib)
+    _collect_unclassified(lib)
+    return lib
+
+
+def nvml(nvml_include, overrides):
+    """NVML comes with the driver (libnvidia-ml.so.1); its header is not in every toolkit
+    (PyPI's nvidia-nvml-dev carries it). Names such as nvmlInit are macros for the versioned
+    symbols (nvmlInit_v2), which are what is resolved."""
+    lib = Library(key="nvml", title="NVML", headers=["nvml.h"],
+                  status_type="nvmlReturn_t", success="NVML_SUCCESS")
+    tu = parse(os.path.join(nvml_include, "nvml.h"), nvml_include)
+    files = {"nvml.h"}
+    decls = function_decls(tu, files)
+    aliases = macro_aliases(tu, files)
+    major = macro_int(tu, "NVML_API_VERSION")
+    if major is None:
+        raise GenError("nvml.h defines no NVML_API_VERSION")
+    lib.version_macro = {"NVML_API_VERSION": major}
+    lib.sonames = ["libnvidia-ml.so.1", "libnvidia-ml.so"]
+    _build(lib, decls, aliases, overrides, "host", "nvml.h")
+    lib.enums = enums(tu, files, "nvml.h")
+    _classify_returns(lib)
+    _collect_unclassified(lib)
+    return lib
+
+
+def nvtx(include_dir, overrides):
+    """NVTX v3 is header-only: nvToolsExt.h defines every function (static inline) and, on the
+    first call, loads the tool named by NVTX_INJECTION64_PATH (Nsight Systems sets it); with
+    no tool attached each call is a no-op. So there is no library to dlopen: the wrappers call
+    the header's own definitions, which do the lazy loading, under NVIDIA's variable."""
+    lib = Library(key="nvtx", title="NVTX", headers=["nvtx3/nvToolsExt.h",
+                                                     "nvtx3/nvToolsExtCuda.h"],
+                  status_type="", success="", direct=True)
+    path = os.path.join(include_dir, "nvtx3", "nvToolsExtCuda.h")
+    tu = parse(path, include_dir)
+    files = {"nvToolsExt.h", "nvToolsExtCuda.h"}
+    decls = function_decls(tu, files)
+    aliases = macro_aliases(tu, files)
+    major = macro_int(tu, "NVTX_VERSION")
+    if major is None:
+        raise GenError("nvtx3/nvToolsExt.h defines no NVTX_VERSION")
+    lib.version_macro = {"NVTX_VERSION": major}
+    _build(lib, decls, aliases, overrides, "host", None, header_only=True)
+    lib.enums = enums(tu, files, "nvToolsExt.h")
     _classify_returns(lib)
     _collect_unclassified(lib)
     return lib

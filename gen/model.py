@@ -129,6 +129,7 @@ class Library:
     version_macro: dict = field(default_factory=dict)
     sonames: list = field(default_factory=list)  # dlopen candidates; the driver's are fixed
     unclassified: list = field(default_factory=list)
+    direct: bool = False  # the header defines the functions: called directly, not resolved
 
 
 def _walk(cursor):
@@ -349,6 +350,10 @@ def _make_param(lib, fname, arg, index, docs, overrides, default_space):
     doc_dir = _doc_direction(tag, text, name)
     if p.pointee_const:
         p.direction, p.source = "in", "const"
+    elif rule is not None and rule.get("force"):
+        p.direction, p.source = rule["class"], "override"
+    elif lib in VERSIONED_STRUCT_LIBS and _has_version_field(pointee):
+        p.direction, p.source = "inout", "version field"
     elif doc_dir:
         p.direction, p.source = doc_dir, "doc"
     elif rule is not None and "class" in rule:
@@ -358,6 +363,19 @@ def _make_param(lib, fname, arg, index, docs, overrides, default_space):
     if not p.nullable and re.search(r"\b(may|can) be (::)?NULL\b|\bor (::)?NULL\b", text):
         p.nullable = True
     return p
+
+
+# Libraries whose structs that start with a `version` member are read and written: the caller
+# sets the version (NVML's nvmlMemory_v2_t and kin) and the library fills in the rest.
+VERSIONED_STRUCT_LIBS = {"nvml"}
+
+
+def _has_version_field(t):
+    decl = t.get_canonical().get_declaration()
+    if decl.kind not in (ci.CursorKind.STRUCT_DECL, ci.CursorKind.UNION_DECL):
+        return False
+    fields = [c.spelling for c in decl.get_children() if c.kind == ci.CursorKind.FIELD_DECL]
+    return fields[:1] == ["version"]
 
 
 def _is_deprecated(cursor):

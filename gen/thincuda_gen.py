@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Generate thincuda's C bindings (generated/) from cuda.h, cublas_api.h and curand.h.
+"""Generate thincuda's C bindings (generated/) from the CUDA headers and nvml.h.
 
-Usage: gen/thincuda_gen.py [--cuda-include DIR] [--out DIR] [--check]
+Usage: gen/thincuda_gen.py [--cuda-include DIR] [--nvml-include DIR] [--out DIR] [--check]
        gen/thincuda_gen.py kernels --prefix my_ --out DIR [--image FATBIN] file.cu...
          (launchers for a project's own kernels, in a module of their own)
 """
@@ -11,7 +11,6 @@ import collections
 import difflib
 import os
 import re
-import shutil
 import sys
 import tomllib
 
@@ -23,31 +22,34 @@ sys.path.insert(0, HERE)
 
 import kernels  # noqa: E402
 import libraries  # noqa: E402
+from paths import default_include, default_nvml_include  # noqa: E402
 from model import GenError, Overrides  # noqa: E402
 
-LIB_IDS = {"thincuda": 0, "cuda": 1, "cublas": 2, "curand": 3, "nvrtc": 4, "nvjitlink": 5}
+# The libraries loaded at run time, in the order of their tc_lib ids (and of the loader's
+# table). NVTX is not among them: its header defines its functions (libraries.nvtx).
+LIB_IDS = {"thincuda": 0, "cuda": 1, "cublas": 2, "curand": 3, "nvrtc": 4, "nvjitlink": 5,
+           "cublaslt": 6, "nvml": 7}
 LIB_ENUM = {"thincuda": "TC_LIB_THINCUDA", "cuda": "TC_LIB_CUDA", "cublas": "TC_LIB_CUBLAS",
-            "curand": "TC_LIB_CURAND", "nvrtc": "TC_LIB_NVRTC", "nvjitlink": "TC_LIB_NVJITLINK"}
+            "curand": "TC_LIB_CURAND", "nvrtc": "TC_LIB_NVRTC", "nvjitlink": "TC_LIB_NVJITLINK",
+            "cublaslt": "TC_LIB_CUBLASLT", "nvml": "TC_LIB_NVML"}
 LIB_TITLE = {"thincuda": "thincuda", "cuda": "CUDA driver", "cublas": "cuBLAS",
-             "curand": "cuRAND", "nvrtc": "NVRTC", "nvjitlink": "nvJitLink"}
+             "curand": "cuRAND", "nvrtc": "NVRTC", "nvjitlink": "nvJitLink",
+             "cublaslt": "cuBLASLt", "nvml": "NVML", "nvtx": "NVTX"}
 LIB_ENV = {"cuda": "THINCUDA_LIBCUDA", "cublas": "THINCUDA_LIBCUBLAS",
            "curand": "THINCUDA_LIBCURAND", "nvrtc": "THINCUDA_LIBNVRTC",
-           "nvjitlink": "THINCUDA_LIBNVJITLINK"}
+           "nvjitlink": "THINCUDA_LIBNVJITLINK", "cublaslt": "THINCUDA_LIBCUBLASLT",
+           "nvml": "THINCUDA_LIBNVML"}
 STATUS_ENUMS = {"cuda": "CUresult", "cublas": "cublasStatus_t", "curand": "curandStatus_t",
-                "nvrtc": "nvrtcResult", "nvjitlink": "nvJitLinkResult"}
+                "nvrtc": "nvrtcResult", "nvjitlink": "nvJitLinkResult", "nvml": "nvmlReturn_t"}
+# cuBLASLt returns cuBLAS's cublasStatus_t: its failures are TC_CUBLAS_STATUS_* codes, and
+# tc_last_error() names the cublasLt function.
+STATUS_LIB = {"cublaslt": "cublas"}
 INCLUDES = {"cuda": ["cuda.h"], "cublas": ["cublas_v2.h"], "curand": ["curand.h"],
-            "nvrtc": ["nvrtc.h"], "nvjitlink": ["nvJitLink.h"]}
+            "nvrtc": ["nvrtc.h"], "nvjitlink": ["nvJitLink.h"], "cublaslt": ["cublasLt.h"],
+            "nvml": ["nvml.h"], "nvtx": ["nvtx3/nvToolsExtCuda.h"]}
+HEADER_LIST = ("cuda.h, cublas_api.h, cublasLt.h, curand.h, nvrtc.h, nvJitLink.h, "
+               "nvToolsExt.h, nvml.h")
 SCALAR_OUT = {"int", "uint", "float", "enum", "pointer", "char"}
-
-
-def default_include():
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            return os.path.join(os.environ[var], "include")
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        return os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "include")
-    return "/usr/local/cuda/include"
 
 
 def c_string(s):
@@ -101,6 +103,8 @@ def status_codes(libs, own, overrides):
         codes.append(dict(enum=c["name"], name=c["name"], value=c["value"], lib="thincuda",
                           string=c["string"]))
     for lib in libs:
+        if lib.key not in STATUS_ENUMS:
+            continue
         target = STATUS_ENUMS[lib.key]
         found = [e for e in lib.enums if e.name == target]
         if not found:
@@ -224,8 +228,8 @@ def render_function(f, lib, fid, tables):
     decls = [p.decl for p in params]
     protos = [annotate(p) for p in params]
     args = [p.name for p in params]
-    call = "tc__fn(%s)" % ", ".join(args)
-    lib_enum = LIB_ENUM[lib.key]
+    call = "%s(%s)" % (f.decl_name if lib.direct else "tc__fn", ", ".join(args))
+    lib_enum = LIB_ENUM[STATUS_LIB.get(lib.key, lib.key)] if not lib.direct else ""
     outs = [s for s in (trace_out(p, tables) for p in params) if s]
     # The out-parameter for a returned value; nvrtcGetErrorString's own parameter is `result`.
     rv = "result_out" if "result" in args else "result"
@@ -249,6 +253,8 @@ def render_function(f, lib, fid, tables):
                 % (f.ret_type, call, lib.success, lib_enum, fid))
         fast = ("    %s tc__r = %s;\n    return TC__LIKELY(tc__r == %s) ? TC_OK : tc__fail(%s, (int)tc__r, %d);"
                 % (f.ret_type, call, lib.success, lib_enum, fid))
+    if lib.direct:
+        slow = "\n".join(l[4:] for l in slow.split("\n"))
     all_args = args + ([rv] if f.ret_category == "value" else [])
     return dict(name=f.name, doc=f.doc, deprecated=f.deprecated, id=fid,
                 proto=", ".join(protos) or "void", params=", ".join(decls) or "void",
@@ -259,7 +265,7 @@ def render_function(f, lib, fid, tables):
                 per_thread=f.per_thread)
 
 
-def build(include_dir):
+def build(include_dir, nvml_include=None):
     with open(os.path.join(HERE, "overrides.toml"), "rb") as fh:
         overrides = Overrides(tomllib.load(fh))
     with open(os.path.join(HERE, "status.toml"), "rb") as fh:
@@ -267,8 +273,15 @@ def build(include_dir):
     libs = [libraries.driver(include_dir, overrides), libraries.cublas(include_dir, overrides),
             libraries.curand(include_dir, overrides)]
     cuda_major = libs[0].version_macro["CUDA_VERSION"] // 1000
+    nvml_include = nvml_include or default_nvml_include(include_dir)
+    if not os.path.isfile(os.path.join(nvml_include, "nvml.h")):
+        raise GenError("nvml.h is not in %s: pip install -r gen/requirements.txt (PyPI's "
+                       "nvidia-nvml-dev carries it) or pass --nvml-include DIR" % nvml_include)
     libs += [libraries.nvrtc(include_dir, overrides, cuda_major),
-             libraries.nvjitlink(include_dir, overrides, cuda_major)]
+             libraries.nvjitlink(include_dir, overrides, cuda_major),
+             libraries.cublaslt(include_dir, overrides),
+             libraries.nvml(nvml_include, overrides),
+             libraries.nvtx(include_dir, overrides)]
     # A rule with cuda_before = N is for older releases only: not stale in newer headers.
     unused = [r for i, r in enumerate(overrides.pointer_rules) if i not in overrides.used
               and libs[0].version_macro["CUDA_VERSION"] < r.get("cuda_before", 1 << 30)]
@@ -307,16 +320,16 @@ def render_kernels(env, kernels_dir):
     }
 
 
-def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None):
+def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None,
+           nvml_include=None):
     """Return ({relative path: text} for everything generated/ holds, problems). Override
     rules that match nothing and hint table gaps are problems too, unless a `warnings` list is
     given to receive them (they may belong to another CUDA release)."""
-    libs, own, overrides, unused = build(include_dir)
+    libs, own, overrides, unused = build(include_dir, nvml_include)
     cuda_version = libs[0].version_macro["CUDA_VERSION"]
     vstr = "%d.%d" % (cuda_version // 1000, cuda_version % 1000 // 10)
     banner_text = ("Generated by gen/thincuda_gen.py from the CUDA %s headers "
-                   "(cuda.h, cublas_api.h, curand.h, nvrtc.h, nvJitLink.h). Do not edit: run tools/regen."
-                   % vstr)
+                   "(%s). Do not edit: run tools/regen." % (vstr, HEADER_LIST))
     banner = "/* %s */" % banner_text
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "templates")),
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
@@ -325,8 +338,11 @@ def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None
     allf = sorted(((f.name, lib, f) for lib in libs for f in lib.functions),
                   key=lambda t: t[0])
     names = [n for n, _, _ in allf]
-    if len(set(names)) != len(names):
-        dup = [n for n, c in collections.Counter(names).items() if c > 1]
+    dup_check = names
+    allf = [t for t in allf if not t[1].direct]
+    names = [n for n, _, _ in allf]
+    if len(set(dup_check)) != len(dup_check):
+        dup = [n for n, c in collections.Counter(dup_check).items() if c > 1]
         raise GenError("two wrappers would share a name: %s" % ", ".join(dup[:10]))
     ids = {n: i for i, n in enumerate(names)}
     syms = []
@@ -336,9 +352,9 @@ def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None
                          lib=LIB_IDS[lib.key], pt=1 if f.per_thread else 0))
 
     lib_rows = [dict(key=k, id=LIB_IDS[k], enum=LIB_ENUM[k], title=LIB_TITLE[k])
-                for k in ("thincuda", "cuda", "cublas", "curand", "nvrtc", "nvjitlink")]
+                for k in LIB_IDS]
     loader_libs = []
-    for lib in libs:
+    for lib in sorted((l for l in libs if not l.direct), key=lambda l: LIB_IDS[l.key]):
         sonames = ["libcuda.so.1", "libcuda.so"] if lib.key == "cuda" else lib.sonames
         loader_libs.append(dict(key=lib.key, env_c=c_string(LIB_ENV[lib.key]),
                                 sonames_c=c_string(":".join(sonames))))
@@ -360,7 +376,7 @@ def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None
     out["tc_symbols.c"] = env.get_template("tc_symbols.c.j2").render(banner=banner, syms=syms)
     for lib in libs:
         tables = enum_tables(lib)
-        funcs = [render_function(f, lib, ids[f.name], tables)
+        funcs = [render_function(f, lib, ids.get(f.name, -1), tables)
                  for f in sorted(lib.functions, key=lambda f: (f.header, f.line, f.name))]
         pt = [f for f in funcs if f["per_thread"]]
         pub = public_enums(lib)
@@ -375,7 +391,8 @@ def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None
                                    if p.category == "pointer")
         cov.append(dict(key=lib.key, title=lib.title, headers=lib.headers, declared=lib.declared,
                         skipped=lib.skipped, functions=lib.functions,
-                        sonames=lib.sonames,
+                        sonames=lib.sonames, direct=lib.direct,
+                        shared_status=LIB_TITLE.get(STATUS_LIB.get(lib.key, ""), ""),
                         version_pfn=sum(1 for f in lib.functions
                                         if f.version_source.startswith("PFN")),
                         version_fallback=sum(1 for f in lib.functions
@@ -405,7 +422,8 @@ PROTO = re.compile(r"^(TC_DEPRECATED )?TC_API tc_status tc_(\w+)\((.*)\);$", re.
 STATUS_ROW = re.compile(r"^    TC_(\w+) = 0x[0-9A-F]{8},$", re.M)
 RELEASE = re.compile(r"from the CUDA (\S+) headers")
 SUMMARY_HEADERS = (("cuda", "cuda.h"), ("cublas", "cublas_api.h"), ("curand", "curand.h"),
-                   ("nvrtc", "nvrtc.h"), ("nvjitlink", "nvJitLink.h"))
+                   ("nvrtc", "nvrtc.h"), ("nvjitlink", "nvJitLink.h"),
+                   ("cublaslt", "cublasLt.h"), ("nvml", "nvml.h"), ("nvtx", "nvToolsExt.h"))
 
 
 def _split_params(params):
@@ -619,6 +637,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cuda-include", default=default_include(),
                     help="directory holding cuda.h, cudaTypedefs.h, cublas_v2.h, curand.h")
+    ap.add_argument("--nvml-include", default=None,
+                    help="directory holding nvml.h (default: --cuda-include when it has one, "
+                    "else PyPI's nvidia-nvml-dev)")
     ap.add_argument("--out", default=os.path.join(ROOT, "generated"))
     ap.add_argument("--kernels", default=os.path.join(ROOT, "kernels"),
                     help="directory of the .cu files whose launchers tc_kernels.h holds")
@@ -629,7 +650,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     warnings = []
     try:
-        files, problems = render(a.cuda_include, a.kernels, warnings)
+        files, problems = render(a.cuda_include, a.kernels, warnings, a.nvml_include)
     except GenError as e:
         print("thincuda_gen: error: %s" % e, file=sys.stderr)
         return 2

@@ -1,5 +1,6 @@
-/* thincuda in one include: the generated bindings (driver, cuBLAS, cuRAND, NVRTC, nvJitLink),
- * the runtime and the tensor ops. Compile with `pkg-config --cflags thincuda`. */
+/* thincuda in one include: the generated bindings (driver, cuBLAS, cuBLASLt, cuRAND, NVRTC,
+ * nvJitLink, NVML, NVTX), the runtime and the tensor ops. Compile with `pkg-config --cflags
+ * thincuda`. */
 #ifndef THINCUDA_H
 #define THINCUDA_H
 
@@ -7,9 +8,12 @@
 #include "runtime/runtime.h"
 #include "runtime/version.h"
 #include "tc_cublas.h"
+#include "tc_cublaslt.h"
 #include "tc_cuda.h"
 #include "tc_curand.h"
 #include "tc_nvjitlink.h"
+#include "tc_nvml.h"
 #include "tc_nvrtc.h"
+#include "tc_nvtx.h"
 
 #endif /* THINCUDA_H */

@@ -27,6 +27,7 @@ typedef struct bench_opts {
     long batch, prompt_len, gen_len, requests, threads, ctx, step_tokens, kv_tokens, seed;
     double kv_fraction, bandwidth;
     bool no_graphs, no_prefix_cache, kv_fp8;
+    bool profile; /* print the kernel profile of the measured steps */
 } bench_opts;
 
 typedef struct req_times {
@@ -173,6 +174,8 @@ static const char usage[] =
     "  --kv-tokens N        KV cache size in tokens (default: from --kv-fraction)\n"
     "  --kv-fraction F      of the GPU's memory the process may fill (default 0.9)\n"
     "  --no-graphs          decode op by op instead of CUDA graphs\n"
+    "  --profile            time each kernel of the measured steps (events around every\n"
+    "                       launch, so graphs are off) and print a table of them\n"
     "  --no-prefix-cache    do not reuse cached prompt blocks\n"
     "  --bandwidth B        bytes/s of the bound (default 3.0e12, H100 measured)\n"
     "  --seed N             random weights and prompts (default 1)\n";
@@ -211,6 +214,7 @@ static int parse(int argc, char **argv, bench_opts *o)
         KVT,
         KVF,
         NOGRAPH,
+        PROFILE,
         NOPREFIX,
         BW,
         SEED,
@@ -231,6 +235,7 @@ static int parse(int argc, char **argv, bench_opts *o)
                                            { "kv-tokens", required_argument, 0, KVT },
                                            { "kv-fraction", required_argument, 0, KVF },
                                            { "no-graphs", no_argument, 0, NOGRAPH },
+                                           { "profile", no_argument, 0, PROFILE },
                                            { "no-prefix-cache", no_argument, 0, NOPREFIX },
                                            { "bandwidth", required_argument, 0, BW },
                                            { "seed", required_argument, 0, SEED },
@@ -259,6 +264,7 @@ static int parse(int argc, char **argv, bench_opts *o)
                 return 2;
             break;
         case NOGRAPH: o->no_graphs = true; break;
+        case PROFILE: o->profile = true; break;
         case NOPREFIX: o->no_prefix_cache = true; break;
         case HELP: fputs(usage, stdout); return 0;
 #define NUM(K, flag, field, lo, hi)           \
@@ -302,6 +308,21 @@ static int parse(int argc, char **argv, bench_opts *o)
     return -1;
 }
 
+/* The measured steps' kernel table on stdout; emptied, so that nothing prints again at exit. */
+static void print_profile(bool cuda)
+{
+    size_t need = tc_profile_format(NULL, 0);
+    char *table = need ? malloc(need + 1) : NULL;
+    if (table) {
+        tc_profile_format(table, need + 1);
+        printf("\n%s(CUDA graphs were off; cuBLAS's kernels are not in the table)\n", table);
+    } else {
+        printf("\nprofile          no kernel of ours ran%s\n", cuda ? "" : " (CPU backend)");
+    }
+    free(table);
+    tc_profile_reset();
+}
+
 int tc_cli_bench(int argc, char **argv)
 {
     bench_opts o;
@@ -310,6 +331,9 @@ int tc_cli_bench(int argc, char **argv)
         return rc;
     rc = 0;
     double t_start = tc_host_seconds();
+    /* Before the model loads: it leaves its decode graphs off while profiling. */
+    if (o.profile)
+        tc_profile_enable(true);
     tc_llama_config cfg;
     tc_cli_model f = { 0 };
     if (o.shape) {
@@ -418,6 +442,8 @@ int tc_cli_bench(int argc, char **argv)
         tc_pool_get_stats(tc_backend_pool(b), &ps0);
     tc_engine_stats es0;
     tc_engine_get_stats(e, &es0);
+    if (tc_profile_enabled())
+        tc_profile_reset(); /* the warm-up's launches are not the measured steps' */
     double wall = run_requests(e, cfg.vocab, n, plen, glen, t, &rc);
     /* Figures. */
     int64_t total_out = 0, total_prompt = 0, n_itl = 0;
@@ -517,6 +543,8 @@ int tc_cli_bench(int argc, char **argv)
                all_steps > pre ? dec_s * 1e3 / (double)(all_steps - pre) : 0.0);
     }
     printf("process          %.2f s from start\n", tc_host_seconds() - t_start);
+    if (o.profile)
+        print_profile(cuda);
     (void)ps0;
     free(ttft);
 done:

@@ -43,6 +43,7 @@ typedef struct served {
     bool kv_made;
     tc_engine *e;
     int32_t *stops;
+    tc_device_info dev; /* the GPU on CUDA: /health names it by PCI bus id */
     bool loaded, failed;
 } served;
 
@@ -331,8 +332,14 @@ static bool start_engine(served *s)
         return fail(s, "cannot start the engine");
     fprintf(stderr, "thincuda serve: %s on %s %s; kv cache %s\n", s->o.name, tc_backend_name(s->b),
             tc_dtype_name(s->m->act), kv_line);
-    tc_server_model sm = { s->e, s->f.tok, s->has_chat ? &s->chat : NULL, s->m->s.max_blocks * 16,
-                           vocab };
+    tc_server_model sm = {
+        s->e, s->f.tok, s->has_chat ? &s->chat : NULL, s->m->s.max_blocks * 16, vocab, NULL, NULL
+    };
+    if (cuda &&
+        tc_device_info_get(tc_context_ordinal(tc_backend_context(s->b)), &s->dev) == TC_OK) {
+        sm.pci_bus_id = s->dev.pci_bus_id;
+        sm.pool = tc_backend_pool(s->b);
+    }
     tc_server_set_model(s->srv, &sm);
     return true;
 }

@@ -11,6 +11,7 @@
 #include "inference/grammar.h"
 #include "runtime/host.h"
 #include "runtime/log.h"
+#include "runtime/profile.h"
 
 enum { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE };
 /* Bytes of text one token may release (a piece, or text held back for stop strings). */
@@ -1043,9 +1044,14 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
     tc_tensor *logits = NULL;
     if (e->n_copies > 0)
         st = e->m.copy_blocks(e->m.ctx, e->copy_src, e->copy_dst, e->n_copies);
-    if (st == TC_OK)
+    /* NVTX ranges (THINCUDA_NVTX=1) name the step's phases on Nsight Systems' timeline. */
+    if (st == TC_OK) {
+        tc_profile_range_push(T > n_decode ? "prefill" : "decode");
         st = e->m.forward(e->m.ctx, &b, &logits);
+        tc_profile_range_pop();
+    }
     if (st == TC_OK && n_sample > 0) {
+        tc_profile_range_push("sampling");
         for (int32_t i = 0; i < n_sample; i++) {
             seq *s = e->batch[i];
             tc_sample_params p = s->req->r.sample;
@@ -1063,6 +1069,7 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
         for (int32_t i = 0; i < n_sample && st == TC_OK; i++)
             if (e->batch[i]->req->r.logprobs)
                 st = logprobs_of(e, &rows, i, e->sampled[i], e->batch[i]);
+        tc_profile_range_pop();
     }
     if (st != TC_OK) {
         const char *msg = tc_last_error();

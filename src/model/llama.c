@@ -614,7 +614,9 @@ static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *
                       : (m->cfg.max_positions < 8192 ? m->cfg.max_positions : 8192);
     int64_t bs = opt->block_size > 0 ? opt->block_size : 16;
     s->max_blocks = (ctx + bs - 1) / bs;
-    s->no_graphs = opt->no_graphs;
+    /* Profiling times each kernel with events around its launch, which a graph replay would
+     * bypass: profiled decode steps launch their kernels one by one. */
+    s->no_graphs = opt->no_graphs || tc_profile_enabled();
     loader L = { .g = g, .m = m, .opt = opt, .seed = seed };
     pthread_t warm;
     bool warming = !cpu && pthread_create(&warm, NULL, prepare_gemm, b) == 0;

@@ -102,6 +102,7 @@ void tc_context_release(tc_context *ctx)
     pthread_mutex_unlock(&registry_lock);
     if (!last)
         return;
+    tc__profile_forget_context(ctx);
     tc__module_unload(ctx);
     tc_status s = tc_cuDevicePrimaryCtxRelease(ctx->dev);
     if (s != TC_OK)

@@ -63,4 +63,40 @@ void tc__module_unload(tc_context *ctx);
 #define TC__PARAMS_MAX 256
 tc_status tc__param_sizes(CUfunction f, size_t *sizes, unsigned cap, unsigned *count);
 
+/* Profiling (profile.c): one kernel's figures, and what a launch carries from
+ * tc__profile_begin to tc__profile_end. */
+typedef struct tc__profile_kernel {
+    unsigned long long launches, untimed; /* timed; captured into graphs or failed */
+    double total_ms;
+    double occ_sum; /* theoretical occupancy (0..1) summed over occ_count launches */
+    unsigned long long occ_count;
+    tc_context *occ_ctx; /* the last configuration's occupancy, remembered */
+    int occ_threads;
+    uint32_t occ_shared;
+    double occ_last;
+} tc__profile_kernel;
+
+typedef struct tc__profile_token {
+    bool active;
+    tc_context *ctx;
+    tc_kernel_id id;
+    CUstream stream;
+    CUevent start, end;
+    double occupancy;
+} tc__profile_token;
+
+/* Record the start event of a launch about to happen (nothing while the stream is being
+ * captured into a graph: the launch is counted untimed). */
+tc_status tc__profile_begin(tc_context *c, tc_kernel_id id, const tc_launch_config *cfg,
+                            tc__profile_token *t);
+
+/* Record the end event, or drop the start event when the launch failed. */
+void tc__profile_end(tc__profile_token *t, bool launched);
+
+/* Add one timed launch to the table (the tests feed it directly). */
+void tc__profile_add(tc_kernel_id id, double ms, double occupancy);
+
+/* Resolve the context's pending launches before it goes away. */
+void tc__profile_forget_context(tc_context *c);
+
 #endif /* TC_RUNTIME_INTERNAL_H */

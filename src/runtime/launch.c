@@ -6,6 +6,7 @@
 #include "runtime/error.h"
 #include "runtime/internal.h"
 #include "runtime/module.h"
+#include "runtime/profile.h"
 
 static tc_status bad_launch(tc_kernel_id id, const tc_launch_config *cfg, tc_status st,
                             const char *why)
@@ -84,6 +85,9 @@ tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **
         return st;
     TC_TRY(check_config(c, id, cfg));
     TC_TRY(tc__context_enter(c));
+    tc__profile_token prof = { 0 };
+    if (tc_profile_enabled())
+        TC_TRY(tc__profile_begin(c, id, cfg, &prof));
     if (cfg->stream->overlap) {
         CUlaunchAttribute attr = { 0 };
         attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -98,6 +102,8 @@ tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **
                                cfg->block.y, cfg->block.z, cfg->shared_bytes, cfg->stream->cu, args,
                                NULL);
     }
+    if (prof.active)
+        tc__profile_end(&prof, st == TC_OK);
     if (st != TC_OK)
         return bad_launch(id, cfg, st, tc_status_string(st));
     return TC_OK;

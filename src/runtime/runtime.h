@@ -1,6 +1,7 @@
 /* The thincuda runtime in one include: devices, contexts, streams, events, the memory pool,
  * pinned buffers, the embedded kernels and their launchers, modules of the user's own
- * kernels, run-time compilation (NVRTC), logging. */
+ * kernels, run-time compilation (NVRTC), GPU telemetry (NVML), kernel
+ * profiling, logging. */
 #ifndef TC_RUNTIME_H
 #define TC_RUNTIME_H
 
@@ -15,8 +16,10 @@
 #include "runtime/module.h"
 #include "runtime/pinned.h"
 #include "runtime/pool.h"
+#include "runtime/profile.h"
 #include "runtime/rtc.h"
 #include "runtime/stream.h"
+#include "runtime/telemetry.h"
 #include "runtime/version.h"
 #include "tc_kernels.h"
 

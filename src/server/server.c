@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "runtime/host.h"
+#include "runtime/pool.h"
+#include "runtime/telemetry.h"
 #include "server/internal.h"
 
 /* ---------------------------------------------------------------- dispatch */
@@ -59,6 +61,30 @@ enum {
     MAX_HEADERS = 128,
     HEAD_MEMORY = 256 << 10, /* bytes per connection */
 };
+
+/* /health on CUDA: the device memory the server holds (its pool) and, when NVML loads, what
+ * the GPU and this process use as NVML counts it. Device memory only: no temperature or
+ * utilisation here (thincuda devices shows those), so that /health stays cheap. */
+static void add_device_memory(tc_server *s, json_t *body)
+{
+    if (!s->m.pci_bus_id || !s->m.pool)
+        return;
+    tc_pool_stats ps;
+    tc_pool_get_stats(s->m.pool, &ps);
+    json_t *d =
+        json_pack("{s:s,s:I,s:I}", "pci_bus_id", s->m.pci_bus_id, "pool_reserved_bytes",
+                  (json_int_t)ps.bytes_reserved, "pool_in_use_bytes", (json_int_t)ps.bytes_in_use);
+    long long used, total, mine;
+    if (tc_telemetry_memory(s->m.pci_bus_id, &used, &total, &mine) == TC_OK) {
+        json_object_set_new(d, "memory_used_bytes", json_integer(used));
+        json_object_set_new(d, "memory_total_bytes", json_integer(total));
+        json_object_set_new(d, "process_resident_bytes",
+                            mine >= 0 ? json_integer(mine) : json_null());
+    } else {
+        json_object_set_new(d, "nvml", json_string(tc_last_error_detail()));
+    }
+    json_object_set_new(body, "device", d);
+}
 
 typedef struct header_count {
     size_t n, bytes;
@@ -162,8 +188,10 @@ static enum MHD_Result first_call(tc_server *s, struct MHD_Connection *c, const 
     if (match >= 0 && routes[match].r == R_HEALTH) {
         k->answered = true;
         const char *st = stopping ? "shutting_down" : ready ? "ok" : "loading";
-        return tc__send_json(s, c, route, ready && !stopping ? 200 : 503,
-                             json_pack("{s:s}", "status", st));
+        json_t *body = json_pack("{s:s}", "status", st);
+        if (ready)
+            add_device_memory(s, body);
+        return tc__send_json(s, c, route, ready && !stopping ? 200 : 503, body);
     }
     if (match >= 0 && routes[match].r == R_METRICS) {
         k->answered = true;

@@ -44,6 +44,10 @@ typedef struct tc_server_model {
     const tc_chat_template *chat; /* NULL: the model has none (chat requests get 400) */
     int64_t context;              /* tokens a sequence may hold */
     int32_t vocab;
+    /* On CUDA, the GPU (for /health's device memory figures) and the pool the model's device
+     * memory comes from; NULL on the CPU backend. */
+    const char *pci_bus_id;
+    tc_pool *pool;
 } tc_server_model;
 
 /* Load libmicrohttpd and listen. Fails with a sentence in msg. */

@@ -29,6 +29,8 @@ def test_a_new_release_regenerates_in_one_command_with_a_summary(tmp_path, capsy
     assert "curand.h: 0 added, 0 removed, 0 changed signature" in console
     # nvJitLink's symbol is renamed each release (__nvJitLinkComplete_12_6); its name is not.
     assert "nvJitLink.h: 0 added, 0 removed, 0 changed signature" in console
+    for header in ("cublasLt.h", "nvml.h", "nvToolsExt.h"):
+        assert "%s: 0 added, 0 removed, 0 changed signature" % header in console
     assert "status codes: 1 added, 0 removed" in console
     changes = open(os.path.join(out, "CHANGES.md")).read()
     assert "# API changes: CUDA 12.4 -> CUDA 12.6" in changes

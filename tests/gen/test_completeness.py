@@ -98,7 +98,30 @@ def test_cxx_mode_adds_only_the_half_precision_functions(cuda_include):
 
 
 def test_generated_table_lists_every_wrapper(built):
+    """Every wrapper of a loaded library is in the symbol table; NVTX's, which call the
+    header's own definitions, are not (nothing to resolve)."""
     with open(os.path.join(ROOT, "generated", "tc_symbols.c")) as fh:
         table = set(re.findall(r'^    \{ "(\w+)"', fh.read(), re.M))
-    names = {f.name for lib in built[0] for f in lib.functions}
+    names = {f.name for lib in built[0] if not lib.direct for f in lib.functions}
     assert table == names
+    nvtx = next(lib for lib in built[0] if lib.key == "nvtx")
+    assert "nvtxRangePushA" in {f.name for f in nvtx.functions}
+    assert not table & {f.name for f in nvtx.functions}
+
+
+def test_new_libraries_are_wrapped_whole(built):
+    """cuBLASLt, NVML and NVTX: every declaration wrapped except cuBLASLt's static inline
+    *Init helpers; NVML's public names resolve its versioned symbols."""
+    by = {lib.key: lib for lib in built[0]}
+    lt, nvml, nvtx = by["cublaslt"], by["nvml"], by["nvtx"]
+    assert all(s.name.endswith("Init") for s in lt.skipped), lt.skipped
+    assert nvml.skipped == [] and nvtx.skipped == []
+    f = {f.name: f for f in nvml.functions}
+    assert f["nvmlInit"].symbol == "nvmlInit_v2"
+    assert f["nvmlDeviceGetCount"].symbol == "nvmlDeviceGetCount_v2"
+    temp = [p for p in f["nvmlDeviceGetTemperature"].params if p.category == "pointer"]
+    assert [(p.direction, p.space) for p in temp] == [("out", "host")]
+    procs = {p.name: p.direction for p in f["nvmlDeviceGetComputeRunningProcesses"].params}
+    assert procs["infoCount"] == "inout" and procs["infos"] == "out"
+    mem2 = next(p for p in f["nvmlDeviceGetMemoryInfo_v2"].params if p.category == "pointer")
+    assert (mem2.direction, mem2.source) == ("inout", "version field")

@@ -5,7 +5,8 @@
  *                             wider (a stale fatbin)
  *   FAKE_CUDA_DROP=<kernel>   the module lacks that kernel
  *   FAKE_CUDA_NO_BINARY=1     cuModuleLoadData finds no code for the GPU
- *   FAKE_CUDA_MEM=<bytes>     device memory size (default 1 GiB) */
+ *   FAKE_CUDA_MEM=<bytes>     device memory size (default 1 GiB)
+ * Events time nothing: every pair is 0.25 ms apart. Streams are never being captured. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +111,7 @@ static CUresult f_attribute(int *v, CUdevice_attribute a, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 232448; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = 233472; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; break;
     default:
         /* An old driver: it knows the first 120 attributes only. */
         if ((int)a > 120)
@@ -181,6 +183,27 @@ static CUresult f_event_create(CUevent *e, unsigned flags)
 static CUresult f_event_record(CUevent e, CUstream s)
 {
     (void)e, (void)s;
+    return need_ctx();
+}
+
+static CUresult f_event_synchronize(CUevent e)
+{
+    (void)e;
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_event_elapsed(float *ms, CUevent start, CUevent end)
+{
+    if (!start || !end)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *ms = 0.25f;
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_is_capturing(CUstream s, CUstreamCaptureStatus *st)
+{
+    (void)s;
+    *st = CU_STREAM_CAPTURE_STATUS_NONE;
     return need_ctx();
 }
 
@@ -324,6 +347,16 @@ static CUresult f_occupancy(int *min_grid, int *block, CUfunction f, CUoccupancy
     return CUDA_SUCCESS;
 }
 
+/* Resident blocks per multiprocessor: the 2048-thread limit only. */
+static CUresult f_blocks_per_sm(int *blocks, CUfunction f, int block, size_t shared)
+{
+    (void)shared;
+    if (kernel_of(f) < 0 || block <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *blocks = 2048 / block < 32 ? 2048 / block : 32;
+    return CUDA_SUCCESS;
+}
+
 static CUresult f_mem_alloc(CUdeviceptr *p, size_t bytes)
 {
     if (need_ctx() != CUDA_SUCCESS)
@@ -375,6 +408,9 @@ static const struct {
     FN("cuEventCreate", f_event_create),
     FN("cuEventDestroy", f_handle_destroy),
     FN("cuEventRecord", f_event_record),
+    FN("cuEventSynchronize", f_event_synchronize),
+    FN("cuEventElapsedTime", f_event_elapsed),
+    FN("cuStreamIsCapturing", f_is_capturing),
     FN("cuStreamWaitEvent", f_stream_wait_event),
     FN("cuModuleLoadData", f_module_load),
     FN("cuModuleUnload", f_module_unload),
@@ -384,6 +420,7 @@ static const struct {
     FN("cuFuncSetAttribute", f_func_set_attribute),
     FN("cuLaunchKernel", f_launch),
     FN("cuOccupancyMaxPotentialBlockSize", f_occupancy),
+    FN("cuOccupancyMaxActiveBlocksPerMultiprocessor", f_blocks_per_sm),
     FN("cuMemAlloc", f_mem_alloc),
     FN("cuMemFree", f_mem_free),
     FN("cuMemGetInfo", f_mem_info),

@@ -16,6 +16,9 @@
 
 #include "runtime/runtime.h"
 
+/* Internal (runtime/internal.h): one timed launch added to the profile table. */
+void tc__profile_add(tc_kernel_id id, double ms, double occupancy);
+
 typedef struct fake_launch {
     int count;
     char kernel[64];
@@ -236,6 +239,63 @@ static void occupancy_helpers_size_grid_stride_launches(void **state)
     assert_int_equal(cfg.grid.x, 2);
 }
 
+static void profiling_counts_times_and_tabulates_each_kernel(void **state)
+{
+    (void)state;
+    char table[4096];
+    tc_profile_enable(true);
+    tc_profile_reset();
+    assert_int_equal(tc_profile_format(table, sizeof table), 0);
+    tc_launch_config cfg = { tc_dim1(4), tc_dim1(256), 0, stream };
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(tc_launch_fill_f32(cfg, (float *)(uintptr_t)0x1000, 1.0f, (size_t)1024),
+                         TC_OK);
+    cfg.block = tc_dim1(1024);
+    assert_int_equal(tc_launch_fill_f32(cfg, (float *)(uintptr_t)0x1000, 1.0f, (size_t)1024),
+                     TC_OK);
+    tc_profile_enable(false);
+    assert_int_equal(tc_launch_fill_f32(cfg, (float *)(uintptr_t)0x1000, 1.0f, (size_t)1024),
+                     TC_OK); /* not profiled */
+    size_t need = tc_profile_format(table, sizeof table);
+    assert_true(need > 0 && need < sizeof table);
+    assert_int_equal(strlen(table), need);
+    /* Four launches of 0.25 ms (the fake's events); occupancy 8 blocks of 256 threads and 2 of
+     * 1024 over 2048 threads: 100% both, so the mean is 100%. */
+    assert_non_null(strstr(table, "thincuda profile: 4 kernel launches timed, 1.000 ms"));
+    assert_non_null(strstr(table, "theor. occ."));
+    char want[160];
+    snprintf(want, sizeof want, "%-40s %9d %8d %11.3f %10.2f %6.1f%% %12s\n", "tc_k_fill_f32", 4, 0,
+             1.0, 250.0, 100.0, "100.0%");
+    assert_non_null(strstr(table, want));
+    /* A table cut short still says how long it is, and stays a string. */
+    char small[32];
+    assert_int_equal(tc_profile_format(small, sizeof small), need);
+    assert_int_equal(strlen(small), sizeof small - 1);
+    tc_profile_reset();
+    assert_int_equal(tc_profile_format(table, sizeof table), 0);
+    assert_string_equal(table, "");
+}
+
+static void the_profile_table_ranks_kernels_by_time(void **state)
+{
+    (void)state;
+    char table[4096];
+    tc_profile_reset();
+    tc__profile_add(TC_KERNEL_FILL_F32, 1.0, 0.5);
+    tc__profile_add(TC_KERNEL_COPY_U8, 3.0, 0.25);
+    tc__profile_add(TC_KERNEL_COPY_U8, 1.0, -1); /* occupancy unknown: not averaged */
+    tc_profile_format(table, sizeof table);
+    const char *copy = strstr(table, "tc_k_copy_u8"), *fill = strstr(table, "tc_k_fill_f32");
+    assert_non_null(copy);
+    assert_non_null(fill);
+    assert_true(copy < fill);
+    char want[160];
+    snprintf(want, sizeof want, "%-40s %9d %8d %11.3f %10.2f %6.1f%% %12s\n", "tc_k_copy_u8", 2, 0,
+             4.0, 2000.0, 80.0, "25.0%");
+    assert_non_null(strstr(table, want));
+    tc_profile_reset();
+}
+
 static void device_pool_out_of_memory_names_request_and_state(void **state)
 {
     (void)state;
@@ -303,6 +363,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(carveout_preference_reaches_the_kernel),
         cmocka_unit_test(occupancy_helpers_size_grid_stride_launches),
         cmocka_unit_test(device_pool_out_of_memory_names_request_and_state),
+        cmocka_unit_test(profiling_counts_times_and_tabulates_each_kernel),
+        cmocka_unit_test(the_profile_table_ranks_kernels_by_time),
     };
     const struct CMUnitTest skew[] = { cmocka_unit_test(stale_fatbin_is_caught_at_load) };
     const struct CMUnitTest drop[] = { cmocka_unit_test(missing_kernel_is_caught_at_load) };
