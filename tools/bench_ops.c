@@ -2,8 +2,8 @@
  * against the ceilings of GPU.md (3.0 TB/s measured copy bandwidth; cuBLAS for products).
  * Inputs rotate through copies larger than L2 so the cache is not what is measured; each
  * figure is the median of 7 timings (CUDA events) of several repetitions after a warm-up.
- * Usage: bench_ops [all|norm|matvec|gemm|attention|quant [TYPE]], or bench_ops decode H KV BATCH
- * LEN [fp8] */
+ * Usage: bench_ops [all|norm|matvec|gemm|attention|quant [TYPE]|iq], or bench_ops decode H KV
+ * BATCH LEN [fp8] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,6 +429,58 @@ static void bench_attention(rng_t *r)
     free_cache(&a);
 }
 
+/* The load-time dequantisation of the IQ and TQ types (kernels/iq.cu) into bf16, a
+ * Llama-3-8B feed-forward matrix (14336 x 4096) of random blocks already on the GPU: bytes
+ * read and written against the bandwidth (it runs once per load, so a fraction of it is
+ * plenty). */
+typedef struct {
+    tc_tensor out;
+    void *raw;
+    int32_t type;
+    int64_t blocks;
+    tc_launch_config cfg;
+} iq_ctx;
+static tc_status run_iq(void *c, int s)
+{
+    (void)s;
+    iq_ctx *q = c;
+    return tc_launch_iq_dequant(q->cfg, q->out.data, (int32_t)q->out.dtype, (const uint8_t *)q->raw,
+                                q->type, q->blocks);
+}
+static void bench_iq(rng_t *r)
+{
+    static const struct {
+        const char *name;
+        int32_t type;
+        int64_t be, bb;
+    } types[] = {
+        { "iq2_xxs", 16, 256, 66 }, { "iq2_xs", 17, 256, 74 },  { "iq3_xxs", 18, 256, 98 },
+        { "iq1_s", 19, 256, 50 },   { "iq4_nl", 20, 32, 18 },   { "iq3_s", 21, 256, 110 },
+        { "iq2_s", 22, 256, 82 },   { "iq4_xs", 23, 256, 136 }, { "iq1_m", 29, 256, 56 },
+        { "tq1_0", 34, 256, 54 },   { "tq2_0", 35, 256, 66 },
+    };
+    int64_t rows = 14336, cols = 4096, n = rows * cols;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        iq_ctx q = { .type = types[i].type, .blocks = n / types[i].be };
+        size_t bytes = (size_t)(q.blocks * types[i].bb);
+        uint8_t *host = malloc(bytes);
+        for (size_t j = 0; j < bytes; j++)
+            host[j] = (uint8_t)rng_next(r);
+        CHECK(tc_backend_alloc(gpu, bytes, &q.raw));
+        CHECK(
+            tc_stream_copy_h2d(tc_backend_stream(gpu), (CUdeviceptr)(uintptr_t)q.raw, host, bytes));
+        CHECK(tc_tensor_init(&q.out, gpu, TC_DTYPE_BF16, TC_SHAPE(rows, cols)));
+        CHECK(tc_launch_config_1d(tc_backend_stream(gpu), TC_KERNEL_IQ_DEQUANT, n / 32, &q.cfg));
+        double ms = time_ms(run_iq, &q, 3);
+        char what[64];
+        snprintf(what, sizeof what, "iq dequant %s", types[i].name);
+        report_bw(what, "14336x4096 -> bf16", ms, (double)bytes + 2.0 * (double)n);
+        tc_tensor_deinit(&q.out);
+        tc_backend_free(gpu, q.raw);
+        free(host);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "all";
@@ -457,6 +509,8 @@ int main(int argc, char **argv)
         bench_decode_case(&r, argc, argv);
     if (!strcmp(what, "all") || !strcmp(what, "quant"))
         bench_quant(&r, !strcmp(what, "quant") && argc > 2 ? argv[2] : NULL);
+    if (!strcmp(what, "iq"))
+        bench_iq(&r);
     tc_event_destroy(ev0);
     tc_event_destroy(ev1);
     tc_backend_destroy(gpu);

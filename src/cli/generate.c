@@ -604,11 +604,12 @@ int tc_cli_info(int argc, char **argv)
     }
     const tc_gguf g = *ss.f.src;
     tc_llama_config c = ss.f.cfg;
-    uint64_t params = 0, file_bytes = 0, counts[31] = { 0 }, type_bytes[31] = { 0 };
+    uint64_t params = 0, file_bytes = 0, counts[TC_GGML_TYPE_LIMIT] = { 0 },
+             type_bytes[TC_GGML_TYPE_LIMIT] = { 0 };
     for (uint64_t i = 0; i < g.n_tensors; i++) {
         params += g.tensors[i].n_elements;
         file_bytes += g.tensors[i].bytes;
-        if ((unsigned)g.tensors[i].type < 31) {
+        if ((unsigned)g.tensors[i].type < TC_GGML_TYPE_LIMIT) {
             counts[g.tensors[i].type]++;
             type_bytes[g.tensors[i].type] += g.tensors[i].bytes;
         }
@@ -637,7 +638,7 @@ int tc_cli_info(int argc, char **argv)
            c.tied_embeddings ? "; output tied to the embedding" : "");
     printf("parameters       %llu (%.1f M)\n", (unsigned long long)params, (double)params / 1e6);
     printf("tensor types    ");
-    for (int t = 0; t < 31; t++)
+    for (int t = 0; t < TC_GGML_TYPE_LIMIT; t++)
         if (counts[t])
             printf(" %s x%llu (%.1f MiB)", tc_ggml_type_name((tc_ggml_type)t),
                    (unsigned long long)counts[t], (double)type_bytes[t] / 1048576.0);

@@ -17,30 +17,52 @@ typedef struct reader {
     const char *what; /* file name, for messages */
 } reader;
 
+/* Each type's name, elements and bytes per block (ggml-common.h's block_q4_0 ... block_tq2_0). */
 static const struct {
     const char *name;
     uint64_t elems, bytes;
-} ggml_types[31] = {
-    [TC_GGML_F32] = { "f32", 1, 4 },       [TC_GGML_F16] = { "f16", 1, 2 },
-    [TC_GGML_Q4_0] = { "q4_0", 32, 18 },   [TC_GGML_Q4_1] = { "q4_1", 32, 20 },
-    [TC_GGML_Q5_0] = { "q5_0", 32, 22 },   [TC_GGML_Q5_1] = { "q5_1", 32, 24 },
-    [TC_GGML_Q8_0] = { "q8_0", 32, 34 },   [TC_GGML_Q8_1] = { "q8_1", 32, 36 },
-    [TC_GGML_Q2_K] = { "q2_k", 256, 84 },  [TC_GGML_Q3_K] = { "q3_k", 256, 110 },
-    [TC_GGML_Q4_K] = { "q4_k", 256, 144 }, [TC_GGML_Q5_K] = { "q5_k", 256, 176 },
-    [TC_GGML_Q6_K] = { "q6_k", 256, 210 }, [TC_GGML_Q8_K] = { "q8_k", 256, 292 },
-    [TC_GGML_I8] = { "i8", 1, 1 },         [TC_GGML_I16] = { "i16", 1, 2 },
-    [TC_GGML_I32] = { "i32", 1, 4 },       [TC_GGML_I64] = { "i64", 1, 8 },
-    [TC_GGML_F64] = { "f64", 1, 8 },       [TC_GGML_BF16] = { "bf16", 1, 2 },
+} ggml_types[TC_GGML_TYPE_LIMIT] = {
+    [TC_GGML_F32] = { "f32", 1, 4 },
+    [TC_GGML_F16] = { "f16", 1, 2 },
+    [TC_GGML_Q4_0] = { "q4_0", 32, 18 },
+    [TC_GGML_Q4_1] = { "q4_1", 32, 20 },
+    [TC_GGML_Q5_0] = { "q5_0", 32, 22 },
+    [TC_GGML_Q5_1] = { "q5_1", 32, 24 },
+    [TC_GGML_Q8_0] = { "q8_0", 32, 34 },
+    [TC_GGML_Q8_1] = { "q8_1", 32, 36 },
+    [TC_GGML_Q2_K] = { "q2_k", 256, 84 },
+    [TC_GGML_Q3_K] = { "q3_k", 256, 110 },
+    [TC_GGML_Q4_K] = { "q4_k", 256, 144 },
+    [TC_GGML_Q5_K] = { "q5_k", 256, 176 },
+    [TC_GGML_Q6_K] = { "q6_k", 256, 210 },
+    [TC_GGML_Q8_K] = { "q8_k", 256, 292 },
+    [TC_GGML_IQ2_XXS] = { "iq2_xxs", 256, 66 },
+    [TC_GGML_IQ2_XS] = { "iq2_xs", 256, 74 },
+    [TC_GGML_IQ3_XXS] = { "iq3_xxs", 256, 98 },
+    [TC_GGML_IQ1_S] = { "iq1_s", 256, 50 },
+    [TC_GGML_IQ4_NL] = { "iq4_nl", 32, 18 },
+    [TC_GGML_IQ3_S] = { "iq3_s", 256, 110 },
+    [TC_GGML_IQ2_S] = { "iq2_s", 256, 82 },
+    [TC_GGML_IQ4_XS] = { "iq4_xs", 256, 136 },
+    [TC_GGML_I8] = { "i8", 1, 1 },
+    [TC_GGML_I16] = { "i16", 1, 2 },
+    [TC_GGML_I32] = { "i32", 1, 4 },
+    [TC_GGML_I64] = { "i64", 1, 8 },
+    [TC_GGML_F64] = { "f64", 1, 8 },
+    [TC_GGML_IQ1_M] = { "iq1_m", 256, 56 },
+    [TC_GGML_BF16] = { "bf16", 1, 2 },
+    [TC_GGML_TQ1_0] = { "tq1_0", 256, 54 },
+    [TC_GGML_TQ2_0] = { "tq2_0", 256, 66 },
 };
 
 const char *tc_ggml_type_name(tc_ggml_type t)
 {
-    return (unsigned)t < 31 && ggml_types[t].name ? ggml_types[t].name : "unknown";
+    return (unsigned)t < TC_GGML_TYPE_LIMIT && ggml_types[t].name ? ggml_types[t].name : "unknown";
 }
 
 bool tc_ggml_type_block(tc_ggml_type t, uint64_t *block_elems, uint64_t *block_bytes)
 {
-    if ((unsigned)t >= 31 || !ggml_types[t].name)
+    if ((unsigned)t >= TC_GGML_TYPE_LIMIT || !ggml_types[t].name)
         return false;
     *block_elems = ggml_types[t].elems;
     *block_bytes = ggml_types[t].bytes;

@@ -43,13 +43,26 @@ typedef enum tc_ggml_type {
     TC_GGML_Q5_K = 13,
     TC_GGML_Q6_K = 14,
     TC_GGML_Q8_K = 15,
+    TC_GGML_IQ2_XXS = 16,
+    TC_GGML_IQ2_XS = 17,
+    TC_GGML_IQ3_XXS = 18,
+    TC_GGML_IQ1_S = 19,
+    TC_GGML_IQ4_NL = 20,
+    TC_GGML_IQ3_S = 21,
+    TC_GGML_IQ2_S = 22,
+    TC_GGML_IQ4_XS = 23,
     TC_GGML_I8 = 24,
     TC_GGML_I16 = 25,
     TC_GGML_I32 = 26,
     TC_GGML_I64 = 27,
     TC_GGML_F64 = 28,
+    TC_GGML_IQ1_M = 29,
     TC_GGML_BF16 = 30,
+    TC_GGML_TQ1_0 = 34,
+    TC_GGML_TQ2_0 = 35,
 } tc_ggml_type;
+/* One more than the largest ggml type id the reader knows (a bound for tables by type). */
+#define TC_GGML_TYPE_LIMIT 36
 
 /* A string inside the mapped file: not NUL-terminated. */
 typedef struct tc_gguf_str {

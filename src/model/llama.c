@@ -159,6 +159,10 @@ typedef struct loader {
     uint64_t seed;       /* with g NULL: random weights */
     fused_part fused[5]; /* the current layer's */
     int n_fused;
+    /* Tensors dequantised at load (types without a kernel that reads them as stored): how
+     * many of each ggml type, and their bytes in the file and as held. */
+    uint32_t dequantised[TC_GGML_TYPE_LIMIT];
+    uint64_t dequantised_file, dequantised_held; /* bytes */
 } loader;
 
 /* The dtype a tensor is held in: vectors take the activation dtype; matrices keep a type the
@@ -268,6 +272,12 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
                 st = tc_convert(&t2, &r2);
             tc_tensor_deinit(&raw); /* in stream order, after the conversion */
         }
+    } else if (!cpu && tc_ggml_is_iq(gt->type)) {
+        /* The IQ family: the file's blocks go up as they are and the GPU dequantises them. */
+        if (!into)
+            st = tc_tensor_init(t, b, want, nd, shape);
+        if (st == TC_OK)
+            st = tc__iq_upload(t, (int32_t)gt->type, gt->data, gt->bytes);
     } else {
         uint64_t n = gt->n_elements;
         float *f = tc_host_alloc(n * sizeof(float));
@@ -293,6 +303,11 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
     }
     if (st != TC_OK)
         return st;
+    if (!readable) {
+        L->dequantised[gt->type]++;
+        L->dequantised_file += gt->bytes;
+        L->dequantised_held += tc_tensor_bytes(t);
+    }
 placed:
     m->n_params += gt->n_elements;
     m->weight_bytes += tc_tensor_bytes(t);
@@ -456,6 +471,27 @@ static tc_status fold_norms(tc_llama *m)
     return TC_OK;
 }
 
+/* One info line naming the tensors dequantised at load, by type, and where and to what. */
+static void report_dequantised(const loader *L)
+{
+    char types[512];
+    size_t len = 0;
+    uint32_t total = 0;
+    for (int t = 0; t < TC_GGML_TYPE_LIMIT; t++)
+        if (L->dequantised[t] && len < sizeof types) {
+            len += (size_t)snprintf(types + len, sizeof types - len, "%s%u %s", total ? ", " : "",
+                                    L->dequantised[t], tc_ggml_type_name((tc_ggml_type)t));
+            total += L->dequantised[t];
+        }
+    if (!total)
+        return;
+    bool cpu = tc_backend_get_kind(L->m->backend) == TC_BACKEND_CPU;
+    TC_INFO("%s tensor%s dequantised to %s %s (%.1f MiB in the file, %.1f MiB held)", types,
+            total == 1 ? "" : "s", cpu ? "f32" : tc_dtype_name(L->m->act),
+            cpu ? "on the host" : "on the GPU", (double)L->dequantised_file / 1048576.0,
+            (double)L->dequantised_held / 1048576.0);
+}
+
 static tc_status load(loader *L)
 {
     tc_llama *m = L->m;
@@ -501,6 +537,7 @@ static tc_status load(loader *L)
         TC_TRY(tc_tensor_slice(&m->tok_embd, 0, 0, c->vocab, &m->lm_head));
     else
         TC_TRY(place(L, "output.weight", c->vocab, c->dim, &m->lm_head));
+    report_dequantised(L);
     return alloc_scratch(m);
 }
 

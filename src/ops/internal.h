@@ -86,6 +86,11 @@ tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *
 #define TC__QUANT_BATCH_ROWS 64
 bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w);
 tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w);
+/* Dequantise `bytes` of GGUF blocks of ggml type `ggml_type` (an IQ type, TQ1_0 or TQ2_0:
+ * kernels/iq.cu) at src (host) into the contiguous CUDA tensor out (f32, f16 or bf16), whose
+ * elements they must be exactly: the bytes go up as they are through the pinned staging and
+ * the kernel converts them. TC_ERR_UNSUPPORTED for another type. */
+tc_status tc__iq_upload(tc_tensor *out, int32_t ggml_type, const void *src, size_t bytes);
 /* Workspace bytes tc__quant_gemm takes for rows of k elements of dtype act. */
 size_t tc__quant_gemm_workspace(int64_t k, tc_dtype act);
 tc_status tc__quant_gemm(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,

@@ -64,6 +64,49 @@ tc_status tc__quant_upload(tc_tensor *t, int64_t row0, int64_t rows, const void 
     return st;
 }
 
+/* The block types kernels/iq.cu dequantises (ggml type ids: the IQ family, TQ1_0, TQ2_0). */
+static const struct {
+    int32_t type;
+    int64_t elems, bytes; /* per block */
+} iq_types[] = {
+    { 16, 256, 66 }, { 17, 256, 74 },  { 18, 256, 98 }, { 19, 256, 50 },
+    { 20, 32, 18 },  { 21, 256, 110 }, { 22, 256, 82 }, { 23, 256, 136 },
+    { 29, 256, 56 }, { 34, 256, 54 },  { 35, 256, 66 },
+};
+
+tc_status tc__iq_upload(tc_tensor *out, int32_t ggml_type, const void *src, size_t bytes)
+{
+    const char *op = "tc__iq_upload";
+    TC_TRY(tc__check_dtype(op, "out", out, TC__FLOATS));
+    if (out->backend->kind != TC_BACKEND_CUDA || !tc_tensor_is_contiguous(out))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "out must be a contiguous CUDA tensor");
+    size_t i = 0, n_types = sizeof iq_types / sizeof iq_types[0];
+    while (i < n_types && iq_types[i].type != ggml_type)
+        i++;
+    if (i == n_types)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op, "ggml type %d has no dequantising kernel",
+                            (int)ggml_type);
+    int64_t n = tc_tensor_numel(out), be = iq_types[i].elems;
+    if (n % be || (uint64_t)bytes != (uint64_t)(n / be) * (uint64_t)iq_types[i].bytes)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                            "%zu bytes of ggml type %d for %lld elements (want whole blocks of "
+                            "%lld elements, %lld bytes each)",
+                            bytes, (int)ggml_type, (long long)n, (long long)be,
+                            (long long)iq_types[i].bytes);
+    if (n == 0)
+        return TC_OK;
+    tc_backend *b = out->backend;
+    void *tmp = NULL;
+    TC_TRY(tc_backend_alloc(b, bytes, &tmp));
+    tc_status st = tc__backend_upload(b, (CUdeviceptr)(uintptr_t)tmp, src, bytes);
+    int64_t blocks = n / be;
+    if (st == TC_OK) /* a thread per 32 elements */
+        st = tc_launch_iq_dequant(spread(b, n / 32), out->data, (int32_t)out->dtype,
+                                  (const uint8_t *)tmp, ggml_type, blocks);
+    tc_backend_free(b, tmp); /* in stream order: the kernel has it until it finishes */
+    return st;
+}
+
 /* The whole CUDA block tensor t in the file's layout at dst (host). */
 tc_status tc__quant_download(const tc_tensor *t, void *dst)
 {

@@ -1,5 +1,5 @@
 """A minimal GGUF v3 writer (docs/gguf.md of ggml) for test models: metadata of scalar and
-string types and tensors in f32/f16/bf16, written from numpy/torch arrays. Ours, for tests
+string types (and arrays of strings) and tensors in f32/f16/bf16, written from numpy/torch arrays. Ours, for tests
 only; it also stores a Hugging Face Llama the way llama.cpp's converter does (q and k rows
 permuted for interleaved rotary pairs, llama.cpp's tensor names)."""
 import struct
@@ -25,11 +25,13 @@ def _value(v):
         return struct.pack("<I", F32) + struct.pack("<f", v)
     if isinstance(v, str):
         return struct.pack("<I", STRING) + _str(v)
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return struct.pack("<IIQ", ARRAY, STRING, len(v)) + b"".join(_str(x) for x in v)
     raise TypeError(type(v))
 
 
 def write(path, metadata, tensors):
-    """metadata: {key: int|float|str|bool}; tensors: [(name, ggml_type, raw bytes, shape)]
+    """metadata: {key: int|float|str|bool|[str]}; tensors: [(name, ggml_type, raw bytes, shape)]
     with shape outermost first (as numpy), stored innermost first as GGUF wants."""
     head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata))
     for k, v in metadata.items():

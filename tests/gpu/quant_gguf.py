@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Random-weight quantised Llama GGUF files at real shapes, with the per-tensor type mixes of
 llama-quantize's presets (Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, Q6_K, Q8_0, Q4_0, and a mix of the
-legacy 32-element types), or F16 / BF16 throughout. Blocks are random bytes with their f16 scales set so that each
+legacy 32-element types), a mix of every IQ type (IQ) or of the ternary ones (TQ), or F16 / BF16
+throughout. Blocks are random bytes with their f16 scales set so that each
 weight matrix's elements have a standard deviation near 1/sqrt(columns) (activations keep
 their scale through the layers): any valid encoding serves, since the loaders under test
 decode whatever the blocks say and the checks compare our backends on the same file.
@@ -34,7 +35,24 @@ TYPES = {
     "Q4_K": (12, 256, 144, [(0, 1.0), (2, 7.5)], 170.0),
     "Q5_K": (13, 256, 176, [(0, 1.0), (2, 15.5)], 300.0),
     "Q6_K": (14, 256, 210, [(208, 1.0)], 1370.0),
+    # IQ1_M keeps its f16 d in the top nibbles of four u16 words at bytes 48-55 ("iq1_m").
+    "IQ2_XXS": (16, 256, 66, [(0, 1.0)], 53.0),
+    "IQ2_XS": (17, 256, 74, [(0, 1.0)], 56.0),
+    "IQ3_XXS": (18, 256, 98, [(0, 1.0)], 141.0),
+    "IQ1_S": (19, 256, 50, [(0, 1.0)], 7.2),
+    "IQ4_NL": (20, 32, 18, [(0, 1.0)], 67.0),
+    "IQ3_S": (21, 256, 110, [(0, 1.0)], 141.0),
+    "IQ2_S": (22, 256, 82, [(0, 1.0)], 56.0),
+    "IQ4_XS": (23, 256, 136, [(0, 1.0)], 1240.0),
+    "IQ1_M": (29, 256, 56, [("iq1_m", 1.0)], 7.2),
+    "TQ1_0": (34, 256, 54, [(52, 1.0)], 0.82),
+    "TQ2_0": (35, 256, 66, [(64, 1.0)], 1.1),
 }
+# The IQ mix: each matrix kind of layer i takes IQ[kind][i % 2]; TQ alternates the two ternary
+# types the same way.
+IQ = {"token_embd": "IQ4_NL", "output": "IQ1_M", "attn_q": ("IQ2_XXS", "IQ3_S"),
+      "attn_k": ("IQ2_XS", "IQ2_XXS"), "attn_v": ("IQ3_XXS", "IQ4_XS"), "attn_output": ("IQ3_S", "IQ2_S"),
+      "ffn_gate": ("IQ2_S", "IQ1_S"), "ffn_up": ("IQ1_S", "IQ4_NL"), "ffn_down": ("IQ4_XS", "IQ1_M")}
 
 
 def more_bits(i, n):
@@ -50,6 +68,11 @@ def mix_type(mix, kind, i, n):
                 "output": "Q8_0"}[kind]
     if mix in ("Q6_K", "Q8_0", "F16", "BF16"):
         return mix
+    if mix == "IQ":
+        t = IQ[kind]
+        return t if isinstance(t, str) else t[i % 2]
+    if mix == "TQ":
+        return ("TQ1_0", "TQ2_0")[(i + len(kind)) % 2]
     if mix == "Q4_0":
         return "Q6_K" if kind == "output" else "Q4_0"
     if kind == "output":
@@ -79,11 +102,36 @@ def random_matrix(rng, name, rows, cols):
     raw = rng.integers(0, 256, size=(nb, bb), dtype=np.uint8)
     d = rng.uniform(0.5, 1.5, size=nb) / np.sqrt(cols) / spread
     for off, mul in scales:
-        raw[:, off:off + 2] = (d * mul).astype(np.float16).view(np.uint8).reshape(nb, 2)
+        set_f16(raw, off, d * mul)
     return tid, raw.tobytes(), [rows, cols]
 
 
-def write(path, shape, mix, layers=None, vocab=None):
+def set_f16(raw, off, values):
+    """Store values as f16 at byte `off` of each block (rows of raw), or as IQ1_M's d."""
+    bits = values.astype(np.float16).view(np.uint16)
+    if off == "iq1_m":
+        words = raw[:, 48:56].copy().view(np.uint16)
+        for i in range(4):
+            words[:, i] = (words[:, i] & 0x0FFF) | (((bits >> (4 * i)) & 0xF) << 12)
+        raw[:, 48:56] = words.view(np.uint8)
+    else:
+        raw[:, off:off + 2] = bits.view(np.uint8).reshape(-1, 2)
+
+
+def byte_tokens(n):
+    """A byte-level BPE vocabulary of n tokens with no merges: GPT-2's characters for the 256
+    bytes, then placeholders (enough for `thincuda info` and `generate`)."""
+    keep = [b for b in range(256) if chr(b).isprintable() and b not in (32, 127, 160, 173)]
+    shown = {b: chr(b) for b in keep}
+    extra = 0
+    for b in range(256):
+        if b not in shown:
+            shown[b] = chr(256 + extra)
+            extra += 1
+    return [shown[b] for b in range(256)] + [f"<unused{i}>" for i in range(n - 256)]
+
+
+def write(path, shape, mix, layers=None, vocab=None, tokenizer=False):
     dim, ffn, heads, kv, n, voc = SHAPES[shape]
     n = layers or n
     voc = vocab or voc
@@ -102,6 +150,9 @@ def write(path, shape, mix, layers=None, vocab=None):
         "llama.rope.dimension_count": hd,
         "llama.attention.layer_norm_rms_epsilon": 1e-5,
     }
+    if tokenizer:
+        meta.update({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": byte_tokens(voc),
+                     "tokenizer.ggml.merges": []})
 
     def norm():
         v = (1.0 + 0.1 * rng.standard_normal(dim)).astype(np.float32)

@@ -4,7 +4,8 @@ Llamas at real shapes (tests/gpu/quant_gguf.py) in the type mixes of llama-quant
 run over the same 64 + 32 ids. CUDA with f32 activations must make the CPU's greedy choice
 (argmax) at every step; with bf16 activations the logits' relative error is reported and held
 under 5e-2. Where llama-quantize could not split a row into K blocks (SmolLM2's 576-wide
-rows) the file holds Q8_0 there, as llama-quantize does.
+rows) the file holds Q8_0 there, as llama-quantize does. The IQ and TQ mixes (types that
+CUDA dequantises at load, kernels/iq.cu) run the same way.
 Usage: quant_model_check.py LOGITS_BINARY WORKDIR [--layers N] [--shapes a,b] [--mixes a,b]"""
 import os
 import subprocess
@@ -16,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import quant_gguf as Q  # noqa: E402
 
 PROMPT, STEPS = 64, 32
-MIXES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "legacy"]
+MIXES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "legacy", "IQ", "TQ"]
 
 
 def main():

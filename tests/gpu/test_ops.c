@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include "../ops/oracle.h"
 #include "check.h"
+#include "model/quant.h"
 
 #define SKIP 77
 
@@ -574,6 +575,132 @@ static void quantised(rng_t *r)
         tc_tensor_deinit(&gt), tc_tensor_deinit(&ct), tc_tensor_deinit(&gi), tc_tensor_deinit(&ci);
         tc_tensor_deinit(&go), tc_tensor_deinit(&co);
     }
+}
+
+/* Whether the CUDA value `got` is the CPU's `want` (the same dtype's bits) or one unit in the
+ * last place from it; NaN never passes. */
+static bool within_ulp(tc_dtype dt, const void *got, const void *want, int64_t i)
+{
+    uint32_t a, b, sign = dt == TC_DTYPE_F32 ? 0x80000000u : 0x8000u;
+    float fa, fb;
+    if (dt == TC_DTYPE_F32) {
+        memcpy(&a, (const float *)got + i, 4), memcpy(&b, (const float *)want + i, 4);
+        memcpy(&fa, &a, 4), memcpy(&fb, &b, 4);
+    } else {
+        a = ((const uint16_t *)got)[i], b = ((const uint16_t *)want)[i];
+        fa = dt == TC_DTYPE_BF16 ? tc__bf16_to_f32((uint16_t)a) : tc__f16_to_f32((uint16_t)a);
+        fb = dt == TC_DTYPE_BF16 ? tc__bf16_to_f32((uint16_t)b) : tc__f16_to_f32((uint16_t)b);
+    }
+    if (isnan(fa) || isnan(fb))
+        return false;
+    uint32_t ma = a & ~sign, mb = b & ~sign;
+    if ((a ^ b) & sign) /* only zeros of both signs */
+        return ma == 0 && mb == 0;
+    return (ma > mb ? ma - mb : mb - ma) <= 1;
+}
+
+/* The IQ family and the ternary types (kernels/iq.cu, through tc__iq_upload, as the loader
+ * runs it) against the CPU's dequantisation of the same random blocks (src/model/quant.c,
+ * itself checked against gguf-py), rounded to each activation dtype: every element the same
+ * or one unit in the last place apart. The output is a row block inside a poisoned (NaN)
+ * tensor, whose rows around it must stay poisoned; wrong byte counts and other types are
+ * errors. */
+static void iq_dequant(rng_t *r)
+{
+    /* ggml type, name, elements and bytes per block, the f16 d's offset (-1: IQ1_M's nibbles) */
+    static const struct {
+        tc_ggml_type type;
+        int64_t be, bb;
+        int d_at;
+    } types[] = {
+        { TC_GGML_IQ2_XXS, 256, 66, 0 }, { TC_GGML_IQ2_XS, 256, 74, 0 },
+        { TC_GGML_IQ2_S, 256, 82, 0 },   { TC_GGML_IQ3_XXS, 256, 98, 0 },
+        { TC_GGML_IQ3_S, 256, 110, 0 },  { TC_GGML_IQ1_S, 256, 50, 0 },
+        { TC_GGML_IQ1_M, 256, 56, -1 },  { TC_GGML_IQ4_NL, 32, 18, 0 },
+        { TC_GGML_IQ4_XS, 256, 136, 0 }, { TC_GGML_TQ1_0, 256, 54, 52 },
+        { TC_GGML_TQ2_0, 256, 66, 64 },
+    };
+    const tc_dtype acts[] = { TC_DTYPE_BF16, TC_DTYPE_F16, TC_DTYPE_F32 };
+    const int64_t shapes[][2] = { { 1, 256 }, { 3, 768 }, { 37, 2048 } }; /* rows, cols */
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int si = 0; si < 3; si++) {
+            int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
+            int64_t blocks = n / types[ti].be;
+            size_t bytes = (size_t)(blocks * types[ti].bb);
+            uint8_t *raw = malloc(bytes);
+            float *ref = malloc(sizeof(float) * (size_t)n);
+            for (size_t i = 0; i < bytes; i++)
+                raw[i] = (uint8_t)rng_next(r);
+            for (int64_t b = 0; b < blocks; b++) {
+                uint8_t *blk = raw + b * types[ti].bb;
+                float d = (float)rng_uniform(r, -2.0, 2.0);
+                uint16_t h = tc__f32_to_f16(d);
+                if (types[ti].d_at >= 0) {
+                    blk[types[ti].d_at] = (uint8_t)h, blk[types[ti].d_at + 1] = (uint8_t)(h >> 8);
+                } else {
+                    for (int w = 0; w < 4; w++) /* the top nibble of the u16 at 48 + 2 w */
+                        blk[49 + 2 * w] =
+                            (uint8_t)((blk[49 + 2 * w] & 0x0f) | ((h >> 4 * w) & 15) << 4);
+                }
+            }
+            if (!tc_dequantize(types[ti].type, raw, (uint64_t)n, ref)) {
+                printf("%s: no CPU dequantisation  FAIL\n", tc_ggml_type_name(types[ti].type));
+                failures++, cases++;
+                free(raw), free(ref);
+                continue;
+            }
+            for (size_t ai = 0; ai < sizeof acts / sizeof acts[0]; ai++) {
+                tc_dtype act = acts[ai];
+                size_t es = tc_dtype_bytes(act, 1);
+                uint8_t *want = malloc(es * (size_t)n), *got = malloc(es * (size_t)(n + 4 * cols));
+                for (int64_t i = 0; i < n; i++) {
+                    if (act == TC_DTYPE_F32)
+                        memcpy(want + 4 * i, &ref[i], 4);
+                    else {
+                        uint16_t h =
+                            act == TC_DTYPE_BF16 ? tc__f32_to_bf16(ref[i]) : tc__f32_to_f16(ref[i]);
+                        memcpy(want + 2 * i, &h, 2);
+                    }
+                }
+                tc_tensor whole, part;
+                poisoned(&whole, gpu, act, TC_SHAPE(rows + 4, cols));
+                CHECK(tc_tensor_slice(&whole, 0, 2, rows, &part));
+                CHECK(tc__iq_upload(&part, (int32_t)types[ti].type, raw, bytes));
+                CHECK(tc_tensor_copy_to_host(&whole, got, tc_tensor_bytes(&whole)));
+                int64_t bad = 0, exact = 0, kept = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    bad += !within_ulp(act, got + es * (size_t)(2 * cols), want, i);
+                    exact +=
+                        memcmp(got + es * (size_t)(2 * cols + i), want + es * (size_t)i, es) == 0;
+                }
+                for (size_t i = 0; i < es * (size_t)(2 * cols); i++) /* the rows around it */
+                    kept += got[i] == 0xFF && got[es * (size_t)((rows + 2) * cols) + i] == 0xFF;
+                bool ok = bad == 0 && kept == (int64_t)es * 2 * cols;
+                printf("iq dequant %-8s -> %-4s [%3lld, %4lld]: %lld of %lld exact, %lld beyond 1 "
+                       "ulp, "
+                       "rows around %s  %s\n",
+                       tc_ggml_type_name(types[ti].type), tc_dtype_name(act), (long long)rows,
+                       (long long)cols, (long long)exact, (long long)n, (long long)bad,
+                       kept == (int64_t)es * 2 * cols ? "kept" : "WRITTEN", ok ? "ok" : "FAIL");
+                failures += !ok;
+                cases++;
+                tc_tensor_deinit(&whole);
+                free(want), free(got);
+            }
+            free(raw), free(ref);
+        }
+    /* A byte short, and a type with no dequantising kernel: errors, nothing launched. */
+    tc_tensor t;
+    uint8_t raw[66] = { 0 };
+    poisoned(&t, gpu, TC_DTYPE_BF16, TC_SHAPE(1, 256));
+    tc_status short_st = tc__iq_upload(&t, TC_GGML_IQ2_XXS, raw, 65);
+    tc_status other_st = tc__iq_upload(&t, TC_GGML_Q4_K, raw, 66);
+    bool ok = short_st == TC_ERR_INVALID_ARGUMENT && other_st == TC_ERR_UNSUPPORTED;
+    printf("%-58s %s\n", "iq dequant: a byte short, a type without a kernel: errors",
+           ok ? "ok" : "FAIL");
+    failures += !ok;
+    cases++;
+    tc_tensor_deinit(&t);
 }
 
 /* tc_linear_rope_store: one row runs the fused kernel, three rows the product and then
@@ -1268,6 +1395,7 @@ int main(void)
     argmax_long_rows(&r);
     linear(&r);
     quantised(&r);
+    iq_dequant(&r);
     linear_rope_store(&r);
     attention(&r);
     attention_fp8(&r);
