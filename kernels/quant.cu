@@ -378,21 +378,6 @@ template <typename T, int DT> __device__ __forceinline__ uint4 frag(const Raw &r
     }
 }
 
-// The same weights computed in f32 and rounded once (frag rounds the scale and offset to T
-// first, then their product): what the batched kernel multiplies, whose dequantising cost its
-// many columns of x share, and which thereby matches the tiles handed to cuBLAS.
-template <typename T, int DT> __device__ __forceinline__ uint4 frag_f32(const Raw &r, int j)
-{
-    const Ints q = ints<DT>(r, j);
-    const float base = 8388608.0f + (float)q.bias;
-    float v[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        v[i] = fmaf(__int_as_float(0x4b000000 | byte_of(q.b, i)) - base, q.s, q.off);
-    return { tc::pack2<T>(v[0], v[1]), tc::pack2<T>(v[2], v[3]), tc::pack2<T>(v[4], v[5]),
-             tc::pack2<T>(v[6], v[7]) };
-}
-
 // Group j of block blk, loaded and decoded to f32: each byte made an exact float by the
 // same trick as pair_of (2^23 plus the byte), then one multiply-add (no conversion
 // instruction).
@@ -790,8 +775,9 @@ __device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, in
 // of k each, hold the 128 rows' quantised bytes (planes as Step lays them out) and x's rows in
 // 16-bit, copied by every thread with 16-byte cp.async, as many stages as the dynamic shared
 // memory holds (2 to 4), one barrier a stage. A warp dequantises its rows' group p of each
-// chunk of 32 into registers once (in f32, rounded once to T, as the row tiles handed to cuBLAS
-// have it) and multiplies it with each 8-row column tile of x (mma16816's B from shared memory: row
+// chunk of 32 into registers once (the scale folded in, in T's arithmetic: computing them in f32
+// and rounding once, as the tiles handed to cuBLAS are, made the H100's 64-row products 1.4x
+// slower) and multiplies it with each 8-row column tile of x (mma16816's B from shared memory: row
 // g, the same 8 elements; odd rows keep each pair of chunks swapped, so that a quarter-warp's
 // loads, rows g and g + 1, meet no bank twice). With more than one share, each block stores its f32 sums in ws (share, row of x,
 // row of w) and the last of a tile's blocks to arrive adds them in share order (the same bits
@@ -879,8 +865,8 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
 #pragma unroll
             for (int cc = 0; cc < CPB; cc++) {
                 const int j = cc * 4 + p;
-                const uint4 a = frag_f32<T, DT>(fetch<DT, uint32_t>(Q[0], bl, j), j),
-                            b = frag_f32<T, DT>(fetch<DT, uint32_t>(Q[1], bl, j), j);
+                const uint4 a = frag<T, DT>(fetch<DT, uint32_t>(Q[0], bl, j), j),
+                            b = frag<T, DT>(fetch<DT, uint32_t>(Q[1], bl, j), j);
                 const int c = bl * CPB + cc;
                 const uint8_t *xc = xst + c * 64 + (c & 1 ? -xo : xo);
 #pragma unroll
@@ -1163,124 +1149,124 @@ extern "C" __global__ void __launch_bounds__(256, 2)
  *  1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of
  *  grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and
  *  counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of
- *  128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each; two blocks an SM
- *  where two stages fit in half of its memory. k a multiple of 32, x
+ *  128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each (one block an SM:
+ *  two, with fewer registers, were slower on the H100). k a multiple of 32, x
  *  and its stride 16-byte aligned. */
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q4_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q5_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q5_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q8_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q8_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q8_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q8_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q2_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q2_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q2_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q2_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q3_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q3_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q3_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q3_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q4_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q5_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q6_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q6_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q6_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {

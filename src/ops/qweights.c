@@ -299,12 +299,9 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
         return tc_set_error(TC_ERR_UNSUPPORTED, op,
                             "quantised weights take 16-byte aligned rows of x");
     bool f16 = x->dtype == TC_DTYPE_F16, f32_out = out->dtype == TC_DTYPE_F32;
-    /* Two blocks an SM (16 warps to hide the latencies) where two stages fit in half its
-     * shared memory (less the driver's 1 KiB and the kernel's own a block), else one with
-     * more stages. */
+    /* As many stages as fit, up to 4. */
     size_t stage = batch_stage_bytes(w->dtype, m), room = tc__backend_shared_room(b),
-           sm = (size_t)b->ctx->max_shared_sm, half = sm / 2 > (2u << 10) ? sm / 2 - (2u << 10) : 0;
-    size_t fit = 2 * stage <= half ? half : room, stages = fit / stage > 4 ? 4 : fit / stage;
+           stages = room / stage > 4 ? 4 : room / stage;
     unsigned smem = (unsigned)(stages * stage);
     tc_kernel_id id = f16 ? qmm[w->dtype].id_f16 : qmm[w->dtype].id_bf16;
     int per_sm = 0;
@@ -312,13 +309,14 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
     if (tc_launch_blocks_per_sm(b->ctx, id, 256, smem, &per_sm) != TC_OK || per_sm < 1)
         per_sm = 1;
     /* Shares of k so that the blocks fill whole waves (at least 85% of the last), each share
-     * at least two stages long: a 4096-row product is 32 tiles, which alone would leave three
-     * quarters of an H100 idle. */
+     * at least four stages long (shorter ones spend more on filling the pipeline and adding
+     * the shares than they gain): a 4096-row product is 32 tiles, which alone would leave
+     * three quarters of an H100 idle. */
     int64_t tiles = (n + 127) / 128, wave = (int64_t)per_sm * b->ctx->sm_count,
             steps = (k + 255) / 256,
-            most = steps / 2 < 1    ? 1
-                   : steps / 2 > 16 ? 16
-                                    : steps / 2;
+            most = steps / 4 < 1    ? 1
+                   : steps / 4 > 16 ? 16
+                                    : steps / 4;
     int64_t shares = 1;
     double best = 0.0;
     for (int64_t s = 1; s <= most; s++) {

@@ -3,7 +3,9 @@
 Llamas at real shapes (tests/gpu/quant_gguf.py) in the type mixes of llama-quantize's presets,
 run over the same 64 + 32 ids. CUDA with f32 activations must make the CPU's greedy choice
 (argmax) at every step; with bf16 activations the logits' relative error is reported and held
-under 5e-2. Where llama-quantize could not split a row into K blocks (SmolLM2's 576-wide
+under 5e-2, or, for a model that amplifies rounding more (the f32 rows show how much each
+random model does), under twice the error of the CPU backend's own bf16 run of the same file:
+CUDA may add no more than bf16 arithmetic itself costs. Where llama-quantize could not split a row into K blocks (SmolLM2's 576-wide
 rows) the file holds Q8_0 there, as llama-quantize does. The IQ and TQ mixes (types that
 CUDA dequantises at load, kernels/iq.cu) run the same way.
 Usage: quant_model_check.py LOGITS_BINARY WORKDIR [--layers N] [--shapes a,b] [--mixes a,b]"""
@@ -39,7 +41,7 @@ def main():
             path = os.path.join(work, f"{shape}.{mix}.gguf")
             Q.write(path, shape, mix, layers=layers, vocab=vocab)
             out = {}
-            for dev, act in (("cpu", "f32"), ("cuda", "f32"), ("cuda", "bf16")):
+            for dev, act in (("cpu", "f32"), ("cpu", "bf16"), ("cuda", "f32"), ("cuda", "bf16")):
                 o = os.path.join(work, f"{shape}.{mix}.{dev}.{act}.logits")
                 r = subprocess.run([binary, path, dev, act, str(PROMPT), ids_path, o], capture_output=True, text=True)
                 if r.returncode:
@@ -47,23 +49,25 @@ def main():
                     out[(dev, act)] = None
                     continue
                 out[(dev, act)] = np.fromfile(o, dtype=np.float32).reshape(-1, vocab)
-            ref = out[("cpu", "f32")]
+            ref, cpu16 = out[("cpu", "f32")], out[("cpu", "bf16")]
+            err = lambda got: max(float(np.linalg.norm(got[s] - ref[s]) / np.linalg.norm(ref[s])) for s in range(len(ref)))
+            bar = 5e-2 if ref is None or cpu16 is None else max(5e-2, 2 * err(cpu16))
             for key in (("cuda", "f32"), ("cuda", "bf16")):
                 got = out[key]
                 total += 1
                 if ref is None or got is None:
                     failed += 1
-                    rows.append((shape, mix, key[1], float("nan"), 0, 0, "FAIL"))
+                    rows.append((shape, mix, key[1], float("nan"), float("nan"), 0, 0, "FAIL"))
                     continue
-                rel = max(float(np.linalg.norm(got[s] - ref[s]) / np.linalg.norm(ref[s])) for s in range(len(ref)))
+                rel = err(got)
                 same = int((got.argmax(1) == ref.argmax(1)).sum())
-                ok = bool(np.isfinite(got).all()) and (same == len(ref) if key[1] == "f32" else rel < 5e-2)
+                ok = bool(np.isfinite(got).all()) and (same == len(ref) if key[1] == "f32" else rel < bar)
                 failed += not ok
-                rows.append((shape, mix, key[1], rel, same, len(ref), "ok" if ok else "FAIL"))
+                rows.append((shape, mix, key[1], rel, bar if key[1] == "bf16" else float("nan"), same, len(ref), "ok" if ok else "FAIL"))
             os.remove(path)
-    print(f"\n{'shape':14} {'mix':8} {'act':5} {'max rel err vs cpu':>19} {'same argmax':>12}  result")
-    for shape, mix, act, rel, same, n, res in rows:
-        print(f"{shape:14} {mix:8} {act:5} {rel:19.2e} {same:>8}/{n:<3}  {res}")
+    print(f"\n{'shape':14} {'mix':8} {'act':5} {'max rel err vs cpu':>19} {'bar':>9} {'same argmax':>12}  result")
+    for shape, mix, act, rel, bar, same, n, res in rows:
+        print(f"{shape:14} {mix:8} {act:5} {rel:19.2e} {bar:9.2e} {same:>8}/{n:<3}  {res}")
     print(f"{total - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
