@@ -803,7 +803,6 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     const uint32_t nb = (uint32_t)(k / L.block), steps = (nb + S - 1) / S, per = (steps + gridDim.y - 1) / gridDim.y,
                    s0 = min(steps, blockIdx.y * per), my = min(steps, s0 + per) - s0, n32 = (uint32_t)n;
     const uint32_t row0 = blockIdx.x * kBatchRows, sm_s = (uint32_t)__cvta_generic_to_shared(sm);
-    tc::await_inputs();
 
     auto issue = [&](uint32_t i) {
         if (i < my) {
@@ -894,15 +893,24 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
             for (int e = 0; e < 4; e++)
                 red[(8 * t + 2 * p + (e & 1)) * RP + r_a + 8 * (e >> 1)] = acc[t][e];
     __syncthreads();
-    const int cells = m * kBatchRows;
+    // Thread t takes row t % 128 of the tile and columns t / 128 + 2u (u < 32, below m): all
+    // its loads of other shares' sums are issued before the sums (one wait on L2 a share, not
+    // one a cell: adding them a cell at a time held a 4096-row product's last blocks for tens
+    // of microseconds).
+    constexpr int U = 64 * kBatchRows / 256;
+    const int r = threadIdx.x % kBatchRows, c0 = threadIdx.x / kBatchRows;
+    const bool row_in = row0 + r < n32;
+    float v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        v[u] = c0 + 2 * u < m ? red[(c0 + 2 * u) * RP + r] : 0.0f;
     if (gridDim.y > 1) {
         __shared__ bool last;
-        float *mine = ws + (int64_t)blockIdx.y * m * n;
-        for (int i = threadIdx.x; i < cells; i += blockDim.x) {
-            const int c = i / kBatchRows, r = i % kBatchRows;
-            if (row0 + r < n32)
-                mine[(int64_t)c * n + row0 + r] = red[c * RP + r];
-        }
+        float *mine = ws + (int64_t)blockIdx.y * m * n + row0 + r;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (row_in && c0 + 2 * u < m)
+                mine[(int64_t)(c0 + 2 * u) * n] = v[u];
         // Arrival as decode attention's merge: thread 0's release after the barrier publishes
         // the block's sums, the last block's acquire sees every share's.
         __syncthreads();
@@ -914,21 +922,29 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
         __syncthreads();
         if (!last)
             return;
+        // The shares' sums in share order (the same bits every run).
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            v[u] = 0.0f;
+        for (uint32_t y = 0; y < gridDim.y; y++) {
+            const float *part = ws + (int64_t)y * m * n + row0 + r;
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (row_in && c0 + 2 * u < m)
+                    v[u] += y == blockIdx.y ? red[(c0 + 2 * u) * RP + r] : __ldcg(part + (int64_t)(c0 + 2 * u) * n);
+        }
     }
-    for (int i = threadIdx.x; i < cells; i += blockDim.x) {
-        const int c = i / kBatchRows, r = i % kBatchRows;
-        if (row0 + r >= n32)
-            continue;
-        float v = 0.0f;
-        if (gridDim.y > 1)
-            for (uint32_t y = 0; y < gridDim.y; y++)
-                v += y == blockIdx.y ? red[c * RP + r] : __ldcg(ws + ((int64_t)y * m + c) * n + row0 + r);
-        else
-            v = red[c * RP + r];
-        if (out_f32)
-            static_cast<float *>(out)[c * os + row0 + r] = v;
-        else
-            static_cast<T *>(out)[c * os + row0 + r] = tc::from_f32<T>(v);
+    if (!row_in)
+        return;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int c = c0 + 2 * u;
+        if (c < m) {
+            if (out_f32)
+                static_cast<float *>(out)[c * os + row0 + r] = v[u];
+            else
+                static_cast<T *>(out)[c * os + row0 + r] = tc::from_f32<T>(v[u]);
+        }
     }
 }
 
@@ -1156,119 +1172,139 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q4_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q5_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q5_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q8_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q8_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q8_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q8_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q2_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q2_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q2_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q2_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q3_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q3_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q3_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q3_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q4_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q5_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q6_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q6_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q6_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
+    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
