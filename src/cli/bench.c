@@ -29,6 +29,7 @@ typedef struct bench_opts {
     const char *model, *shape, *device, *dtype;
     const char *json_schema; /* a schema file to constrain a second run with */
     bool json_object;        /* ... or any JSON object */
+    const char *tokenizer;   /* the grammar's token texts for a --shape run */
     long batch, prompt_len, gen_len, requests, threads, ctx, step_tokens, kv_tokens, seed;
     double kv_fraction, bandwidth;
     bool no_graphs, no_prefix_cache, kv_fp8;
@@ -214,7 +215,12 @@ static const char usage[] =
     "                       its grammar, as the server does), and print both decode rates and\n"
     "                       the constrained one's overhead in %; needs --model with a tokenizer\n"
     "  --json-schema FILE   the same, constrained to the JSON schema in FILE (json_schema)\n"
-    "example: thincuda bench --model SmolLM2-135M-Instruct --json-object --batch 32\n";
+    "  --tokenizer PATH     with --shape and a grammar: the token texts of a GGUF file (one\n"
+    "                       with only a vocabulary will do; tokens past it are never allowed)\n"
+    "examples: thincuda bench --model SmolLM2-135M-Instruct.Q4_1.gguf --json-object --batch 32\n"
+    "          thincuda bench --shape llama3.2-1b --tokenizer "
+    "tests/model/data/mistral-v1.vocab.gguf\n"
+    "                         --json-object\n";
 
 static bool num(const char *flag, const char *s, double lo, double hi, double *v)
 {
@@ -256,6 +262,7 @@ static int parse(int argc, char **argv, bench_opts *o)
         SEED,
         JOBJ,
         JSCHEMA,
+        TOKENIZER,
         HELP
     };
     static const struct option longs[] = { { "model", required_argument, 0, MODEL },
@@ -279,6 +286,7 @@ static int parse(int argc, char **argv, bench_opts *o)
                                            { "seed", required_argument, 0, SEED },
                                            { "json-object", no_argument, 0, JOBJ },
                                            { "json-schema", required_argument, 0, JSCHEMA },
+                                           { "tokenizer", required_argument, 0, TOKENIZER },
                                            { "help", no_argument, 0, HELP },
                                            { 0, 0, 0, 0 } };
     opterr = 0;
@@ -308,6 +316,7 @@ static int parse(int argc, char **argv, bench_opts *o)
         case NOPREFIX: o->no_prefix_cache = true; break;
         case JOBJ: o->json_object = true; break;
         case JSCHEMA: o->json_schema = optarg; break;
+        case TOKENIZER: o->tokenizer = optarg; break;
         case HELP: fputs(usage, stdout); return 0;
 #define NUM(K, flag, field, lo, hi)           \
     case K:                                   \
@@ -351,9 +360,15 @@ static int parse(int argc, char **argv, bench_opts *o)
         fprintf(stderr, "thincuda bench: give one of --json-object or --json-schema\n");
         return 2;
     }
-    if ((o->json_object || o->json_schema) && !o->model) {
+    if ((o->json_object || o->json_schema) && !o->model && !o->tokenizer) {
         fprintf(stderr, "thincuda bench: a grammar needs the token texts: give --model PATH (a "
-                        "GGUF file or a folder with a tokenizer), not --shape\n");
+                        "GGUF file or a folder with a tokenizer), or --tokenizer PATH with "
+                        "--shape\n");
+        return 2;
+    }
+    if (o->tokenizer && (o->model || !(o->json_object || o->json_schema))) {
+        fprintf(stderr, "thincuda bench: --tokenizer goes with --shape and a grammar "
+                        "(--json-object or --json-schema)\n");
         return 2;
     }
     return -1;
@@ -386,7 +401,7 @@ static double decode_step_ms(const tc_engine_stats *a, const tc_engine_stats *b)
 /* The measured requests again, each under its own grammar from `schema` (NULL: any JSON
  * object) compiled before the clock starts, as the server compiles one per request; prints
  * both decode rates and the overhead. */
-static void compare_constrained(tc_engine *e, const tc_cli_model *f, json_t *schema,
+static void compare_constrained(tc_engine *e, const tc_cli_model *f, int32_t vocab, json_t *schema,
                                 const char *what, const text_prompt *text, int64_t n,
                                 const int64_t *plen, const int64_t *glen, req_times *t,
                                 bool throughput, double free_rate, double free_ms, int *rc)
@@ -412,7 +427,7 @@ static void compare_constrained(tc_engine *e, const tc_cli_model *f, json_t *sch
     tc_engine_stats s0, s1;
     tc_engine_get_stats(e, &s0);
     int64_t n_control = 0;
-    double wall = run_requests(e, f->cfg.vocab, n, plen, glen, t, text, g, f->tok, &n_control, rc);
+    double wall = run_requests(e, vocab, n, plen, glen, t, text, g, f->tok, &n_control, rc);
     tc_engine_get_stats(e, &s1);
     double rate = decode_rate(t, n, throughput, wall), ms = decode_step_ms(&s0, &s1);
     int64_t out = 0, errors = 0;
@@ -475,8 +490,16 @@ int tc_cli_bench(int argc, char **argv)
     tc_llama_config cfg;
     tc_cli_model f = { 0 };
     if (o.shape) {
-        if (tc_llama_config_preset(o.shape, &cfg) != TC_OK)
-            return fprintf(stderr, "thincuda bench: %s\n", tc_last_error()), 2;
+        if (tc_llama_config_preset(o.shape, &cfg) != TC_OK) {
+            fprintf(stderr, "thincuda bench: %s\n", tc_last_error());
+            json_decref(schema);
+            return 2;
+        }
+        if (o.tokenizer && !tc_cli_model_open(&f, o.tokenizer, false, true, "thincuda bench")) {
+            tc_cli_model_close(&f);
+            json_decref(schema);
+            return 1;
+        }
     } else {
         if (!tc_cli_model_open(&f, o.model, true, constrained, "thincuda bench")) {
             tc_cli_model_close(&f);
@@ -709,8 +732,9 @@ int tc_cli_bench(int argc, char **argv)
                all_steps > pre ? dec_s * 1e3 / (double)(all_steps - pre) : 0.0);
     }
     if (constrained && rc == 0)
-        compare_constrained(e, &f, schema, o.json_schema ? o.json_schema : "any JSON object", &text,
-                            n, plen, glen, t, throughput, decode_rate(t, n, throughput, wall),
+        compare_constrained(e, &f, cfg.vocab, schema,
+                            o.json_schema ? o.json_schema : "any JSON object", &text, n, plen, glen,
+                            t, throughput, decode_rate(t, n, throughput, wall),
                             decode_step_ms(&es0, &es), &rc);
     printf("process          %.2f s from start\n", tc_host_seconds() - t_start);
     if (o.profile)

@@ -7,8 +7,9 @@ each other, and its bandwidth line with the model's size and the keys and values
 had to read, worked out here from SmolLM2's shape; with --kv-cache-dtype fp8 the cache line and
 the bandwidth line count one byte a cached value. With the real SmolLM2 (when tools/fetch-model
 has downloaded it), --json-object and --json-schema run the requests again under the grammar
-and print both decode rates and the overhead; a grammar without a tokenizer, two grammars, a
-missing or unsupported schema exit 2.
+and print both decode rates and the overhead, as does a named shape with --tokenizer (a
+vocabulary-only GGUF from tests/model/data); a grammar without a tokenizer, two grammars, a
+missing or unsupported schema, --tokenizer without --shape and a grammar exit 2.
 
 Usage: bench_cli.py THINCUDA_BINARY (run with THINCUDA_LIBCUDA pointing nowhere)
 """
@@ -137,6 +138,17 @@ r = run(["--model", "x.gguf", "--json-object", "--json-schema", "s.json"])
 check(r.returncode == 2 and "one of --json-object or --json-schema" in r.stderr, "two grammars: exit 2")
 r = run(["--model", "x.gguf", "--json-schema", "/nonexistent.json"])
 check(r.returncode == 2 and "/nonexistent.json" in r.stderr, "missing schema file: exit 2, names it")
+r = run(shape + ["--tokenizer", "x.gguf"])
+check(r.returncode == 2 and "--tokenizer goes with --shape and a grammar" in r.stderr, "--tokenizer without a grammar: exit 2")
+r = run(["--model", "x.gguf", "--tokenizer", "x.gguf", "--json-object"])
+check(r.returncode == 2 and "--tokenizer goes with --shape" in r.stderr, "--tokenizer with --model: exit 2")
+# Random weights with another model's vocabulary (32,000 tokens of SmolLM2's 49,152): tokens past
+# it are never allowed, and the free run may still produce them.
+vocab = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model", "data", "mistral-v1.vocab.gguf")
+r = run(shape + ["--tokenizer", vocab, "--json-object", "--batch", "2", "--prompt-len", "8", "--gen-len", "6"])
+check(r.returncode == 0 and re.search(r"^decode grammar\s+[\d.]+ tokens/s", r.stdout, re.M) is not None
+      and re.search(r"^documents\s+\d+ of 12 tokens were control tokens after a document ended$", r.stdout, re.M) is not None,
+      f"--shape with --tokenizer runs constrained (exit {r.returncode}: {r.stderr[-200:]!r})")
 cache = os.environ.get("THINCUDA_CACHE") or os.path.join(
     os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "thincuda")
 model = os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")
