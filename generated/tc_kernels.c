@@ -7,6 +7,7 @@ _Static_assert(sizeof(const float *) == 8, "const float * is not 8 bytes as in C
 _Static_assert(sizeof(const int32_t *) == 8, "const int32_t * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(const tc_bf16 *) == 8, "const tc_bf16 * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(const tc_half *) == 8, "const tc_half * is not 8 bytes as in CUDA");
+_Static_assert(sizeof(const uint32_t *) == 8, "const uint32_t * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(const uint8_t *) == 8, "const uint8_t * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(const void *) == 8, "const void * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(double) == 8, "double is not 8 bytes as in CUDA");
@@ -114,6 +115,8 @@ static const uint16_t sizes_tc_k_gemm_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_gemm_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
 static const uint16_t sizes_tc_k_iq_dequant[] = {8, 4, 8, 4, 8};
 static const char *const names_tc_k_iq_dequant[] = {"out", "out_dtype", "blocks", "type", "n_blocks"};
+static const uint16_t sizes_tc_k_logits_mask_f32[] = {8, 8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_logits_mask_f32[] = {"x", "cols", "x_stride", "desc", "words", "bias_ids", "bias", "chunk"};
 static const uint16_t sizes_tc_k_matvec_f32[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4};
 static const char *const names_tc_k_matvec_f32[] = {"out", "x", "w", "w_dtype", "m", "n", "k", "x_stride", "out_stride", "flags", "norm_eps"};
 static const uint16_t sizes_tc_k_matvec_f16[] = {8, 8, 8, 4, 4, 8, 8, 8, 8, 4, 4};
@@ -303,6 +306,7 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_gemm_f16", "kernels/gemm.cu", 398, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
     {"tc_k_gemm_bf16", "kernels/gemm.cu", 404, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
     {"tc_k_iq_dequant", "kernels/iq.cu", 208, 5, sizes_tc_k_iq_dequant, names_tc_k_iq_dequant},
+    {"tc_k_logits_mask_f32", "kernels/logits_mask.cu", 17, 8, sizes_tc_k_logits_mask_f32, names_tc_k_logits_mask_f32},
     {"tc_k_matvec_f32", "kernels/matvec.cu", 435, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
     {"tc_k_matvec_f16", "kernels/matvec.cu", 441, 11, sizes_tc_k_matvec_f16, names_tc_k_matvec_f16},
     {"tc_k_matvec_bf16", "kernels/matvec.cu", 447, 11, sizes_tc_k_matvec_bf16, names_tc_k_matvec_bf16},

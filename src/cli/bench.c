@@ -4,7 +4,9 @@
  * --gen-len tokens, submitted together. Throughput mode (--requests R): R requests with prompt
  * and output lengths drawn from [len/2, 3 len/2], all queued at once. Both report prefill and
  * decode rates, time to first token and inter-token latency percentiles, and peak device
- * memory; batch-1 decode also reports the fraction of the bandwidth bound. */
+ * memory; batch-1 decode also reports the fraction of the bandwidth bound. With a grammar
+ * (--json-object, --json-schema FILE) the measured run is repeated under it, each request with
+ * its own grammar compiled as the server compiles one, and the decode rates compared. */
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <pthread.h>
@@ -18,12 +20,16 @@
 #include "model/hf.h"
 #include "model/llama.h"
 #include "runtime/runtime.h"
+#include "server/schema.h"
 
 /* The bandwidth the bound is computed with: GPU.md's measured H100 figure, or --bandwidth. */
 static const double default_bandwidth = 3.0e12;
 
 typedef struct bench_opts {
     const char *model, *shape, *device, *dtype;
+    const char *json_schema; /* a schema file to constrain a second run with */
+    bool json_object;        /* ... or any JSON object */
+    const char *tokenizer;   /* the grammar's token texts for a --shape run */
     long batch, prompt_len, gen_len, requests, threads, ctx, step_tokens, kv_tokens, seed;
     double kv_fraction, bandwidth;
     bool no_graphs, no_prefix_cache, kv_fp8;
@@ -43,7 +49,21 @@ typedef struct run_state {
     pthread_cond_t cv;
     int64_t remaining;
     req_times *t;
+    const tc_tokenizer *tok; /* constrained runs: counts control tokens */
+    int64_t n_control;       /* tokens generated after a document ended (control tokens) */
 } run_state;
+
+/* Prompts of real text, for runs with a grammar: random tokens make a model close its
+ * document at once, after which every step is the same cached state. */
+typedef struct text_prompt {
+    const int32_t *ids;
+    int64_t n;
+} text_prompt;
+
+static const char json_request[] =
+    "Write a long JSON object that describes a public library: its name, address, opening "
+    "hours for each day, its staff, and a list of twenty books, each with title, author, year, "
+    "ISBN, genres and a two-sentence summary.\n";
 
 static int fail(const char *what)
 {
@@ -68,6 +88,8 @@ static void on_token(void *user, const tc_engine_event *ev)
             t->itl[t->n_itl++] = n - t->last;
         t->last = n;
         t->n_out++;
+        if (c->rs->tok && tc_tokenizer_is_control(c->rs->tok, ev->token))
+            c->rs->n_control++;
     }
     if (ev->finish != TC_FINISH_NONE) {
         t->done = n;
@@ -101,16 +123,21 @@ static uint32_t rnd(uint32_t n)
     return (uint32_t)(rng >> 33) % n;
 }
 
-/* Submit n requests (prompt and output lengths from plen/glen, exact or varied), wait for all
- * and fill t. Returns the wall time. */
+/* Submit n requests (prompt and output lengths from plen/glen, exact or varied; prompts of
+ * random tokens, or of the text repeated to the length and ending with it whole where it fits;
+ * request i constrained by grammars[i] when grammars is not NULL, with tok counting the
+ * control tokens into *n_control), wait for all and fill t. Returns the wall time. */
 static double run_requests(tc_engine *e, int32_t vocab, int64_t n, const int64_t *plen,
-                           const int64_t *glen, req_times *t, int *rc)
+                           const int64_t *glen, req_times *t, const text_prompt *text,
+                           tc_grammar *const *grammars, const tc_tokenizer *tok, int64_t *n_control,
+                           int *rc)
 {
-    run_state rs;
+    run_state rs = { 0 };
     pthread_mutex_init(&rs.mu, NULL);
     pthread_cond_init(&rs.cv, NULL);
     rs.remaining = n;
     rs.t = t;
+    rs.tok = grammars ? tok : NULL;
     cb_ctx *ctx = calloc((size_t)n, sizeof *ctx);
     int64_t max_p = 0;
     for (int64_t i = 0; i < n; i++)
@@ -125,7 +152,8 @@ static double run_requests(tc_engine *e, int32_t vocab, int64_t n, const int64_t
     double t0 = tc_host_seconds();
     for (int64_t i = 0; i < n; i++) {
         for (int64_t j = 0; j < plen[i]; j++)
-            prompt[j] = (int32_t)(1 + rnd((uint32_t)vocab - 1));
+            prompt[j] = text && text->n ? text->ids[(text->n - 1) - (plen[i] - 1 - j) % text->n]
+                                        : (int32_t)(1 + rnd((uint32_t)vocab - 1));
         ctx[i] = (cb_ctx){ &rs, &t[i] };
         t[i].want = glen[i];
         t[i].itl = malloc(sizeof(double) * (size_t)(glen[i] + 1));
@@ -135,6 +163,7 @@ static double run_requests(tc_engine *e, int32_t vocab, int64_t n, const int64_t
         q.max_tokens = glen[i];
         q.sample = tc_sample_defaults();
         q.ignore_eos = true;
+        q.grammar = grammars ? grammars[i] : NULL;
         q.callback = on_token;
         q.user = &ctx[i];
         t[i].submit = tc_host_seconds();
@@ -151,6 +180,8 @@ static double run_requests(tc_engine *e, int32_t vocab, int64_t n, const int64_t
         pthread_cond_wait(&rs.cv, &rs.mu);
     pthread_mutex_unlock(&rs.mu);
     double wall = tc_host_seconds() - t0;
+    if (n_control)
+        *n_control = rs.n_control;
     free(ctx);
     free(prompt);
     return wall;
@@ -178,7 +209,18 @@ static const char usage[] =
     "                       launch, so graphs are off) and print a table of them\n"
     "  --no-prefix-cache    do not reuse cached prompt blocks\n"
     "  --bandwidth B        bytes/s of the bound (default 3.0e12, H100 measured)\n"
-    "  --seed N             random weights and prompts (default 1)\n";
+    "  --seed N             random weights and prompts (default 1)\n"
+    "  --json-object        run the measured requests twice, free and then constrained to a\n"
+    "                       JSON object (response_format json_object: each request compiles\n"
+    "                       its grammar, as the server does), and print both decode rates and\n"
+    "                       the constrained one's overhead in %; needs --model with a tokenizer\n"
+    "  --json-schema FILE   the same, constrained to the JSON schema in FILE (json_schema)\n"
+    "  --tokenizer PATH     with --shape and a grammar: the token texts of a GGUF file (one\n"
+    "                       with only a vocabulary will do; tokens past it are never allowed)\n"
+    "examples: thincuda bench --model SmolLM2-135M-Instruct.Q4_1.gguf --json-object --batch 32\n"
+    "          thincuda bench --shape llama3.2-1b --tokenizer "
+    "tests/model/data/mistral-v1.vocab.gguf\n"
+    "                         --json-object\n";
 
 static bool num(const char *flag, const char *s, double lo, double hi, double *v)
 {
@@ -218,6 +260,9 @@ static int parse(int argc, char **argv, bench_opts *o)
         NOPREFIX,
         BW,
         SEED,
+        JOBJ,
+        JSCHEMA,
+        TOKENIZER,
         HELP
     };
     static const struct option longs[] = { { "model", required_argument, 0, MODEL },
@@ -239,6 +284,9 @@ static int parse(int argc, char **argv, bench_opts *o)
                                            { "no-prefix-cache", no_argument, 0, NOPREFIX },
                                            { "bandwidth", required_argument, 0, BW },
                                            { "seed", required_argument, 0, SEED },
+                                           { "json-object", no_argument, 0, JOBJ },
+                                           { "json-schema", required_argument, 0, JSCHEMA },
+                                           { "tokenizer", required_argument, 0, TOKENIZER },
                                            { "help", no_argument, 0, HELP },
                                            { 0, 0, 0, 0 } };
     opterr = 0;
@@ -266,6 +314,9 @@ static int parse(int argc, char **argv, bench_opts *o)
         case NOGRAPH: o->no_graphs = true; break;
         case PROFILE: o->profile = true; break;
         case NOPREFIX: o->no_prefix_cache = true; break;
+        case JOBJ: o->json_object = true; break;
+        case JSCHEMA: o->json_schema = optarg; break;
+        case TOKENIZER: o->tokenizer = optarg; break;
         case HELP: fputs(usage, stdout); return 0;
 #define NUM(K, flag, field, lo, hi)           \
     case K:                                   \
@@ -305,7 +356,98 @@ static int parse(int argc, char **argv, bench_opts *o)
         fprintf(stderr, "thincuda bench: give one of --model PATH or --shape NAME\n%s", usage);
         return 2;
     }
+    if (o->json_object && o->json_schema) {
+        fprintf(stderr, "thincuda bench: give one of --json-object or --json-schema\n");
+        return 2;
+    }
+    if ((o->json_object || o->json_schema) && !o->model && !o->tokenizer) {
+        fprintf(stderr, "thincuda bench: a grammar needs the token texts: give --model PATH (a "
+                        "GGUF file or a folder with a tokenizer), or --tokenizer PATH with "
+                        "--shape\n");
+        return 2;
+    }
+    if (o->tokenizer && (o->model || !(o->json_object || o->json_schema))) {
+        fprintf(stderr, "thincuda bench: --tokenizer goes with --shape and a grammar "
+                        "(--json-object or --json-schema)\n");
+        return 2;
+    }
     return -1;
+}
+
+/* Decode tokens/s of a measured run: in latency mode the tokens after each request's first
+ * over the time from the last first token to the end; in throughput mode every output token
+ * over the wall time. */
+static double decode_rate(const req_times *t, int64_t n, bool throughput, double wall)
+{
+    int64_t out = 0;
+    double last_first = 0, end = 0;
+    for (int64_t i = 0; i < n; i++) {
+        out += t[i].n_out;
+        last_first = t[i].first > last_first ? t[i].first : last_first;
+        end = t[i].done > end ? t[i].done : end;
+    }
+    if (throughput)
+        return wall > 0 ? (double)out / wall : 0.0;
+    return end > last_first ? (double)(out - n) / (end - last_first) : 0.0;
+}
+
+/* Milliseconds a decode-only step took on average between two snapshots of the stats. */
+static double decode_step_ms(const tc_engine_stats *a, const tc_engine_stats *b)
+{
+    uint64_t steps = (b->steps - a->steps) - (b->prefill_steps - a->prefill_steps);
+    return steps ? (b->decode_step_seconds - a->decode_step_seconds) * 1e3 / (double)steps : 0.0;
+}
+
+/* The measured requests again, each under its own grammar from `schema` (NULL: any JSON
+ * object) compiled before the clock starts, as the server compiles one per request; prints
+ * both decode rates and the overhead. */
+static void compare_constrained(tc_engine *e, const tc_cli_model *f, int32_t vocab, json_t *schema,
+                                const char *what, const text_prompt *text, int64_t n,
+                                const int64_t *plen, const int64_t *glen, req_times *t,
+                                bool throughput, double free_rate, double free_ms, int *rc)
+{
+    tc_grammar **g = calloc((size_t)n, sizeof *g);
+    if (!g) {
+        *rc = 1;
+        return;
+    }
+    char why[320] = "";
+    double t0 = tc_host_seconds();
+    for (int64_t i = 0; i < n; i++)
+        if (!(g[i] = tc_schema_grammar(schema, f->tok, why, sizeof why))) {
+            fprintf(stderr, "thincuda bench: %s: %s\n", what, why);
+            *rc = 1;
+            goto out;
+        }
+    double compile_ms = (tc_host_seconds() - t0) * 1e3 / (double)n;
+    for (int64_t i = 0; i < n; i++) {
+        free(t[i].itl);
+        t[i] = (req_times){ 0 };
+    }
+    tc_engine_stats s0, s1;
+    tc_engine_get_stats(e, &s0);
+    int64_t n_control = 0;
+    double wall = run_requests(e, vocab, n, plen, glen, t, text, g, f->tok, &n_control, rc);
+    tc_engine_get_stats(e, &s1);
+    double rate = decode_rate(t, n, throughput, wall), ms = decode_step_ms(&s0, &s1);
+    int64_t out = 0, errors = 0;
+    for (int64_t i = 0; i < n; i++) {
+        out += t[i].n_out;
+        errors += t[i].finish == TC_FINISH_ERROR;
+    }
+    printf("\ngrammar          %s: compiled in %.1f ms a request (not timed below)\n", what,
+           compile_ms);
+    printf("decode free      %.1f tokens/s (%.3f ms a decode-only step)\n", free_rate, free_ms);
+    printf("decode grammar   %.1f tokens/s (%.3f ms a decode-only step)\n", rate, ms);
+    printf("overhead         %.1f%% more time a token under the grammar\n",
+           rate > 0 ? (free_rate / rate - 1.0) * 100.0 : 0.0);
+    printf("documents        %lld of %lld tokens were control tokens after a document ended"
+           "%s\n",
+           (long long)n_control, (long long)out, errors ? "; some requests ended in an error" : "");
+out:
+    for (int64_t i = 0; i < n; i++)
+        tc_grammar_unref(g[i]);
+    free(g);
 }
 
 /* The measured steps' kernel table on stdout; emptied, so that nothing prints again at exit. */
@@ -334,22 +476,66 @@ int tc_cli_bench(int argc, char **argv)
     /* Before the model loads: it leaves its decode graphs off while profiling. */
     if (o.profile)
         tc_profile_enable(true);
+    bool constrained = o.json_object || o.json_schema;
+    json_t *schema = NULL;
+    if (o.json_schema) {
+        json_error_t jerr;
+        schema = json_load_file(o.json_schema, 0, &jerr);
+        if (!schema) {
+            fprintf(stderr, "thincuda bench: --json-schema %s: line %d: %s\n", o.json_schema,
+                    jerr.line, jerr.text);
+            return 2;
+        }
+    }
     tc_llama_config cfg;
     tc_cli_model f = { 0 };
     if (o.shape) {
-        if (tc_llama_config_preset(o.shape, &cfg) != TC_OK)
-            return fprintf(stderr, "thincuda bench: %s\n", tc_last_error()), 2;
-    } else {
-        if (!tc_cli_model_open(&f, o.model, true, false, "thincuda bench")) {
+        if (tc_llama_config_preset(o.shape, &cfg) != TC_OK) {
+            fprintf(stderr, "thincuda bench: %s\n", tc_last_error());
+            json_decref(schema);
+            return 2;
+        }
+        if (o.tokenizer && !tc_cli_model_open(&f, o.tokenizer, false, true, "thincuda bench")) {
             tc_cli_model_close(&f);
+            json_decref(schema);
+            return 1;
+        }
+    } else {
+        if (!tc_cli_model_open(&f, o.model, true, constrained, "thincuda bench")) {
+            tc_cli_model_close(&f);
+            json_decref(schema);
             return 1;
         }
         cfg = f.cfg;
+    }
+    if (constrained) {
+        /* The schema is checked before the weights load. */
+        char why[320] = "";
+        tc_grammar *g = tc_schema_grammar(schema, f.tok, why, sizeof why);
+        if (!g) {
+            fprintf(stderr, "thincuda bench: %s: %s\n",
+                    o.json_schema ? o.json_schema : "--json-object", why);
+            tc_cli_model_close(&f);
+            json_decref(schema);
+            return 2;
+        }
+        tc_grammar_unref(g);
+    }
+    /* With a grammar, both runs' prompts are a request for a long JSON document. */
+    text_prompt text = { 0 };
+    int32_t *text_ids = NULL;
+    size_t n_text = 0;
+    if (constrained && tc_tokenizer_encode(f.tok, json_request, sizeof json_request - 1, false,
+                                           false, &text_ids, &n_text) == TC_OK) {
+        text.ids = text_ids;
+        text.n = (int64_t)n_text;
     }
     const tc_gguf *src = f.src;
     tc_backend *b = tc_cli_backend_create("thincuda bench", o.device, (int)o.threads);
     if (!b) {
         tc_cli_model_close(&f);
+        json_decref(schema);
+        tc_host_free(text_ids);
         return 1;
     }
     tc_status st;
@@ -393,9 +579,12 @@ int tc_cli_bench(int argc, char **argv)
     }
     fprintf(stderr, "[kv cache: %s]\n", kv_line);
     tc_engine_model em = tc_engine_model_llama(m, &kv);
+    /* With a grammar both runs detokenise (the engine needs the tokenizer for it), so that
+     * only the grammar differs between them. */
     tc_engine_options eo = { .threaded = true,
                              .max_queue = (int32_t)(throughput ? o.requests + 64 : 1024),
-                             .no_prefix_cache = o.no_prefix_cache };
+                             .no_prefix_cache = o.no_prefix_cache,
+                             .tok = constrained ? f.tok : NULL };
     tc_engine *e;
     if (tc_engine_create(&em, &eo, &e) != TC_OK) {
         rc = fail("cannot start the engine");
@@ -422,7 +611,7 @@ int tc_cli_bench(int argc, char **argv)
             wg[i] = 2 + i < max_g ? 2 + i : max_g;
         }
         if (wp && wg && wt)
-            run_requests(e, cfg.vocab, wn, wp, wg, wt, &rc);
+            run_requests(e, cfg.vocab, wn, wp, wg, wt, &text, NULL, NULL, NULL, &rc);
         for (int64_t i = 0; wt && i < wn; i++)
             free(wt[i].itl);
         free(wp);
@@ -444,7 +633,7 @@ int tc_cli_bench(int argc, char **argv)
     tc_engine_get_stats(e, &es0);
     if (tc_profile_enabled())
         tc_profile_reset(); /* the warm-up's launches are not the measured steps' */
-    double wall = run_requests(e, cfg.vocab, n, plen, glen, t, &rc);
+    double wall = run_requests(e, cfg.vocab, n, plen, glen, t, &text, NULL, NULL, NULL, &rc);
     /* Figures. */
     int64_t total_out = 0, total_prompt = 0, n_itl = 0;
     double last_first = 0, first_submit = t[0].submit, end = 0;
@@ -542,6 +731,11 @@ int tc_cli_bench(int argc, char **argv)
                (unsigned long long)(all_steps - pre), dec_s,
                all_steps > pre ? dec_s * 1e3 / (double)(all_steps - pre) : 0.0);
     }
+    if (constrained && rc == 0)
+        compare_constrained(e, &f, cfg.vocab, schema,
+                            o.json_schema ? o.json_schema : "any JSON object", &text, n, plen, glen,
+                            t, throughput, decode_rate(t, n, throughput, wall),
+                            decode_step_ms(&es0, &es), &rc);
     printf("process          %.2f s from start\n", tc_host_seconds() - t_start);
     if (o.profile)
         print_profile(cuda);
@@ -560,5 +754,7 @@ out:
     tc_llama_destroy(m);
     tc_backend_destroy(b);
     tc_cli_model_close(&f);
+    json_decref(schema);
+    tc_host_free(text_ids);
     return rc;
 }

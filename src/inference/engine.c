@@ -78,7 +78,10 @@ struct tc_engine {
     int32_t n_copies, cap_copies;
     tc_sample_row *rows;
     char *piece;
-    float *logit_row; /* [vocab], host: one row of logits for log-probabilities */
+    float *logit_row;           /* [vocab], host: one row of logits for log-probabilities */
+    tc_logits_constraint *cons; /* [max_seqs] the step's constrained rows */
+    uint32_t *masks;            /* [cap_masks][(vocab + 31) / 32] their grammars' masks */
+    int32_t cap_masks;
     /* The counters of tc_engine_stats that steps change, copied into `stats` at the end of
      * each step (publish_stats). */
     tc_engine_stats own;
@@ -895,25 +898,42 @@ static void accept(tc_engine *e, seq *s, int32_t t)
         emit(e, s, t, NULL, 0, TC_FINISH_NONE, NULL);
 }
 
-/* Add a request's logit bias to row i of the logits and mask the tokens its grammar does not
- * allow next, in place, so that every sampling path sees it (the CUDA greedy one picks the
- * argmax on the device): the row makes a round trip through the host, for such rows only. A
+/* Constrain the step's sampled rows (logits [n_sample, vocab]) that have a logit bias or a
+ * grammar, in place, so that every sampling path sees it (the CUDA greedy one picks the argmax
+ * on the device): the grammar's mask of each such row comes from its cache by state, and
+ * tc_logits_mask applies them all at once (on CUDA one upload of the bits and one kernel). A
  * bias of -100 or less bans the token outright. */
-static tc_status adjust_row(tc_engine *e, tc_tensor *logits, int32_t i, seq *s)
+static tc_status constrain_rows(tc_engine *e, tc_tensor *logits, int32_t n_sample)
 {
-    const tc_request *r = &s->req->r;
-    tc_tensor row;
-    float *x = e->logit_row;
-    tc_status st = tc_tensor_slice(logits, 0, i, 1, &row);
-    if (st == TC_OK)
-        st = tc_tensor_copy_to_host(&row, x, sizeof(float) * (size_t)e->m.vocab);
-    if (st != TC_OK)
-        return st;
-    for (int k = 0; k < r->n_bias; k++)
-        x[r->bias_ids[k]] = r->bias[k] <= -100.0f ? -INFINITY : x[r->bias_ids[k]] + r->bias[k];
-    if (s->gs && !tc_grammar_mask(s->gs, x, e->m.vocab))
-        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_engine_step", "no host memory for a mask");
-    return tc_tensor_copy_from_host(&row, x, sizeof(float) * (size_t)e->m.vocab);
+    int64_t W = ((int64_t)e->m.vocab + 31) / 32;
+    int32_t n = 0, n_masks = 0;
+    for (int32_t i = 0; i < n_sample; i++)
+        n_masks += e->batch[i]->gs != NULL;
+    if (n_masks > e->cap_masks) {
+        uint32_t *m = tc_host_realloc(e->masks, sizeof *m * (size_t)(W * n_masks));
+        if (!m)
+            return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_engine_step",
+                                "no host memory for %d masks", n_masks);
+        e->masks = m;
+        e->cap_masks = n_masks;
+    }
+    n_masks = 0;
+    for (int32_t i = 0; i < n_sample; i++) {
+        seq *s = e->batch[i];
+        const tc_request *r = &s->req->r;
+        if (!r->n_bias && !s->gs)
+            continue;
+        uint32_t *words = NULL;
+        if (s->gs) {
+            words = e->masks + W * n_masks++;
+            if (!tc_grammar_allowed(s->gs, words, W))
+                return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_engine_step",
+                                    "no host memory for a mask");
+        }
+        e->cons[n++] =
+            (tc_logits_constraint){ i, words, words ? W : 0, r->bias_ids, r->bias, r->n_bias };
+    }
+    return tc_logits_mask(logits, e->cons, n);
 }
 
 /* Log-probabilities of row i of the logits (the model's distribution: log-softmax of the raw
@@ -1061,9 +1081,8 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
         }
         tc_tensor rows;
         st = tc_tensor_slice(logits, 0, 0, n_sample, &rows);
-        for (int32_t i = 0; i < n_sample && st == TC_OK; i++)
-            if (e->batch[i]->req->r.n_bias || e->batch[i]->gs)
-                st = adjust_row(e, &rows, i, e->batch[i]);
+        if (st == TC_OK)
+            st = constrain_rows(e, &rows, n_sample);
         if (st == TC_OK)
             st = tc_sample(e->sampled, &rows, e->rows);
         for (int32_t i = 0; i < n_sample && st == TC_OK; i++)
@@ -1178,10 +1197,11 @@ tc_status tc_engine_create(const tc_engine_model *model, const tc_engine_options
     e->rows = tc_host_alloc(sizeof *e->rows * S);
     e->piece = tc_host_alloc(PIECE);
     e->logit_row = tc_host_alloc(sizeof(float) * (size_t)model->vocab);
+    e->cons = tc_host_alloc(sizeof *e->cons * S);
     tc_status st = tc_blocks_create(model->n_blocks, model->block_size, &e->bm);
     if (st == TC_OK && (!e->stop_tokens || !e->batch || !e->sorted || !e->tokens || !e->positions ||
                         !e->slots || !e->q_start || !e->seq_lens || !e->sampled || !e->table ||
-                        !e->rows || !e->piece || !e->logit_row))
+                        !e->rows || !e->piece || !e->logit_row || !e->cons))
         st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
     if (st == TC_OK && e->o.n_stop_tokens > 0)
         memcpy(e->stop_tokens, e->o.stop_tokens, sizeof(int32_t) * (size_t)e->o.n_stop_tokens);
@@ -1248,6 +1268,8 @@ void tc_engine_destroy(tc_engine *e)
     tc_host_free(e->table);
     tc_host_free(e->rows);
     tc_host_free(e->logit_row);
+    tc_host_free(e->cons);
+    tc_host_free(e->masks);
     tc_host_free(e->piece);
     tc_host_free(e->copy_src);
     tc_host_free(e->copy_dst);

@@ -14,7 +14,8 @@ enum {
     MAX_STACK = 256,  /* positions a stack holds: the document's nesting is bounded by it */
     MAX_EPSILON = 64, /* rule expansions without a byte in between */
     MAX_STACKS = 64,  /* stacks in a state (alternatives alive at once) */
-    CACHE = 1024,     /* masks cached per grammar */
+    CACHE = 1024,     /* slots of the mask cache: it holds CACHE / 2 masks at most (8 MiB at
+                         Llama 3's 128K vocabulary), then starts again */
 };
 
 typedef struct elem {
@@ -31,7 +32,7 @@ typedef struct mask {
     uint64_t key;
     int32_t *state; /* the state it was computed for (flat stacks), to confirm a hit */
     size_t state_len;
-    uint64_t *bits; /* [vocab words] allowed tokens */
+    uint32_t *bits; /* [(vocab + 31) / 32] allowed tokens: bit t % 32 of word t / 32 */
 } mask;
 
 struct tc_grammar {
@@ -52,6 +53,8 @@ struct tc_grammar {
      * computed once. */
     int32_t *order, n_order;
     uint16_t *shared;
+    const uint8_t **piece; /* [n_order] each one's bytes and length, looked up once here */
+    uint16_t *piece_len;
     int max_piece;
     mask *cache; /* [CACHE] open addressing by key; bits NULL: empty */
     int n_cached;
@@ -186,7 +189,9 @@ static bool sort_pieces(tc_grammar *g)
         return true;
     g->order = malloc(sizeof *g->order * (size_t)(g->vocab + 1));
     g->shared = malloc(sizeof *g->shared * (size_t)(g->vocab + 1));
-    if (!g->order || !g->shared)
+    g->piece = malloc(sizeof *g->piece * (size_t)(g->vocab + 1));
+    g->piece_len = malloc(sizeof *g->piece_len * (size_t)(g->vocab + 1));
+    if (!g->order || !g->shared || !g->piece || !g->piece_len)
         return false;
     for (int32_t t = 0; t < g->vocab; t++) {
         size_t len = 0;
@@ -212,6 +217,8 @@ static bool sort_pieces(tc_grammar *g)
         while (pp && k < len && k < lp && p[k] == pp[k])
             k++;
         g->shared[i] = (uint16_t)k;
+        g->piece[i] = (const uint8_t *)p;
+        g->piece_len[i] = (uint16_t)len;
         pp = p;
         lp = len;
     }
@@ -267,6 +274,8 @@ void tc_grammar_unref(tc_grammar *g)
     free(g->start);
     free(g->order);
     free(g->shared);
+    free(g->piece);
+    free(g->piece_len);
     if (g->cache)
         for (int i = 0; i < CACHE; i++) {
             free(g->cache[i].state);
@@ -288,8 +297,11 @@ static void add_stack(stacks *s, const int32_t *p, int n)
 {
     if (s->oom)
         return;
+    /* Stacks of a state mostly share their bottoms: the tops tell most apart without a
+     * memcmp. */
     for (size_t at = 0; at < s->n; at += (size_t)s->v[at] + 1)
-        if (s->v[at] == n && !memcmp(s->v + at + 1, p, sizeof *p * (size_t)n))
+        if (s->v[at] == n && (n == 0 || s->v[at + (size_t)n] == p[n - 1]) &&
+            !memcmp(s->v + at + 1, p, sizeof *p * (size_t)n))
             return;
     if (s->count >= MAX_STACKS)
         return; /* more alternatives alive than any schema needs: this one is dropped */
@@ -478,8 +490,9 @@ static uint64_t state_key(const stacks *s)
     return h ^ (h >> 31);
 }
 
-/* The allowed-token bits of the current state, from the cache or computed. */
-static const uint64_t *mask_bits(tc_grammar_state *s)
+/* The allowed-token bits of the current state, from the cache or computed: valid until the
+ * next mask of any state of the same grammar (the cache may start again). */
+static const uint32_t *mask_bits(tc_grammar_state *s)
 {
     tc_grammar *g = s->g;
     uint64_t key = state_key(&s->cur);
@@ -500,8 +513,8 @@ static const uint64_t *mask_bits(tc_grammar_state *s)
         }
         g->n_cached = 0;
     }
-    size_t words = ((size_t)g->vocab + 63) / 64;
-    uint64_t *bits = calloc(words ? words : 1, sizeof *bits);
+    size_t words = ((size_t)g->vocab + 31) / 32;
+    uint32_t *bits = calloc(words ? words : 1, sizeof *bits);
     int32_t *state = malloc(sizeof *state * (s->cur.n ? s->cur.n : 1));
     if (!bits || !state) {
         free(bits);
@@ -522,7 +535,7 @@ static const uint64_t *mask_bits(tc_grammar_state *s)
     bool done = accepting(&s->cur);
     for (int32_t t = 0; t < g->vocab; t++)
         if (tc_tokenizer_is_control(g->tok, t) && done)
-            bits[t >> 6] |= 1ull << (t & 63);
+            bits[t >> 5] |= 1u << (t & 31);
     /* The pieces in byte order: depth[k] is the state after the first k bytes of the
      * current piece, valid up to `valid` (a prefix that failed stops there). */
     if (!s->depth) {
@@ -538,8 +551,8 @@ static const uint64_t *mask_bits(tc_grammar_state *s)
     size_t valid = 0; /* depth[1..valid] hold the states of the previous piece's prefix */
     for (int32_t i = 0; i < g->n_order; i++) {
         int32_t t = g->order[i];
-        size_t len;
-        const uint8_t *p = (const uint8_t *)tc_tokenizer_piece(g->tok, t, &len);
+        size_t len = g->piece_len[i];
+        const uint8_t *p = g->piece[i];
         size_t k = g->shared[i] < valid ? g->shared[i] : valid;
         if (k == 0 && !first[p[0]]) {
             valid = 0;
@@ -557,7 +570,7 @@ static const uint64_t *mask_bits(tc_grammar_state *s)
         }
         valid = k;
         if (ok)
-            bits[t >> 6] |= 1ull << (t & 63);
+            bits[t >> 5] |= 1u << (t & 31);
     }
     size_t i = slot;
     while (g->cache[i].bits)
@@ -569,11 +582,22 @@ static const uint64_t *mask_bits(tc_grammar_state *s)
 
 bool tc_grammar_mask(tc_grammar_state *s, float *row, int32_t vocab)
 {
-    const uint64_t *bits = mask_bits(s);
+    const uint32_t *bits = mask_bits(s);
     if (!bits)
         return false;
     for (int32_t t = 0; t < vocab; t++)
-        if (t >= s->g->vocab || !(bits[t >> 6] >> (t & 63) & 1))
+        if (t >= s->g->vocab || !(bits[t >> 5] >> (t & 31) & 1))
             row[t] = -INFINITY;
+    return true;
+}
+
+bool tc_grammar_allowed(tc_grammar_state *s, uint32_t *words, int64_t n_words)
+{
+    const uint32_t *bits = mask_bits(s);
+    if (!bits)
+        return false;
+    int64_t have = ((int64_t)s->g->vocab + 31) / 32, n = have < n_words ? have : n_words;
+    memcpy(words, bits, sizeof *words * (size_t)n);
+    memset(words + n, 0, sizeof *words * (size_t)(n_words - n));
     return true;
 }

@@ -45,5 +45,9 @@ bool tc_grammar_done(const tc_grammar_state *s);
  * control tokens only where the document may end. The mask is computed once per recogniser
  * state and cached in the grammar. False when out of memory. */
 bool tc_grammar_mask(tc_grammar_state *s, float *row, int32_t vocab);
+/* The same mask as bits (tc_logits_mask's form): bit t % 32 of words[t / 32] is set where
+ * token t may come next; n_words words are written, tokens beyond the tokenizer's vocabulary
+ * disallowed. A repeated state costs a cache lookup and the copy. False when out of memory. */
+bool tc_grammar_allowed(tc_grammar_state *s, uint32_t *words, int64_t n_words);
 
 #endif /* TC_GRAMMAR_H */

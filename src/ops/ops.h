@@ -160,6 +160,26 @@ TC_API tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const 
  * index wins ties; NaN elements are never chosen unless the whole row is NaN. out i32 [n]. */
 TC_API tc_status tc_argmax(tc_tensor *out, const tc_tensor *x);
 
+/* One constrained row for tc_logits_mask: the tokens its grammar allows and its logit bias. */
+typedef struct tc_logits_constraint {
+    int64_t row;             /* the row of logits it constrains */
+    const uint32_t *allowed; /* bit t % 32 of allowed[t / 32] set: token t may be chosen; NULL:
+                                every token */
+    int64_t n_words;         /* words in allowed: at least (vocab + 31) / 32 */
+    const int32_t *bias_ids; /* [n_bias] token ids in [0, vocab) */
+    const float *bias;       /* [n_bias] added to those logits (OpenAI's logit_bias); -100 or
+                                less bans the token; a token listed twice gets the sum of its
+                                biases, or is banned if either bans it */
+    int32_t n_bias;
+} tc_logits_constraint;
+/* Constrain rows of logits [n, vocab] (f32) in place before tc_sample: in each of the n_rows
+ * (distinct) rows named, tokens not allowed become -inf and allowed ones get their bias. A row
+ * that allows nothing comes out all -inf, never NaN (tc_sample then picks token 0). On CUDA
+ * the masks and biases of all the rows go up in one copy and one kernel applies them, in stream
+ * order, without waiting for the device. */
+TC_API tc_status tc_logits_mask(tc_tensor *logits, const tc_logits_constraint *rows,
+                                int32_t n_rows);
+
 /* Sampling parameters of one sequence; the neutral values turn each stage off. */
 typedef struct tc_sample_params {
     float temperature;        /* 0: greedy (argmax after penalties) */

@@ -144,7 +144,10 @@ static int32_t sample_row(float *v, int64_t vocab, const tc_sample_row *row, can
     for (int64_t i = 1; i < vocab; i++)
         if (v[i] > v[best] || (isnan(v[best]) && !isnan(v[i])))
             best = i;
-    if (p->temperature < 1e-6f)
+    /* A row with no finite maximum (every token banned: all -inf; or an infinite logit) has
+     * no distribution to draw from, and NaN probabilities would keep top-p's threshold search
+     * from ending: it gets its argmax, as greedy rows do. */
+    if (p->temperature < 1e-6f || !isfinite(v[best]))
         return (int32_t)best;
     float mx = v[best];
     double sum = 0.0;

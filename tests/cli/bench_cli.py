@@ -5,13 +5,20 @@ mode reports its batch, decode rate and ordered percentiles, and both modes how 
 steps ran prefill rows and how long each kind took; throughput mode's figures agree with
 each other, and its bandwidth line with the model's size and the keys and values its requests
 had to read, worked out here from SmolLM2's shape; with --kv-cache-dtype fp8 the cache line and
-the bandwidth line count one byte a cached value.
+the bandwidth line count one byte a cached value. With the real SmolLM2 (when tools/fetch-model
+has downloaded it), --json-object and --json-schema run the requests again under the grammar
+and print both decode rates and the overhead, as does a named shape with --tokenizer (a
+vocabulary-only GGUF from tests/model/data); a grammar without a tokenizer, two grammars, a
+missing or unsupported schema, --tokenizer without --shape and a grammar exit 2.
 
 Usage: bench_cli.py THINCUDA_BINARY (run with THINCUDA_LIBCUDA pointing nowhere)
 """
+import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
 
 exe = sys.argv[1]
 failed = 0
@@ -124,4 +131,57 @@ if gib and req and tput and bw and eng and split:
     lo = (tput[1] - 0.5) * (wall - 0.005) / (floor + 0.005) - 0.5
     hi = (tput[1] + 0.5) * (wall + 0.005) / (floor - 0.005) + 0.5
     check(0.99 * lo <= most <= 1.01 * hi, f"at most {most:.0f} output tokens/s, in [{lo:.1f}, {hi:.1f}]")
+# Constrained decoding: the grammar needs token texts.
+r = run(shape + ["--json-object"])
+check(r.returncode == 2 and "--model PATH" in r.stderr, "--json-object with --shape: exit 2, asks for --model")
+r = run(["--model", "x.gguf", "--json-object", "--json-schema", "s.json"])
+check(r.returncode == 2 and "one of --json-object or --json-schema" in r.stderr, "two grammars: exit 2")
+r = run(["--model", "x.gguf", "--json-schema", "/nonexistent.json"])
+check(r.returncode == 2 and "/nonexistent.json" in r.stderr, "missing schema file: exit 2, names it")
+r = run(shape + ["--tokenizer", "x.gguf"])
+check(r.returncode == 2 and "--tokenizer goes with --shape and a grammar" in r.stderr, "--tokenizer without a grammar: exit 2")
+r = run(["--model", "x.gguf", "--tokenizer", "x.gguf", "--json-object"])
+check(r.returncode == 2 and "--tokenizer goes with --shape" in r.stderr, "--tokenizer with --model: exit 2")
+# Random weights with another model's vocabulary (32,000 tokens of SmolLM2's 49,152): tokens past
+# it are never allowed, and the free run may still produce them.
+vocab = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model", "data", "mistral-v1.vocab.gguf")
+r = run(shape + ["--tokenizer", vocab, "--json-object", "--batch", "2", "--prompt-len", "8", "--gen-len", "6"])
+check(r.returncode == 0 and re.search(r"^decode grammar\s+[\d.]+ tokens/s", r.stdout, re.M) is not None
+      and re.search(r"^documents\s+\d+ of 12 tokens were control tokens after a document ended$", r.stdout, re.M) is not None,
+      f"--shape with --tokenizer runs constrained (exit {r.returncode}: {r.stderr[-200:]!r})")
+cache = os.environ.get("THINCUDA_CACHE") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "thincuda")
+model = os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")
+if not os.path.exists(model):
+    print(f"skipped: constrained runs need SmolLM2 ({model})")
+else:
+    with tempfile.TemporaryDirectory() as tmp:
+        bad, good = os.path.join(tmp, "bad.json"), os.path.join(tmp, "good.json")
+        with open(bad, "w") as f:
+            json.dump({"type": "string", "pattern": "a+"}, f)
+        with open(good, "w") as f:
+            json.dump({"type": "object", "properties": {"name": {"type": "string"},
+                       "books": {"type": "array", "items": {"type": "string"}}},
+                       "required": ["name", "books"]}, f)
+        r = run(["--model", model, "--device", "cpu", "--threads", "2", "--json-schema", bad])
+        check(r.returncode == 2 and "'pattern'" in r.stderr, f"unsupported schema: exit 2, names the keyword ({r.stderr[-120:]!r})")
+        for grammar in (["--json-object"], ["--json-schema", good]):
+            r = run(["--model", model, "--device", "cpu", "--threads", "2", "--batch", "2",
+                     "--prompt-len", "12", "--gen-len", "8"] + grammar)
+            out = r.stdout
+            check(r.returncode == 0, f"{grammar[0]} runs (exit {r.returncode}: {r.stderr[-200:]!r})")
+            free = field(r"^decode free\s+([\d.]+) tokens/s \(([\d.]+) ms a decode-only step\)$", out, "free decode rate")
+            con = field(r"^decode grammar\s+([\d.]+) tokens/s \(([\d.]+) ms a decode-only step\)$", out, "constrained rate")
+            over = field(r"^overhead\s+(-?[\d.]+)% more time a token under the grammar$", out, "overhead")
+            if free and con and over:
+                # Rates are printed to 0.1 and the overhead to 0.1%: check against the range that
+                # the rounding allows.
+                lo = 100 * ((free[0] - 0.05) / (con[0] + 0.05) - 1) - 0.05
+                hi = 100 * ((free[0] + 0.05) / (con[0] - 0.05) - 1) + 0.05
+                check(free[0] > 0 and con[0] > 0 and lo <= over[0] <= hi,
+                      f"overhead {over[0]}% from {free[0]} and {con[0]} tokens/s, in [{lo:.2f}, {hi:.2f}]")
+            docs = field(r"^documents\s+(\d+) of (\d+) tokens were control tokens after a document ended$",
+                         out, "documents line (no request ended in an error)")
+            if docs:
+                check(docs[1] == 2 * 8, f"{docs[1]:.0f} constrained tokens for 2 x 8")
 sys.exit(1 if failed else 0)

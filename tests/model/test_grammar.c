@@ -156,6 +156,17 @@ static void masks_match_the_recogniser(void **state)
         memset(again, 0, sizeof *again * (size_t)V);
         assert_true(tc_grammar_mask(s, again, V));
         assert_memory_equal(row, again, sizeof *row * (size_t)V);
+        /* The bits tc_logits_mask takes say the same, for a wider vocabulary too (the model's
+         * rows may be longer than the tokenizer's: the extra tokens are never allowed). */
+        int64_t W = (V + 31) / 32 + 3;
+        uint32_t *bits = malloc(sizeof *bits * (size_t)W);
+        assert_non_null(bits);
+        memset(bits, 0xff, sizeof *bits * (size_t)W);
+        assert_true(tc_grammar_allowed(s, bits, W));
+        for (int64_t t = 0; t < 32 * W; t++)
+            if ((bits[t >> 5] >> (t & 31) & 1) != (t < V && !isinf(row[t])))
+                fail_msg("after %zu tokens, token %lld: bit and mask differ", at, (long long)t);
+        free(bits);
         if (at < n)
             assert_true(tc_grammar_accept(s, ids[at]));
     }

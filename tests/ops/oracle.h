@@ -467,4 +467,69 @@ static inline void paged_free(paged_case *c)
     tc_tensor_deinit(&c->tqstart);
 }
 
+/* What tc_logits_mask should leave in row x[V] for constraint c, done the plain way: each
+ * token the mask forbids is -inf; each allowed token gets its biases summed in list order
+ * (float), or -inf when one of them is -100 or less. */
+static inline void ref_logits_mask(float *x, int64_t V, const tc_logits_constraint *c)
+{
+    for (int64_t t = 0; t < V; t++) {
+        if (c->allowed && !(c->allowed[t / 32] & (1u << (t % 32)))) {
+            x[t] = -INFINITY;
+            continue;
+        }
+        bool listed = false, banned = false;
+        float sum = 0.0f;
+        for (int32_t k = 0; k < c->n_bias; k++)
+            if (c->bias_ids[k] == t) {
+                listed = true;
+                banned |= c->bias[k] <= -100.0f;
+                sum += c->bias[k];
+            }
+        if (banned)
+            x[t] = -INFINITY;
+        else if (listed)
+            x[t] += sum;
+    }
+}
+
+/* Random constraints on some rows of logits [n, V]: masks with about `density` of the tokens
+ * allowed (stray bits past V set, which must be ignored), some rows all banned, biases with
+ * repeated ids and bans. The arrays live in *mem (free it). */
+static inline int32_t random_constraints(rng_t *r, int64_t n, int64_t V, int64_t extra_words,
+                                  tc_logits_constraint *c, void **mem)
+{
+    int64_t W = (V + 31) / 32 + extra_words;
+    enum { NB = 12 };
+    char *m = calloc((size_t)n, sizeof(uint32_t) * (size_t)W + NB * (sizeof(int32_t) + sizeof(float)));
+    *mem = m;
+    int32_t k = 0;
+    for (int64_t row = 0; row < n; row++) {
+        int kind = (int)rng_int(r, 5); /* 0: none, 1: mask, 2: bias, 3: both, 4: all banned */
+        if (kind == 0)
+            continue;
+        uint32_t *words = (uint32_t *)(m + (size_t)row * (sizeof(uint32_t) * (size_t)W +
+                                                             NB * (sizeof(int32_t) + sizeof(float))));
+        int32_t *ids = (int32_t *)(words + W);
+        float *bias = (float *)(ids + NB);
+        double density = rng_uniform(r, 0.0, 1.0);
+        for (int64_t t = 0; t < 32 * W; t++)
+            if (t >= V ? rng_int(r, 2) : kind != 4 && rng_uniform(r, 0, 1) < density)
+                words[t / 32] |= 1u << (t % 32);
+        int32_t nb = kind == 2 || kind == 3 ? (int32_t)rng_int(r, NB + 1) : 0;
+        for (int32_t j = 0; j < nb; j++) {
+            ids[j] = j > 0 && rng_int(r, 4) == 0 ? ids[rng_int(r, j)] : (int32_t)rng_int(r, V);
+            bias[j] = rng_int(r, 5) == 0 ? -100.0f : (float)rng_uniform(r, -60, 60);
+        }
+        c[k++] = (tc_logits_constraint){ row, kind == 2 ? NULL : words, W, ids, bias, nb };
+    }
+    /* In a shuffled order: the op must not care. */
+    for (int32_t i = k - 1; i > 0; i--) {
+        int32_t j = (int32_t)rng_int(r, i + 1);
+        tc_logits_constraint t = c[i];
+        c[i] = c[j];
+        c[j] = t;
+    }
+    return k;
+}
+
 #endif /* TC_TEST_ORACLE_H */

@@ -876,6 +876,110 @@ static void argmax_prefers_lowest_index_and_skips_nan(void **state)
     }
 }
 
+static void logits_mask_matches_a_plain_loop(void **state)
+{
+    (void)state;
+    rng_t r = { 41 };
+    static const int64_t vocabs[] = { 1, 31, 32, 1000, 49152 + 17 };
+    for (size_t vi = 0; vi < sizeof vocabs / sizeof *vocabs; vi++)
+        for (int trial = 0; trial < 4; trial++) {
+            int64_t n = 1 + rng_int(&r, 9), V = vocabs[vi];
+            tc_tensor x, y;
+            double *xv;
+            assert_int_equal(random_tensor(&r, cpu, &x, TC_DTYPE_F32, TC_SHAPE(n, V), -8, 8, &xv),
+                             TC_OK);
+            assert_int_equal(tc_tensor_init(&y, cpu1, TC_DTYPE_F32, TC_SHAPE(n, V)), TC_OK);
+            memcpy(y.data, x.data, sizeof(float) * (size_t)(n * V));
+            tc_logits_constraint c[16];
+            void *mem;
+            int32_t k = random_constraints(&r, n, V, trial & 1, c, &mem);
+            float *want = malloc(sizeof(float) * (size_t)(n * V));
+            memcpy(want, x.data, sizeof(float) * (size_t)(n * V));
+            for (int32_t i = 0; i < k; i++)
+                ref_logits_mask(want + c[i].row * V, V, &c[i]);
+            assert_int_equal(tc_logits_mask(&x, c, k), TC_OK);
+            assert_int_equal(tc_logits_mask(&y, c, k), TC_OK); /* one thread: the same */
+            assert_memory_equal(x.data, want, sizeof(float) * (size_t)(n * V));
+            assert_memory_equal(y.data, want, sizeof(float) * (size_t)(n * V));
+            for (int64_t i = 0; i < n * V; i++)
+                assert_false(isnan(((float *)x.data)[i]));
+            free(want), free(mem), free(xv);
+            tc_tensor_deinit(&x), tc_tensor_deinit(&y);
+        }
+}
+
+/* A row that allows nothing comes out all -inf (not NaN), and the sampler still answers:
+ * token 0, greedy or not; the engine then finds that the grammar refuses it. */
+static void logits_mask_all_banned_row_samples_without_nan(void **state)
+{
+    (void)state;
+    int64_t V = 100;
+    tc_tensor x;
+    assert_int_equal(tc_tensor_init(&x, cpu, TC_DTYPE_F32, TC_SHAPE(2, V)), TC_OK);
+    for (int64_t i = 0; i < 2 * V; i++)
+        ((float *)x.data)[i] = (float)(i % 7);
+    uint32_t none[4] = { 0 };
+    int32_t id = 5;
+    float ban = -100.0f;
+    uint32_t only5[4] = { 1u << 5 };
+    tc_logits_constraint c[2] = { { 1, none, 4, NULL, NULL, 0 }, { 0, only5, 4, &id, &ban, 1 } };
+    assert_int_equal(tc_logits_mask(&x, c, 2), TC_OK);
+    for (int64_t i = 0; i < 2 * V; i++)
+        assert_true(isinf(((float *)x.data)[i]) && ((float *)x.data)[i] < 0);
+    tc_sample_row rows[2] = { { tc_sample_defaults(), NULL, 0, 0, 0 },
+                              { tc_sample_defaults(), NULL, 0, 0, 0 } };
+    rows[1].params.temperature = 1.0f;
+    rows[1].params.top_p = 0.9f;
+    int32_t out[2] = { -1, -1 };
+    assert_int_equal(tc_sample(out, &x, rows), TC_OK);
+    assert_int_equal(out[0], 0);
+    assert_int_equal(out[1], 0);
+    tc_tensor_deinit(&x);
+}
+
+static void logits_mask_rejects_bad_constraints(void **state)
+{
+    (void)state;
+    int64_t V = 100;
+    tc_tensor x, h;
+    assert_int_equal(tc_tensor_init(&x, cpu, TC_DTYPE_F32, TC_SHAPE(3, V)), TC_OK);
+    assert_int_equal(tc_tensor_init(&h, cpu, TC_DTYPE_F16, TC_SHAPE(3, V)), TC_OK);
+    memset(x.data, 0, sizeof(float) * 3 * (size_t)V);
+    uint32_t words[4] = { 1, 2, 3, 4 };
+    int32_t ids[2] = { 3, 100 };
+    float bias[2] = { 1.0f, NAN };
+    struct {
+        tc_logits_constraint c[2];
+        int32_t n;
+        const char *says;
+    } cases[] = {
+        { { { 0, words, 3, NULL, NULL, 0 } }, 1, "a mask of 3 words; a vocabulary of 100 needs 4" },
+        { { { 3, words, 4, NULL, NULL, 0 } }, 1, "row 3 of logits with 3 rows" },
+        { { { -1, NULL, 0, ids, bias, 1 } }, 1, "row -1" },
+        { { { 1, words, 4, NULL, NULL, 0 }, { 1, NULL, 0, ids, bias, 1 } },
+          2,
+          "constrained twice" },
+        { { { 0, NULL, 0, ids, bias, 2 } }, 1, "token 100" },
+        { { { 0, NULL, 0, ids + 1, bias + 1, 1 } }, 1, "is nan" },
+        { { { 0, NULL, 0, NULL, NULL, 2 } }, 1, "without its arrays" },
+        { { { 0, NULL, 0, ids, bias, -1 } }, 1, "without its arrays" },
+        { { { 0 } }, -1, "-1 constraints" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (tc_logits_mask(&x, cases[i].c, cases[i].n) != TC_ERR_INVALID_ARGUMENT)
+            fail_msg("case %zu was accepted", i);
+        if (!strstr(tc_last_error(), cases[i].says))
+            fail_msg("case %zu: '%s' does not say '%s'", i, tc_last_error(), cases[i].says);
+    }
+    /* Nothing was written by a call that failed. */
+    for (int64_t i = 0; i < 3 * V; i++)
+        assert_true(((float *)x.data)[i] == 0.0f);
+    tc_logits_constraint ok = { 0, words, 4, NULL, NULL, 0 };
+    assert_int_equal(tc_logits_mask(&h, &ok, 1), TC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tc_logits_mask(&x, NULL, 0), TC_OK);
+    tc_tensor_deinit(&x), tc_tensor_deinit(&h);
+}
+
 /* Probabilities the sampler should draw from, computed here in double. */
 static void ref_sample_probs(const double *logits, int64_t V, const tc_sample_row *row, double *p)
 {
@@ -1096,6 +1200,9 @@ int main(void)
         cmocka_unit_test(rope_store_is_rope_then_store),
         cmocka_unit_test(linear_rope_store_is_linear_then_rope_store),
         cmocka_unit_test(argmax_prefers_lowest_index_and_skips_nan),
+        cmocka_unit_test(logits_mask_matches_a_plain_loop),
+        cmocka_unit_test(logits_mask_all_banned_row_samples_without_nan),
+        cmocka_unit_test(logits_mask_rejects_bad_constraints),
         cmocka_unit_test(sampling_matches_its_distribution_and_repeats_with_a_seed),
         cmocka_unit_test(sampling_greedy_penalties_and_bad_parameters),
         cmocka_unit_test(ops_reject_mismatched_shapes_and_dtypes),
