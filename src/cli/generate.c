@@ -655,7 +655,7 @@ int tc_cli_info(int argc, char **argv)
                "above (%u dequantised to f32)\n",
                q->n_linear, (double)q->checkpoint_bytes / 1048576.0, q->n_dequantised);
     }
-    printf("%s  %llu bytes (%.1f MiB)\n",
+    printf("%s %llu bytes (%.1f MiB)\n",
            q && q->method != TC_HF_QUANT_NONE ? "weights repacked" : "weights in file ",
            (unsigned long long)file_bytes, (double)file_bytes / 1048576.0);
     printf("memory estimate  %s, %s activations: weights %.1f MiB + %s KV cache %.1f KiB/token "

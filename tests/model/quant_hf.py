@@ -82,7 +82,8 @@ def pack_columns(v, bits):
     """Pack v [rows, n] along its second axis, 32 / bits values a word, lowest first."""
     per = 32 // bits
     v = v.astype(np.uint32).reshape(v.shape[0], -1, per)
-    return np.bitwise_or.reduce(v << (bits * np.arange(per, dtype=np.uint32)), axis=2).view(np.int32)
+    words = np.bitwise_or.reduce(v << (bits * np.arange(per, dtype=np.uint32)), axis=2)
+    return np.ascontiguousarray(words).view(np.int32)
 
 
 def pack_gptq(q, z, bits, v1):
