@@ -13,7 +13,7 @@ input k in nibble p of word (k, c); qzeros int32 [groups, out / 8] likewise; sca
 The unpacking functions below are written from those descriptions apart from the packers:
 shifts and masks over whole arrays, no loop shared with the packing.
 Usage: quant_hf.py OUT_DIR CASE [--shape tiny|smollm2-135m|llama3.2-1b|llama2-7b] [--layers N]
-       [--reference REF_DIR]"""
+       [--vocab N] [--reference REF_DIR]"""
 import json
 import os
 import sys
@@ -131,8 +131,8 @@ def unpack(case, parts):
                        fmt == "gptq")
 
 
-def config(shape, layers, quant=None):
-    dim, ffn, heads, kv, n, vocab = SHAPES[shape]
+def config(shape, layers, vocab, quant=None):
+    dim, ffn, heads, kv, n, _ = SHAPES[shape]
     c = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": dim,
          "intermediate_size": ffn, "num_hidden_layers": layers or n, "num_attention_heads": heads,
          "num_key_value_heads": kv, "vocab_size": vocab, "max_position_embeddings": 4096,
@@ -153,12 +153,14 @@ def quant_config(case):
             "true_sequential": True}
 
 
-def write(out_dir, case, shape="tiny", layers=None, coarse=False, reference=None, seed=0):
+def write(out_dir, case, shape="tiny", layers=None, coarse=False, reference=None, seed=0,
+          vocab=None):
     """Write folder out_dir of `case`; with `reference`, also the same model with every matrix
     dequantised by the reference unpacking as an ordinary f32 folder. Returns {module: parts}."""
     method, bits, group, sym, desc_act, fmt, _ = CASES[case]
-    dim, ffn, heads, kv, n, vocab = SHAPES[shape]
+    dim, ffn, heads, kv, n, voc = SHAPES[shape]
     n = layers or n
+    vocab = vocab or voc
     hd = dim // heads
     rng = np.random.default_rng(seed)
     plain, ref, modules = {}, {}, {}
@@ -195,19 +197,19 @@ def write(out_dir, case, shape="tiny", layers=None, coarse=False, reference=None
     os.makedirs(out_dir, exist_ok=True)
     save_file({**plain, **quant}, os.path.join(out_dir, "model.safetensors"))
     with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(config(shape, n, quant_config(case)), f, indent=1)
+        json.dump(config(shape, n, vocab, quant_config(case)), f, indent=1)
     if reference:
         os.makedirs(reference, exist_ok=True)
         save_file({**{k: v.astype(np.float32) for k, v in plain.items()}, **ref},
                   os.path.join(reference, "model.safetensors"))
         with open(os.path.join(reference, "config.json"), "w") as f:
-            json.dump(config(shape, n), f, indent=1)
+            json.dump(config(shape, n, vocab), f, indent=1)
     return modules
 
 
 if __name__ == "__main__":
     a = sys.argv[1:]
     opt = lambda k, d=None: a[a.index(k) + 1] if k in a else d
-    layers = opt("--layers")
+    layers, vocab = opt("--layers"), opt("--vocab")
     write(a[0], a[1], opt("--shape", "tiny"), int(layers) if layers else None,
-          reference=opt("--reference"))
+          reference=opt("--reference"), vocab=int(vocab) if vocab else None)
