@@ -643,8 +643,21 @@ int tc_cli_info(int argc, char **argv)
             printf(" %s x%llu (%.1f MiB)", tc_ggml_type_name((tc_ggml_type)t),
                    (unsigned long long)counts[t], (double)type_bytes[t] / 1048576.0);
     printf("\n");
-    printf("weights in file  %llu bytes (%.1f MiB)\n", (unsigned long long)file_bytes,
-           (double)file_bytes / 1048576.0);
+    const tc_hf_quant *q = ss.f.is_hf ? &ss.f.hf.quant : NULL;
+    if (q && q->method != TC_HF_QUANT_NONE) {
+        char group[32];
+        snprintf(group, sizeof group, q->group_size < 0 ? "per column" : "group %d", q->group_size);
+        printf("quantisation     %s %d-bit, %s, %s, act-order %s, format %s%s\n",
+               q->method == TC_HF_QUANT_GPTQ ? "GPTQ" : "AWQ", q->bits, group,
+               q->sym ? "symmetric" : "zero points", q->desc_act ? "yes" : "no", q->format,
+               q->zero_offset ? " (zeros stored less 1)" : "");
+        printf("quantised        %u matrices, %.1f MiB in the checkpoint; repacked to the types "
+               "above (%u dequantised to f32)\n",
+               q->n_linear, (double)q->checkpoint_bytes / 1048576.0, q->n_dequantised);
+    }
+    printf("%s %llu bytes (%.1f MiB)\n",
+           q && q->method != TC_HF_QUANT_NONE ? "weights repacked" : "weights in file ",
+           (unsigned long long)file_bytes, (double)file_bytes / 1048576.0);
     printf("memory estimate  %s, %s activations: weights %.1f MiB + %s KV cache %.1f KiB/token "
            "(%.1f MiB at %lld tokens)\n",
            cpu ? "cpu" : "cuda", tc_dtype_name(act), (double)placed / 1048576.0, tc_dtype_name(kv),

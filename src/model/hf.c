@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include "model/hfquant.h"
 #include "model/internal.h"
 #include "runtime/error.h"
 #include "runtime/host.h"
@@ -57,11 +58,13 @@ tc_status tc_safetensors_parse(const void *buf, size_t bytes, const char *what,
             t.type = TC_GGML_F16, es = 2;
         else if (!strcmp(dt, "BF16"))
             t.type = TC_GGML_BF16, es = 2;
+        else if (!strcmp(dt, "I32"))
+            t.type = TC_GGML_I32, es = 4;
         else {
-            st =
-                tc_set_error(TC_ERR_UNSUPPORTED, op,
-                             "%s: tensor '%.80s' has dtype %.16s (F32, F16 and BF16 are supported)",
-                             what, key, dt);
+            st = tc_set_error(
+                TC_ERR_UNSUPPORTED, op,
+                "%s: tensor '%.80s' has dtype %.16s (F32, F16, BF16 and I32 are supported)", what,
+                key, dt);
             break;
         }
         if (json_array_size(shape) > 4) {
@@ -157,15 +160,14 @@ typedef struct collect {
     tc_hf *hf;
     uint64_t cap_tensors;
     size_t names_used, names_cap;
+    tc__hfq quant; /* the parts of quantised matrices, until they are repacked */
 } collect;
 
-static tc_status add_tensor(void *ctx, const tc_safetensor *t)
+/* Add a tensor to the view under GGUF name `name`; dims outermost first. */
+static tc_status view_add(collect *c, const char *name, int n_dims, const uint64_t *dims,
+                          tc_ggml_type type, const void *data, uint64_t bytes)
 {
-    collect *c = ctx;
     tc_hf *hf = c->hf;
-    char name[160];
-    if (!gguf_name(t->name, name, sizeof name))
-        return TC_OK; /* e.g. rotary_emb.inv_freq: recomputed, not read */
     if (hf->view.n_tensors == c->cap_tensors) {
         uint64_t cap = c->cap_tensors ? 2 * c->cap_tensors : 64;
         tc_gguf_tensor *nt = tc_host_realloc(hf->view.tensors, cap * sizeof *nt);
@@ -177,27 +179,63 @@ static tc_status add_tensor(void *ctx, const tc_safetensor *t)
     size_t len = strlen(name);
     if (c->names_used + len + 1 > c->names_cap)
         return tc_set_error(TC_ERR_INTERNAL, "tc_hf_open", "name storage exhausted");
+    for (uint64_t i = 0; i < hf->view.n_tensors; i++)
+        if (!strcmp(hf->view.tensors[i].name.ptr, name))
+            return tc_set_error(TC_ERR_PARSE, "tc_hf_open", "tensor %s appears twice", name);
     char *dst = hf->names + c->names_used;
     memcpy(dst, name, len + 1);
     c->names_used += len + 1;
     tc_gguf_tensor *g = &hf->view.tensors[hf->view.n_tensors];
     memset(g, 0, sizeof *g);
     g->name = (tc_gguf_str){ dst, len };
-    g->n_dims = t->n_dims ? t->n_dims : 1;
+    g->n_dims = n_dims ? n_dims : 1;
     g->n_elements = 1;
     for (int d = 0; d < 4; d++)
         g->dims[d] = 1;
-    for (int d = 0; d < t->n_dims; d++) {
-        g->dims[d] = t->dims[t->n_dims - 1 - d]; /* GGUF order: innermost first */
-        g->n_elements *= t->dims[t->n_dims - 1 - d];
+    for (int d = 0; d < n_dims; d++) {
+        g->dims[d] = dims[n_dims - 1 - d]; /* GGUF order: innermost first */
+        g->n_elements *= dims[n_dims - 1 - d];
     }
-    g->type = t->type;
-    g->data = t->data;
-    g->bytes = t->bytes;
-    for (uint64_t i = 0; i < hf->view.n_tensors; i++)
-        if (!strcmp(hf->view.tensors[i].name.ptr, dst))
-            return tc_set_error(TC_ERR_PARSE, "tc_hf_open", "tensor %s appears twice", t->name);
+    g->type = type;
+    g->data = data;
+    g->bytes = bytes;
     hf->view.n_tensors++;
+    return TC_OK;
+}
+
+static tc_status add_tensor(void *ctx, const tc_safetensor *t)
+{
+    collect *c = ctx;
+    char name[160], module[128], weight[160];
+    int which;
+    if (gguf_name(t->name, name, sizeof name))
+        return view_add(c, name, t->n_dims, t->dims, t->type, t->data, t->bytes);
+    if (!tc__hfq_part(t->name, module, sizeof module, &which))
+        return TC_OK; /* e.g. rotary_emb.inv_freq: recomputed, not read */
+    snprintf(weight, sizeof weight, "%s.weight", module);
+    if (!gguf_name(weight, name, sizeof name))
+        return TC_OK; /* a module the model does not use */
+    if (c->hf->quant.method == TC_HF_QUANT_NONE) {
+        if (which != TC__HFQ_QWEIGHT)
+            return TC_OK;
+        return tc_set_error(TC_ERR_PARSE, "tc_hf_open",
+                            "tensor %s is a quantised weight, but config.json has no "
+                            "quantization_config",
+                            t->name);
+    }
+    return tc__hfq_add(&c->quant, module, name, which, t);
+}
+
+/* Repack the quantised matrices collected while mapping and add them to the view. */
+static tc_status add_quantised(collect *c)
+{
+    tc_hf *hf = c->hf;
+    TC_TRY(tc__hfq_build(&hf->quant, &c->quant, &hf->repacked));
+    for (size_t i = 0; i < c->quant.n; i++) {
+        const tc__hfq_linear *l = &c->quant.lin[i];
+        uint64_t dims[2] = { l->out, l->in };
+        TC_TRY(view_add(c, l->gguf, 2, dims, l->type, l->data, l->bytes));
+    }
     return TC_OK;
 }
 
@@ -315,6 +353,7 @@ static tc_status read_config(tc_hf *hf, const char *path)
         goto done;
     }
     c->tied_embeddings = json_is_true(json_object_get(j, "tie_word_embeddings"));
+    st = tc__hfq_config(j, path, &hf->quant);
 done:
     json_decref(j);
     return st;
@@ -366,6 +405,7 @@ tc_status tc_hf_open(tc_hf *hf, const char *dir)
     hf->tokenizer_json = join(dir, "tokenizer.json");
     hf->tokenizer_config = join(dir, "tokenizer_config.json");
     json_t *ij = NULL;
+    collect c = { hf, 0, 0, 0, { 0 } };
     if (!cfg || !single || !index || !hf->tokenizer_json || !hf->tokenizer_config) {
         st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
         goto done;
@@ -383,7 +423,6 @@ tc_status tc_hf_open(tc_hf *hf, const char *dir)
         tc_host_free(hf->tokenizer_config);
         hf->tokenizer_config = NULL;
     }
-    collect c = { hf, 0, 0, 0 };
     c.names_cap = 64 * (size_t)(hf->cfg.n_layers * 9 + 8);
     hf->names = tc_host_alloc(c.names_cap);
     if (!hf->names) {
@@ -424,10 +463,13 @@ tc_status tc_hf_open(tc_hf *hf, const char *dir)
                           "%s has neither model.safetensors nor model.safetensors.index.json", dir);
         goto done;
     }
+    if (hf->quant.method != TC_HF_QUANT_NONE)
+        TC_CHECK(st, add_quantised(&c));
     /* The loader checks each tensor's presence and shape by name. */
     read_template(hf, dir);
 done:
 fail:
+    tc__hfq_free(&c.quant);
     json_decref(ij);
     tc_host_free(cfg);
     tc_host_free(single);
@@ -447,6 +489,7 @@ void tc_hf_close(tc_hf *hf)
     tc_host_free(hf->map_bytes);
     tc_host_free(hf->view.tensors);
     tc_host_free(hf->names);
+    tc_host_free(hf->repacked);
     tc_host_free(hf->chat_template);
     tc_host_free(hf->tokenizer_json);
     tc_host_free(hf->tokenizer_config);

@@ -1,0 +1,582 @@
+/* GPTQ and AWQ folders repacked into the GGUF block types our kernels read as they are.
+ * GPTQ (Frantar et al. 2022; AutoGPTQ's, GPTQModel's and optimum's layout): qweight int32
+ * [in * bits / 32, out], input k of column j in word (k / (32 / bits), j) at bits
+ * bits * (k % (32 / bits)); qzeros int32 [groups, out * bits / 32], packed the same way along
+ * the outputs; scales f16 [groups, out]; g_idx int32 [in], the group of each input; weight
+ * w[j][k] = s (q - z) for the group g_idx[k]. The v1 checkpoint format (checkpoint_format
+ * "gptq", AutoGPTQ's) stores z - 1 (its packer subtracts one), gptq_v2 stores z.
+ * AWQ (Lin et al. 2023; AutoAWQ's GEMM layout): qweight int32 [in, out / 8], output 8 c + o of
+ * input k in word (k, c) at bits 4 p where [0, 2, 4, 6, 1, 3, 5, 7][p] = o; qzeros int32
+ * [groups, out / 8] in the same order; scales f16 [groups, out]; groups of group_size inputs.
+ * GGUF (ggml-common.h): q4_0 {f16 d; 16 bytes: element l in the low nibble of byte l, l + 16
+ * in the high one} is d (q - 8); q4_1 {f16 d, f16 m; the same nibbles} is d q + m; q8_0
+ * {f16 d; 32 int8} is d q. So a group's scale is each of its 32-blocks' d: z = 8 everywhere is
+ * q4_0 exactly; other 4-bit zeros are q4_1 with m = -s z rounded to f16 once (|error| at most
+ * 2^-11 |s z|, or 2^-25 where it is subnormal); 8-bit with z = 128 is q8_0 (q - 128). */
+#define _GNU_SOURCE
+#include "model/hfquant.h"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#include "ops/internal.h"
+#include "runtime/error.h"
+#include "runtime/host.h"
+#include "runtime/log.h"
+
+static const char *const OP = "tc_hf_open";
+
+/* ---------------------------------------------------------------- quantization_config */
+
+/* The JSON text of v (for messages), at most cap - 1 characters. */
+static const char *shown(json_t *v, char *buf, size_t cap)
+{
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    snprintf(buf, cap, "%s", s ? s : "?");
+    free(s);
+    return buf;
+}
+
+static tc_status bad_field(const char *path, const char *field, json_t *v, const char *want)
+{
+    char buf[64];
+    return tc_set_error(TC_ERR_UNSUPPORTED, OP,
+                        "%s: quantization_config.%s is %s, which is not supported (%s)", path,
+                        field, v ? shown(v, buf, sizeof buf) : "missing", want);
+}
+
+/* An optional boolean field: def when absent, an error when it is not a boolean. */
+static tc_status opt_bool(json_t *qc, const char *path, const char *field, bool def, bool *out)
+{
+    json_t *v = json_object_get(qc, field);
+    if (!v) {
+        *out = def;
+        return TC_OK;
+    }
+    if (!json_is_boolean(v))
+        return bad_field(path, field, v, "true or false");
+    *out = json_is_true(v);
+    return TC_OK;
+}
+
+/* The first of two names a field goes by (transformers' and the quantiser's own). */
+static json_t *either(json_t *qc, const char *a, const char *b, const char **name)
+{
+    json_t *v = json_object_get(qc, a);
+    *name = v || !b ? a : b;
+    return v ? v : b ? json_object_get(qc, b) : NULL;
+}
+
+static tc_status group_size(json_t *qc, const char *path, const char *a, const char *b,
+                            bool per_column, tc_hf_quant *q)
+{
+    const char *name;
+    json_t *v = either(qc, a, b, &name);
+    json_int_t g = json_integer_value(v);
+    if (!v)
+        g = 128; /* optimum's and AutoAWQ's default */
+    else if (!json_is_integer(v) ||
+             !((g > 0 && g % 32 == 0 && g <= (1 << 20)) || (per_column && g == -1)))
+        return bad_field(path, name, v,
+                         per_column ? "-1 or a positive multiple of 32" : "a multiple of 32");
+    q->group_size = (int)g;
+    return TC_OK;
+}
+
+tc_status tc__hfq_config(json_t *config, const char *path, tc_hf_quant *q)
+{
+    memset(q, 0, sizeof *q);
+    json_t *qc = json_object_get(config, "quantization_config");
+    if (!qc)
+        return TC_OK;
+    if (!json_is_object(qc))
+        return tc_set_error(TC_ERR_PARSE, OP, "%s: quantization_config is not an object", path);
+    json_t *mv = json_object_get(qc, "quant_method");
+    const char *method = json_string_value(mv), *name;
+    if (method && !strcmp(method, "gptq")) {
+        q->method = TC_HF_QUANT_GPTQ;
+        json_t *v = either(qc, "bits", NULL, &name);
+        if (!json_is_integer(v) || (json_integer_value(v) != 4 && json_integer_value(v) != 8))
+            return bad_field(path, "bits", v, "GPTQ: 4 or 8");
+        q->bits = (int)json_integer_value(v);
+        TC_TRY(group_size(qc, path, "group_size", NULL, true, q));
+        TC_TRY(opt_bool(qc, path, "sym", true, &q->sym));
+        TC_TRY(opt_bool(qc, path, "desc_act", false, &q->desc_act));
+        bool marlin = false;
+        TC_TRY(opt_bool(qc, path, "is_marlin_format", false, &marlin));
+        if (marlin)
+            return bad_field(path, "is_marlin_format", json_object_get(qc, "is_marlin_format"),
+                             "GPTQ checkpoints in AutoGPTQ's layout");
+        /* transformers writes checkpoint_format, GPTQModel's own file says format. */
+        v = either(qc, "checkpoint_format", "format", &name);
+        const char *f = v ? json_string_value(v) : "gptq";
+        if (!f || (strcmp(f, "gptq") && strcmp(f, "gptq_v2")))
+            return bad_field(path, name, v, "gptq or gptq_v2");
+        snprintf(q->format, sizeof q->format, "%s", f);
+        q->zero_offset = strcmp(f, "gptq") ? 0 : 1;
+        return TC_OK;
+    }
+    if (method && !strcmp(method, "awq")) {
+        q->method = TC_HF_QUANT_AWQ;
+        json_t *v = either(qc, "bits", "w_bit", &name);
+        if (!json_is_integer(v) || json_integer_value(v) != 4)
+            return bad_field(path, name, v, "AWQ: 4");
+        q->bits = 4;
+        TC_TRY(group_size(qc, path, "group_size", "q_group_size", false, q));
+        bool zp = true;
+        TC_TRY(opt_bool(qc, path, "zero_point", true, &zp));
+        if (!zp)
+            return bad_field(path, "zero_point", json_object_get(qc, "zero_point"), "AWQ: true");
+        v = json_object_get(qc, "version");
+        const char *ver = v ? json_string_value(v) : "gemm";
+        if (!ver || strcasecmp(ver, "gemm"))
+            return bad_field(path, "version", v, "AWQ: gemm");
+        snprintf(q->format, sizeof q->format, "gemm");
+        return TC_OK;
+    }
+    if (method && !strcmp(method, "compressed-tensors"))
+        return tc_set_error(TC_ERR_UNSUPPORTED, OP,
+                            "%s: quantization_config.quant_method \"compressed-tensors\" is not "
+                            "supported yet (supported: gptq, awq)",
+                            path);
+    return bad_field(path, "quant_method", mv, "gptq or awq");
+}
+
+/* ---------------------------------------------------------------- the parts */
+
+bool tc__hfq_part(const char *hf, char *module, size_t module_cap, int *which)
+{
+    static const char *const suffix[TC__HFQ_PARTS] = { "qweight", "qzeros", "scales", "g_idx" };
+    const char *dot = strrchr(hf, '.');
+    if (!dot || (size_t)(dot - hf) >= module_cap)
+        return false;
+    for (int i = 0; i < TC__HFQ_PARTS; i++)
+        if (!strcmp(dot + 1, suffix[i])) {
+            memcpy(module, hf, (size_t)(dot - hf));
+            module[dot - hf] = 0;
+            *which = i;
+            return true;
+        }
+    return false;
+}
+
+static const char *const PART_NAME[TC__HFQ_PARTS] = { "qweight", "qzeros", "scales", "g_idx" };
+
+tc_status tc__hfq_add(tc__hfq *q, const char *module, const char *gguf, int which,
+                      const tc_safetensor *t)
+{
+    tc__hfq_linear *l = NULL;
+    for (size_t i = 0; i < q->n && !l; i++)
+        if (!strcmp(q->lin[i].hf, module))
+            l = &q->lin[i];
+    if (!l) {
+        if (q->n == q->cap) {
+            size_t cap = q->cap ? 2 * q->cap : 64;
+            tc__hfq_linear *nl = tc_host_realloc(q->lin, cap * sizeof *nl);
+            if (!nl)
+                return tc_set_error(TC_ERR_OUT_OF_MEMORY, OP, "no host memory");
+            q->lin = nl;
+            q->cap = cap;
+        }
+        l = &q->lin[q->n++];
+        memset(l, 0, sizeof *l);
+        snprintf(l->hf, sizeof l->hf, "%s", module);
+        snprintf(l->gguf, sizeof l->gguf, "%s", gguf);
+    }
+    if (l->part[which].data)
+        return tc_set_error(TC_ERR_PARSE, OP, "tensor %s.%s appears twice", module,
+                            PART_NAME[which]);
+    l->part[which] = *t;
+    l->part[which].name = NULL;
+    return TC_OK;
+}
+
+void tc__hfq_free(tc__hfq *q)
+{
+    tc_host_free(q->lin);
+    memset(q, 0, sizeof *q);
+}
+
+/* ---------------------------------------------------------------- reading the parts */
+
+/* Little-endian words at any alignment (safetensors offsets need not be aligned). */
+static inline uint32_t rd32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint16_t rd16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+static inline void wr16(uint8_t *p, uint16_t v)
+{
+    memcpy(p, &v, 2);
+}
+
+/* AWQ's nibble of output o (of 8) within its word: the inverse of [0, 2, 4, 6, 1, 3, 5, 7]. */
+static const int AWQ_NIBBLE[8] = { 0, 4, 1, 5, 2, 6, 3, 7 };
+
+typedef struct reader {
+    const tc_hf_quant *cfg;
+    const tc__hfq_linear *l;
+    const uint8_t *qw, *qz, *sc, *gi; /* gi NULL: groups of group_size inputs in order */
+    uint64_t in, out, zw;             /* zw: qzeros words per group */
+    int bits, pack;                   /* pack: values per int32 */
+    uint32_t mask;
+} reader;
+
+static reader reader_of(const tc_hf_quant *cfg, const tc__hfq_linear *l)
+{
+    reader r;
+    memset(&r, 0, sizeof r);
+    r.cfg = cfg;
+    r.l = l;
+    r.qw = l->part[TC__HFQ_QWEIGHT].data;
+    r.qz = l->part[TC__HFQ_QZEROS].data;
+    r.sc = l->part[TC__HFQ_SCALES].data;
+    r.gi = cfg->method == TC_HF_QUANT_GPTQ ? l->part[TC__HFQ_G_IDX].data : NULL;
+    r.in = l->in;
+    r.out = l->out;
+    r.bits = cfg->bits;
+    r.pack = 32 / cfg->bits;
+    r.mask = (1u << cfg->bits) - 1;
+    r.zw = l->part[TC__HFQ_QZEROS].dims[1];
+    return r;
+}
+
+static inline uint64_t group_of(const reader *r, uint64_t k)
+{
+    if (r->gi)
+        return rd32(r->gi + 4 * k);
+    return r->cfg->group_size < 0 ? 0 : k / (uint64_t)r->cfg->group_size;
+}
+
+/* The zero point of output j in group g, the v1 offset added. */
+static inline int zero_of(const reader *r, uint64_t g, uint64_t j)
+{
+    if (r->cfg->method == TC_HF_QUANT_AWQ)
+        return (int)(rd32(r->qz + 4 * (g * r->zw + j / 8)) >> 4 * AWQ_NIBBLE[j % 8] & 15);
+    uint32_t w = rd32(r->qz + 4 * (g * r->zw + j / (uint64_t)r->pack));
+    return (int)(w >> r->bits * (int)(j % (uint64_t)r->pack) & r->mask) + r->cfg->zero_offset;
+}
+
+static inline uint16_t scale_of(const reader *r, uint64_t g, uint64_t j)
+{
+    return rd16(r->sc + 2 * (g * r->out + j));
+}
+
+/* The quantised value of input k, output j. */
+static inline int q_of(const reader *r, uint64_t k, uint64_t j)
+{
+    if (r->cfg->method == TC_HF_QUANT_AWQ)
+        return (int)(rd32(r->qw + 4 * (k * (r->out / 8) + j / 8)) >> 4 * AWQ_NIBBLE[j % 8] & 15);
+    uint32_t w = rd32(r->qw + 4 * ((k / (uint64_t)r->pack) * r->out + j));
+    return (int)(w >> r->bits * (int)(k % (uint64_t)r->pack) & r->mask);
+}
+
+/* q4_1's m for scale s and zero z: -s z in f32 (exact: 11 by 5 significant bits), then f16. */
+static inline uint16_t q4_1_min(uint16_t s, int z)
+{
+    return tc__f32_to_f16(-(tc__f16_to_f32(s) * (float)z));
+}
+
+/* ---------------------------------------------------------------- checking a matrix */
+
+static tc_status want_part(const tc__hfq_linear *l, int which, tc_ggml_type type, int n_dims)
+{
+    const tc_safetensor *t = &l->part[which];
+    if (!t->data)
+        return tc_set_error(TC_ERR_PARSE, OP, "%s has no %s (its %s is there)", l->hf,
+                            PART_NAME[which],
+                            l->part[TC__HFQ_QWEIGHT].data ? "qweight" : "scales or qzeros");
+    if (t->type != type || t->n_dims != n_dims)
+        return tc_set_error(TC_ERR_PARSE, OP, "%s.%s is %s with %d dimensions, want %s with %d",
+                            l->hf, PART_NAME[which], tc_ggml_type_name(t->type), t->n_dims,
+                            tc_ggml_type_name(type), n_dims);
+    return TC_OK;
+}
+
+static tc_status bad_shape(const tc__hfq_linear *l, int which, uint64_t d0, uint64_t d1)
+{
+    const tc_safetensor *t = &l->part[which];
+    return tc_set_error(TC_ERR_PARSE, OP,
+                        "%s.%s has shape [%llu, %llu], want [%llu, %llu] for %llu inputs and "
+                        "%llu outputs",
+                        l->hf, PART_NAME[which], (unsigned long long)t->dims[0],
+                        (unsigned long long)(t->n_dims > 1 ? t->dims[1] : 0),
+                        (unsigned long long)d0, (unsigned long long)d1, (unsigned long long)l->in,
+                        (unsigned long long)l->out);
+}
+
+/* Check the parts' dtypes and shapes (setting in, out, groups) and the g_idx values. */
+static tc_status check(const tc_hf_quant *cfg, tc__hfq_linear *l)
+{
+    TC_TRY(want_part(l, TC__HFQ_QWEIGHT, TC_GGML_I32, 2));
+    TC_TRY(want_part(l, TC__HFQ_QZEROS, TC_GGML_I32, 2));
+    TC_TRY(want_part(l, TC__HFQ_SCALES, TC_GGML_F16, 2));
+    const uint64_t *qw = l->part[TC__HFQ_QWEIGHT].dims, *qz = l->part[TC__HFQ_QZEROS].dims,
+                   *sc = l->part[TC__HFQ_SCALES].dims;
+    int pack = 32 / cfg->bits;
+    int64_t gs = cfg->group_size;
+    if (cfg->method == TC_HF_QUANT_GPTQ) {
+        l->in = qw[0] * (uint64_t)pack;
+        l->out = qw[1];
+        l->groups = gs < 0 ? 1 : (l->in + (uint64_t)gs - 1) / (uint64_t)gs;
+    } else {
+        l->in = qw[0];
+        l->out = qw[1] * 8;
+        l->groups = l->in / (uint64_t)gs;
+        if (l->in % (uint64_t)gs)
+            return tc_set_error(TC_ERR_PARSE, OP,
+                                "%s: %llu inputs are not whole groups of %lld (AWQ)", l->hf,
+                                (unsigned long long)l->in, (long long)gs);
+    }
+    if (!l->in || !l->out || l->out % (uint64_t)pack)
+        return tc_set_error(TC_ERR_PARSE, OP,
+                            "%s.qweight has shape [%llu, %llu]: no inputs or outputs, or outputs "
+                            "not a multiple of %d",
+                            l->hf, (unsigned long long)qw[0], (unsigned long long)qw[1], pack);
+    if (sc[0] != l->groups || sc[1] != l->out)
+        return bad_shape(l, TC__HFQ_SCALES, l->groups, l->out);
+    if (qz[0] != l->groups || qz[1] != l->out / (uint64_t)pack)
+        return bad_shape(l, TC__HFQ_QZEROS, l->groups, l->out / (uint64_t)pack);
+    if (cfg->method == TC_HF_QUANT_AWQ)
+        return TC_OK;
+    const tc_safetensor *g = &l->part[TC__HFQ_G_IDX];
+    if (!g->data) {
+        if (cfg->desc_act)
+            return tc_set_error(TC_ERR_PARSE, OP, "%s has no g_idx, which desc_act needs", l->hf);
+        return TC_OK;
+    }
+    if (g->type != TC_GGML_I32 || g->n_dims != 1 || g->dims[0] != l->in)
+        return tc_set_error(TC_ERR_PARSE, OP, "%s.g_idx is not I32 [%llu]", l->hf,
+                            (unsigned long long)l->in);
+    const uint8_t *p = g->data;
+    for (uint64_t k = 0; k < l->in; k++)
+        if (rd32(p + 4 * k) >= l->groups)
+            return tc_set_error(TC_ERR_PARSE, OP, "%s.g_idx[%llu] is %d, outside 0..%llu", l->hf,
+                                (unsigned long long)k, (int32_t)rd32(p + 4 * k),
+                                (unsigned long long)l->groups - 1);
+    return TC_OK;
+}
+
+/* The type a checked matrix is held in: blocks when every 32 inputs share a group (q4_0 when
+ * every zero is the midpoint, else q4_1 whose m stays finite; q8_0 for 8 bits with midpoint
+ * zeros), else f32 with the reason. */
+static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
+{
+    reader r = reader_of(cfg, l);
+    l->why = NULL;
+    if (l->in % 32) {
+        l->why = "rows that are not whole 32-element blocks";
+    } else if (r.gi) {
+        for (uint64_t k = 0; k < l->in && !l->why; k++)
+            if (group_of(&r, k) != group_of(&r, k / 32 * 32))
+                l->why = "act-order: g_idx groups that are not whole 32-element blocks";
+    }
+    bool mid = true, finite = true;
+    int half = 1 << (cfg->bits - 1);
+    for (uint64_t g = 0; g < l->groups && !l->why; g++)
+        for (uint64_t j = 0; j < l->out; j++) {
+            int z = zero_of(&r, g, j);
+            mid &= z == half;
+            if (cfg->bits == 4 && !mid) {
+                uint16_t m = q4_1_min(scale_of(&r, g, j), z);
+                finite &= (m & 0x7c00) != 0x7c00 || (scale_of(&r, g, j) & 0x7c00) == 0x7c00;
+            }
+        }
+    if (l->why)
+        l->type = TC_GGML_F32;
+    else if (mid)
+        l->type = cfg->bits == 4 ? TC_GGML_Q4_0 : TC_GGML_Q8_0;
+    else if (cfg->bits == 8)
+        l->type = TC_GGML_F32, l->why = "asymmetric 8-bit: q - z does not fit q8_0's int8";
+    else if (!finite)
+        l->type = TC_GGML_F32, l->why = "q4_1's minimum -s z overflows f16";
+    else
+        l->type = TC_GGML_Q4_1;
+    uint64_t be, bb;
+    tc_ggml_type_block(l->type, &be, &bb);
+    l->bytes = l->in * l->out / be * bb;
+}
+
+/* ---------------------------------------------------------------- repacking */
+
+/* GPTQ 4-bit, rows j0..j1: each 32-block of inputs is 4 words of a column, elements 8 r + n
+ * at bits 4 n of word r; q4 bytes l and 8 + l pair elements l, 16 + l and 8 + l, 24 + l. */
+static void gptq4(const reader *r, uint64_t j0, uint64_t j1)
+{
+    const tc__hfq_linear *l = r->l;
+    bool q41 = l->type == TC_GGML_Q4_1;
+    uint64_t nb = l->in / 32, bsz = q41 ? 20 : 18;
+    for (uint64_t kb = 0; kb < nb; kb++) {
+        uint64_t g = group_of(r, kb * 32);
+        const uint8_t *row = r->qw + 4 * (kb * 4) * r->out;
+        for (uint64_t j = j0; j < j1; j++) {
+            uint8_t *b = (uint8_t *)l->data + (j * nb + kb) * bsz, *qs = b + (q41 ? 4 : 2);
+            uint16_t s = scale_of(r, g, j);
+            wr16(b, s);
+            if (q41)
+                wr16(b + 2, q4_1_min(s, zero_of(r, g, j)));
+            uint32_t w0 = rd32(row + 4 * j), w1 = rd32(row + 4 * (r->out + j)),
+                     w2 = rd32(row + 4 * (2 * r->out + j)), w3 = rd32(row + 4 * (3 * r->out + j));
+            for (int n = 0; n < 8; n++) {
+                qs[n] = (uint8_t)((w0 >> 4 * n & 15) | (w2 >> 4 * n & 15) << 4);
+                qs[8 + n] = (uint8_t)((w1 >> 4 * n & 15) | (w3 >> 4 * n & 15) << 4);
+            }
+        }
+    }
+}
+
+/* GPTQ 8-bit with zero 128: 8 words a block, element 4 r + n at bits 8 n of word r; q - 128
+ * as int8 is q with its top bit flipped. */
+static void gptq8(const reader *r, uint64_t j0, uint64_t j1)
+{
+    const tc__hfq_linear *l = r->l;
+    uint64_t nb = l->in / 32;
+    for (uint64_t kb = 0; kb < nb; kb++) {
+        uint64_t g = group_of(r, kb * 32);
+        const uint8_t *row = r->qw + 4 * (kb * 8) * r->out;
+        for (uint64_t j = j0; j < j1; j++) {
+            uint8_t *b = (uint8_t *)l->data + (j * nb + kb) * 34;
+            wr16(b, scale_of(r, g, j));
+            for (int w = 0; w < 8; w++) {
+                uint32_t v = rd32(row + 4 * ((uint64_t)w * r->out + j)) ^ 0x80808080u;
+                memcpy(b + 2 + 4 * w, &v, 4);
+            }
+        }
+    }
+}
+
+/* AWQ 4-bit: input k of output j is a nibble of word (k, j / 8). */
+static void awq4(const reader *r, uint64_t j0, uint64_t j1)
+{
+    const tc__hfq_linear *l = r->l;
+    bool q41 = l->type == TC_GGML_Q4_1;
+    uint64_t nb = l->in / 32, bsz = q41 ? 20 : 18, words = r->out / 8;
+    for (uint64_t kb = 0; kb < nb; kb++) {
+        uint64_t g = group_of(r, kb * 32);
+        const uint8_t *rows = r->qw + 4 * (kb * 32) * words;
+        for (uint64_t j = j0; j < j1; j++) {
+            uint8_t *b = (uint8_t *)l->data + (j * nb + kb) * bsz, *qs = b + (q41 ? 4 : 2);
+            uint16_t s = scale_of(r, g, j);
+            wr16(b, s);
+            if (q41)
+                wr16(b + 2, q4_1_min(s, zero_of(r, g, j)));
+            const uint8_t *col = rows + 4 * (j / 8);
+            int sh = 4 * AWQ_NIBBLE[j % 8];
+            for (int n = 0; n < 16; n++)
+                qs[n] = (uint8_t)((rd32(col + 4 * (uint64_t)n * words) >> sh & 15) |
+                                  (rd32(col + 4 * (uint64_t)(n + 16) * words) >> sh & 15) << 4);
+        }
+    }
+}
+
+/* Any layout to f32 [out, in]: s (q - z), exact in f32. */
+static void to_f32(const reader *r, uint64_t j0, uint64_t j1)
+{
+    float *y = r->l->data;
+    for (uint64_t j = j0; j < j1; j++)
+        for (uint64_t k = 0; k < r->in; k++) {
+            uint64_t g = group_of(r, k);
+            y[j * r->in + k] =
+                tc__f16_to_f32(scale_of(r, g, j)) * (float)(q_of(r, k, j) - zero_of(r, g, j));
+        }
+}
+
+#define ROWS_PER_ITEM 64
+
+typedef struct work {
+    const tc_hf_quant *cfg;
+    tc__hfq *q;
+    uint64_t *first; /* [q->n + 1]: each matrix's first item */
+    uint64_t next, total;
+} work;
+
+static void *worker(void *arg)
+{
+    work *w = arg;
+    size_t li = 0;
+    for (;;) {
+        uint64_t item = __atomic_fetch_add(&w->next, 1, __ATOMIC_RELAXED);
+        if (item >= w->total)
+            return NULL;
+        while (w->first[li + 1] <= item)
+            li++;
+        const tc__hfq_linear *l = &w->q->lin[li];
+        reader r = reader_of(w->cfg, l);
+        uint64_t j0 = (item - w->first[li]) * ROWS_PER_ITEM,
+                 j1 = j0 + ROWS_PER_ITEM < l->out ? j0 + ROWS_PER_ITEM : l->out;
+        if (l->type == TC_GGML_F32)
+            to_f32(&r, j0, j1);
+        else if (l->type == TC_GGML_Q8_0)
+            gptq8(&r, j0, j1);
+        else if (w->cfg->method == TC_HF_QUANT_AWQ)
+            awq4(&r, j0, j1);
+        else
+            gptq4(&r, j0, j1);
+    }
+}
+
+tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, void **buffer)
+{
+    *buffer = NULL;
+    uint64_t total = 0, f32_bytes = 0;
+    const char *why = NULL;
+    for (size_t i = 0; i < q->n; i++) {
+        tc__hfq_linear *l = &q->lin[i];
+        TC_TRY(check(cfg, l));
+        choose(cfg, l);
+        total += (l->bytes + 63) / 64 * 64;
+        for (int p = 0; p < TC__HFQ_PARTS; p++)
+            cfg->checkpoint_bytes += l->part[p].data ? l->part[p].bytes : 0;
+        if (l->type == TC_GGML_F32) {
+            cfg->n_dequantised++;
+            f32_bytes += l->bytes;
+            why = why ? why : l->why;
+        }
+    }
+    cfg->n_linear = (uint32_t)q->n;
+    if (!q->n)
+        return TC_OK;
+    uint8_t *buf = tc_host_alloc(total);
+    uint64_t *first = tc_host_alloc((q->n + 1) * sizeof *first);
+    if (!buf || !first) {
+        tc_host_free(buf);
+        tc_host_free(first);
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, OP,
+                            "no host memory to repack %llu bytes of quantised weights",
+                            (unsigned long long)total);
+    }
+    uint64_t off = 0;
+    first[0] = 0;
+    for (size_t i = 0; i < q->n; i++) {
+        q->lin[i].data = buf + off;
+        off += (q->lin[i].bytes + 63) / 64 * 64;
+        first[i + 1] = first[i] + (q->lin[i].out + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM;
+    }
+    work w = { cfg, q, first, 0, first[q->n] };
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus, started = 0;
+    pthread_t threads[16];
+    while (started + 1 < n_threads && (uint64_t)started + 1 < w.total &&
+           pthread_create(&threads[started], NULL, worker, &w) == 0)
+        started++;
+    worker(&w);
+    for (int i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+    tc_host_free(first);
+    *buffer = buf;
+    if (cfg->n_dequantised)
+        TC_INFO("%s: %u of %u quantised matrices dequantised to f32 on the host at load (%s; "
+                "%.1f MiB) and placed as float weights",
+                cfg->method == TC_HF_QUANT_GPTQ ? "GPTQ" : "AWQ", cfg->n_dequantised, cfg->n_linear,
+                why, (double)f32_bytes / 1048576.0);
+    return TC_OK;
+}

@@ -1,0 +1,46 @@
+/* GPTQ and AWQ folders (src/model/hfquant.c): quantization_config, the parts of each quantised
+ * matrix as the safetensors files hold them, and their repacking into GGUF blocks. Internal to
+ * src/model; not installed. */
+#ifndef TC_MODEL_HFQUANT_H
+#define TC_MODEL_HFQUANT_H
+#include <jansson.h>
+#include "model/hf.h"
+
+enum { TC__HFQ_QWEIGHT, TC__HFQ_QZEROS, TC__HFQ_SCALES, TC__HFQ_G_IDX, TC__HFQ_PARTS };
+
+/* One quantised matrix: its parts as read from the file, then the tensor made of them. */
+typedef struct tc__hfq_linear {
+    char hf[96];                       /* the module's name ("model.layers.0.mlp.up_proj") */
+    char gguf[64];                     /* its weight's GGUF name ("blk.0.ffn_up.weight") */
+    tc_safetensor part[TC__HFQ_PARTS]; /* data NULL where absent; name not kept */
+    uint64_t in, out, groups;          /* inputs (k), outputs (rows), scale groups */
+    tc_ggml_type type;                 /* q4_0, q4_1, q8_0 or f32 */
+    const char *why;                   /* why it is f32, or NULL */
+    void *data;                        /* [out, in] in `type`, inside the repacking buffer */
+    uint64_t bytes;
+} tc__hfq_linear;
+
+typedef struct tc__hfq {
+    tc__hfq_linear *lin;
+    size_t n, cap;
+} tc__hfq;
+
+/* Read config.json's quantization_config (q is zeroed when there is none): GPTQ (bits 4 or 8,
+ * group_size -1 or a multiple of 32, sym, desc_act, checkpoint_format gptq or gptq_v2) and AWQ
+ * (4 bits, group a multiple of 32, zero_point true, version gemm). Anything else is one error
+ * naming the field and its value. */
+tc_status tc__hfq_config(json_t *config, const char *path, tc_hf_quant *q);
+/* Whether safetensors name `hf` is a part of a quantised matrix (module.qweight, .qzeros,
+ * .scales, .g_idx): then the module's weight name in GGUF form and which part. */
+bool tc__hfq_part(const char *hf, char *module, size_t module_cap, int *which);
+/* Record part `which` of module `module` (its GGUF weight name `gguf`). */
+tc_status tc__hfq_add(tc__hfq *q, const char *module, const char *gguf, int which,
+                      const tc_safetensor *t);
+/* Check every matrix's parts against the configuration, pick each one's block type, allocate
+ * *buffer (freed by the caller with tc_host_free) and repack them all into it in parallel;
+ * counts go into cfg. One clear error for a malformed matrix. */
+tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, void **buffer);
+/* Free the list (not the buffer). */
+void tc__hfq_free(tc__hfq *q);
+
+#endif /* TC_MODEL_HFQUANT_H */

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Tiny GPTQ and AWQ Hugging Face folders from random weights, and the reference unpacking
+they are checked against. Quantisation is round to nearest per group (the loader's job is the
+layout, not the GPTQ or AWQ algorithm); packing follows each format's description:
+GPTQ (AutoGPTQ / GPTQModel / optimum): qweight int32 [in * bits / 32, out], input k of output j
+at bits bits * (k % (32 / bits)) of word (k // (32 / bits), j); qzeros int32 [groups,
+out * bits / 32] packed the same way along the outputs, storing z - 1 in checkpoint_format
+"gptq" (v1, AutoGPTQ's packer subtracts one) and z in "gptq_v2"; scales f16 [groups, out];
+g_idx int32 [in]. With desc_act the inputs are grouped in a random order (act-order).
+AWQ (AutoAWQ GEMM): qweight int32 [in, out / 8], output 8 c + [0, 2, 4, 6, 1, 3, 5, 7][p] of
+input k in nibble p of word (k, c); qzeros int32 [groups, out / 8] likewise; scales f16
+[groups, out]. Weight w[j, k] = s (q - z) of k's group.
+The unpacking functions below are written from those descriptions apart from the packers:
+shifts and masks over whole arrays, no loop shared with the packing.
+Usage: quant_hf.py OUT_DIR CASE [--shape tiny|smollm2-135m|llama3.2-1b|llama2-7b] [--layers N]
+       [--vocab N] [--reference REF_DIR]"""
+import json
+import os
+import sys
+
+import numpy as np
+from safetensors.numpy import save_file
+
+SHAPES = {  # dim, ffn, heads, kv heads, layers, vocab
+    "tiny": (128, 256, 4, 2, 2, 256),
+    "smollm2-135m": (576, 1536, 9, 3, 30, 49152),
+    "llama3.2-1b": (2048, 8192, 32, 8, 16, 128256),
+    "llama2-7b": (4096, 11008, 32, 32, 32, 32000),
+}
+# case: (method, bits, group, sym, desc_act, checkpoint format, held type of its matrices)
+CASES = {
+    "gptq-sym4": ("gptq", 4, 64, True, False, "gptq", "q4_0"),
+    "gptq-sym4-col": ("gptq", 4, -1, True, False, "gptq", "q4_0"),
+    "gptq-asym4": ("gptq", 4, 32, False, False, "gptq", "q4_1"),
+    "gptq-asym4-v2": ("gptq", 4, 128, False, False, "gptq_v2", "q4_1"),
+    "gptq-sym8": ("gptq", 8, 128, True, False, "gptq", "q8_0"),
+    "gptq-asym8": ("gptq", 8, 64, False, False, "gptq", "f32"),
+    "gptq-desc": ("gptq", 4, 32, True, True, "gptq", "f32"),
+    "awq": ("awq", 4, 64, False, False, "gemm", "q4_1"),
+    "awq-g128": ("awq", 4, 128, False, False, "gemm", "q4_1"),
+}
+AWQ_ORDER = np.array([0, 2, 4, 6, 1, 3, 5, 7])
+LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down"}
+
+
+def quantise(rng, w, bits, group, sym, desc_act, coarse):
+    """Round-to-nearest quantisation of w [out, in]: q [in, out], zeros and f16 scales [groups,
+    out], g_idx [in]. coarse keeps 7 significant bits in each scale, so that s z is exact in f16
+    (then q4_1's m = -s z carries no rounding)."""
+    out, k = w.shape
+    gs = k if group == -1 else group
+    groups = (k + gs - 1) // gs
+    order = rng.permutation(k) if desc_act else np.arange(k)
+    g_idx = np.empty(k, np.int32)
+    g_idx[order] = np.arange(k) // gs
+    maxq = (1 << bits) - 1
+    s = np.empty((groups, out), np.float16)
+    z = np.empty((groups, out), np.int64)
+    for g in range(groups):
+        x = w[:, g_idx == g]
+        if sym:
+            sc = 2 * np.abs(x).max(1) / maxq
+            zz = np.full(out, (maxq + 1) // 2)
+        else:
+            lo, hi = np.minimum(x.min(1), 0), np.maximum(x.max(1), 0)
+            sc = (hi - lo) / maxq
+            zz = np.clip(np.round(-lo / sc), 0, maxq).astype(np.int64)
+        s16 = sc.astype(np.float16)
+        if coarse:
+            s16 = (s16.view(np.uint16) & 0xFFF0).view(np.float16)
+        s[g], z[g] = s16, zz
+    sf = s.astype(np.float32)[g_idx]  # [in, out]
+    q = np.clip(np.round(w.T / sf) + z[g_idx], 0, maxq).astype(np.int64)
+    return q, z, s, g_idx
+
+
+def pack_columns(v, bits):
+    """Pack v [rows, n] along its second axis, 32 / bits values a word, lowest first."""
+    per = 32 // bits
+    v = v.astype(np.uint32).reshape(v.shape[0], -1, per)
+    words = np.bitwise_or.reduce(v << (bits * np.arange(per, dtype=np.uint32)), axis=2)
+    return np.ascontiguousarray(words).view(np.int32)
+
+
+def pack_gptq(q, z, bits, v1):
+    qweight = pack_columns(q.T, bits).T.copy()  # packing runs down the inputs
+    stored = (z - (1 if v1 else 0)) & ((1 << bits) - 1)  # v1's z = 0 wraps, as AutoGPTQ's does
+    return qweight, pack_columns(stored, bits)
+
+
+def pack_awq(q, z):
+    perm = (np.arange(q.shape[1]).reshape(-1, 8)[:, AWQ_ORDER]).reshape(-1)
+    return pack_columns(q[:, perm], 4), pack_columns(z[:, perm], 4)
+
+
+def unpack_gptq(qweight, qzeros, scales, g_idx, bits, v1):
+    """Reference: the weight [out, in] in f32 from a GPTQ matrix's parts."""
+    per, mask = 32 // bits, (1 << bits) - 1
+    shifts = np.arange(0, 32, bits, dtype=np.uint32)
+    qw = qweight.view(np.uint32)
+    q = ((qw[:, None, :] >> shifts[None, :, None]) & mask).reshape(qw.shape[0] * per, -1)
+    zeros = ((qzeros.view(np.uint32)[:, :, None] >> shifts) & mask).reshape(qzeros.shape[0], -1)
+    zeros = zeros.astype(np.int64) + (1 if v1 else 0)
+    w = scales.astype(np.float32)[g_idx] * (q.astype(np.int64) - zeros[g_idx]).astype(np.float32)
+    return np.ascontiguousarray(w.T)
+
+
+def unpack_awq(qweight, qzeros, scales, group):
+    """Reference: the weight [out, in] in f32 from an AWQ matrix's parts."""
+    def nibbles(x):
+        x = x.view(np.uint32)
+        v = np.empty((x.shape[0], x.shape[1] * 8), np.int64)
+        for p in range(8):
+            v[:, AWQ_ORDER[p]::8] = (x >> np.uint32(4 * p)) & 15
+        return v
+    q, zeros = nibbles(qweight), nibbles(qzeros)
+    g = np.arange(q.shape[0]) // group
+    w = scales.astype(np.float32)[g] * (q - zeros[g]).astype(np.float32)
+    return np.ascontiguousarray(w.T)
+
+
+def unpack(case, parts):
+    method, bits, group, _, _, fmt, _ = CASES[case]
+    if method == "awq":
+        return unpack_awq(parts["qweight"], parts["qzeros"], parts["scales"], group)
+    return unpack_gptq(parts["qweight"], parts["qzeros"], parts["scales"], parts["g_idx"], bits,
+                       fmt == "gptq")
+
+
+def config(shape, layers, vocab, quant=None):
+    dim, ffn, heads, kv, n, _ = SHAPES[shape]
+    c = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": dim,
+         "intermediate_size": ffn, "num_hidden_layers": layers or n, "num_attention_heads": heads,
+         "num_key_value_heads": kv, "vocab_size": vocab, "max_position_embeddings": 4096,
+         "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+         "torch_dtype": "float16"}
+    if quant:
+        c["quantization_config"] = quant
+    return c
+
+
+def quant_config(case):
+    method, bits, group, sym, desc_act, fmt, _ = CASES[case]
+    if method == "awq":
+        return {"quant_method": "awq", "bits": bits, "group_size": group, "zero_point": True,
+                "version": "gemm"}
+    return {"quant_method": "gptq", "bits": bits, "group_size": group, "sym": sym,
+            "desc_act": desc_act, "checkpoint_format": fmt, "damp_percent": 0.01,
+            "true_sequential": True}
+
+
+def write(out_dir, case, shape="tiny", layers=None, coarse=False, reference=None, seed=0,
+          vocab=None):
+    """Write folder out_dir of `case`; with `reference`, also the same model with every matrix
+    dequantised by the reference unpacking as an ordinary f32 folder. Returns {module: parts}."""
+    method, bits, group, sym, desc_act, fmt, _ = CASES[case]
+    dim, ffn, heads, kv, n, voc = SHAPES[shape]
+    n = layers or n
+    vocab = vocab or voc
+    hd = dim // heads
+    rng = np.random.default_rng(seed)
+    plain, ref, modules = {}, {}, {}
+
+    def f16(*shape_, scale=1.0, base=0.0):
+        return (base + scale * rng.standard_normal(shape_)).astype(np.float16)
+
+    plain["model.embed_tokens.weight"] = f16(vocab, dim)
+    plain["model.norm.weight"] = f16(dim, scale=0.1, base=1.0)
+    plain["lm_head.weight"] = f16(vocab, dim, scale=dim ** -0.5)
+    shapes = {"self_attn.q_proj": (dim, dim), "self_attn.k_proj": (kv * hd, dim),
+              "self_attn.v_proj": (kv * hd, dim), "self_attn.o_proj": (dim, dim),
+              "mlp.gate_proj": (ffn, dim), "mlp.up_proj": (ffn, dim), "mlp.down_proj": (dim, ffn)}
+    quant = {}
+    for i in range(n):
+        p = f"model.layers.{i}."
+        plain[p + "input_layernorm.weight"] = f16(dim, scale=0.1, base=1.0)
+        plain[p + "post_attention_layernorm.weight"] = f16(dim, scale=0.1, base=1.0)
+        for lin in LINEARS:
+            rows, cols = shapes[lin]
+            w = (rng.standard_normal((rows, cols)) * cols ** -0.5).astype(np.float32)
+            q, z, s, g_idx = quantise(rng, w, bits, group, sym, desc_act, coarse)
+            if method == "awq":
+                qweight, qzeros = pack_awq(q, z)
+                parts = {"qweight": qweight, "qzeros": qzeros, "scales": s}
+            else:
+                qweight, qzeros = pack_gptq(q, z, bits, fmt == "gptq")
+                parts = {"qweight": qweight, "qzeros": qzeros, "scales": s, "g_idx": g_idx}
+            for k, v in parts.items():
+                quant[p + lin + "." + k] = v
+            modules[p + lin] = parts
+            if reference:
+                ref[p + lin + ".weight"] = unpack(case, parts)
+    os.makedirs(out_dir, exist_ok=True)
+    save_file({**plain, **quant}, os.path.join(out_dir, "model.safetensors"))
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config(shape, n, vocab, quant_config(case)), f, indent=1)
+    if reference:
+        os.makedirs(reference, exist_ok=True)
+        save_file({**{k: v.astype(np.float32) for k, v in plain.items()}, **ref},
+                  os.path.join(reference, "model.safetensors"))
+        with open(os.path.join(reference, "config.json"), "w") as f:
+            json.dump(config(shape, n, vocab), f, indent=1)
+    return modules
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    opt = lambda k, d=None: a[a.index(k) + 1] if k in a else d
+    layers, vocab = opt("--layers"), opt("--vocab")
+    write(a[0], a[1], opt("--shape", "tiny"), int(layers) if layers else None,
+          reference=opt("--reference"), vocab=int(vocab) if vocab else None)

@@ -1,0 +1,204 @@
+"""GPTQ and AWQ folders (tests/model/quant_hf.py) on the CPU backend: every matrix as loaded
+(tools/hfweight, our repacking into q4_0 / q4_1 / q8_0 blocks or f32, dequantised) equals the
+reference unpacking of quant_hf.py bit for bit, q4_1 within the f16 rounding of its m = -s z; the
+logits of each folder (tools/logits) equal those of the same model dequantised by the reference
+into an ordinary f32 folder; malformed folders and unsupported configurations are one clear
+error each; thincuda info names the quantisation."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("safetensors")
+from safetensors.numpy import load_file, save_file  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import quant_hf as Q  # noqa: E402
+
+BUILD = os.environ.get("BUILD", "build")
+TOOLS = os.path.join(HERE, "..", "..", BUILD, "tools")
+EXE = os.path.join(HERE, "..", "..", BUILD, "src", "cli", "thincuda")
+
+
+def tool(name):
+    p = os.path.join(TOOLS, name)
+    if not os.path.exists(p):
+        pytest.skip(f"{p} is not built")
+    return p
+
+
+def loaded(folder, name, tmp):
+    out = os.path.join(tmp, "w.bin")
+    r = subprocess.run([tool("hfweight"), folder, name, out], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip(), np.fromfile(out, dtype=np.float32)
+
+
+@pytest.mark.parametrize("case", list(Q.CASES))
+def test_weights_equal_the_reference_unpacking(case, tmp_path):
+    d = str(tmp_path / "q")
+    modules = Q.write(d, case, seed=3)
+    want_type = Q.CASES[case][6]
+    for module, parts in modules.items():
+        layer = module.split(".")[2]
+        held, got = loaded(d, f"blk.{layer}.{Q.GGUF[module.split('.', 3)[3]]}.weight", str(tmp_path))
+        ref = Q.unpack(case, parts).reshape(-1)
+        assert held == want_type, (module, held)
+        assert np.isfinite(got).all() and np.isfinite(ref).all()
+        assert np.abs(ref).max() > 0
+        if held != "q4_1":
+            assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), module
+            continue
+        # q4_1 holds d = s and m = -s z in f16: |m + s z| <= 2^-11 |s z| (normal f16) or
+        # 2^-25 (subnormal), and s q + m rounds once in f32.
+        sc, _, z = elements(case, parts)
+        sz = np.abs(sc * z).reshape(-1)
+        bound = np.maximum(sz * 2.0 ** -11, 2.0 ** -25) + np.abs(ref) * 2.0 ** -23
+        assert (np.abs(got - ref) <= bound).all(), module
+
+
+def elements(case, parts):
+    """Each element's scale, q and z [out, in], through the reference unpacking."""
+    method, _, group, _, _, _, _ = Q.CASES[case]
+    ones = {**parts, "scales": np.ones_like(parts["scales"])}
+    q_minus_z = Q.unpack(case, ones)
+    z = -Q.unpack(case, {**ones, "qweight": np.zeros_like(parts["qweight"])})
+    k = q_minus_z.shape[1]
+    g = parts["g_idx"] if method == "gptq" else np.arange(k) // group
+    return parts["scales"].astype(np.float32)[g].T, q_minus_z + z, z
+
+
+@pytest.mark.parametrize("case", [c for c in Q.CASES if Q.CASES[c][6] == "q4_1"])
+def test_q4_1_blocks_hold_the_rounded_minimum(case, tmp_path):
+    """Bit for bit: each q4_1 weight is s q + f16(-(s z)) in f32, s, q and z from the reference."""
+    d = str(tmp_path / "q")
+    modules = Q.write(d, case, seed=4)
+    for module, parts in modules.items():
+        layer = module.split(".")[2]
+        _, got = loaded(d, f"blk.{layer}.{Q.GGUF[module.split('.', 3)[3]]}.weight", str(tmp_path))
+        sc, q, z = elements(case, parts)
+        m = (-(sc * z)).astype(np.float16).astype(np.float32)
+        want = (sc * q + m).astype(np.float32).reshape(-1)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), module
+
+
+@pytest.fixture(scope="module")
+def ids(tmp_path_factory):
+    p = str(tmp_path_factory.mktemp("ids") / "ids")
+    np.random.default_rng(1).integers(0, 256, 10).astype(np.int32).tofile(p)
+    return p
+
+
+def logits(folder, ids, tmp, env=None):
+    out = os.path.join(tmp, os.path.basename(folder) + ".logits")
+    r = subprocess.run([tool("logits"), folder, "cpu", "f32", "6", ids, out], capture_output=True,
+                       text=True, env=dict(os.environ, **(env or {})))
+    return r, (np.fromfile(out, dtype=np.float32).reshape(-1, 256) if r.returncode == 0 else None)
+
+
+@pytest.mark.parametrize("case", list(Q.CASES))
+def test_folder_runs_as_its_dequantised_f32_copy(case, ids, tmp_path):
+    q, f = str(tmp_path / "q"), str(tmp_path / "f")
+    # Scales of 7 significant bits make s z exact in f16, so q4_1 is exact too.
+    Q.write(q, case, coarse=True, reference=f, seed=5)
+    rq, lq = logits(q, ids, str(tmp_path), env={"THINCUDA_LOG": "info"})
+    rf, lf = logits(f, ids, str(tmp_path))
+    assert rq.returncode == 0, rq.stderr
+    assert rf.returncode == 0, rf.stderr
+    lines = [x for x in rq.stderr.splitlines() if "dequantised to f32 on the host at load" in x]
+    assert len(lines) == (1 if Q.CASES[case][6] == "f32" else 0), rq.stderr
+    assert np.isfinite(lq).all() and np.isfinite(lf).all()
+    rel = np.linalg.norm(lq - lf) / np.linalg.norm(lf)
+    assert rel < 1e-5, rel
+    assert (lq.argmax(1) == lf.argmax(1)).all()
+
+
+def edit(folder, fn=None, quant=None):
+    """Rewrite folder's tensors through fn(dict) and/or its quantization_config through quant."""
+    if fn:
+        p = os.path.join(folder, "model.safetensors")
+        t = dict(load_file(p))
+        fn(t)
+        save_file(t, p)
+    if quant:
+        p = os.path.join(folder, "config.json")
+        c = json.load(open(p))
+        quant(c)
+        json.dump(c, open(p, "w"))
+
+
+L0 = "model.layers.0.self_attn.q_proj."
+BAD = {
+    "missing qzeros": ("gptq-sym4", lambda t: t.pop(L0 + "qzeros"), None,
+                       "model.layers.0.self_attn.q_proj has no qzeros"),
+    "missing scales": ("awq", lambda t: t.pop(L0 + "scales"), None,
+                       "model.layers.0.self_attn.q_proj has no scales"),
+    "scales of the wrong shape": ("gptq-asym4", lambda t: t.update({L0 + "scales": t[L0 + "scales"][:2]}),
+                                  None, "q_proj.scales has shape [2, 128], want [4, 128]"),
+    "qzeros of the wrong shape": ("awq", lambda t: t.update({L0 + "qzeros": t[L0 + "qzeros"][:, :8]}),
+                                  None, "q_proj.qzeros has shape [2, 8], want [2, 16]"),
+    "scales not f16": ("gptq-sym4", lambda t: t.update({L0 + "scales": t[L0 + "scales"].astype(np.float32)}),
+                       None, "q_proj.scales is f32 with 2 dimensions, want f16"),
+    "g_idx out of range": ("gptq-desc", lambda t: t[L0 + "g_idx"].__setitem__(5, 99), None,
+                           "q_proj.g_idx[5] is 99, outside 0..3"),
+    "bits 3": ("gptq-sym4", None, lambda c: c["quantization_config"].update(bits=3),
+               "quantization_config.bits is 3, which is not supported (GPTQ: 4 or 8)"),
+    "unknown method": ("gptq-sym4", None, lambda c: c["quantization_config"].update(quant_method="bitsandbytes"),
+                       "quantization_config.quant_method is \"bitsandbytes\""),
+    "compressed-tensors": ("gptq-sym4", None,
+                           lambda c: c["quantization_config"].update(quant_method="compressed-tensors"),
+                           "\"compressed-tensors\" is not supported yet"),
+    "marlin format": ("gptq-sym4", None, lambda c: c["quantization_config"].update(checkpoint_format="marlin"),
+                      "quantization_config.checkpoint_format is \"marlin\""),
+    "group size 48": ("gptq-sym4", None, lambda c: c["quantization_config"].update(group_size=48),
+                      "quantization_config.group_size is 48"),
+    "awq gemv": ("awq", None, lambda c: c["quantization_config"].update(version="gemv"),
+                 "quantization_config.version is \"gemv\""),
+    "awq without zero points": ("awq", None, lambda c: c["quantization_config"].update(zero_point=False),
+                                "quantization_config.zero_point is false"),
+    "awq 8 bits": ("awq", None, lambda c: c["quantization_config"].update(bits=8),
+                   "quantization_config.bits is 8, which is not supported (AWQ: 4)"),
+    "no quantization_config": ("gptq-sym4", None, lambda c: c.pop("quantization_config"),
+                               "is a quantised weight, but config.json has no quantization_config"),
+    "group size against the scales": ("gptq-sym4", None, lambda c: c["quantization_config"].update(group_size=32),
+                                      "scales has shape ["),
+}
+
+
+@pytest.mark.parametrize("what", list(BAD))
+def test_malformed_folder_is_one_clear_error(what, ids, tmp_path):
+    case, fn, quant, words = BAD[what]
+    d = str(tmp_path / "q")
+    Q.write(d, case, seed=6)
+    edit(d, fn, quant)
+    r, _ = logits(d, ids, str(tmp_path))
+    assert r.returncode == 1, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("logits: open:"), r.stderr
+    assert words in lines[0], lines[0]
+
+
+def test_info_names_the_quantisation(tmp_path):
+    if not os.path.exists(EXE):
+        pytest.skip(f"{EXE} is not built")
+    d = str(tmp_path / "q")
+    Q.write(d, "gptq-sym4", seed=7)
+    tok = os.path.join(HERE, "data", "mistral-v1.tokenizer.json")  # info opens the tokenizer
+    shutil.copy(tok, os.path.join(d, "tokenizer.json"))
+    r = subprocess.run([EXE, "info", "--model", d, "--device", "cpu"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "GPTQ 4-bit, group 64, symmetric, act-order no, format gptq (zeros stored less 1)" in r.stdout, r.stdout
+    assert "q4_0 x14" in r.stdout, r.stdout
+    assert "14 matrices" in r.stdout, r.stdout
+    d = str(tmp_path / "a")
+    Q.write(d, "awq", seed=7)
+    shutil.copy(tok, os.path.join(d, "tokenizer.json"))
+    r = subprocess.run([EXE, "info", "--model", d, "--device", "cpu"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "AWQ 4-bit, group 64, zero points, act-order no, format gemm" in r.stdout, r.stdout
+    assert "q4_1 x14" in r.stdout, r.stdout
