@@ -893,24 +893,15 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
             for (int e = 0; e < 4; e++)
                 red[(8 * t + 2 * p + (e & 1)) * RP + r_a + 8 * (e >> 1)] = acc[t][e];
     __syncthreads();
-    // Thread t takes row t % 128 of the tile and columns t / 128 + 2u (u < 32, below m): all
-    // its loads of other shares' sums are issued before the sums (one wait on L2 a share, not
-    // one a cell: adding them a cell at a time held a 4096-row product's last blocks for tens
-    // of microseconds).
-    constexpr int U = 64 * kBatchRows / 256;
-    const int r = threadIdx.x % kBatchRows, c0 = threadIdx.x / kBatchRows;
-    const bool row_in = row0 + r < n32;
-    float v[U];
-#pragma unroll
-    for (int u = 0; u < U; u++)
-        v[u] = c0 + 2 * u < m ? red[(c0 + 2 * u) * RP + r] : 0.0f;
+    const int cells = m * kBatchRows;
     if (gridDim.y > 1) {
         __shared__ bool last;
-        float *mine = ws + (int64_t)blockIdx.y * m * n + row0 + r;
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (row_in && c0 + 2 * u < m)
-                mine[(int64_t)(c0 + 2 * u) * n] = v[u];
+        float *mine = ws + (int64_t)blockIdx.y * m * n;
+        for (int i = threadIdx.x; i < cells; i += blockDim.x) {
+            const int c = i / kBatchRows, r = i % kBatchRows;
+            if (row0 + r < n32)
+                mine[(int64_t)c * n + row0 + r] = red[c * RP + r];
+        }
         // Arrival as decode attention's merge: thread 0's release after the barrier publishes
         // the block's sums, the last block's acquire sees every share's.
         __syncthreads();
@@ -922,29 +913,21 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
         __syncthreads();
         if (!last)
             return;
-        // The shares' sums in share order (the same bits every run).
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            v[u] = 0.0f;
-        for (uint32_t y = 0; y < gridDim.y; y++) {
-            const float *part = ws + (int64_t)y * m * n + row0 + r;
-#pragma unroll
-            for (int u = 0; u < U; u++)
-                if (row_in && c0 + 2 * u < m)
-                    v[u] += y == blockIdx.y ? red[(c0 + 2 * u) * RP + r] : __ldcg(part + (int64_t)(c0 + 2 * u) * n);
-        }
     }
-    if (!row_in)
-        return;
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int c = c0 + 2 * u;
-        if (c < m) {
-            if (out_f32)
-                static_cast<float *>(out)[c * os + row0 + r] = v[u];
-            else
-                static_cast<T *>(out)[c * os + row0 + r] = tc::from_f32<T>(v[u]);
-        }
+    for (int i = threadIdx.x; i < cells; i += blockDim.x) {
+        const int c = i / kBatchRows, r = i % kBatchRows;
+        if (row0 + r >= n32)
+            continue;
+        float v = 0.0f;
+        if (gridDim.y > 1)
+            for (uint32_t y = 0; y < gridDim.y; y++)
+                v += y == blockIdx.y ? red[c * RP + r] : __ldcg(ws + ((int64_t)y * m + c) * n + row0 + r);
+        else
+            v = red[c * RP + r];
+        if (out_f32)
+            static_cast<float *>(out)[c * os + row0 + r] = v;
+        else
+            static_cast<T *>(out)[c * os + row0 + r] = tc::from_f32<T>(v);
     }
 }
 
