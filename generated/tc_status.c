@@ -38,7 +38,7 @@ static const entry table[] = {
     { TC_ERR_LIMIT, "TC_ERR_LIMIT", "a configured limit was reached", NULL, 0 },
     { TC_ERR_CANCELLED, "TC_ERR_CANCELLED", "the operation was cancelled", NULL, 0 },
     { TC_ERR_NOT_FOUND, "TC_ERR_NOT_FOUND", "the requested item does not exist", NULL, 0 },
-    { TC_ERR_KERNEL_MISMATCH, "TC_ERR_KERNEL_MISMATCH", "a kernel in the loaded fatbin does not match its generated launcher (stale build)", "rebuild: the embedded kernels and the generated launchers come from different versions of kernels/", 0 },
+    { TC_ERR_KERNEL_MISMATCH, "TC_ERR_KERNEL_MISMATCH", "a kernel's parameters do not match the arguments it was launched with (from a generated launcher: a stale build)", "pass arguments of the kernel's parameter sizes (tc_rtc_launch, tc_kmodule); from thincuda's own launchers, rebuild: the embedded kernels and the generated launchers come from different versions of kernels/", 0 },
     { TC_CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "This indicates that one or more of the parameters passed to the API call is not within an acceptable range of values.", NULL, 0 },
     { TC_CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "The API call failed because it was unable to allocate enough memory or other resources to perform the requested operation.", "free device memory (other processes, the pool's cached blocks with tc_pool_trim) or allocate less: for thincuda serve, lower --kv-fraction or --kv-tokens", TC__OOM },
     { TC_CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "This indicates that the CUDA driver has not been initialized with cuInit() or that initialization has failed.", "call tc_cuInit(0) (or tc_device_init()) first", 0 },
