@@ -8,13 +8,14 @@
 
 #include "thincuda.h"
 
-static const char source[] = "extern \"C\" __global__ void scale(float *y, const float *x, float a, "
-                             "long long n)\n"
-                             "{\n"
-                             "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
-                             "    if (i < n)\n"
-                             "        y[i] = a * x[i];\n"
-                             "}\n";
+static const char source[] =
+    "extern \"C\" __global__ void scale(float *y, const float *x, float a, "
+    "long long n)\n"
+    "{\n"
+    "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i < n)\n"
+    "        y[i] = a * x[i];\n"
+    "}\n";
 
 enum { N = 1 << 16 };
 
@@ -42,8 +43,9 @@ int main(void)
     if (st == TC_OK)
         st = tc_rtc_create(ctx, source, "scale.cu", NULL, 0, &prog);
     if (st == TC_OK)
-        printf("nvrtc: %s in %.1f ms (%s)\n", tc_rtc_cached(prog) ? "loaded from the cache" : "compiled",
-               now_ms() - t0, tc_rtc_cache_path(prog));
+        printf("nvrtc: %s in %.1f ms (%s)\n",
+               tc_rtc_cached(prog) ? "loaded from the cache" : "compiled", now_ms() - t0,
+               tc_rtc_cache_path(prog));
     if (st == TC_OK)
         st = tc_cuMemAlloc(&dx, sizeof x);
     if (st == TC_OK)
@@ -71,8 +73,8 @@ int main(void)
         void *wrong[4] = { &dy, &dx, &a, &short_n };
         size_t wrong_sizes[4] = { sizeof dy, sizeof dx, sizeof a, sizeof short_n };
         tc_status mis = tc_rtc_launch(prog, "scale", &cfg, wrong, wrong_sizes, 4);
-        printf("nvrtc: a 4-byte n: %s (%s)\n", mis == TC_ERR_KERNEL_MISMATCH ? "refused" : "NOT refused",
-               tc_last_error());
+        printf("nvrtc: a 4-byte n: %s (%s)\n",
+               mis == TC_ERR_KERNEL_MISMATCH ? "refused" : "NOT refused", tc_last_error());
         bad += mis != TC_ERR_KERNEL_MISMATCH;
     } else {
         fprintf(stderr, "nvrtc: %s\n", tc_last_error());

@@ -49,6 +49,24 @@ static long long proc_bytes(unsigned long long v)
 }
 
 /* The processes with a compute context; n_procs stays -1 when NVML cannot list them. */
+/* The device's memory in use and in all, as nvidia-smi counts it: version 2 of the query
+ * leaves out what the driver reserves (about 0.5 GiB on an H100, which version 1 counts as
+ * used); drivers without it answer version 1. */
+static tc_status memory_of(nvmlDevice_t dev, long long *used, long long *total)
+{
+    nvmlMemory_v2_t m2 = { .version = nvmlMemory_v2 };
+    if (tc_nvmlDeviceGetMemoryInfo_v2(dev, &m2) == TC_OK) {
+        *used = (long long)m2.used;
+        *total = (long long)m2.total;
+        return TC_OK;
+    }
+    nvmlMemory_t m;
+    TC_TRY(tc_nvmlDeviceGetMemoryInfo(dev, &m));
+    *used = (long long)m.used;
+    *total = (long long)m.total;
+    return TC_OK;
+}
+
 static void read_procs(nvmlDevice_t dev, tc_telemetry *t)
 {
     nvmlProcessInfo_t infos[64];
@@ -99,10 +117,10 @@ tc_status tc_telemetry_get(const char *pci_bus_id, tc_telemetry *out)
                                            NVML_VOLATILE_ECC, &n) == TC_OK)
             out->ecc_uncorrected = (long long)n;
     }
-    nvmlMemory_t m;
-    if (tc_nvmlDeviceGetMemoryInfo(dev, &m) == TC_OK) {
-        out->mem_total_bytes = (long long)m.total;
-        out->mem_used_bytes = (long long)m.used;
+    long long used, total;
+    if (memory_of(dev, &used, &total) == TC_OK) {
+        out->mem_total_bytes = total;
+        out->mem_used_bytes = used;
     }
     read_procs(dev, out);
     tc_clear_error();
@@ -118,12 +136,7 @@ tc_status tc_telemetry_memory(const char *pci_bus_id, long long *used_bytes, lon
                             "an out-pointer is NULL");
     *used_bytes = *total_bytes = *process_bytes = -1;
     TC_TRY(open_device(pci_bus_id, "tc_telemetry_memory", &dev));
-    nvmlMemory_t m;
-    tc_status st = tc_nvmlDeviceGetMemoryInfo(dev, &m);
-    if (st != TC_OK)
-        return st;
-    *used_bytes = (long long)m.used;
-    *total_bytes = (long long)m.total;
+    TC_TRY(memory_of(dev, used_bytes, total_bytes));
     nvmlProcessInfo_t infos[64];
     unsigned n = sizeof infos / sizeof infos[0];
     if (tc_nvmlDeviceGetComputeRunningProcesses(dev, &n, infos) == TC_OK) {
