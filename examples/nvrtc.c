@@ -22,7 +22,7 @@ enum { N = 1 << 16 };
 static double now_ms(void)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    timespec_get(&t, TIME_UTC);
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
