@@ -357,8 +357,8 @@ template <typename T, int DT> __device__ __forceinline__ uint4 frag_int(const In
     }
 }
 
-// The 8 weights of group j as four pairs of T, the A fragment registers of the tensor-core
-// kernel. Q8_0's bytes do not fit bf16's 7 mantissa bits: those go through f32 (an exact
+// The 8 weights of group j as four pairs of T, the A fragment registers of the batched
+// kernel (the decode kernel multiplies integers, frag_int). Q8_0's bytes do not fit bf16's 7 mantissa bits: those go through f32 (an exact
 // float from each byte by the same trick, one multiply, then a rounding pack).
 template <typename T, int DT> __device__ __forceinline__ uint4 frag(const Raw &r, int j)
 {
@@ -706,10 +706,9 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                                 acc[2] = fmaf(qb.off[1], u1[2], fmaf(qb.off[0], u0[2], acc[2]));
                                 acc[3] = fmaf(qb.off[1], u1[3], fmaf(qb.off[0], u0[3], acc[3]));
                             }
-                            continue;
-                        }
-                        const Raw r0 = fetch<DT, uint32_t>(Q[0], bl, j), r1 = fetch<DT, uint32_t>(Q[1], bl, j);
-                        if constexpr (kChunkScale<DT>) {
+                        } else {
+                            static_assert(kChunkScale<DT>, "every block type has an integer decode path");
+                            const Raw r0 = fetch<DT, uint32_t>(Q[0], bl, j), r1 = fetch<DT, uint32_t>(Q[1], bl, j);
                             // The chunk's integer sums, scaled per row (this lane holds rows g
                             // and g + 8 of the sums, whose scales it decoded); offsets times the
                             // sums of x, which a product with all-ones weights gives in the same
@@ -733,10 +732,6 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                                 acc[2] = fmaf(qb.off, sx[2], acc[2]);
                                 acc[3] = fmaf(qb.off, sx[3], acc[3]);
                             }
-                        } else {
-                            const uint4 a = frag<T, DT>(r0, j), b = frag<T, DT>(r1, j);
-                            tc::mma16816<T>(acc, a.x, b.x, a.y, b.y, xx.x, xx.y);
-                            tc::mma16816<T>(acc, a.z, b.z, a.w, b.w, xx.z, xx.w);
                         }
                     }
                 }

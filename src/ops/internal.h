@@ -62,6 +62,9 @@ struct tc_backend {
     int64_t qwave[1]; /* the same for the quantised f32 kernel (qweights.c; 0: not yet known) */
     int64_t qwave_mma[TC_DTYPE_COUNT][2]; /* and its tensor-core ones, f16 and bf16 x */
     unsigned qmv_shared; /* the tensor-core ones' dynamic shared memory (their weight pipeline) */
+    /* Blocks an SM of the batched quantised kernels (qweights.c), by type, f16/bf16 x and x's
+     * 8-row tiles (their shared memory grows with them); 0: not yet known. */
+    int qmm_per_sm[TC_DTYPE_COUNT][2][8];
 };
 
 /* Block-quantised tensors on CUDA (qweights.c): device bytes of n elements held as planes;

@@ -303,11 +303,15 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
     size_t stage = batch_stage_bytes(w->dtype, m), room = tc__backend_shared_room(b),
            stages = room / stage > 4 ? 4 : room / stage;
     unsigned smem = (unsigned)(stages * stage);
-    tc_kernel_id id = f16 ? qmm[w->dtype].id_f16 : qmm[w->dtype].id_bf16;
-    int per_sm = 0;
-    TC_TRY(tc_launch_set_carveout(b->ctx, id, 100));
-    if (tc_launch_blocks_per_sm(b->ctx, id, 256, smem, &per_sm) != TC_OK || per_sm < 1)
-        per_sm = 1;
+    /* The carveout and occupancy once for each kernel and size of x, not at every product. */
+    int *known = &b->qmm_per_sm[w->dtype][f16 ? 0 : 1][(m + 7) / 8 - 1], per_sm = *known;
+    if (!per_sm) {
+        tc_kernel_id id = f16 ? qmm[w->dtype].id_f16 : qmm[w->dtype].id_bf16;
+        TC_TRY(tc_launch_set_carveout(b->ctx, id, 100));
+        if (tc_launch_blocks_per_sm(b->ctx, id, 256, smem, &per_sm) != TC_OK || per_sm < 1)
+            per_sm = 1;
+        *known = per_sm;
+    }
     /* Shares of k so that the blocks fill whole waves (at least 85% of the last), each share
      * at least four stages long (shorter ones spend more on filling the pipeline and adding
      * the shares than they gain): a 4096-row product is 32 tiles, which alone would leave
