@@ -37,54 +37,68 @@ static const uint16_t sizes_tc_k_argmax_bf16[] = {8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_argmax_bf16[] = {"out", "x", "cols", "x_stride", "part", "counters", "chunk"};
 static const uint16_t sizes_tc_k_attn_store_f32[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_attn_store_f32[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
-static const char *const names_tc_k_attn_decode64_f32[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
-static const uint16_t sizes_tc_k_attn_prefill64_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_prefill64_f32[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_f32[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
-static const char *const names_tc_k_attn_decode128_f32[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
-static const uint16_t sizes_tc_k_attn_prefill128_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_prefill128_f32[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
+static const uint16_t sizes_tc_k_attn_prefill_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 4};
+static const char *const names_tc_k_attn_prefill_f32[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "head_dim"};
 static const uint16_t sizes_tc_k_attn_store_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_attn_store_f16[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
-static const char *const names_tc_k_attn_decode64_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
-static const uint16_t sizes_tc_k_attn_prefill64_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_prefill64_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
-static const char *const names_tc_k_attn_decode128_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
-static const uint16_t sizes_tc_k_attn_prefill128_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_prefill128_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
+static const uint16_t sizes_tc_k_attn_decode64_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode64_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
+static const uint16_t sizes_tc_k_attn_prefill64_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_prefill64_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
+static const uint16_t sizes_tc_k_attn_decode128_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode128_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
+static const uint16_t sizes_tc_k_attn_prefill128_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_prefill128_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
+static const uint16_t sizes_tc_k_attn_decode_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "head_dim"};
+static const uint16_t sizes_tc_k_attn_prefill_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 4};
+static const char *const names_tc_k_attn_prefill_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "head_dim"};
 static const uint16_t sizes_tc_k_attn_store_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_attn_store_bf16[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
-static const char *const names_tc_k_attn_decode64_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
-static const uint16_t sizes_tc_k_attn_prefill64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_prefill64_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
-static const char *const names_tc_k_attn_decode128_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
-static const uint16_t sizes_tc_k_attn_prefill128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_prefill128_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_store_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_attn_store_f16_f8[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
-static const char *const names_tc_k_attn_decode64_f16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
-static const uint16_t sizes_tc_k_attn_prefill64_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_prefill64_f16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
-static const char *const names_tc_k_attn_decode128_f16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
-static const uint16_t sizes_tc_k_attn_prefill128_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_prefill128_f16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_store_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_attn_store_bf16_f8[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_decode64_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
-static const char *const names_tc_k_attn_decode64_bf16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
-static const uint16_t sizes_tc_k_attn_prefill64_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_prefill64_bf16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
-static const uint16_t sizes_tc_k_attn_decode128_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4};
-static const char *const names_tc_k_attn_decode128_bf16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh"};
-static const uint16_t sizes_tc_k_attn_prefill128_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_prefill128_bf16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale"};
+static const uint16_t sizes_tc_k_attn_decode64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode64_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
+static const uint16_t sizes_tc_k_attn_prefill64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_prefill64_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
+static const uint16_t sizes_tc_k_attn_decode128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode128_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
+static const uint16_t sizes_tc_k_attn_prefill128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_prefill128_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
+static const uint16_t sizes_tc_k_attn_decode_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "head_dim"};
+static const uint16_t sizes_tc_k_attn_prefill_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 4};
+static const char *const names_tc_k_attn_prefill_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "head_dim"};
+static const uint16_t sizes_tc_k_attn_store_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_attn_store_f16_f8[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride", "k_scale", "v_scale", "head_dim"};
+static const uint16_t sizes_tc_k_attn_decode64_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8};
+static const char *const names_tc_k_attn_decode64_f16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale"};
+static const uint16_t sizes_tc_k_attn_prefill64_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8};
+static const char *const names_tc_k_attn_prefill64_f16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale"};
+static const uint16_t sizes_tc_k_attn_decode128_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8};
+static const char *const names_tc_k_attn_decode128_f16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale"};
+static const uint16_t sizes_tc_k_attn_prefill128_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8};
+static const char *const names_tc_k_attn_prefill128_f16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale"};
+static const uint16_t sizes_tc_k_attn_decode_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
+static const char *const names_tc_k_attn_decode_f16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale", "head_dim"};
+static const uint16_t sizes_tc_k_attn_prefill_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8, 4};
+static const char *const names_tc_k_attn_prefill_f16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale", "head_dim"};
+static const uint16_t sizes_tc_k_attn_store_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_attn_store_bf16_f8[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride", "k_scale", "v_scale", "head_dim"};
+static const uint16_t sizes_tc_k_attn_decode64_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8};
+static const char *const names_tc_k_attn_decode64_bf16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale"};
+static const uint16_t sizes_tc_k_attn_prefill64_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8};
+static const char *const names_tc_k_attn_prefill64_bf16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale"};
+static const uint16_t sizes_tc_k_attn_decode128_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8};
+static const char *const names_tc_k_attn_decode128_bf16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale"};
+static const uint16_t sizes_tc_k_attn_prefill128_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8};
+static const char *const names_tc_k_attn_prefill128_bf16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale"};
+static const uint16_t sizes_tc_k_attn_decode_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
+static const char *const names_tc_k_attn_decode_bf16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale", "head_dim"};
+static const uint16_t sizes_tc_k_attn_prefill_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8, 4};
+static const char *const names_tc_k_attn_prefill_bf16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale", "head_dim"};
+static const uint16_t sizes_tc_k_attn_scales_f16[] = {8, 8, 8, 8, 8, 4, 8, 8};
+static const char *const names_tc_k_attn_scales_f16[] = {"k_scale", "v_scale", "k", "v", "rows", "head_dim", "k_stride", "v_stride"};
+static const uint16_t sizes_tc_k_attn_scales_bf16[] = {8, 8, 8, 8, 8, 4, 8, 8};
+static const char *const names_tc_k_attn_scales_bf16[] = {"k_scale", "v_scale", "k", "v", "rows", "head_dim", "k_stride", "v_stride"};
 static const uint16_t sizes_tc_k_convert[] = {8, 4, 8, 4, 8, 8, 8, 8};
 static const char *const names_tc_k_convert[] = {"out", "out_dtype", "x", "x_dtype", "rows", "cols", "out_stride", "x_stride"};
 static const uint16_t sizes_tc_k_scale_cols[] = {8, 8, 4, 8, 8, 8};
@@ -241,10 +255,10 @@ static const uint16_t sizes_tc_k_rope_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 8, 
 static const char *const names_tc_k_rope_f16[] = {"q", "k", "v", "k_cache", "v_cache", "pos", "slots", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "v_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
 static const uint16_t sizes_tc_k_rope_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 8, 4, 8, 8, 8, 8};
 static const char *const names_tc_k_rope_bf16[] = {"q", "k", "v", "k_cache", "v_cache", "pos", "slots", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "v_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
-static const uint16_t sizes_tc_k_rope_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 8, 4, 8, 8, 8, 8};
-static const char *const names_tc_k_rope_f16_f8[] = {"q", "k", "v", "k_cache", "v_cache", "pos", "slots", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "v_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
-static const uint16_t sizes_tc_k_rope_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 8, 4, 8, 8, 8, 8};
-static const char *const names_tc_k_rope_bf16_f8[] = {"q", "k", "v", "k_cache", "v_cache", "pos", "slots", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "v_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
+static const uint16_t sizes_tc_k_rope_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_rope_f16_f8[] = {"q", "k", "v", "k_cache", "v_cache", "pos", "slots", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "v_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position", "k_scale", "v_scale"};
+static const uint16_t sizes_tc_k_rope_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_rope_bf16_f8[] = {"q", "k", "v", "k_cache", "v_cache", "pos", "slots", "n_heads", "n_kv_heads", "head_dim", "q_stride", "k_stride", "v_stride", "interleaved", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "original_max_position", "k_scale", "v_scale"};
 static const uint16_t sizes_tc_k_selftest_params[] = {1, 2, 4, 8, 4, 8, 2, 2, 1, 8};
 static const char *const names_tc_k_selftest_params[] = {"a", "b", "c", "d", "e", "f", "g", "h", "i", "out"};
 static const uint16_t sizes_tc_k_selftest_delay_store[] = {8, 4, 8};
@@ -266,31 +280,38 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_argmax_f32", "kernels/argmax.cu", 128, 7, sizes_tc_k_argmax_f32, names_tc_k_argmax_f32},
     {"tc_k_argmax_f16", "kernels/argmax.cu", 138, 7, sizes_tc_k_argmax_f16, names_tc_k_argmax_f16},
     {"tc_k_argmax_bf16", "kernels/argmax.cu", 148, 7, sizes_tc_k_argmax_bf16, names_tc_k_argmax_bf16},
-    {"tc_k_attn_store_f32", "kernels/attention.cu", 1013, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
-    {"tc_k_attn_decode64_f32", "kernels/attention.cu", 1028, 18, sizes_tc_k_attn_decode64_f32, names_tc_k_attn_decode64_f32},
-    {"tc_k_attn_prefill64_f32", "kernels/attention.cu", 1040, 15, sizes_tc_k_attn_prefill64_f32, names_tc_k_attn_prefill64_f32},
-    {"tc_k_attn_decode128_f32", "kernels/attention.cu", 1059, 18, sizes_tc_k_attn_decode128_f32, names_tc_k_attn_decode128_f32},
-    {"tc_k_attn_prefill128_f32", "kernels/attention.cu", 1071, 15, sizes_tc_k_attn_prefill128_f32, names_tc_k_attn_prefill128_f32},
-    {"tc_k_attn_store_f16", "kernels/attention.cu", 1084, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
-    {"tc_k_attn_decode64_f16", "kernels/attention.cu", 1099, 18, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
-    {"tc_k_attn_prefill64_f16", "kernels/attention.cu", 1111, 15, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
-    {"tc_k_attn_decode128_f16", "kernels/attention.cu", 1130, 18, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
-    {"tc_k_attn_prefill128_f16", "kernels/attention.cu", 1142, 15, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
-    {"tc_k_attn_store_bf16", "kernels/attention.cu", 1155, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
-    {"tc_k_attn_decode64_bf16", "kernels/attention.cu", 1170, 18, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
-    {"tc_k_attn_prefill64_bf16", "kernels/attention.cu", 1182, 15, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
-    {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 1201, 18, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
-    {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 1213, 15, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
-    {"tc_k_attn_store_f16_f8", "kernels/attention.cu", 1226, 8, sizes_tc_k_attn_store_f16_f8, names_tc_k_attn_store_f16_f8},
-    {"tc_k_attn_decode64_f16_f8", "kernels/attention.cu", 1236, 18, sizes_tc_k_attn_decode64_f16_f8, names_tc_k_attn_decode64_f16_f8},
-    {"tc_k_attn_prefill64_f16_f8", "kernels/attention.cu", 1250, 15, sizes_tc_k_attn_prefill64_f16_f8, names_tc_k_attn_prefill64_f16_f8},
-    {"tc_k_attn_decode128_f16_f8", "kernels/attention.cu", 1265, 18, sizes_tc_k_attn_decode128_f16_f8, names_tc_k_attn_decode128_f16_f8},
-    {"tc_k_attn_prefill128_f16_f8", "kernels/attention.cu", 1279, 15, sizes_tc_k_attn_prefill128_f16_f8, names_tc_k_attn_prefill128_f16_f8},
-    {"tc_k_attn_store_bf16_f8", "kernels/attention.cu", 1294, 8, sizes_tc_k_attn_store_bf16_f8, names_tc_k_attn_store_bf16_f8},
-    {"tc_k_attn_decode64_bf16_f8", "kernels/attention.cu", 1304, 18, sizes_tc_k_attn_decode64_bf16_f8, names_tc_k_attn_decode64_bf16_f8},
-    {"tc_k_attn_prefill64_bf16_f8", "kernels/attention.cu", 1318, 15, sizes_tc_k_attn_prefill64_bf16_f8, names_tc_k_attn_prefill64_bf16_f8},
-    {"tc_k_attn_decode128_bf16_f8", "kernels/attention.cu", 1333, 18, sizes_tc_k_attn_decode128_bf16_f8, names_tc_k_attn_decode128_bf16_f8},
-    {"tc_k_attn_prefill128_bf16_f8", "kernels/attention.cu", 1347, 15, sizes_tc_k_attn_prefill128_bf16_f8, names_tc_k_attn_prefill128_bf16_f8},
+    {"tc_k_attn_store_f32", "kernels/attention.cu", 1458, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
+    {"tc_k_attn_prefill_f32", "kernels/attention.cu", 1470, 17, sizes_tc_k_attn_prefill_f32, names_tc_k_attn_prefill_f32},
+    {"tc_k_attn_store_f16", "kernels/attention.cu", 1480, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
+    {"tc_k_attn_decode64_f16", "kernels/attention.cu", 1495, 19, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
+    {"tc_k_attn_prefill64_f16", "kernels/attention.cu", 1504, 16, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
+    {"tc_k_attn_decode128_f16", "kernels/attention.cu", 1520, 19, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
+    {"tc_k_attn_prefill128_f16", "kernels/attention.cu", 1529, 16, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
+    {"tc_k_attn_decode_f16", "kernels/attention.cu", 1540, 20, sizes_tc_k_attn_decode_f16, names_tc_k_attn_decode_f16},
+    {"tc_k_attn_prefill_f16", "kernels/attention.cu", 1550, 17, sizes_tc_k_attn_prefill_f16, names_tc_k_attn_prefill_f16},
+    {"tc_k_attn_store_bf16", "kernels/attention.cu", 1560, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
+    {"tc_k_attn_decode64_bf16", "kernels/attention.cu", 1575, 19, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
+    {"tc_k_attn_prefill64_bf16", "kernels/attention.cu", 1584, 16, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
+    {"tc_k_attn_decode128_bf16", "kernels/attention.cu", 1600, 19, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
+    {"tc_k_attn_prefill128_bf16", "kernels/attention.cu", 1609, 16, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
+    {"tc_k_attn_decode_bf16", "kernels/attention.cu", 1620, 20, sizes_tc_k_attn_decode_bf16, names_tc_k_attn_decode_bf16},
+    {"tc_k_attn_prefill_bf16", "kernels/attention.cu", 1630, 17, sizes_tc_k_attn_prefill_bf16, names_tc_k_attn_prefill_bf16},
+    {"tc_k_attn_store_f16_f8", "kernels/attention.cu", 1641, 11, sizes_tc_k_attn_store_f16_f8, names_tc_k_attn_store_f16_f8},
+    {"tc_k_attn_decode64_f16_f8", "kernels/attention.cu", 1653, 21, sizes_tc_k_attn_decode64_f16_f8, names_tc_k_attn_decode64_f16_f8},
+    {"tc_k_attn_prefill64_f16_f8", "kernels/attention.cu", 1664, 18, sizes_tc_k_attn_prefill64_f16_f8, names_tc_k_attn_prefill64_f16_f8},
+    {"tc_k_attn_decode128_f16_f8", "kernels/attention.cu", 1676, 21, sizes_tc_k_attn_decode128_f16_f8, names_tc_k_attn_decode128_f16_f8},
+    {"tc_k_attn_prefill128_f16_f8", "kernels/attention.cu", 1687, 18, sizes_tc_k_attn_prefill128_f16_f8, names_tc_k_attn_prefill128_f16_f8},
+    {"tc_k_attn_decode_f16_f8", "kernels/attention.cu", 1700, 22, sizes_tc_k_attn_decode_f16_f8, names_tc_k_attn_decode_f16_f8},
+    {"tc_k_attn_prefill_f16_f8", "kernels/attention.cu", 1712, 19, sizes_tc_k_attn_prefill_f16_f8, names_tc_k_attn_prefill_f16_f8},
+    {"tc_k_attn_store_bf16_f8", "kernels/attention.cu", 1724, 11, sizes_tc_k_attn_store_bf16_f8, names_tc_k_attn_store_bf16_f8},
+    {"tc_k_attn_decode64_bf16_f8", "kernels/attention.cu", 1736, 21, sizes_tc_k_attn_decode64_bf16_f8, names_tc_k_attn_decode64_bf16_f8},
+    {"tc_k_attn_prefill64_bf16_f8", "kernels/attention.cu", 1747, 18, sizes_tc_k_attn_prefill64_bf16_f8, names_tc_k_attn_prefill64_bf16_f8},
+    {"tc_k_attn_decode128_bf16_f8", "kernels/attention.cu", 1759, 21, sizes_tc_k_attn_decode128_bf16_f8, names_tc_k_attn_decode128_bf16_f8},
+    {"tc_k_attn_prefill128_bf16_f8", "kernels/attention.cu", 1770, 18, sizes_tc_k_attn_prefill128_bf16_f8, names_tc_k_attn_prefill128_bf16_f8},
+    {"tc_k_attn_decode_bf16_f8", "kernels/attention.cu", 1783, 22, sizes_tc_k_attn_decode_bf16_f8, names_tc_k_attn_decode_bf16_f8},
+    {"tc_k_attn_prefill_bf16_f8", "kernels/attention.cu", 1795, 19, sizes_tc_k_attn_prefill_bf16_f8, names_tc_k_attn_prefill_bf16_f8},
+    {"tc_k_attn_scales_f16", "kernels/attention.cu", 1808, 8, sizes_tc_k_attn_scales_f16, names_tc_k_attn_scales_f16},
+    {"tc_k_attn_scales_bf16", "kernels/attention.cu", 1819, 8, sizes_tc_k_attn_scales_bf16, names_tc_k_attn_scales_bf16},
     {"tc_k_convert", "kernels/convert.cu", 7, 8, sizes_tc_k_convert, names_tc_k_convert},
     {"tc_k_scale_cols", "kernels/convert.cu", 23, 6, sizes_tc_k_scale_cols, names_tc_k_scale_cols},
     {"tc_k_copy_u8", "kernels/copy.cu", 32, 3, sizes_tc_k_copy_u8, names_tc_k_copy_u8},
@@ -366,11 +387,11 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_rmsnorm_f32", "kernels/rmsnorm.cu", 72, 9, sizes_tc_k_rmsnorm_f32, names_tc_k_rmsnorm_f32},
     {"tc_k_rmsnorm_f16", "kernels/rmsnorm.cu", 79, 9, sizes_tc_k_rmsnorm_f16, names_tc_k_rmsnorm_f16},
     {"tc_k_rmsnorm_bf16", "kernels/rmsnorm.cu", 86, 9, sizes_tc_k_rmsnorm_bf16, names_tc_k_rmsnorm_bf16},
-    {"tc_k_rope_f32", "kernels/rope.cu", 143, 20, sizes_tc_k_rope_f32, names_tc_k_rope_f32},
-    {"tc_k_rope_f16", "kernels/rope.cu", 159, 20, sizes_tc_k_rope_f16, names_tc_k_rope_f16},
-    {"tc_k_rope_bf16", "kernels/rope.cu", 175, 20, sizes_tc_k_rope_bf16, names_tc_k_rope_bf16},
-    {"tc_k_rope_f16_f8", "kernels/rope.cu", 191, 20, sizes_tc_k_rope_f16_f8, names_tc_k_rope_f16_f8},
-    {"tc_k_rope_bf16_f8", "kernels/rope.cu", 207, 20, sizes_tc_k_rope_bf16_f8, names_tc_k_rope_bf16_f8},
+    {"tc_k_rope_f32", "kernels/rope.cu", 149, 20, sizes_tc_k_rope_f32, names_tc_k_rope_f32},
+    {"tc_k_rope_f16", "kernels/rope.cu", 165, 20, sizes_tc_k_rope_f16, names_tc_k_rope_f16},
+    {"tc_k_rope_bf16", "kernels/rope.cu", 181, 20, sizes_tc_k_rope_bf16, names_tc_k_rope_bf16},
+    {"tc_k_rope_f16_f8", "kernels/rope.cu", 198, 22, sizes_tc_k_rope_f16_f8, names_tc_k_rope_f16_f8},
+    {"tc_k_rope_bf16_f8", "kernels/rope.cu", 216, 22, sizes_tc_k_rope_bf16_f8, names_tc_k_rope_bf16_f8},
     {"tc_k_selftest_params", "kernels/selftest.cu", 7, 10, sizes_tc_k_selftest_params, names_tc_k_selftest_params},
     {"tc_k_selftest_delay_store", "kernels/selftest.cu", 26, 3, sizes_tc_k_selftest_delay_store, names_tc_k_selftest_delay_store},
     {"tc_k_softmax_f32", "kernels/softmax.cu", 28, 5, sizes_tc_k_softmax_f32, names_tc_k_softmax_f32},

@@ -2,8 +2,9 @@
 // reference and Hugging Face's _compute_llama3_parameters). A row of blocks per token: each
 // block computes the pairs' cos/sin in double, then rotates its share of the q and k heads
 // with them; fused with the KV-cache store, it also writes k and v to their cache slot (in the
-// activations' type, or as FP8 E4M3: the rotated value rounded to the activations' type and
-// then to FP8, as the CPU op stores the rotated k).
+// activations' type, or as FP8 E4M3: the rotated value rounded to the activations' type,
+// divided by its kv head's scale where one is given, then rounded to FP8, as the CPU op stores
+// the rotated k).
 #include <type_traits>
 
 #include "common.cuh"
@@ -14,10 +15,11 @@ constexpr int kMaxPairs = 256; // head_dim up to 512
 
 // Move P consecutive pairs starting at pair i of the head at `src` (P = 2 moves the
 // elements as 4-element or two 2-element vectors), rotated when Rot, to `dst` and, where not
-// NULL, `dst2` as well (each in its own element type).
+// NULL, `dst2` as well (each in its own element type; one of another type than T, a cache,
+// takes the values divided by div).
 template <typename T, int P, bool Rot, typename D1, typename D2>
 __device__ __forceinline__ void move(const T *src, D1 *dst, D2 *dst2, int i, int half, bool interleaved,
-                                     const float *cs, const float *sn)
+                                     const float *cs, const float *sn, float div = 1.0f)
 {
     float a[P], b[P];
     if (interleaved) {
@@ -41,8 +43,8 @@ __device__ __forceinline__ void move(const T *src, D1 *dst, D2 *dst2, int i, int
         float ra[P], rb[P]; // what a and b store as: for a cache of another type, rounded to T first
 #pragma unroll
         for (int p = 0; p < P; p++) {
-            ra[p] = std::is_same<E, T>::value ? a[p] : tc::to_f32(tc::from_f32<T>(a[p]));
-            rb[p] = std::is_same<E, T>::value ? b[p] : tc::to_f32(tc::from_f32<T>(b[p]));
+            ra[p] = std::is_same<E, T>::value ? a[p] : tc::to_f32(tc::from_f32<T>(a[p])) / div;
+            rb[p] = std::is_same<E, T>::value ? b[p] : tc::to_f32(tc::from_f32<T>(b[p])) / div;
         }
         if (interleaved) {
             float x[2 * P];
@@ -71,7 +73,7 @@ struct Heads {
 template <typename T, typename C, int P>
 __device__ void each_head(T *q, T *k, const T *v, C *k_cache, C *v_cache, int64_t row, int64_t slot, Heads hs,
                           int64_t q_stride, int64_t k_stride, int64_t v_stride, bool interleaved, const float *cs,
-                          const float *sn)
+                          const float *sn, const float *k_scale, const float *v_scale)
 {
     int hd = hs.head_dim, half = hd / 2, per_head = half / P;
     int total = (hs.n_heads + hs.n_k + hs.n_v) * per_head;
@@ -84,11 +86,11 @@ __device__ void each_head(T *q, T *k, const T *v, C *k_cache, C *v_cache, int64_
             int h = u - hs.n_heads;
             T *b = k + row * k_stride + (int64_t)h * hd;
             C *c = slot >= 0 ? k_cache + (slot * hs.n_kv_heads + h) * hd : nullptr;
-            move<T, P, true>(b, b, c, i, half, interleaved, cs, sn);
+            move<T, P, true>(b, b, c, i, half, interleaved, cs, sn, k_scale ? k_scale[h] : 1.0f);
         } else if (slot >= 0) {
             int h = u - hs.n_heads - hs.n_k;
             move<T, P, false>(v + row * v_stride + (int64_t)h * hd, v_cache + (slot * hs.n_kv_heads + h) * hd,
-                              (C *)nullptr, i, half, interleaved, cs, sn);
+                              (C *)nullptr, i, half, interleaved, cs, sn, v_scale ? v_scale[h] : 1.0f);
         }
     }
 }
@@ -97,7 +99,7 @@ template <typename T, typename C>
 __device__ void run(T *q, T *k, const T *v, C *k_cache, C *v_cache, const int32_t *pos, const int32_t *slots,
                     int n_heads, int n_kv_heads, int head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride,
                     int interleaved, double theta, int scaling, double factor, double low_ff, double high_ff,
-                    double orig_max)
+                    double orig_max, const float *k_scale = nullptr, const float *v_scale = nullptr)
 {
     __shared__ float cs[kMaxPairs], sn[kMaxPairs];
     int64_t row = blockIdx.x;
@@ -125,13 +127,17 @@ __device__ void run(T *q, T *k, const T *v, C *k_cache, C *v_cache, const int32_
                tc::aligned(k_cache, v_cache, q, bytes);
     };
     if (interleaved && fits(PW))
-        each_head<T, C, PI>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, true, cs, sn);
+        each_head<T, C, PI>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, true, cs, sn,
+                              k_scale, v_scale);
     else if (!interleaved && fits(PW))
-        each_head<T, C, PW>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, false, cs, sn);
+        each_head<T, C, PW>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, false, cs, sn,
+                              k_scale, v_scale);
     else if (half % 2 == 0 && fits(4))
-        each_head<T, C, 2>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, interleaved, cs, sn);
+        each_head<T, C, 2>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, interleaved, cs, sn,
+                              k_scale, v_scale);
     else
-        each_head<T, C, 1>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, interleaved, cs, sn);
+        each_head<T, C, 1>(q, k, v, k_cache, v_cache, row, slot, hs, q_stride, k_stride, v_stride, interleaved, cs, sn,
+                              k_scale, v_scale);
 }
 
 } // namespace rope_cu
@@ -186,33 +192,37 @@ extern "C" __global__ void tc_k_rope_bf16(__nv_bfloat16 *q, __nv_bfloat16 *k, co
 }
 /** Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] in place by pos[row]
  *  (scaling 1 is Llama 3's) and write k's rotated rows and v's rows as FP8 E4M3 to cache slot
- *  slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows,
- *  any), 128 threads. */
+ *  slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row), divided by their
+ *  kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1). Grid (rows, any), 128
+ *  threads. */
 extern "C" __global__ void tc_k_rope_f16_f8(__half *q, __half *k, const __half *v, uint8_t *k_cache, uint8_t *v_cache,
                                           const int32_t *pos, const int32_t *slots, int32_t n_heads,
                                           int32_t n_kv_heads, int32_t head_dim, int64_t q_stride,
                                           int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta,
                                           int32_t scaling, double factor, double low_freq_factor,
-                                          double high_freq_factor, double original_max_position)
+                                          double high_freq_factor, double original_max_position,
+                                          const float *k_scale, const float *v_scale)
 {
     tc::await_inputs();
     rope_cu::run(q, k, v, reinterpret_cast<tc::f8e4m3 *>(k_cache), reinterpret_cast<tc::f8e4m3 *>(v_cache), pos,
                  slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride, v_stride, interleaved, theta, scaling,
-                 factor, low_freq_factor, high_freq_factor, original_max_position);
+                 factor, low_freq_factor, high_freq_factor, original_max_position, k_scale, v_scale);
 }
 /** Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] in place by pos[row]
  *  (scaling 1 is Llama 3's) and write k's rotated rows and v's rows as FP8 E4M3 to cache slot
- *  slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows,
- *  any), 128 threads. */
+ *  slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row), divided by their
+ *  kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1). Grid (rows, any), 128
+ *  threads. */
 extern "C" __global__ void tc_k_rope_bf16_f8(__nv_bfloat16 *q, __nv_bfloat16 *k, const __nv_bfloat16 *v, uint8_t *k_cache, uint8_t *v_cache,
                                           const int32_t *pos, const int32_t *slots, int32_t n_heads,
                                           int32_t n_kv_heads, int32_t head_dim, int64_t q_stride,
                                           int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta,
                                           int32_t scaling, double factor, double low_freq_factor,
-                                          double high_freq_factor, double original_max_position)
+                                          double high_freq_factor, double original_max_position,
+                                          const float *k_scale, const float *v_scale)
 {
     tc::await_inputs();
     rope_cu::run(q, k, v, reinterpret_cast<tc::f8e4m3 *>(k_cache), reinterpret_cast<tc::f8e4m3 *>(v_cache), pos,
                  slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride, v_stride, interleaved, theta, scaling,
-                 factor, low_freq_factor, high_freq_factor, original_max_position);
+                 factor, low_freq_factor, high_freq_factor, original_max_position, k_scale, v_scale);
 }

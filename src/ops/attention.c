@@ -10,19 +10,25 @@ typedef struct {
     const int32_t *table, *seq_lens, *q_start, *row_seq;
     int64_t max_blocks, block_size, n_heads, n_kv_heads, head_dim;
     float scale;
+    int64_t window;                 /* 0: none */
+    const float *k_scale, *v_scale; /* FP8 caches' scales per kv head, or NULL */
     atomic_bool oom;
 } attn_job;
 
 /* Row t of kv head kvh in a sequence's cache (block table tbl): its address, or with a cache
- * of another dtype than f32 the row widened into tmp. */
+ * of another dtype than f32 the row widened (and multiplied by the head's scale, if any)
+ * into tmp. */
 static const float *cache_row(const tc_tensor *cache, const int32_t *tbl, int64_t t, int64_t bs,
-                              int64_t kvh, float *tmp)
+                              int64_t kvh, const float *scale, float *tmp)
 {
     int64_t idx[4] = { tbl[t / bs], t % bs, kvh, 0 };
     const void *row = tc_tensor_at(cache, idx);
     if (cache->dtype == TC_DTYPE_F32)
         return row;
     tc__load_row(cache->dtype, row, cache->shape[3], tmp);
+    if (scale)
+        for (int64_t i = 0; i < cache->shape[3]; i++)
+            tmp[i] *= scale[kvh];
     return tmp;
 }
 
@@ -48,6 +54,8 @@ static void attend_rows(void *ctx, int64_t begin, int64_t end)
         int64_t s = j->row_seq[row];
         int64_t m = j->q_start[s + 1] - j->q_start[s];
         int64_t qpos = j->seq_lens[s] - m + (row - j->q_start[s]);
+        /* the first position the query sees (earlier blocks may be freed: never read) */
+        int64_t t0 = j->window > 0 && qpos - j->window + 1 > 0 ? qpos - j->window + 1 : 0;
         const int32_t *tbl = j->table + s * j->max_blocks;
         for (int64_t kvh = 0; kvh < j->n_kv_heads; kvh++) {
             const char *qrow =
@@ -57,8 +65,8 @@ static void attend_rows(void *ctx, int64_t begin, int64_t end)
                 mx[g] = -INFINITY;
                 sum[g] = 0.0f;
             }
-            for (int64_t t = 0; t <= qpos; t++) {
-                const float *k = cache_row(j->k_cache, tbl, t, j->block_size, kvh, tmp);
+            for (int64_t t = t0; t <= qpos; t++) {
+                const float *k = cache_row(j->k_cache, tbl, t, j->block_size, kvh, j->k_scale, tmp);
                 for (int64_t g = 0; g < group; g++) {
                     float d = tc__dot(qv + g * hd, k, hd) * j->scale;
                     p[g * max_len + t] = d;
@@ -66,11 +74,11 @@ static void attend_rows(void *ctx, int64_t begin, int64_t end)
                 }
             }
             for (int64_t g = 0; g < group; g++)
-                for (int64_t t = 0; t <= qpos; t++)
+                for (int64_t t = t0; t <= qpos; t++)
                     sum[g] += (p[g * max_len + t] = expf(p[g * max_len + t] - mx[g]));
             memset(acc, 0, (size_t)(group * hd) * sizeof(float));
-            for (int64_t t = 0; t <= qpos; t++) {
-                const float *v = cache_row(j->v_cache, tbl, t, j->block_size, kvh, tmp);
+            for (int64_t t = t0; t <= qpos; t++) {
+                const float *v = cache_row(j->v_cache, tbl, t, j->block_size, kvh, j->v_scale, tmp);
                 for (int64_t g = 0; g < group; g++)
                     tc__axpy(acc + g * hd, p[g * max_len + t], v, hd);
             }
@@ -126,7 +134,8 @@ static tc_status check_common(const char *op, const tc_tensor *out, const tc_ten
 
 /* On the CPU the host can read the indices: every one is checked before use. */
 static tc_status check_indices_cpu(const char *op, const tc_tensor *kc, const tc_tensor *table,
-                                   const tc_tensor *lens, const int32_t *q_start, int64_t n_tokens)
+                                   const tc_tensor *lens, const int32_t *q_start, int64_t n_tokens,
+                                   int64_t window)
 {
     int64_t n_seqs = table->shape[0], max_blocks = table->shape[1], bs = kc->shape[1];
     const int32_t *tbl = table->data, *len = lens->data;
@@ -141,7 +150,10 @@ static tc_status check_indices_cpu(const char *op, const tc_tensor *kc, const tc
                 TC_ERR_INVALID_ARGUMENT, op,
                 "seq_lens[%lld] = %d; want %lld (its queries) to %lld (its blocks' capacity)",
                 (long long)s, len[s], (long long)m, (long long)(max_blocks * bs));
-        for (int64_t b = 0; b < (len[s] + bs - 1) / bs; b++)
+        /* with a window, the blocks before the first query's window are not read (and may be
+         * freed) */
+        int64_t first = window > 0 && len[s] - m - window + 1 > 0 ? len[s] - m - window + 1 : 0;
+        for (int64_t b = first / bs; b < (len[s] + bs - 1) / bs; b++)
             if (tbl[s * max_blocks + b] < 0 || tbl[s * max_blocks + b] >= kc->shape[0])
                 return tc_set_error(
                     TC_ERR_INVALID_ARGUMENT, op,
@@ -157,7 +169,8 @@ static tc_status check_indices_cpu(const char *op, const tc_tensor *kc, const tc
 
 static tc_status attend_cpu(tc_tensor *out, const tc_tensor *q, const tc_tensor *kc,
                             const tc_tensor *vc, const tc_tensor *table, const tc_tensor *lens,
-                            const int32_t *q_start, float scale)
+                            const int32_t *q_start, float scale, int64_t window, const float *ks,
+                            const float *vs)
 {
     int64_t n_tokens = q->shape[0], n_seqs = table->shape[0];
     int32_t *row_seq = tc_host_alloc((size_t)n_tokens * sizeof(int32_t) + 1);
@@ -167,11 +180,24 @@ static tc_status attend_cpu(tc_tensor *out, const tc_tensor *q, const tc_tensor 
     for (int64_t s = 0; s < n_seqs; s++)
         for (int64_t r = q_start[s]; r < q_start[s + 1]; r++)
             row_seq[r] = (int32_t)s;
-    attn_job j = { kc,           vc,          q,
-                   out,          table->data, lens->data,
-                   q_start,      row_seq,     table->shape[1],
-                   kc->shape[1], q->shape[1], kc->shape[2],
-                   kc->shape[3], scale,       false };
+    attn_job j = { .k_cache = kc,
+                   .v_cache = vc,
+                   .q = q,
+                   .out = out,
+                   .table = table->data,
+                   .seq_lens = lens->data,
+                   .q_start = q_start,
+                   .row_seq = row_seq,
+                   .max_blocks = table->shape[1],
+                   .block_size = kc->shape[1],
+                   .n_heads = q->shape[1],
+                   .n_kv_heads = kc->shape[2],
+                   .head_dim = kc->shape[3],
+                   .scale = scale,
+                   .window = window,
+                   .k_scale = ks,
+                   .v_scale = vs };
+    atomic_init(&j.oom, false);
     tc__parallel_for(out->backend, n_tokens, 1, attend_rows, &j);
     tc_host_free(row_seq);
     if (atomic_load(&j.oom))
@@ -179,11 +205,26 @@ static tc_status attend_cpu(tc_tensor *out, const tc_tensor *q, const tc_tensor 
     return TC_OK;
 }
 
-static tc_status check_head_dim(const char *op, int64_t hd)
+tc_status tc__kv_scales(const char *op, const tc_tensor *k_cache, const tc_attention_opts *opts,
+                        const float **ks, const float **vs)
 {
-    if (hd != 64 && hd != 128)
-        return tc_set_error(TC_ERR_UNSUPPORTED, op,
-                            "head_dim %lld has no CUDA kernel (64 and 128 do)", (long long)hd);
+    *ks = *vs = NULL;
+    if (!opts || k_cache->dtype != TC_DTYPE_F8E4M3)
+        return TC_OK;
+    const tc_tensor *t[2] = { opts->k_scale, opts->v_scale };
+    const char *names[2] = { "k_scale", "v_scale" };
+    const float **out[2] = { ks, vs };
+    for (int i = 0; i < 2; i++) {
+        if (!t[i])
+            continue;
+        TC_TRY(tc__check_dtype(op, names[i], t[i], TC__MASK(TC_DTYPE_F32)));
+        TC_TRY(tc__check_ndim(op, names[i], t[i], 1));
+        TC_TRY(tc__check_dim(op, names[i], t[i], 0, k_cache->shape[2], "one per kv head"));
+        TC_TRY(tc__check_same_backend(op, k_cache, t[i]));
+        if (!tc_tensor_is_contiguous(t[i]))
+            return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "%s must be contiguous", names[i]);
+        *out[i] = t[i]->data;
+    }
     return TC_OK;
 }
 
@@ -240,8 +281,10 @@ tc_status tc__check_store(const char *op, const tc_tensor *k_cache, const tc_ten
 }
 
 void tc__attention_store_cpu(tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *k,
-                             const tc_tensor *v, const tc_tensor *slots)
+                             const tc_tensor *v, const tc_tensor *slots, const float *ks,
+                             const float *vs)
 {
+    int64_t hd = k_cache->shape[3];
     int64_t row = k_cache->shape[2] * k_cache->shape[3];
     const int32_t *sl = slots->data;
     size_t eb = tc_dtype_bytes(k->dtype, 1), cb = tc_dtype_bytes(k_cache->dtype, 1);
@@ -255,9 +298,12 @@ void tc__attention_store_cpu(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
             memcpy(vd, tc__row(v, i), (size_t)row * eb);
             continue;
         }
+        /* value / scale, then rounded (FP8: saturating) */
         for (int64_t e = 0; e < row; e++) {
-            tc__store(k_cache->dtype, kd, e, tc__load(k->dtype, tc__row(k, i), e));
-            tc__store(v_cache->dtype, vd, e, tc__load(v->dtype, tc__row(v, i), e));
+            float a = tc__load(k->dtype, tc__row(k, i), e),
+                  b = tc__load(v->dtype, tc__row(v, i), e);
+            tc__store(k_cache->dtype, kd, e, ks ? a / ks[e / hd] : a);
+            tc__store(v_cache->dtype, vd, e, vs ? b / vs[e / hd] : b);
         }
     }
 }
@@ -265,15 +311,24 @@ void tc__attention_store_cpu(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
 tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *k,
                              const tc_tensor *v, const tc_tensor *slots)
 {
+    return tc_attention_store_ex(k_cache, v_cache, k, v, slots, NULL);
+}
+
+tc_status tc_attention_store_ex(tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *k,
+                                const tc_tensor *v, const tc_tensor *slots,
+                                const tc_attention_opts *opts)
+{
     const char *op = "tc_attention_store";
+    const float *ks, *vs;
     TC_TRY(tc__check_store(op, k_cache, v_cache, k, v, slots));
+    TC_TRY(tc__kv_scales(op, k_cache, opts, &ks, &vs));
     int64_t n = k->shape[0];
     if (n == 0)
         return TC_OK;
     int64_t row = k_cache->shape[2] * k_cache->shape[3];
     tc_backend *b = k_cache->backend;
     if (b->kind == TC_BACKEND_CPU) {
-        tc__attention_store_cpu(k_cache, v_cache, k, v, slots);
+        tc__attention_store_cpu(k_cache, v_cache, k, v, slots, ks, vs);
         return TC_OK;
     }
     /* 256 threads, each moving a 16-byte vector of k and one of v where aligned. */
@@ -282,10 +337,11 @@ tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
     cfg.grid.y = (uint32_t)((row + per_block - 1) / per_block);
     tc_status st;
     if (k_cache->dtype == TC_DTYPE_F8E4M3) {
-#define LAUNCH8(sfx, T)                                                                 \
-    tc_launch_attn_store_##sfx##_f8(                                                    \
-        cfg, TC__DEV(uint8_t, k_cache), TC__DEV(uint8_t, v_cache), TC__DEV(const T, k), \
-        TC__DEV(const T, v), TC__DEV(const int32_t, slots), row, k->stride[0], v->stride[0])
+#define LAUNCH8(sfx, T)                                                                        \
+    tc_launch_attn_store_##sfx##_f8(cfg, TC__DEV(uint8_t, k_cache), TC__DEV(uint8_t, v_cache), \
+                                    TC__DEV(const T, k), TC__DEV(const T, v),                  \
+                                    TC__DEV(const int32_t, slots), row, k->stride[0],          \
+                                    v->stride[0], ks, vs, (int32_t)k_cache->shape[3])
         return k->dtype == TC_DTYPE_F16 ? LAUNCH8(f16, tc_half) : LAUNCH8(bf16, tc_bf16);
 #undef LAUNCH8
     }
@@ -308,6 +364,66 @@ static tc_status check_q_pairs(const char *op, const tc_tensor *q)
     return TC_OK;
 }
 
+/* The options shared by decode and prefill: the window and the FP8 scales. */
+static tc_status check_opts(const char *op, const tc_tensor *k_cache, const tc_attention_opts *opts,
+                            int32_t *window, const float **ks, const float **vs)
+{
+    *window = opts ? opts->window : 0;
+    if (*window < 0)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "window is %d; want 0 (none) or more",
+                            (int)*window);
+    return tc__kv_scales(op, k_cache, opts, ks, vs);
+}
+
+/* head_dim on CUDA: 64 and 128 have kernels of their own; any other even size up to 256 runs
+ * (16 up) on the kernels sized for 256 (the 16-bit and FP8 ones compute over head_dim rounded
+ * up to 16), which read it at run time. */
+static tc_status check_head_dim(const char *op, int64_t hd)
+{
+    if (hd < 16 || hd > 256 || hd % 2)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "head_dim %lld has no CUDA kernel (even sizes from 16 to 256 do)",
+                            (long long)hd);
+    return TC_OK;
+}
+
+/* Dynamic shared memory a kernel asks for, against what a block may have. */
+static tc_status check_room(const char *op, tc_backend *b, size_t shared, int64_t hd)
+{
+    size_t room = tc__backend_shared_room(b);
+    if (shared > room)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "head_dim %lld needs %zu bytes of shared memory a block; the GPU "
+                            "allows %zu",
+                            (long long)hd, shared, room);
+    return TC_OK;
+}
+
+/* The generic f32 kernel (any head_dim): prefill, or with q_start NULL a decode (row s is
+ * sequence s's query). */
+static tc_status simt_f32(const char *op, tc_tensor *out, const tc_tensor *q,
+                          const tc_tensor *k_cache, const tc_tensor *v_cache,
+                          const tc_tensor *block_table, const tc_tensor *seq_lens,
+                          const tc_tensor *q_start, float scale, int32_t window)
+{
+    tc_backend *b = out->backend;
+    int64_t hd = q->shape[2], n_tokens = q->shape[0], n_seqs = block_table->shape[0];
+    size_t shared = (size_t)(4 * (32 * (hd + 1) * 3 + 32 * 33));
+    TC_TRY(check_room(op, b, shared, hd));
+    tc_launch_config cfg = { { (uint32_t)(q_start ? n_tokens / 32 + n_seqs : n_seqs),
+                               (uint32_t)q->shape[1], 1 },
+                             { 128, 1, 1 },
+                             (unsigned)shared,
+                             b->stream };
+    return tc_launch_attn_prefill_f32(
+        cfg, TC__DEV(float, out), TC__DEV(const float, q), TC__DEV(const float, k_cache),
+        TC__DEV(const float, v_cache), TC__DEV(const int32_t, block_table),
+        TC__DEV(const int32_t, seq_lens), q_start ? TC__DEV(const int32_t, q_start) : NULL,
+        (int32_t)n_seqs, (int32_t)q->shape[1], (int32_t)k_cache->shape[2],
+        (int32_t)k_cache->shape[1], (int32_t)block_table->shape[1], q->stride[0], out->stride[0],
+        scale, window, (int32_t)hd);
+}
+
 tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tensor *k_cache,
                               const tc_tensor *v_cache, const tc_tensor *block_table,
                               const tc_tensor *seq_lens, float scale)
@@ -321,11 +437,13 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
                                  const tc_attention_opts *opts)
 {
     const char *op = "tc_attention_decode";
-    int32_t fresh = opts ? opts->fresh_rows : -1;
+    int32_t fresh = opts ? opts->fresh_rows : -1, window;
+    const float *ks, *vs;
     if (fresh < -1)
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "fresh_rows is %d; want -1 or more",
                             (int)fresh);
     TC_TRY(check_common(op, out, q, k_cache, v_cache, block_table, seq_lens));
+    TC_TRY(check_opts(op, k_cache, opts, &window, &ks, &vs));
     int64_t n_seqs = q->shape[0], n_heads = q->shape[1], hd = q->shape[2], n_kv = k_cache->shape[2];
     TC_TRY(tc__check_dim(op, "block_table", block_table, 0, n_seqs, "one row per query"));
     if (n_seqs == 0)
@@ -337,37 +455,44 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
             return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
         for (int64_t s = 0; s <= n_seqs; s++)
             q_start[s] = (int32_t)s;
-        tc_status st = check_indices_cpu(op, k_cache, block_table, seq_lens, q_start, n_seqs);
+        tc_status st =
+            check_indices_cpu(op, k_cache, block_table, seq_lens, q_start, n_seqs, window);
         if (st == TC_OK)
-            st = attend_cpu(out, q, k_cache, v_cache, block_table, seq_lens, q_start, scale);
+            st = attend_cpu(out, q, k_cache, v_cache, block_table, seq_lens, q_start, scale, window,
+                            ks, vs);
         tc_host_free(q_start);
         return st;
     }
     TC_TRY(check_head_dim(op, hd));
-    /* The kernel (kernels/attention.cu): 4 warps, each with a ring of 16-token stages of keys
-     * and values (3 stages, 2 for f32; fewer where shared memory is smaller), then for f32 8
-     * query heads. */
-    size_t el = tc_dtype_bytes(q->dtype, 1), ec = tc_dtype_bytes(k_cache->dtype, 1);
-    bool fp8 = k_cache->dtype == TC_DTYPE_F8E4M3;
     TC_TRY(check_q_pairs(op, q));
+    if (q->dtype == TC_DTYPE_F32)
+        return simt_f32(op, out, q, k_cache, v_cache, block_table, seq_lens, NULL, scale, window);
+    /* The kernel (kernels/attention.cu): 4 warps, each with a ring of 16-token stages of keys
+     * and values (3 stages; fewer where shared memory is smaller). The generic kernels' rows
+     * hold head_dim rounded up to 16 (their products' width); over an FP8 cache each warp
+     * widens a tile's keys, then its values, into 16-bit rows of its own. */
+    size_t ec = tc_dtype_bytes(k_cache->dtype, 1);
+    bool fp8 = k_cache->dtype == TC_DTYPE_F8E4M3, own = hd == 64 || hd == 128;
+    int64_t hp = own ? hd : (hd + 15) / 16 * 16;
     /* (An FP8 cache's stages hold bytes.) */
-    size_t per_stage = (size_t)4 * 2 * 16 * (size_t)(hd + 16 / (int64_t)ec) * ec,
-           extra = el == 4 ? 8 * (size_t)hd * sizeof(float) : 0, room = tc__backend_shared_room(b);
-    int stages = el == 4 ? 2 : 3;
+    size_t per_stage = (size_t)4 * 2 * 16 * (size_t)(hp + 16 / (int64_t)ec) * ec,
+           extra = !own && fp8 ? (size_t)4 * 16 * (size_t)(hp + 8) * 2 : 0,
+           room = tc__backend_shared_room(b);
+    int stages = 3;
     while (stages > 1 && stages * per_stage + extra > room)
         stages--;
     size_t shared = stages * per_stage + extra;
-    static const tc_kernel_id ids[2][3][2] = {
-        { { TC_KERNEL_ATTN_DECODE64_F32, TC_KERNEL_ATTN_DECODE128_F32 },
-          { TC_KERNEL_ATTN_DECODE64_F16, TC_KERNEL_ATTN_DECODE128_F16 },
-          { TC_KERNEL_ATTN_DECODE64_BF16, TC_KERNEL_ATTN_DECODE128_BF16 } },
-        { { TC_KERNEL_ATTN_DECODE64_F32, TC_KERNEL_ATTN_DECODE128_F32 }, /* no such pair */
-          { TC_KERNEL_ATTN_DECODE64_F16_F8, TC_KERNEL_ATTN_DECODE128_F16_F8 },
-          { TC_KERNEL_ATTN_DECODE64_BF16_F8, TC_KERNEL_ATTN_DECODE128_BF16_F8 } }
+    TC_TRY(check_room(op, b, shared, hd));
+    static const tc_kernel_id ids[2][2][3] = {
+        { { TC_KERNEL_ATTN_DECODE64_F16, TC_KERNEL_ATTN_DECODE128_F16, TC_KERNEL_ATTN_DECODE_F16 },
+          { TC_KERNEL_ATTN_DECODE64_BF16, TC_KERNEL_ATTN_DECODE128_BF16,
+            TC_KERNEL_ATTN_DECODE_BF16 } },
+        { { TC_KERNEL_ATTN_DECODE64_F16_F8, TC_KERNEL_ATTN_DECODE128_F16_F8,
+            TC_KERNEL_ATTN_DECODE_F16_F8 },
+          { TC_KERNEL_ATTN_DECODE64_BF16_F8, TC_KERNEL_ATTN_DECODE128_BF16_F8,
+            TC_KERNEL_ATTN_DECODE_BF16_F8 } }
     };
-    tc_kernel_id id = ids[fp8][q->dtype == TC_DTYPE_F32   ? 0
-                               : q->dtype == TC_DTYPE_F16 ? 1
-                                                          : 2][hd == 128];
+    tc_kernel_id id = ids[fp8][q->dtype == TC_DTYPE_BF16][hd == 64 ? 0 : hd == 128 ? 1 : 2];
     /* Split each sequence's cache (flash-decoding) so that every SM gets one block, or, where
      * that leaves each warp more than 4 tiles of 16 tokens to stream, so that the blocks fill
      * the GPU's resident slots once (a partial second wave would leave most SMs idle at the
@@ -376,10 +501,12 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
      * twice the splits to merge); with 32 KV heads two blocks per SM (8 tiles a warp) 87%
      * against 71% with one. Splits are multiples of 64 tokens (a tile for each warp) and at
      * most 256 (bounding the partials). The chunk is sized for the table's width (a captured
-     * graph serves any length up to it); the kernel shrinks it for a shorter sequence so that
-     * all splits share its cache. */
+     * graph serves any length up to it), or with a window for the window and a tile; the
+     * kernel shrinks it for a shorter sequence so that all splits share its cache. */
     int64_t group = n_heads / n_kv, chunks = (group + 7) / 8;
     int64_t capacity = block_table->shape[1] * k_cache->shape[1];
+    if (window > 0 && window + 16 < capacity)
+        capacity = window + 16;
     int64_t base_blocks = n_seqs * n_kv * chunks;
     int resident = 0;
     if (tc_launch_blocks_per_sm(b->ctx, id, 128, shared, &resident) != TC_OK || resident < 1)
@@ -399,10 +526,12 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
     splits = (capacity + chunk - 1) / chunk;
     if (splits < 1)
         splits = 1;
+    /* A split's partial record: (max, sum, -, -) and head_dim sums (rounded up to 4: float4). */
+    int64_t rec = (hd + 3) / 4 * 4 + 4;
     CUdeviceptr part = 0, counters = 0;
     if (splits > 1) {
-        TC_TRY(tc__backend_workspace(
-            b, (size_t)(n_seqs * n_heads * splits * (hd + 4)) * sizeof(float), &part));
+        TC_TRY(tc__backend_workspace(b, (size_t)(n_seqs * n_heads * splits * rec) * sizeof(float),
+                                     &part));
         TC_TRY(tc__backend_counters(b, (size_t)(n_seqs * n_kv * chunks), &counters));
     }
     tc_launch_config cfg = { { (uint32_t)n_seqs, (uint32_t)(n_kv * chunks), (uint32_t)splits },
@@ -410,44 +539,30 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
                              (unsigned)shared,
                              b->stream };
     tc_status st;
+    /* (CALL expands the arguments before the launcher's macro counts them.) */
+#define CALL(fn, ...) fn(__VA_ARGS__)
+#define ARGS(T, C)                                                                               \
+    cfg, TC__DEV(T, out), (float *)(uintptr_t)part, (int32_t *)(uintptr_t)counters,              \
+        TC__DEV(const T, q), TC__DEV(const C, k_cache), TC__DEV(const C, v_cache),               \
+        TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens), (int32_t)n_heads, \
+        (int32_t)n_kv, (int32_t)k_cache->shape[1], (int32_t)block_table->shape[1], q->stride[0], \
+        out->stride[0], (int32_t)chunk, scale, stages, fresh, window
     if (fp8) {
-#define LAUNCH8(sfx, T)                                                                        \
-    (hd == 64                                                                                  \
-         ? tc_launch_attn_decode64_##sfx##_f8(                                                 \
-               cfg, TC__DEV(T, out), (float *)(uintptr_t)part, (int32_t *)(uintptr_t)counters, \
-               TC__DEV(const T, q), TC__DEV(const uint8_t, k_cache),                           \
-               TC__DEV(const uint8_t, v_cache), TC__DEV(const int32_t, block_table),           \
-               TC__DEV(const int32_t, seq_lens), (int32_t)n_heads, (int32_t)n_kv,              \
-               (int32_t)k_cache->shape[1], (int32_t)block_table->shape[1], q->stride[0],       \
-               out->stride[0], (int32_t)chunk, scale, stages, fresh)                           \
-         : tc_launch_attn_decode128_##sfx##_f8(                                                \
-               cfg, TC__DEV(T, out), (float *)(uintptr_t)part, (int32_t *)(uintptr_t)counters, \
-               TC__DEV(const T, q), TC__DEV(const uint8_t, k_cache),                           \
-               TC__DEV(const uint8_t, v_cache), TC__DEV(const int32_t, block_table),           \
-               TC__DEV(const int32_t, seq_lens), (int32_t)n_heads, (int32_t)n_kv,              \
-               (int32_t)k_cache->shape[1], (int32_t)block_table->shape[1], q->stride[0],       \
-               out->stride[0], (int32_t)chunk, scale, stages, fresh))
+#define LAUNCH8(sfx, T)                                                                \
+    (hd == 64    ? CALL(tc_launch_attn_decode64_##sfx##_f8, ARGS(T, uint8_t), ks, vs)  \
+     : hd == 128 ? CALL(tc_launch_attn_decode128_##sfx##_f8, ARGS(T, uint8_t), ks, vs) \
+                 : CALL(tc_launch_attn_decode_##sfx##_f8, ARGS(T, uint8_t), ks, vs, (int32_t)hd))
         return q->dtype == TC_DTYPE_F16 ? LAUNCH8(f16, tc_half) : LAUNCH8(bf16, tc_bf16);
 #undef LAUNCH8
     }
-#define LAUNCH(sfx)                                                                            \
-    (hd == 64                                                                                  \
-         ? tc_launch_attn_decode64_##sfx(                                                      \
-               cfg, TC__DEV(T, out), (float *)(uintptr_t)part, (int32_t *)(uintptr_t)counters, \
-               TC__DEV(const T, q), TC__DEV(const T, k_cache), TC__DEV(const T, v_cache),      \
-               TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens),          \
-               (int32_t)n_heads, (int32_t)n_kv, (int32_t)k_cache->shape[1],                    \
-               (int32_t)block_table->shape[1], q->stride[0], out->stride[0], (int32_t)chunk,   \
-               scale, stages, fresh)                                                           \
-         : tc_launch_attn_decode128_##sfx(                                                     \
-               cfg, TC__DEV(T, out), (float *)(uintptr_t)part, (int32_t *)(uintptr_t)counters, \
-               TC__DEV(const T, q), TC__DEV(const T, k_cache), TC__DEV(const T, v_cache),      \
-               TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens),          \
-               (int32_t)n_heads, (int32_t)n_kv, (int32_t)k_cache->shape[1],                    \
-               (int32_t)block_table->shape[1], q->stride[0], out->stride[0], (int32_t)chunk,   \
-               scale, stages, fresh))
-    TC__BY_DTYPE(st, q->dtype, LAUNCH);
-#undef LAUNCH
+#define LAUNCH16(sfx, T)                                            \
+    (hd == 64    ? CALL(tc_launch_attn_decode64_##sfx, ARGS(T, T))  \
+     : hd == 128 ? CALL(tc_launch_attn_decode128_##sfx, ARGS(T, T)) \
+                 : CALL(tc_launch_attn_decode_##sfx, ARGS(T, T), (int32_t)hd))
+    st = q->dtype == TC_DTYPE_F16 ? LAUNCH16(f16, tc_half) : LAUNCH16(bf16, tc_bf16);
+#undef LAUNCH16
+#undef ARGS
+#undef CALL
     return st;
 }
 
@@ -455,8 +570,20 @@ tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const tc_tens
                                const tc_tensor *v_cache, const tc_tensor *block_table,
                                const tc_tensor *seq_lens, const tc_tensor *q_start, float scale)
 {
+    return tc_attention_prefill_ex(out, q, k_cache, v_cache, block_table, seq_lens, q_start, scale,
+                                   NULL);
+}
+
+tc_status tc_attention_prefill_ex(tc_tensor *out, const tc_tensor *q, const tc_tensor *k_cache,
+                                  const tc_tensor *v_cache, const tc_tensor *block_table,
+                                  const tc_tensor *seq_lens, const tc_tensor *q_start, float scale,
+                                  const tc_attention_opts *opts)
+{
     const char *op = "tc_attention_prefill";
+    int32_t window;
+    const float *ks, *vs;
     TC_TRY(check_common(op, out, q, k_cache, v_cache, block_table, seq_lens));
+    TC_TRY(check_opts(op, k_cache, opts, &window, &ks, &vs));
     TC_TRY(tc__check_dtype(op, "q_start", q_start, TC__MASK(TC_DTYPE_I32)));
     TC_TRY(tc__check_ndim(op, "q_start", q_start, 1));
     TC_TRY(tc__check_same_backend(op, out, q_start));
@@ -469,20 +596,28 @@ tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const tc_tens
         return TC_OK;
     tc_backend *b = out->backend;
     if (b->kind == TC_BACKEND_CPU) {
-        TC_TRY(check_indices_cpu(op, k_cache, block_table, seq_lens, q_start->data, n_tokens));
-        return attend_cpu(out, q, k_cache, v_cache, block_table, seq_lens, q_start->data, scale);
+        TC_TRY(
+            check_indices_cpu(op, k_cache, block_table, seq_lens, q_start->data, n_tokens, window));
+        return attend_cpu(out, q, k_cache, v_cache, block_table, seq_lens, q_start->data, scale,
+                          window, ks, vs);
     }
     TC_TRY(check_head_dim(op, hd));
     TC_TRY(check_q_pairs(op, q));
-    /* tc_k_attn_prefill* (kernels/attention.cu): 16-bit, tiles of 64 query rows and two
-     * stages of 64 keys and values in padded rows; f32, tiles of 32 rows, shared floats for q,
-     * k and v tiles of 32 padded rows and 32 x 33 scores. */
-    bool f32 = q->dtype == TC_DTYPE_F32, fp8 = k_cache->dtype == TC_DTYPE_F8E4M3;
-    int64_t bq = f32 ? 32 : 64;
-    /* (An FP8 cache: two stages of bytes, then the current tile widened to 16 bits.) */
-    uint32_t shared = f32   ? (uint32_t)(4 * (32 * (hd + 1) * 3 + 32 * 33))
-                      : fp8 ? (uint32_t)(2 * 2 * 64 * (hd + 16) + 2 * 64 * (hd + 8) * 2)
-                            : (uint32_t)(2 * 2 * 64 * (hd + 8) * 2);
+    if (q->dtype == TC_DTYPE_F32)
+        return simt_f32(op, out, q, k_cache, v_cache, block_table, seq_lens, q_start, scale,
+                        window);
+    bool fp8 = k_cache->dtype == TC_DTYPE_F8E4M3, own = hd == 64 || hd == 128;
+    /* tc_k_attn_prefill* (kernels/attention.cu): tiles of 64 query rows and two stages of 64
+     * keys and values in padded rows. The generic kernels: the query tile in padded rows of
+     * head_dim rounded up to 16, then two stages of 32 keys and values. (An FP8 cache: the
+     * stages hold bytes, then the current tile widened to 16 bits.) */
+    int64_t bq = 64, hp = (hd + 15) / 16 * 16;
+    uint32_t shared =
+        own ? (fp8 ? (uint32_t)(2 * 2 * 64 * (hd + 16) + 2 * 64 * (hd + 8) * 2)
+                   : (uint32_t)(2 * 2 * 64 * (hd + 8) * 2))
+            : (uint32_t)(64 * (hp + 8) * 2 + (fp8 ? 2 * 2 * 32 * (hp + 16) + 2 * 32 * (hp + 8) * 2
+                                                  : 2 * 2 * 32 * (hp + 8) * 2));
+    TC_TRY(check_room(op, b, shared, hd));
     tc_launch_config cfg = { { (uint32_t)(n_tokens / bq + n_seqs), (uint32_t)n_heads, 1 },
                              { 128, 1, 1 },
                              shared,
@@ -490,35 +625,88 @@ tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const tc_tens
     int32_t n_kv = (int32_t)k_cache->shape[2], bs = (int32_t)k_cache->shape[1],
             mb = (int32_t)block_table->shape[1];
     tc_status st;
+#define CALL(fn, ...) fn(__VA_ARGS__)
+#define ARGS(T, C)                                                                          \
+    cfg, TC__DEV(T, out), TC__DEV(const T, q), TC__DEV(const C, k_cache),                   \
+        TC__DEV(const C, v_cache), TC__DEV(const int32_t, block_table),                     \
+        TC__DEV(const int32_t, seq_lens), TC__DEV(const int32_t, q_start), (int32_t)n_seqs, \
+        (int32_t)n_heads, n_kv, bs, mb, q->stride[0], out->stride[0], scale, window
     if (fp8) {
-#define LAUNCH8(sfx, T)                                                                            \
-    (hd == 64                                                                                      \
-         ? tc_launch_attn_prefill64_##sfx##_f8(                                                    \
-               cfg, TC__DEV(T, out), TC__DEV(const T, q), TC__DEV(const uint8_t, k_cache),         \
-               TC__DEV(const uint8_t, v_cache), TC__DEV(const int32_t, block_table),               \
-               TC__DEV(const int32_t, seq_lens), TC__DEV(const int32_t, q_start), (int32_t)n_seqs, \
-               (int32_t)n_heads, n_kv, bs, mb, q->stride[0], out->stride[0], scale)                \
-         : tc_launch_attn_prefill128_##sfx##_f8(                                                   \
-               cfg, TC__DEV(T, out), TC__DEV(const T, q), TC__DEV(const uint8_t, k_cache),         \
-               TC__DEV(const uint8_t, v_cache), TC__DEV(const int32_t, block_table),               \
-               TC__DEV(const int32_t, seq_lens), TC__DEV(const int32_t, q_start), (int32_t)n_seqs, \
-               (int32_t)n_heads, n_kv, bs, mb, q->stride[0], out->stride[0], scale))
+#define LAUNCH8(sfx, T)                                                                 \
+    (hd == 64    ? CALL(tc_launch_attn_prefill64_##sfx##_f8, ARGS(T, uint8_t), ks, vs)  \
+     : hd == 128 ? CALL(tc_launch_attn_prefill128_##sfx##_f8, ARGS(T, uint8_t), ks, vs) \
+                 : CALL(tc_launch_attn_prefill_##sfx##_f8, ARGS(T, uint8_t), ks, vs, (int32_t)hd))
         return q->dtype == TC_DTYPE_F16 ? LAUNCH8(f16, tc_half) : LAUNCH8(bf16, tc_bf16);
 #undef LAUNCH8
     }
-#define LAUNCH(sfx)                                                                                \
-    (hd == 64                                                                                      \
-         ? tc_launch_attn_prefill64_##sfx(                                                         \
-               cfg, TC__DEV(T, out), TC__DEV(const T, q), TC__DEV(const T, k_cache),               \
-               TC__DEV(const T, v_cache), TC__DEV(const int32_t, block_table),                     \
-               TC__DEV(const int32_t, seq_lens), TC__DEV(const int32_t, q_start), (int32_t)n_seqs, \
-               (int32_t)n_heads, n_kv, bs, mb, q->stride[0], out->stride[0], scale)                \
-         : tc_launch_attn_prefill128_##sfx(                                                        \
-               cfg, TC__DEV(T, out), TC__DEV(const T, q), TC__DEV(const T, k_cache),               \
-               TC__DEV(const T, v_cache), TC__DEV(const int32_t, block_table),                     \
-               TC__DEV(const int32_t, seq_lens), TC__DEV(const int32_t, q_start), (int32_t)n_seqs, \
-               (int32_t)n_heads, n_kv, bs, mb, q->stride[0], out->stride[0], scale))
-    TC__BY_DTYPE(st, q->dtype, LAUNCH);
-#undef LAUNCH
+#define LAUNCH16(sfx, T)                                             \
+    (hd == 64    ? CALL(tc_launch_attn_prefill64_##sfx, ARGS(T, T))  \
+     : hd == 128 ? CALL(tc_launch_attn_prefill128_##sfx, ARGS(T, T)) \
+                 : CALL(tc_launch_attn_prefill_##sfx, ARGS(T, T), (int32_t)hd))
+    st = q->dtype == TC_DTYPE_F16 ? LAUNCH16(f16, tc_half) : LAUNCH16(bf16, tc_bf16);
+#undef LAUNCH16
+#undef ARGS
+#undef CALL
     return st;
+}
+
+/* 2^(ceil(log2(amax)) - 5), or 1 for amax 0 (or not finite): see tc_kv_scales. */
+static float pow2_scale(float amax)
+{
+    if (!(amax > 0.0f) || !isfinite(amax))
+        return 1.0f;
+    int e;
+    float m = frexpf(amax, &e); /* amax = m 2^e, m in [0.5, 1) */
+    return ldexpf(1.0f, (m == 0.5f ? e - 1 : e) - 5);
+}
+
+tc_status tc_kv_scales(tc_tensor *k_scale, tc_tensor *v_scale, const tc_tensor *k,
+                       const tc_tensor *v)
+{
+    const char *op = "tc_kv_scales";
+    TC_TRY(tc__check_dtype(op, "k", k, TC__FLOATS));
+    TC_TRY(tc__check_dtype(op, "v", v, TC__MASK(k->dtype)));
+    TC_TRY(tc__check_ndim(op, "k", k, 3));
+    TC_TRY(tc__check_ndim(op, "v", v, 3));
+    for (int d = 0; d < 3; d++)
+        TC_TRY(tc__check_dim(op, "v", v, d, k->shape[d], "k's shape"));
+    TC_TRY(tc__check_rows_dense(op, "k", k));
+    TC_TRY(tc__check_rows_dense(op, "v", v));
+    tc_tensor *sc[2] = { k_scale, v_scale };
+    const char *names[2] = { "k_scale", "v_scale" };
+    for (int i = 0; i < 2; i++) {
+        TC_TRY(tc__check_dtype(op, names[i], sc[i], TC__MASK(TC_DTYPE_F32)));
+        TC_TRY(tc__check_ndim(op, names[i], sc[i], 1));
+        TC_TRY(tc__check_dim(op, names[i], sc[i], 0, k->shape[1], "one per kv head"));
+        TC_TRY(tc__check_same_backend(op, k, sc[i]));
+        if (!tc_tensor_is_contiguous(sc[i]))
+            return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "%s must be contiguous", names[i]);
+    }
+    TC_TRY(tc__check_same_backend(op, k, v));
+    int64_t n = k->shape[0], heads = k->shape[1], hd = k->shape[2];
+    if (k->backend->kind == TC_BACKEND_CPU) {
+        const tc_tensor *x[2] = { k, v };
+        for (int i = 0; i < 2; i++)
+            for (int64_t h = 0; h < heads; h++) {
+                float amax = 0.0f;
+                for (int64_t r = 0; r < n; r++)
+                    for (int64_t d = 0; d < hd; d++)
+                        amax =
+                            fmaxf(amax, fabsf(tc__load(x[i]->dtype, tc__row(x[i], r), h * hd + d)));
+                ((float *)sc[i]->data)[h] = pow2_scale(amax);
+            }
+        return TC_OK;
+    }
+    if (k->dtype == TC_DTYPE_F32)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "an f8e4m3 KV cache needs f16 or bf16 activations on CUDA, not f32");
+    /* One block of 256 threads per (head, k or v). */
+    tc_launch_config cfg = tc__cfg(k->backend, (unsigned)heads, 256, 0);
+    cfg.grid.y = 2;
+#define LAUNCH(sfx, T)                                                                    \
+    tc_launch_attn_scales_##sfx(cfg, TC__DEV(float, k_scale), TC__DEV(float, v_scale),    \
+                                TC__DEV(const T, k), TC__DEV(const T, v), n, (int32_t)hd, \
+                                k->stride[0], v->stride[0])
+    return k->dtype == TC_DTYPE_F16 ? LAUNCH(f16, tc_half) : LAUNCH(bf16, tc_bf16);
+#undef LAUNCH
 }

@@ -251,9 +251,16 @@ tc_status tc__check_kv_dtype(const char *op, const tc_tensor *k_cache, const tc_
  * bad one is found. */
 tc_status tc__check_store(const char *op, const tc_tensor *k_cache, const tc_tensor *v_cache,
                           const tc_tensor *k, const tc_tensor *v, const tc_tensor *slots);
-/* tc_attention_store's CPU body, for arguments tc__check_store accepted. */
+/* The FP8 scales of opts (may be NULL) for caches like k_cache: checked (f32 [n_kv_heads],
+ * contiguous, on the caches' backend) and their data in *ks and *vs; NULL where a scale is not
+ * given or the cache is not f8e4m3. */
+tc_status tc__kv_scales(const char *op, const tc_tensor *k_cache,
+                        const struct tc_attention_opts *opts, const float **ks, const float **vs);
+/* tc_attention_store's CPU body, for arguments tc__check_store accepted; ks, vs: the FP8 scales
+ * per kv head (NULL: 1). */
 void tc__attention_store_cpu(tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *k,
-                             const tc_tensor *v, const tc_tensor *slots);
+                             const tc_tensor *v, const tc_tensor *slots, const float *ks,
+                             const float *vs);
 tc_status tc__check_rows_dense(const char *op, const char *name, const tc_tensor *t);
 #define TC__MASK(dt) (1u << (dt))
 #define TC__FLOATS (TC__MASK(TC_DTYPE_F32) | TC__MASK(TC_DTYPE_F16) | TC__MASK(TC_DTYPE_BF16))

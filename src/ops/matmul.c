@@ -540,6 +540,15 @@ tc_status tc_linear_rope_store(tc_tensor *out, const tc_tensor *x, const tc_tens
                                const tc_rope_config *rope, tc_tensor *k_cache, tc_tensor *v_cache,
                                const tc_tensor *slots)
 {
+    return tc_linear_rope_store_ex(out, x, w, opts, pos, rope, k_cache, v_cache, slots, NULL);
+}
+
+tc_status tc_linear_rope_store_ex(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
+                                  const tc_linear_opts *opts, const tc_tensor *pos,
+                                  const tc_rope_config *rope, tc_tensor *k_cache,
+                                  tc_tensor *v_cache, const tc_tensor *slots,
+                                  const tc_attention_opts *kv_opts)
+{
     const char *op = "tc_linear_rope_store";
     static const tc_linear_opts none;
     const tc_linear_opts *o = opts ? opts : &none;
@@ -564,11 +573,13 @@ tc_status tc_linear_rope_store(tc_tensor *out, const tc_tensor *x, const tc_tens
     TC_TRY(tc_tensor_slice(&all, 1, n_heads + n_kv, n_kv, &v));
     TC_TRY(tc__check_rope(op, &q, &k, pos, rope));
     TC_TRY(tc__check_store(op, k_cache, v_cache, &k, &v, slots));
+    const float *ks, *vs;
+    TC_TRY(tc__kv_scales(op, k_cache, kv_opts, &ks, &vs));
     /* (The one-row kernel stores in the activations' dtype: an FP8 cache takes the rope's.) */
     if (out->backend->kind == TC_BACKEND_CPU || !one_row_vectors(x, w) ||
         k_cache->dtype != out->dtype) {
         TC_TRY(tc_linear(out, x, w, o));
-        return tc_rope_store(&q, &k, &v, pos, rope, k_cache, v_cache, slots);
+        return tc_rope_store_ex(&q, &k, &v, pos, rope, k_cache, v_cache, slots, kv_opts);
     }
     rope_args ra = { TC__DEV(const int32_t, pos),
                      TC__DEV(const int32_t, slots),

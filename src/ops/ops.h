@@ -11,6 +11,8 @@
 extern "C" {
 #endif
 
+struct tc_attention_opts; /* options of the attention ops, below */
+
 /* Matrix products of at most this many rows use the matrix-vector (decode) kernel on CUDA. */
 #define TC_MATVEC_MAX_ROWS 8
 
@@ -51,6 +53,11 @@ TC_API tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos,
 TC_API tc_status tc_rope_store(tc_tensor *q, tc_tensor *k, const tc_tensor *v, const tc_tensor *pos,
                                const tc_rope_config *cfg, tc_tensor *k_cache, tc_tensor *v_cache,
                                const tc_tensor *slots);
+/* tc_rope_store into FP8 caches with kv_opts' k_scale and v_scale (see tc_attention_store_ex). */
+TC_API tc_status tc_rope_store_ex(tc_tensor *q, tc_tensor *k, const tc_tensor *v,
+                                  const tc_tensor *pos, const tc_rope_config *cfg,
+                                  tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *slots,
+                                  const struct tc_attention_opts *kv_opts);
 
 /* out = x w^T: a linear layer with weights stored [out_features, in_features]. out [m, n] and
  * x [m, k] share a dtype (f32/f16/bf16); w [n, k] is f32/f16/bf16/q8_0/q4_0. Accumulates in
@@ -93,6 +100,12 @@ TC_API tc_status tc_linear_rope_store(tc_tensor *out, const tc_tensor *x, const 
                                       const tc_linear_opts *opts, const tc_tensor *pos,
                                       const tc_rope_config *rope, tc_tensor *k_cache,
                                       tc_tensor *v_cache, const tc_tensor *slots);
+/* tc_linear_rope_store into FP8 caches with kv_opts' k_scale and v_scale. */
+TC_API tc_status tc_linear_rope_store_ex(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
+                                         const tc_linear_opts *opts, const tc_tensor *pos,
+                                         const tc_rope_config *rope, tc_tensor *k_cache,
+                                         tc_tensor *v_cache, const tc_tensor *slots,
+                                         const struct tc_attention_opts *kv_opts);
 
 /* w [n, k] *= s [k] column by column, in place, rounded to w's dtype (f32, f16 or bf16; s has
  * w's dtype): folds an RMSNorm's weight into the product after it (tc_linear_opts.rms_norm).
@@ -121,8 +134,10 @@ TC_API tc_status tc_softmax(tc_tensor *out, const tc_tensor *x);
  * and seq_lens [n_seqs] (tokens cached, including the ones being computed) are i32. Heads are
  * grouped (GQA): query head h reads kv head h / (n_heads / n_kv_heads). q and out share a
  * dtype (f32/f16/bf16); the caches hold it too, or f8e4m3 (half the bytes of a 16-bit cache;
- * values rounded to 3 mantissa bits and saturated at +-448; on CUDA only with f16/bf16
- * activations); softmax in f32 with `scale` (usually 1/sqrt(head_dim)). */
+ * values rounded to 3 mantissa bits and saturated at +-448, optionally scaled per kv head:
+ * tc_attention_opts; on CUDA only with f16/bf16 activations); softmax in f32 with `scale`
+ * (usually 1/sqrt(head_dim)). On CUDA head_dim is any even number from 32 to 256 (64 and 128
+ * have kernels of their own, the others share one sized for 256). */
 
 /* Write k, v [n, n_kv_heads, head_dim] into cache slots[i] = block * block_size + offset
  * (i32 [n]; a negative slot skips the token), converted to the caches' dtype. */
@@ -133,14 +148,21 @@ TC_API tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, cons
 TC_API tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tensor *k_cache,
                                      const tc_tensor *v_cache, const tc_tensor *block_table,
                                      const tc_tensor *seq_lens, float scale);
-/* What a decode may read early. */
+/* Options of the attention ops (zero-initialise, then set fresh_rows: its default is -1). */
 typedef struct tc_attention_opts {
+    /* FP8 caches: each kv head's scale of keys and of values (f32 [n_kv_heads], contiguous, on
+     * the caches' backend): the cache holds x / scale rounded to E4M3 (saturating at +-448)
+     * and is read back as code * scale. NULL: 1. Ignored by caches of another dtype. */
+    const tc_tensor *k_scale, *v_scale;
     /* How many of each sequence's newest cached rows the kernel launched just before this op on
      * its stream may have written; it must not have written the older rows, seq_lens or
      * block_table. On CUDA 9.0+ (programmatic dependent launch) those are read while that
      * kernel finishes. -1, the default: any of them may be its output, nothing is read early.
      * (A decode step stores its token's keys and values just before: 1.) */
     int32_t fresh_rows;
+    /* Sliding-window attention (Mistral): a query at position p attends only to positions
+     * max(0, p - window + 1) .. p. 0, the default: every earlier position. */
+    int32_t window;
 } tc_attention_opts;
 /* tc_attention_decode with options (NULL: the defaults). */
 TC_API tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q,
@@ -155,6 +177,25 @@ TC_API tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const 
                                       const tc_tensor *v_cache, const tc_tensor *block_table,
                                       const tc_tensor *seq_lens, const tc_tensor *q_start,
                                       float scale);
+/* tc_attention_prefill with options (fresh_rows ignored; NULL: the defaults). */
+TC_API tc_status tc_attention_prefill_ex(tc_tensor *out, const tc_tensor *q,
+                                         const tc_tensor *k_cache, const tc_tensor *v_cache,
+                                         const tc_tensor *block_table, const tc_tensor *seq_lens,
+                                         const tc_tensor *q_start, float scale,
+                                         const tc_attention_opts *opts);
+/* tc_attention_store into FP8 caches with opts' k_scale and v_scale (NULL opts or scales: 1;
+ * the rest of opts is ignored). */
+TC_API tc_status tc_attention_store_ex(tc_tensor *k_cache, tc_tensor *v_cache, const tc_tensor *k,
+                                       const tc_tensor *v, const tc_tensor *slots,
+                                       const tc_attention_opts *opts);
+/* Per-kv-head scales for an FP8 cache from a batch of its rows k, v [n, n_kv_heads, head_dim]:
+ * k_scale[h] (f32 [n_kv_heads]) is the power of two 2^(ceil(log2(amax)) - 5) of the largest
+ * magnitude amax of head h's keys (1 where all are 0), v_scale the same of the values. The
+ * scaled batch then peaks in (16, 32]: 14 times below E4M3's largest finite value (headroom
+ * for later rows), far above its subnormals (2^-6); a power of two divides and multiplies
+ * exactly, so the scaled codes are those of the unscaled values wherever both are normal. */
+TC_API tc_status tc_kv_scales(tc_tensor *k_scale, tc_tensor *v_scale, const tc_tensor *k,
+                              const tc_tensor *v);
 
 /* out[i] = the index of the largest element of row i of x [n, d] (f32/f16/bf16); the lowest
  * index wins ties; NaN elements are never chosen unless the whole row is NaN. out i32 [n]. */

@@ -107,7 +107,7 @@ tc_status tc__check_rope(const char *op, const tc_tensor *q, const tc_tensor *k,
  * double, so fewer blocks do less of that). With k_cache, k and v also go to slots[i]. */
 static tc_status rope_cuda(tc_tensor *q, tc_tensor *k, const tc_tensor *v, tc_tensor *k_cache,
                            tc_tensor *v_cache, const tc_tensor *pos, const tc_tensor *slots,
-                           const tc_rope_config *cfg)
+                           const tc_rope_config *cfg, const float *ks, const float *vs)
 {
     int64_t hd = cfg->head_dim, heads = q->shape[1];
     if (k)
@@ -124,7 +124,7 @@ static tc_status rope_cuda(tc_tensor *q, tc_tensor *k, const tc_tensor *v, tc_te
         TC__DEV(uint8_t, v_cache), TC__DEV(const int32_t, pos), TC__DEV(const int32_t, slots),   \
         (int32_t)q->shape[1], (int32_t)k->shape[1], (int32_t)hd, q->stride[0], k->stride[0],     \
         v->stride[0], (int32_t)cfg->interleaved, cfg->theta, (int32_t)cfg->scaling, cfg->factor, \
-        cfg->low_freq_factor, cfg->high_freq_factor, cfg->original_max_position)
+        cfg->low_freq_factor, cfg->high_freq_factor, cfg->original_max_position, ks, vs)
         return q->dtype == TC_DTYPE_F16 ? LAUNCH8(f16, tc_half) : LAUNCH8(bf16, tc_bf16);
 #undef LAUNCH8
     }
@@ -165,25 +165,34 @@ tc_status tc_rope(tc_tensor *q, tc_tensor *k, const tc_tensor *pos, const tc_rop
         return TC_OK;
     if (q->backend->kind == TC_BACKEND_CPU)
         return rope_cpu("tc_rope", q, k, pos, cfg);
-    return rope_cuda(q, k, NULL, NULL, NULL, pos, NULL, cfg);
+    return rope_cuda(q, k, NULL, NULL, NULL, pos, NULL, cfg, NULL, NULL);
 }
 
 tc_status tc_rope_store(tc_tensor *q, tc_tensor *k, const tc_tensor *v, const tc_tensor *pos,
                         const tc_rope_config *cfg, tc_tensor *k_cache, tc_tensor *v_cache,
                         const tc_tensor *slots)
 {
+    return tc_rope_store_ex(q, k, v, pos, cfg, k_cache, v_cache, slots, NULL);
+}
+
+tc_status tc_rope_store_ex(tc_tensor *q, tc_tensor *k, const tc_tensor *v, const tc_tensor *pos,
+                           const tc_rope_config *cfg, tc_tensor *k_cache, tc_tensor *v_cache,
+                           const tc_tensor *slots, const tc_attention_opts *kv_opts)
+{
     const char *op = "tc_rope_store";
+    const float *ks, *vs;
     if (!k)
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "k is required");
     TC_TRY(tc__check_rope(op, q, k, pos, cfg));
     TC_TRY(tc__check_store(op, k_cache, v_cache, k, v, slots));
     TC_TRY(tc__check_same_backend(op, q, k_cache));
+    TC_TRY(tc__kv_scales(op, k_cache, kv_opts, &ks, &vs));
     if (q->shape[0] == 0)
         return TC_OK;
     if (q->backend->kind == TC_BACKEND_CPU) {
         TC_TRY(rope_cpu(op, q, k, pos, cfg));
-        tc__attention_store_cpu(k_cache, v_cache, k, v, slots);
+        tc__attention_store_cpu(k_cache, v_cache, k, v, slots, ks, vs);
         return TC_OK;
     }
-    return rope_cuda(q, k, v, k_cache, v_cache, pos, slots, cfg);
+    return rope_cuda(q, k, v, k_cache, v_cache, pos, slots, cfg, ks, vs);
 }

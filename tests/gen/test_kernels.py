@@ -141,9 +141,10 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     decode = body[body.index("__device__ void decode("):]
     head = decode[:decode.index("{") + 1]
     start = decode[len(head):]
-    assert re.match(r"\s*(//[^\n]*\n\s*)*constexpr[^;]*;\s*int S = stages;\s*(//[^\n]*\n\s*)*"
+    assert re.match(r"\s*(//[^\n]*\n\s*)*((constexpr|const int)[^;]*;\s*)+int S = stages;\s*(//[^\n]*\n\s*)*"
                     r"if \(fresh < 0\)\s*tc::await_inputs\(\);", start), "decode must wait first by default"
     early = start[:start.index("if (fresh >= 0) {")]
     code = "\n".join(line.split("//")[0] for line in early.splitlines())
-    for touched in ("out[", "out +", "part[", "part +", "counters", "q[", "q +", "q_stride"):
+    for touched in ("out[", "out +", "part[", "part +", "counters", "q[", "q +", "q_stride", "k_scale[",
+                    "v_scale["):
         assert touched not in code, f"decode touches {touched!r} before it waits"

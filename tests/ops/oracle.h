@@ -299,35 +299,45 @@ static inline double *ref_rms_rows(const double *x, int64_t m, int64_t k, double
 }
 
 /* Causal attention of one sequence's m newest queries q [m, H, hd] over contiguous keys and
- * values [len, KV, hd]. */
-static inline void ref_attention(double *out, const double *q, const double *k, const double *v,
-                                 int64_t m, int64_t len, int64_t H, int64_t KV, int64_t hd,
-                                 double scale)
+ * values [len, KV, hd]; with window > 0 the query at position p sees positions
+ * p - window + 1 .. p only; ks, vs (NULL: 1) multiply kv head g's keys and values (an FP8
+ * cache's scales). */
+static inline void ref_attention_ex(double *out, const double *q, const double *k, const double *v,
+                                    int64_t m, int64_t len, int64_t H, int64_t KV, int64_t hd,
+                                    double scale, int64_t window, const double *ks,
+                                    const double *vs)
 {
     double *p = malloc(sizeof(double) * (size_t)(len + 1));
     for (int64_t j = 0; j < m; j++) {
-        int64_t qpos = len - m + j;
+        int64_t qpos = len - m + j, t0 = window > 0 && qpos - window + 1 > 0 ? qpos - window + 1 : 0;
         for (int64_t h = 0; h < H; h++) {
             int64_t g = h / (H / KV);
+            double kf = ks ? ks[g] : 1.0, vf = vs ? vs[g] : 1.0;
             double mx = -INFINITY, sum = 0.0;
-            for (int64_t t = 0; t <= qpos; t++) {
+            for (int64_t t = t0; t <= qpos; t++) {
                 double d = 0.0;
                 for (int64_t i = 0; i < hd; i++)
-                    d += q[(j * H + h) * hd + i] * k[(t * KV + g) * hd + i];
+                    d += q[(j * H + h) * hd + i] * k[(t * KV + g) * hd + i] * kf;
                 p[t] = d * scale;
                 mx = fmax(mx, p[t]);
             }
-            for (int64_t t = 0; t <= qpos; t++)
+            for (int64_t t = t0; t <= qpos; t++)
                 sum += (p[t] = exp(p[t] - mx));
             for (int64_t i = 0; i < hd; i++) {
                 double a = 0.0;
-                for (int64_t t = 0; t <= qpos; t++)
-                    a += p[t] * v[(t * KV + g) * hd + i];
+                for (int64_t t = t0; t <= qpos; t++)
+                    a += p[t] * v[(t * KV + g) * hd + i] * vf;
                 out[(j * H + h) * hd + i] = a / sum;
             }
         }
     }
     free(p);
+}
+static inline void ref_attention(double *out, const double *q, const double *k, const double *v,
+                                 int64_t m, int64_t len, int64_t H, int64_t KV, int64_t hd,
+                                 double scale)
+{
+    ref_attention_ex(out, q, k, v, m, len, H, KV, hd, scale, 0, NULL, NULL);
 }
 
 /* A batch of sequences in a paged cache, with the contiguous copies the reference reads. */
@@ -434,15 +444,59 @@ static inline tc_status paged_build(paged_case *c, rng_t *r, tc_backend *b, tc_d
     return paged_build_kv(c, r, b, dt, dt, 1.0, n_seqs, len, m, H, KV, hd, bs);
 }
 
-/* The reference output [n_tokens, H, hd] of the case (malloc'ed). */
-static inline double *paged_reference(const paged_case *c, double scale)
+/* The reference output [n_tokens, H, hd] of the case (malloc'ed), with a window and scales as
+ * ref_attention_ex. */
+static inline double *paged_reference_ex(const paged_case *c, double scale, int64_t window,
+                                         const double *ks, const double *vs)
 {
     double *out = malloc(sizeof(double) * (size_t)(c->n_tokens * c->H * c->hd + 1));
     for (int64_t s = 0; s < c->n_seqs; s++)
-        ref_attention(out + (int64_t)c->q_start[s] * c->H * c->hd,
-                      c->q + (int64_t)c->q_start[s] * c->H * c->hd, c->k[s], c->v[s], c->m[s],
-                      c->len[s], c->H, c->KV, c->hd, scale);
+        ref_attention_ex(out + (int64_t)c->q_start[s] * c->H * c->hd,
+                         c->q + (int64_t)c->q_start[s] * c->H * c->hd, c->k[s], c->v[s], c->m[s],
+                         c->len[s], c->H, c->KV, c->hd, scale, window, ks, vs);
     return out;
+}
+static inline double *paged_reference(const paged_case *c, double scale)
+{
+    return paged_reference_ex(c, scale, 0, NULL, NULL);
+}
+
+/* As a sliding window lets the cache free blocks: each sequence's blocks that end before its
+ * first query's window point at one block (not otherwise used) whose keys and values are all
+ * NaN, so that an op that reads a position before a window (or weighs one) returns NaN. */
+static inline tc_status paged_forget_before_window(paged_case *c, int64_t window)
+{
+    int32_t spare = -1;
+    for (int32_t u = 0; u < c->n_blocks && spare < 0; u++) {
+        bool used = false;
+        for (int64_t i = 0; i < c->n_seqs * c->max_blocks; i++)
+            used |= c->table[i] == u;
+        if (!used)
+            spare = u;
+    }
+    if (spare < 0)
+        return TC_ERR_INVALID_ARGUMENT;
+    size_t bytes = tc_dtype_bytes(c->tk.dtype, c->bs * c->KV * c->hd);
+    void *nan = malloc(bytes);
+    memset(nan, 0xFF, bytes); /* NaN in every float dtype */
+    tc_tensor kb, vb;
+    tc_status st = tc_tensor_slice(&c->tk, 0, spare, 1, &kb);
+    if (st == TC_OK)
+        st = tc_tensor_slice(&c->tv, 0, spare, 1, &vb);
+    if (st == TC_OK)
+        st = tc_tensor_copy_from_host(&kb, nan, bytes);
+    if (st == TC_OK)
+        st = tc_tensor_copy_from_host(&vb, nan, bytes);
+    free(nan);
+    for (int64_t s = 0; s < c->n_seqs && st == TC_OK; s++) {
+        int64_t first = c->len[s] - c->m[s] - window + 1;
+        for (int64_t b = 0; first > 0 && b < first / c->bs; b++)
+            c->table[s * c->max_blocks + b] = spare;
+    }
+    if (st == TC_OK)
+        st = tc_tensor_copy_from_host(&c->ttable, c->table,
+                                      sizeof(int32_t) * (size_t)(c->n_seqs * c->max_blocks));
+    return st;
 }
 
 static inline void paged_free(paged_case *c)

@@ -678,6 +678,197 @@ static void attention_over_fp8_caches(void **state)
         }
 }
 
+/* Sliding windows and FP8 scales: prefill chunks and decodes of several head sizes against the
+ * plain reference. Each sequence's blocks before its first query's window point at a block of
+ * NaN, as in a cache that freed them: an op that read one would return NaN (shown first with
+ * the window off). An FP8 cache with per-head scales reads code * scale. */
+static void attention_window_and_scales(void **state)
+{
+    (void)state;
+    rng_t r = { 23 };
+    struct {
+        int64_t H, KV, hd, bs, window;
+    } shapes[] = {
+        { 8, 2, 80, 16, 37 }, { 4, 4, 96, 5, 200 }, { 6, 3, 24, 16, 1 }, { 8, 8, 64, 7, 64 }
+    };
+    for (size_t si = 0; si < 4; si++)
+        for (size_t di = 0; di < 3; di++)
+            for (int f8 = 0; f8 < 2; f8++) {
+                tc_dtype dt = floats[di], kt = f8 ? TC_DTYPE_F8E4M3 : dt;
+                int64_t H = shapes[si].H, KV = shapes[si].KV, hd = shapes[si].hd,
+                        W = shapes[si].window;
+                double scale = 1.0 / sqrt((double)hd), ksd[8], vsd[8];
+                float ksf[8], vsf[8];
+                for (int64_t h = 0; h < KV; h++) {
+                    ksf[h] = (float)rng_uniform(&r, 0.25, 8),
+                    vsf[h] = (float)rng_uniform(&r, 0.25, 8);
+                    ksd[h] = ksf[h], vsd[h] = vsf[h];
+                }
+                tc_tensor tks, tvs;
+                assert_int_equal(tc_tensor_init_from_host(&tks, cpu, TC_DTYPE_F32, TC_SHAPE(KV),
+                                                          ksf, sizeof(float) * (size_t)KV),
+                                 TC_OK);
+                assert_int_equal(tc_tensor_init_from_host(&tvs, cpu, TC_DTYPE_F32, TC_SHAPE(KV),
+                                                          vsf, sizeof(float) * (size_t)KV),
+                                 TC_OK);
+                tc_attention_opts o = { .fresh_rows = -1,
+                                        .window = (int32_t)W,
+                                        .k_scale = f8 ? &tks : NULL,
+                                        .v_scale = f8 ? &tvs : NULL };
+                for (int dec = 0; dec < 2; dec++) {
+                    int64_t len[] = { 3, 150, 500 }, m[] = { 3, 40, 129 }, ones[] = { 1, 1, 1 };
+                    paged_case c;
+                    assert_int_equal(paged_build_kv(&c, &r, cpu, dt, kt, 1.0, 3, len,
+                                                    dec ? ones : m, H, KV, hd, shapes[si].bs),
+                                     TC_OK);
+                    assert_int_equal(paged_forget_before_window(&c, W), TC_OK);
+                    tc_tensor out;
+                    assert_int_equal(tc_tensor_init(&out, cpu, dt, TC_SHAPE(c.n_tokens, H, hd)),
+                                     TC_OK);
+                    tc_attention_opts none = o;
+                    none.window = 0;
+                    assert_int_equal(
+                        dec ? tc_attention_decode_ex(&out, &c.tq, &c.tk, &c.tv, &c.ttable, &c.tlens,
+                                                     (float)scale, &none)
+                            : tc_attention_prefill_ex(&out, &c.tq, &c.tk, &c.tv, &c.ttable,
+                                                      &c.tlens, &c.tqstart, (float)scale, &none),
+                        TC_OK);
+                    double *got = tensor_values(&out),
+                           *want =
+                               paged_reference_ex(&c, scale, W, f8 ? ksd : NULL, f8 ? vsd : NULL);
+                    assert_true(rel_error(got, want, c.n_tokens * H * hd) == INFINITY);
+                    free(got);
+                    assert_int_equal(
+                        dec ? tc_attention_decode_ex(&out, &c.tq, &c.tk, &c.tv, &c.ttable, &c.tlens,
+                                                     (float)scale, &o)
+                            : tc_attention_prefill_ex(&out, &c.tq, &c.tk, &c.tv, &c.ttable,
+                                                      &c.tlens, &c.tqstart, (float)scale, &o),
+                        TC_OK);
+                    got = tensor_values(&out);
+                    EXPECT_CLOSE(got, want, c.n_tokens * H * hd, tolerance(dt),
+                                 "%s %s, %s cache, hd %lld, window %lld",
+                                 dec ? "decode" : "prefill", tc_dtype_name(dt), tc_dtype_name(kt),
+                                 (long long)hd, (long long)W);
+                    free(got), free(want);
+                    tc_tensor_deinit(&out);
+                    paged_free(&c);
+                }
+                o.window = -1;
+                tc_tensor dummy;
+                assert_int_equal(tc_tensor_init(&dummy, cpu, dt, TC_SHAPE(1, H, hd)), TC_OK);
+                int64_t l1[] = { 4 }, m1[] = { 1 };
+                paged_case c;
+                assert_int_equal(paged_build_kv(&c, &r, cpu, dt, kt, 1.0, 1, l1, m1, H, KV, hd, 16),
+                                 TC_OK);
+                assert_int_equal(tc_attention_decode_ex(&dummy, &c.tq, &c.tk, &c.tv, &c.ttable,
+                                                        &c.tlens, 1.0f, &o),
+                                 TC_ERR_INVALID_ARGUMENT);
+                assert_non_null(strstr(tc_last_error(), "window"));
+                paged_free(&c);
+                tc_tensor_deinit(&dummy), tc_tensor_deinit(&tks), tc_tensor_deinit(&tvs);
+            }
+}
+
+/* tc_kv_scales: per kv head the power of two 2^(ceil(log2 amax) - 5) (1 for a head of zeros);
+ * the FP8 store with them holds each value divided by its head's scale, rounded once (and
+ * saturated); tc_rope_store_ex is tc_rope then tc_attention_store_ex, bit for bit. */
+static void kv_scales_and_scaled_stores(void **state)
+{
+    (void)state;
+    rng_t r = { 29 };
+    const int64_t n = 5, KV = 4, hd = 8, row = KV * hd;
+    const double amp[4] = { 300.0, 0.0, 0.003, 1.0 }; /* head 3 peaks at exactly 1: scale 1/32 */
+    uint16_t kb[5 * 32], vb[5 * 32];
+    float kf[5 * 32], vf[5 * 32];
+    for (int64_t i = 0; i < n * row; i++) {
+        double a = amp[(i % row) / hd];
+        kf[i] = tc__bf16_to_f32(kb[i] = tc__f32_to_bf16((float)rng_uniform(&r, -a, a)));
+        vf[i] = tc__bf16_to_f32(vb[i] = tc__f32_to_bf16((float)rng_uniform(&r, -a, a)));
+    }
+    kf[3 * row + 3 * hd + 1] = 1.0f, kb[3 * row + 3 * hd + 1] = tc__f32_to_bf16(1.0f);
+    tc_tensor k, v, ks, vs;
+    assert_int_equal(
+        tc_tensor_init_from_host(&k, cpu, TC_DTYPE_BF16, TC_SHAPE(n, KV, hd), kb, sizeof kb),
+        TC_OK);
+    assert_int_equal(
+        tc_tensor_init_from_host(&v, cpu, TC_DTYPE_BF16, TC_SHAPE(n, KV, hd), vb, sizeof vb),
+        TC_OK);
+    assert_int_equal(tc_tensor_init(&ks, cpu, TC_DTYPE_F32, TC_SHAPE(KV)), TC_OK);
+    assert_int_equal(tc_tensor_init(&vs, cpu, TC_DTYPE_F32, TC_SHAPE(KV)), TC_OK);
+    assert_int_equal(tc_kv_scales(&ks, &vs, &k, &v), TC_OK);
+    const float *ksv = ks.data, *vsv = vs.data;
+    for (int64_t h = 0; h < KV; h++) {
+        double am[2] = { 0, 0 };
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t d = 0; d < hd; d++) {
+                am[0] = fmax(am[0], fabs(kf[i * row + h * hd + d]));
+                am[1] = fmax(am[1], fabs(vf[i * row + h * hd + d]));
+            }
+        for (int c = 0; c < 2; c++) {
+            double want = am[c] > 0 ? ldexp(1.0, (int)ceil(log2(am[c])) - 5) : 1.0;
+            assert_true((c ? vsv : ksv)[h] == want);
+            /* the batch's largest scaled value lands in (16, 32] */
+            assert_true(am[c] == 0 || (am[c] / want > 16 && am[c] / want <= 32));
+        }
+    }
+    assert_true(ksv[3] == 1.0f / 32);
+    tc_tensor kc, vc, slots;
+    assert_int_equal(tc_tensor_init(&kc, cpu, TC_DTYPE_F8E4M3, TC_SHAPE(2, 4, KV, hd)), TC_OK);
+    assert_int_equal(tc_tensor_init(&vc, cpu, TC_DTYPE_F8E4M3, TC_SHAPE(2, 4, KV, hd)), TC_OK);
+    int32_t sl[5] = { 7, 0, -1, 3, 5 };
+    assert_int_equal(
+        tc_tensor_init_from_host(&slots, cpu, TC_DTYPE_I32, TC_SHAPE(n), sl, sizeof sl), TC_OK);
+    tc_attention_opts o = { .k_scale = &ks, .v_scale = &vs, .fresh_rows = -1 };
+    assert_int_equal(tc_attention_store_ex(&kc, &vc, &k, &v, &slots, &o), TC_OK);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t e = 0; sl[i] >= 0 && e < row; e++) {
+            assert_int_equal(((uint8_t *)kc.data)[sl[i] * row + e],
+                             tc__f32_to_f8e4m3(kf[i * row + e] / ksv[e / hd]));
+            assert_int_equal(((uint8_t *)vc.data)[sl[i] * row + e],
+                             tc__f32_to_f8e4m3(vf[i * row + e] / vsv[e / hd]));
+        }
+    /* (what the scales are for: unscaled, head 2's values would be FP8 subnormals, 2^-9 apart:
+     * 0.0031 would come back as 0.0039) */
+    assert_true(tc__f8e4m3_to_f32(tc__f32_to_f8e4m3(0.0031f)) == 0.00390625f);
+    tc_tensor bad;
+    assert_int_equal(tc_tensor_init(&bad, cpu, TC_DTYPE_F32, TC_SHAPE(KV + 1)), TC_OK);
+    o.v_scale = &bad;
+    assert_int_equal(tc_attention_store_ex(&kc, &vc, &k, &v, &slots, &o), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "v_scale"));
+    o.v_scale = &vs;
+    /* rope_store_ex = rope, then store_ex */
+    tc_rope_config rc = { .head_dim = (int)hd, .theta = 10000.0 };
+    int32_t ps[5] = { 0, 9, 100, 3, 4000 };
+    tc_tensor pos, q[2], kk[2], kc2, vc2;
+    assert_int_equal(tc_tensor_init_from_host(&pos, cpu, TC_DTYPE_I32, TC_SHAPE(n), ps, sizeof ps),
+                     TC_OK);
+    assert_int_equal(tc_tensor_init(&kc2, cpu, TC_DTYPE_F8E4M3, TC_SHAPE(2, 4, KV, hd)), TC_OK);
+    assert_int_equal(tc_tensor_init(&vc2, cpu, TC_DTYPE_F8E4M3, TC_SHAPE(2, 4, KV, hd)), TC_OK);
+    memset(kc.data, 0, tc_tensor_bytes(&kc)), memset(vc.data, 0, tc_tensor_bytes(&vc));
+    memset(kc2.data, 0, tc_tensor_bytes(&kc2)), memset(vc2.data, 0, tc_tensor_bytes(&vc2));
+    for (int i = 0; i < 2; i++) {
+        double *ig;
+        rng_t rs = r;
+        assert_int_equal(
+            random_tensor(&rs, cpu, &q[i], TC_DTYPE_BF16, TC_SHAPE(n, 8, hd), -1, 1, &ig), TC_OK);
+        free(ig);
+        assert_int_equal(tc_tensor_init(&kk[i], cpu, TC_DTYPE_BF16, TC_SHAPE(n, KV, hd)), TC_OK);
+        assert_int_equal(tc_tensor_copy(&kk[i], &k), TC_OK);
+    }
+    assert_int_equal(tc_rope_store_ex(&q[0], &kk[0], &v, &pos, &rc, &kc, &vc, &slots, &o), TC_OK);
+    assert_int_equal(tc_rope(&q[1], &kk[1], &pos, &rc), TC_OK);
+    assert_int_equal(tc_attention_store_ex(&kc2, &vc2, &kk[1], &v, &slots, &o), TC_OK);
+    assert_memory_equal(q[0].data, q[1].data, tc_tensor_bytes(&q[0]));
+    assert_memory_equal(kk[0].data, kk[1].data, tc_tensor_bytes(&kk[0]));
+    assert_memory_equal(kc.data, kc2.data, tc_tensor_bytes(&kc));
+    assert_memory_equal(vc.data, vc2.data, tc_tensor_bytes(&vc));
+    for (int i = 0; i < 2; i++)
+        tc_tensor_deinit(&q[i]), tc_tensor_deinit(&kk[i]);
+    tc_tensor *all[] = { &k, &v, &ks, &vs, &kc, &vc, &slots, &bad, &pos, &kc2, &vc2 };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tc_tensor_deinit(all[i]);
+}
+
 static void attention_store_writes_slots(void **state)
 {
     (void)state;
@@ -1197,6 +1388,8 @@ int main(void)
         cmocka_unit_test(attention_prefill_and_decode_over_paged_cache),
         cmocka_unit_test(attention_over_fp8_caches),
         cmocka_unit_test(attention_store_writes_slots),
+        cmocka_unit_test(attention_window_and_scales),
+        cmocka_unit_test(kv_scales_and_scaled_stores),
         cmocka_unit_test(rope_store_is_rope_then_store),
         cmocka_unit_test(linear_rope_store_is_linear_then_rope_store),
         cmocka_unit_test(argmax_prefers_lowest_index_and_skips_nan),
