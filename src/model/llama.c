@@ -717,6 +717,30 @@ uint64_t tc_kv_cache_bytes(const tc_llama *m, int64_t n_blocks, int64_t block_si
            tc_dtype_bytes(m->kv_dtype, n_blocks * block_size * m->cfg.n_kv_heads * m->cfg.head_dim);
 }
 
+/* An FP8 cache's scales, all 1 until the first pass sets them. */
+static tc_status init_scales(tc_kv_cache *kv, const tc_llama *m)
+{
+    int64_t n_kv = m->cfg.n_kv_heads, n = 2 * kv->n_layers * n_kv;
+    kv->k_scale = tc_host_calloc((size_t)kv->n_layers, sizeof *kv->k_scale);
+    kv->v_scale = tc_host_calloc((size_t)kv->n_layers, sizeof *kv->v_scale);
+    float *ones = tc_host_alloc((size_t)n * sizeof(float));
+    if (!kv->k_scale || !kv->v_scale || !ones) {
+        tc_host_free(ones);
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_kv_cache_init", "no host memory");
+    }
+    for (int64_t i = 0; i < n; i++)
+        ones[i] = 1.0f;
+    tc_status st = tc_tensor_init_from_host(&kv->scales, m->backend, TC_DTYPE_F32, TC_SHAPE(n),
+                                            ones, (size_t)n * sizeof(float));
+    tc_host_free(ones);
+    for (int l = 0; l < kv->n_layers && st == TC_OK; l++) {
+        st = tc_tensor_slice(&kv->scales, 0, 2 * l * n_kv, n_kv, &kv->k_scale[l]);
+        if (st == TC_OK)
+            st = tc_tensor_slice(&kv->scales, 0, (2 * l + 1) * n_kv, n_kv, &kv->v_scale[l]);
+    }
+    return st;
+}
+
 tc_status tc_kv_cache_init(tc_kv_cache *kv, const tc_llama *m, int64_t n_blocks, int64_t block_size)
 {
     memset(kv, 0, sizeof *kv);
@@ -752,6 +776,8 @@ tc_status tc_kv_cache_init(tc_kv_cache *kv, const tc_llama *m, int64_t n_blocks,
                                 TC_SHAPE(n_blocks, block_size, m->cfg.n_kv_heads, m->cfg.head_dim),
                                 base + bytes);
     }
+    if (st == TC_OK && dt == TC_DTYPE_F8E4M3)
+        st = init_scales(kv, m);
     if (st != TC_OK)
         tc_kv_cache_deinit(kv);
     return st;
@@ -778,8 +804,11 @@ void tc_kv_cache_deinit(tc_kv_cache *kv)
     if (!kv)
         return;
     tc_tensor_deinit(&kv->arena);
+    tc_tensor_deinit(&kv->scales);
     tc_host_free(kv->k);
     tc_host_free(kv->v);
+    tc_host_free(kv->k_scale);
+    tc_host_free(kv->v_scale);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -945,9 +974,18 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
      * writes only each sequence's newest cached row (the lengths and table come by copies
      * before the pass). */
     const tc_attention_opts after_store = { .fresh_rows = 1 };
+    /* An FP8 cache's first pass sets its scales from its own rows (rotated keys, values) before
+     * they are stored. */
+    bool fp8 = kv->k_scale != NULL, calibrate = fp8 && !kv->scaled;
     TC_CHECK(st, tc_embedding(&x, &m->tok_embd, &ids));
     for (int l = 0; l < c->n_layers; l++) {
         tc_llama_layer *y = &m->layers[l];
+        /* the scales for stores (tc_*_ex) and for reads */
+        tc_attention_opts kvo = { .k_scale = fp8 ? &kv->k_scale[l] : NULL,
+                                  .v_scale = fp8 ? &kv->v_scale[l] : NULL,
+                                  .fresh_rows = -1 };
+        tc_attention_opts dec = kvo;
+        dec.fresh_rows = after_store.fresh_rows;
         /* With the norms folded, a decode step's products normalise x themselves. */
         bool in_product = fused && y->norms_folded;
         const tc_tensor *attn_norm = y->norms_folded ? NULL : &y->attn_norm,
@@ -958,10 +996,15 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             TC_CHECK(st, tc_rmsnorm(&h, &x, &o, attn_norm, c->norm_eps));
         tc_tensor *lq = &q3, *lk = &k3, *lv = &v3;
         bool stored = false;
-        if (in_product) {
+        if (in_product && calibrate) {
+            TC_CHECK(st, tc_linear(&qkv, &x, &y->wqkv, &normed));
+            lq = &fq3;
+            lk = &fk3;
+            lv = &fv3;
+        } else if (in_product) {
             /* Rotated and stored by the product itself where it can (one row on CUDA). */
-            TC_CHECK(st, tc_linear_rope_store(&qkv, &x, &y->wqkv, &normed, &pos, &c->rope,
-                                              &kv->k[l], &kv->v[l], &slots));
+            TC_CHECK(st, tc_linear_rope_store_ex(&qkv, &x, &y->wqkv, &normed, &pos, &c->rope,
+                                                 &kv->k[l], &kv->v[l], &slots, &kvo));
             stored = true;
             lq = &fq3;
             lk = &fk3;
@@ -976,23 +1019,29 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             TC_CHECK(st, tc_matmul(&k, &h, &y->wk));
             TC_CHECK(st, tc_matmul(&v, &h, &y->wv));
         }
-        if (!stored)
-            TC_CHECK(st, tc_rope_store(lq, lk, lv, &pos, &c->rope, &kv->k[l], &kv->v[l], &slots));
+        if (calibrate) {
+            TC_CHECK(st, tc_rope(lq, lk, &pos, &c->rope));
+            TC_CHECK(st, tc_kv_scales(&kv->k_scale[l], &kv->v_scale[l], lk, lv));
+            TC_CHECK(st, tc_attention_store_ex(&kv->k[l], &kv->v[l], lk, lv, &slots, &kvo));
+        } else if (!stored) {
+            TC_CHECK(st, tc_rope_store_ex(lq, lk, lv, &pos, &c->rope, &kv->k[l], &kv->v[l], &slots,
+                                          &kvo));
+        }
         if (decode)
             TC_CHECK(st, tc_attention_decode_ex(&att3, lq, &kv->k[l], &kv->v[l], &table, &lens,
-                                                scale, &after_store));
+                                                scale, &dec));
         else if (D == 0)
-            TC_CHECK(st, tc_attention_prefill(&att3, lq, &kv->k[l], &kv->v[l], &table, &lens, &qs,
-                                              scale));
+            TC_CHECK(st, tc_attention_prefill_ex(&att3, lq, &kv->k[l], &kv->v[l], &table, &lens,
+                                                 &qs, scale, &kvo));
         else {
             TC_CHECK(st, tc_tensor_slice(lq, 0, 0, D, &dq));
             TC_CHECK(st, tc_tensor_slice(&att3, 0, 0, D, &datt));
             TC_CHECK(st, tc_tensor_slice(lq, 0, D, T - D, &pq));
             TC_CHECK(st, tc_tensor_slice(&att3, 0, D, T - D, &patt));
             TC_CHECK(st, tc_attention_decode_ex(&datt, &dq, &kv->k[l], &kv->v[l], &dtable, &dlens,
-                                                scale, &after_store));
-            TC_CHECK(st, tc_attention_prefill(&patt, &pq, &kv->k[l], &kv->v[l], &ptable, &plens,
-                                              &pqs, scale));
+                                                scale, &dec));
+            TC_CHECK(st, tc_attention_prefill_ex(&patt, &pq, &kv->k[l], &kv->v[l], &ptable, &plens,
+                                                 &pqs, scale, &kvo));
         }
         if (fused) {
             TC_CHECK(st, tc_linear(&x, &att, &y->wo, &add));
@@ -1024,6 +1073,7 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         }
         TC_CHECK(st, tc_matmul(&o, &gate, &y->w_down));
     }
+    kv->scaled |= calibrate; /* (before a graph captures the next pass) */
     TC_CHECK(st, tc_rmsnorm(&h, fused ? NULL : &x, fused ? &x : &o, &m->out_norm, c->norm_eps));
     /* Only each sequence's last row needs logits: gather those rows (the embedding op over the
      * hidden states as a table; a decode step's rows are all last rows), project to f32

@@ -137,6 +137,13 @@ typedef struct tc_kv_cache {
     int64_t n_blocks, block_size;
     tc_tensor *k, *v; /* views of the arena */
     tc_tensor arena;  /* one allocation for every layer */
+    /* An FP8 cache's scales (tc_attention_opts): k_scale[l], v_scale[l] f32 [n_kv_heads], views
+     * of `scales`. The first forward pass over the cache sets them from its own keys and
+     * values (tc_kv_scales: powers of two that leave the batch 14 times below E4M3's largest
+     * value), as vLLM's dynamic k_scale and v_scale; `scaled` is then true and they stay. */
+    tc_tensor *k_scale, *v_scale;
+    tc_tensor scales;
+    bool scaled;
 } tc_kv_cache;
 TC_API tc_status tc_kv_cache_init(tc_kv_cache *kv, const tc_llama *m, int64_t n_blocks,
                                   int64_t block_size);
