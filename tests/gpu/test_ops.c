@@ -1411,6 +1411,182 @@ static void attention_fp8(rng_t *r)
     decode_after_store(r, TC_DTYPE_F16, 9, 3, 64, TC_DTYPE_F8E4M3);
 }
 
+/* One attention case for every head size (the generic kernels: any even size but 64 and 128)
+ * with a sliding window (0: none) and, over an FP8 cache, per-kv-head scales: decode (fresh_rows
+ * 1, as a decode step runs it) or prefill chunks against the CPU op and the double reference,
+ * outputs poisoned. With a window, each sequence's blocks before its first query's window
+ * point at a block of NaN (as in a cache that freed them): reading one fails the case. */
+static void attention_case(rng_t *r, tc_dtype dt, tc_dtype kt, int64_t H, int64_t KV, int64_t hd,
+                           int64_t bs, int64_t window, bool decode, const char *note)
+{
+    bool f8 = kt == TC_DTYPE_F8E4M3;
+    double scale = 1.0 / sqrt((double)hd), ksd[64], vsd[64];
+    float ksf[64], vsf[64];
+    for (int64_t h = 0; h < KV; h++) {
+        ksf[h] = (float)rng_uniform(r, 0.05, 4), vsf[h] = (float)rng_uniform(r, 0.05, 4);
+        ksd[h] = ksf[h], vsd[h] = vsf[h];
+    }
+    tc_tensor gks, gvs, cks, cvs;
+    size_t sb = sizeof(float) * (size_t)KV;
+    CHECK(tc_tensor_init_from_host(&gks, gpu, TC_DTYPE_F32, TC_SHAPE(KV), ksf, sb));
+    CHECK(tc_tensor_init_from_host(&gvs, gpu, TC_DTYPE_F32, TC_SHAPE(KV), vsf, sb));
+    CHECK(tc_tensor_init_from_host(&cks, cpu, TC_DTYPE_F32, TC_SHAPE(KV), ksf, sb));
+    CHECK(tc_tensor_init_from_host(&cvs, cpu, TC_DTYPE_F32, TC_SHAPE(KV), vsf, sb));
+    int64_t dlen[] = { 1, 17, 300, 2000 }, ones[] = { 1, 1, 1, 1 }, plen[] = { 1, 77, 300, 700 },
+            pm[] = { 1, 77, 45, 250 };
+    paged_case gc, cc;
+    rng_t r2 = *r;
+    CHECK(paged_build_kv(&gc, r, gpu, dt, kt, 1.0, 4, decode ? dlen : plen, decode ? ones : pm, H,
+                         KV, hd, bs));
+    CHECK(paged_build_kv(&cc, &r2, cpu, dt, kt, 1.0, 4, decode ? dlen : plen, decode ? ones : pm, H,
+                         KV, hd, bs));
+    if (window > 0) {
+        CHECK(paged_forget_before_window(&gc, window));
+        CHECK(paged_forget_before_window(&cc, window));
+    }
+    tc_attention_opts go = { .k_scale = f8 ? &gks : NULL,
+                             .v_scale = f8 ? &gvs : NULL,
+                             .fresh_rows = decode ? 1 : -1,
+                             .window = (int32_t)window },
+                      co = go;
+    co.k_scale = f8 ? &cks : NULL, co.v_scale = f8 ? &cvs : NULL;
+    tc_tensor gout, cout;
+    poisoned(&gout, gpu, dt, TC_SHAPE(gc.n_tokens, H, hd));
+    poisoned(&cout, cpu, dt, TC_SHAPE(cc.n_tokens, H, hd));
+    if (decode) {
+        CHECK(tc_attention_decode_ex(&gout, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens,
+                                     (float)scale, &go));
+        CHECK(tc_attention_decode_ex(&cout, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens,
+                                     (float)scale, &co));
+    } else {
+        CHECK(tc_attention_prefill_ex(&gout, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens,
+                                      &gc.tqstart, (float)scale, &go));
+        CHECK(tc_attention_prefill_ex(&cout, &cc.tq, &cc.tk, &cc.tv, &cc.ttable, &cc.tlens,
+                                      &cc.tqstart, (float)scale, &co));
+    }
+    double *want = paged_reference_ex(&cc, scale, window, f8 ? ksd : NULL, f8 ? vsd : NULL);
+    char what[160];
+    snprintf(what, sizeof what,
+             "attention %s %s, %s cache H %lld KV %lld hd %lld bs %lld, window %lld%s",
+             decode ? "decode" : "prefill", tc_dtype_name(dt), tc_dtype_name(kt), (long long)H,
+             (long long)KV, (long long)hd, (long long)bs, (long long)window, note);
+    expect_close(what, &gout, want, &cout, tolerance(dt));
+    free(want);
+    tc_tensor_deinit(&gout), tc_tensor_deinit(&cout);
+    paged_free(&gc), paged_free(&cc);
+    tc_tensor_deinit(&gks), tc_tensor_deinit(&gvs), tc_tensor_deinit(&cks), tc_tensor_deinit(&cvs);
+}
+
+/* Every head size: GQA and MHA shapes, windows off and on (1: a query sees itself only; 100,
+ * shorter than most sequences; 4096, longer than all), 16-bit, FP8 (with scales) and f32
+ * caches, several block sizes; hd 34 runs the copies of 4-byte (16-bit) and 2-byte (FP8)
+ * pieces. */
+static void attention_heads(rng_t *r)
+{
+    struct {
+        int64_t H, KV, hd, bs;
+    } shapes[] = { { 16, 4, 80, 16 }, { 12, 12, 96, 16 },  { 8, 2, 112, 7 },
+                   { 8, 1, 256, 16 }, { 16, 16, 256, 16 }, { 6, 2, 48, 16 },
+                   { 4, 2, 34, 16 },  { 32, 8, 128, 16 },  { 9, 3, 64, 5 } };
+    const struct {
+        tc_dtype dt, kt;
+    } types[] = { { TC_DTYPE_BF16, TC_DTYPE_BF16 },
+                  { TC_DTYPE_BF16, TC_DTYPE_F8E4M3 },
+                  { TC_DTYPE_F32, TC_DTYPE_F32 } };
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (size_t ti = 0; ti < 3; ti++)
+            for (int wi = 0; wi < 2; wi++)
+                for (int dec = 0; dec < 2; dec++)
+                    attention_case(r, types[ti].dt, types[ti].kt, shapes[si].H, shapes[si].KV,
+                                   shapes[si].hd, shapes[si].bs, wi ? 100 : 0, dec, "");
+    for (int dec = 0; dec < 2; dec++) {
+        attention_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 16, 4, 80, 16, 0, dec, "");
+        attention_case(r, TC_DTYPE_F16, TC_DTYPE_F8E4M3, 16, 4, 96, 16, 100, dec, "");
+        attention_case(r, TC_DTYPE_F16, TC_DTYPE_F8E4M3, 32, 8, 128, 16, 100, dec, "");
+        attention_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 8, 2, 96, 16, 1, dec, "");
+        attention_case(r, TC_DTYPE_BF16, TC_DTYPE_F8E4M3, 32, 8, 128, 16, 1, dec, "");
+        attention_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 32, 8, 128, 16, 4096, dec, "");
+        attention_case(r, TC_DTYPE_BF16, TC_DTYPE_F8E4M3, 8, 1, 256, 16, 4096, dec, "");
+    }
+}
+
+/* tc_kv_scales on CUDA equals the CPU's (powers of two: exactly); the FP8 store with them, and
+ * rope_store_ex, as the CPU ops store (the store: exactly; after the rotation within a step of
+ * FP8, as rope_store's checks). */
+static void kv_scales_and_scaled_stores(rng_t *r)
+{
+    const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F16 };
+    for (int di = 0; di < 2; di++) {
+        tc_dtype dt = dts[di];
+        int64_t n = 37, H = 16, KV = 8, hd = 96, U = H + 2 * KV, bs = 16, nb = 5;
+        tc_tensor gx, cx, gks, gvs, cks, cvs;
+        double *xv = twin(r, dt, TC_SHAPE(n, U, hd), -300, 300, &gx, &cx);
+        free(xv);
+        tc_tensor gq, gk, gv, cq, ck, cv;
+        CHECK(tc_tensor_slice(&gx, 1, 0, H, &gq));
+        CHECK(tc_tensor_slice(&gx, 1, H, KV, &gk));
+        CHECK(tc_tensor_slice(&gx, 1, H + KV, KV, &gv));
+        CHECK(tc_tensor_slice(&cx, 1, 0, H, &cq));
+        CHECK(tc_tensor_slice(&cx, 1, H, KV, &ck));
+        CHECK(tc_tensor_slice(&cx, 1, H + KV, KV, &cv));
+        poisoned(&gks, gpu, TC_DTYPE_F32, TC_SHAPE(KV));
+        poisoned(&gvs, gpu, TC_DTYPE_F32, TC_SHAPE(KV));
+        poisoned(&cks, cpu, TC_DTYPE_F32, TC_SHAPE(KV));
+        poisoned(&cvs, cpu, TC_DTYPE_F32, TC_SHAPE(KV));
+        CHECK(tc_kv_scales(&gks, &gvs, &gk, &gv));
+        CHECK(tc_kv_scales(&cks, &cvs, &ck, &cv));
+        double *want = tensor_values(&cks);
+        expect_close("kv_scales of k rows (+-300)", &gks, want, &cks, 0.0);
+        free(want);
+        want = tensor_values(&cvs);
+        expect_close("  of v rows", &gvs, want, &cvs, 0.0);
+        free(want);
+        tc_tensor gkc, gvc, ckc, cvc, gs, cs, gp, cp;
+        double *ig = twin(r, TC_DTYPE_F8E4M3, TC_SHAPE(nb, bs, KV, hd), -1, 1, &gkc, &ckc);
+        free(ig);
+        ig = twin(r, TC_DTYPE_F8E4M3, TC_SHAPE(nb, bs, KV, hd), -1, 1, &gvc, &cvc);
+        free(ig);
+        ig = twin(r, TC_DTYPE_I32, TC_SHAPE(n), 0, 131072, &gp, &cp);
+        free(ig);
+        int32_t sl[37];
+        for (int64_t i = 0; i < n; i++)
+            sl[i] = (int32_t)((i * 29 + 3) % (nb * bs));
+        sl[5] = -1;
+        CHECK(tc_tensor_init_from_host(&gs, gpu, TC_DTYPE_I32, TC_SHAPE(n), sl, sizeof sl));
+        CHECK(tc_tensor_init_from_host(&cs, cpu, TC_DTYPE_I32, TC_SHAPE(n), sl, sizeof sl));
+        tc_attention_opts go = { .k_scale = &gks, .v_scale = &gvs, .fresh_rows = -1 }, co = go;
+        co.k_scale = &cks, co.v_scale = &cvs;
+        CHECK(tc_attention_store_ex(&gkc, &gvc, &gk, &gv, &gs, &go));
+        CHECK(tc_attention_store_ex(&ckc, &cvc, &ck, &cv, &cs, &co));
+        char what[96];
+        snprintf(what, sizeof what, "attention store_ex %s to f8e4m3, scaled", tc_dtype_name(dt));
+        want = tensor_values(&ckc);
+        expect_close(what, &gkc, want, &ckc, 0.0);
+        free(want);
+        want = tensor_values(&cvc);
+        expect_close("  and v", &gvc, want, &cvc, 0.0);
+        free(want);
+        tc_rope_config c = llama3_rope((int)hd, false);
+        CHECK(tc_rope_store_ex(&gq, &gk, &gv, &gp, &c, &gkc, &gvc, &gs, &go));
+        CHECK(tc_rope_store_ex(&cq, &ck, &cv, &cp, &c, &ckc, &cvc, &cs, &co));
+        snprintf(what, sizeof what, "rope_store_ex %s hd 96 to f8e4m3, scaled: q, k, v rows",
+                 tc_dtype_name(dt));
+        want = tensor_values(&cx);
+        expect_close(what, &gx, want, &cx, tolerance(dt));
+        free(want);
+        want = tensor_values(&ckc);
+        expect_close("  the k cache", &gkc, want, &ckc, 0.1);
+        free(want);
+        want = tensor_values(&cvc);
+        expect_close("  the v cache", &gvc, want, &cvc, 0.1);
+        free(want);
+        tc_tensor *all[] = { &gx,  &cx,  &gks, &gvs, &cks, &cvs, &gkc,
+                             &gvc, &ckc, &cvc, &gs,  &cs,  &gp,  &cp };
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+            tc_tensor_deinit(all[i]);
+    }
+}
+
 static void sampling(rng_t *r)
 {
     tc_tensor gl, cl;
@@ -1481,6 +1657,8 @@ int main(void)
     linear_rope_store(&r);
     attention(&r);
     attention_fp8(&r);
+    attention_heads(&r);
+    kv_scales_and_scaled_stores(&r);
     decode_after_store(&r, TC_DTYPE_BF16, 32, 32, 128, TC_DTYPE_BF16);
     decode_after_store(&r, TC_DTYPE_BF16, 32, 8, 128, TC_DTYPE_BF16);
     decode_after_store(&r, TC_DTYPE_F32, 9, 3, 64, TC_DTYPE_F32);
@@ -1504,6 +1682,14 @@ int main(void)
     tc_backend_set_shared_limit(gpu, 100352);
     decode_odd_blocks(&r, TC_DTYPE_BF16, ", 99 KiB shared");
     decode_odd_blocks(&r, TC_DTYPE_F32, ", 99 KiB shared");
+    for (int dec = 0; dec < 2; dec++) {
+        attention_case(&r, TC_DTYPE_BF16, TC_DTYPE_BF16, 16, 4, 96, 16, 100, dec,
+                       ", 99 KiB shared");
+        attention_case(&r, TC_DTYPE_BF16, TC_DTYPE_F8E4M3, 16, 4, 96, 16, 0, dec,
+                       ", 99 KiB shared");
+    }
+    attention_case(&r, TC_DTYPE_BF16, TC_DTYPE_BF16, 8, 2, 256, 16, 0, true, ", 99 KiB shared");
+    attention_case(&r, TC_DTYPE_BF16, TC_DTYPE_F8E4M3, 8, 2, 256, 16, 0, true, ", 99 KiB shared");
     matmul_case(&r, TC_DTYPE_BF16, TC_DTYPE_BF16, 300, 513, 4096, TC_GEMM_OWN,
                 "own tensor core, 99 KiB shared", false);
     tc_backend_set_shared_limit(gpu, 0);
