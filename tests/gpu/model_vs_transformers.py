@@ -11,9 +11,16 @@ error and top-1 agreement must be no worse. With an FP8 KV cache (bf16+fp8, GGUF
 and values keep 3 mantissa bits to bf16's 8, the error may be up to six times transformers' bf16
 error and three quarters of the next tokens must agree (measured on the H100: 3.8 times and
 33/33 on SmolLM2's shape, 4.6 times and 27/33 on Llama-3.2-1B's, whose random logits are nearly
-flat); a wrong cache gives errors near 1.
+flat); a wrong cache gives errors near 1. The FP8 run is also judged against transformers with
+exactly our quantisation emulated (fp8_emulation: each layer's rotated keys and its values
+divided by the per-kv-head power-of-two scales of the prompt's amax, as tc_kv_scales sets them,
+saturated, rounded to E4M3 and multiplied back): against that model in f32 it must do as well
+as the same emulation in bf16 does (the bf16 rule, with the emulations in place of transformers'
+f32 and bf16 runs).
 Usage: model_vs_transformers.py LOGITS_BINARY WORKDIR [shape ...] [--device cuda|cpu]
-Shapes: tiny (CPU-sized, for a quick check), smollm2-135m, llama3.2-1b, llama2-7b."""
+Shapes: tiny (CPU-sized, for a quick check), smollm2-135m, llama3.2-1b, llama2-7b, mistral-7b
+(GQA 4:1, rope theta 1e6), and head sizes other than 64 and 128: hd80, hd96 (MHA), hd256
+(one KV head)."""
 import os
 import shutil
 import subprocess
@@ -48,6 +55,19 @@ SHAPES = {
     "llama2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                       num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
                       rope_theta=10000.0, tie_word_embeddings=False, max_position_embeddings=4096),
+    # Mistral-7B's shape as a Llama (its sliding window of 4096 does not reach a 96-token run)
+    "mistral-7b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+                       rope_theta=1000000.0, tie_word_embeddings=False, max_position_embeddings=32768),
+    "hd80": dict(hidden_size=2560, intermediate_size=6912, num_hidden_layers=12, num_attention_heads=32,
+                 num_key_value_heads=8, vocab_size=32000, rope_theta=10000.0, tie_word_embeddings=False,
+                 max_position_embeddings=4096),
+    "hd96": dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=12, num_attention_heads=32,
+                 num_key_value_heads=32, vocab_size=32000, rope_theta=10000.0, tie_word_embeddings=False,
+                 max_position_embeddings=4096),
+    "hd256": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=12, num_attention_heads=8,
+                  num_key_value_heads=1, vocab_size=32000, rope_theta=10000.0, tie_word_embeddings=True,
+                  max_position_embeddings=8192),
 }
 PROMPT, STEPS = 64, 32
 
@@ -79,6 +99,70 @@ def exact_rope():
     llama.LlamaRotaryEmbedding.forward = forward
 
 
+class fp8_emulation:
+    """Within the block, every layer of the Llama `model` quantises its keys (after the
+    rotation) and values as our FP8 KV cache does: per KV head, the scale is the power of two
+    2^(ceil(log2(amax)) - 5) of the largest magnitude among the first `prompt` positions (1 where
+    that is 0), set once as our first pass sets it (tc_kv_scales); the cache holds
+    clamp(x / scale, +-448) rounded to E4M3 and gives back code * scale. Keys are caught where
+    the attention calls apply_rotary_pos_emb (a layer counter: the layers run in order), values
+    at the output of v_proj."""
+
+    def __init__(self, model, prompt):
+        self.model, self.prompt = model, prompt
+        self.heads = model.config.num_key_value_heads
+
+    @staticmethod
+    def quantise(x, prompt):
+        """x [..., heads, seq, dim] (the head axis third from last): per head scales from the
+        first `prompt` positions, then the FP8 round trip, in f32, back to x's dtype."""
+        xf = x.float()
+        amax = xf[..., :prompt, :].abs().amax(dim=(-1, -2), keepdim=True)
+        amax = amax.amax(dim=tuple(range(amax.dim() - 3)), keepdim=True) if amax.dim() > 3 else amax
+        m, e = torch.frexp(amax)
+        e = e - (m == 0.5).to(e.dtype)
+        scale = torch.where(amax > 0, torch.ldexp(torch.ones_like(amax), e - 5), torch.ones_like(amax))
+        q = (xf / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float() * scale
+        return q.to(x.dtype)
+
+    def __enter__(self):
+        import transformers.models.llama.modeling_llama as llama
+        self.llama, self.rotate = llama, llama.apply_rotary_pos_emb
+        layers, state = len(self.model.model.layers), {"k": 0}
+        prompt, rotate = self.prompt, self.rotate
+
+        def rotated(q, k, *args, **kwargs):
+            q, k = rotate(q, k, *args, **kwargs)  # k [batch, kv heads, seq, dim]
+            state["k"] += 1
+            return q, fp8_emulation.quantise(k, prompt)
+
+        def values(module, inputs, out):  # [batch, seq, kv heads * dim]
+            b, n, _ = out.shape
+            v = out.view(b, n, self.heads, -1).transpose(1, 2)
+            return fp8_emulation.quantise(v, prompt).transpose(1, 2).reshape(b, n, -1)
+
+        llama.apply_rotary_pos_emb = rotated
+        self.hooks = [layer.self_attn.v_proj.register_forward_hook(values) for layer in self.model.model.layers]
+        self.state, self.layers = state, layers
+        return self
+
+    def __exit__(self, *exc):
+        self.llama.apply_rotary_pos_emb = self.rotate
+        for h in self.hooks:
+            h.remove()
+        # every layer's keys went through the quantisation once per forward pass
+        assert exc[0] is not None or self.state["k"] % self.layers == 0, self.state
+        return False
+
+
+def compare(got, ref):
+    """Largest per-step normwise relative error (inf where a step is not finite) and top-1
+    agreements of logits [steps, vocab] against ref."""
+    rel = [float(np.linalg.norm(got[s] - ref[s]) / np.linalg.norm(ref[s])) if np.isfinite(got[s]).all()
+           else float("inf") for s in range(len(ref))]
+    return max(rel), int((got.argmax(1) == ref.argmax(1)).sum())
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--device")]
     device = "cuda" if "--device=cpu" not in sys.argv[1:] and torch.cuda.is_available() else "cpu"
@@ -104,15 +188,23 @@ def main():
         ids_path = os.path.join(work, f"{shape}.ids")
         ids.numpy().tofile(ids_path)
         # transformers in bf16 (the yardstick for our bf16), then the same weights in f32 (the
-        # reference).
-        with torch.no_grad():
-            hf16 = model(ids.long()[None].to(device)).logits[0, PROMPT - 1:].float().cpu().numpy()
+        # reference); each also with the FP8 cache's quantisation emulated (the FP8 run's
+        # yardstick and reference).
+        def logits(m, fp8=False):
+            with torch.no_grad():
+                if not fp8:
+                    return m(ids.long()[None].to(device)).logits[0, PROMPT - 1:].float().cpu().numpy()
+                with fp8_emulation(m, PROMPT):
+                    return m(ids.long()[None].to(device)).logits[0, PROMPT - 1:].float().cpu().numpy()
+        hf16, hf16_8 = logits(model), logits(model, True)
         model = model.float()
-        with torch.no_grad():
-            ref = model(ids.long()[None].to(device)).logits[0, PROMPT - 1:].float().cpu().numpy()
-        hf16_rel = max(float(np.linalg.norm(hf16[s] - ref[s]) / np.linalg.norm(ref[s])) for s in range(len(ref)))
-        hf16_top1 = int((hf16.argmax(1) == ref.argmax(1)).sum())
+        ref, ref8 = logits(model), logits(model, True)
+        hf16_rel, hf16_top1 = compare(hf16, ref)
+        hf8_rel, hf8_top1 = compare(hf16_8, ref8)
+        emu_rel, emu_top1 = compare(ref8, ref)
         rows.append((shape, "hf-bf16", f"{hf16_rel:.2e}", f"{hf16_top1}/{len(ref)}", "yardstick"))
+        rows.append((shape, "hf-bf16+fp8 vs emu", f"{hf8_rel:.2e}", f"{hf8_top1}/{len(ref)}", "yardstick"))
+        rows.append((shape, "hf-f32+fp8 (emu)", f"{emu_rel:.2e}", f"{emu_top1}/{len(ref)}", "for scale"))
         del model
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -130,22 +222,26 @@ def main():
                 continue
             got = np.fromfile(out, dtype=np.float32).reshape(-1, cfg.vocab_size)
             assert got.shape == ref.shape, (got.shape, ref.shape)
-            rel = [float(np.linalg.norm(got[s] - ref[s]) / np.linalg.norm(ref[s])) if np.isfinite(got[s]).all()
-                   else float("inf") for s in range(len(ref))]
-            top1 = int((got.argmax(1) == ref.argmax(1)).sum())
+            rel, top1 = compare(got, ref)
             if act == "f32":
-                ok = max(rel) < 1e-4 and top1 == len(ref)
+                ok = rel < 1e-4 and top1 == len(ref)
             elif act.endswith("+fp8"):
-                ok = max(rel) <= max(1e-2, 6 * hf16_rel) and 4 * top1 >= 3 * len(ref)
+                ok = rel <= max(1e-2, 6 * hf16_rel) and 4 * top1 >= 3 * len(ref)
+                # against the emulated quantisation, as the bf16 run against f32
+                rel8, top8 = compare(got, ref8)
+                ok8 = rel8 <= max(1e-2, 1.25 * hf8_rel) and top8 >= hf8_top1
+                failed += not ok8
+                rows.append((shape, f"{fmt} {act} vs emu", f"{rel8:.2e}", f"{top8}/{len(ref)}",
+                             "ok" if ok8 else "FAIL"))
             else:
-                ok = max(rel) <= max(1e-2, 1.25 * hf16_rel) and top1 >= hf16_top1
+                ok = rel <= max(1e-2, 1.25 * hf16_rel) and top1 >= hf16_top1
             failed += not ok
-            rows.append((shape, f"{fmt} {act}", f"{max(rel):.2e}", f"{top1}/{len(ref)}", "ok" if ok else "FAIL"))
+            rows.append((shape, f"{fmt} {act}", f"{rel:.2e}", f"{top1}/{len(ref)}", "ok" if ok else "FAIL"))
         os.remove(path)
         shutil.rmtree(hf_dir)
-    print(f"\n{'shape':14} {'ours':17} {'max rel err':>12} {'top-1':>7}  result")
+    print(f"\n{'shape':14} {'ours':22} {'max rel err':>12} {'top-1':>7}  result")
     for r in rows:
-        print(f"{r[0]:14} {r[1]:17} {r[2]:>12} {r[3]:>7}  {r[4]}")
+        print(f"{r[0]:14} {r[1]:22} {r[2]:>12} {r[3]:>7}  {r[4]}")
     print(f"{sum(r[4] == 'ok' for r in rows)} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
