@@ -2,8 +2,9 @@
  * against the ceilings of GPU.md (3.0 TB/s measured copy bandwidth; cuBLAS for products).
  * Inputs rotate through copies larger than L2 so the cache is not what is measured; each
  * figure is the median of 7 timings (CUDA events) of several repetitions after a warm-up.
- * Usage: bench_ops [all|norm|matvec|gemm|attention|quant [TYPE]|iq], or bench_ops decode H KV
- * BATCH LEN [fp8] */
+ * Usage: bench_ops [all|norm|matvec|gemm|attention [HEAD_DIM]|quant [TYPE]|iq], or bench_ops
+ * decode H KV BATCH LEN [fp8] (attention: head_dim 128 unless given: 64 and 128 have kernels of
+ * their own, the other even sizes up to 256 the generic ones). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -344,9 +345,9 @@ static tc_status run_prefill(void *c, int s)
 }
 
 static void make_cache(rng_t *r, at_ctx *a, int64_t batch, int64_t len, int64_t q_rows, int64_t H,
-                       int64_t KV, tc_dtype kv_dt)
+                       int64_t KV, int64_t hd, tc_dtype kv_dt)
 {
-    const int64_t bs = 16, hd = 128, mb = (len + bs - 1) / bs;
+    const int64_t bs = 16, mb = (len + bs - 1) / bs;
     for (int s = 0; s < SETS; s++) {
         random_gpu(r, &a->kc[s], kv_dt, TC_SHAPE(batch * mb, bs, KV, hd));
         random_gpu(r, &a->vc[s], kv_dt, TC_SHAPE(batch * mb, bs, KV, hd));
@@ -365,7 +366,7 @@ static void make_cache(rng_t *r, at_ctx *a, int64_t batch, int64_t len, int64_t 
     CHECK(tc_tensor_init_from_host(&a->lens, gpu, TC_DTYPE_I32, TC_SHAPE(batch), lens,
                                    sizeof(int32_t) * (size_t)batch));
     CHECK(tc_tensor_init_from_host(&a->qstart, gpu, TC_DTYPE_I32, TC_SHAPE(2), qs, sizeof qs));
-    a->scale = (float)(1 / sqrt(128.0));
+    a->scale = (float)(1 / sqrt((double)hd));
     free(tbl), free(lens);
 }
 static void free_cache(at_ctx *a)
@@ -390,14 +391,14 @@ static void bench_decode_case(rng_t *r, int argc, char **argv)
     }
     tc_dtype kv_dt = argc > 6 ? TC_DTYPE_F8E4M3 : TC_DTYPE_BF16;
     at_ctx a;
-    make_cache(r, &a, B, len, B, H, KV, kv_dt);
+    make_cache(r, &a, B, len, B, H, KV, 128, kv_dt);
     report_bw(argc > 6 ? "attn decode graph, fp8 cache" : "attn decode graph", argv[5],
               time_graph_ms(run_decode, &a, 16),
               2.0 * B * len * KV * 128 * (double)tc_dtype_bytes(kv_dt, 1));
     free_cache(&a);
 }
 
-static void bench_attention(rng_t *r)
+static void bench_attention(rng_t *r, int64_t hd)
 {
     /* The issue's cases (a 4096-token cache), then the short caches of batch-1 decode steps;
      * each timed launch by launch and replayed from a graph (as the engine's decode step). */
@@ -409,11 +410,11 @@ static void bench_attention(rng_t *r)
         at_ctx a;
         int64_t H = cases[ci][0], KV = cases[ci][1], B = cases[ci][2], len = cases[ci][3];
         tc_dtype kv_dt = cases[ci][4] ? TC_DTYPE_F8E4M3 : TC_DTYPE_BF16;
-        make_cache(r, &a, B, len, B, H, KV, kv_dt);
-        double bytes = 2.0 * B * len * KV * 128 * (double)tc_dtype_bytes(kv_dt, 1);
+        make_cache(r, &a, B, len, B, H, KV, hd, kv_dt);
+        double bytes = 2.0 * B * len * KV * hd * (double)tc_dtype_bytes(kv_dt, 1);
         char name[40], shape[56];
-        snprintf(shape, sizeof shape, "H %lld KV %lld hd 128 len %lld%s", (long long)H,
-                 (long long)KV, (long long)len, cases[ci][4] ? " fp8" : "");
+        snprintf(shape, sizeof shape, "H %lld KV %lld hd %lld len %lld%s", (long long)H,
+                 (long long)KV, (long long)hd, (long long)len, cases[ci][4] ? " fp8" : "");
         snprintf(name, sizeof name, "attn decode batch %lld", (long long)B);
         report_bw(name, shape, time_ms(run_decode, &a, 20), bytes);
         snprintf(name, sizeof name, "  graph, batch %lld", (long long)B);
@@ -421,11 +422,13 @@ static void bench_attention(rng_t *r)
         free_cache(&a);
     }
     at_ctx a;
-    make_cache(r, &a, 1, 4096, 4096, 32, 8, TC_DTYPE_BF16);
+    make_cache(r, &a, 1, 4096, 4096, 32, 8, hd, TC_DTYPE_BF16);
     double ms = time_ms(run_prefill, &a, 3);
-    double flop = 4.0 * 4096.0 * 4096.0 / 2 * 32 * 128;
-    printf("%-22s %-28s %9.4f ms %8.1f TFLOP/s (causal)\n", "attn prefill bf16",
-           "4096 tokens H 32 KV 8 hd 128", ms, flop / ms / 1e9);
+    double flop = 4.0 * 4096.0 * 4096.0 / 2 * 32 * (double)hd;
+    char shape[56];
+    snprintf(shape, sizeof shape, "4096 tokens H 32 KV 8 hd %lld", (long long)hd);
+    printf("%-22s %-28s %9.4f ms %8.1f TFLOP/s (causal)\n", "attn prefill bf16", shape, ms,
+           flop / ms / 1e9);
     free_cache(&a);
 }
 
@@ -504,7 +507,7 @@ int main(int argc, char **argv)
     if (!strcmp(what, "all") || !strcmp(what, "gemm"))
         bench_gemm(&r);
     if (!strcmp(what, "all") || !strcmp(what, "attention"))
-        bench_attention(&r);
+        bench_attention(&r, !strcmp(what, "attention") && argc > 2 ? atoll(argv[2]) : 128);
     if (!strcmp(what, "decode"))
         bench_decode_case(&r, argc, argv);
     if (!strcmp(what, "all") || !strcmp(what, "quant"))

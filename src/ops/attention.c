@@ -1,7 +1,7 @@
 /* Attention over the paged KV cache (layout in ops.h). The CPU path is the reference: scores,
  * a max-subtracted softmax and the weighted sum of values in f32, a query row and kv head at a
- * time. A cache holds the activations' dtype or FP8 E4M3 (on CUDA with f16/bf16
- * activations). */
+ * time, over the query's sliding window when there is one. A cache holds the activations'
+ * dtype or FP8 E4M3 (on CUDA with f16/bf16 activations), with or without per-kv-head scales. */
 #include "ops/internal.h"
 
 typedef struct {
