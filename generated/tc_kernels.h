@@ -46,37 +46,37 @@ typedef enum tc_kernel_id {
     TC_KERNEL_ARGMAX_F16 = 1,
     TC_KERNEL_ARGMAX_BF16 = 2,
     TC_KERNEL_ATTN_STORE_F32 = 3,
-    TC_KERNEL_ATTN_PREFILL_F32 = 4,
-    TC_KERNEL_ATTN_STORE_F16 = 5,
-    TC_KERNEL_ATTN_DECODE64_F16 = 6,
-    TC_KERNEL_ATTN_PREFILL64_F16 = 7,
-    TC_KERNEL_ATTN_DECODE128_F16 = 8,
-    TC_KERNEL_ATTN_PREFILL128_F16 = 9,
-    TC_KERNEL_ATTN_DECODE_F16 = 10,
-    TC_KERNEL_ATTN_PREFILL_F16 = 11,
-    TC_KERNEL_ATTN_STORE_BF16 = 12,
+    TC_KERNEL_ATTN_STORE_F16 = 4,
+    TC_KERNEL_ATTN_STORE_BF16 = 5,
+    TC_KERNEL_ATTN_STORE_F16_F8 = 6,
+    TC_KERNEL_ATTN_STORE_BF16_F8 = 7,
+    TC_KERNEL_ATTN_SCALES_F16 = 8,
+    TC_KERNEL_ATTN_SCALES_BF16 = 9,
+    TC_KERNEL_ATTN_DECODE64_F16 = 10,
+    TC_KERNEL_ATTN_DECODE128_F16 = 11,
+    TC_KERNEL_ATTN_DECODE_F16 = 12,
     TC_KERNEL_ATTN_DECODE64_BF16 = 13,
-    TC_KERNEL_ATTN_PREFILL64_BF16 = 14,
-    TC_KERNEL_ATTN_DECODE128_BF16 = 15,
-    TC_KERNEL_ATTN_PREFILL128_BF16 = 16,
-    TC_KERNEL_ATTN_DECODE_BF16 = 17,
-    TC_KERNEL_ATTN_PREFILL_BF16 = 18,
-    TC_KERNEL_ATTN_STORE_F16_F8 = 19,
-    TC_KERNEL_ATTN_DECODE64_F16_F8 = 20,
-    TC_KERNEL_ATTN_PREFILL64_F16_F8 = 21,
-    TC_KERNEL_ATTN_DECODE128_F16_F8 = 22,
-    TC_KERNEL_ATTN_PREFILL128_F16_F8 = 23,
-    TC_KERNEL_ATTN_DECODE_F16_F8 = 24,
-    TC_KERNEL_ATTN_PREFILL_F16_F8 = 25,
-    TC_KERNEL_ATTN_STORE_BF16_F8 = 26,
-    TC_KERNEL_ATTN_DECODE64_BF16_F8 = 27,
-    TC_KERNEL_ATTN_PREFILL64_BF16_F8 = 28,
-    TC_KERNEL_ATTN_DECODE128_BF16_F8 = 29,
-    TC_KERNEL_ATTN_PREFILL128_BF16_F8 = 30,
-    TC_KERNEL_ATTN_DECODE_BF16_F8 = 31,
-    TC_KERNEL_ATTN_PREFILL_BF16_F8 = 32,
-    TC_KERNEL_ATTN_SCALES_F16 = 33,
-    TC_KERNEL_ATTN_SCALES_BF16 = 34,
+    TC_KERNEL_ATTN_DECODE128_BF16 = 14,
+    TC_KERNEL_ATTN_DECODE_BF16 = 15,
+    TC_KERNEL_ATTN_DECODE64_F16_F8 = 16,
+    TC_KERNEL_ATTN_DECODE128_F16_F8 = 17,
+    TC_KERNEL_ATTN_DECODE_F16_F8 = 18,
+    TC_KERNEL_ATTN_DECODE64_BF16_F8 = 19,
+    TC_KERNEL_ATTN_DECODE128_BF16_F8 = 20,
+    TC_KERNEL_ATTN_DECODE_BF16_F8 = 21,
+    TC_KERNEL_ATTN_PREFILL_F32 = 22,
+    TC_KERNEL_ATTN_PREFILL64_F16 = 23,
+    TC_KERNEL_ATTN_PREFILL128_F16 = 24,
+    TC_KERNEL_ATTN_PREFILL_F16 = 25,
+    TC_KERNEL_ATTN_PREFILL64_BF16 = 26,
+    TC_KERNEL_ATTN_PREFILL128_BF16 = 27,
+    TC_KERNEL_ATTN_PREFILL_BF16 = 28,
+    TC_KERNEL_ATTN_PREFILL64_F16_F8 = 29,
+    TC_KERNEL_ATTN_PREFILL128_F16_F8 = 30,
+    TC_KERNEL_ATTN_PREFILL_F16_F8 = 31,
+    TC_KERNEL_ATTN_PREFILL64_BF16_F8 = 32,
+    TC_KERNEL_ATTN_PREFILL128_BF16_F8 = 33,
+    TC_KERNEL_ATTN_PREFILL_BF16_F8 = 34,
     TC_KERNEL_CONVERT = 35,
     TC_KERNEL_SCALE_COLS = 36,
     TC_KERNEL_COPY_U8 = 37,
@@ -223,7 +223,7 @@ static inline tc_status tc_launch_argmax_bf16(tc_launch_config cfg, int32_t *out
     tc_launch_argmax_bf16((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride), TC__KARG(float *, part), TC__KARG(int32_t *, counters), TC__KARG(int64_t, chunk))
 #endif
 
-/* kernels/attention.cu:1458 tc_k_attn_store_f32: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
+/* kernels/attention.cu:81 tc_k_attn_store_f32: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
 static inline tc_status tc_launch_attn_store_f32(tc_launch_config cfg, float *k_cache, float *v_cache, const float *k, const float *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -234,18 +234,7 @@ static inline tc_status tc_launch_attn_store_f32(tc_launch_config cfg, float *k_
     tc_launch_attn_store_f32((cfg), TC__KARG(float *, k_cache), TC__KARG(float *, v_cache), TC__KARG_CONST(const float *, float *, k), TC__KARG_CONST(const float *, float *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:1470 tc_k_attn_prefill_f32: Attention over f32 caches of any head_dim up to 256 (f32 on CUDA is a check of the 16-bit paths, kept to one simple kernel): causal prefill with grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, 4 * (32 * (head_dim + 1) * 3 + 32 * 33) bytes of dynamic shared memory; or with q_start NULL a decode: grid (n_seqs, n_heads), row s of q is sequence s's query. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
-static inline tc_status tc_launch_attn_prefill_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, int32_t head_dim)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_F32, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill_f32(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, head_dim) \
-    tc_launch_attn_prefill_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention.cu:1480 tc_k_attn_store_f16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
+/* kernels/attention.cu:90 tc_k_attn_store_f16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
 static inline tc_status tc_launch_attn_store_f16(tc_launch_config cfg, tc_half *k_cache, tc_half *v_cache, const tc_half *k, const tc_half *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -256,73 +245,7 @@ static inline tc_status tc_launch_attn_store_f16(tc_launch_config cfg, tc_half *
     tc_launch_attn_store_f16((cfg), TC__KARG(tc_half *, k_cache), TC__KARG(tc_half *, v_cache), TC__KARG_CONST(const tc_half *, tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:1495 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
-static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_F16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode64_f16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window) \
-    tc_launch_attn_decode64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
-#endif
-
-/* kernels/attention.cu:1504 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
-static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL64_F16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill64_f16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window) \
-    tc_launch_attn_prefill64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
-#endif
-
-/* kernels/attention.cu:1520 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
-static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_F16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode128_f16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window) \
-    tc_launch_attn_decode128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
-#endif
-
-/* kernels/attention.cu:1529 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
-static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL128_F16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill128_f16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window) \
-    tc_launch_attn_prefill128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
-#endif
-
-/* kernels/attention.cu:1540 tc_k_attn_decode_f16: Decode attention of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_decode64_f16, with stages * 256 * (hp + 8) bytes of dynamic shared memory and partials records of head_dim rounded up to 4, plus 4, floats. */
-static inline tc_status tc_launch_attn_decode_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, int32_t head_dim)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE_F16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode_f16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, head_dim) \
-    tc_launch_attn_decode_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention.cu:1550 tc_k_attn_prefill_f16: Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp): grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 384 * (hp + 8) bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
-static inline tc_status tc_launch_attn_prefill_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, int32_t head_dim)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_F16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill_f16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, head_dim) \
-    tc_launch_attn_prefill_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention.cu:1560 tc_k_attn_store_bf16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
+/* kernels/attention.cu:99 tc_k_attn_store_bf16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
 static inline tc_status tc_launch_attn_store_bf16(tc_launch_config cfg, tc_bf16 *k_cache, tc_bf16 *v_cache, const tc_bf16 *k, const tc_bf16 *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -333,73 +256,7 @@ static inline tc_status tc_launch_attn_store_bf16(tc_launch_config cfg, tc_bf16 
     tc_launch_attn_store_bf16((cfg), TC__KARG(tc_bf16 *, k_cache), TC__KARG(tc_bf16 *, v_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:1575 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
-static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_BF16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode64_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window) \
-    tc_launch_attn_decode64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
-#endif
-
-/* kernels/attention.cu:1584 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
-static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL64_BF16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill64_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window) \
-    tc_launch_attn_prefill64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
-#endif
-
-/* kernels/attention.cu:1600 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
-static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_BF16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode128_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window) \
-    tc_launch_attn_decode128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
-#endif
-
-/* kernels/attention.cu:1609 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
-static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL128_BF16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill128_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window) \
-    tc_launch_attn_prefill128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
-#endif
-
-/* kernels/attention.cu:1620 tc_k_attn_decode_bf16: Decode attention of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_decode64_bf16, with stages * 256 * (hp + 8) bytes of dynamic shared memory and partials records of head_dim rounded up to 4, plus 4, floats. */
-static inline tc_status tc_launch_attn_decode_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, int32_t head_dim)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE_BF16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, head_dim) \
-    tc_launch_attn_decode_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention.cu:1630 tc_k_attn_prefill_bf16: Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp): grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 384 * (hp + 8) bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
-static inline tc_status tc_launch_attn_prefill_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, int32_t head_dim)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_BF16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, head_dim) \
-    tc_launch_attn_prefill_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention.cu:1641 tc_k_attn_store_f16_f8: Write row i of k and v (row_elems = n_kv_heads * head_dim) as FP8 E4M3 into cache slot slots[i] (skipped when negative), each value divided by its kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1), saturating at +-448; grid (rows, any), 256 threads. */
+/* kernels/attention.cu:109 tc_k_attn_store_f16_f8: Write row i of k and v (row_elems = n_kv_heads * head_dim) as FP8 E4M3 into cache slot slots[i] (skipped when negative), each value divided by its kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1), saturating at +-448; grid (rows, any), 256 threads. */
 static inline tc_status tc_launch_attn_store_f16_f8(tc_launch_config cfg, uint8_t *k_cache, uint8_t *v_cache, const tc_half *k, const tc_half *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride, const float *k_scale, const float *v_scale, int32_t head_dim)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride, &k_scale, &v_scale, &head_dim};
@@ -410,73 +267,7 @@ static inline tc_status tc_launch_attn_store_f16_f8(tc_launch_config cfg, uint8_
     tc_launch_attn_store_f16_f8((cfg), TC__KARG(uint8_t *, k_cache), TC__KARG(uint8_t *, v_cache), TC__KARG_CONST(const tc_half *, tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
 #endif
 
-/* kernels/attention.cu:1653 tc_k_attn_decode64_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_f16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_decode64_f16_f8(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_F16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode64_f16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale) \
-    tc_launch_attn_decode64_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
-#endif
-
-/* kernels/attention.cu:1664 tc_k_attn_prefill64_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_prefill64_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL64_F16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill64_f16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale) \
-    tc_launch_attn_prefill64_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
-#endif
-
-/* kernels/attention.cu:1676 tc_k_attn_decode128_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_f16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_decode128_f16_f8(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_F16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode128_f16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale) \
-    tc_launch_attn_decode128_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
-#endif
-
-/* kernels/attention.cu:1687 tc_k_attn_prefill128_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_prefill128_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL128_F16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill128_f16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale) \
-    tc_launch_attn_prefill128_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
-#endif
-
-/* kernels/attention.cu:1700 tc_k_attn_decode_f16_f8: Decode attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_decode_f16, with stages * 128 * (hp + 16) + 128 * (hp + 8) bytes of dynamic shared memory. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_decode_f16_f8(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale, int32_t head_dim)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE_F16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode_f16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale, head_dim) \
-    tc_launch_attn_decode_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention.cu:1712 tc_k_attn_prefill_f16_f8: Causal prefill attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_prefill_f16, with 256 * (hp + 8) + 128 * (hp + 16) bytes of dynamic shared memory. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_prefill_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale, int32_t head_dim)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_F16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill_f16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale, head_dim) \
-    tc_launch_attn_prefill_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention.cu:1724 tc_k_attn_store_bf16_f8: Write row i of k and v (row_elems = n_kv_heads * head_dim) as FP8 E4M3 into cache slot slots[i] (skipped when negative), each value divided by its kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1), saturating at +-448; grid (rows, any), 256 threads. */
+/* kernels/attention.cu:121 tc_k_attn_store_bf16_f8: Write row i of k and v (row_elems = n_kv_heads * head_dim) as FP8 E4M3 into cache slot slots[i] (skipped when negative), each value divided by its kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1), saturating at +-448; grid (rows, any), 256 threads. */
 static inline tc_status tc_launch_attn_store_bf16_f8(tc_launch_config cfg, uint8_t *k_cache, uint8_t *v_cache, const tc_bf16 *k, const tc_bf16 *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride, const float *k_scale, const float *v_scale, int32_t head_dim)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride, &k_scale, &v_scale, &head_dim};
@@ -487,73 +278,7 @@ static inline tc_status tc_launch_attn_store_bf16_f8(tc_launch_config cfg, uint8
     tc_launch_attn_store_bf16_f8((cfg), TC__KARG(uint8_t *, k_cache), TC__KARG(uint8_t *, v_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
 #endif
 
-/* kernels/attention.cu:1736 tc_k_attn_decode64_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_bf16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_decode64_bf16_f8(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_BF16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode64_bf16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale) \
-    tc_launch_attn_decode64_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
-#endif
-
-/* kernels/attention.cu:1747 tc_k_attn_prefill64_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_prefill64_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL64_BF16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill64_bf16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale) \
-    tc_launch_attn_prefill64_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
-#endif
-
-/* kernels/attention.cu:1759 tc_k_attn_decode128_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_bf16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_decode128_bf16_f8(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_BF16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode128_bf16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale) \
-    tc_launch_attn_decode128_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
-#endif
-
-/* kernels/attention.cu:1770 tc_k_attn_prefill128_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_prefill128_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL128_BF16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill128_bf16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale) \
-    tc_launch_attn_prefill128_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
-#endif
-
-/* kernels/attention.cu:1783 tc_k_attn_decode_bf16_f8: Decode attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_decode_bf16, with stages * 128 * (hp + 16) + 128 * (hp + 8) bytes of dynamic shared memory. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_decode_bf16_f8(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale, int32_t head_dim)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE_BF16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode_bf16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale, head_dim) \
-    tc_launch_attn_decode_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention.cu:1795 tc_k_attn_prefill_bf16_f8: Causal prefill attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_prefill_bf16, with 256 * (hp + 8) + 128 * (hp + 16) bytes of dynamic shared memory. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_prefill_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale, int32_t head_dim)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_BF16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill_bf16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale, head_dim) \
-    tc_launch_attn_prefill_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention.cu:1808 tc_k_attn_scales_f16: The FP8 scales of a batch of k and v rows [rows, n_kv_heads, head_dim] (rows k_stride and v_stride elements apart): block (h, 0) writes k_scale[h], block (h, 1) v_scale[h], the power of two 2^(ceil(log2(amax)) - 5) of the head's largest magnitude (1 where it is 0); grid (n_kv_heads, 2), 256 threads. */
+/* kernels/attention.cu:134 tc_k_attn_scales_f16: The FP8 scales of a batch of k and v rows [rows, n_kv_heads, head_dim] (rows k_stride and v_stride elements apart): block (h, 0) writes k_scale[h], block (h, 1) v_scale[h], the power of two 2^(ceil(log2(amax)) - 5) of the head's largest magnitude (1 where it is 0); grid (n_kv_heads, 2), 256 threads. */
 static inline tc_status tc_launch_attn_scales_f16(tc_launch_config cfg, float *k_scale, float *v_scale, const tc_half *k, const tc_half *v, int64_t rows, int32_t head_dim, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_scale, &v_scale, &k, &v, &rows, &head_dim, &k_stride, &v_stride};
@@ -564,7 +289,7 @@ static inline tc_status tc_launch_attn_scales_f16(tc_launch_config cfg, float *k
     tc_launch_attn_scales_f16((cfg), TC__KARG(float *, k_scale), TC__KARG(float *, v_scale), TC__KARG_CONST(const tc_half *, tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG(int64_t, rows), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:1819 tc_k_attn_scales_bf16: The FP8 scales of a batch of k and v rows [rows, n_kv_heads, head_dim] (rows k_stride and v_stride elements apart): block (h, 0) writes k_scale[h], block (h, 1) v_scale[h], the power of two 2^(ceil(log2(amax)) - 5) of the head's largest magnitude (1 where it is 0); grid (n_kv_heads, 2), 256 threads. */
+/* kernels/attention.cu:145 tc_k_attn_scales_bf16: The FP8 scales of a batch of k and v rows [rows, n_kv_heads, head_dim] (rows k_stride and v_stride elements apart): block (h, 0) writes k_scale[h], block (h, 1) v_scale[h], the power of two 2^(ceil(log2(amax)) - 5) of the head's largest magnitude (1 where it is 0); grid (n_kv_heads, 2), 256 threads. */
 static inline tc_status tc_launch_attn_scales_bf16(tc_launch_config cfg, float *k_scale, float *v_scale, const tc_bf16 *k, const tc_bf16 *v, int64_t rows, int32_t head_dim, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_scale, &v_scale, &k, &v, &rows, &head_dim, &k_stride, &v_stride};
@@ -573,6 +298,281 @@ static inline tc_status tc_launch_attn_scales_bf16(tc_launch_config cfg, float *
 #ifndef __cplusplus
 #define tc_launch_attn_scales_bf16(cfg, k_scale, v_scale, k, v, rows, head_dim, k_stride, v_stride) \
     tc_launch_attn_scales_bf16((cfg), TC__KARG(float *, k_scale), TC__KARG(float *, v_scale), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG(int64_t, rows), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
+#endif
+
+/* kernels/attention_decode.cu:715 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode64_f16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window) \
+    tc_launch_attn_decode64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_decode.cu:730 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode128_f16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window) \
+    tc_launch_attn_decode128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_decode.cu:740 tc_k_attn_decode_f16: Decode attention of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_decode64_f16, with stages * 256 * (hp + 8) bytes of dynamic shared memory and partials records of head_dim rounded up to 4, plus 4, floats. */
+static inline tc_status tc_launch_attn_decode_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, int32_t head_dim)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &head_dim};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode_f16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, head_dim) \
+    tc_launch_attn_decode_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
+#endif
+
+/* kernels/attention_decode.cu:755 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode64_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window) \
+    tc_launch_attn_decode64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_decode.cu:770 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode128_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window) \
+    tc_launch_attn_decode128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_decode.cu:780 tc_k_attn_decode_bf16: Decode attention of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_decode64_bf16, with stages * 256 * (hp + 8) bytes of dynamic shared memory and partials records of head_dim rounded up to 4, plus 4, floats. */
+static inline tc_status tc_launch_attn_decode_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, int32_t head_dim)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &head_dim};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, head_dim) \
+    tc_launch_attn_decode_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
+#endif
+
+/* kernels/attention_decode.cu:790 tc_k_attn_decode64_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_f16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+static inline tc_status tc_launch_attn_decode64_f16_f8(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_F16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode64_f16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale) \
+    tc_launch_attn_decode64_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
+#endif
+
+/* kernels/attention_decode.cu:801 tc_k_attn_decode128_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_f16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+static inline tc_status tc_launch_attn_decode128_f16_f8(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_F16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode128_f16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale) \
+    tc_launch_attn_decode128_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
+#endif
+
+/* kernels/attention_decode.cu:813 tc_k_attn_decode_f16_f8: Decode attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_decode_f16, with stages * 128 * (hp + 16) + 128 * (hp + 8) bytes of dynamic shared memory. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+static inline tc_status tc_launch_attn_decode_f16_f8(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale, int32_t head_dim)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale, &head_dim};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE_F16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode_f16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale, head_dim) \
+    tc_launch_attn_decode_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
+#endif
+
+/* kernels/attention_decode.cu:824 tc_k_attn_decode64_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_bf16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+static inline tc_status tc_launch_attn_decode64_bf16_f8(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE64_BF16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode64_bf16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale) \
+    tc_launch_attn_decode64_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
+#endif
+
+/* kernels/attention_decode.cu:835 tc_k_attn_decode128_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_bf16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+static inline tc_status tc_launch_attn_decode128_bf16_f8(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE128_BF16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode128_bf16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale) \
+    tc_launch_attn_decode128_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
+#endif
+
+/* kernels/attention_decode.cu:847 tc_k_attn_decode_bf16_f8: Decode attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_decode_bf16, with stages * 128 * (hp + 16) + 128 * (hp + 8) bytes of dynamic shared memory. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+static inline tc_status tc_launch_attn_decode_bf16_f8(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale, int32_t head_dim)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale, &head_dim};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE_BF16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode_bf16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale, head_dim) \
+    tc_launch_attn_decode_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
+#endif
+
+/* kernels/attention_prefill.cu:558 tc_k_attn_prefill_f32: Attention over f32 caches of any head_dim up to 256 (f32 on CUDA is a check of the 16-bit paths, kept to one simple kernel): causal prefill with grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, 4 * (32 * (head_dim + 1) * 3 + 32 * 33) bytes of dynamic shared memory; or with q_start NULL a decode: grid (n_seqs, n_heads), row s of q is sequence s's query. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+static inline tc_status tc_launch_attn_prefill_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, int32_t head_dim)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &head_dim};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill_f32(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, head_dim) \
+    tc_launch_attn_prefill_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
+#endif
+
+/* kernels/attention_prefill.cu:568 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL64_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill64_f16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window) \
+    tc_launch_attn_prefill64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_prefill.cu:578 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL128_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill128_f16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window) \
+    tc_launch_attn_prefill128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_prefill.cu:589 tc_k_attn_prefill_f16: Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp): grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 384 * (hp + 8) bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+static inline tc_status tc_launch_attn_prefill_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, int32_t head_dim)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &head_dim};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill_f16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, head_dim) \
+    tc_launch_attn_prefill_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
+#endif
+
+/* kernels/attention_prefill.cu:599 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL64_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill64_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window) \
+    tc_launch_attn_prefill64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_prefill.cu:609 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL128_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill128_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window) \
+    tc_launch_attn_prefill128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_prefill.cu:620 tc_k_attn_prefill_bf16: Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp): grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 384 * (hp + 8) bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+static inline tc_status tc_launch_attn_prefill_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, int32_t head_dim)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &head_dim};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, head_dim) \
+    tc_launch_attn_prefill_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
+#endif
+
+/* kernels/attention_prefill.cu:631 tc_k_attn_prefill64_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+static inline tc_status tc_launch_attn_prefill64_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL64_F16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill64_f16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale) \
+    tc_launch_attn_prefill64_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
+#endif
+
+/* kernels/attention_prefill.cu:643 tc_k_attn_prefill128_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+static inline tc_status tc_launch_attn_prefill128_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL128_F16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill128_f16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale) \
+    tc_launch_attn_prefill128_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
+#endif
+
+/* kernels/attention_prefill.cu:656 tc_k_attn_prefill_f16_f8: Causal prefill attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_prefill_f16, with 256 * (hp + 8) + 128 * (hp + 16) bytes of dynamic shared memory. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+static inline tc_status tc_launch_attn_prefill_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale, int32_t head_dim)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale, &head_dim};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_F16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill_f16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale, head_dim) \
+    tc_launch_attn_prefill_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
+#endif
+
+/* kernels/attention_prefill.cu:668 tc_k_attn_prefill64_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+static inline tc_status tc_launch_attn_prefill64_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL64_BF16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill64_bf16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale) \
+    tc_launch_attn_prefill64_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
+#endif
+
+/* kernels/attention_prefill.cu:680 tc_k_attn_prefill128_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+static inline tc_status tc_launch_attn_prefill128_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL128_BF16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill128_bf16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale) \
+    tc_launch_attn_prefill128_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
+#endif
+
+/* kernels/attention_prefill.cu:693 tc_k_attn_prefill_bf16_f8: Causal prefill attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_prefill_bf16, with 256 * (hp + 8) + 128 * (hp + 16) bytes of dynamic shared memory. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+static inline tc_status tc_launch_attn_prefill_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale, int32_t head_dim)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale, &head_dim};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_BF16_F8, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill_bf16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale, head_dim) \
+    tc_launch_attn_prefill_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
 #endif
 
 /* kernels/convert.cu:7 tc_k_convert: out[r, c] = x[r, c] converted from x_dtype to out_dtype (DT_F32/F16/BF16/F8E4M3 codes), rounding to nearest even (grid-stride: any grid size works). */

@@ -467,8 +467,8 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
     TC_TRY(check_q_pairs(op, q));
     if (q->dtype == TC_DTYPE_F32)
         return simt_f32(op, out, q, k_cache, v_cache, block_table, seq_lens, NULL, scale, window);
-    /* The kernel (kernels/attention.cu): 4 warps, each with a ring of 16-token stages of keys
-     * and values (3 stages; fewer where shared memory is smaller). The generic kernels' rows
+    /* The kernel (kernels/attention_decode.cu): 4 warps, each with a ring of 16-token stages of
+     * keys and values (3 stages; fewer where shared memory is smaller). The generic kernels' rows
      * hold head_dim rounded up to 16 (their products' width); over an FP8 cache each warp
      * widens a tile's keys, then its values, into 16-bit rows of its own. */
     size_t ec = tc_dtype_bytes(k_cache->dtype, 1);
@@ -607,8 +607,8 @@ tc_status tc_attention_prefill_ex(tc_tensor *out, const tc_tensor *q, const tc_t
         return simt_f32(op, out, q, k_cache, v_cache, block_table, seq_lens, q_start, scale,
                         window);
     bool fp8 = k_cache->dtype == TC_DTYPE_F8E4M3, own = hd == 64 || hd == 128;
-    /* tc_k_attn_prefill* (kernels/attention.cu): tiles of 64 query rows and two stages of 64
-     * keys and values in padded rows. The generic kernels: the query tile in padded rows of
+    /* tc_k_attn_prefill* (kernels/attention_prefill.cu): tiles of 64 query rows and two stages of
+     * 64 keys and values in padded rows. The generic kernels: the query tile in padded rows of
      * head_dim rounded up to 16, then two stages of 32 keys and values. (An FP8 cache: the
      * stages hold bytes, then the current tile widened to 16 bits.) */
     int64_t bq = 64, hp = (hd + 15) / 16 * 16;

@@ -137,7 +137,7 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     for touched in (r"\bout\b", r"(?<![.\w])x\b", r"\bxr\b", r"\bred\b\["):
         assert not re.search(touched, code), f"quant mma_rows touches {touched!r} before it waits"
     assert "cp_async16_s(" in code
-    body = open(os.path.join(ROOT, "kernels", "attention.cu")).read()
+    body = open(os.path.join(ROOT, "kernels", "attention_decode.cu")).read()
     decode = body[body.index("__device__ void decode("):]
     head = decode[:decode.index("{") + 1]
     start = decode[len(head):]
