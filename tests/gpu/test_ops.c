@@ -175,12 +175,14 @@ static void rmsnorm(rng_t *r)
 
 static void rope(rng_t *r)
 {
-    for (int variant = 0; variant < 4; variant++)
+    /* (variants 4 to 6: head sizes of the generic attention kernels) */
+    const int head_dims[7] = { 128, 128, 128, 64, 80, 96, 256 };
+    for (int variant = 0; variant < 7; variant++)
         for (int di = 0; di < 2; di++) {
             tc_dtype dt = di ? TC_DTYPE_F32 : TC_DTYPE_BF16;
-            tc_rope_config c = { .head_dim = variant == 3 ? 64 : 128,
+            tc_rope_config c = { .head_dim = head_dims[variant],
                                  .theta = variant ? 500000.0 : 10000.0,
-                                 .interleaved = variant == 2,
+                                 .interleaved = variant == 2 || variant == 5,
                                  .scaling = variant ? TC_ROPE_LLAMA3 : TC_ROPE_PLAIN,
                                  .factor = 32,
                                  .low_freq_factor = 1,
@@ -764,6 +766,13 @@ static void linear_rope_store(rng_t *r)
             linear_rope_case(r, dts[di], 1, 9, 3, 64, il, norm, mode == 3 ? -1 : 5);
             linear_rope_case(r, dts[di], 3, 4, 2, 32, il, norm, 2);
         }
+    /* head sizes of the generic attention kernels */
+    for (int mode = 0; mode < 2; mode++) {
+        linear_rope_case(r, TC_DTYPE_BF16, 1, 32, 8, 80, mode, mode, 7);
+        linear_rope_case(r, TC_DTYPE_BF16, 1, 32, 32, 96, mode, !mode, 3);
+        linear_rope_case(r, TC_DTYPE_BF16, 1, 8, 1, 256, mode, mode, 11);
+        linear_rope_case(r, TC_DTYPE_F16, 1, 6, 2, 34, mode, mode, 1);
+    }
 }
 
 static void linear(rng_t *r)
