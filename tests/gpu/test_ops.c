@@ -529,6 +529,13 @@ static void quantised(rng_t *r)
             matmul_case(r, TC_DTYPE_F32, q, ms[mi], 999, k, TC_GEMM_AUTO, "decode, f32", false);
         }
         matmul_case(r, TC_DTYPE_F16, q, 5, 333, k, TC_GEMM_AUTO, "decode", false);
+        matmul_case(r, TC_DTYPE_F16, q, 1, 333, k, TC_GEMM_AUTO, "decode", false);
+        /* One row of bf16 x, rounded to 8 bits for the integer products (Q4_0, Q8_0, Q4_K,
+         * Q6_K), over a Llama-2-7B row (11008: x's copy takes 16.5 KiB of the pipeline's
+         * shared memory). */
+        matmul_case(r, TC_DTYPE_BF16, q, 1, 700, 11008, TC_GEMM_AUTO, "decode, long rows", false);
+        for (int mode = 2; mode < 4; mode++)
+            linear_case(r, TC_DTYPE_BF16, q, 1, 600, k, mode, false);
         /* More 16-row tiles than blocks (264 on the H100): blocks that take several, their
          * copies running ahead from one tile into the next. */
         matmul_case(r, TC_DTYPE_BF16, q, 1, 5000, k, TC_GEMM_AUTO, "decode, tiles a block", false);
@@ -1460,6 +1467,16 @@ int main(void)
         }
     }
     rng_t r = { 2024 };
+    /* TC_OPS_ONLY=quantised: only the quantised weights' checks (a quicker run while working on
+     * their kernels). */
+    const char *only = getenv("TC_OPS_ONLY");
+    if (only && !strcmp(only, "quantised")) {
+        quantised(&r);
+        tc_backend_destroy(gpu);
+        tc_backend_destroy(cpu);
+        printf("%d of %d GPU op checks failed\n", failures, cases);
+        return failures ? 1 : 0;
+    }
     embedding(&r);
     rmsnorm(&r);
     rope(&r);
