@@ -616,16 +616,19 @@ __device__ __forceinline__ void imma16832(int (&c)[4], uint32_t a0, uint32_t a1,
             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// x's first row (k elements) as two 8-bit digits, q1 in xq[0, k) and q2 in xq[k, 2k), with
-// xs[i] = (dx of the 32 elements holding 16-element group i, the sum of group i's elements). A NaN or infinity in a
+// Chunks [c0, c1) of 32 elements of x's first row (k elements) as two 8-bit digits, q1 in
+// xq[0, k) and q2 in xq[k, 2k), with xs[i] = (dx of the 32 elements holding 16-element group i,
+// the sum of group i's elements). A warp's work (each warp rounds the part of x its share of k
+// reads: no barrier between the warps). A NaN or infinity in a
 // chunk makes its dx NaN, so that it reaches every product that reads the chunk. The block's
 // threads take 8 elements each, a quad a chunk.
-template <typename T> __device__ __forceinline__ void quantise_x(int8_t *xq, float2 *xs, const T *x, int64_t k)
+template <typename T>
+__device__ __forceinline__ void quantise_x(int8_t *xq, float2 *xs, const T *x, int64_t k, int c0, int c1)
 {
-    const int q = threadIdx.x & 3, chunks = (int)(k / 32);
-    for (int base = 0; base < chunks; base += blockDim.x / 4) {
-        const int c = base + (int)(threadIdx.x >> 2);
-        const bool in = c < chunks;
+    const int q = threadIdx.x & 3;
+    for (int base = c0; base < c1; base += 8) {
+        const int c = base + (int)((threadIdx.x & 31) >> 2);
+        const bool in = c < c1;
         const uint4 v = in ? *reinterpret_cast<const uint4 *>(x + 32 * (int64_t)c + 8 * q) : make_uint4(0, 0, 0, 0);
         const T *e = reinterpret_cast<const T *>(&v);
         float f[8], amax = 0.0f, sum = 0.0f;
@@ -828,16 +831,19 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
         }
         tc::cp_commit();
     };
+    if constexpr (Q8) {
+        if (threadIdx.x < 8)
+            reinterpret_cast<uint32_t *>(xq + 2 * k)[threadIdx.x] = 0;
+        __syncthreads();
+    }
     for (int q = 0; q < nst - 1; q++)
         issue();
     tc::await_inputs();
     if constexpr (Q8) {
-        // x's row in two 8-bit digits for every warp, and 32 zero bytes after them for the
-        // lanes that supply no column.
-        quantise_x(xq, xq_s, x, k);
-        if (threadIdx.x < 8)
-            reinterpret_cast<uint32_t *>(xq + 2 * k)[threadIdx.x] = 0;
-        __syncthreads();
+        // x's row in two 8-bit digits, each warp its share (the 32 zero bytes after them, for
+        // the lanes that supply no column, written above).
+        quantise_x(xq, xq_s, x, k, s0 * S * CPB, min((s0 + my) * S * CPB, (int)(nb * CPB)));
+        __syncwarp();
     }
 
     // x of a step's chunks (as many as the step has), loaded a step ahead of its use: the next
