@@ -561,8 +561,8 @@ __device__ __forceinline__ void wait_copies(int n)
     }
 }
 
-// One row of 16-bit x (batch-1 decode) on the integer tensor cores, for the types most files
-// hold (Q4_0, Q8_0, Q4_K, Q6_K). The kernel of 1 to 8 rows above spends most of its issue slots
+// One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but
+// Q2_K and Q3_K (whose 2- and 3-bit planes take the kernel above). The kernel of 1 to 8 rows above spends most of its issue slots
 // per weight on dequantising to 16 bits and on scales: each lane decodes the scale of every
 // row and chunk it touches, four lanes the same one, and for one row of x seven of the eight
 // columns of each product are empty (H100, 7B Q4_K 11008 x 4096: 4.8 weights an instruction,
@@ -578,17 +578,17 @@ __device__ __forceinline__ void wait_copies(int n)
 // bytes with one logic operation a word (a high nibble left in place counts 16 times: its sum is
 // scaled by 1 / 16); every lane then scales two groups of two rows, each once. About 24
 // weights an instruction.
-template <int DT> constexpr bool kQ8 = DT == Q4_0 || DT == Q8_0 || DT == Q4_K || DT == Q6_K;
+template <int DT> constexpr bool kQ8 = DT != Q2_K && DT != Q3_K;
 // The elements of a column's group (Q4_K's scales cover 32; the others' groups are halves of
 // 32-element blocks (Q4_0, Q8_0) or Q6_K's scale groups).
-template <int DT> constexpr int kGS = DT == Q4_K ? 32 : 16;
+template <int DT> constexpr int kGS = DT == Q4_K || DT == Q5_K ? 32 : 16;
 // Where column c's group starts in a set of 8 groups (the step's elements in order): Q4_K's
 // column j < 4 is sub-block 2j, whose quants are the low nibbles of bytes that hold sub-block
 // 2j + 1's (column j + 4) in their high ones; Q4_0's and Q8_0's columns j and j + 4 are block
 // j's two halves; Q6_K's eight groups of a half-block in order.
 template <int DT> __device__ __forceinline__ int xoff(int c)
 {
-    if constexpr (DT == Q4_K)
+    if constexpr (DT == Q4_K || DT == Q5_K)
         return 64 * (c & 3) + 32 * (c >> 2);
     else if constexpr (DT == Q6_K)
         return 16 * c;
@@ -701,7 +701,27 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
 #pragma unroll
                 for (int i = 0; i < 8; i++)
                     wa[r][i] = w[i] & 0x0f0f0f0fu, wb[r][i] = w[i] & 0xf0f0f0f0u;
-            } else if constexpr (DT == Q4_0) {
+            } else if constexpr (DT == Q5_K) {
+                // Sub-blocks 2p and 2p + 1: their fifth bits are bits 2p and 2p + 1 of qh's bytes.
+                uint32_t w[8], h[8];
+                lds_words(w, Q[r].p[0] + 32 * p);
+                lds_words(h, Q[r].p[1]);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    wa[r][i] = (w[i] & 0x0f0f0f0fu) | (((h[i] >> (2 * p)) & 0x01010101u) << 4);
+                    wb[r][i] = ((w[i] >> 4) & 0x0f0f0f0fu) | (((h[i] >> (2 * p + 1)) & 0x01010101u) << 4);
+                }
+            } else if constexpr (DT == Q5_0 || DT == Q5_1) {
+                // Block 4t + p: element e's fifth bit is bit e of qh.
+                uint32_t w[4];
+                lds_words(w, Q[r].p[0] + 16 * (4 * t + p));
+                const uint32_t h = ld4(Q[r].p[1] + 4 * (4 * t + p));
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    wa[r][i] = (w[i] & 0x0f0f0f0fu) | spread_bits(h >> (4 * i)).x;
+                    wb[r][i] = ((w[i] >> 4) & 0x0f0f0f0fu) | spread_bits(h >> (16 + 4 * i)).x;
+                }
+            } else if constexpr (DT == Q4_0 || DT == Q4_1) {
                 uint32_t w[4];
                 lds_words(w, Q[r].p[0] + 16 * (4 * t + p));
 #pragma unroll
@@ -744,19 +764,29 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const float isum = (float)d[2 * r + cc] + (float)e[2 * r + cc] * (1.0f / 254.0f);
-                if constexpr (DT == Q4_K) {
-                    const uint8_t *sc = Q[r].p[1];
-                    const uint32_t w0 = ld4(sc), w1 = ld4(sc + 4), w2 = ld4(sc + 8), dm = ld4(Q[r].p[2]);
+                if constexpr (DT == Q4_K || DT == Q5_K) {
+                    constexpr int f = DT == Q4_K ? 1 : 2;
+                    const uint8_t *sc = Q[r].p[f];
+                    const uint32_t w0 = ld4(sc), w1 = ld4(sc + 4), w2 = ld4(sc + 8), dm = ld4(Q[r].p[f + 1]);
                     const int sb = 2 * j + hi;
                     const uint32_t scw = sb < 4 ? w0 & 0x3f3f3f3fu : (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
                     const uint32_t mnw = sb < 4 ? w1 & 0x3f3f3f3fu : ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
                     const float s = small_float((scw >> (8 * (sb & 3))) & 0xff),
                                 m = small_float((mnw >> (8 * (sb & 3))) & 0xff);
                     const float sx = xg.y + xs[(es + xoff<DT>(c)) / 16 + 1].y;
-                    acc[r] += half_lo(dm) * s * (xg.x * isum * (hi ? 0.0625f : 1.0f)) - half_hi(dm) * m * sx;
+                    const float hs = DT == Q4_K && hi ? 0.0625f : 1.0f;
+                    acc[r] += half_lo(dm) * s * (xg.x * isum * hs) - half_hi(dm) * m * sx;
                 } else if constexpr (DT == Q4_0) {
                     const float db = half_lo(ld2(Q[r].p[1] + 2 * (4 * t + j)));
                     acc[r] += db * (xg.x * isum * (hi ? 0.0625f : 1.0f) - 8.0f * xg.y);
+                } else if constexpr (DT == Q4_1) {
+                    const uint32_t dm = ld4(Q[r].p[1] + 4 * (4 * t + j));
+                    acc[r] += half_lo(dm) * xg.x * isum * (hi ? 0.0625f : 1.0f) + half_hi(dm) * xg.y;
+                } else if constexpr (DT == Q5_0) {
+                    acc[r] += half_lo(ld2(Q[r].p[2] + 2 * (4 * t + j))) * (xg.x * isum - 16.0f * xg.y);
+                } else if constexpr (DT == Q5_1) {
+                    const uint32_t dm = ld4(Q[r].p[2] + 4 * (4 * t + j));
+                    acc[r] += half_lo(dm) * xg.x * isum + half_hi(dm) * xg.y;
                 } else if constexpr (DT == Q8_0) {
                     acc[r] += half_lo(ld2(Q[r].p[1] + 2 * j)) * xg.x * isum;
                 } else {
@@ -1394,8 +1424,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 
-/** One row of bf16 x (batch-1 decode) on the integer tensor cores, for Q4_0, Q8_0, Q4_K and
- *  Q6_K (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory
+/** One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but
+ *  Q2_K and Q3_K (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory
  *  as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*). Blocks of 256 threads;
  *  k a multiple of 32 and x 16-byte aligned. Dynamic shared memory: 2k + 32 + k / 2 bytes for x,
  *  then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
@@ -1403,6 +1433,26 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv1_q4_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
 {
     quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, x, w, n, k, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q4_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, x, w, n, k, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q5_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, x, w, n, k, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q5_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, x, w, n, k, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q5_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, x, w, n, k, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv1_q8_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)

@@ -166,14 +166,15 @@ static const struct {
 #undef QMV
 
 /* The batch-1 kernels on the integer tensor cores (bf16 x written as two 8-bit digits per element
- * in shared memory first), for the types most files hold. */
+ * in shared memory first), for every block type but Q2_K and Q3_K. */
 typedef tc_status (*qmv1_fn)(tc_launch_config, tc_bf16 *, const tc_bf16 *, const void *, int64_t,
                              int64_t, int64_t, int32_t);
 #define QMV1(T, t) [TC_DTYPE_##T] = { tc_launch_qmv1_##t##_bf16, TC_KERNEL_QMV1_##T##_BF16 }
 static const struct {
     qmv1_fn bf16;
     tc_kernel_id id;
-} qmv1[TC_DTYPE_COUNT] = { QMV1(Q4_0, q4_0), QMV1(Q8_0, q8_0), QMV1(Q4_K, q4_k), QMV1(Q6_K, q6_k) };
+} qmv1[TC_DTYPE_COUNT] = { QMV1(Q4_0, q4_0), QMV1(Q4_1, q4_1), QMV1(Q5_0, q5_0), QMV1(Q5_1, q5_1),
+                           QMV1(Q8_0, q8_0), QMV1(Q4_K, q4_k), QMV1(Q5_K, q5_k), QMV1(Q6_K, q6_k) };
 #undef QMV1
 
 /* The tensor-core kernels stream weights through shared memory, as much as two blocks an SM
