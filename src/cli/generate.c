@@ -626,13 +626,15 @@ int tc_cli_info(int argc, char **argv)
     double kv_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * (double)tc_dtype_bytes(kv, 1);
     printf("model            %s\n", o.model);
     printf("name             %s\n", c.name[0] ? c.name : "(none)");
-    printf("architecture     %s\n", c.arch);
+    printf("architecture     %s%s\n", c.arch, c.qkv_bias ? " (q, k and v biases)" : "");
     printf("layers           %d\n", c.n_layers);
     printf("dimension        %d (feed-forward %d)\n", c.dim, c.ffn_dim);
     printf("heads            %d query, %d key/value (head size %d)\n", c.n_heads, c.n_kv_heads,
            c.head_dim);
     printf("vocabulary       %d\n", c.vocab);
     printf("context          %d\n", c.max_positions);
+    if (c.window)
+        printf("attention        sliding window of %d tokens\n", c.window);
     printf("rope             theta %g%s%s\n", c.rope.theta,
            c.rope.scaling == TC_ROPE_LLAMA3 ? ", Llama 3 scaling" : "",
            c.tied_embeddings ? "; output tied to the embedding" : "");
