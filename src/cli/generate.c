@@ -435,7 +435,7 @@ static int template_of(session *s, tc_chat_template *t)
     tc_gguf_str src = tc_cli_model_template(&s->f);
     if (!src.ptr) {
         fprintf(stderr, "thincuda: the model has no chat template; choose one with --template "
-                        "chatml|llama3|llama2|zephyr\n");
+                        "chatml|llama3|llama2|zephyr|mistral\n");
         return 1;
     }
     return tc_chat_template_detect(src.ptr, src.len, t) == TC_OK ? 0 : fail("chat template");
@@ -446,7 +446,7 @@ static const char generate_usage[] =
     "Continue TEXT, streaming to stdout; tokens/s go to stderr at the end.\n"
     "  -p, --prompt TEXT    the prompt (special tokens such as <|im_start|> are recognised)\n"
     "  --chat               wrap the prompt as one user message in the model's chat template\n"
-    "  --template NAME      chatml, llama3, llama2 or zephyr instead of the model's own\n"
+    "  --template NAME      chatml, llama3, llama2, zephyr or mistral instead of the model's own\n"
     "  --special            print control tokens as text\n";
 
 int tc_cli_generate(int argc, char **argv)
@@ -508,7 +508,7 @@ static const char chat_usage[] =
     "usage: thincuda chat --model PATH [options]\n"
     "Talk with the model in its chat template; an empty line or end of input quits.\n"
     "  --system TEXT        a system message\n"
-    "  --template NAME      chatml, llama3, llama2 or zephyr instead of the model's own\n";
+    "  --template NAME      chatml, llama3, llama2, zephyr or mistral instead of the model's own\n";
 
 int tc_cli_chat(int argc, char **argv)
 {

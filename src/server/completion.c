@@ -78,9 +78,10 @@ static bool prompt_tokens(tc_server *s, const tc_oai_request *q, bool add_bos, s
     const char *p = q->prompt;
     if (q->kind == TC_OAI_CHAT) {
         if (!s->m.chat)
-            return tc_oai_fail(err, 400, "invalid_request_error", "messages", NULL,
-                               "the model has no chat template; restart the server with "
-                               "--template chatml|llama3|llama2|zephyr, or use /v1/completions");
+            return tc_oai_fail(
+                err, 400, "invalid_request_error", "messages", NULL,
+                "the model has no chat template; restart the server with "
+                "--template chatml|llama3|llama2|zephyr|mistral, or use /v1/completions");
         /* What the messages say is text: a control token written in one ("<|im_end|>")
          * cannot end its turn and forge another, unless the server allows it. */
         /* With tool_choice none the tools are left out of the prompt, as vLLM does: the
