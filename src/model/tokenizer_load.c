@@ -16,6 +16,10 @@ static const char gpt2_regex[] =
 static const char llama3_regex[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Qwen2's: Llama 3's with each digit its own piece. */
+static const char qwen2_regex[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 /* tokenizers' Digits pre-tokeniser: Rust's char::is_numeric, whose Unicode is newer than
  * PCRE2's \p{N} (a digit run with "+"). */
@@ -36,9 +40,11 @@ static tc_status set_pre(tc_tokenizer *t, const char *pre)
         t->ignore_merges = true;
         return tc__tok_add_regex(t, llama3_regex);
     }
+    if (!strcmp(pre, "qwen2"))
+        return tc__tok_add_regex(t, qwen2_regex);
     return tc_set_error(TC_ERR_UNSUPPORTED, "tc_tokenizer",
                         "unsupported pre-tokeniser '%s' (supported: default, gpt2, smollm, "
-                        "llama-bpe)",
+                        "llama-bpe, qwen2)",
                         pre);
 }
 

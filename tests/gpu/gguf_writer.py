@@ -1,5 +1,5 @@
 """A minimal GGUF v3 writer (docs/gguf.md of ggml) for test models: metadata of scalar and
-string types (and arrays of strings) and tensors in f32/f16/bf16, written from numpy/torch arrays. Ours, for tests
+string types (and arrays of strings or of int32) and tensors in f32/f16/bf16, written from numpy/torch arrays. Ours, for tests
 only; it also stores a Hugging Face Llama, Mistral or Qwen2 the way llama.cpp's converter does
 (a Llama's q and k rows permuted for interleaved rotary pairs, llama.cpp's tensor names)."""
 import struct
@@ -27,11 +27,13 @@ def _value(v):
         return struct.pack("<I", STRING) + _str(v)
     if isinstance(v, list) and all(isinstance(x, str) for x in v):
         return struct.pack("<IIQ", ARRAY, STRING, len(v)) + b"".join(_str(x) for x in v)
+    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return struct.pack("<IIQ", ARRAY, I32, len(v)) + struct.pack(f"<{len(v)}i", *v)
     raise TypeError(type(v))
 
 
 def write(path, metadata, tensors):
-    """metadata: {key: int|float|str|bool|[str]}; tensors: [(name, ggml_type, raw bytes, shape)]
+    """metadata: {key: int|float|str|bool|[str]|[int]}; tensors: [(name, ggml_type, raw bytes, shape)]
     with shape outermost first (as numpy), stored innermost first as GGUF wants."""
     head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata))
     for k, v in metadata.items():
@@ -77,7 +79,7 @@ def llama_to_gguf(model, path, dtype="bf16", types=None):
     state_to_gguf(c.model_type, cfg, sd, path, dtype, types)
 
 
-def state_to_gguf(arch, c, sd, path, dtype="bf16", types=None):
+def state_to_gguf(arch, c, sd, path, dtype="bf16", types=None, extra=None):
     """Write a model of architecture arch ("llama", "mistral" or "qwen2") from its Hugging Face
     config.json values c (a dict) and state dict sd (float32 numpy arrays) as a GGUF with
     llama.cpp's tensor names: matrices in dtype (f32/f16/bf16), or the quantised ggml type that
@@ -85,7 +87,8 @@ def state_to_gguf(arch, c, sd, path, dtype="bf16", types=None):
     norms and biases f32. A Llama's or Mistral's q and k rows are permuted for interleaved
     rotary pairs as llama.cpp's converter does; a Qwen2's stay as they are (llama.cpp rotates
     them as rotate_half does). head_dim, when the configuration gives it, is written as
-    key_length and value_length; Mistral's sliding_window as attention.sliding_window."""
+    key_length and value_length; Mistral's sliding_window as attention.sliding_window. extra:
+    more metadata (a vocabulary's tokenizer.* keys)."""
     types = types or {}
     heads, kv = c["num_attention_heads"], c.get("num_key_value_heads") or c["num_attention_heads"]
     hd = c.get("head_dim") or c["hidden_size"] // heads
@@ -109,6 +112,7 @@ def state_to_gguf(arch, c, sd, path, dtype="bf16", types=None):
         meta[f"{arch}.attention.value_length"] = hd
     if arch == "mistral" and c.get("sliding_window"):
         meta[f"{arch}.attention.sliding_window"] = c["sliding_window"]
+    meta.update(extra or {})
     gt = {"f32": GGML_F32, "f16": GGML_F16, "bf16": GGML_BF16}[dtype]
 
     def mat(t, kind=None):

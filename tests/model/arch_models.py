@@ -128,10 +128,101 @@ def write_folder(name, folder, sd=None):
               metadata={"format": "pt"})
 
 
-def write_gguf(name, path, sd=None, dtype="f32"):
+def write_gguf(name, path, sd=None, dtype="f32", extra=None):
     c = config(name)
     arch = c["model_type"]
-    gguf_writer.state_to_gguf(arch, c, sd if sd is not None else weights(name), path, dtype)
+    gguf_writer.state_to_gguf(arch, c, sd if sd is not None else weights(name), path, dtype,
+                              extra=extra)
+
+
+# ---------------------------------------------------------------- a Qwen2 vocabulary
+
+# Qwen2's pre-tokenisation (its tokenizer.json's Split; llama.cpp's "qwen2"), its special tokens.
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CORPUS = ("The quick brown fox jumps over the lazy dog. I'm sure you'll find 12345 and 67890 in "
+          "the numbers; she'd say they're fine. Tokenizers merge the most frequent pairs first, "
+          "then the next, until the vocabulary is full. Hello world, hello there, hello again! "
+          "Qwen and Mistral models share the Llama skeleton with a little more: biases, windows. "
+          "Zwölf Boxkämpfer jagen Viktor quer über den großen Sylter Deich. 日本語のテキストと中文。")
+
+
+def byte_chars():
+    """GPT-2's printable stand-in for each byte."""
+    keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    out, extra = {}, 256
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(extra)
+            extra += 1
+    return [out[b] for b in range(256)]
+
+
+def qwen2_vocab():
+    """A byte-level BPE vocabulary of VOCAB tokens: the 256 bytes, merges learnt greedily from
+    CORPUS (most frequent pair first, ties by text), then Qwen2's special tokens. Returns
+    (tokens, merges)."""
+    bc = byte_chars()
+    words = {}
+    for w in CORPUS.replace(" ", "\0 ").split("\0"):
+        sym = tuple(bc[b] for b in w.encode())
+        words[sym] = words.get(sym, 0) + 1
+    tokens, merges = list(bc), []
+    known = set(tokens)
+    while len(tokens) < VOCAB - len(QWEN2_SPECIALS):
+        pairs = {}
+        for w, f in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] = pairs.get((a, b), 0) + f
+        pairs = {p: f for p, f in pairs.items() if p[0] + p[1] not in known}
+        if not pairs:
+            raise RuntimeError("CORPUS is too small for the vocabulary")
+        a, b = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(a + " " + b)
+        tokens.append(a + b)
+        known.add(a + b)
+        merged = {}
+        for w, f in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and w[i] == a and w[i + 1] == b:
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] = merged.get(tuple(out), 0) + f
+        words = merged
+    return tokens + QWEN2_SPECIALS, merges
+
+
+def qwen2_tokenizer_metadata(template):
+    """GGUF tokenizer keys for qwen2_vocab(), as llama.cpp writes a Qwen2 vocabulary."""
+    tokens, merges = qwen2_vocab()
+    n = len(tokens)
+    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2",
+            "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.token_type": [1] * (n - 3) + [3, 3, 3],
+            "tokenizer.ggml.merges": merges,
+            "tokenizer.ggml.bos_token_id": n - 3, "tokenizer.ggml.eos_token_id": n - 1,
+            "tokenizer.ggml.add_bos_token": False, "tokenizer.chat_template": template}
+
+
+def qwen2_reference_tokenizer():
+    """The same vocabulary as Hugging Face's tokenizers builds Qwen2's (Split then ByteLevel)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, models, pre_tokenizers
+
+    tokens, merges = qwen2_vocab()
+    vocab = {t: i for i, t in enumerate(tokens[:-len(QWEN2_SPECIALS)])}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[tuple(m.split(" ")) for m in merges]))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in QWEN2_SPECIALS])
+    return tok
 
 
 # ---------------------------------------------------------------- the reference (torch)

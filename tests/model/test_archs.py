@@ -152,3 +152,81 @@ def test_mistral_gguf_keeps_its_window(tmp_path):
     assert r1.returncode == 0 and r2.returncode == 0, r1.stderr + r2.stderr
     assert rel(b, a) < 1e-5
     shutil.rmtree(folder)
+
+
+# ---------------------------------------------------------------- a Qwen2 GGUF served
+
+EXE = os.path.join(HERE, "..", "..", BUILD, "src", "cli", "thincuda")
+QWEN25_TEMPLATE = os.path.join(HERE, "..", "server", "data", "qwen2.5-instruct.jinja")
+
+
+class Served:
+    """thincuda serve on the CPU backend over a model file, on a free loopback port."""
+
+    def __init__(self, model):
+        import re
+        import threading
+
+        if not os.path.exists(EXE):
+            pytest.skip(f"{EXE} is not built")
+        self.proc = subprocess.Popen([EXE, "serve", "--model", model, "--port", "0", "--device",
+                                      "cpu", "--kv-tokens", "1024"],
+                                     stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        self.log, self.port = [], None
+        for line in self.proc.stderr:
+            self.log.append(line)
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+            if "ready" in line:
+                break
+        assert self.port, "".join(self.log)
+        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
+
+    def post(self, path, body):
+        import http.client
+
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        c.request("POST", path, body=json.dumps(body).encode(),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        out = json.loads(r.read())
+        c.close()
+        return r.status, out
+
+    def stop(self):
+        self.proc.terminate()
+        return self.proc.wait(30)
+
+
+def test_qwen2_gguf_serves_with_its_vocabulary(tmp_path):
+    """A Qwen2 GGUF with a byte-level vocabulary under llama.cpp's "qwen2" pre-tokeniser (each
+    digit a piece) and Qwen 2.5's chat template: /tokenize gives the ids of Hugging Face's
+    tokenizers over the same vocabulary, text and rendered chat alike, and a completion runs."""
+    tokenizers = pytest.importorskip("tokenizers")  # noqa: F841
+    with open(QWEN25_TEMPLATE) as f:
+        template = f.read()
+    path = str(tmp_path / "qwen2.gguf")
+    A.write_gguf("qwen2-hd80", path, extra=A.qwen2_tokenizer_metadata(template))
+    ref = A.qwen2_reference_tokenizer()
+    s = Served(path)
+    try:
+        for text in ["Hello world 12345 and 67890", "I'm sure you'll see; THEY'RE here",
+                     "tabs\tand\n\n\nnewlines  and   runs", "Zwölf Boxkämpfer 日本語のテキスト",
+                     "<|im_start|>user\nhi<|im_end|>\n", "a\u180eb \U00011F50\U00011F51 x"]:
+            status, tok = s.post("/tokenize", {"prompt": text})
+            assert status == 200, tok
+            assert tok["tokens"] == ref.encode(text).ids, text
+        msgs = [{"role": "user", "content": "What is 12 times 7?"}]
+        status, tok = s.post("/tokenize", {"messages": msgs})
+        assert status == 200, tok
+        rendered = ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+                    "assistant.<|im_end|>\n<|im_start|>user\nWhat is 12 times 7?<|im_end|>\n"
+                    "<|im_start|>assistant\n")
+        assert tok["tokens"] == ref.encode(rendered).ids
+        status, r = s.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 4,
+                                                   "temperature": 0})
+        assert status == 200, r
+        assert r["usage"]["prompt_tokens"] == len(tok["tokens"])
+    finally:
+        assert s.stop() == 0, "".join(s.log)
