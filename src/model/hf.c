@@ -338,33 +338,30 @@ static tc_status read_config(tc_hf *hf, const char *path)
                           c->head_dim);
         goto done;
     }
-    /* The sliding window (Mistral's sliding_window; null: none). Qwen2 applies its own only
-     * with use_sliding_window, to the layers from max_window_layers on; transformers writes the
-     * outcome as layer_types. A window on some layers only is not supported. */
+    /* The sliding window: sliding_window (null: none), on every layer, unless transformers'
+     * layer_types names the layers that have it, or (Qwen2, without layer_types) it applies only
+     * with use_sliding_window and then from layer max_window_layers on. A window on some layers
+     * only is not supported. */
+    int64_t window = get_int(j, "sliding_window", 1, INT32_MAX, &v) ? v : 0;
+    int64_t n_layers = c->n_layers, from = 0; /* the first layer with the window */
     json_t *lt = json_object_get(j, "layer_types"), *e;
     size_t li, n_sliding = 0;
     json_array_foreach(lt, li, e) n_sliding +=
         !strcmp(json_string_value(e) ?: "", "sliding_attention");
-    bool sliding = n_sliding > 0;
-    if (qwen2 && !json_is_array(lt) && json_is_true(json_object_get(j, "use_sliding_window"))) {
-        int64_t from = get_int(j, "max_window_layers", 0, INT32_MAX, &v) ? v : 28;
-        sliding = from < c->n_layers;
-        n_sliding = from <= 0 ? (size_t)c->n_layers : (size_t)(sliding ? 1 : 0);
-        lt = NULL;
-    } else if (!json_is_array(lt)) {
-        sliding = !qwen2;
-        n_sliding = (size_t)c->n_layers;
-    }
-    size_t n_types = json_is_array(lt) ? json_array_size(lt) : (size_t)c->n_layers;
-    if (sliding && n_sliding < n_types && get_int(j, "sliding_window", 1, INT32_MAX, &v)) {
+    if (json_array_size(lt) > 0)
+        from = n_sliding == 0 ? n_layers : n_sliding == json_array_size(lt) ? 0 : -1;
+    else if (qwen2 && !json_is_true(json_object_get(j, "use_sliding_window")))
+        from = n_layers;
+    else if (qwen2)
+        from = get_int(j, "max_window_layers", 0, INT32_MAX, &v) ? v : 28;
+    if (window > 0 && from != 0 && from < n_layers) {
         st = tc_set_error(TC_ERR_UNSUPPORTED, op,
                           "%s: sliding-window attention on some layers only (layer_types, "
                           "use_sliding_window) is not supported",
                           path);
         goto done;
     }
-    if (sliding && get_int(j, "sliding_window", 1, INT32_MAX, &v))
-        c->window = (int)v;
+    c->window = from == 0 ? (int)window : 0;
     c->max_positions = get_int(j, "max_position_embeddings", 1, INT32_MAX, &v) ? (int)v : 4096;
     json_t *eps = json_object_get(j, "rms_norm_eps");
     c->norm_eps = json_is_number(eps) && json_number_value(eps) > 0 && json_number_value(eps) < 1
