@@ -602,14 +602,20 @@ tc_status tc_llama_random(const tc_llama_config *cfg, uint64_t seed, tc_backend 
 }
 
 static const struct preset {
-    const char *name;
+    const char *name, *arch;
     int n_layers, dim, n_heads, n_kv_heads, ffn_dim, vocab, max_positions;
     double theta;
-    bool tied, llama3_scaling;
+    bool tied, llama3_scaling, qkv_bias;
+    int window;
 } presets[] = {
-    { "smollm2-135m", 30, 576, 9, 3, 1536, 49152, 8192, 100000.0, true, false },
-    { "llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0, true, true },
-    { "llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, 10000.0, false, false },
+    { "smollm2-135m", "llama", 30, 576, 9, 3, 1536, 49152, 8192, 100000.0, true, false, false, 0 },
+    { "llama3.2-1b", "llama", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0, true, true, false,
+      0 },
+    { "llama2-7b", "llama", 32, 4096, 32, 32, 11008, 32000, 4096, 10000.0, false, false, false, 0 },
+    { "qwen2.5-1.5b", "qwen2", 28, 1536, 12, 2, 8960, 151936, 32768, 1000000.0, true, false, true,
+      0 },
+    { "mistral-7b", "mistral", 32, 4096, 32, 8, 14336, 32000, 32768, 10000.0, false, false, false,
+      4096 },
 };
 
 tc_status tc_llama_config_preset(const char *name, tc_llama_config *c)
@@ -619,7 +625,7 @@ tc_status tc_llama_config_preset(const char *name, tc_llama_config *c)
         const struct preset *p = &presets[i];
         if (strcmp(name, p->name) != 0)
             continue;
-        snprintf(c->arch, sizeof c->arch, "llama");
+        snprintf(c->arch, sizeof c->arch, "%s", p->arch);
         snprintf(c->name, sizeof c->name, "%s (random weights)", p->name);
         c->n_layers = p->n_layers;
         c->dim = p->dim;
@@ -640,10 +646,14 @@ tc_status tc_llama_config_preset(const char *name, tc_llama_config *c)
             c->rope.original_max_position = 8192.0;
         }
         c->tied_embeddings = p->tied;
+        c->qkv_bias = p->qkv_bias;
+        c->window = p->window;
         return TC_OK;
     }
     return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_llama_config_preset",
-                        "unknown shape '%s' (known: smollm2-135m, llama3.2-1b, llama2-7b)", name);
+                        "unknown shape '%s' (known: smollm2-135m, llama3.2-1b, llama2-7b, "
+                        "qwen2.5-1.5b, mistral-7b)",
+                        name);
 }
 
 static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *cfg, tc_backend *b,
