@@ -29,6 +29,12 @@ _Static_assert(sizeof(uint8_t) == 1, "uint8_t is not 1 bytes as in CUDA");
 _Static_assert(sizeof(uint8_t *) == 8, "uint8_t * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(void *) == 8, "void * is not 8 bytes as in CUDA");
 
+static const uint16_t sizes_tc_k_add_bias_f32[] = {8, 8, 8, 8, 8};
+static const char *const names_tc_k_add_bias_f32[] = {"x", "bias", "rows", "cols", "x_stride"};
+static const uint16_t sizes_tc_k_add_bias_f16[] = {8, 8, 8, 8, 8};
+static const char *const names_tc_k_add_bias_f16[] = {"x", "bias", "rows", "cols", "x_stride"};
+static const uint16_t sizes_tc_k_add_bias_bf16[] = {8, 8, 8, 8, 8};
+static const char *const names_tc_k_add_bias_bf16[] = {"x", "bias", "rows", "cols", "x_stride"};
 static const uint16_t sizes_tc_k_argmax_f32[] = {8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_argmax_f32[] = {"out", "x", "cols", "x_stride", "part", "counters", "chunk"};
 static const uint16_t sizes_tc_k_argmax_f16[] = {8, 8, 8, 8, 8, 8, 8};
@@ -279,6 +285,9 @@ static const uint16_t sizes_tc_k_swiglu_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_swiglu_bf16[] = {"out", "gate", "up", "rows", "cols", "out_stride", "gate_stride", "up_stride"};
 
 const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
+    {"tc_k_add_bias_f32", "kernels/add_bias.cu", 38, 5, sizes_tc_k_add_bias_f32, names_tc_k_add_bias_f32},
+    {"tc_k_add_bias_f16", "kernels/add_bias.cu", 45, 5, sizes_tc_k_add_bias_f16, names_tc_k_add_bias_f16},
+    {"tc_k_add_bias_bf16", "kernels/add_bias.cu", 52, 5, sizes_tc_k_add_bias_bf16, names_tc_k_add_bias_bf16},
     {"tc_k_argmax_f32", "kernels/argmax.cu", 128, 7, sizes_tc_k_argmax_f32, names_tc_k_argmax_f32},
     {"tc_k_argmax_f16", "kernels/argmax.cu", 138, 7, sizes_tc_k_argmax_f16, names_tc_k_argmax_f16},
     {"tc_k_argmax_bf16", "kernels/argmax.cu", 148, 7, sizes_tc_k_argmax_bf16, names_tc_k_argmax_bf16},

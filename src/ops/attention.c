@@ -9,6 +9,7 @@ typedef struct {
     tc_tensor *out;
     const int32_t *table, *seq_lens, *q_start, *row_seq;
     int64_t max_blocks, block_size, n_heads, n_kv_heads, head_dim;
+    int64_t window; /* 0: every earlier position */
     float scale;
     atomic_bool oom;
 } attn_job;
@@ -48,6 +49,9 @@ static void attend_rows(void *ctx, int64_t begin, int64_t end)
         int64_t s = j->row_seq[row];
         int64_t m = j->q_start[s + 1] - j->q_start[s];
         int64_t qpos = j->seq_lens[s] - m + (row - j->q_start[s]);
+        /* The first position the query sees: positions before a sliding window are skipped
+         * (their softmax weight is exactly zero). */
+        int64_t first = j->window > 0 && qpos - j->window + 1 > 0 ? qpos - j->window + 1 : 0;
         const int32_t *tbl = j->table + s * j->max_blocks;
         for (int64_t kvh = 0; kvh < j->n_kv_heads; kvh++) {
             const char *qrow =
@@ -57,7 +61,7 @@ static void attend_rows(void *ctx, int64_t begin, int64_t end)
                 mx[g] = -INFINITY;
                 sum[g] = 0.0f;
             }
-            for (int64_t t = 0; t <= qpos; t++) {
+            for (int64_t t = first; t <= qpos; t++) {
                 const float *k = cache_row(j->k_cache, tbl, t, j->block_size, kvh, tmp);
                 for (int64_t g = 0; g < group; g++) {
                     float d = tc__dot(qv + g * hd, k, hd) * j->scale;
@@ -66,10 +70,10 @@ static void attend_rows(void *ctx, int64_t begin, int64_t end)
                 }
             }
             for (int64_t g = 0; g < group; g++)
-                for (int64_t t = 0; t <= qpos; t++)
+                for (int64_t t = first; t <= qpos; t++)
                     sum[g] += (p[g * max_len + t] = expf(p[g * max_len + t] - mx[g]));
             memset(acc, 0, (size_t)(group * hd) * sizeof(float));
-            for (int64_t t = 0; t <= qpos; t++) {
+            for (int64_t t = first; t <= qpos; t++) {
                 const float *v = cache_row(j->v_cache, tbl, t, j->block_size, kvh, tmp);
                 for (int64_t g = 0; g < group; g++)
                     tc__axpy(acc + g * hd, p[g * max_len + t], v, hd);
@@ -124,6 +128,20 @@ static tc_status check_common(const char *op, const tc_tensor *out, const tc_ten
     return TC_OK;
 }
 
+/* The options' window: 0 or more, and (until the CUDA kernels take one) 0 on CUDA. */
+static tc_status check_window(const char *op, const tc_backend *b, int32_t window)
+{
+    if (window < 0)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "window is %d; want 0 (none) or more",
+                            (int)window);
+    if (window > 0 && b->kind == TC_BACKEND_CUDA)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "sliding-window attention (window %d) has no CUDA kernel yet; the "
+                            "CPU backend runs it",
+                            (int)window);
+    return TC_OK;
+}
+
 /* On the CPU the host can read the indices: every one is checked before use. */
 static tc_status check_indices_cpu(const char *op, const tc_tensor *kc, const tc_tensor *table,
                                    const tc_tensor *lens, const int32_t *q_start, int64_t n_tokens)
@@ -157,7 +175,7 @@ static tc_status check_indices_cpu(const char *op, const tc_tensor *kc, const tc
 
 static tc_status attend_cpu(tc_tensor *out, const tc_tensor *q, const tc_tensor *kc,
                             const tc_tensor *vc, const tc_tensor *table, const tc_tensor *lens,
-                            const int32_t *q_start, float scale)
+                            const int32_t *q_start, float scale, int32_t window)
 {
     int64_t n_tokens = q->shape[0], n_seqs = table->shape[0];
     int32_t *row_seq = tc_host_alloc((size_t)n_tokens * sizeof(int32_t) + 1);
@@ -171,7 +189,8 @@ static tc_status attend_cpu(tc_tensor *out, const tc_tensor *q, const tc_tensor 
                    out,          table->data, lens->data,
                    q_start,      row_seq,     table->shape[1],
                    kc->shape[1], q->shape[1], kc->shape[2],
-                   kc->shape[3], scale,       false };
+                   kc->shape[3], window,      scale,
+                   false };
     tc__parallel_for(out->backend, n_tokens, 1, attend_rows, &j);
     tc_host_free(row_seq);
     if (atomic_load(&j.oom))
@@ -321,11 +340,12 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
                                  const tc_attention_opts *opts)
 {
     const char *op = "tc_attention_decode";
-    int32_t fresh = opts ? opts->fresh_rows : -1;
+    int32_t fresh = opts ? opts->fresh_rows : -1, window = opts ? opts->window : 0;
     if (fresh < -1)
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "fresh_rows is %d; want -1 or more",
                             (int)fresh);
     TC_TRY(check_common(op, out, q, k_cache, v_cache, block_table, seq_lens));
+    TC_TRY(check_window(op, out->backend, window));
     int64_t n_seqs = q->shape[0], n_heads = q->shape[1], hd = q->shape[2], n_kv = k_cache->shape[2];
     TC_TRY(tc__check_dim(op, "block_table", block_table, 0, n_seqs, "one row per query"));
     if (n_seqs == 0)
@@ -339,7 +359,8 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
             q_start[s] = (int32_t)s;
         tc_status st = check_indices_cpu(op, k_cache, block_table, seq_lens, q_start, n_seqs);
         if (st == TC_OK)
-            st = attend_cpu(out, q, k_cache, v_cache, block_table, seq_lens, q_start, scale);
+            st =
+                attend_cpu(out, q, k_cache, v_cache, block_table, seq_lens, q_start, scale, window);
         tc_host_free(q_start);
         return st;
     }
@@ -455,8 +476,19 @@ tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const tc_tens
                                const tc_tensor *v_cache, const tc_tensor *block_table,
                                const tc_tensor *seq_lens, const tc_tensor *q_start, float scale)
 {
+    return tc_attention_prefill_ex(out, q, k_cache, v_cache, block_table, seq_lens, q_start, scale,
+                                   NULL);
+}
+
+tc_status tc_attention_prefill_ex(tc_tensor *out, const tc_tensor *q, const tc_tensor *k_cache,
+                                  const tc_tensor *v_cache, const tc_tensor *block_table,
+                                  const tc_tensor *seq_lens, const tc_tensor *q_start, float scale,
+                                  const tc_attention_opts *opts)
+{
     const char *op = "tc_attention_prefill";
+    int32_t window = opts ? opts->window : 0;
     TC_TRY(check_common(op, out, q, k_cache, v_cache, block_table, seq_lens));
+    TC_TRY(check_window(op, out->backend, window));
     TC_TRY(tc__check_dtype(op, "q_start", q_start, TC__MASK(TC_DTYPE_I32)));
     TC_TRY(tc__check_ndim(op, "q_start", q_start, 1));
     TC_TRY(tc__check_same_backend(op, out, q_start));
@@ -470,7 +502,8 @@ tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const tc_tens
     tc_backend *b = out->backend;
     if (b->kind == TC_BACKEND_CPU) {
         TC_TRY(check_indices_cpu(op, k_cache, block_table, seq_lens, q_start->data, n_tokens));
-        return attend_cpu(out, q, k_cache, v_cache, block_table, seq_lens, q_start->data, scale);
+        return attend_cpu(out, q, k_cache, v_cache, block_table, seq_lens, q_start->data, scale,
+                          window);
     }
     TC_TRY(check_head_dim(op, hd));
     TC_TRY(check_q_pairs(op, q));

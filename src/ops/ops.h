@@ -107,6 +107,11 @@ TC_API tc_status tc_convert(tc_tensor *out, const tc_tensor *x);
  * a hash of (seed, element index): the same numbers on every backend (benchmark weights). */
 TC_API tc_status tc_fill_random(tc_tensor *t, uint64_t seed, float offset, float scale);
 
+/* x[i, :] += bias for every row i: the bias of a linear layer (Qwen2's q, k and v
+ * projections), added after the product. x [n, d] (f32/f16/bf16; rows may be strided) and bias
+ * [d] share a dtype; the sum is rounded once to that dtype. */
+TC_API tc_status tc_add_bias(tc_tensor *x, const tc_tensor *bias);
+
 /* SwiGLU (Shazeer, 2020): out = silu(gate) * up, elementwise. out, gate, up [n, f] share a
  * dtype (f32/f16/bf16); rows may be strided (gate and up may be halves of one product). */
 TC_API tc_status tc_swiglu(tc_tensor *out, const tc_tensor *gate, const tc_tensor *up);
@@ -133,7 +138,7 @@ TC_API tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, cons
 TC_API tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tensor *k_cache,
                                      const tc_tensor *v_cache, const tc_tensor *block_table,
                                      const tc_tensor *seq_lens, float scale);
-/* What a decode may read early. */
+/* What a decode may read early, and which cached positions a query attends to. */
 typedef struct tc_attention_opts {
     /* How many of each sequence's newest cached rows the kernel launched just before this op on
      * its stream may have written; it must not have written the older rows, seq_lens or
@@ -141,6 +146,9 @@ typedef struct tc_attention_opts {
      * kernel finishes. -1, the default: any of them may be its output, nothing is read early.
      * (A decode step stores its token's keys and values just before: 1.) */
     int32_t fresh_rows;
+    /* Sliding-window attention (Mistral): a query at position p attends only to positions
+     * max(0, p - window + 1) .. p. 0, the default: every earlier position. */
+    int32_t window;
 } tc_attention_opts;
 /* tc_attention_decode with options (NULL: the defaults). */
 TC_API tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q,
@@ -155,6 +163,12 @@ TC_API tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const 
                                       const tc_tensor *v_cache, const tc_tensor *block_table,
                                       const tc_tensor *seq_lens, const tc_tensor *q_start,
                                       float scale);
+/* tc_attention_prefill with options (NULL: the defaults; fresh_rows is ignored by prefill). */
+TC_API tc_status tc_attention_prefill_ex(tc_tensor *out, const tc_tensor *q,
+                                         const tc_tensor *k_cache, const tc_tensor *v_cache,
+                                         const tc_tensor *block_table, const tc_tensor *seq_lens,
+                                         const tc_tensor *q_start, float scale,
+                                         const tc_attention_opts *opts);
 
 /* out[i] = the index of the largest element of row i of x [n, d] (f32/f16/bf16); the lowest
  * index wins ties; NaN elements are never chosen unless the whole row is NaN. out i32 [n]. */

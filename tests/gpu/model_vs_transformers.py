@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Random-weight Llama models at real shapes against transformers: each model is built by
-transformers (torch.manual_seed), written as a bf16 GGUF by tests/gpu/gguf_writer.py, and run
-by our `logits` tool (prompt prefilled, then 32 ids fed one at a time); its logits at every
+"""Random-weight Llama, Qwen2 and Mistral models at real shapes against transformers: each model
+is built by transformers (torch.manual_seed; Qwen2's q/k/v biases, which transformers
+initialises to zero, drawn at random too), written as a bf16 GGUF by tests/gpu/gguf_writer.py,
+and run by our `logits` tool (prompt prefilled, then 32 ids fed one at a time); its logits at every
 step are compared with transformers' forward pass over the same ids in f32: normwise relative
 error and top-1 agreement. Two precautions make that reference exact enough to judge f32: TF32
 is off, and the rotary angles are computed in f64 (transformers computes them in f32, whose
@@ -12,8 +13,11 @@ and values keep 3 mantissa bits to bf16's 8, the error may be up to six times tr
 error and three quarters of the next tokens must agree (measured on the H100: 3.8 times and
 33/33 on SmolLM2's shape, 4.6 times and 27/33 on Llama-3.2-1B's, whose random logits are nearly
 flat); a wrong cache gives errors near 1.
+The Mistral shapes have a sliding window shorter than their prompt (4,096 under 4,160 tokens at
+Mistral 7B's), so that the window decides the logits.
 Usage: model_vs_transformers.py LOGITS_BINARY WORKDIR [shape ...] [--device cuda|cpu]
-Shapes: tiny (CPU-sized, for a quick check), smollm2-135m, llama3.2-1b, llama2-7b."""
+Shapes: tiny, tiny-qwen2, tiny-mistral (CPU-sized, for a quick check), smollm2-135m,
+llama3.2-1b, llama2-7b, qwen2.5-1.5b, mistral-7b."""
 import os
 import shutil
 import subprocess
@@ -21,7 +25,7 @@ import sys
 
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_writer  # noqa: E402
@@ -48,14 +52,37 @@ SHAPES = {
     "llama2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                       num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
                       rope_theta=10000.0, tie_word_embeddings=False, max_position_embeddings=4096),
+    "tiny-qwen2": dict(model_type="qwen2", hidden_size=256, intermediate_size=512,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       vocab_size=1000, rope_theta=1000000.0, tie_word_embeddings=True,
+                       max_position_embeddings=4096),
+    "tiny-mistral": dict(model_type="mistral", hidden_size=256, intermediate_size=512,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                         vocab_size=1000, rope_theta=1000000.0, tie_word_embeddings=False,
+                         max_position_embeddings=4096, sliding_window=48),
+    # Qwen2.5-1.5B: GQA 6:1, q/k/v biases, tied embeddings, a 151,936-token vocabulary
+    "qwen2.5-1.5b": dict(model_type="qwen2", hidden_size=1536, intermediate_size=8960,
+                         num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                         vocab_size=151936, rope_theta=1000000.0, tie_word_embeddings=True,
+                         max_position_embeddings=32768),
+    # Mistral 7B: GQA 4:1 and its 4,096-token sliding window under a longer prompt
+    "mistral-7b": dict(model_type="mistral", hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                       vocab_size=32000, rope_theta=1000000.0, tie_word_embeddings=False,
+                       max_position_embeddings=32768, sliding_window=4096),
 }
 PROMPT, STEPS = 64, 32
+# Prompts longer than the default, for the sliding windows.
+PROMPTS = {"tiny-mistral": 96, "mistral-7b": 4160}
 
 
 def exact_rope():
-    """Replace LlamaRotaryEmbedding.forward by one that computes the angles in f64 (plain
-    rope_theta, or Llama 3's scaled frequencies as transformers defines them)."""
+    """Replace the rotary embeddings' forward (Llama's, Qwen2's, Mistral's) by one that computes
+    the angles in f64 (plain rope_theta, or Llama 3's scaled frequencies as transformers
+    defines them)."""
     import transformers.models.llama.modeling_llama as llama
+    import transformers.models.mistral.modeling_mistral as mistral
+    import transformers.models.qwen2.modeling_qwen2 as qwen2
 
     def forward(self, x, position_ids):
         inv = self.inv_freq.double()
@@ -76,7 +103,9 @@ def exact_rope():
         emb = torch.cat((freqs, freqs), -1)
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
-    llama.LlamaRotaryEmbedding.forward = forward
+    for rotary in (llama.LlamaRotaryEmbedding, qwen2.Qwen2RotaryEmbedding,
+                   mistral.MistralRotaryEmbedding):
+        rotary.forward = forward
 
 
 def main():
@@ -91,25 +120,36 @@ def main():
     rows, failed = [], 0
     for shape in shapes:
         kw = dict(SHAPES[shape])
-        cfg = LlamaConfig(**kw, rms_norm_eps=1e-5, attention_bias=False, mlp_bias=False)
+        kind = kw.pop("model_type", "llama")
+        prompt = PROMPTS.get(shape, PROMPT)
+        if kind == "qwen2":
+            cfg = Qwen2Config(**kw, rms_norm_eps=1e-6, use_sliding_window=False)
+        elif kind == "mistral":
+            cfg = MistralConfig(**kw, rms_norm_eps=1e-5)
+        else:
+            cfg = LlamaConfig(**kw, rms_norm_eps=1e-5, attention_bias=False, mlp_bias=False)
         torch.manual_seed(0)
         with torch.device(device):
-            model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+            model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).eval()
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if name.endswith("_proj.bias"):
+                        p.normal_(0.0, 0.5)
         path = os.path.join(work, f"{shape}.gguf")
         gguf_writer.llama_to_gguf(model, path, "bf16")
         hf_dir = os.path.join(work, f"{shape}-hf")
         model.save_pretrained(hf_dir, safe_serialization=True)
         g = torch.Generator().manual_seed(1)
-        ids = torch.randint(0, cfg.vocab_size, (PROMPT + STEPS,), generator=g, dtype=torch.int32)
+        ids = torch.randint(0, cfg.vocab_size, (prompt + STEPS,), generator=g, dtype=torch.int32)
         ids_path = os.path.join(work, f"{shape}.ids")
         ids.numpy().tofile(ids_path)
         # transformers in bf16 (the yardstick for our bf16), then the same weights in f32 (the
         # reference).
         with torch.no_grad():
-            hf16 = model(ids.long()[None].to(device)).logits[0, PROMPT - 1:].float().cpu().numpy()
+            hf16 = model(ids.long()[None].to(device)).logits[0, prompt - 1:].float().cpu().numpy()
         model = model.float()
         with torch.no_grad():
-            ref = model(ids.long()[None].to(device)).logits[0, PROMPT - 1:].float().cpu().numpy()
+            ref = model(ids.long()[None].to(device)).logits[0, prompt - 1:].float().cpu().numpy()
         hf16_rel = max(float(np.linalg.norm(hf16[s] - ref[s]) / np.linalg.norm(ref[s])) for s in range(len(ref)))
         hf16_top1 = int((hf16.argmax(1) == ref.argmax(1)).sum())
         rows.append((shape, "hf-bf16", f"{hf16_rel:.2e}", f"{hf16_top1}/{len(ref)}", "yardstick"))
@@ -121,7 +161,7 @@ def main():
         runs.append(("safetensors", hf_dir, "bf16"))
         for fmt, model_path, act in runs:
             out = os.path.join(work, f"{shape}.{act}.logits")
-            r = subprocess.run([binary, model_path, ours_dev, act, str(PROMPT), ids_path, out],
+            r = subprocess.run([binary, model_path, ours_dev, act, str(prompt), ids_path, out],
                                capture_output=True, text=True)
             print(r.stdout.strip(), r.stderr.strip(), flush=True)
             if r.returncode:

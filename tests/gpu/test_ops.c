@@ -974,6 +974,40 @@ static void swiglu_softmax_argmax(rng_t *r)
 /* Argmax of a few long rows, cut into chunks (decode's vocabularies, an odd width too): ties
  * planted in two chunks (the lower index wins) and a NaN after the maximum (NaN loses), twice
  * in a row (the chunks' arrival counters must come back to zero). */
+/* A linear layer's bias added to rows of one fused product's middle part (strided rows, as
+ * Qwen2's k part of the q/k/v product), widths that are and are not a multiple of the
+ * 16-byte vector, against the double sum and the CPU op. */
+static void add_bias(rng_t *r)
+{
+    const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F32, TC_DTYPE_F16 };
+    const int64_t ws[][3] = {
+        { 37, 1536, 256 }, { 3, 2048, 512 }, { 9, 131, 17 }, { 300, 896, 128 }
+    };
+    for (int di = 0; di < 3; di++)
+        for (int wi = 0; wi < 4; wi++) {
+            tc_dtype dt = dts[di];
+            int64_t n = ws[wi][0], d = ws[wi][2], wide = ws[wi][1] + 2 * d;
+            tc_tensor ga, ca, gx, cx, gb, cb;
+            double *av = twin(r, dt, TC_SHAPE(n, wide), -2, 2, &ga, &ca);
+            double *bv = twin(r, dt, TC_SHAPE(d), -2, 2, &gb, &cb);
+            CHECK(tc_tensor_slice(&ga, 1, ws[wi][1], d, &gx));
+            CHECK(tc_tensor_slice(&ca, 1, ws[wi][1], d, &cx));
+            CHECK(tc_add_bias(&gx, &gb));
+            CHECK(tc_add_bias(&cx, &cb));
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < d; j++)
+                    av[i * wide + ws[wi][1] + j] += bv[j];
+            char what[96];
+            snprintf(what, sizeof what, "add_bias %s [%lld x %lld] of rows %lld wide",
+                     tc_dtype_name(dt), (long long)n, (long long)d, (long long)wide);
+            /* the whole tensor: the columns beside the part must stay as they were */
+            expect_close(what, &ga, av, &ca, tolerance(dt));
+            free(av), free(bv);
+            tc_tensor_deinit(&ga), tc_tensor_deinit(&ca), tc_tensor_deinit(&gb),
+                tc_tensor_deinit(&cb);
+        }
+}
+
 static void argmax_long_rows(rng_t *r)
 {
     const tc_dtype dts[] = { TC_DTYPE_F32, TC_DTYPE_BF16, TC_DTYPE_F16 };
@@ -1490,6 +1524,7 @@ int main(void)
     tc_pool_get_stats(tc_backend_pool(gpu), &ps);
     size_t baseline = ps.bytes_requested - tc_backend_workspace_bytes(gpu);
     swiglu_softmax_argmax(&r);
+    add_bias(&r);
     argmax_long_rows(&r);
     logits_mask(&r);
     linear(&r);

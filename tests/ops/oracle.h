@@ -299,35 +299,45 @@ static inline double *ref_rms_rows(const double *x, int64_t m, int64_t k, double
 }
 
 /* Causal attention of one sequence's m newest queries q [m, H, hd] over contiguous keys and
- * values [len, KV, hd]. */
-static inline void ref_attention(double *out, const double *q, const double *k, const double *v,
-                                 int64_t m, int64_t len, int64_t H, int64_t KV, int64_t hd,
-                                 double scale)
+ * values [len, KV, hd]; with window > 0 a query at position p sees positions p - window + 1 ..
+ * p only (sliding-window attention). */
+static inline void ref_attention_window(double *out, const double *q, const double *k,
+                                        const double *v, int64_t m, int64_t len, int64_t H,
+                                        int64_t KV, int64_t hd, double scale, int64_t window)
 {
     double *p = malloc(sizeof(double) * (size_t)(len + 1));
     for (int64_t j = 0; j < m; j++) {
         int64_t qpos = len - m + j;
+        int64_t first = window > 0 && qpos - window + 1 > 0 ? qpos - window + 1 : 0;
         for (int64_t h = 0; h < H; h++) {
             int64_t g = h / (H / KV);
             double mx = -INFINITY, sum = 0.0;
-            for (int64_t t = 0; t <= qpos; t++) {
+            for (int64_t t = first; t <= qpos; t++) {
                 double d = 0.0;
                 for (int64_t i = 0; i < hd; i++)
                     d += q[(j * H + h) * hd + i] * k[(t * KV + g) * hd + i];
                 p[t] = d * scale;
                 mx = fmax(mx, p[t]);
             }
-            for (int64_t t = 0; t <= qpos; t++)
+            for (int64_t t = first; t <= qpos; t++)
                 sum += (p[t] = exp(p[t] - mx));
             for (int64_t i = 0; i < hd; i++) {
                 double a = 0.0;
-                for (int64_t t = 0; t <= qpos; t++)
+                for (int64_t t = first; t <= qpos; t++)
                     a += p[t] * v[(t * KV + g) * hd + i];
                 out[(j * H + h) * hd + i] = a / sum;
             }
         }
     }
     free(p);
+}
+
+/* Causal attention over every earlier position (ref_attention_window without a window). */
+static inline void ref_attention(double *out, const double *q, const double *k, const double *v,
+                                 int64_t m, int64_t len, int64_t H, int64_t KV, int64_t hd,
+                                 double scale)
+{
+    ref_attention_window(out, q, k, v, m, len, H, KV, hd, scale, 0);
 }
 
 /* A batch of sequences in a paged cache, with the contiguous copies the reference reads. */
@@ -434,15 +444,22 @@ static inline tc_status paged_build(paged_case *c, rng_t *r, tc_backend *b, tc_d
     return paged_build_kv(c, r, b, dt, dt, 1.0, n_seqs, len, m, H, KV, hd, bs);
 }
 
-/* The reference output [n_tokens, H, hd] of the case (malloc'ed). */
-static inline double *paged_reference(const paged_case *c, double scale)
+/* The reference output [n_tokens, H, hd] of the case (malloc'ed), with a sliding window
+ * (0: none). */
+static inline double *paged_reference_window(const paged_case *c, double scale, int64_t window)
 {
     double *out = malloc(sizeof(double) * (size_t)(c->n_tokens * c->H * c->hd + 1));
     for (int64_t s = 0; s < c->n_seqs; s++)
-        ref_attention(out + (int64_t)c->q_start[s] * c->H * c->hd,
-                      c->q + (int64_t)c->q_start[s] * c->H * c->hd, c->k[s], c->v[s], c->m[s],
-                      c->len[s], c->H, c->KV, c->hd, scale);
+        ref_attention_window(out + (int64_t)c->q_start[s] * c->H * c->hd,
+                             c->q + (int64_t)c->q_start[s] * c->H * c->hd, c->k[s], c->v[s],
+                             c->m[s], c->len[s], c->H, c->KV, c->hd, scale, window);
     return out;
+}
+
+/* The reference output [n_tokens, H, hd] of the case (malloc'ed). */
+static inline double *paged_reference(const paged_case *c, double scale)
+{
+    return paged_reference_window(c, scale, 0);
 }
 
 static inline void paged_free(paged_case *c)
