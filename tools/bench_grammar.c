@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "inference/grammar.h"
+#include "inference/grammar_internal.h"
 #include "model/tokenizer.h"
 #include "runtime/host.h"
 #include "server/schema.h"
@@ -178,7 +179,14 @@ int main(int argc, char **argv)
             }
         for (int d = 0; d < 4 && cases[c].docs[d]; d++)
             write_doc(g, tok, cases[c].docs[d], words, n_words, &repeat);
-        printf("%s (grammar compiled in %.2f ms)\n", cases[c].name, compile);
+        tc__grammar_mask_stats st;
+        tc__grammar_mask_stats_get(g, &st);
+        printf("%s (grammar compiled in %.2f ms; %llu new states: %llu walks from new tops, %llu "
+               "tops found, %llu full walks, %.0f unsure tokens a state)\n",
+               cases[c].name, compile, (unsigned long long)st.states,
+               (unsigned long long)st.tops_walks, (unsigned long long)st.tops_hits,
+               (unsigned long long)st.whole_walks,
+               st.states ? (double)st.unsure_tokens / (double)st.states : 0.0);
         report("  cold (first document)", &cold);
         report("  warm (other documents)", &warm);
         report("  repeat (same documents again)", &repeat);
