@@ -4,6 +4,7 @@
  * long piece costs O(n log n), not O(n^2)). */
 #define _GNU_SOURCE
 #include "model/tokenizer_internal.h"
+#include "model/tokenizer_trie.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -472,6 +473,7 @@ void tc_tokenizer_destroy(tc_tokenizer *t)
     tc_host_free(t->trie_keys);
     tc_host_free(t->trie_child);
     tc_host_free(t->score_rank);
+    tc__tok_trie_free(t->vocab_trie);
     tc_host_free(t);
 }
 

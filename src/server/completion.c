@@ -126,6 +126,22 @@ static bool prompt_tokens(tc_server *s, const tc_oai_request *q, bool add_bos, s
 }
 
 /* Check, tokenize and submit; on success the job is on the server's list. */
+/* The text a request's grammar is compiled from, as the key of the server's shared grammars
+ * (malloc'd, *len bytes; NULL when out of memory): the schema as sent (its properties' order
+ * is the documents'), or the tools with what tool_choice asks. */
+static char *grammar_key(const tc_oai_request *q, bool tools, size_t *len)
+{
+    json_t *k = tools ? json_pack("{s:s, s:i, s:s?, s:b, s:O}", "kind", "tools", "choice",
+                                  (int)q->tool_choice, "name", q->tool_name, "parallel",
+                                  q->parallel_tool_calls, "tools", q->tools)
+                      : json_pack("{s:s, s:O?}", "kind", q->json_schema ? "schema" : "object",
+                                  "schema", q->json_schema);
+    char *text = k ? json_dumps(k, JSON_COMPACT) : NULL;
+    json_decref(k);
+    *len = text ? strlen(text) : 0;
+    return text;
+}
+
 static bool submit(tc_server *s, job *j, tc_oai_error *err)
 {
     tc_oai_request *q = &j->req;
@@ -198,14 +214,30 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
             ok = (j->tools[i] = tc__tool_parser_create(
                       &j->tool_format,
                       q->parallel_tool_calls && q->tool_choice != TC_OAI_TOOLS_NAMED)) != NULL;
-        if (!ok || !tc__tool_grammar(q, &j->tool_format, s->m.tok, &r.grammar, err)) {
+        size_t klen = 0;
+        char *key = ok && tc__tool_grammar_needed(q) ? grammar_key(q, true, &klen) : NULL;
+        r.grammar = key ? tc__grammars_get(s->grammars, key, klen) : NULL;
+        if (!r.grammar &&
+            (!ok || !tc__tool_grammar(q, &j->tool_format, s->m.tok, &r.grammar, err))) {
+            free(key);
             tc_host_free(ids);
             return ok ? false : tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
         }
+        if (key && r.grammar)
+            r.grammar = tc__grammars_put(s->grammars, key, klen, r.grammar);
+        free(key);
     }
     if (q->json_object || q->json_schema) {
         char why[320];
-        r.grammar = tc_schema_grammar(q->json_schema, s->m.tok, why, sizeof why);
+        size_t klen = 0;
+        char *key = grammar_key(q, false, &klen);
+        r.grammar = key ? tc__grammars_get(s->grammars, key, klen) : NULL;
+        if (!r.grammar) {
+            r.grammar = tc_schema_grammar(q->json_schema, s->m.tok, why, sizeof why);
+            if (r.grammar && key)
+                r.grammar = tc__grammars_put(s->grammars, key, klen, r.grammar);
+        }
+        free(key);
         if (!r.grammar) {
             tc_host_free(ids);
             return tc_oai_fail(err, 400, "invalid_request_error",
