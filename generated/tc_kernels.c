@@ -29,6 +29,12 @@ _Static_assert(sizeof(uint8_t) == 1, "uint8_t is not 1 bytes as in CUDA");
 _Static_assert(sizeof(uint8_t *) == 8, "uint8_t * is not 8 bytes as in CUDA");
 _Static_assert(sizeof(void *) == 8, "void * is not 8 bytes as in CUDA");
 
+static const uint16_t sizes_tc_k_add_bias_f32[] = {8, 8, 8, 8, 8};
+static const char *const names_tc_k_add_bias_f32[] = {"x", "bias", "rows", "cols", "x_stride"};
+static const uint16_t sizes_tc_k_add_bias_f16[] = {8, 8, 8, 8, 8};
+static const char *const names_tc_k_add_bias_f16[] = {"x", "bias", "rows", "cols", "x_stride"};
+static const uint16_t sizes_tc_k_add_bias_bf16[] = {8, 8, 8, 8, 8};
+static const char *const names_tc_k_add_bias_bf16[] = {"x", "bias", "rows", "cols", "x_stride"};
 static const uint16_t sizes_tc_k_argmax_f32[] = {8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_argmax_f32[] = {"out", "x", "cols", "x_stride", "part", "counters", "chunk"};
 static const uint16_t sizes_tc_k_argmax_f16[] = {8, 8, 8, 8, 8, 8, 8};
@@ -197,6 +203,22 @@ static const uint16_t sizes_tc_k_qmv_q6_k_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmv_q6_k_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_qmv_q6_k_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmv_q6_k_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv1_q4_0_bf16[] = {8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv1_q4_0_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv1_q4_1_bf16[] = {8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv1_q4_1_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv1_q5_0_bf16[] = {8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv1_q5_0_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv1_q5_1_bf16[] = {8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv1_q5_1_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv1_q5_k_bf16[] = {8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv1_q5_k_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv1_q8_0_bf16[] = {8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv1_q8_0_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv1_q4_k_bf16[] = {8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv1_q4_k_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv1_q6_k_bf16[] = {8, 8, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv1_q6_k_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_qmm_q4_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm_q4_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
@@ -277,6 +299,9 @@ static const uint16_t sizes_tc_k_swiglu_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_swiglu_bf16[] = {"out", "gate", "up", "rows", "cols", "out_stride", "gate_stride", "up_stride"};
 
 const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
+    {"tc_k_add_bias_f32", "kernels/add_bias.cu", 38, 5, sizes_tc_k_add_bias_f32, names_tc_k_add_bias_f32},
+    {"tc_k_add_bias_f16", "kernels/add_bias.cu", 45, 5, sizes_tc_k_add_bias_f16, names_tc_k_add_bias_f16},
+    {"tc_k_add_bias_bf16", "kernels/add_bias.cu", 52, 5, sizes_tc_k_add_bias_bf16, names_tc_k_add_bias_bf16},
     {"tc_k_argmax_f32", "kernels/argmax.cu", 128, 7, sizes_tc_k_argmax_f32, names_tc_k_argmax_f32},
     {"tc_k_argmax_f16", "kernels/argmax.cu", 138, 7, sizes_tc_k_argmax_f16, names_tc_k_argmax_f16},
     {"tc_k_argmax_bf16", "kernels/argmax.cu", 148, 7, sizes_tc_k_argmax_bf16, names_tc_k_argmax_bf16},
@@ -336,51 +361,59 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_matvec1_bf16", "kernels/matvec.cu", 483, 25, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
     {"tc_k_matvec_mma_f16", "kernels/matvec.cu", 500, 9, sizes_tc_k_matvec_mma_f16, names_tc_k_matvec_mma_f16},
     {"tc_k_matvec_mma_bf16", "kernels/matvec.cu", 509, 9, sizes_tc_k_matvec_mma_bf16, names_tc_k_matvec_mma_bf16},
-    {"tc_k_qrepack", "kernels/quant.cu", 951, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
-    {"tc_k_qdequant_f32", "kernels/quant.cu", 983, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
-    {"tc_k_qdequant_f16", "kernels/quant.cu", 989, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
-    {"tc_k_qdequant_bf16", "kernels/quant.cu", 995, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
-    {"tc_k_qmatvec_f32", "kernels/quant.cu", 1006, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
-    {"tc_k_qmv_q4_0_f16", "kernels/quant.cu", 1021, 9, sizes_tc_k_qmv_q4_0_f16, names_tc_k_qmv_q4_0_f16},
-    {"tc_k_qmv_q4_0_bf16", "kernels/quant.cu", 1027, 9, sizes_tc_k_qmv_q4_0_bf16, names_tc_k_qmv_q4_0_bf16},
-    {"tc_k_qmv_q4_1_f16", "kernels/quant.cu", 1033, 9, sizes_tc_k_qmv_q4_1_f16, names_tc_k_qmv_q4_1_f16},
-    {"tc_k_qmv_q4_1_bf16", "kernels/quant.cu", 1039, 9, sizes_tc_k_qmv_q4_1_bf16, names_tc_k_qmv_q4_1_bf16},
-    {"tc_k_qmv_q5_0_f16", "kernels/quant.cu", 1045, 9, sizes_tc_k_qmv_q5_0_f16, names_tc_k_qmv_q5_0_f16},
-    {"tc_k_qmv_q5_0_bf16", "kernels/quant.cu", 1051, 9, sizes_tc_k_qmv_q5_0_bf16, names_tc_k_qmv_q5_0_bf16},
-    {"tc_k_qmv_q5_1_f16", "kernels/quant.cu", 1057, 9, sizes_tc_k_qmv_q5_1_f16, names_tc_k_qmv_q5_1_f16},
-    {"tc_k_qmv_q5_1_bf16", "kernels/quant.cu", 1063, 9, sizes_tc_k_qmv_q5_1_bf16, names_tc_k_qmv_q5_1_bf16},
-    {"tc_k_qmv_q8_0_f16", "kernels/quant.cu", 1069, 9, sizes_tc_k_qmv_q8_0_f16, names_tc_k_qmv_q8_0_f16},
-    {"tc_k_qmv_q8_0_bf16", "kernels/quant.cu", 1075, 9, sizes_tc_k_qmv_q8_0_bf16, names_tc_k_qmv_q8_0_bf16},
-    {"tc_k_qmv_q2_k_f16", "kernels/quant.cu", 1081, 9, sizes_tc_k_qmv_q2_k_f16, names_tc_k_qmv_q2_k_f16},
-    {"tc_k_qmv_q2_k_bf16", "kernels/quant.cu", 1087, 9, sizes_tc_k_qmv_q2_k_bf16, names_tc_k_qmv_q2_k_bf16},
-    {"tc_k_qmv_q3_k_f16", "kernels/quant.cu", 1093, 9, sizes_tc_k_qmv_q3_k_f16, names_tc_k_qmv_q3_k_f16},
-    {"tc_k_qmv_q3_k_bf16", "kernels/quant.cu", 1099, 9, sizes_tc_k_qmv_q3_k_bf16, names_tc_k_qmv_q3_k_bf16},
-    {"tc_k_qmv_q4_k_f16", "kernels/quant.cu", 1105, 9, sizes_tc_k_qmv_q4_k_f16, names_tc_k_qmv_q4_k_f16},
-    {"tc_k_qmv_q4_k_bf16", "kernels/quant.cu", 1111, 9, sizes_tc_k_qmv_q4_k_bf16, names_tc_k_qmv_q4_k_bf16},
-    {"tc_k_qmv_q5_k_f16", "kernels/quant.cu", 1117, 9, sizes_tc_k_qmv_q5_k_f16, names_tc_k_qmv_q5_k_f16},
-    {"tc_k_qmv_q5_k_bf16", "kernels/quant.cu", 1123, 9, sizes_tc_k_qmv_q5_k_bf16, names_tc_k_qmv_q5_k_bf16},
-    {"tc_k_qmv_q6_k_f16", "kernels/quant.cu", 1129, 9, sizes_tc_k_qmv_q6_k_f16, names_tc_k_qmv_q6_k_f16},
-    {"tc_k_qmv_q6_k_bf16", "kernels/quant.cu", 1135, 9, sizes_tc_k_qmv_q6_k_bf16, names_tc_k_qmv_q6_k_bf16},
-    {"tc_k_qmm_q4_0_f16", "kernels/quant.cu", 1150, 11, sizes_tc_k_qmm_q4_0_f16, names_tc_k_qmm_q4_0_f16},
-    {"tc_k_qmm_q4_0_bf16", "kernels/quant.cu", 1157, 11, sizes_tc_k_qmm_q4_0_bf16, names_tc_k_qmm_q4_0_bf16},
-    {"tc_k_qmm_q4_1_f16", "kernels/quant.cu", 1164, 11, sizes_tc_k_qmm_q4_1_f16, names_tc_k_qmm_q4_1_f16},
-    {"tc_k_qmm_q4_1_bf16", "kernels/quant.cu", 1171, 11, sizes_tc_k_qmm_q4_1_bf16, names_tc_k_qmm_q4_1_bf16},
-    {"tc_k_qmm_q5_0_f16", "kernels/quant.cu", 1178, 11, sizes_tc_k_qmm_q5_0_f16, names_tc_k_qmm_q5_0_f16},
-    {"tc_k_qmm_q5_0_bf16", "kernels/quant.cu", 1185, 11, sizes_tc_k_qmm_q5_0_bf16, names_tc_k_qmm_q5_0_bf16},
-    {"tc_k_qmm_q5_1_f16", "kernels/quant.cu", 1192, 11, sizes_tc_k_qmm_q5_1_f16, names_tc_k_qmm_q5_1_f16},
-    {"tc_k_qmm_q5_1_bf16", "kernels/quant.cu", 1199, 11, sizes_tc_k_qmm_q5_1_bf16, names_tc_k_qmm_q5_1_bf16},
-    {"tc_k_qmm_q8_0_f16", "kernels/quant.cu", 1206, 11, sizes_tc_k_qmm_q8_0_f16, names_tc_k_qmm_q8_0_f16},
-    {"tc_k_qmm_q8_0_bf16", "kernels/quant.cu", 1213, 11, sizes_tc_k_qmm_q8_0_bf16, names_tc_k_qmm_q8_0_bf16},
-    {"tc_k_qmm_q2_k_f16", "kernels/quant.cu", 1220, 11, sizes_tc_k_qmm_q2_k_f16, names_tc_k_qmm_q2_k_f16},
-    {"tc_k_qmm_q2_k_bf16", "kernels/quant.cu", 1227, 11, sizes_tc_k_qmm_q2_k_bf16, names_tc_k_qmm_q2_k_bf16},
-    {"tc_k_qmm_q3_k_f16", "kernels/quant.cu", 1234, 11, sizes_tc_k_qmm_q3_k_f16, names_tc_k_qmm_q3_k_f16},
-    {"tc_k_qmm_q3_k_bf16", "kernels/quant.cu", 1241, 11, sizes_tc_k_qmm_q3_k_bf16, names_tc_k_qmm_q3_k_bf16},
-    {"tc_k_qmm_q4_k_f16", "kernels/quant.cu", 1248, 11, sizes_tc_k_qmm_q4_k_f16, names_tc_k_qmm_q4_k_f16},
-    {"tc_k_qmm_q4_k_bf16", "kernels/quant.cu", 1255, 11, sizes_tc_k_qmm_q4_k_bf16, names_tc_k_qmm_q4_k_bf16},
-    {"tc_k_qmm_q5_k_f16", "kernels/quant.cu", 1262, 11, sizes_tc_k_qmm_q5_k_f16, names_tc_k_qmm_q5_k_f16},
-    {"tc_k_qmm_q5_k_bf16", "kernels/quant.cu", 1269, 11, sizes_tc_k_qmm_q5_k_bf16, names_tc_k_qmm_q5_k_bf16},
-    {"tc_k_qmm_q6_k_f16", "kernels/quant.cu", 1276, 11, sizes_tc_k_qmm_q6_k_f16, names_tc_k_qmm_q6_k_f16},
-    {"tc_k_qmm_q6_k_bf16", "kernels/quant.cu", 1283, 11, sizes_tc_k_qmm_q6_k_bf16, names_tc_k_qmm_q6_k_bf16},
+    {"tc_k_qrepack", "kernels/quant.cu", 1237, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
+    {"tc_k_qdequant_f32", "kernels/quant.cu", 1269, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
+    {"tc_k_qdequant_f16", "kernels/quant.cu", 1275, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
+    {"tc_k_qdequant_bf16", "kernels/quant.cu", 1281, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
+    {"tc_k_qmatvec_f32", "kernels/quant.cu", 1292, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
+    {"tc_k_qmv_q4_0_f16", "kernels/quant.cu", 1307, 9, sizes_tc_k_qmv_q4_0_f16, names_tc_k_qmv_q4_0_f16},
+    {"tc_k_qmv_q4_0_bf16", "kernels/quant.cu", 1313, 9, sizes_tc_k_qmv_q4_0_bf16, names_tc_k_qmv_q4_0_bf16},
+    {"tc_k_qmv_q4_1_f16", "kernels/quant.cu", 1319, 9, sizes_tc_k_qmv_q4_1_f16, names_tc_k_qmv_q4_1_f16},
+    {"tc_k_qmv_q4_1_bf16", "kernels/quant.cu", 1325, 9, sizes_tc_k_qmv_q4_1_bf16, names_tc_k_qmv_q4_1_bf16},
+    {"tc_k_qmv_q5_0_f16", "kernels/quant.cu", 1331, 9, sizes_tc_k_qmv_q5_0_f16, names_tc_k_qmv_q5_0_f16},
+    {"tc_k_qmv_q5_0_bf16", "kernels/quant.cu", 1337, 9, sizes_tc_k_qmv_q5_0_bf16, names_tc_k_qmv_q5_0_bf16},
+    {"tc_k_qmv_q5_1_f16", "kernels/quant.cu", 1343, 9, sizes_tc_k_qmv_q5_1_f16, names_tc_k_qmv_q5_1_f16},
+    {"tc_k_qmv_q5_1_bf16", "kernels/quant.cu", 1349, 9, sizes_tc_k_qmv_q5_1_bf16, names_tc_k_qmv_q5_1_bf16},
+    {"tc_k_qmv_q8_0_f16", "kernels/quant.cu", 1355, 9, sizes_tc_k_qmv_q8_0_f16, names_tc_k_qmv_q8_0_f16},
+    {"tc_k_qmv_q8_0_bf16", "kernels/quant.cu", 1361, 9, sizes_tc_k_qmv_q8_0_bf16, names_tc_k_qmv_q8_0_bf16},
+    {"tc_k_qmv_q2_k_f16", "kernels/quant.cu", 1367, 9, sizes_tc_k_qmv_q2_k_f16, names_tc_k_qmv_q2_k_f16},
+    {"tc_k_qmv_q2_k_bf16", "kernels/quant.cu", 1373, 9, sizes_tc_k_qmv_q2_k_bf16, names_tc_k_qmv_q2_k_bf16},
+    {"tc_k_qmv_q3_k_f16", "kernels/quant.cu", 1379, 9, sizes_tc_k_qmv_q3_k_f16, names_tc_k_qmv_q3_k_f16},
+    {"tc_k_qmv_q3_k_bf16", "kernels/quant.cu", 1385, 9, sizes_tc_k_qmv_q3_k_bf16, names_tc_k_qmv_q3_k_bf16},
+    {"tc_k_qmv_q4_k_f16", "kernels/quant.cu", 1391, 9, sizes_tc_k_qmv_q4_k_f16, names_tc_k_qmv_q4_k_f16},
+    {"tc_k_qmv_q4_k_bf16", "kernels/quant.cu", 1397, 9, sizes_tc_k_qmv_q4_k_bf16, names_tc_k_qmv_q4_k_bf16},
+    {"tc_k_qmv_q5_k_f16", "kernels/quant.cu", 1403, 9, sizes_tc_k_qmv_q5_k_f16, names_tc_k_qmv_q5_k_f16},
+    {"tc_k_qmv_q5_k_bf16", "kernels/quant.cu", 1409, 9, sizes_tc_k_qmv_q5_k_bf16, names_tc_k_qmv_q5_k_bf16},
+    {"tc_k_qmv_q6_k_f16", "kernels/quant.cu", 1415, 9, sizes_tc_k_qmv_q6_k_f16, names_tc_k_qmv_q6_k_f16},
+    {"tc_k_qmv_q6_k_bf16", "kernels/quant.cu", 1421, 9, sizes_tc_k_qmv_q6_k_bf16, names_tc_k_qmv_q6_k_bf16},
+    {"tc_k_qmv1_q4_0_bf16", "kernels/quant.cu", 1433, 7, sizes_tc_k_qmv1_q4_0_bf16, names_tc_k_qmv1_q4_0_bf16},
+    {"tc_k_qmv1_q4_1_bf16", "kernels/quant.cu", 1438, 7, sizes_tc_k_qmv1_q4_1_bf16, names_tc_k_qmv1_q4_1_bf16},
+    {"tc_k_qmv1_q5_0_bf16", "kernels/quant.cu", 1443, 7, sizes_tc_k_qmv1_q5_0_bf16, names_tc_k_qmv1_q5_0_bf16},
+    {"tc_k_qmv1_q5_1_bf16", "kernels/quant.cu", 1448, 7, sizes_tc_k_qmv1_q5_1_bf16, names_tc_k_qmv1_q5_1_bf16},
+    {"tc_k_qmv1_q5_k_bf16", "kernels/quant.cu", 1453, 7, sizes_tc_k_qmv1_q5_k_bf16, names_tc_k_qmv1_q5_k_bf16},
+    {"tc_k_qmv1_q8_0_bf16", "kernels/quant.cu", 1458, 7, sizes_tc_k_qmv1_q8_0_bf16, names_tc_k_qmv1_q8_0_bf16},
+    {"tc_k_qmv1_q4_k_bf16", "kernels/quant.cu", 1463, 7, sizes_tc_k_qmv1_q4_k_bf16, names_tc_k_qmv1_q4_k_bf16},
+    {"tc_k_qmv1_q6_k_bf16", "kernels/quant.cu", 1468, 7, sizes_tc_k_qmv1_q6_k_bf16, names_tc_k_qmv1_q6_k_bf16},
+    {"tc_k_qmm_q4_0_f16", "kernels/quant.cu", 1482, 11, sizes_tc_k_qmm_q4_0_f16, names_tc_k_qmm_q4_0_f16},
+    {"tc_k_qmm_q4_0_bf16", "kernels/quant.cu", 1489, 11, sizes_tc_k_qmm_q4_0_bf16, names_tc_k_qmm_q4_0_bf16},
+    {"tc_k_qmm_q4_1_f16", "kernels/quant.cu", 1496, 11, sizes_tc_k_qmm_q4_1_f16, names_tc_k_qmm_q4_1_f16},
+    {"tc_k_qmm_q4_1_bf16", "kernels/quant.cu", 1503, 11, sizes_tc_k_qmm_q4_1_bf16, names_tc_k_qmm_q4_1_bf16},
+    {"tc_k_qmm_q5_0_f16", "kernels/quant.cu", 1510, 11, sizes_tc_k_qmm_q5_0_f16, names_tc_k_qmm_q5_0_f16},
+    {"tc_k_qmm_q5_0_bf16", "kernels/quant.cu", 1517, 11, sizes_tc_k_qmm_q5_0_bf16, names_tc_k_qmm_q5_0_bf16},
+    {"tc_k_qmm_q5_1_f16", "kernels/quant.cu", 1524, 11, sizes_tc_k_qmm_q5_1_f16, names_tc_k_qmm_q5_1_f16},
+    {"tc_k_qmm_q5_1_bf16", "kernels/quant.cu", 1531, 11, sizes_tc_k_qmm_q5_1_bf16, names_tc_k_qmm_q5_1_bf16},
+    {"tc_k_qmm_q8_0_f16", "kernels/quant.cu", 1538, 11, sizes_tc_k_qmm_q8_0_f16, names_tc_k_qmm_q8_0_f16},
+    {"tc_k_qmm_q8_0_bf16", "kernels/quant.cu", 1545, 11, sizes_tc_k_qmm_q8_0_bf16, names_tc_k_qmm_q8_0_bf16},
+    {"tc_k_qmm_q2_k_f16", "kernels/quant.cu", 1552, 11, sizes_tc_k_qmm_q2_k_f16, names_tc_k_qmm_q2_k_f16},
+    {"tc_k_qmm_q2_k_bf16", "kernels/quant.cu", 1559, 11, sizes_tc_k_qmm_q2_k_bf16, names_tc_k_qmm_q2_k_bf16},
+    {"tc_k_qmm_q3_k_f16", "kernels/quant.cu", 1566, 11, sizes_tc_k_qmm_q3_k_f16, names_tc_k_qmm_q3_k_f16},
+    {"tc_k_qmm_q3_k_bf16", "kernels/quant.cu", 1573, 11, sizes_tc_k_qmm_q3_k_bf16, names_tc_k_qmm_q3_k_bf16},
+    {"tc_k_qmm_q4_k_f16", "kernels/quant.cu", 1580, 11, sizes_tc_k_qmm_q4_k_f16, names_tc_k_qmm_q4_k_f16},
+    {"tc_k_qmm_q4_k_bf16", "kernels/quant.cu", 1587, 11, sizes_tc_k_qmm_q4_k_bf16, names_tc_k_qmm_q4_k_bf16},
+    {"tc_k_qmm_q5_k_f16", "kernels/quant.cu", 1594, 11, sizes_tc_k_qmm_q5_k_f16, names_tc_k_qmm_q5_k_f16},
+    {"tc_k_qmm_q5_k_bf16", "kernels/quant.cu", 1601, 11, sizes_tc_k_qmm_q5_k_bf16, names_tc_k_qmm_q5_k_bf16},
+    {"tc_k_qmm_q6_k_f16", "kernels/quant.cu", 1608, 11, sizes_tc_k_qmm_q6_k_f16, names_tc_k_qmm_q6_k_f16},
+    {"tc_k_qmm_q6_k_bf16", "kernels/quant.cu", 1615, 11, sizes_tc_k_qmm_q6_k_bf16, names_tc_k_qmm_q6_k_bf16},
     {"tc_k_fill_random_f32", "kernels/random.cu", 31, 5, sizes_tc_k_fill_random_f32, names_tc_k_fill_random_f32},
     {"tc_k_fill_random_f16", "kernels/random.cu", 38, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
     {"tc_k_fill_random_bf16", "kernels/random.cu", 45, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},

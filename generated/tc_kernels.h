@@ -42,130 +42,141 @@ typedef struct tc_launch_config {
 
 /* One per kernel, in kernels/ file order. */
 typedef enum tc_kernel_id {
-    TC_KERNEL_ARGMAX_F32 = 0,
-    TC_KERNEL_ARGMAX_F16 = 1,
-    TC_KERNEL_ARGMAX_BF16 = 2,
-    TC_KERNEL_ATTN_STORE_F32 = 3,
-    TC_KERNEL_ATTN_STORE_F16 = 4,
-    TC_KERNEL_ATTN_STORE_BF16 = 5,
-    TC_KERNEL_ATTN_STORE_F16_F8 = 6,
-    TC_KERNEL_ATTN_STORE_BF16_F8 = 7,
-    TC_KERNEL_ATTN_SCALES_F16 = 8,
-    TC_KERNEL_ATTN_SCALES_BF16 = 9,
-    TC_KERNEL_ATTN_DECODE64_F16 = 10,
-    TC_KERNEL_ATTN_DECODE128_F16 = 11,
-    TC_KERNEL_ATTN_DECODE_F16 = 12,
-    TC_KERNEL_ATTN_DECODE64_BF16 = 13,
-    TC_KERNEL_ATTN_DECODE128_BF16 = 14,
-    TC_KERNEL_ATTN_DECODE_BF16 = 15,
-    TC_KERNEL_ATTN_DECODE64_F16_F8 = 16,
-    TC_KERNEL_ATTN_DECODE128_F16_F8 = 17,
-    TC_KERNEL_ATTN_DECODE_F16_F8 = 18,
-    TC_KERNEL_ATTN_DECODE64_BF16_F8 = 19,
-    TC_KERNEL_ATTN_DECODE128_BF16_F8 = 20,
-    TC_KERNEL_ATTN_DECODE_BF16_F8 = 21,
-    TC_KERNEL_ATTN_PREFILL_F32 = 22,
-    TC_KERNEL_ATTN_PREFILL64_F16 = 23,
-    TC_KERNEL_ATTN_PREFILL128_F16 = 24,
-    TC_KERNEL_ATTN_PREFILL_F16 = 25,
-    TC_KERNEL_ATTN_PREFILL64_BF16 = 26,
-    TC_KERNEL_ATTN_PREFILL128_BF16 = 27,
-    TC_KERNEL_ATTN_PREFILL_BF16 = 28,
-    TC_KERNEL_ATTN_PREFILL64_F16_F8 = 29,
-    TC_KERNEL_ATTN_PREFILL128_F16_F8 = 30,
-    TC_KERNEL_ATTN_PREFILL_F16_F8 = 31,
-    TC_KERNEL_ATTN_PREFILL64_BF16_F8 = 32,
-    TC_KERNEL_ATTN_PREFILL128_BF16_F8 = 33,
-    TC_KERNEL_ATTN_PREFILL_BF16_F8 = 34,
-    TC_KERNEL_CONVERT = 35,
-    TC_KERNEL_SCALE_COLS = 36,
-    TC_KERNEL_COPY_U8 = 37,
-    TC_KERNEL_FILL_F32 = 38,
-    TC_KERNEL_EMBEDDING_F32 = 39,
-    TC_KERNEL_EMBEDDING_F16 = 40,
-    TC_KERNEL_EMBEDDING_BF16 = 41,
-    TC_KERNEL_GEMM_TC_F16 = 42,
-    TC_KERNEL_GEMM_TC_BF16 = 43,
-    TC_KERNEL_GEMM_WG_F16 = 44,
-    TC_KERNEL_GEMM_WG_BF16 = 45,
-    TC_KERNEL_GEMM_F32 = 46,
-    TC_KERNEL_GEMM_F16 = 47,
-    TC_KERNEL_GEMM_BF16 = 48,
-    TC_KERNEL_IQ_DEQUANT = 49,
-    TC_KERNEL_LOGITS_MASK_F32 = 50,
-    TC_KERNEL_MATVEC_F32 = 51,
-    TC_KERNEL_MATVEC_F16 = 52,
-    TC_KERNEL_MATVEC_BF16 = 53,
-    TC_KERNEL_MATVEC1_F32 = 54,
-    TC_KERNEL_MATVEC1_F16 = 55,
-    TC_KERNEL_MATVEC1_BF16 = 56,
-    TC_KERNEL_MATVEC_MMA_F16 = 57,
-    TC_KERNEL_MATVEC_MMA_BF16 = 58,
-    TC_KERNEL_QREPACK = 59,
-    TC_KERNEL_QDEQUANT_F32 = 60,
-    TC_KERNEL_QDEQUANT_F16 = 61,
-    TC_KERNEL_QDEQUANT_BF16 = 62,
-    TC_KERNEL_QMATVEC_F32 = 63,
-    TC_KERNEL_QMV_Q4_0_F16 = 64,
-    TC_KERNEL_QMV_Q4_0_BF16 = 65,
-    TC_KERNEL_QMV_Q4_1_F16 = 66,
-    TC_KERNEL_QMV_Q4_1_BF16 = 67,
-    TC_KERNEL_QMV_Q5_0_F16 = 68,
-    TC_KERNEL_QMV_Q5_0_BF16 = 69,
-    TC_KERNEL_QMV_Q5_1_F16 = 70,
-    TC_KERNEL_QMV_Q5_1_BF16 = 71,
-    TC_KERNEL_QMV_Q8_0_F16 = 72,
-    TC_KERNEL_QMV_Q8_0_BF16 = 73,
-    TC_KERNEL_QMV_Q2_K_F16 = 74,
-    TC_KERNEL_QMV_Q2_K_BF16 = 75,
-    TC_KERNEL_QMV_Q3_K_F16 = 76,
-    TC_KERNEL_QMV_Q3_K_BF16 = 77,
-    TC_KERNEL_QMV_Q4_K_F16 = 78,
-    TC_KERNEL_QMV_Q4_K_BF16 = 79,
-    TC_KERNEL_QMV_Q5_K_F16 = 80,
-    TC_KERNEL_QMV_Q5_K_BF16 = 81,
-    TC_KERNEL_QMV_Q6_K_F16 = 82,
-    TC_KERNEL_QMV_Q6_K_BF16 = 83,
-    TC_KERNEL_QMM_Q4_0_F16 = 84,
-    TC_KERNEL_QMM_Q4_0_BF16 = 85,
-    TC_KERNEL_QMM_Q4_1_F16 = 86,
-    TC_KERNEL_QMM_Q4_1_BF16 = 87,
-    TC_KERNEL_QMM_Q5_0_F16 = 88,
-    TC_KERNEL_QMM_Q5_0_BF16 = 89,
-    TC_KERNEL_QMM_Q5_1_F16 = 90,
-    TC_KERNEL_QMM_Q5_1_BF16 = 91,
-    TC_KERNEL_QMM_Q8_0_F16 = 92,
-    TC_KERNEL_QMM_Q8_0_BF16 = 93,
-    TC_KERNEL_QMM_Q2_K_F16 = 94,
-    TC_KERNEL_QMM_Q2_K_BF16 = 95,
-    TC_KERNEL_QMM_Q3_K_F16 = 96,
-    TC_KERNEL_QMM_Q3_K_BF16 = 97,
-    TC_KERNEL_QMM_Q4_K_F16 = 98,
-    TC_KERNEL_QMM_Q4_K_BF16 = 99,
-    TC_KERNEL_QMM_Q5_K_F16 = 100,
-    TC_KERNEL_QMM_Q5_K_BF16 = 101,
-    TC_KERNEL_QMM_Q6_K_F16 = 102,
-    TC_KERNEL_QMM_Q6_K_BF16 = 103,
-    TC_KERNEL_FILL_RANDOM_F32 = 104,
-    TC_KERNEL_FILL_RANDOM_F16 = 105,
-    TC_KERNEL_FILL_RANDOM_BF16 = 106,
-    TC_KERNEL_RMSNORM_F32 = 107,
-    TC_KERNEL_RMSNORM_F16 = 108,
-    TC_KERNEL_RMSNORM_BF16 = 109,
-    TC_KERNEL_ROPE_F32 = 110,
-    TC_KERNEL_ROPE_F16 = 111,
-    TC_KERNEL_ROPE_BF16 = 112,
-    TC_KERNEL_ROPE_F16_F8 = 113,
-    TC_KERNEL_ROPE_BF16_F8 = 114,
-    TC_KERNEL_SELFTEST_PARAMS = 115,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 116,
-    TC_KERNEL_SOFTMAX_F32 = 117,
-    TC_KERNEL_SOFTMAX_F16 = 118,
-    TC_KERNEL_SOFTMAX_BF16 = 119,
-    TC_KERNEL_SWIGLU_F32 = 120,
-    TC_KERNEL_SWIGLU_F16 = 121,
-    TC_KERNEL_SWIGLU_BF16 = 122,
-    TC_KERNEL_COUNT = 123
+    TC_KERNEL_ADD_BIAS_F32 = 0,
+    TC_KERNEL_ADD_BIAS_F16 = 1,
+    TC_KERNEL_ADD_BIAS_BF16 = 2,
+    TC_KERNEL_ARGMAX_F32 = 3,
+    TC_KERNEL_ARGMAX_F16 = 4,
+    TC_KERNEL_ARGMAX_BF16 = 5,
+    TC_KERNEL_ATTN_STORE_F32 = 6,
+    TC_KERNEL_ATTN_STORE_F16 = 7,
+    TC_KERNEL_ATTN_STORE_BF16 = 8,
+    TC_KERNEL_ATTN_STORE_F16_F8 = 9,
+    TC_KERNEL_ATTN_STORE_BF16_F8 = 10,
+    TC_KERNEL_ATTN_SCALES_F16 = 11,
+    TC_KERNEL_ATTN_SCALES_BF16 = 12,
+    TC_KERNEL_ATTN_DECODE64_F16 = 13,
+    TC_KERNEL_ATTN_DECODE128_F16 = 14,
+    TC_KERNEL_ATTN_DECODE_F16 = 15,
+    TC_KERNEL_ATTN_DECODE64_BF16 = 16,
+    TC_KERNEL_ATTN_DECODE128_BF16 = 17,
+    TC_KERNEL_ATTN_DECODE_BF16 = 18,
+    TC_KERNEL_ATTN_DECODE64_F16_F8 = 19,
+    TC_KERNEL_ATTN_DECODE128_F16_F8 = 20,
+    TC_KERNEL_ATTN_DECODE_F16_F8 = 21,
+    TC_KERNEL_ATTN_DECODE64_BF16_F8 = 22,
+    TC_KERNEL_ATTN_DECODE128_BF16_F8 = 23,
+    TC_KERNEL_ATTN_DECODE_BF16_F8 = 24,
+    TC_KERNEL_ATTN_PREFILL_F32 = 25,
+    TC_KERNEL_ATTN_PREFILL64_F16 = 26,
+    TC_KERNEL_ATTN_PREFILL128_F16 = 27,
+    TC_KERNEL_ATTN_PREFILL_F16 = 28,
+    TC_KERNEL_ATTN_PREFILL64_BF16 = 29,
+    TC_KERNEL_ATTN_PREFILL128_BF16 = 30,
+    TC_KERNEL_ATTN_PREFILL_BF16 = 31,
+    TC_KERNEL_ATTN_PREFILL64_F16_F8 = 32,
+    TC_KERNEL_ATTN_PREFILL128_F16_F8 = 33,
+    TC_KERNEL_ATTN_PREFILL_F16_F8 = 34,
+    TC_KERNEL_ATTN_PREFILL64_BF16_F8 = 35,
+    TC_KERNEL_ATTN_PREFILL128_BF16_F8 = 36,
+    TC_KERNEL_ATTN_PREFILL_BF16_F8 = 37,
+    TC_KERNEL_CONVERT = 38,
+    TC_KERNEL_SCALE_COLS = 39,
+    TC_KERNEL_COPY_U8 = 40,
+    TC_KERNEL_FILL_F32 = 41,
+    TC_KERNEL_EMBEDDING_F32 = 42,
+    TC_KERNEL_EMBEDDING_F16 = 43,
+    TC_KERNEL_EMBEDDING_BF16 = 44,
+    TC_KERNEL_GEMM_TC_F16 = 45,
+    TC_KERNEL_GEMM_TC_BF16 = 46,
+    TC_KERNEL_GEMM_WG_F16 = 47,
+    TC_KERNEL_GEMM_WG_BF16 = 48,
+    TC_KERNEL_GEMM_F32 = 49,
+    TC_KERNEL_GEMM_F16 = 50,
+    TC_KERNEL_GEMM_BF16 = 51,
+    TC_KERNEL_IQ_DEQUANT = 52,
+    TC_KERNEL_LOGITS_MASK_F32 = 53,
+    TC_KERNEL_MATVEC_F32 = 54,
+    TC_KERNEL_MATVEC_F16 = 55,
+    TC_KERNEL_MATVEC_BF16 = 56,
+    TC_KERNEL_MATVEC1_F32 = 57,
+    TC_KERNEL_MATVEC1_F16 = 58,
+    TC_KERNEL_MATVEC1_BF16 = 59,
+    TC_KERNEL_MATVEC_MMA_F16 = 60,
+    TC_KERNEL_MATVEC_MMA_BF16 = 61,
+    TC_KERNEL_QREPACK = 62,
+    TC_KERNEL_QDEQUANT_F32 = 63,
+    TC_KERNEL_QDEQUANT_F16 = 64,
+    TC_KERNEL_QDEQUANT_BF16 = 65,
+    TC_KERNEL_QMATVEC_F32 = 66,
+    TC_KERNEL_QMV_Q4_0_F16 = 67,
+    TC_KERNEL_QMV_Q4_0_BF16 = 68,
+    TC_KERNEL_QMV_Q4_1_F16 = 69,
+    TC_KERNEL_QMV_Q4_1_BF16 = 70,
+    TC_KERNEL_QMV_Q5_0_F16 = 71,
+    TC_KERNEL_QMV_Q5_0_BF16 = 72,
+    TC_KERNEL_QMV_Q5_1_F16 = 73,
+    TC_KERNEL_QMV_Q5_1_BF16 = 74,
+    TC_KERNEL_QMV_Q8_0_F16 = 75,
+    TC_KERNEL_QMV_Q8_0_BF16 = 76,
+    TC_KERNEL_QMV_Q2_K_F16 = 77,
+    TC_KERNEL_QMV_Q2_K_BF16 = 78,
+    TC_KERNEL_QMV_Q3_K_F16 = 79,
+    TC_KERNEL_QMV_Q3_K_BF16 = 80,
+    TC_KERNEL_QMV_Q4_K_F16 = 81,
+    TC_KERNEL_QMV_Q4_K_BF16 = 82,
+    TC_KERNEL_QMV_Q5_K_F16 = 83,
+    TC_KERNEL_QMV_Q5_K_BF16 = 84,
+    TC_KERNEL_QMV_Q6_K_F16 = 85,
+    TC_KERNEL_QMV_Q6_K_BF16 = 86,
+    TC_KERNEL_QMV1_Q4_0_BF16 = 87,
+    TC_KERNEL_QMV1_Q4_1_BF16 = 88,
+    TC_KERNEL_QMV1_Q5_0_BF16 = 89,
+    TC_KERNEL_QMV1_Q5_1_BF16 = 90,
+    TC_KERNEL_QMV1_Q5_K_BF16 = 91,
+    TC_KERNEL_QMV1_Q8_0_BF16 = 92,
+    TC_KERNEL_QMV1_Q4_K_BF16 = 93,
+    TC_KERNEL_QMV1_Q6_K_BF16 = 94,
+    TC_KERNEL_QMM_Q4_0_F16 = 95,
+    TC_KERNEL_QMM_Q4_0_BF16 = 96,
+    TC_KERNEL_QMM_Q4_1_F16 = 97,
+    TC_KERNEL_QMM_Q4_1_BF16 = 98,
+    TC_KERNEL_QMM_Q5_0_F16 = 99,
+    TC_KERNEL_QMM_Q5_0_BF16 = 100,
+    TC_KERNEL_QMM_Q5_1_F16 = 101,
+    TC_KERNEL_QMM_Q5_1_BF16 = 102,
+    TC_KERNEL_QMM_Q8_0_F16 = 103,
+    TC_KERNEL_QMM_Q8_0_BF16 = 104,
+    TC_KERNEL_QMM_Q2_K_F16 = 105,
+    TC_KERNEL_QMM_Q2_K_BF16 = 106,
+    TC_KERNEL_QMM_Q3_K_F16 = 107,
+    TC_KERNEL_QMM_Q3_K_BF16 = 108,
+    TC_KERNEL_QMM_Q4_K_F16 = 109,
+    TC_KERNEL_QMM_Q4_K_BF16 = 110,
+    TC_KERNEL_QMM_Q5_K_F16 = 111,
+    TC_KERNEL_QMM_Q5_K_BF16 = 112,
+    TC_KERNEL_QMM_Q6_K_F16 = 113,
+    TC_KERNEL_QMM_Q6_K_BF16 = 114,
+    TC_KERNEL_FILL_RANDOM_F32 = 115,
+    TC_KERNEL_FILL_RANDOM_F16 = 116,
+    TC_KERNEL_FILL_RANDOM_BF16 = 117,
+    TC_KERNEL_RMSNORM_F32 = 118,
+    TC_KERNEL_RMSNORM_F16 = 119,
+    TC_KERNEL_RMSNORM_BF16 = 120,
+    TC_KERNEL_ROPE_F32 = 121,
+    TC_KERNEL_ROPE_F16 = 122,
+    TC_KERNEL_ROPE_BF16 = 123,
+    TC_KERNEL_ROPE_F16_F8 = 124,
+    TC_KERNEL_ROPE_BF16_F8 = 125,
+    TC_KERNEL_SELFTEST_PARAMS = 126,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 127,
+    TC_KERNEL_SOFTMAX_F32 = 128,
+    TC_KERNEL_SOFTMAX_F16 = 129,
+    TC_KERNEL_SOFTMAX_BF16 = 130,
+    TC_KERNEL_SWIGLU_F32 = 131,
+    TC_KERNEL_SWIGLU_F16 = 132,
+    TC_KERNEL_SWIGLU_BF16 = 133,
+    TC_KERNEL_COUNT = 134
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -188,6 +199,39 @@ TC_API tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, 
 /* Exact-type argument checks used by the launcher macros below. */
 #define TC__KARG(T, x) _Generic((x), T: (x))
 #define TC__KARG_CONST(T, TNC, x) _Generic((x), T: (x), TNC: (x))
+#endif
+
+/* kernels/add_bias.cu:38 tc_k_add_bias_f32: x[r, :] += bias over rows x cols (grid-stride: any grid size works). */
+static inline tc_status tc_launch_add_bias_f32(tc_launch_config cfg, float *x, const float *bias, int64_t rows, int64_t cols, int64_t x_stride)
+{
+    void *args[] = {&x, &bias, &rows, &cols, &x_stride};
+    return tc_launch_kernel(TC_KERNEL_ADD_BIAS_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_add_bias_f32(cfg, x, bias, rows, cols, x_stride) \
+    tc_launch_add_bias_f32((cfg), TC__KARG(float *, x), TC__KARG_CONST(const float *, float *, bias), TC__KARG(int64_t, rows), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride))
+#endif
+
+/* kernels/add_bias.cu:45 tc_k_add_bias_f16: x[r, :] += bias over rows x cols (grid-stride: any grid size works). */
+static inline tc_status tc_launch_add_bias_f16(tc_launch_config cfg, tc_half *x, const tc_half *bias, int64_t rows, int64_t cols, int64_t x_stride)
+{
+    void *args[] = {&x, &bias, &rows, &cols, &x_stride};
+    return tc_launch_kernel(TC_KERNEL_ADD_BIAS_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_add_bias_f16(cfg, x, bias, rows, cols, x_stride) \
+    tc_launch_add_bias_f16((cfg), TC__KARG(tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, bias), TC__KARG(int64_t, rows), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride))
+#endif
+
+/* kernels/add_bias.cu:52 tc_k_add_bias_bf16: x[r, :] += bias over rows x cols (grid-stride: any grid size works). */
+static inline tc_status tc_launch_add_bias_bf16(tc_launch_config cfg, tc_bf16 *x, const tc_bf16 *bias, int64_t rows, int64_t cols, int64_t x_stride)
+{
+    void *args[] = {&x, &bias, &rows, &cols, &x_stride};
+    return tc_launch_kernel(TC_KERNEL_ADD_BIAS_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_add_bias_bf16(cfg, x, bias, rows, cols, x_stride) \
+    tc_launch_add_bias_bf16((cfg), TC__KARG(tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, bias), TC__KARG(int64_t, rows), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride))
 #endif
 
 /* kernels/argmax.cu:128 tc_k_argmax_f32: out[r] = the index of the largest of `cols` elements of row r. Grid (rows, chunks): block (r, y) reads columns [y chunk, (y + 1) chunk) (chunk: a multiple of 8; the row itself with one chunk); with several, each writes its winner (value, index bits) to part[2 (r * chunks + y)] and the last to finish (counted in counters[r], zero before and after) picks among them. */
@@ -839,7 +883,7 @@ static inline tc_status tc_launch_matvec_mma_bf16(tc_launch_config cfg, tc_bf16 
     tc_launch_matvec_mma_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:951 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
+/* kernels/quant.cu:1237 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
 static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes, uint8_t *blocks, int32_t dtype, int64_t total, int64_t first, int64_t n, int32_t to_planes)
 {
     void *args[] = {&planes, &blocks, &dtype, &total, &first, &n, &to_planes};
@@ -850,7 +894,7 @@ static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes,
     tc_launch_qrepack((cfg), TC__KARG(uint8_t *, planes), TC__KARG(uint8_t *, blocks), TC__KARG(int32_t, dtype), TC__KARG(int64_t, total), TC__KARG(int64_t, first), TC__KARG(int64_t, n), TC__KARG(int32_t, to_planes))
 #endif
 
-/* kernels/quant.cu:983 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
+/* kernels/quant.cu:1269 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
 static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -861,7 +905,7 @@ static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out,
     tc_launch_qdequant_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:989 tc_k_qdequant_f16 */
+/* kernels/quant.cu:1275 tc_k_qdequant_f16 */
 static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -872,7 +916,7 @@ static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qdequant_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:995 tc_k_qdequant_bf16 */
+/* kernels/quant.cu:1281 tc_k_qdequant_bf16 */
 static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -883,7 +927,7 @@ static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qdequant_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:1006 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
+/* kernels/quant.cu:1292 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
 static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -894,7 +938,7 @@ static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, 
     tc_launch_qmatvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1021 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
+/* kernels/quant.cu:1307 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
 static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -905,7 +949,7 @@ static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1027 tc_k_qmv_q4_0_bf16 */
+/* kernels/quant.cu:1313 tc_k_qmv_q4_0_bf16 */
 static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -916,7 +960,7 @@ static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1033 tc_k_qmv_q4_1_f16 */
+/* kernels/quant.cu:1319 tc_k_qmv_q4_1_f16 */
 static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -927,7 +971,7 @@ static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1039 tc_k_qmv_q4_1_bf16 */
+/* kernels/quant.cu:1325 tc_k_qmv_q4_1_bf16 */
 static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -938,7 +982,7 @@ static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1045 tc_k_qmv_q5_0_f16 */
+/* kernels/quant.cu:1331 tc_k_qmv_q5_0_f16 */
 static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -949,7 +993,7 @@ static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1051 tc_k_qmv_q5_0_bf16 */
+/* kernels/quant.cu:1337 tc_k_qmv_q5_0_bf16 */
 static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -960,7 +1004,7 @@ static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1057 tc_k_qmv_q5_1_f16 */
+/* kernels/quant.cu:1343 tc_k_qmv_q5_1_f16 */
 static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -971,7 +1015,7 @@ static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1063 tc_k_qmv_q5_1_bf16 */
+/* kernels/quant.cu:1349 tc_k_qmv_q5_1_bf16 */
 static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -982,7 +1026,7 @@ static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1069 tc_k_qmv_q8_0_f16 */
+/* kernels/quant.cu:1355 tc_k_qmv_q8_0_f16 */
 static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -993,7 +1037,7 @@ static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q8_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1075 tc_k_qmv_q8_0_bf16 */
+/* kernels/quant.cu:1361 tc_k_qmv_q8_0_bf16 */
 static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1004,7 +1048,7 @@ static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q8_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1081 tc_k_qmv_q2_k_f16 */
+/* kernels/quant.cu:1367 tc_k_qmv_q2_k_f16 */
 static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1015,7 +1059,7 @@ static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q2_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1087 tc_k_qmv_q2_k_bf16 */
+/* kernels/quant.cu:1373 tc_k_qmv_q2_k_bf16 */
 static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1026,7 +1070,7 @@ static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q2_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1093 tc_k_qmv_q3_k_f16 */
+/* kernels/quant.cu:1379 tc_k_qmv_q3_k_f16 */
 static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1037,7 +1081,7 @@ static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q3_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1099 tc_k_qmv_q3_k_bf16 */
+/* kernels/quant.cu:1385 tc_k_qmv_q3_k_bf16 */
 static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1048,7 +1092,7 @@ static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q3_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1105 tc_k_qmv_q4_k_f16 */
+/* kernels/quant.cu:1391 tc_k_qmv_q4_k_f16 */
 static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1059,7 +1103,7 @@ static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1111 tc_k_qmv_q4_k_bf16 */
+/* kernels/quant.cu:1397 tc_k_qmv_q4_k_bf16 */
 static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1070,7 +1114,7 @@ static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1117 tc_k_qmv_q5_k_f16 */
+/* kernels/quant.cu:1403 tc_k_qmv_q5_k_f16 */
 static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1081,7 +1125,7 @@ static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1123 tc_k_qmv_q5_k_bf16 */
+/* kernels/quant.cu:1409 tc_k_qmv_q5_k_bf16 */
 static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1092,7 +1136,7 @@ static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1129 tc_k_qmv_q6_k_f16 */
+/* kernels/quant.cu:1415 tc_k_qmv_q6_k_f16 */
 static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1103,7 +1147,7 @@ static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q6_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1135 tc_k_qmv_q6_k_bf16 */
+/* kernels/quant.cu:1421 tc_k_qmv_q6_k_bf16 */
 static inline tc_status tc_launch_qmv_q6_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1114,7 +1158,95 @@ static inline tc_status tc_launch_qmv_q6_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q6_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1150 tc_k_qmm_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 64 rows of 16-bit x and w of a block type held as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32 1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each (one block an SM: two, with fewer registers, were slower on the H100). k a multiple of 32, x and its stride 16-byte aligned. */
+/* kernels/quant.cu:1433 tc_k_qmv1_q4_0_bf16: One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but Q2_K and Q3_K (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*). Blocks of 256 threads; k a multiple of 32 and x 16-byte aligned. Dynamic shared memory: 2k + 32 + k / 2 bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
+static inline tc_status tc_launch_qmv1_q4_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMV1_Q4_0_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv1_q4_0_bf16(cfg, out, x, w, n, k, out_stride, flags) \
+    tc_launch_qmv1_q4_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:1438 tc_k_qmv1_q4_1_bf16 */
+static inline tc_status tc_launch_qmv1_q4_1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMV1_Q4_1_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv1_q4_1_bf16(cfg, out, x, w, n, k, out_stride, flags) \
+    tc_launch_qmv1_q4_1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:1443 tc_k_qmv1_q5_0_bf16 */
+static inline tc_status tc_launch_qmv1_q5_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMV1_Q5_0_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv1_q5_0_bf16(cfg, out, x, w, n, k, out_stride, flags) \
+    tc_launch_qmv1_q5_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:1448 tc_k_qmv1_q5_1_bf16 */
+static inline tc_status tc_launch_qmv1_q5_1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMV1_Q5_1_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv1_q5_1_bf16(cfg, out, x, w, n, k, out_stride, flags) \
+    tc_launch_qmv1_q5_1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:1453 tc_k_qmv1_q5_k_bf16 */
+static inline tc_status tc_launch_qmv1_q5_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMV1_Q5_K_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv1_q5_k_bf16(cfg, out, x, w, n, k, out_stride, flags) \
+    tc_launch_qmv1_q5_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:1458 tc_k_qmv1_q8_0_bf16 */
+static inline tc_status tc_launch_qmv1_q8_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMV1_Q8_0_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv1_q8_0_bf16(cfg, out, x, w, n, k, out_stride, flags) \
+    tc_launch_qmv1_q8_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:1463 tc_k_qmv1_q4_k_bf16 */
+static inline tc_status tc_launch_qmv1_q4_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMV1_Q4_K_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv1_q4_k_bf16(cfg, out, x, w, n, k, out_stride, flags) \
+    tc_launch_qmv1_q4_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:1468 tc_k_qmv1_q6_k_bf16 */
+static inline tc_status tc_launch_qmv1_q6_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMV1_Q6_K_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv1_q6_k_bf16(cfg, out, x, w, n, k, out_stride, flags) \
+    tc_launch_qmv1_q6_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:1482 tc_k_qmm_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 64 rows of 16-bit x and w of a block type held as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32 1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each (one block an SM: two, with fewer registers, were slower on the H100). k a multiple of 32, x and its stride 16-byte aligned. */
 static inline tc_status tc_launch_qmm_q4_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1125,7 +1257,7 @@ static inline tc_status tc_launch_qmm_q4_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1157 tc_k_qmm_q4_0_bf16 */
+/* kernels/quant.cu:1489 tc_k_qmm_q4_0_bf16 */
 static inline tc_status tc_launch_qmm_q4_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1136,7 +1268,7 @@ static inline tc_status tc_launch_qmm_q4_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1164 tc_k_qmm_q4_1_f16 */
+/* kernels/quant.cu:1496 tc_k_qmm_q4_1_f16 */
 static inline tc_status tc_launch_qmm_q4_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1147,7 +1279,7 @@ static inline tc_status tc_launch_qmm_q4_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1171 tc_k_qmm_q4_1_bf16 */
+/* kernels/quant.cu:1503 tc_k_qmm_q4_1_bf16 */
 static inline tc_status tc_launch_qmm_q4_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1158,7 +1290,7 @@ static inline tc_status tc_launch_qmm_q4_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1178 tc_k_qmm_q5_0_f16 */
+/* kernels/quant.cu:1510 tc_k_qmm_q5_0_f16 */
 static inline tc_status tc_launch_qmm_q5_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1169,7 +1301,7 @@ static inline tc_status tc_launch_qmm_q5_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1185 tc_k_qmm_q5_0_bf16 */
+/* kernels/quant.cu:1517 tc_k_qmm_q5_0_bf16 */
 static inline tc_status tc_launch_qmm_q5_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1180,7 +1312,7 @@ static inline tc_status tc_launch_qmm_q5_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1192 tc_k_qmm_q5_1_f16 */
+/* kernels/quant.cu:1524 tc_k_qmm_q5_1_f16 */
 static inline tc_status tc_launch_qmm_q5_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1191,7 +1323,7 @@ static inline tc_status tc_launch_qmm_q5_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1199 tc_k_qmm_q5_1_bf16 */
+/* kernels/quant.cu:1531 tc_k_qmm_q5_1_bf16 */
 static inline tc_status tc_launch_qmm_q5_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1202,7 +1334,7 @@ static inline tc_status tc_launch_qmm_q5_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1206 tc_k_qmm_q8_0_f16 */
+/* kernels/quant.cu:1538 tc_k_qmm_q8_0_f16 */
 static inline tc_status tc_launch_qmm_q8_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1213,7 +1345,7 @@ static inline tc_status tc_launch_qmm_q8_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q8_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1213 tc_k_qmm_q8_0_bf16 */
+/* kernels/quant.cu:1545 tc_k_qmm_q8_0_bf16 */
 static inline tc_status tc_launch_qmm_q8_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1224,7 +1356,7 @@ static inline tc_status tc_launch_qmm_q8_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1220 tc_k_qmm_q2_k_f16 */
+/* kernels/quant.cu:1552 tc_k_qmm_q2_k_f16 */
 static inline tc_status tc_launch_qmm_q2_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1235,7 +1367,7 @@ static inline tc_status tc_launch_qmm_q2_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q2_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1227 tc_k_qmm_q2_k_bf16 */
+/* kernels/quant.cu:1559 tc_k_qmm_q2_k_bf16 */
 static inline tc_status tc_launch_qmm_q2_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1246,7 +1378,7 @@ static inline tc_status tc_launch_qmm_q2_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1234 tc_k_qmm_q3_k_f16 */
+/* kernels/quant.cu:1566 tc_k_qmm_q3_k_f16 */
 static inline tc_status tc_launch_qmm_q3_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1257,7 +1389,7 @@ static inline tc_status tc_launch_qmm_q3_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q3_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1241 tc_k_qmm_q3_k_bf16 */
+/* kernels/quant.cu:1573 tc_k_qmm_q3_k_bf16 */
 static inline tc_status tc_launch_qmm_q3_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1268,7 +1400,7 @@ static inline tc_status tc_launch_qmm_q3_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1248 tc_k_qmm_q4_k_f16 */
+/* kernels/quant.cu:1580 tc_k_qmm_q4_k_f16 */
 static inline tc_status tc_launch_qmm_q4_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1279,7 +1411,7 @@ static inline tc_status tc_launch_qmm_q4_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1255 tc_k_qmm_q4_k_bf16 */
+/* kernels/quant.cu:1587 tc_k_qmm_q4_k_bf16 */
 static inline tc_status tc_launch_qmm_q4_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1290,7 +1422,7 @@ static inline tc_status tc_launch_qmm_q4_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1262 tc_k_qmm_q5_k_f16 */
+/* kernels/quant.cu:1594 tc_k_qmm_q5_k_f16 */
 static inline tc_status tc_launch_qmm_q5_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1301,7 +1433,7 @@ static inline tc_status tc_launch_qmm_q5_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1269 tc_k_qmm_q5_k_bf16 */
+/* kernels/quant.cu:1601 tc_k_qmm_q5_k_bf16 */
 static inline tc_status tc_launch_qmm_q5_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1312,7 +1444,7 @@ static inline tc_status tc_launch_qmm_q5_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1276 tc_k_qmm_q6_k_f16 */
+/* kernels/quant.cu:1608 tc_k_qmm_q6_k_f16 */
 static inline tc_status tc_launch_qmm_q6_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1323,7 +1455,7 @@ static inline tc_status tc_launch_qmm_q6_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q6_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1283 tc_k_qmm_q6_k_bf16 */
+/* kernels/quant.cu:1615 tc_k_qmm_q6_k_bf16 */
 static inline tc_status tc_launch_qmm_q6_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};

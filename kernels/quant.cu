@@ -48,11 +48,12 @@ struct Planes {
     const uint8_t *p[4];
 };
 __device__ __forceinline__ int64_t align256(int64_t v) { return (v + 255) & ~(int64_t)255; }
-__device__ __forceinline__ Planes planes(int dt, const void *w, int64_t blocks)
+template <int DT> __device__ __forceinline__ Planes planes(const void *w, int64_t blocks)
 {
-    const Layout L = layout(dt);
+    constexpr Layout L = layout(DT);
     Planes P = {};
     const uint8_t *at = static_cast<const uint8_t *>(w);
+#pragma unroll
     for (int f = 0; f < L.nf; f++) {
         P.p[f] = at;
         at += align256(blocks * L.f[f].size);
@@ -417,7 +418,7 @@ __device__ void dequant_rows(T *out, const void *w, int64_t n_rows, int64_t k, i
 {
     constexpr Layout L = layout(DT);
     constexpr int GB = L.block / 8;
-    const Planes P = planes(DT, w, n_rows * (k / L.block));
+    const Planes P = planes<DT>(w, n_rows * (k / L.block));
     const int64_t nb = k / L.block;
     const int groups = (int)(k / 8);
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -459,7 +460,7 @@ __device__ void simt_rows(float *out, const float *x, const void *w, int m, int6
     constexpr Layout L = layout(DT);
     constexpr int GB = L.block / 8; // groups a block
     const bool swiglu = flags & 1;
-    const Planes P = planes(DT, w, (swiglu ? 2 * n : n) * (k / L.block));
+    const Planes P = planes<DT>(w, (swiglu ? 2 * n : n) * (k / L.block));
     const int lane = threadIdx.x & 31;
     const int64_t warps = blockDim.x >> 5, nb = k / L.block, groups = k / 8;
     for (int64_t row = blockIdx.x * warps + (threadIdx.x >> 5); row < n; row += gridDim.x * warps)
@@ -560,16 +561,255 @@ __device__ __forceinline__ void wait_copies(int n)
     }
 }
 
-template <typename T, int DT>
+// One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but
+// Q2_K and Q3_K (whose 2- and 3-bit planes take the kernel above). The kernel of 1 to 8 rows above spends most of its issue slots
+// per weight on dequantising to 16 bits and on scales: each lane decodes the scale of every
+// row and chunk it touches, four lanes the same one, and for one row of x seven of the eight
+// columns of each product are empty (H100, 7B Q4_K 11008 x 4096: 4.8 weights an instruction,
+// 1.4 TB/s). Here each block first writes x's row to shared memory as two 8-bit integer digits,
+// x = dx (q1 + q2 / 254) with a scale dx per 32 elements (max |x| / 127, as llama.cpp's q8_1
+// keeps it; with one digit alone the products' error reached 1.5% of the largest output under
+// SwiGLU on random data, beyond the bf16 tolerance; with two it is below bf16's own rounding),
+// and the sum of each 16 elements; the products are m16n8k32 integer ones whose eight columns are eight groups of k: column c
+// of B holds x only in the k slots 4c .. 4c + 3 (in the lanes that supply it, zeros elsewhere),
+// so that product i adds part i (elements 4i .. 4i + 3) of each column's group to that column's
+// sum, and after GS / 4 products (for each digit) column c holds the integer dot product of each
+// of the 16 rows with group c. Weights go in as their bare unsigned quants (Q8_0's signed), masked out of the
+// bytes with one logic operation a word (a high nibble left in place counts 16 times: its sum is
+// scaled by 1 / 16); every lane then scales two groups of two rows, each once. About 24
+// weights an instruction.
+template <int DT> constexpr bool kQ8 = DT != Q2_K && DT != Q3_K;
+// The elements of a column's group (Q4_K's scales cover 32; the others' groups are halves of
+// 32-element blocks (Q4_0, Q8_0) or Q6_K's scale groups).
+template <int DT> constexpr int kGS = DT == Q4_K || DT == Q5_K ? 32 : 16;
+// Where column c's group starts in a set of 8 groups (the step's elements in order): Q4_K's
+// column j < 4 is sub-block 2j, whose quants are the low nibbles of bytes that hold sub-block
+// 2j + 1's (column j + 4) in their high ones; Q4_0's and Q8_0's columns j and j + 4 are block
+// j's two halves; Q6_K's eight groups of a half-block in order.
+template <int DT> __device__ __forceinline__ int xoff(int c)
+{
+    if constexpr (DT == Q4_K || DT == Q5_K)
+        return 64 * (c & 3) + 32 * (c >> 2);
+    else if constexpr (DT == Q6_K)
+        return 16 * c;
+    else
+        return 32 * (c & 3) + 16 * (c >> 2);
+}
+
+// c += a b: A 16 x 32 of 8-bit integers (unsigned, or signed with SA), B 32 x 8 signed, C int32.
+// Fragments as mma16816's with four 8-bit elements a register: A (row g, k 4p .. 4p + 3),
+// (row g + 8, same), (row g, k 16 + 4p ..), (row g + 8, same); B (k 4p .., col g), (k 16 + 4p
+// .., col g).
+template <bool SA>
+__device__ __forceinline__ void imma16832(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1)
+{
+    if constexpr (SA)
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Chunks [c0, c1) of 32 elements of x's first row (k elements) as two 8-bit digits, q1 in
+// xq[0, k) and q2 in xq[k, 2k), with xs[i] = (dx of the 32 elements holding 16-element group i,
+// the sum of group i's elements). A warp's work (each warp rounds the part of x its share of k
+// reads: no barrier between the warps). A NaN or infinity in a
+// chunk makes its dx NaN, so that it reaches every product that reads the chunk. The block's
+// threads take 8 elements each, a quad a chunk.
+template <typename T>
+__device__ __forceinline__ void quantise_x(int8_t *xq, float2 *xs, const T *x, int64_t k, int c0, int c1)
+{
+    const int q = threadIdx.x & 3;
+    for (int base = c0; base < c1; base += 8) {
+        const int c = base + (int)((threadIdx.x & 31) >> 2);
+        const bool in = c < c1;
+        const uint4 v = in ? *reinterpret_cast<const uint4 *>(x + 32 * (int64_t)c + 8 * q) : make_uint4(0, 0, 0, 0);
+        const T *e = reinterpret_cast<const T *>(&v);
+        float f[8], amax = 0.0f, sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            f[i] = tc::to_f32(e[i]);
+            amax = fmaxf(amax, fabsf(f[i]));
+            sum += f[i];
+        }
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        const float s16 = sum + __shfl_xor_sync(0xffffffffu, sum, 1), s32 = s16 + __shfl_xor_sync(0xffffffffu, s16, 2);
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        uint32_t d1[2] = { 0, 0 }, d2[2] = { 0, 0 };
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float v = f[i] * inv;
+            const int q1 = __float2int_rn(v), q2 = __float2int_rn((v - (float)q1) * 254.0f);
+            d1[i >> 2] |= ((uint32_t)q1 & 0xffu) << (8 * (i & 3));
+            d2[i >> 2] |= ((uint32_t)q2 & 0xffu) << (8 * (i & 3));
+        }
+        if (in) {
+            *reinterpret_cast<uint2 *>(xq + 32 * c + 8 * q) = make_uint2(d1[0], d1[1]);
+            *reinterpret_cast<uint2 *>(xq + k + 32 * c + 8 * q) = make_uint2(d2[0], d2[1]);
+            if (!(q & 1))
+                xs[2 * c + (q >> 1)] = make_float2(amax * (1.0f / 127.0f) + 0.0f * s32, s16);
+        }
+    }
+}
+
+// Words of shared memory, four a 16-byte load.
+template <int N> __device__ __forceinline__ void lds_words(uint32_t (&w)[N], const uint8_t *p)
+{
+#pragma unroll
+    for (int i = 0; i < N; i += 4) {
+        const uint4 v = *reinterpret_cast<const uint4 *>(p + 4 * i);
+        w[i] = v.x, w[i + 1] = v.y, w[i + 2] = v.z, w[i + 3] = v.w;
+    }
+}
+
+// One step of a warp's 16 rows (Q: rows g and g + 8 in the stage) against x's row: the step's
+// sets of 8 groups, each GS / 4 integer products, then each lane's two columns (2p, 2p + 1) of
+// its two rows scaled into acc. b0: the step's first block; cnt: its blocks.
+template <int DT>
+__device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint32_t cnt, const int8_t *xq,
+                                        uint32_t k, const float2 *xs, const int8_t *zero, int g, int p,
+                                        float (&acc)[2])
+{
+    constexpr Layout L = layout(DT);
+    constexpr int GS = kGS<DT>, PARTS = GS / 4, SETS = Step<DT>::S * L.block / (8 * GS);
+    // A column's block within the step (types of 32-element blocks) and whether the step has it.
+    auto valid = [&](int t, int c) { return L.block == 256 || (uint32_t)(4 * t + (c & 3)) < cnt; };
+#pragma unroll
+    for (int t = 0; t < SETS; t++) {
+        const uint32_t es = b0 * L.block + t * 8 * GS;
+        // x's digits for the column this lane supplies (b0 or b1), zeros for the other.
+        uint32_t x0[PARTS], x1[PARTS], y0[PARTS], y1[PARTS];
+        const bool in = valid(t, g);
+        const int8_t *xa = g == p && in ? xq + es + xoff<DT>(g) : zero, *xb = g == p + 4 && in ? xq + es + xoff<DT>(g) : zero;
+        lds_words(x0, reinterpret_cast<const uint8_t *>(xa));
+        lds_words(x1, reinterpret_cast<const uint8_t *>(xb));
+        lds_words(y0, reinterpret_cast<const uint8_t *>(xa == zero ? zero : xa + k));
+        lds_words(y1, reinterpret_cast<const uint8_t *>(xb == zero ? zero : xb + k));
+        uint32_t wa[2][PARTS], wb[2][PARTS];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            if constexpr (DT == Q4_K) {
+                uint32_t w[8];
+                lds_words(w, Q[r].p[0] + 32 * p);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    wa[r][i] = w[i] & 0x0f0f0f0fu, wb[r][i] = w[i] & 0xf0f0f0f0u;
+            } else if constexpr (DT == Q5_K) {
+                // Sub-blocks 2p and 2p + 1: their fifth bits are bits 2p and 2p + 1 of qh's bytes.
+                uint32_t w[8], h[8];
+                lds_words(w, Q[r].p[0] + 32 * p);
+                lds_words(h, Q[r].p[1]);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    wa[r][i] = (w[i] & 0x0f0f0f0fu) | (((h[i] >> (2 * p)) & 0x01010101u) << 4);
+                    wb[r][i] = ((w[i] >> 4) & 0x0f0f0f0fu) | (((h[i] >> (2 * p + 1)) & 0x01010101u) << 4);
+                }
+            } else if constexpr (DT == Q5_0 || DT == Q5_1) {
+                // Block 4t + p: element e's fifth bit is bit e of qh.
+                uint32_t w[4];
+                lds_words(w, Q[r].p[0] + 16 * (4 * t + p));
+                const uint32_t h = ld4(Q[r].p[1] + 4 * (4 * t + p));
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    wa[r][i] = (w[i] & 0x0f0f0f0fu) | spread_bits(h >> (4 * i)).x;
+                    wb[r][i] = ((w[i] >> 4) & 0x0f0f0f0fu) | spread_bits(h >> (16 + 4 * i)).x;
+                }
+            } else if constexpr (DT == Q4_0 || DT == Q4_1) {
+                uint32_t w[4];
+                lds_words(w, Q[r].p[0] + 16 * (4 * t + p));
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    wa[r][i] = w[i] & 0x0f0f0f0fu, wb[r][i] = w[i] & 0xf0f0f0f0u;
+            } else if constexpr (DT == Q8_0) {
+                uint32_t w[8];
+                lds_words(w, Q[r].p[0] + 32 * p);
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    wa[r][i] = w[i], wb[r][i] = w[4 + i];
+            } else {
+                // Q6_K, half-block t: column p is sub-row jj = p / 2's elements 16h .. 16h + 15
+                // (h = p % 2), the low nibbles of ql[32 jj + 16h ..] with bits 2jj of qh[16h ..];
+                // column p + 4 is sub-row jj + 2's, the same bytes' high nibbles and qh bits.
+                const int jj = p >> 1, h = p & 1;
+                uint32_t ql[4], qh[4];
+                lds_words(ql, Q[r].p[0] + 64 * t + 32 * jj + 16 * h);
+                lds_words(qh, Q[r].p[1] + 32 * t + 16 * h);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    wa[r][i] = (ql[i] & 0x0f0f0f0fu) | ((qh[i] << (4 - 2 * jj)) & 0x30303030u);
+                    wb[r][i] = ((ql[i] >> 4) & 0x0f0f0f0fu) | ((qh[i] >> (2 * jj)) & 0x30303030u);
+                }
+            }
+        }
+        int d[4] = { 0, 0, 0, 0 }, e[4] = { 0, 0, 0, 0 };
+#pragma unroll
+        for (int i = 0; i < PARTS; i++) {
+            imma16832<DT == Q8_0>(d, wa[0][i], wa[1][i], wb[0][i], wb[1][i], x0[i], x1[i]);
+            imma16832<DT == Q8_0>(e, wa[0][i], wa[1][i], wb[0][i], wb[1][i], y0[i], y1[i]);
+        }
+        // Lane (g, p) holds columns 2p and 2p + 1 of rows g (d[0], d[1]) and g + 8 (d[2], d[3]).
+#pragma unroll
+        for (int cc = 0; cc < 2; cc++) {
+            const int c = 2 * p + cc, j = c & 3, hi = c >> 2;
+            if (!valid(t, c))
+                continue;
+            const float2 xg = xs[(es + xoff<DT>(c)) / 16];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const float isum = (float)d[2 * r + cc] + (float)e[2 * r + cc] * (1.0f / 254.0f);
+                if constexpr (DT == Q4_K || DT == Q5_K) {
+                    constexpr int f = DT == Q4_K ? 1 : 2;
+                    const uint8_t *sc = Q[r].p[f];
+                    const uint32_t w0 = ld4(sc), w1 = ld4(sc + 4), w2 = ld4(sc + 8), dm = ld4(Q[r].p[f + 1]);
+                    const int sb = 2 * j + hi;
+                    const uint32_t scw = sb < 4 ? w0 & 0x3f3f3f3fu : (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+                    const uint32_t mnw = sb < 4 ? w1 & 0x3f3f3f3fu : ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+                    const float s = small_float((scw >> (8 * (sb & 3))) & 0xff),
+                                m = small_float((mnw >> (8 * (sb & 3))) & 0xff);
+                    const float sx = xg.y + xs[(es + xoff<DT>(c)) / 16 + 1].y;
+                    const float hs = DT == Q4_K && hi ? 0.0625f : 1.0f;
+                    acc[r] += half_lo(dm) * s * (xg.x * isum * hs) - half_hi(dm) * m * sx;
+                } else if constexpr (DT == Q4_0) {
+                    const float db = half_lo(ld2(Q[r].p[1] + 2 * (4 * t + j)));
+                    acc[r] += db * (xg.x * isum * (hi ? 0.0625f : 1.0f) - 8.0f * xg.y);
+                } else if constexpr (DT == Q4_1) {
+                    const uint32_t dm = ld4(Q[r].p[1] + 4 * (4 * t + j));
+                    acc[r] += half_lo(dm) * xg.x * isum * (hi ? 0.0625f : 1.0f) + half_hi(dm) * xg.y;
+                } else if constexpr (DT == Q5_0) {
+                    acc[r] += half_lo(ld2(Q[r].p[2] + 2 * (4 * t + j))) * (xg.x * isum - 16.0f * xg.y);
+                } else if constexpr (DT == Q5_1) {
+                    const uint32_t dm = ld4(Q[r].p[2] + 4 * (4 * t + j));
+                    acc[r] += half_lo(dm) * xg.x * isum + half_hi(dm) * xg.y;
+                } else if constexpr (DT == Q8_0) {
+                    acc[r] += half_lo(ld2(Q[r].p[1] + 2 * j)) * xg.x * isum;
+                } else {
+                    const int is = 8 * t + 2 * ((j >> 1) + 2 * hi) + (j & 1);
+                    const float s = (float)(int8_t)Q[r].p[2][is];
+                    acc[r] += half_lo(ld2(Q[r].p[3])) * s * (xg.x * isum - 32.0f * xg.y);
+                }
+            }
+        }
+    }
+}
+
+template <typename T, int DT, bool Q8 = false>
 __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs, int64_t os,
-                         int flags, float (*red)[kWarps][16][8], uint8_t *sm, int nst)
+                         int flags, float (*red)[kWarps][16][8], uint8_t *sm, int nst, int8_t *xq = nullptr,
+                         float2 *xq_s = nullptr)
 {
     using G = Step<DT>;
     constexpr Layout L = G::L;
     constexpr int S = G::S, CPB = G::CPB, RB = G::row_bytes;
     const bool swiglu = flags & 1;
     const int H = swiglu ? 2 : 1;
-    const Planes P = planes(DT, w, (swiglu ? 2 * n : n) * (k / L.block));
+    const Planes P = planes<DT>(w, (swiglu ? 2 * n : n) * (k / L.block));
     const int lane = threadIdx.x & 31, g = lane >> 2, p = lane & 3, warp = threadIdx.x >> 5;
     const uint32_t nb = (uint32_t)(k / L.block);
     const int steps = (int)((nb + S - 1) / S), per = (steps + kWarps - 1) / kWarps, s0 = min(steps, warp * per),
@@ -621,9 +861,20 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
         }
         tc::cp_commit();
     };
+    if constexpr (Q8) {
+        if (threadIdx.x < 8)
+            reinterpret_cast<uint32_t *>(xq + 2 * k)[threadIdx.x] = 0;
+        __syncthreads();
+    }
     for (int q = 0; q < nst - 1; q++)
         issue();
     tc::await_inputs();
+    if constexpr (Q8) {
+        // x's row in two 8-bit digits, each warp its share (the 32 zero bytes after them, for
+        // the lanes that supply no column, written above).
+        quantise_x(xq, xq_s, x, k, s0 * S * CPB, min((s0 + my) * S * CPB, (int)(nb * CPB)));
+        __syncwarp();
+    }
 
     // x of a step's chunks (as many as the step has), loaded a step ahead of its use: the next
     // step is s + 1, or the first again for the next half or tile.
@@ -646,7 +897,8 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
         }
     };
     uint4 xa[CPS];
-    load_x(0, xa);
+    if constexpr (!Q8)
+        load_x(0, xa);
     int cslot = 0;
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int64_t ra = tile * 16 + g, rb = ra + 8;
@@ -654,10 +906,11 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
             // The rows' first blocks (rows past n read row 0 and are never written).
             const uint32_t rblk[2] = { (uint32_t)((h ? n : 0) + (ra < n ? ra : 0)) * nb,
                                        (uint32_t)((h ? n : 0) + (rb < n ? rb : 0)) * nb };
-            float acc[4] = {};
+            float acc[4] = {}, acc1[2] = {};
             for (int s = 0; s < my; s++) {
                 uint4 xb[CPS];
-                load_x(s + 1 < my ? s + 1 : 0, xb);
+                if constexpr (!Q8)
+                    load_x(s + 1 < my ? s + 1 : 0, xb);
                 __syncwarp();
                 issue();
                 wait_copies(nst - 1);
@@ -674,70 +927,83 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                         const uint32_t skip = size % 16 ? ((rblk[i] + b0) * size) & 15 : 0;
                         Q[i].p[f] = st + (g + 8 * i) * RB + 16 * G::first(f) + skip;
                     });
+                if constexpr (Q8) {
+                    q8_step<DT>(Q, b0, cnt, xq, (uint32_t)k, xq_s, xq + 2 * k, g, p, acc1);
+                } else {
 #pragma unroll
-                for (int bl = 0; bl < S; bl++) {
-                    if (bl >= cnt)
-                        break;
+                    for (int bl = 0; bl < S; bl++) {
+                        if (bl >= cnt)
+                            break;
 #pragma unroll
-                    for (int cc = 0; cc < CPB; cc++) {
-                        const int j = cc * 4 + p;
-                        const uint4 xx = xa[bl * CPB + cc];
-                        if constexpr (kHalfScale<DT>) {
-                            // Each product the sums of one scale group: scaled per row and
-                            // half; Q2_K's offsets times the halves' sums of x.
-                            const Ints2 qa = ints_halves<DT>(fetch_halves<DT, uint32_t>(Q[0], bl, cc, p), cc),
-                                        qb = ints_halves<DT>(fetch_halves<DT, uint32_t>(Q[1], bl, cc, p), cc);
-                            const uint4 a = frag_int<T, DT>(Ints{ qa.b, qa.bias, 0.0f, 0.0f }),
-                                        b = frag_int<T, DT>(Ints{ qb.b, qb.bias, 0.0f, 0.0f });
-                            float t0[4] = {}, t1[4] = {};
-                            tc::mma16816<T>(t0, a.x, b.x, a.y, b.y, xx.x, xx.y);
-                            tc::mma16816<T>(t1, a.z, b.z, a.w, b.w, xx.z, xx.w);
-                            acc[0] = fmaf(qa.s[1], t1[0], fmaf(qa.s[0], t0[0], acc[0]));
-                            acc[1] = fmaf(qa.s[1], t1[1], fmaf(qa.s[0], t0[1], acc[1]));
-                            acc[2] = fmaf(qb.s[1], t1[2], fmaf(qb.s[0], t0[2], acc[2]));
-                            acc[3] = fmaf(qb.s[1], t1[3], fmaf(qb.s[0], t0[3], acc[3]));
-                            if constexpr (DT == Q2_K) {
-                                const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
-                                float u0[4] = {}, u1[4] = {};
-                                tc::mma16816<T>(u0, one, one, one, one, xx.x, xx.y);
-                                tc::mma16816<T>(u1, one, one, one, one, xx.z, xx.w);
-                                acc[0] = fmaf(qa.off[1], u1[0], fmaf(qa.off[0], u0[0], acc[0]));
-                                acc[1] = fmaf(qa.off[1], u1[1], fmaf(qa.off[0], u0[1], acc[1]));
-                                acc[2] = fmaf(qb.off[1], u1[2], fmaf(qb.off[0], u0[2], acc[2]));
-                                acc[3] = fmaf(qb.off[1], u1[3], fmaf(qb.off[0], u0[3], acc[3]));
-                            }
-                        } else {
-                            static_assert(kChunkScale<DT>, "every block type has an integer decode path");
-                            const Raw r0 = fetch<DT, uint32_t>(Q[0], bl, j), r1 = fetch<DT, uint32_t>(Q[1], bl, j);
-                            // The chunk's integer sums, scaled per row (this lane holds rows g
-                            // and g + 8 of the sums, whose scales it decoded); offsets times the
-                            // sums of x, which a product with all-ones weights gives in the same
-                            // layout.
-                            const Ints qa = ints<DT>(r0, j), qb = ints<DT>(r1, j);
-                            const uint4 a = frag_int<T, DT>(qa), b = frag_int<T, DT>(qb);
-                            float t[4] = {};
-                            tc::mma16816<T>(t, a.x, b.x, a.y, b.y, xx.x, xx.y);
-                            tc::mma16816<T>(t, a.z, b.z, a.w, b.w, xx.z, xx.w);
-                            acc[0] = fmaf(qa.s, t[0], acc[0]);
-                            acc[1] = fmaf(qa.s, t[1], acc[1]);
-                            acc[2] = fmaf(qb.s, t[2], acc[2]);
-                            acc[3] = fmaf(qb.s, t[3], acc[3]);
-                            if constexpr (kHasOff<DT>) {
-                                const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
-                                float sx[4] = {};
-                                tc::mma16816<T>(sx, one, one, one, one, xx.x, xx.y);
-                                tc::mma16816<T>(sx, one, one, one, one, xx.z, xx.w);
-                                acc[0] = fmaf(qa.off, sx[0], acc[0]);
-                                acc[1] = fmaf(qa.off, sx[1], acc[1]);
-                                acc[2] = fmaf(qb.off, sx[2], acc[2]);
-                                acc[3] = fmaf(qb.off, sx[3], acc[3]);
+                        for (int cc = 0; cc < CPB; cc++) {
+                            const int j = cc * 4 + p;
+                            const uint4 xx = xa[bl * CPB + cc];
+                            if constexpr (kHalfScale<DT>) {
+                                // Each product the sums of one scale group: scaled per row and
+                                // half; Q2_K's offsets times the halves' sums of x.
+                                const Ints2 qa = ints_halves<DT>(fetch_halves<DT, uint32_t>(Q[0], bl, cc, p), cc),
+                                            qb = ints_halves<DT>(fetch_halves<DT, uint32_t>(Q[1], bl, cc, p), cc);
+                                const uint4 a = frag_int<T, DT>(Ints{ qa.b, qa.bias, 0.0f, 0.0f }),
+                                            b = frag_int<T, DT>(Ints{ qb.b, qb.bias, 0.0f, 0.0f });
+                                float t0[4] = {}, t1[4] = {};
+                                tc::mma16816<T>(t0, a.x, b.x, a.y, b.y, xx.x, xx.y);
+                                tc::mma16816<T>(t1, a.z, b.z, a.w, b.w, xx.z, xx.w);
+                                acc[0] = fmaf(qa.s[1], t1[0], fmaf(qa.s[0], t0[0], acc[0]));
+                                acc[1] = fmaf(qa.s[1], t1[1], fmaf(qa.s[0], t0[1], acc[1]));
+                                acc[2] = fmaf(qb.s[1], t1[2], fmaf(qb.s[0], t0[2], acc[2]));
+                                acc[3] = fmaf(qb.s[1], t1[3], fmaf(qb.s[0], t0[3], acc[3]));
+                                if constexpr (DT == Q2_K) {
+                                    const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
+                                    float u0[4] = {}, u1[4] = {};
+                                    tc::mma16816<T>(u0, one, one, one, one, xx.x, xx.y);
+                                    tc::mma16816<T>(u1, one, one, one, one, xx.z, xx.w);
+                                    acc[0] = fmaf(qa.off[1], u1[0], fmaf(qa.off[0], u0[0], acc[0]));
+                                    acc[1] = fmaf(qa.off[1], u1[1], fmaf(qa.off[0], u0[1], acc[1]));
+                                    acc[2] = fmaf(qb.off[1], u1[2], fmaf(qb.off[0], u0[2], acc[2]));
+                                    acc[3] = fmaf(qb.off[1], u1[3], fmaf(qb.off[0], u0[3], acc[3]));
+                                }
+                            } else {
+                                static_assert(kChunkScale<DT>, "every block type has an integer decode path");
+                                const Raw r0 = fetch<DT, uint32_t>(Q[0], bl, j), r1 = fetch<DT, uint32_t>(Q[1], bl, j);
+                                // The chunk's integer sums, scaled per row (this lane holds rows g
+                                // and g + 8 of the sums, whose scales it decoded); offsets times the
+                                // sums of x, which a product with all-ones weights gives in the same
+                                // layout.
+                                const Ints qa = ints<DT>(r0, j), qb = ints<DT>(r1, j);
+                                const uint4 a = frag_int<T, DT>(qa), b = frag_int<T, DT>(qb);
+                                float t[4] = {};
+                                tc::mma16816<T>(t, a.x, b.x, a.y, b.y, xx.x, xx.y);
+                                tc::mma16816<T>(t, a.z, b.z, a.w, b.w, xx.z, xx.w);
+                                acc[0] = fmaf(qa.s, t[0], acc[0]);
+                                acc[1] = fmaf(qa.s, t[1], acc[1]);
+                                acc[2] = fmaf(qb.s, t[2], acc[2]);
+                                acc[3] = fmaf(qb.s, t[3], acc[3]);
+                                if constexpr (kHasOff<DT>) {
+                                    const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
+                                    float sx[4] = {};
+                                    tc::mma16816<T>(sx, one, one, one, one, xx.x, xx.y);
+                                    tc::mma16816<T>(sx, one, one, one, one, xx.z, xx.w);
+                                    acc[0] = fmaf(qa.off, sx[0], acc[0]);
+                                    acc[1] = fmaf(qa.off, sx[1], acc[1]);
+                                    acc[2] = fmaf(qb.off, sx[2], acc[2]);
+                                    acc[3] = fmaf(qb.off, sx[3], acc[3]);
+                                }
                             }
                         }
                     }
-                }
 #pragma unroll
-                for (int i = 0; i < CPS; i++)
-                    xa[i] = xb[i];
+                    for (int i = 0; i < CPS; i++)
+                        xa[i] = xb[i];
+                }
+            }
+            if constexpr (Q8) {
+                // The quad's columns added (a fixed order), the sums of x's one row in column 0.
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    acc1[r] += __shfl_xor_sync(0xffffffffu, acc1[r], 1);
+                    acc1[r] += __shfl_xor_sync(0xffffffffu, acc1[r], 2);
+                }
+                acc[0] = acc1[0], acc[2] = acc1[1];
             }
             tc::put_sums(red[h], warp, acc);
         }
@@ -762,6 +1028,26 @@ __device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, in
     if (nst < 1)
         __trap();
     mma_rows<T, DT>(out, x, w, m, n, k, xs, os, flags, red, ring, nst);
+}
+
+// The batch-1 kernel of the integer products: x's row in two 8-bit digits takes the start of
+// the dynamic shared memory (2k bytes, 32 zero bytes, then a float2 per 16 elements), the ring
+// the rest.
+template <int DT> __host__ __device__ constexpr uint32_t q8_x_bytes(int64_t k) { return (uint32_t)(2 * k + 32 + k / 2); }
+template <typename T, int DT>
+__device__ __forceinline__ void q8_kernel(T *out, const T *x, const void *w, int64_t n, int64_t k, int64_t os,
+                                          int flags)
+{
+    __shared__ float red[2][kWarps][16][8];
+    extern __shared__ __align__(16) uint8_t ring[];
+    uint32_t bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+    const uint32_t xb = q8_x_bytes<DT>(k);
+    const int nst = bytes > xb ? min(6, (int)((bytes - xb) / (kWarps * Step<DT>::bytes))) : 0;
+    if (nst < 1)
+        __trap();
+    mma_rows<T, DT, true>(out, x, w, 1, n, k, 0, os, flags, red, ring + xb, nst, reinterpret_cast<int8_t *>(ring),
+                          reinterpret_cast<float2 *>(ring + 2 * k + 32));
 }
 
 // 9 to 64 rows of 16-bit x (batched decode) on the tensor cores, reading and dequantising each
@@ -794,7 +1080,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     const int nst = min(4, (int)(smem / sbytes));
     if (nst < 2)
         __trap();
-    const Planes P = planes(DT, w, n * (k / L.block));
+    const Planes P = planes<DT>(w, n * (k / L.block));
     const uint32_t nb = (uint32_t)(k / L.block), steps = (nb + S - 1) / S, per = (steps + gridDim.y - 1) / gridDim.y,
                    s0 = min(steps, blockIdx.y * per), my = min(steps, s0 + per) - s0, n32 = (uint32_t)n;
     const uint32_t row0 = blockIdx.x * kBatchRows, sm_s = (uint32_t)__cvta_generic_to_shared(sm);
@@ -1136,6 +1422,52 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                       int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+
+/** One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but
+ *  Q2_K and Q3_K (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory
+ *  as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*). Blocks of 256 threads;
+ *  k a multiple of 32 and x 16-byte aligned. Dynamic shared memory: 2k + 32 + k / 2 bytes for x,
+ *  then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q4_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, x, w, n, k, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q4_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, x, w, n, k, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q5_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, x, w, n, k, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q5_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, x, w, n, k, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q5_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, x, w, n, k, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q8_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q8_0>(out, x, w, n, k, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q4_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_K>(out, x, w, n, k, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q6_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, n, k, out_stride, flags);
 }
 
 /** out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 64 rows of 16-bit x and w of a block type held

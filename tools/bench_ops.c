@@ -110,6 +110,11 @@ static tc_status run_norm(void *c, int s)
     norm_ctx *n = c;
     return tc_rmsnorm(&n->out[s], &n->res[s], &n->x[s], &n->w, 1e-5f);
 }
+static tc_status run_bias(void *c, int s)
+{
+    norm_ctx *n = c;
+    return tc_add_bias(&n->res[s], &n->w);
+}
 static tc_status run_rope(void *c, int s)
 {
     norm_ctx *n = c;
@@ -156,6 +161,8 @@ static void bench_norm(rng_t *r)
         CHECK(tc_tensor_init(&c->out[s], gpu, TC_DTYPE_BF16, TC_SHAPE(T, D)));
     double ms = time_ms(run_norm, c, 10);
     report_bw("rmsnorm+residual bf16", "[4096 x 4096]", ms, 4.0 * T * D * 2 + D * 2);
+    ms = time_ms(run_bias, c, 10);
+    report_bw("add_bias bf16", "[4096 x 4096]", ms, 2.0 * T * D * 2 + D * 2);
     ms = time_ms(run_rope, c, 10);
     report_bw("rope llama3 bf16", "q [4096,32,128] k [4096,8,128]", ms,
               2.0 * T * 40 * 128 * 2 + T * 4);

@@ -41,8 +41,9 @@ int main(int argc, char **argv)
     FILE *f = fopen(argv[5], "rb");
     if (!f)
         return fprintf(stderr, "logits: cannot open %s\n", argv[5]), 1;
-    int32_t ids[4096];
-    int n = (int)fread(ids, sizeof(int32_t), 4096, f);
+    /* (Long enough for a prompt past Mistral's 4,096-token window.) */
+    static int32_t ids[16384];
+    int n = (int)fread(ids, sizeof(int32_t), 16384, f);
     fclose(f);
     if (prompt < 1 || prompt > n)
         return fprintf(stderr, "logits: PROMPT_LEN %d outside 1..%d\n", prompt, n), 2;

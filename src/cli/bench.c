@@ -191,7 +191,7 @@ static const char usage[] =
     "usage: thincuda bench (--model PATH | --shape NAME) [options]\n"
     "  --model PATH         a GGUF file or a Hugging Face folder (Llama family)\n"
     "  --shape NAME         random weights of a known shape: smollm2-135m, llama3.2-1b,\n"
-    "                       llama2-7b (nothing to download)\n"
+    "                       llama2-7b, qwen2.5-1.5b, mistral-7b (nothing to download)\n"
     "  --batch N            sequences at once in latency mode (default 1)\n"
     "  --prompt-len P       prompt tokens (default 128)\n"
     "  --gen-len G          tokens to generate (default 128)\n"

@@ -435,7 +435,7 @@ static int template_of(session *s, tc_chat_template *t)
     tc_gguf_str src = tc_cli_model_template(&s->f);
     if (!src.ptr) {
         fprintf(stderr, "thincuda: the model has no chat template; choose one with --template "
-                        "chatml|llama3|llama2|zephyr\n");
+                        "chatml|llama3|llama2|zephyr|mistral\n");
         return 1;
     }
     return tc_chat_template_detect(src.ptr, src.len, t) == TC_OK ? 0 : fail("chat template");
@@ -446,7 +446,7 @@ static const char generate_usage[] =
     "Continue TEXT, streaming to stdout; tokens/s go to stderr at the end.\n"
     "  -p, --prompt TEXT    the prompt (special tokens such as <|im_start|> are recognised)\n"
     "  --chat               wrap the prompt as one user message in the model's chat template\n"
-    "  --template NAME      chatml, llama3, llama2 or zephyr instead of the model's own\n"
+    "  --template NAME      chatml, llama3, llama2, zephyr or mistral instead of the model's own\n"
     "  --special            print control tokens as text\n";
 
 int tc_cli_generate(int argc, char **argv)
@@ -508,7 +508,7 @@ static const char chat_usage[] =
     "usage: thincuda chat --model PATH [options]\n"
     "Talk with the model in its chat template; an empty line or end of input quits.\n"
     "  --system TEXT        a system message\n"
-    "  --template NAME      chatml, llama3, llama2 or zephyr instead of the model's own\n";
+    "  --template NAME      chatml, llama3, llama2, zephyr or mistral instead of the model's own\n";
 
 int tc_cli_chat(int argc, char **argv)
 {
@@ -626,13 +626,15 @@ int tc_cli_info(int argc, char **argv)
     double kv_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * (double)tc_dtype_bytes(kv, 1);
     printf("model            %s\n", o.model);
     printf("name             %s\n", c.name[0] ? c.name : "(none)");
-    printf("architecture     %s\n", c.arch);
+    printf("architecture     %s%s\n", c.arch, c.qkv_bias ? " (q, k and v biases)" : "");
     printf("layers           %d\n", c.n_layers);
     printf("dimension        %d (feed-forward %d)\n", c.dim, c.ffn_dim);
     printf("heads            %d query, %d key/value (head size %d)\n", c.n_heads, c.n_kv_heads,
            c.head_dim);
     printf("vocabulary       %d\n", c.vocab);
     printf("context          %d\n", c.max_positions);
+    if (c.window)
+        printf("attention        sliding window of %d tokens\n", c.window);
     printf("rope             theta %g%s%s\n", c.rope.theta,
            c.rope.scaling == TC_ROPE_LLAMA3 ? ", Llama 3 scaling" : "",
            c.tied_embeddings ? "; output tied to the embedding" : "");

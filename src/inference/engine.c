@@ -28,9 +28,12 @@ typedef struct seq {
     int64_t n_toks, cap, n_prompt, n_generated;
     int64_t n_cached;        /* tokens whose keys and values are in the cache */
     int32_t *table, n_table; /* blocks */
-    uint64_t *hashes;        /* [max_blocks] hash of each full block's prefix */
-    int32_t n_committed;     /* full blocks recorded in the prefix cache */
-    int64_t step_new;        /* tokens scheduled in the current step */
+    /* With a sliding window: table[0 .. n_dropped) were released (-1), wholly before the
+     * window of the next token. */
+    int32_t n_dropped;
+    uint64_t *hashes;    /* [max_blocks] hash of each full block's prefix */
+    int32_t n_committed; /* full blocks recorded in the prefix cache */
+    int64_t step_new;    /* tokens scheduled in the current step */
     tc_detok detok;
     tc_grammar_state *gs; /* where the generated text is in the request's grammar */
     char *text;           /* generated text not yet released */
@@ -193,8 +196,12 @@ static tc_status check_request(const tc_engine *e, const tc_request *r, int64_t 
     if (r->n_prompt + mt > e->context)
         return BAD("%lld prompt tokens + %lld to generate exceed the context of %lld tokens",
                    (long long)r->n_prompt, (long long)mt, (long long)e->context);
-    /* Each choice must fit in the cache by itself, or the oldest could never finish. */
-    if (blocks_for(e, r->n_prompt + mt) * n > e->m.n_blocks)
+    /* Each choice must fit in the cache by itself, or the oldest could never finish; with a
+     * sliding window it holds at most the window and a step's tokens at once. */
+    int64_t held = r->n_prompt + mt;
+    if (e->m.window > 0 && held > (int64_t)e->m.window + e->o.max_step_tokens + e->m.block_size)
+        held = (int64_t)e->m.window + e->o.max_step_tokens + e->m.block_size;
+    if (blocks_for(e, held) * n > e->m.n_blocks)
         return BAD("%lld tokens x %d choices do not fit in the KV cache of %lld tokens",
                    (long long)(r->n_prompt + mt), n, (long long)e->m.n_blocks * e->m.block_size);
     if ((r->n_stop > 0 && !e->o.tok) || r->n_stop < 0 || r->n_stop_tokens < 0)
@@ -369,9 +376,10 @@ static void list_insert(seq **list, int32_t *n, seq *s)
 
 static void release_blocks(tc_engine *e, seq *s)
 {
-    for (int32_t i = 0; i < s->n_table; i++)
+    for (int32_t i = s->n_dropped; i < s->n_table; i++)
         tc_blocks_release(e->bm, s->table[i]);
     s->n_table = 0;
+    s->n_dropped = 0;
     s->n_committed = 0;
     s->n_cached = 0;
 }
@@ -662,6 +670,22 @@ static void lookup_prefix(tc_engine *e, seq *s)
     s->n_cached = (int64_t)s->n_table * bs;
 }
 
+/* With a sliding window, release the blocks of s that lie wholly before the window of its next
+ * token (position n_cached sees n_cached - window + 1 on); full blocks stay in the prefix
+ * cache as released blocks do. */
+static void drop_outside_window(tc_engine *e, seq *s)
+{
+    if (e->m.window <= 0)
+        return;
+    int32_t bs = e->m.block_size;
+    int64_t first = s->n_cached - e->m.window + 1;
+    while (s->n_dropped < s->n_table && (int64_t)(s->n_dropped + 1) * bs <= first &&
+           (e->o.no_prefix_cache || s->n_dropped < s->n_committed)) {
+        tc_blocks_release(e->bm, s->table[s->n_dropped]);
+        s->table[s->n_dropped++] = -1;
+    }
+}
+
 /* Record the blocks of s that became full. */
 static void commit_blocks(tc_engine *e, seq *s)
 {
@@ -734,6 +758,7 @@ static int32_t schedule(tc_engine *e, int64_t *n_tokens)
         if (committed + slots > e->o.max_running)
             break;
         lookup_prefix(e, s);
+        drop_outside_window(e, s);
         request *q = s->req;
         int64_t pending = s->n_toks - s->n_cached;
         int64_t want = pending < budget ? pending : budget;
@@ -837,8 +862,10 @@ static void fork_choices(tc_engine *e, seq *s)
         for (int32_t b = 0; b < shared; b++) {
             c->table[b] = s->table[b];
             c->hashes[b] = s->hashes[b];
-            tc_blocks_retain(e->bm, s->table[b]);
+            if (b >= s->n_dropped)
+                tc_blocks_retain(e->bm, s->table[b]);
         }
+        c->n_dropped = s->n_dropped < shared ? s->n_dropped : shared;
         c->n_table = shared;
         c->n_committed =
             (int32_t)(keep / bs) < s->n_committed ? (int32_t)(keep / bs) : s->n_committed;
@@ -1055,6 +1082,9 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
         }
         e->seq_lens[i] = (int32_t)(s->n_cached + s->step_new);
         memcpy(e->table + (size_t)i * (size_t)W, s->table, sizeof(int32_t) * (size_t)s->n_table);
+        /* Released blocks' entries are never read: any block id serves. */
+        for (int32_t b = 0; b < s->n_dropped; b++)
+            e->table[(size_t)i * (size_t)W + (size_t)b] = 0;
         memset(e->table + (size_t)i * (size_t)W + s->n_table, 0,
                sizeof(int32_t) * (size_t)(W - s->n_table));
     }
@@ -1106,6 +1136,7 @@ tc_status tc_engine_step(tc_engine *e, int32_t *active)
         seq *s = e->batch[i];
         s->n_cached += s->step_new;
         commit_blocks(e, s);
+        drop_outside_window(e, s);
     }
     e->own.generated_tokens += (uint64_t)n_sample;
     double took = tc_host_seconds() - t_start;
@@ -1324,7 +1355,12 @@ bool tc_engine_check(tc_engine *e, char *msg, size_t len)
             }
             for (int32_t b = 0; b < s->n_table && ok; b++) {
                 int32_t id = s->table[b];
-                if (id < 0 || id >= e->m.n_blocks) {
+                if (b < s->n_dropped) {
+                    if (id != -1) {
+                        snprintf(msg, len, "a released block's entry holds %d", id);
+                        ok = false;
+                    }
+                } else if (id < 0 || id >= e->m.n_blocks) {
                     snprintf(msg, len, "a block table holds %d", id);
                     ok = false;
                 } else

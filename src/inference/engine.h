@@ -99,6 +99,11 @@ typedef struct tc_engine_model {
     tc_status (*forward)(void *ctx, const tc_llama_batch *b, tc_tensor **logits);
     /* Copy blocks src[i] -> dst[i] of every layer, in the order of the forward passes. */
     tc_status (*copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int32_t n);
+    /* The model's sliding window (0: none): a token attends to the last `window` positions up
+     * to its own, so a sequence's blocks wholly before its next token's window are released
+     * (their table entries are then never read) and a sequence needs blocks for about its
+     * window and a step's tokens, however long it grows. */
+    int32_t window;
 } tc_engine_model;
 
 typedef struct tc_engine_options {

@@ -4,75 +4,10 @@
  * expanded so that every top is a byte set (or the stack is empty: the document may end). */
 #include "inference/grammar.h"
 
-#include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { E_END, E_ALT, E_SET, E_REF };
-enum {
-    MAX_STACK = 256,  /* positions a stack holds: the document's nesting is bounded by it */
-    MAX_EPSILON = 64, /* rule expansions without a byte in between */
-    MAX_STACKS = 64,  /* stacks in a state (alternatives alive at once) */
-    CACHE = 1024,     /* slots of the mask cache: it holds CACHE / 2 masks at most (8 MiB at
-                         Llama 3's 128K vocabulary), then starts again */
-};
-
-typedef struct elem {
-    uint8_t kind;
-    int32_t arg; /* E_SET: set index; E_REF: rule id */
-} elem;
-
-typedef struct rule {
-    elem *e;
-    int n, cap;
-} rule;
-
-typedef struct mask {
-    uint64_t key;
-    int32_t *state; /* the state it was computed for (flat stacks), to confirm a hit */
-    size_t state_len;
-    uint32_t *bits; /* [(vocab + 31) / 32] allowed tokens: bit t % 32 of word t / 32 */
-} mask;
-
-struct tc_grammar {
-    int refs;
-    bool oom;
-    rule *rules;
-    int n_rules, cap_rules;
-    uint64_t (*sets)[4]; /* byte sets as 256-bit maps */
-    int n_sets, cap_sets;
-    int32_t byte_set[256]; /* the set of each single byte, -1 until made */
-    elem *flat;            /* every rule's alternatives, each ended by E_ALT, the rule by E_END */
-    int32_t *start;        /* [n_rules] a rule's first element in flat */
-    int root;
-    const tc_tokenizer *tok;
-    int32_t vocab;
-    /* The ordinary tokens in byte order of their pieces, and how many leading bytes each
-     * shares with the one before: a mask walks them as a trie, each state of a prefix
-     * computed once. */
-    int32_t *order, n_order;
-    uint16_t *shared;
-    const uint8_t **piece; /* [n_order] each one's bytes and length, looked up once here */
-    uint16_t *piece_len;
-    int max_piece;
-    mask *cache; /* [CACHE] open addressing by key; bits NULL: empty */
-    int n_cached;
-};
-
-/* A state: stacks one after another, each as its length then its positions (bottom first). */
-typedef struct stacks {
-    int32_t *v;
-    size_t n, cap;
-    int count;
-    bool oom;
-} stacks;
-
-struct tc_grammar_state {
-    tc_grammar *g;
-    stacks cur, a, b; /* the state, and scratch for advancing */
-    stacks *depth;    /* [max_piece + 1] states after each byte of a piece (masks) */
-};
+#include "inference/grammar_internal.h"
 
 /* ---------------------------------------------------------------- building */
 
@@ -82,6 +17,7 @@ tc_grammar *tc_grammar_create(void)
     if (!g)
         return NULL;
     g->refs = 1;
+    pthread_mutex_init(&g->mu, NULL);
     for (int b = 0; b < 256; b++)
         g->byte_set[b] = -1;
     return g;
@@ -171,60 +107,6 @@ void tc_grammar_alt(tc_grammar *g, int r)
     push_elem(g, r, E_ALT, 0);
 }
 
-static const tc_tokenizer *sort_tok;
-static int by_piece(const void *a, const void *b)
-{
-    size_t la, lb;
-    const char *pa = tc_tokenizer_piece(sort_tok, *(const int32_t *)a, &la);
-    const char *pb = tc_tokenizer_piece(sort_tok, *(const int32_t *)b, &lb);
-    int c = memcmp(pa, pb, la < lb ? la : lb);
-    return c ? c : (la > lb) - (la < lb);
-}
-
-/* Order the ordinary tokens with a piece by their bytes (pieces of MAX_STACK bytes at most;
- * longer ones are never allowed) and note the prefix each shares with the one before. */
-static bool sort_pieces(tc_grammar *g)
-{
-    if (!g->tok)
-        return true;
-    g->order = malloc(sizeof *g->order * (size_t)(g->vocab + 1));
-    g->shared = malloc(sizeof *g->shared * (size_t)(g->vocab + 1));
-    g->piece = malloc(sizeof *g->piece * (size_t)(g->vocab + 1));
-    g->piece_len = malloc(sizeof *g->piece_len * (size_t)(g->vocab + 1));
-    if (!g->order || !g->shared || !g->piece || !g->piece_len)
-        return false;
-    for (int32_t t = 0; t < g->vocab; t++) {
-        size_t len = 0;
-        const char *p = tc_tokenizer_piece(g->tok, t, &len);
-        if (p && len && len <= MAX_STACK && !tc_tokenizer_is_control(g->tok, t)) {
-            g->order[g->n_order++] = t;
-            g->max_piece = len > (size_t)g->max_piece ? (int)len : g->max_piece;
-        }
-    }
-    /* qsort has no context argument in C11: the tokenizer goes through a static, under a
-     * lock since requests compile grammars on their own threads. */
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&mu);
-    sort_tok = g->tok;
-    qsort(g->order, (size_t)g->n_order, sizeof *g->order, by_piece);
-    pthread_mutex_unlock(&mu);
-    size_t lp = 0;
-    const char *pp = NULL;
-    for (int32_t i = 0; i < g->n_order; i++) {
-        size_t len;
-        const char *p = tc_tokenizer_piece(g->tok, g->order[i], &len);
-        size_t k = 0;
-        while (pp && k < len && k < lp && p[k] == pp[k])
-            k++;
-        g->shared[i] = (uint16_t)k;
-        g->piece[i] = (const uint8_t *)p;
-        g->piece_len[i] = (uint16_t)len;
-        pp = p;
-        lp = len;
-    }
-    return true;
-}
-
 bool tc_grammar_finish(tc_grammar *g, int root, const tc_tokenizer *tok)
 {
     if (g->oom || root < 0 || root >= g->n_rules)
@@ -234,8 +116,7 @@ bool tc_grammar_finish(tc_grammar *g, int root, const tc_tokenizer *tok)
         total += (size_t)g->rules[r].n + 2;
     g->flat = malloc(sizeof *g->flat * total);
     g->start = malloc(sizeof *g->start * (size_t)g->n_rules);
-    g->cache = calloc(CACHE, sizeof *g->cache);
-    if (!g->flat || !g->start || !g->cache)
+    if (!g->flat || !g->start)
         return false;
     size_t at = 0;
     for (int r = 0; r < g->n_rules; r++) {
@@ -252,7 +133,13 @@ bool tc_grammar_finish(tc_grammar *g, int root, const tc_tokenizer *tok)
     g->root = root;
     g->tok = tok;
     g->vocab = tok ? tc_tokenizer_vocab(tok) : 0;
-    return sort_pieces(g);
+    if (tok) {
+        g->trie = tc__tokenizer_trie(tok);
+        if (!g->trie)
+            return false;
+        g->max_piece = g->trie->max_len < MAX_STACK ? g->trie->max_len : MAX_STACK;
+    }
+    return tc__grammar_masks_init(g);
 }
 
 tc_grammar *tc_grammar_ref_take(tc_grammar *g)
@@ -272,16 +159,8 @@ void tc_grammar_unref(tc_grammar *g)
     free(g->sets);
     free(g->flat);
     free(g->start);
-    free(g->order);
-    free(g->shared);
-    free(g->piece);
-    free(g->piece_len);
-    if (g->cache)
-        for (int i = 0; i < CACHE; i++) {
-            free(g->cache[i].state);
-            free(g->cache[i].bits);
-        }
-    free(g->cache);
+    tc__grammar_masks_free(g);
+    pthread_mutex_destroy(&g->mu);
     free(g);
 }
 
@@ -292,8 +171,7 @@ static bool set_has(const tc_grammar *g, int set, uint8_t b)
     return g->sets[set][b >> 6] >> (b & 63) & 1;
 }
 
-/* Add one stack to a state unless it holds it already. */
-static void add_stack(stacks *s, const int32_t *p, int n)
+void tc__grammar_add_stack(stacks *s, const int32_t *p, int n)
 {
     if (s->oom)
         return;
@@ -303,8 +181,10 @@ static void add_stack(stacks *s, const int32_t *p, int n)
         if (s->v[at] == n && (n == 0 || s->v[at + (size_t)n] == p[n - 1]) &&
             !memcmp(s->v + at + 1, p, sizeof *p * (size_t)n))
             return;
-    if (s->count >= MAX_STACKS)
-        return; /* more alternatives alive than any schema needs: this one is dropped */
+    if (s->count >= MAX_STACKS) {
+        s->dropped = true; /* more alternatives alive than any schema needs: dropped */
+        return;
+    }
     if (s->n + (size_t)n + 1 > s->cap) {
         size_t cap = (s->n + (size_t)n + 1) * 2 + 64;
         int32_t *v = realloc(s->v, sizeof *v * cap);
@@ -321,24 +201,25 @@ static void add_stack(stacks *s, const int32_t *p, int n)
     s->count++;
 }
 
-/* Expand the stack p[0..n) until its top is a byte set (or it is empty) and add the results
- * to out. p has room for MAX_STACK positions. */
-static void expand(const tc_grammar *g, int32_t *p, int n, int depth, stacks *out)
+void tc__grammar_expand(const tc_grammar *g, int32_t *p, int n, int depth, stacks *out,
+                        tc__limits *lim)
 {
     if (depth > MAX_EPSILON)
         return;
+    lim->max_depth = depth > lim->max_depth ? depth : lim->max_depth;
     if (n == 0) {
-        add_stack(out, p, 0);
+        lim->max_empty = depth > lim->max_empty ? depth : lim->max_empty;
+        tc__grammar_add_stack(out, p, 0);
         return;
     }
     int32_t top = p[n - 1];
     elem e = g->flat[top];
     if (e.kind == E_SET) {
-        add_stack(out, p, n);
+        tc__grammar_add_stack(out, p, n);
         return;
     }
     if (e.kind == E_END || e.kind == E_ALT) {
-        expand(g, p, n - 1, depth + 1, out);
+        tc__grammar_expand(g, p, n - 1, depth + 1, out, lim);
         return;
     }
     /* A reference: continue after it (unless it ends its alternative: a tail call), under
@@ -349,6 +230,7 @@ static void expand(const tc_grammar *g, int32_t *p, int n, int depth, stacks *ou
     elem next = g->flat[top + 1];
     if (next.kind != E_END && next.kind != E_ALT)
         q[base++] = top + 1;
+    lim->max_base = base > lim->max_base ? base : lim->max_base;
     for (int32_t a = g->start[e.arg];;) {
         if (g->flat[a].kind == E_END)
             break;
@@ -356,7 +238,7 @@ static void expand(const tc_grammar *g, int32_t *p, int n, int depth, stacks *ou
             int m = base;
             if (g->flat[a].kind != E_ALT)
                 q[m++] = a;
-            expand(g, q, m, depth + 1, out); /* reads q, never writes it */
+            tc__grammar_expand(g, q, m, depth + 1, out, lim); /* reads q, never writes it */
         }
         while (g->flat[a].kind != E_ALT)
             a++;
@@ -364,11 +246,12 @@ static void expand(const tc_grammar *g, int32_t *p, int n, int depth, stacks *ou
     }
 }
 
-/* The state after byte b from state s, into out (cleared first). */
-static void advance(const tc_grammar *g, const stacks *s, uint8_t b, stacks *out)
+void tc__grammar_advance(const tc_grammar *g, const stacks *s, uint8_t b, stacks *out,
+                         tc__limits *lim)
 {
     out->n = 0;
     out->count = 0;
+    out->dropped = false;
     int32_t p[MAX_STACK];
     for (size_t at = 0; at < s->n; at += (size_t)s->v[at] + 1) {
         int n = s->v[at];
@@ -383,7 +266,7 @@ static void advance(const tc_grammar *g, const stacks *s, uint8_t b, stacks *out
         elem next = g->flat[top + 1];
         if (next.kind != E_END && next.kind != E_ALT)
             p[m++] = top + 1;
-        expand(g, p, m, 0, out);
+        tc__grammar_expand(g, p, m, 0, out, lim);
     }
 }
 
@@ -402,7 +285,7 @@ static bool copy_stacks(stacks *dst, const stacks *src)
     return true;
 }
 
-static bool accepting(const stacks *s)
+bool tc__grammar_accepting(const stacks *s)
 {
     for (size_t at = 0; at < s->n; at += (size_t)s->v[at] + 1)
         if (s->v[at] == 0)
@@ -422,7 +305,8 @@ tc_grammar_state *tc_grammar_start(tc_grammar *g)
         int m = 0;
         if (g->flat[a].kind != E_ALT)
             p[m++] = a;
-        expand(g, p, m, 0, &s->cur);
+        tc__limits lim = { -1, -1, -1 };
+        tc__grammar_expand(g, p, m, 0, &s->cur, &lim);
         while (g->flat[a].kind != E_ALT)
             a++;
         a++;
@@ -451,7 +335,7 @@ void tc_grammar_state_free(tc_grammar_state *s)
 
 bool tc_grammar_done(const tc_grammar_state *s)
 {
-    return accepting(&s->cur);
+    return tc__grammar_accepting(&s->cur);
 }
 
 /* Feed bytes p[0..n) from state `from`; the result in *res (one of the scratch states), or
@@ -461,7 +345,8 @@ static const stacks *feed(tc_grammar_state *s, const stacks *from, const uint8_t
     const stacks *x = from;
     for (size_t i = 0; i < n; i++) {
         stacks *y = x == &s->a ? &s->b : &s->a;
-        advance(s->g, x, p[i], y);
+        tc__limits lim = { -1, -1, -1 };
+        tc__grammar_advance(s->g, x, p[i], y, &lim);
         if (y->count == 0 || y->oom)
             return NULL;
         x = y;
@@ -473,131 +358,11 @@ bool tc_grammar_accept(tc_grammar_state *s, int32_t token)
 {
     const tc_grammar *g = s->g;
     if (g->tok && tc_tokenizer_is_control(g->tok, token))
-        return accepting(&s->cur);
+        return tc__grammar_accepting(&s->cur);
     size_t len = 0;
     const char *piece = g->tok ? tc_tokenizer_piece(g->tok, token, &len) : NULL;
     if (!piece || !len)
         return false;
     const stacks *r = feed(s, &s->cur, (const uint8_t *)piece, len);
     return r && copy_stacks(&s->cur, r);
-}
-
-static uint64_t state_key(const stacks *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < s->n; i++)
-        h = (h ^ (uint32_t)s->v[i]) * 1099511628211ull;
-    return h ^ (h >> 31);
-}
-
-/* The allowed-token bits of the current state, from the cache or computed: valid until the
- * next mask of any state of the same grammar (the cache may start again). */
-static const uint32_t *mask_bits(tc_grammar_state *s)
-{
-    tc_grammar *g = s->g;
-    uint64_t key = state_key(&s->cur);
-    size_t slot = key & (CACHE - 1);
-    for (size_t i = slot;; i = (i + 1) & (CACHE - 1)) {
-        mask *m = &g->cache[i];
-        if (!m->bits)
-            break;
-        if (m->key == key && m->state_len == s->cur.n &&
-            !memcmp(m->state, s->cur.v, sizeof *m->state * s->cur.n))
-            return m->bits;
-    }
-    if (g->n_cached >= CACHE / 2) { /* full enough: start again */
-        for (int i = 0; i < CACHE; i++) {
-            free(g->cache[i].state);
-            free(g->cache[i].bits);
-            g->cache[i] = (mask){ 0 };
-        }
-        g->n_cached = 0;
-    }
-    size_t words = ((size_t)g->vocab + 31) / 32;
-    uint32_t *bits = calloc(words ? words : 1, sizeof *bits);
-    int32_t *state = malloc(sizeof *state * (s->cur.n ? s->cur.n : 1));
-    if (!bits || !state) {
-        free(bits);
-        free(state);
-        return NULL;
-    }
-    memcpy(state, s->cur.v, sizeof *state * s->cur.n);
-    /* The bytes any stack can take next: most tokens fail on their first. */
-    bool first[256] = { false };
-    for (size_t at = 0; at < s->cur.n; at += (size_t)s->cur.v[at] + 1) {
-        int n = s->cur.v[at];
-        if (n == 0)
-            continue;
-        int set = g->flat[s->cur.v[at + n]].arg;
-        for (int b = 0; b < 256; b++)
-            first[b] |= set_has(g, set, (uint8_t)b);
-    }
-    bool done = accepting(&s->cur);
-    for (int32_t t = 0; t < g->vocab; t++)
-        if (tc_tokenizer_is_control(g->tok, t) && done)
-            bits[t >> 5] |= 1u << (t & 31);
-    /* The pieces in byte order: depth[k] is the state after the first k bytes of the
-     * current piece, valid up to `valid` (a prefix that failed stops there). */
-    if (!s->depth) {
-        s->depth = calloc((size_t)g->max_piece + 1, sizeof *s->depth);
-        if (!s->depth) {
-            free(bits);
-            free(state);
-            return NULL;
-        }
-    }
-    const stacks *level[MAX_STACK + 1];
-    level[0] = &s->cur;
-    size_t valid = 0; /* depth[1..valid] hold the states of the previous piece's prefix */
-    for (int32_t i = 0; i < g->n_order; i++) {
-        int32_t t = g->order[i];
-        size_t len = g->piece_len[i];
-        const uint8_t *p = g->piece[i];
-        size_t k = g->shared[i] < valid ? g->shared[i] : valid;
-        if (k == 0 && !first[p[0]]) {
-            valid = 0;
-            continue;
-        }
-        bool ok = true;
-        for (; k < len; k++) {
-            stacks *next = &s->depth[k + 1];
-            advance(g, level[k], p[k], next);
-            if (next->count == 0 || next->oom) {
-                ok = false;
-                break;
-            }
-            level[k + 1] = next;
-        }
-        valid = k;
-        if (ok)
-            bits[t >> 5] |= 1u << (t & 31);
-    }
-    size_t i = slot;
-    while (g->cache[i].bits)
-        i = (i + 1) & (CACHE - 1);
-    g->cache[i] = (mask){ key, state, s->cur.n, bits };
-    g->n_cached++;
-    return bits;
-}
-
-bool tc_grammar_mask(tc_grammar_state *s, float *row, int32_t vocab)
-{
-    const uint32_t *bits = mask_bits(s);
-    if (!bits)
-        return false;
-    for (int32_t t = 0; t < vocab; t++)
-        if (t >= s->g->vocab || !(bits[t >> 5] >> (t & 31) & 1))
-            row[t] = -INFINITY;
-    return true;
-}
-
-bool tc_grammar_allowed(tc_grammar_state *s, uint32_t *words, int64_t n_words)
-{
-    const uint32_t *bits = mask_bits(s);
-    if (!bits)
-        return false;
-    int64_t have = ((int64_t)s->g->vocab + 31) / 32, n = have < n_words ? have : n_words;
-    memcpy(words, bits, sizeof *words * (size_t)n);
-    memset(words + n, 0, sizeof *words * (size_t)(n_words - n));
-    return true;
 }

@@ -26,8 +26,9 @@ void tc_grammar_set(tc_grammar *g, int r, const bool bytes[256]);
 void tc_grammar_ref(tc_grammar *g, int r, int other);
 /* End the current alternative of rule r and start another (which may stay empty). */
 void tc_grammar_alt(tc_grammar *g, int r);
-/* Finish building with `root` as the document, for a tokenizer (kept for the masks). False
- * when out of memory. The grammar is then read-only but for its mask cache. */
+/* Finish building with `root` as the document, for a tokenizer (kept for the masks, with its
+ * vocabulary trie: it must outlive the grammar). False when out of memory. The grammar is then
+ * read-only but for its mask cache. */
 bool tc_grammar_finish(tc_grammar *g, int root, const tc_tokenizer *tok);
 /* Reference counting: the creator holds one reference; free with tc_grammar_unref. */
 tc_grammar *tc_grammar_ref_take(tc_grammar *g);
@@ -43,7 +44,9 @@ bool tc_grammar_accept(tc_grammar_state *s, int32_t token);
 bool tc_grammar_done(const tc_grammar_state *s);
 /* Set the logits of tokens that cannot continue the document to -infinity (row[vocab]);
  * control tokens only where the document may end. The mask is computed once per recogniser
- * state and cached in the grammar. False when out of memory. */
+ * state and cached in the grammar (a bounded cache, shared by the grammar's recognisers on
+ * any thread), a new state's mostly from what its top allows (grammar_mask.c). False when out
+ * of memory. */
 bool tc_grammar_mask(tc_grammar_state *s, float *row, int32_t vocab);
 /* The same mask as bits (tc_logits_mask's form): bit t % 32 of words[t / 32] is set where
  * token t may come next; n_words words are written, tokens beyond the tokenizer's vocabulary

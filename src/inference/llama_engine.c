@@ -31,7 +31,8 @@ tc_engine_model tc_engine_model_llama(tc_llama *m, tc_kv_cache *kv)
                               (int32_t)kv->n_blocks,
                               (int32_t)kv->block_size,
                               llama_forward,
-                              llama_copy };
+                              llama_copy,
+                              m->cfg.window };
 }
 
 int64_t tc_engine_kv_blocks(const tc_llama *m, int64_t tokens, double fraction, int64_t block_size)

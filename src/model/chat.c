@@ -56,14 +56,24 @@ tc_status tc_chat_template_detect(const char *s, size_t n, tc_chat_template *out
          * 3.2's template takes the date from strftime_now. */
         out->llama31 = has(s, n, "Cutting Knowledge Date");
         out->today = out->llama31 && has(s, n, "strftime_now");
-    } else if (has(s, n, "[INST]")) {
+    } else if (has(s, n, "[INST]") && has(s, n, "<<SYS>>")) {
         out->kind = TC_CHAT_LLAMA2;
+    } else if (has(s, n, "' [INST] '")) {
+        /* Mistral's template with a system message, which opens each turn with a space. */
+        out->kind = TC_CHAT_MISTRAL;
+    } else if (has(s, n, "'[INST] '") && has(s, n, "' [/INST]'") && !has(s, n, "system_message")) {
+        out->kind = TC_CHAT_MISTRAL;
+        out->mistral_legacy = true;
+        out->eos_space = has(s, n, "eos_token + ' '");
     } else if (has(s, n, "<|user|>")) {
         out->kind = TC_CHAT_ZEPHYR;
     } else {
+        /* (Mistral v0.3's and later [INST] templates, with the system message in the last user
+         * turn and tool blocks, are not one of these.) */
         return tc_set_error(TC_ERR_UNSUPPORTED, "tc_chat_template",
-                            "unrecognised chat template (known: ChatML, Llama 3, Llama 2, Zephyr); "
-                            "choose one with --template chatml|llama3|llama2|zephyr");
+                            "unrecognised chat template (known: ChatML, Llama 3, Llama 2, Zephyr, "
+                            "Mistral v0.1/v0.2); choose one with --template "
+                            "chatml|llama3|llama2|zephyr|mistral");
     }
     return TC_OK;
 }
@@ -74,11 +84,9 @@ tc_status tc_chat_template_named(const char *name, tc_chat_template *out)
         const char *name;
         tc_chat_kind kind;
         bool llama31;
-    } names[] = { { "chatml", TC_CHAT_CHATML, false },
-                  { "llama3", TC_CHAT_LLAMA3, false },
-                  { "llama3.1", TC_CHAT_LLAMA3, true },
-                  { "llama2", TC_CHAT_LLAMA2, false },
-                  { "zephyr", TC_CHAT_ZEPHYR, false } };
+    } names[] = { { "chatml", TC_CHAT_CHATML, false },  { "llama3", TC_CHAT_LLAMA3, false },
+                  { "llama3.1", TC_CHAT_LLAMA3, true }, { "llama2", TC_CHAT_LLAMA2, false },
+                  { "zephyr", TC_CHAT_ZEPHYR, false },  { "mistral", TC_CHAT_MISTRAL, false } };
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!strcmp(name, names[i].name)) {
@@ -87,7 +95,8 @@ tc_status tc_chat_template_named(const char *name, tc_chat_template *out)
             return TC_OK;
         }
     return tc_set_error(TC_ERR_NOT_FOUND, "tc_chat_template",
-                        "no chat template '%s' (known: chatml, llama3, llama3.1, llama2, zephyr)",
+                        "no chat template '%s' (known: chatml, llama3, llama3.1, llama2, zephyr, "
+                        "mistral)",
                         name);
 }
 
@@ -545,6 +554,41 @@ static void llama2(const render *r, buf *b)
     }
 }
 
+/* Mistral 7B Instruct's: user and assistant turns alternate after an optional system
+ * message, which joins the first user turn; no generation prompt of its own (the last [/INST]
+ * is one). Messages are written untrimmed, as the template does. */
+static tc_status mistral(const render *r, buf *b)
+{
+    const tc_chat_message *m = r->m;
+    bool legacy = r->t->mistral_legacy;
+    size_t from = r->n && !strcmp(m[0].role, "system") ? 1 : 0;
+    if (from && legacy)
+        return bad("Mistral's v0.1 template has no system message");
+    put(b, "<s>");
+    for (size_t i = from; i < r->n; i++) {
+        bool user = !strcmp(m[i].role, "user");
+        if (user != ((i - from) % 2 == 0) || (!user && strcmp(m[i].role, "assistant")))
+            return bad("message %zu: Mistral's template takes user and assistant messages in "
+                       "turn after an optional system message",
+                       i);
+        if (user) {
+            put(b, legacy ? "[INST] " : " [INST] ");
+            if (i == 1 && from) {
+                put_content(b, m[0].content, false);
+                put(b, "\n\n");
+            }
+            put_content(b, m[i].content, false);
+            put(b, " [/INST]");
+        } else {
+            if (!legacy)
+                put(b, " ");
+            put_content(b, m[i].content, false);
+            put(b, r->t->eos_space ? "</s> " : "</s>");
+        }
+    }
+    return TC_OK;
+}
+
 static void zephyr(const render *r, buf *b)
 {
     for (size_t i = 0; i < r->n; i++) {
@@ -569,6 +613,7 @@ static const char *kind_name(const tc_chat_template *t)
     case TC_CHAT_CHATML: return "ChatML";
     case TC_CHAT_LLAMA3: return t->llama31 ? "Llama 3.1" : "Llama 3";
     case TC_CHAT_LLAMA2: return "Llama 2";
+    case TC_CHAT_MISTRAL: return "Mistral";
     default: return "Zephyr";
     }
 }
@@ -638,6 +683,7 @@ static tc_status format(const tc_chat_template *t, const tc_chat_message *m,
         case TC_CHAT_LLAMA3: st = t->llama31 ? llama31(&r, &b) : (llama3(&r, &b), TC_OK); break;
         case TC_CHAT_LLAMA2: llama2(&r, &b); break;
         case TC_CHAT_ZEPHYR: zephyr(&r, &b); break;
+        case TC_CHAT_MISTRAL: st = mistral(&r, &b); break;
         default: st = bad("unknown template kind");
         }
     }

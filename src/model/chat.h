@@ -14,6 +14,7 @@ typedef enum tc_chat_kind {
     TC_CHAT_LLAMA3,     /* <|start_header_id|>role<|end_header_id|> ... <|eot_id|> */
     TC_CHAT_LLAMA2,     /* <s>[INST] <<SYS>> ... [/INST] */
     TC_CHAT_ZEPHYR,     /* <|user|> ... </s> (Zephyr, TinyLlama) */
+    TC_CHAT_MISTRAL,    /* <s> [INST] ... [/INST] answer</s> (Mistral 7B Instruct) */
 } tc_chat_kind;
 
 typedef struct tc_chat_template {
@@ -23,6 +24,10 @@ typedef struct tc_chat_template {
      * and JSON tool calls); false: 3.0's, which has no tools. */
     bool llama31;
     bool today; /* llama31: today's date (Llama 3.2's strftime_now) instead of 26 Jul 2024 */
+    /* Mistral: the first template of Mistral 7B Instruct v0.1 ("<s>[INST] q [/INST]a</s>",
+     * no system message) instead of the one v0.1 and v0.2 ship now ("<s> [INST] system\n\nq
+     * [/INST] a</s>"); eos_space: that first template's space after each answer's </s>. */
+    bool mistral_legacy, eos_space;
 } tc_chat_template;
 
 typedef struct tc_chat_message {
@@ -44,9 +49,9 @@ typedef struct tc_chat_calls {
 } tc_chat_calls;
 
 /* Recognise a template's source. An unrecognised one is TC_ERR_UNSUPPORTED naming the
- * fallback ("use --template chatml|llama3|llama2|zephyr"). */
+ * fallback ("use --template chatml|llama3|llama2|zephyr|mistral"). */
 TC_API tc_status tc_chat_template_detect(const char *source, size_t len, tc_chat_template *out);
-/* A template by name ("chatml", "llama3", "llama3.1", "llama2", "zephyr"), or
+/* A template by name ("chatml", "llama3", "llama3.1", "llama2", "zephyr", "mistral"), or
  * TC_ERR_NOT_FOUND. */
 TC_API tc_status tc_chat_template_named(const char *name, tc_chat_template *out);
 /* Render messages as the model's prompt, ending with the assistant's turn opening when

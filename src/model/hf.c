@@ -136,6 +136,9 @@ static bool gguf_name(const char *hf, char *out, size_t cap)
                   { "self_attn.k_proj.weight", "attn_k.weight" },
                   { "self_attn.v_proj.weight", "attn_v.weight" },
                   { "self_attn.o_proj.weight", "attn_output.weight" },
+                  { "self_attn.q_proj.bias", "attn_q.bias" },
+                  { "self_attn.k_proj.bias", "attn_k.bias" },
+                  { "self_attn.v_proj.bias", "attn_v.bias" },
                   { "post_attention_layernorm.weight", "ffn_norm.weight" },
                   { "mlp.gate_proj.weight", "ffn_gate.weight" },
                   { "mlp.up_proj.weight", "ffn_up.weight" },
@@ -281,12 +284,24 @@ static tc_status read_config(tc_hf *hf, const char *path)
     tc_status st = TC_OK;
     const char *mt = json_string_value(json_object_get(j, "model_type"));
     snprintf(c->arch, sizeof c->arch, "%s", mt ? mt : "(none)");
-    if (!mt || (strcmp(mt, "llama") && strcmp(mt, "mistral"))) {
+    bool qwen2 = mt && !strcmp(mt, "qwen2");
+    if (!mt || (strcmp(mt, "llama") && strcmp(mt, "mistral") && !qwen2)) {
         st = tc_set_error(TC_ERR_UNSUPPORTED, op,
-                          "unsupported architecture '%s' in %s (supported: llama, mistral)",
+                          "unsupported architecture '%s' in %s (supported: llama, mistral, qwen2)",
                           c->arch, path);
         goto done;
     }
+    /* Llama's optional biases (on every attention projection, or on the MLP's) are not held;
+     * Qwen2's on q, k and v are. */
+    if (json_is_true(json_object_get(j, "attention_bias")) ||
+        json_is_true(json_object_get(j, "mlp_bias"))) {
+        st = tc_set_error(TC_ERR_UNSUPPORTED, op,
+                          "%s: attention_bias and mlp_bias are not supported (Qwen2's q/k/v "
+                          "biases are)",
+                          path);
+        goto done;
+    }
+    c->qkv_bias = qwen2;
     const char *np = json_string_value(json_object_get(j, "_name_or_path"));
     snprintf(c->name, sizeof c->name, "%s", np ? np : "");
     int64_t v;
@@ -304,18 +319,49 @@ static tc_status read_config(tc_hf *hf, const char *path)
     NEED("vocab_size", 1, INT32_MAX - 1, vocab);
 #undef NEED
     c->n_kv_heads = get_int(j, "num_key_value_heads", 1, c->n_heads, &v) ? (int)v : c->n_heads;
-    if (c->n_heads % c->n_kv_heads || c->dim % c->n_heads) {
+    /* The head size: head_dim where the configuration gives one (it may differ from
+     * hidden_size / heads, as in Mistral-Nemo and Qwen3), else that quotient. */
+    json_t *hd = json_object_get(j, "head_dim");
+    if (hd && !json_is_null(hd) && !get_int(j, "head_dim", 2, 1024, &v)) {
+        st = tc_set_error(TC_ERR_PARSE, op, "%s: head_dim is not an integer in 2..1024", path);
+        goto done;
+    }
+    if (c->n_heads % c->n_kv_heads || (!json_is_integer(hd) && c->dim % c->n_heads)) {
         st = tc_set_error(TC_ERR_PARSE, op,
                           "%s: %d heads, %d KV heads and dimension %d do not divide", path,
                           c->n_heads, c->n_kv_heads, c->dim);
         goto done;
     }
-    c->head_dim = c->dim / c->n_heads;
-    if (get_int(j, "head_dim", 1, 1 << 16, &v) && v != c->head_dim) {
-        st = tc_set_error(TC_ERR_UNSUPPORTED, op,
-                          "%s: head_dim %lld differs from hidden_size / heads", path, (long long)v);
+    c->head_dim = json_is_integer(hd) ? (int)v : c->dim / c->n_heads;
+    if (c->head_dim % 2) {
+        st = tc_set_error(TC_ERR_UNSUPPORTED, op, "%s: head size %d is odd (rotary pairs)", path,
+                          c->head_dim);
         goto done;
     }
+    /* The sliding window: sliding_window (null: none), on every layer, unless transformers'
+     * layer_types names the layers that have it, or (Qwen2, without layer_types) it applies only
+     * with use_sliding_window and then from layer max_window_layers on. A window on some layers
+     * only is not supported. */
+    int64_t window = get_int(j, "sliding_window", 1, INT32_MAX, &v) ? v : 0;
+    int64_t n_layers = c->n_layers, from = 0; /* the first layer with the window */
+    json_t *lt = json_object_get(j, "layer_types"), *e;
+    size_t li, n_sliding = 0;
+    json_array_foreach(lt, li, e) n_sliding +=
+        !strcmp(json_string_value(e) ?: "", "sliding_attention");
+    if (json_array_size(lt) > 0)
+        from = n_sliding == 0 ? n_layers : n_sliding == json_array_size(lt) ? 0 : -1;
+    else if (qwen2 && !json_is_true(json_object_get(j, "use_sliding_window")))
+        from = n_layers;
+    else if (qwen2)
+        from = get_int(j, "max_window_layers", 0, INT32_MAX, &v) ? v : 28;
+    if (window > 0 && from != 0 && from < n_layers) {
+        st = tc_set_error(TC_ERR_UNSUPPORTED, op,
+                          "%s: sliding-window attention on some layers only (layer_types, "
+                          "use_sliding_window) is not supported",
+                          path);
+        goto done;
+    }
+    c->window = from == 0 ? (int)window : 0;
     c->max_positions = get_int(j, "max_position_embeddings", 1, INT32_MAX, &v) ? (int)v : 4096;
     json_t *eps = json_object_get(j, "rms_norm_eps");
     c->norm_eps = json_is_number(eps) && json_number_value(eps) > 0 && json_number_value(eps) < 1
@@ -423,7 +469,7 @@ tc_status tc_hf_open(tc_hf *hf, const char *dir)
         tc_host_free(hf->tokenizer_config);
         hf->tokenizer_config = NULL;
     }
-    c.names_cap = 64 * (size_t)(hf->cfg.n_layers * 9 + 8);
+    c.names_cap = 64 * (size_t)(hf->cfg.n_layers * 12 + 8);
     hf->names = tc_host_alloc(c.names_cap);
     if (!hf->names) {
         st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");

@@ -75,9 +75,11 @@ tc_status tc_llama_config_from_gguf(const tc_gguf *g, tc_llama_config *c)
     if (!tc_gguf_get_str(g, "general.architecture", &s))
         return tc_set_error(TC_ERR_PARSE, "tc_llama", "the model has no general.architecture");
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)(s.len < 31 ? s.len : 31), s.ptr);
-    if (strcmp(c->arch, "llama") != 0 && strcmp(c->arch, "mistral") != 0)
+    bool qwen2 = !strcmp(c->arch, "qwen2");
+    if (strcmp(c->arch, "llama") != 0 && strcmp(c->arch, "mistral") != 0 && !qwen2)
         return tc_set_error(TC_ERR_UNSUPPORTED, "tc_llama",
-                            "unsupported architecture '%s' (supported: llama, mistral)", c->arch);
+                            "unsupported architecture '%s' (supported: llama, mistral, qwen2)",
+                            c->arch);
     if (tc_gguf_get_str(g, "general.name", &s))
         snprintf(c->name, sizeof c->name, "%.*s", (int)(s.len < 95 ? s.len : 95), s.ptr);
     const char *a = c->arch;
@@ -100,14 +102,23 @@ tc_status tc_llama_config_from_gguf(const tc_gguf *g, tc_llama_config *c)
     if (c->n_heads % c->n_kv_heads)
         return tc_set_error(TC_ERR_PARSE, "tc_llama", "%d heads do not divide into %d KV heads",
                             c->n_heads, c->n_kv_heads);
-    if (c->dim % c->n_heads)
+    /* The head size: key_length where the file states it (it may differ from the width over
+     * the heads, as in Mistral-Nemo), else that quotient; values must have the keys' size. */
+    snprintf(key, sizeof key, "%s.attention.key_length", a);
+    if (tc_gguf_get_i64(g, key, &v)) {
+        TC_TRY(need_i64(g, a, "attention.key_length", &v, 1, 1 << 16));
+        c->head_dim = (int)v;
+    } else if (c->dim % c->n_heads) {
         return tc_set_error(TC_ERR_PARSE, "tc_llama", "dimension %d is not a multiple of %d heads",
                             c->dim, c->n_heads);
-    c->head_dim = c->dim / c->n_heads;
-    snprintf(key, sizeof key, "%s.attention.key_length", a);
+    } else {
+        c->head_dim = c->dim / c->n_heads;
+    }
+    snprintf(key, sizeof key, "%s.attention.value_length", a);
     if (tc_gguf_get_i64(g, key, &v) && v != c->head_dim)
-        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_llama", "head size %lld differs from %d",
-                            (long long)v, c->head_dim);
+        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_llama",
+                            "value heads of %lld differ from key heads of %d", (long long)v,
+                            c->head_dim);
     snprintf(key, sizeof key, "%s.rope.dimension_count", a);
     if (tc_gguf_get_i64(g, key, &v) && v != c->head_dim)
         return tc_set_error(TC_ERR_UNSUPPORTED, "tc_llama",
@@ -123,9 +134,14 @@ tc_status tc_llama_config_from_gguf(const tc_gguf *g, tc_llama_config *c)
         opt_f64(g, a, "attention.layer_norm_rms_epsilon", &d) && d > 0 && d < 1 ? (float)d : 1e-5f;
     c->rope.head_dim = c->head_dim;
     c->rope.theta = opt_f64(g, a, "rope.freq_base", &d) && d > 1 && d < 1e12 ? d : 10000.0;
-    /* llama.cpp's converter permutes the rows of q and k so that rotating adjacent pairs
-     * equals Hugging Face's rotate_half on the original weights. */
-    c->rope.interleaved = true;
+    /* llama.cpp's converter permutes the rows of q and k of a Llama so that rotating adjacent
+     * pairs equals Hugging Face's rotate_half on the original weights; a Qwen2's rows stay as
+     * they were, and llama.cpp rotates them as rotate_half does (its NEOX rope type). */
+    c->rope.interleaved = !qwen2;
+    c->qkv_bias = qwen2;
+    snprintf(key, sizeof key, "%s.attention.sliding_window", a);
+    if (tc_gguf_get_i64(g, key, &v) && v > 0)
+        c->window = v < INT32_MAX ? (int)v : INT32_MAX;
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     if (tc_gguf_get_str(g, key, &s) && !(s.len == 4 && !memcmp(s.ptr, "none", 4)))
         return tc_set_error(TC_ERR_UNSUPPORTED, "tc_llama", "rope scaling '%.*s' is not supported",
@@ -525,6 +541,19 @@ static tc_status load(loader *L)
         PLACE(wk, "attn_k", kvd, c->dim);
         PLACE(wv, "attn_v", kvd, c->dim);
         PLACE(wo, "attn_output", c->dim, qd);
+        if (c->qkv_bias) {
+            /* One vector, placed part by part (a fused product adds it whole). */
+            TC_TRY(tc_tensor_init(&y->bqkv, m->backend, m->act, TC_SHAPE(qd + 2 * kvd)));
+            TC_TRY(tc_tensor_slice(&y->bqkv, 0, 0, qd, &y->bq));
+            TC_TRY(tc_tensor_slice(&y->bqkv, 0, qd, kvd, &y->bk));
+            TC_TRY(tc_tensor_slice(&y->bqkv, 0, qd + kvd, kvd, &y->bv));
+            snprintf(n, sizeof n, "blk.%d.attn_q.bias", l);
+            TC_TRY(place(L, n, 0, qd, &y->bq));
+            snprintf(n, sizeof n, "blk.%d.attn_k.bias", l);
+            TC_TRY(place(L, n, 0, kvd, &y->bk));
+            snprintf(n, sizeof n, "blk.%d.attn_v.bias", l);
+            TC_TRY(place(L, n, 0, kvd, &y->bv));
+        }
         PLACE(ffn_norm, "ffn_norm", 0, c->dim);
         PLACE(w_gate, "ffn_gate", c->ffn_dim, c->dim);
         PLACE(w_up, "ffn_up", c->ffn_dim, c->dim);
@@ -573,14 +602,20 @@ tc_status tc_llama_random(const tc_llama_config *cfg, uint64_t seed, tc_backend 
 }
 
 static const struct preset {
-    const char *name;
+    const char *name, *arch;
     int n_layers, dim, n_heads, n_kv_heads, ffn_dim, vocab, max_positions;
     double theta;
-    bool tied, llama3_scaling;
+    bool tied, llama3_scaling, qkv_bias;
+    int window;
 } presets[] = {
-    { "smollm2-135m", 30, 576, 9, 3, 1536, 49152, 8192, 100000.0, true, false },
-    { "llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0, true, true },
-    { "llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, 10000.0, false, false },
+    { "smollm2-135m", "llama", 30, 576, 9, 3, 1536, 49152, 8192, 100000.0, true, false, false, 0 },
+    { "llama3.2-1b", "llama", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0, true, true, false,
+      0 },
+    { "llama2-7b", "llama", 32, 4096, 32, 32, 11008, 32000, 4096, 10000.0, false, false, false, 0 },
+    { "qwen2.5-1.5b", "qwen2", 28, 1536, 12, 2, 8960, 151936, 32768, 1000000.0, true, false, true,
+      0 },
+    { "mistral-7b", "mistral", 32, 4096, 32, 8, 14336, 32000, 32768, 10000.0, false, false, false,
+      4096 },
 };
 
 tc_status tc_llama_config_preset(const char *name, tc_llama_config *c)
@@ -590,7 +625,7 @@ tc_status tc_llama_config_preset(const char *name, tc_llama_config *c)
         const struct preset *p = &presets[i];
         if (strcmp(name, p->name) != 0)
             continue;
-        snprintf(c->arch, sizeof c->arch, "llama");
+        snprintf(c->arch, sizeof c->arch, "%s", p->arch);
         snprintf(c->name, sizeof c->name, "%s (random weights)", p->name);
         c->n_layers = p->n_layers;
         c->dim = p->dim;
@@ -611,10 +646,14 @@ tc_status tc_llama_config_preset(const char *name, tc_llama_config *c)
             c->rope.original_max_position = 8192.0;
         }
         c->tied_embeddings = p->tied;
+        c->qkv_bias = p->qkv_bias;
+        c->window = p->window;
         return TC_OK;
     }
     return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_llama_config_preset",
-                        "unknown shape '%s' (known: smollm2-135m, llama3.2-1b, llama2-7b)", name);
+                        "unknown shape '%s' (known: smollm2-135m, llama3.2-1b, llama2-7b, "
+                        "qwen2.5-1.5b, mistral-7b)",
+                        name);
 }
 
 static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *cfg, tc_backend *b,
@@ -677,9 +716,9 @@ void tc_llama_destroy(tc_llama *m)
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layers; l++) {
             tc_llama_layer *y = &m->layers[l];
-            tc_tensor *ts[] = { &y->attn_norm, &y->wq,       &y->wk,     &y->wv,
-                                &y->wo,        &y->ffn_norm, &y->w_gate, &y->w_up,
-                                &y->w_down,    &y->wqkv,     &y->w_gu };
+            tc_tensor *ts[] = { &y->attn_norm, &y->wq,     &y->wk,   &y->wv,     &y->wo,
+                                &y->ffn_norm,  &y->w_gate, &y->w_up, &y->w_down, &y->wqkv,
+                                &y->w_gu,      &y->bqkv,   &y->bq,   &y->bk,     &y->bv };
             for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
                 tc_tensor_deinit(ts[i]);
         }
@@ -973,7 +1012,7 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
     /* Decode attention runs right after tc_rope_store (or the product that stores), which
      * writes only each sequence's newest cached row (the lengths and table come by copies
      * before the pass). */
-    const tc_attention_opts after_store = { .fresh_rows = 1 };
+    const tc_attention_opts after_store = { .fresh_rows = 1, .window = c->window };
     /* An FP8 cache's first pass sets its scales from its own rows (rotated keys, values) before
      * they are stored. */
     bool fp8 = kv->k_scale != NULL, calibrate = fp8 && !kv->scaled;
@@ -983,7 +1022,8 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         /* the scales for stores (tc_*_ex) and for reads */
         tc_attention_opts kvo = { .k_scale = fp8 ? &kv->k_scale[l] : NULL,
                                   .v_scale = fp8 ? &kv->v_scale[l] : NULL,
-                                  .fresh_rows = -1 };
+                                  .fresh_rows = -1,
+                                  .window = c->window };
         tc_attention_opts dec = kvo;
         dec.fresh_rows = after_store.fresh_rows;
         /* With the norms folded, a decode step's products normalise x themselves. */
@@ -996,12 +1036,9 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             TC_CHECK(st, tc_rmsnorm(&h, &x, &o, attn_norm, c->norm_eps));
         tc_tensor *lq = &q3, *lk = &k3, *lv = &v3;
         bool stored = false;
-        if (in_product && calibrate) {
-            TC_CHECK(st, tc_linear(&qkv, &x, &y->wqkv, &normed));
-            lq = &fq3;
-            lk = &fk3;
-            lv = &fv3;
-        } else if (in_product) {
+        /* q, k and v biases (Qwen2) are added after the product, before the rotation; an FP8
+         * cache's first pass sets its scales between the rotation and the store. */
+        if (in_product && !c->qkv_bias && !calibrate) {
             /* Rotated and stored by the product itself where it can (one row on CUDA). */
             TC_CHECK(st, tc_linear_rope_store_ex(&qkv, &x, &y->wqkv, &normed, &pos, &c->rope,
                                                  &kv->k[l], &kv->v[l], &slots, &kvo));
@@ -1010,7 +1047,12 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             lk = &fk3;
             lv = &fv3;
         } else if (y->wqkv.data) {
-            TC_CHECK(st, tc_matmul(&qkv, &h, &y->wqkv));
+            if (in_product)
+                TC_CHECK(st, tc_linear(&qkv, &x, &y->wqkv, &normed));
+            else
+                TC_CHECK(st, tc_matmul(&qkv, &h, &y->wqkv));
+            if (c->qkv_bias)
+                TC_CHECK(st, tc_add_bias(&qkv, &y->bqkv));
             lq = &fq3;
             lk = &fk3;
             lv = &fv3;
@@ -1018,6 +1060,11 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             TC_CHECK(st, tc_matmul(&q, &h, &y->wq));
             TC_CHECK(st, tc_matmul(&k, &h, &y->wk));
             TC_CHECK(st, tc_matmul(&v, &h, &y->wv));
+            if (c->qkv_bias) {
+                TC_CHECK(st, tc_add_bias(&q, &y->bq));
+                TC_CHECK(st, tc_add_bias(&k, &y->bk));
+                TC_CHECK(st, tc_add_bias(&v, &y->bv));
+            }
         }
         if (calibrate) {
             TC_CHECK(st, tc_rope(lq, lk, &pos, &c->rope));

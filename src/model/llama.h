@@ -1,5 +1,6 @@
-/* The Llama family (Llama 2/3, Mistral-style, SmolLM2, TinyLlama): configuration, weights on
- * a backend, a paged KV cache and the forward pass over a batch of sequences. */
+/* The Llama family (Llama 2/3, SmolLM2, TinyLlama, and the architectures that are Llama plus
+ * a little: Mistral's sliding-window attention, Qwen2's q/k/v biases): configuration, weights
+ * on a backend, a paged KV cache and the forward pass over a batch of sequences. */
 #ifndef TC_LLAMA_H
 #define TC_LLAMA_H
 #include "model/gguf.h"
@@ -9,13 +10,19 @@ extern "C" {
 #endif
 
 typedef struct tc_llama_config {
-    char arch[32];
+    char arch[32]; /* "llama", "mistral" or "qwen2" */
     char name[96];
+    /* head_dim is the configuration's own (config.json's head_dim, GGUF's key_length), which
+     * may differ from dim / n_heads (Mistral-Nemo, Qwen3). */
     int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab;
     int max_positions; /* context length the model was trained for */
     float norm_eps;
     tc_rope_config rope;
     bool tied_embeddings; /* the output projection is the token embedding */
+    bool qkv_bias;        /* q, k and v projections add a bias (Qwen2) */
+    /* Sliding-window attention (Mistral): a token attends to the last `window` positions up to
+     * its own; 0: to every earlier one. */
+    int window;
 } tc_llama_config;
 
 typedef struct tc_llama_layer {
@@ -23,10 +30,15 @@ typedef struct tc_llama_layer {
     tc_tensor wq;        /* [n_heads * head_dim, dim] */
     tc_tensor wk, wv;    /* [n_kv_heads * head_dim, dim] */
     tc_tensor wo;        /* [dim, n_heads * head_dim] */
-    tc_tensor ffn_norm;  /* [dim] */
-    tc_tensor w_gate;    /* [ffn_dim, dim] */
-    tc_tensor w_up;      /* [ffn_dim, dim] */
-    tc_tensor w_down;    /* [dim, ffn_dim] */
+    /* With qkv_bias: the biases of q, k and v, one vector with bq, bk and bv views of its
+     * parts, so that a fused q/k/v product adds them in one op. */
+    tc_tensor bqkv;     /* [(n_heads + 2 n_kv_heads) * head_dim] */
+    tc_tensor bq;       /* [n_heads * head_dim] */
+    tc_tensor bk, bv;   /* [n_kv_heads * head_dim] */
+    tc_tensor ffn_norm; /* [dim] */
+    tc_tensor w_gate;   /* [ffn_dim, dim] */
+    tc_tensor w_up;     /* [ffn_dim, dim] */
+    tc_tensor w_down;   /* [dim, ffn_dim] */
     /* On CUDA, when the parts share a dtype, wq, wk, wv are row blocks of one matrix and
      * w_gate, w_up of another, so that each pair of products is one (unset otherwise). */
     tc_tensor wqkv; /* [(n_heads + 2 n_kv_heads) * head_dim, dim] */
@@ -108,8 +120,9 @@ typedef struct tc_llama_options {
     void *progress_ctx;
 } tc_llama_options;
 
-/* Read the configuration of a GGUF Llama without loading weights. A non-Llama architecture is
- * TC_ERR_UNSUPPORTED "unsupported architecture X"; missing keys are TC_ERR_PARSE. */
+/* Read the configuration of a GGUF Llama, Mistral or Qwen2 without loading weights. Another
+ * architecture is TC_ERR_UNSUPPORTED "unsupported architecture X"; missing keys are
+ * TC_ERR_PARSE. */
 TC_API tc_status tc_llama_config_from_gguf(const tc_gguf *g, tc_llama_config *cfg);
 /* Place the weights of an open GGUF file on backend b (types the kernels read are used as
  * they are, the rest dequantised), check every tensor's presence and shape, and allocate the
@@ -124,7 +137,8 @@ TC_API tc_status tc_llama_load(const tc_gguf *g, const tc_llama_config *cfg, tc_
  * activation dtype: for benchmarks, without a download. */
 TC_API tc_status tc_llama_random(const tc_llama_config *cfg, uint64_t seed, tc_backend *b,
                                  const tc_llama_options *opt, tc_llama **out);
-/* The configuration of a named shape: "smollm2-135m", "llama3.2-1b", "llama2-7b". */
+/* The configuration of a named shape: "smollm2-135m", "llama3.2-1b", "llama2-7b",
+ * "qwen2.5-1.5b" (q/k/v biases), "mistral-7b" (v0.1: a 4,096-token window). */
 TC_API tc_status tc_llama_config_preset(const char *name, tc_llama_config *cfg);
 /* Bytes the weights of g take once placed on a backend (cpu or not) with activations act. */
 TC_API uint64_t tc_llama_weight_bytes(const tc_gguf *g, bool cpu, tc_dtype act);

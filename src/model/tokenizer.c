@@ -4,10 +4,12 @@
  * long piece costs O(n log n), not O(n^2)). */
 #define _GNU_SOURCE
 #include "model/tokenizer_internal.h"
+#include "model/tokenizer_trie.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "runtime/error.h"
+#include "model/unicode_classes.h"
 #include "runtime/host.h"
 
 static uint64_t hash_bytes(const char *s, size_t n)
@@ -131,13 +133,89 @@ static void byte_map(tc_tokenizer *t)
     }
 }
 
+/* Append s to the growing string *out (NULL once memory ran out). */
+static void append(char **out, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (!*out)
+        return;
+    if (*len + n + 1 > *cap) {
+        size_t c = (*len + n + 1) * 2;
+        char *p = tc_host_realloc(*out, c);
+        if (!p) {
+            tc_host_free(*out);
+            *out = NULL;
+            return;
+        }
+        *out = p;
+        *cap = c;
+    }
+    memcpy(*out + *len, s, n);
+    *len += n;
+    (*out)[*len] = 0;
+}
+
+/* The pattern with \s, \S, \p{L} and \p{N} drawn as tokenizers draws them
+ * (unicode_classes.h): its White_Space, and PCRE2's letters and numbers with those of the
+ * Unicode versions after PCRE2's. Inside a bracketed class the pieces join that class; outside,
+ * they become one. (A \S inside a class stays PCRE2's.) NULL when memory ran out. */
+static char *tokenizers_classes(const char *p)
+{
+    size_t len = 0, cap = strlen(p) * 2 + 64;
+    char *out = tc_host_alloc(cap);
+    if (out)
+        out[0] = 0;
+    bool in_class = false;
+    for (size_t i = 0; p[i] && out;) {
+        const char *piece = NULL, *open = "[", *close = "]";
+        size_t skip = 2;
+        if (p[i] == '\\' && p[i + 1] == 's')
+            piece = TC__UNI_SPACE;
+        else if (p[i] == '\\' && p[i + 1] == 'S' && !in_class)
+            piece = TC__UNI_SPACE, open = "[^";
+        else if (!strncmp(p + i, "\\p{L}", 5))
+            piece = "\\p{L}" TC__UNI_LETTER_EXTRA, skip = 5;
+        else if (!strncmp(p + i, "\\p{N}", 5))
+            piece = "\\p{N}" TC__UNI_NUMBER_EXTRA, skip = 5;
+        if (piece) {
+            if (!in_class)
+                append(&out, &len, &cap, open, strlen(open));
+            append(&out, &len, &cap, piece, strlen(piece));
+            if (!in_class)
+                append(&out, &len, &cap, close, 1);
+            i += skip;
+            continue;
+        }
+        size_t n = 1;
+        if (p[i] == '\\' && p[i + 1]) {
+            n = 2;
+        } else if (!in_class && p[i] == '[') {
+            in_class = true;
+            /* a ']' first (after '^') is a member, not the end */
+            n += p[i + n] == '^';
+            n += p[i + n] == ']';
+        } else if (in_class && p[i] == '[' && p[i + 1] == ':') {
+            const char *e = strstr(p + i + 2, ":]");
+            n = e ? (size_t)(e - (p + i)) + 2 : 1;
+        } else if (in_class && p[i] == ']') {
+            in_class = false;
+        }
+        append(&out, &len, &cap, p + i, n);
+        i += n;
+    }
+    return out;
+}
+
 tc_status tc__tok_add_regex(tc_tokenizer *t, const char *pattern)
 {
     int err;
     PCRE2_SIZE off;
+    char *drawn = tokenizers_classes(pattern);
+    if (!drawn)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_tokenizer", "no host memory");
     pcre2_code *re =
-        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+        pcre2_compile((PCRE2_SPTR)drawn, PCRE2_ZERO_TERMINATED,
                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, NULL);
+    tc_host_free(drawn);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(err, msg, sizeof msg);
@@ -147,6 +225,14 @@ tc_status tc__tok_add_regex(tc_tokenizer *t, const char *pattern)
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional: matching works without JIT */
     t->regex[t->n_regex++] = re;
     return TC_OK;
+}
+
+/* Whether a token of this type is found in text as a whole where special tokens are parsed:
+ * control and user-defined tokens, and (as llama.cpp matches them in a GGUF vocabulary)
+ * unknown-type ones such as SentencePiece's <unk>. */
+static bool matched_as_special(uint8_t type)
+{
+    return type == TOKEN_CONTROL || type == TOKEN_USER || type == TOKEN_UNKNOWN;
 }
 
 static size_t pow2_at_least(size_t n)
@@ -188,7 +274,7 @@ static tc_status build_trie(tc_tokenizer *t, size_t bytes)
     t->n_trie = 1;
     for (int32_t id = 0; id < t->n_vocab; id++) {
         const token *tk = &t->tokens[id];
-        if ((tk->type != TOKEN_CONTROL && tk->type != TOKEN_USER) || !tk->text_len)
+        if (!matched_as_special(tk->type) || !tk->text_len)
             continue;
         int32_t node = 0;
         for (uint32_t k = 0; k < tk->text_len; k++) {
@@ -312,7 +398,7 @@ tc_status tc__tok_build(tc_tokenizer *t, int32_t n, const tc_gguf_str *strs, con
         k->bytes = a;
         k->bytes_len = (uint32_t)decode_text(t, k, a);
         a += k->bytes_len;
-        if ((k->type == TOKEN_CONTROL || k->type == TOKEN_USER) && k->text_len)
+        if (matched_as_special(k->type) && k->text_len)
             trie_bytes += k->text_len;
         if (!k->text_len)
             continue;
@@ -387,6 +473,7 @@ void tc_tokenizer_destroy(tc_tokenizer *t)
     tc_host_free(t->trie_keys);
     tc_host_free(t->trie_child);
     tc_host_free(t->score_rank);
+    tc__tok_trie_free(t->vocab_trie);
     tc_host_free(t);
 }
 
@@ -476,7 +563,8 @@ static cand heap_pop(cand *h, size_t *n)
     return top;
 }
 
-/* BPE of one piece of raw bytes. Byte-level: each byte starts as its token. SentencePiece
+/* BPE of one piece of raw bytes. Byte-level: each byte starts as its token (bytes without one
+ * are dropped). SentencePiece
  * style: each UTF-8 character starts as its token; a character without one becomes its
  * bytes' <0xXX> tokens (or <unk>), which take part in no merge. */
 static void bpe(const tc_tokenizer *t, const uint8_t *s, size_t n, ids *o)
@@ -518,8 +606,16 @@ static void bpe(const tc_tokenizer *t, const uint8_t *s, size_t n, ids *o)
         }
         n = m;
     } else {
+        /* A byte the vocabulary lacks is dropped before merging, so that its neighbours may
+         * merge across it, as Hugging Face's tokenizers does (it skips characters without a
+         * token when the model has no unknown token). */
+        size_t m = 0;
         for (size_t i = 0; i < n; i++)
-            sym[i] = t->byte_token[s[i]];
+            if (t->byte_token[s[i]] >= 0)
+                sym[m++] = t->byte_token[s[i]];
+        n = m;
+        if (!n)
+            goto done;
     }
     for (size_t i = 0; i < n; i++) {
         next[i] = i + 1 < n ? (int32_t)i + 1 : -1;

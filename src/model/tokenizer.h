@@ -28,8 +28,9 @@ TC_API void tc_tokenizer_destroy(tc_tokenizer *t);
 
 /* Tokenise `len` bytes of text (any bytes: invalid UTF-8 is kept, byte by byte). With
  * `special`, control and user-defined tokens written in the text ("<|im_start|>") become
- * their ids; with `add_bos`, the BOS token is prepended when the model asks for one and the
- * text does not already begin with it. *ids (free with tc_host_free) gets *n ids. */
+ * their ids (from a GGUF also unknown-type ones such as "<unk>", as llama.cpp matches them); with
+ * `add_bos`, the BOS token is prepended when the model asks for one and the text does not already
+ * begin with it. *ids (free with tc_host_free) gets *n ids. */
 TC_API tc_status tc_tokenizer_encode(const tc_tokenizer *t, const char *text, size_t len,
                                      bool special, bool add_bos, int32_t **ids, size_t *n);
 /* What tc_tokenizer_encode_with does beyond tokenising the text. */

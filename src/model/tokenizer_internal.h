@@ -56,6 +56,7 @@ struct tc_tokenizer {
     int32_t trie_root[256]; /* the root's children by byte, -1 none (most bytes start none) */
     pcre2_code *regex[MAX_REGEX];
     int n_regex;
+    struct tc__vocab_trie *vocab_trie; /* tokenizer_trie.c's, built on first use */
 };
 
 /* The id of the token written as s[0..n), or -1. */

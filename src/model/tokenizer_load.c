@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "model/tokenizer_internal.h"
+#include "model/unicode_classes.h"
 #include "runtime/error.h"
 #include "runtime/host.h"
 
@@ -15,6 +16,14 @@ static const char gpt2_regex[] =
 static const char llama3_regex[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Qwen2's: Llama 3's with each digit its own piece. */
+static const char qwen2_regex[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* tokenizers' Digits pre-tokeniser: Rust's char::is_numeric, whose Unicode is newer than
+ * PCRE2's \p{N} (a digit run with "+"). */
+#define DIGITS_REGEX "[\\p{N}" TC__UNI_DIGIT_EXTRA "]"
 
 /* The pre-tokenisation of llama.cpp's tokenizer.ggml.pre names (Hugging Face's pre_tokenizer
  * of the same models). */
@@ -24,16 +33,18 @@ static tc_status set_pre(tc_tokenizer *t, const char *pre)
         return tc__tok_add_regex(t, gpt2_regex);
     if (!strcmp(pre, "smollm")) {
         /* Digits(individual_digits) before ByteLevel: each digit its own piece. */
-        TC_TRY(tc__tok_add_regex(t, "\\p{N}"));
+        TC_TRY(tc__tok_add_regex(t, DIGITS_REGEX));
         return tc__tok_add_regex(t, gpt2_regex);
     }
     if (!strcmp(pre, "llama3") || !strcmp(pre, "llama-v3") || !strcmp(pre, "llama-bpe")) {
         t->ignore_merges = true;
         return tc__tok_add_regex(t, llama3_regex);
     }
+    if (!strcmp(pre, "qwen2"))
+        return tc__tok_add_regex(t, qwen2_regex);
     return tc_set_error(TC_ERR_UNSUPPORTED, "tc_tokenizer",
                         "unsupported pre-tokeniser '%s' (supported: default, gpt2, smollm, "
-                        "llama-bpe)",
+                        "llama-bpe, qwen2)",
                         pre);
 }
 
@@ -206,8 +217,9 @@ static tc_status json_pre(tc_tokenizer *t, json_t *pre, bool *byte_level)
         return !ur || json_is_true(ur) ? tc__tok_add_regex(t, gpt2_regex) : TC_OK;
     }
     if (!strcmp(type, "Digits"))
-        return tc__tok_add_regex(
-            t, json_is_true(json_object_get(pre, "individual_digits")) ? "\\p{N}" : "\\p{N}+");
+        return tc__tok_add_regex(t, json_is_true(json_object_get(pre, "individual_digits"))
+                                        ? DIGITS_REGEX
+                                        : DIGITS_REGEX "+");
     if (!strcmp(type, "Split")) {
         const char *re =
             json_string_value(json_object_get(json_object_get(pre, "pattern"), "Regex"));

@@ -61,6 +61,7 @@ struct tc_backend {
     int64_t matvec_wave[8]; /* blocks of each matrix-vector kernel resident at once, GPU-wide */
     int64_t qwave[1]; /* the same for the quantised f32 kernel (qweights.c; 0: not yet known) */
     int64_t qwave_mma[TC_DTYPE_COUNT][2]; /* and its tensor-core ones, f16 and bf16 x */
+    int64_t qwave_q8[TC_DTYPE_COUNT];     /* and the integer batch-1 ones' (bf16 x; 0: none) */
     unsigned qmv_shared; /* the tensor-core ones' dynamic shared memory (their weight pipeline) */
     /* Blocks an SM of the batched quantised kernels (qweights.c), by type, f16/bf16 x and x's
      * 8-row tiles (their shared memory grows with them); 0: not yet known. */

@@ -120,6 +120,11 @@ TC_API tc_status tc_convert(tc_tensor *out, const tc_tensor *x);
  * a hash of (seed, element index): the same numbers on every backend (benchmark weights). */
 TC_API tc_status tc_fill_random(tc_tensor *t, uint64_t seed, float offset, float scale);
 
+/* x[i, :] += bias for every row i: the bias of a linear layer (Qwen2's q, k and v
+ * projections), added after the product. x [n, d] (f32/f16/bf16; rows may be strided) and bias
+ * [d] share a dtype; the sum is rounded once to that dtype. */
+TC_API tc_status tc_add_bias(tc_tensor *x, const tc_tensor *bias);
+
 /* SwiGLU (Shazeer, 2020): out = silu(gate) * up, elementwise. out, gate, up [n, f] share a
  * dtype (f32/f16/bf16); rows may be strided (gate and up may be halves of one product). */
 TC_API tc_status tc_swiglu(tc_tensor *out, const tc_tensor *gate, const tc_tensor *up);
@@ -148,7 +153,8 @@ TC_API tc_status tc_attention_store(tc_tensor *k_cache, tc_tensor *v_cache, cons
 TC_API tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const tc_tensor *k_cache,
                                      const tc_tensor *v_cache, const tc_tensor *block_table,
                                      const tc_tensor *seq_lens, float scale);
-/* Options of the attention ops (zero-initialise, then set fresh_rows: its default is -1). */
+/* Options of the attention ops: what a decode may read early, which cached positions a query
+ * attends to, an FP8 cache's scales (zero-initialise, then set fresh_rows: its default is -1). */
 typedef struct tc_attention_opts {
     /* FP8 caches: each kv head's scale of keys and of values (f32 [n_kv_heads], contiguous, on
      * the caches' backend): the cache holds x / scale rounded to E4M3 (saturating at +-448)
@@ -177,7 +183,7 @@ TC_API tc_status tc_attention_prefill(tc_tensor *out, const tc_tensor *q, const 
                                       const tc_tensor *v_cache, const tc_tensor *block_table,
                                       const tc_tensor *seq_lens, const tc_tensor *q_start,
                                       float scale);
-/* tc_attention_prefill with options (fresh_rows ignored; NULL: the defaults). */
+/* tc_attention_prefill with options (NULL: the defaults; fresh_rows is ignored by prefill). */
 TC_API tc_status tc_attention_prefill_ex(tc_tensor *out, const tc_tensor *q,
                                          const tc_tensor *k_cache, const tc_tensor *v_cache,
                                          const tc_tensor *block_table, const tc_tensor *seq_lens,

@@ -165,6 +165,18 @@ static const struct {
                           QMV(Q5_K, q5_k), QMV(Q6_K, q6_k) };
 #undef QMV
 
+/* The batch-1 kernels on the integer tensor cores (bf16 x written as two 8-bit digits per element
+ * in shared memory first), for every block type but Q2_K and Q3_K. */
+typedef tc_status (*qmv1_fn)(tc_launch_config, tc_bf16 *, const tc_bf16 *, const void *, int64_t,
+                             int64_t, int64_t, int32_t);
+#define QMV1(T, t) [TC_DTYPE_##T] = { tc_launch_qmv1_##t##_bf16, TC_KERNEL_QMV1_##T##_BF16 }
+static const struct {
+    qmv1_fn bf16;
+    tc_kernel_id id;
+} qmv1[TC_DTYPE_COUNT] = { QMV1(Q4_0, q4_0), QMV1(Q4_1, q4_1), QMV1(Q5_0, q5_0), QMV1(Q5_1, q5_1),
+                           QMV1(Q8_0, q8_0), QMV1(Q4_K, q4_k), QMV1(Q5_K, q5_k), QMV1(Q6_K, q6_k) };
+#undef QMV1
+
 /* The tensor-core kernels stream weights through shared memory, as much as two blocks an SM
  * leave each (less 8 KiB of their own and 1 KiB the driver keeps a block), at most 96 KiB: six
  * steps of the lighter types for each warp, three of Q6_K; one of Q6_K (28 KiB) is the least
@@ -200,6 +212,14 @@ static tc_status prepare(tc_backend *b)
                 per_sm = 1;
             b->qwave_mma[dt][h] = (int64_t)per_sm * b->ctx->sm_count;
         }
+    for (int dt = 0; dt < TC_DTYPE_COUNT; dt++)
+        if (qmv1[dt].bf16) {
+            TC_TRY(tc_launch_set_carveout(b->ctx, qmv1[dt].id, 100));
+            if (tc_launch_blocks_per_sm(b->ctx, qmv1[dt].id, 256, shared, &per_sm) != TC_OK ||
+                per_sm < 1)
+                per_sm = 1;
+            b->qwave_q8[dt] = (int64_t)per_sm * b->ctx->sm_count;
+        }
     return TC_OK;
 }
 
@@ -223,6 +243,15 @@ tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *
     }
     bool f16 = x->dtype == TC_DTYPE_F16;
     int64_t tiles = (n + 15) / 16, wave = b->qwave_mma[w->dtype][f16 ? 0 : 1];
+    /* One row of bf16 x on the integer products when x's two 8-bit digits (2.5 bytes an
+     * element with the scales and sums) leave the pipeline room for two steps of the largest
+     * type for each warp: k up to 15,600 on the H100. */
+    int64_t wave1 = b->qwave_q8[w->dtype];
+    if (!f16 && rows == 1 && wave1 && 2 * k + 32 + k / 2 + 2 * QMV_SHARED_MIN <= b->qmv_shared)
+        return qmv1[w->dtype].bf16(
+            tc__cfg(b, (unsigned)(tiles < wave1 ? tiles : wave1), 256, b->qmv_shared),
+            TC__DEV(tc_bf16, out) + oo, TC__DEV(const tc_bf16, x) + xo, w->data, n, k,
+            out->stride[0], flags);
     tc_launch_config cfg = tc__cfg(b, (unsigned)(tiles < wave ? tiles : wave), 256, b->qmv_shared);
     return f16 ? qmv[w->dtype].f16(cfg, TC__DEV(tc_half, out) + oo, TC__DEV(const tc_half, x) + xo,
                                    w->data, (int32_t)rows, n, k, x->stride[0], out->stride[0],

@@ -52,10 +52,11 @@ static enum MHD_Result client_left(tc_server *s)
 
 /* Tokens of the request's prompt: the chat rendered in the model's template, or the text.
  * With max_ids, a prompt of more tokens is context_length_exceeded as soon as tokenising gets
- * that far. The client at fd is watched while the text is tokenised: when it has gone,
- * err's status is 0 and the connection is to be closed. */
+ * that far. No tokens is an error unless allow_empty (/tokenize answers [] for an empty text,
+ * as tokenizers and llama.cpp do). The client at fd is watched while the text is tokenised:
+ * when it has gone, err's status is 0 and the connection is to be closed. */
 static bool prompt_tokens(tc_server *s, const tc_oai_request *q, bool add_bos, size_t max_ids,
-                          int fd, int32_t **ids, size_t *n, tc_oai_error *err)
+                          bool allow_empty, int fd, int32_t **ids, size_t *n, tc_oai_error *err)
 {
     const char *what = q->kind == TC_OAI_CHAT ? "messages" : "prompt";
     if (q->prompt_tokens) {
@@ -78,9 +79,10 @@ static bool prompt_tokens(tc_server *s, const tc_oai_request *q, bool add_bos, s
     const char *p = q->prompt;
     if (q->kind == TC_OAI_CHAT) {
         if (!s->m.chat)
-            return tc_oai_fail(err, 400, "invalid_request_error", "messages", NULL,
-                               "the model has no chat template; restart the server with "
-                               "--template chatml|llama3|llama2|zephyr, or use /v1/completions");
+            return tc_oai_fail(
+                err, 400, "invalid_request_error", "messages", NULL,
+                "the model has no chat template; restart the server with "
+                "--template chatml|llama3|llama2|zephyr|mistral, or use /v1/completions");
         /* What the messages say is text: a control token written in one ("<|im_end|>")
          * cannot end its turn and forge another, unless the server allows it. */
         /* With tool_choice none the tools are left out of the prompt, as vLLM does: the
@@ -118,12 +120,28 @@ static bool prompt_tokens(tc_server *s, const tc_oai_request *q, bool add_bos, s
     if (st != TC_OK)
         return tc_oai_fail(err, 400, "invalid_request_error", what, NULL,
                            "the prompt cannot be tokenized: %s", tc_last_error());
-    if (*n == 0)
+    if (*n == 0 && !allow_empty)
         return tc_oai_fail(err, 400, "invalid_request_error", what, NULL, "the prompt is empty");
     return true;
 }
 
 /* Check, tokenize and submit; on success the job is on the server's list. */
+/* The text a request's grammar is compiled from, as the key of the server's shared grammars
+ * (malloc'd, *len bytes; NULL when out of memory): the schema as sent (its properties' order
+ * is the documents'), or the tools with what tool_choice asks. */
+static char *grammar_key(const tc_oai_request *q, bool tools, size_t *len)
+{
+    json_t *k = tools ? json_pack("{s:s, s:i, s:s?, s:b, s:O}", "kind", "tools", "choice",
+                                  (int)q->tool_choice, "name", q->tool_name, "parallel",
+                                  q->parallel_tool_calls, "tools", q->tools)
+                      : json_pack("{s:s, s:O?}", "kind", q->json_schema ? "schema" : "object",
+                                  "schema", q->json_schema);
+    char *text = k ? json_dumps(k, JSON_COMPACT) : NULL;
+    json_decref(k);
+    *len = text ? strlen(text) : 0;
+    return text;
+}
+
 static bool submit(tc_server *s, job *j, tc_oai_error *err)
 {
     tc_oai_request *q = &j->req;
@@ -135,7 +153,7 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
     size_t n = 0;
     /* A prompt that fills the context is refused whatever its length, so tokenising stops
      * there. */
-    if (!prompt_tokens(s, q, true, (size_t)s->m.context - 1, j->fd, &ids, &n, err)) {
+    if (!prompt_tokens(s, q, true, (size_t)s->m.context - 1, false, j->fd, &ids, &n, err)) {
         tc_host_free(ids);
         return false;
     }
@@ -196,14 +214,30 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
             ok = (j->tools[i] = tc__tool_parser_create(
                       &j->tool_format,
                       q->parallel_tool_calls && q->tool_choice != TC_OAI_TOOLS_NAMED)) != NULL;
-        if (!ok || !tc__tool_grammar(q, &j->tool_format, s->m.tok, &r.grammar, err)) {
+        size_t klen = 0;
+        char *key = ok && tc__tool_grammar_needed(q) ? grammar_key(q, true, &klen) : NULL;
+        r.grammar = key ? tc__grammars_get(s->grammars, key, klen) : NULL;
+        if (!r.grammar &&
+            (!ok || !tc__tool_grammar(q, &j->tool_format, s->m.tok, &r.grammar, err))) {
+            free(key);
             tc_host_free(ids);
             return ok ? false : tc_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
         }
+        if (key && r.grammar)
+            r.grammar = tc__grammars_put(s->grammars, key, klen, r.grammar);
+        free(key);
     }
     if (q->json_object || q->json_schema) {
         char why[320];
-        r.grammar = tc_schema_grammar(q->json_schema, s->m.tok, why, sizeof why);
+        size_t klen = 0;
+        char *key = grammar_key(q, false, &klen);
+        r.grammar = key ? tc__grammars_get(s->grammars, key, klen) : NULL;
+        if (!r.grammar) {
+            r.grammar = tc_schema_grammar(q->json_schema, s->m.tok, why, sizeof why);
+            if (r.grammar && key)
+                r.grammar = tc__grammars_put(s->grammars, key, klen, r.grammar);
+        }
+        free(key);
         if (!r.grammar) {
             tc_host_free(ids);
             return tc_oai_fail(err, 400, "invalid_request_error",
@@ -355,7 +389,7 @@ enum MHD_Result tc__handle_tokenize(tc_server *s, struct MHD_Connection *c, cons
     json_t *out = NULL;
     const union MHD_ConnectionInfo *ci =
         s->mhd.get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (prompt_tokens(s, &q, add_bos, 0, ci ? ci->connect_fd : -1, &ids, &n, &err)) {
+    if (prompt_tokens(s, &q, add_bos, 0, true, ci ? ci->connect_fd : -1, &ids, &n, &err)) {
         json_t *toks = json_array();
         for (size_t i = 0; i < n; i++)
             json_array_append_new(toks, json_integer(ids[i]));

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "server/grammars.h"
 #include "server/mhd.h"
 #include "server/openai.h"
 #include "server/server.h"
@@ -107,6 +108,7 @@ struct tc_server {
     int n_busy; /* completion requests whose connection has not let go of its job */
     metrics met;
     uint64_t next_rid;
+    tc__grammars *grammars; /* compiled grammars shared by requests */
 };
 
 /* metrics.c */

@@ -108,6 +108,12 @@ enum MHD_Result tc__handle_metrics(tc_server *s, struct MHD_Connection *c)
     COUNTER("thincuda_engine_steps_total", "Engine steps (forward passes).", es.steps);
     COUNTER("thincuda_client_disconnects_total", "Requests cancelled because the client went away.",
             m.disconnects);
+    uint64_t grammar_hits, grammar_misses;
+    tc__grammars_counts(s->grammars, &grammar_hits, &grammar_misses);
+    COUNTER("thincuda_grammar_cache_hits_total",
+            "Requests whose response format or tools found their grammar compiled.", grammar_hits);
+    COUNTER("thincuda_grammar_cache_misses_total",
+            "Requests whose response format or tools had their grammar compiled.", grammar_misses);
     COUNTER("thincuda_request_deadline_closes_total",
             "Connections closed because a request had not arrived by its deadline.",
             s->watch ? tc__watch_expired(s->watch) : 0);

@@ -62,6 +62,10 @@ enum {
     HEAD_MEMORY = 256 << 10, /* bytes per connection */
 };
 
+/* Compiled grammars the server keeps for later requests with the same schema or tools (each
+ * with its mask caches, 20 MiB at most: see src/inference/grammar_mask.c). */
+enum { GRAMMARS = 8 };
+
 /* /health on CUDA: the device memory the server holds (its pool) and, when NVML loads, what
  * the GPU and this process use as NVML counts it. Device memory only: no temperature or
  * utilisation here (thincuda devices shows those), so that /health stays cheap. */
@@ -355,7 +359,8 @@ bool tc_server_start(const tc_server_options *o, tc_server **out, char *msg, siz
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->watch = tc__watch_create(s->o.read_timeout_s);
-    if (!s->watch) {
+    s->grammars = tc__grammars_create(GRAMMARS);
+    if (!s->watch || !s->grammars) {
         snprintf(msg, len, "cannot start the request watchdog (out of memory or threads)");
         tc_server_destroy(s);
         return false;
@@ -452,6 +457,7 @@ void tc_server_destroy(tc_server *s)
     if (s->d)
         s->mhd.stop_daemon(s->d);
     tc__watch_destroy(s->watch);
+    tc__grammars_destroy(s->grammars);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

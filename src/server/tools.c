@@ -108,18 +108,26 @@ static bool schema_ok(json_t *schema, char *why, size_t cap)
     return ok;
 }
 
+bool tc__tool_grammar_needed(const tc_oai_request *q)
+{
+    bool forced = q->tool_choice == TC_OAI_TOOLS_REQUIRED || q->tool_choice == TC_OAI_TOOLS_NAMED;
+    bool strict = false;
+    size_t i;
+    json_t *t;
+    json_array_foreach(q->tools, i, t) strict |=
+        json_is_true(json_object_get(json_object_get(t, "function"), "strict"));
+    return q->tool_choice != TC_OAI_TOOLS_NONE && (forced || strict);
+}
+
 bool tc__tool_grammar(const tc_oai_request *q, const tc__tool_format *f, const tc_tokenizer *tok,
                       tc_grammar **out, tc_oai_error *err)
 {
     *out = NULL;
     json_t *tools = q->tools;
     bool forced = q->tool_choice == TC_OAI_TOOLS_REQUIRED || q->tool_choice == TC_OAI_TOOLS_NAMED;
-    bool strict = false;
     size_t i;
     json_t *t;
-    json_array_foreach(tools, i, t) strict |=
-        json_is_true(json_object_get(json_object_get(t, "function"), "strict"));
-    if (q->tool_choice == TC_OAI_TOOLS_NONE || (!forced && !strict))
+    if (!tc__tool_grammar_needed(q))
         return true;
     tc_grammar *g = tc_grammar_create();
     if (!g)

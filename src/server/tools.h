@@ -33,6 +33,8 @@ bool tc__tool_format_of(const tc_chat_template *t, tc__tool_format *f);
  * strict, any JSON object otherwise). False with *err filled on failure. */
 bool tc__tool_grammar(const tc_oai_request *q, const tc__tool_format *f, const tc_tokenizer *tok,
                       tc_grammar **out, tc_oai_error *err);
+/* Whether the request's tool calls need a grammar (what tc__tool_grammar decides first). */
+bool tc__tool_grammar_needed(const tc_oai_request *q);
 
 typedef struct tc__tool_parser tc__tool_parser;
 

@@ -1,7 +1,7 @@
 """A minimal GGUF v3 writer (docs/gguf.md of ggml) for test models: metadata of scalar and
-string types (and arrays of strings) and tensors in f32/f16/bf16, written from numpy/torch arrays. Ours, for tests
-only; it also stores a Hugging Face Llama the way llama.cpp's converter does (q and k rows
-permuted for interleaved rotary pairs, llama.cpp's tensor names)."""
+string types (and arrays of strings or of int32) and tensors in f32/f16/bf16, written from numpy/torch arrays. Ours, for tests
+only; it also stores a Hugging Face Llama, Mistral or Qwen2 the way llama.cpp's converter does
+(a Llama's q and k rows permuted for interleaved rotary pairs, llama.cpp's tensor names)."""
 import struct
 
 import numpy as np
@@ -27,11 +27,13 @@ def _value(v):
         return struct.pack("<I", STRING) + _str(v)
     if isinstance(v, list) and all(isinstance(x, str) for x in v):
         return struct.pack("<IIQ", ARRAY, STRING, len(v)) + b"".join(_str(x) for x in v)
+    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return struct.pack("<IIQ", ARRAY, I32, len(v)) + struct.pack(f"<{len(v)}i", *v)
     raise TypeError(type(v))
 
 
 def write(path, metadata, tensors):
-    """metadata: {key: int|float|str|bool|[str]}; tensors: [(name, ggml_type, raw bytes, shape)]
+    """metadata: {key: int|float|str|bool|[str]|[int]}; tensors: [(name, ggml_type, raw bytes, shape)]
     with shape outermost first (as numpy), stored innermost first as GGUF wants."""
     head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata))
     for k, v in metadata.items():
@@ -60,63 +62,95 @@ def _permute(w, n_head):
     return w.reshape(n_head, 2, rows // n_head // 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def llama_to_gguf(model, path, dtype="bf16", types=None):
-    """Write a transformers LlamaForCausalLM as a GGUF llama (tensors in dtype; norms f32).
-    types maps GGUF tensor kinds ("token_embd", "attn_q", "ffn_down", ...) to a quantised ggml
-    type (GGML_Q4_0, GGML_Q8_0, GGML_Q4_K, GGML_Q6_K) encoded by quantize()."""
-    types = types or {}
-    import torch
+def _bf16_bits(a):
+    """float32 array -> bfloat16 bit patterns (uint16), rounded to nearest even."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
+
+def llama_to_gguf(model, path, dtype="bf16", types=None):
+    """Write a transformers Llama, Mistral or Qwen2 model (LlamaForCausalLM,
+    MistralForCausalLM, Qwen2ForCausalLM) as llama.cpp's converter would (state_to_gguf)."""
     c = model.config
-    sd = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
-    hd = c.hidden_size // c.num_attention_heads
+    sd = {k: v.detach().to("cpu").float().numpy() for k, v in model.state_dict().items()}
+    cfg = c.to_dict()
+    cfg["rope_theta"] = float(getattr(c, "rope_theta", None) or c.rope_parameters["rope_theta"])
+    cfg["rope_scaling"] = getattr(c, "rope_scaling", None) or getattr(c, "rope_parameters", None)
+    state_to_gguf(c.model_type, cfg, sd, path, dtype, types)
+
+
+def state_to_gguf(arch, c, sd, path, dtype="bf16", types=None, extra=None):
+    """Write a model of architecture arch ("llama", "mistral" or "qwen2") from its Hugging Face
+    config.json values c (a dict) and state dict sd (float32 numpy arrays) as a GGUF with
+    llama.cpp's tensor names: matrices in dtype (f32/f16/bf16), or the quantised ggml type that
+    types maps their kind to ("token_embd", "attn_q", "ffn_down", ...; encoded by quantize());
+    norms and biases f32. A Llama's or Mistral's q and k rows are permuted for interleaved
+    rotary pairs as llama.cpp's converter does; a Qwen2's stay as they are (llama.cpp rotates
+    them as rotate_half does). head_dim, when the configuration gives it, is written as
+    key_length and value_length; Mistral's sliding_window as attention.sliding_window. extra:
+    more metadata (a vocabulary's tokenizer.* keys)."""
+    types = types or {}
+    heads, kv = c["num_attention_heads"], c.get("num_key_value_heads") or c["num_attention_heads"]
+    hd = c.get("head_dim") or c["hidden_size"] // heads
+    rp = c.get("rope_scaling") or c.get("rope_parameters") or {}
+    theta = float(c.get("rope_theta") or rp["rope_theta"])
     meta = {
-        "general.architecture": "llama",
+        "general.architecture": arch,
         "general.name": "thincuda test model",
-        "llama.block_count": c.num_hidden_layers,
-        "llama.context_length": c.max_position_embeddings,
-        "llama.embedding_length": c.hidden_size,
-        "llama.feed_forward_length": c.intermediate_size,
-        "llama.attention.head_count": c.num_attention_heads,
-        "llama.attention.head_count_kv": c.num_key_value_heads,
-        "llama.rope.freq_base": float(getattr(c, "rope_theta", None) or c.rope_parameters["rope_theta"]),
-        "llama.rope.dimension_count": hd,
-        "llama.attention.layer_norm_rms_epsilon": float(c.rms_norm_eps),
+        f"{arch}.block_count": c["num_hidden_layers"],
+        f"{arch}.context_length": c["max_position_embeddings"],
+        f"{arch}.embedding_length": c["hidden_size"],
+        f"{arch}.feed_forward_length": c["intermediate_size"],
+        f"{arch}.attention.head_count": heads,
+        f"{arch}.attention.head_count_kv": kv,
+        f"{arch}.rope.freq_base": theta,
+        f"{arch}.rope.dimension_count": hd,
+        f"{arch}.attention.layer_norm_rms_epsilon": float(c["rms_norm_eps"]),
     }
+    if c.get("head_dim") and c["head_dim"] != c["hidden_size"] // heads:
+        meta[f"{arch}.attention.key_length"] = hd
+        meta[f"{arch}.attention.value_length"] = hd
+    if arch == "mistral" and c.get("sliding_window"):
+        meta[f"{arch}.attention.sliding_window"] = c["sliding_window"]
+    meta.update(extra or {})
     gt = {"f32": GGML_F32, "f16": GGML_F16, "bf16": GGML_BF16}[dtype]
-    tt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
 
     def mat(t, kind=None):
+        t = np.ascontiguousarray(t, dtype=np.float32)
         if kind in types:
-            return types[kind], quantize(t.float().numpy(), types[kind]), list(t.shape)
-        t = t.to(tt).contiguous()
-        raw = t.view(torch.int16).numpy().tobytes() if dtype != "f32" else t.numpy().tobytes()
+            return types[kind], quantize(t, types[kind]), list(t.shape)
+        raw = {"f32": lambda a: a.tobytes(), "f16": lambda a: a.astype(np.float16).tobytes(),
+               "bf16": lambda a: _bf16_bits(a).tobytes()}[dtype](t)
         return gt, raw, list(t.shape)
 
     def vec(t):
-        t = t.to(torch.float32).contiguous()
-        return GGML_F32, t.numpy().tobytes(), list(t.shape)
+        t = np.ascontiguousarray(t, dtype=np.float32)
+        return GGML_F32, t.tobytes(), list(t.shape)
 
     out = [("token_embd.weight",) + mat(sd["model.embed_tokens.weight"], "token_embd")]
-    rp = getattr(c, "rope_scaling", None) or getattr(c, "rope_parameters", None) or {}
     if rp.get("rope_type") == "llama3":
         # llama.cpp stores Llama 3 scaling as per-frequency factors.
-        base = meta["llama.rope.freq_base"]
-        inv = 1.0 / base ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+        inv = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
         wl = 2 * np.pi / inv
         lo, hi, f, orig = rp["low_freq_factor"], rp["high_freq_factor"], rp["factor"], rp["original_max_position_embeddings"]
         smooth = (orig / wl - lo) / (hi - lo)
         fac = np.where(wl < orig / hi, 1.0, np.where(wl > orig / lo, f, 1.0 / ((1 - smooth) / f + smooth)))
         out.append(("rope_freqs.weight", GGML_F32, fac.astype(np.float32).tobytes(), [hd // 2]))
-    for i in range(c.num_hidden_layers):
+    qwen2 = arch == "qwen2"
+    for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        q = _permute(sd[p + "self_attn.q_proj.weight"], c.num_attention_heads)
-        k = _permute(sd[p + "self_attn.k_proj.weight"], c.num_key_value_heads)
+        q, k = sd[p + "self_attn.q_proj.weight"], sd[p + "self_attn.k_proj.weight"]
+        if not qwen2:
+            q, k = _permute(q, heads), _permute(k, kv)
         out += [
             (f"blk.{i}.attn_norm.weight",) + vec(sd[p + "input_layernorm.weight"]),
             (f"blk.{i}.attn_q.weight",) + mat(q, "attn_q"),
             (f"blk.{i}.attn_k.weight",) + mat(k, "attn_k"),
             (f"blk.{i}.attn_v.weight",) + mat(sd[p + "self_attn.v_proj.weight"], "attn_v"),
+        ]
+        if qwen2:
+            out += [(f"blk.{i}.attn_{x}.bias",) + vec(sd[p + f"self_attn.{x}_proj.bias"]) for x in "qkv"]
+        out += [
             (f"blk.{i}.attn_output.weight",) + mat(sd[p + "self_attn.o_proj.weight"], "attn_output"),
             (f"blk.{i}.ffn_norm.weight",) + vec(sd[p + "post_attention_layernorm.weight"]),
             (f"blk.{i}.ffn_gate.weight",) + mat(sd[p + "mlp.gate_proj.weight"], "ffn_gate"),
@@ -124,7 +158,7 @@ def llama_to_gguf(model, path, dtype="bf16", types=None):
             (f"blk.{i}.ffn_down.weight",) + mat(sd[p + "mlp.down_proj.weight"], "ffn_down"),
         ]
     out.append(("output_norm.weight",) + vec(sd["model.norm.weight"]))
-    if not c.tie_word_embeddings:
+    if not c.get("tie_word_embeddings"):
         out.append(("output.weight",) + mat(sd["lm_head.weight"], "output"))
     write(path, meta, out)
 

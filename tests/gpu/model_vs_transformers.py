@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Random-weight Llama models at real shapes against transformers: each model is built by
-transformers (torch.manual_seed), written as a bf16 GGUF by tests/gpu/gguf_writer.py, and run
-by our `logits` tool (prompt prefilled, then 32 ids fed one at a time); its logits at every
+"""Random-weight Llama, Qwen2 and Mistral models at real shapes against transformers: each model
+is built by transformers (torch.manual_seed; Qwen2's q/k/v biases, which transformers
+initialises to zero, drawn at random too), written as a bf16 GGUF by tests/gpu/gguf_writer.py,
+and run by our `logits` tool (prompt prefilled, then 32 ids fed one at a time); its logits at every
 step are compared with transformers' forward pass over the same ids in f32: normwise relative
 error and top-1 agreement. Two precautions make that reference exact enough to judge f32: TF32
 is off, and the rotary angles are computed in f64 (transformers computes them in f32, whose
@@ -17,10 +18,12 @@ divided by the per-kv-head power-of-two scales of the prompt's amax, as tc_kv_sc
 saturated, rounded to E4M3 and multiplied back): against that model in f32 it must do as well
 as the same emulation in bf16 does (the bf16 rule, with the emulations in place of transformers'
 f32 and bf16 runs).
+The Mistral shapes have a sliding window shorter than their prompt (4,096 under 4,160 tokens at
+Mistral 7B's), so that the window decides the logits.
 Usage: model_vs_transformers.py LOGITS_BINARY WORKDIR [shape ...] [--device cuda|cpu]
-Shapes: tiny (CPU-sized, for a quick check), smollm2-135m, llama3.2-1b, llama2-7b, mistral-7b
-(GQA 4:1, rope theta 1e6), and head sizes other than 64 and 128: hd80, hd96 (MHA), hd256
-(one KV head)."""
+Shapes: tiny, tiny-qwen2, tiny-mistral (CPU-sized, for a quick check), smollm2-135m,
+llama3.2-1b, llama2-7b, qwen2.5-1.5b, mistral-7b, and head sizes other than 64 and 128 (Llama
+shapes): hd80 (GQA 4:1), hd96 (MHA), hd256 (one KV head)."""
 import os
 import shutil
 import subprocess
@@ -28,7 +31,7 @@ import sys
 
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_writer  # noqa: E402
@@ -55,10 +58,25 @@ SHAPES = {
     "llama2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                       num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
                       rope_theta=10000.0, tie_word_embeddings=False, max_position_embeddings=4096),
-    # Mistral-7B's shape as a Llama (its sliding window of 4096 does not reach a 96-token run)
-    "mistral-7b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                       num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
-                       rope_theta=1000000.0, tie_word_embeddings=False, max_position_embeddings=32768),
+    "tiny-qwen2": dict(model_type="qwen2", hidden_size=256, intermediate_size=512,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       vocab_size=1000, rope_theta=1000000.0, tie_word_embeddings=True,
+                       max_position_embeddings=4096),
+    "tiny-mistral": dict(model_type="mistral", hidden_size=256, intermediate_size=512,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                         vocab_size=1000, rope_theta=1000000.0, tie_word_embeddings=False,
+                         max_position_embeddings=4096, sliding_window=48),
+    # Qwen2.5-1.5B: GQA 6:1, q/k/v biases, tied embeddings, a 151,936-token vocabulary
+    "qwen2.5-1.5b": dict(model_type="qwen2", hidden_size=1536, intermediate_size=8960,
+                         num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                         vocab_size=151936, rope_theta=1000000.0, tie_word_embeddings=True,
+                         max_position_embeddings=32768),
+    # Mistral 7B: GQA 4:1 and its 4,096-token sliding window under a longer prompt
+    "mistral-7b": dict(model_type="mistral", hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                       vocab_size=32000, rope_theta=1000000.0, tie_word_embeddings=False,
+                       max_position_embeddings=32768, sliding_window=4096),
+    # head sizes of the generic CUDA attention kernels
     "hd80": dict(hidden_size=2560, intermediate_size=6912, num_hidden_layers=12, num_attention_heads=32,
                  num_key_value_heads=8, vocab_size=32000, rope_theta=10000.0, tie_word_embeddings=False,
                  max_position_embeddings=4096),
@@ -70,12 +88,17 @@ SHAPES = {
                   max_position_embeddings=8192),
 }
 PROMPT, STEPS = 64, 32
+# Prompts longer than the default, for the sliding windows.
+PROMPTS = {"tiny-mistral": 96, "mistral-7b": 4160}
 
 
 def exact_rope():
-    """Replace LlamaRotaryEmbedding.forward by one that computes the angles in f64 (plain
-    rope_theta, or Llama 3's scaled frequencies as transformers defines them)."""
+    """Replace the rotary embeddings' forward (Llama's, Qwen2's, Mistral's) by one that computes
+    the angles in f64 (plain rope_theta, or Llama 3's scaled frequencies as transformers
+    defines them)."""
     import transformers.models.llama.modeling_llama as llama
+    import transformers.models.mistral.modeling_mistral as mistral
+    import transformers.models.qwen2.modeling_qwen2 as qwen2
 
     def forward(self, x, position_ids):
         inv = self.inv_freq.double()
@@ -96,17 +119,19 @@ def exact_rope():
         emb = torch.cat((freqs, freqs), -1)
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
-    llama.LlamaRotaryEmbedding.forward = forward
+    for rotary in (llama.LlamaRotaryEmbedding, qwen2.Qwen2RotaryEmbedding,
+                   mistral.MistralRotaryEmbedding):
+        rotary.forward = forward
 
 
 class fp8_emulation:
-    """Within the block, every layer of the Llama `model` quantises its keys (after the
-    rotation) and values as our FP8 KV cache does: per KV head, the scale is the power of two
-    2^(ceil(log2(amax)) - 5) of the largest magnitude among the first `prompt` positions (1 where
-    that is 0), set once as our first pass sets it (tc_kv_scales); the cache holds
+    """Within the block, every layer of `model` (Llama, Qwen2 or Mistral) quantises its keys
+    (after the rotation) and values as our FP8 KV cache does: per KV head, the scale is the power
+    of two 2^(ceil(log2(amax)) - 5) of the largest magnitude among the first `prompt` positions
+    (1 where that is 0), set once as our first pass sets it (tc_kv_scales); the cache holds
     clamp(x / scale, +-448) rounded to E4M3 and gives back code * scale. Keys are caught where
-    the attention calls apply_rotary_pos_emb (a layer counter: the layers run in order), values
-    at the output of v_proj."""
+    the attention calls its module's apply_rotary_pos_emb (counted: each layer once a pass),
+    values at the output of v_proj (biases included)."""
 
     def __init__(self, model, prompt):
         self.model, self.prompt = model, prompt
@@ -114,11 +139,10 @@ class fp8_emulation:
 
     @staticmethod
     def quantise(x, prompt):
-        """x [..., heads, seq, dim] (the head axis third from last): per head scales from the
-        first `prompt` positions, then the FP8 round trip, in f32, back to x's dtype."""
+        """x [batch, heads, seq, dim]: per head scales from the first `prompt` positions, then the
+        FP8 round trip, in f32, back to x's dtype."""
         xf = x.float()
-        amax = xf[..., :prompt, :].abs().amax(dim=(-1, -2), keepdim=True)
-        amax = amax.amax(dim=tuple(range(amax.dim() - 3)), keepdim=True) if amax.dim() > 3 else amax
+        amax = xf[..., :prompt, :].abs().amax(dim=(0, 2, 3), keepdim=True)
         m, e = torch.frexp(amax)
         e = e - (m == 0.5).to(e.dtype)
         scale = torch.where(amax > 0, torch.ldexp(torch.ones_like(amax), e - 5), torch.ones_like(amax))
@@ -126,14 +150,14 @@ class fp8_emulation:
         return q.to(x.dtype)
 
     def __enter__(self):
-        import transformers.models.llama.modeling_llama as llama
-        self.llama, self.rotate = llama, llama.apply_rotary_pos_emb
-        layers, state = len(self.model.model.layers), {"k": 0}
+        layers = self.model.model.layers
+        self.module = sys.modules[type(layers[0].self_attn).__module__]
+        self.rotate, self.calls = self.module.apply_rotary_pos_emb, 0
         prompt, rotate = self.prompt, self.rotate
 
         def rotated(q, k, *args, **kwargs):
             q, k = rotate(q, k, *args, **kwargs)  # k [batch, kv heads, seq, dim]
-            state["k"] += 1
+            self.calls += 1
             return q, fp8_emulation.quantise(k, prompt)
 
         def values(module, inputs, out):  # [batch, seq, kv heads * dim]
@@ -141,17 +165,16 @@ class fp8_emulation:
             v = out.view(b, n, self.heads, -1).transpose(1, 2)
             return fp8_emulation.quantise(v, prompt).transpose(1, 2).reshape(b, n, -1)
 
-        llama.apply_rotary_pos_emb = rotated
-        self.hooks = [layer.self_attn.v_proj.register_forward_hook(values) for layer in self.model.model.layers]
-        self.state, self.layers = state, layers
+        self.module.apply_rotary_pos_emb = rotated
+        self.hooks = [layer.self_attn.v_proj.register_forward_hook(values) for layer in layers]
         return self
 
     def __exit__(self, *exc):
-        self.llama.apply_rotary_pos_emb = self.rotate
+        self.module.apply_rotary_pos_emb = self.rotate
         for h in self.hooks:
             h.remove()
-        # every layer's keys went through the quantisation once per forward pass
-        assert exc[0] is not None or self.state["k"] % self.layers == 0, self.state
+        # every layer's keys went through the quantisation (once a forward pass)
+        assert exc[0] is not None or (self.calls and self.calls % len(self.hooks) == 0), self.calls
         return False
 
 
@@ -175,16 +198,27 @@ def main():
     rows, failed = [], 0
     for shape in shapes:
         kw = dict(SHAPES[shape])
-        cfg = LlamaConfig(**kw, rms_norm_eps=1e-5, attention_bias=False, mlp_bias=False)
+        kind = kw.pop("model_type", "llama")
+        prompt = PROMPTS.get(shape, PROMPT)
+        if kind == "qwen2":
+            cfg = Qwen2Config(**kw, rms_norm_eps=1e-6, use_sliding_window=False)
+        elif kind == "mistral":
+            cfg = MistralConfig(**kw, rms_norm_eps=1e-5)
+        else:
+            cfg = LlamaConfig(**kw, rms_norm_eps=1e-5, attention_bias=False, mlp_bias=False)
         torch.manual_seed(0)
         with torch.device(device):
-            model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+            model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).eval()
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if name.endswith("_proj.bias"):
+                        p.normal_(0.0, 0.5)
         path = os.path.join(work, f"{shape}.gguf")
         gguf_writer.llama_to_gguf(model, path, "bf16")
         hf_dir = os.path.join(work, f"{shape}-hf")
         model.save_pretrained(hf_dir, safe_serialization=True)
         g = torch.Generator().manual_seed(1)
-        ids = torch.randint(0, cfg.vocab_size, (PROMPT + STEPS,), generator=g, dtype=torch.int32)
+        ids = torch.randint(0, cfg.vocab_size, (prompt + STEPS,), generator=g, dtype=torch.int32)
         ids_path = os.path.join(work, f"{shape}.ids")
         ids.numpy().tofile(ids_path)
         # transformers in bf16 (the yardstick for our bf16), then the same weights in f32 (the
@@ -193,9 +227,9 @@ def main():
         def logits(m, fp8=False):
             with torch.no_grad():
                 if not fp8:
-                    return m(ids.long()[None].to(device)).logits[0, PROMPT - 1:].float().cpu().numpy()
-                with fp8_emulation(m, PROMPT):
-                    return m(ids.long()[None].to(device)).logits[0, PROMPT - 1:].float().cpu().numpy()
+                    return m(ids.long()[None].to(device)).logits[0, prompt - 1:].float().cpu().numpy()
+                with fp8_emulation(m, prompt):
+                    return m(ids.long()[None].to(device)).logits[0, prompt - 1:].float().cpu().numpy()
         hf16, hf16_8 = logits(model), logits(model, True)
         model = model.float()
         ref, ref8 = logits(model), logits(model, True)
@@ -213,7 +247,7 @@ def main():
         runs.append(("safetensors", hf_dir, "bf16"))
         for fmt, model_path, act in runs:
             out = os.path.join(work, f"{shape}.{act}.logits")
-            r = subprocess.run([binary, model_path, ours_dev, act, str(PROMPT), ids_path, out],
+            r = subprocess.run([binary, model_path, ours_dev, act, str(prompt), ids_path, out],
                                capture_output=True, text=True)
             print(r.stdout.strip(), r.stderr.strip(), flush=True)
             if r.returncode:

@@ -531,6 +531,13 @@ static void quantised(rng_t *r)
             matmul_case(r, TC_DTYPE_F32, q, ms[mi], 999, k, TC_GEMM_AUTO, "decode, f32", false);
         }
         matmul_case(r, TC_DTYPE_F16, q, 5, 333, k, TC_GEMM_AUTO, "decode", false);
+        matmul_case(r, TC_DTYPE_F16, q, 1, 333, k, TC_GEMM_AUTO, "decode", false);
+        /* One row of bf16 x, rounded to 8 bits for the integer products (Q4_0, Q8_0, Q4_K,
+         * Q6_K), over a Llama-2-7B row (11008: x's copy takes 16.5 KiB of the pipeline's
+         * shared memory). */
+        matmul_case(r, TC_DTYPE_BF16, q, 1, 700, 11008, TC_GEMM_AUTO, "decode, long rows", false);
+        for (int mode = 2; mode < 4; mode++)
+            linear_case(r, TC_DTYPE_BF16, q, 1, 600, k, mode, false);
         /* More 16-row tiles than blocks (264 on the H100): blocks that take several, their
          * copies running ahead from one tile into the next. */
         matmul_case(r, TC_DTYPE_BF16, q, 1, 5000, k, TC_GEMM_AUTO, "decode, tiles a block", false);
@@ -976,6 +983,40 @@ static void swiglu_softmax_argmax(rng_t *r)
 /* Argmax of a few long rows, cut into chunks (decode's vocabularies, an odd width too): ties
  * planted in two chunks (the lower index wins) and a NaN after the maximum (NaN loses), twice
  * in a row (the chunks' arrival counters must come back to zero). */
+/* A linear layer's bias added to rows of one fused product's middle part (strided rows, as
+ * Qwen2's k part of the q/k/v product), widths that are and are not a multiple of the
+ * 16-byte vector, against the double sum and the CPU op. */
+static void add_bias(rng_t *r)
+{
+    const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F32, TC_DTYPE_F16 };
+    const int64_t ws[][3] = {
+        { 37, 1536, 256 }, { 3, 2048, 512 }, { 9, 131, 17 }, { 300, 896, 128 }
+    };
+    for (int di = 0; di < 3; di++)
+        for (int wi = 0; wi < 4; wi++) {
+            tc_dtype dt = dts[di];
+            int64_t n = ws[wi][0], d = ws[wi][2], wide = ws[wi][1] + 2 * d;
+            tc_tensor ga, ca, gx, cx, gb, cb;
+            double *av = twin(r, dt, TC_SHAPE(n, wide), -2, 2, &ga, &ca);
+            double *bv = twin(r, dt, TC_SHAPE(d), -2, 2, &gb, &cb);
+            CHECK(tc_tensor_slice(&ga, 1, ws[wi][1], d, &gx));
+            CHECK(tc_tensor_slice(&ca, 1, ws[wi][1], d, &cx));
+            CHECK(tc_add_bias(&gx, &gb));
+            CHECK(tc_add_bias(&cx, &cb));
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < d; j++)
+                    av[i * wide + ws[wi][1] + j] += bv[j];
+            char what[96];
+            snprintf(what, sizeof what, "add_bias %s [%lld x %lld] of rows %lld wide",
+                     tc_dtype_name(dt), (long long)n, (long long)d, (long long)wide);
+            /* the whole tensor: the columns beside the part must stay as they were */
+            expect_close(what, &ga, av, &ca, tolerance(dt));
+            free(av), free(bv);
+            tc_tensor_deinit(&ga), tc_tensor_deinit(&ca), tc_tensor_deinit(&gb),
+                tc_tensor_deinit(&cb);
+        }
+}
+
 static void argmax_long_rows(rng_t *r)
 {
     const tc_dtype dts[] = { TC_DTYPE_F32, TC_DTYPE_BF16, TC_DTYPE_F16 };
@@ -1645,6 +1686,16 @@ int main(void)
         }
     }
     rng_t r = { 2024 };
+    /* TC_OPS_ONLY=quantised: only the quantised weights' checks (a quicker run while working on
+     * their kernels). */
+    const char *only = getenv("TC_OPS_ONLY");
+    if (only && !strcmp(only, "quantised")) {
+        quantised(&r);
+        tc_backend_destroy(gpu);
+        tc_backend_destroy(cpu);
+        printf("%d of %d GPU op checks failed\n", failures, cases);
+        return failures ? 1 : 0;
+    }
     embedding(&r);
     rmsnorm(&r);
     rope(&r);
@@ -1658,6 +1709,7 @@ int main(void)
     tc_pool_get_stats(tc_backend_pool(gpu), &ps);
     size_t baseline = ps.bytes_requested - tc_backend_workspace_bytes(gpu);
     swiglu_softmax_argmax(&r);
+    add_bias(&r);
     argmax_long_rows(&r);
     logits_mask(&r);
     linear(&r);

@@ -25,6 +25,7 @@ enum { VOCAB = 64, EOS = 0 };
 
 typedef struct fake {
     int32_t n_blocks, block_size, max_seqs, max_tokens, max_blocks;
+    int32_t window;     /* sliding window: a sequence's logits come from its last `window` tokens */
     int32_t *tok, *pos; /* per slot */
     tc_backend *cpu;
     tc_tensor logits;
@@ -75,7 +76,10 @@ static tc_status fake_forward(void *ctx, const tc_llama_batch *b, tc_tensor **lo
         int32_t len = b->seq_lens[s];
         if (len > 4096)
             return tc_set_error(TC_ERR_INVALID_ARGUMENT, "fake", "too long");
-        for (int32_t p = 0; p < len; p++) {
+        /* With a window only its positions are read (their blocks must hold them); the others
+         * may have been released and reused. */
+        int32_t first = f->window > 0 && len > f->window ? len - f->window : 0;
+        for (int32_t p = first; p < len; p++) {
             int32_t blk = b->block_table[s * b->max_blocks + p / bs];
             int32_t slot = blk * bs + p % bs;
             if (f->pos[slot] != p) {
@@ -91,7 +95,7 @@ static tc_status fake_forward(void *ctx, const tc_llama_batch *b, tc_tensor **lo
         for (int32_t j = 0; j < m; j++)
             if (ctx_tok[len - m + j] != b->tokens[b->q_start[s] + j])
                 return tc_set_error(TC_ERR_INTERNAL, "fake", "row mismatch");
-        fill_logits(out + (size_t)s * VOCAB, history_hash(ctx_tok, len));
+        fill_logits(out + (size_t)s * VOCAB, history_hash(ctx_tok + first, len - first));
     }
     tc_status st = tc_tensor_slice(&f->logits, 0, 0, b->n_seqs, &f->rows);
     *logits = &f->rows;
@@ -140,7 +144,7 @@ static void fake_free(fake *f)
 static tc_engine_model fake_model(fake *f)
 {
     return (tc_engine_model){ f,           VOCAB,         f->max_tokens, f->max_seqs, f->max_blocks,
-                              f->n_blocks, f->block_size, fake_forward,  fake_copy };
+                              f->n_blocks, f->block_size, fake_forward,  fake_copy,   f->window };
 }
 
 /* ---------------------------------------------------------------- requests and results */
@@ -148,6 +152,7 @@ static tc_engine_model fake_model(fake *f)
 enum { MAX_REQ = 4096, MAX_OUT = 512 };
 
 typedef struct result {
+    int32_t window; /* the model's sliding window (0: none) */
     int32_t prompt[512];
     int64_t n_prompt, max_tokens;
     int n;
@@ -233,7 +238,8 @@ static int64_t reference(const result *r, int32_t *out)
     int64_t n = r->n_prompt, k = 0;
     float row[VOCAB];
     while (k < r->max_tokens) {
-        fill_logits(row, history_hash(hist, n));
+        int64_t first = r->window > 0 && n > r->window ? n - r->window : 0;
+        fill_logits(row, history_hash(hist + first, n - first));
         int32_t best = 0;
         for (int v = 1; v < VOCAB; v++)
             if (row[v] > row[best])
@@ -423,6 +429,55 @@ static void test_preemption_same_output(void **state)
     }
     for (int k = 0; k < 3; k++)
         free(sets[k]);
+}
+
+/* A sliding window of 40 tokens over blocks of 16: each sequence releases the blocks before
+ * its window as it goes, so requests of up to 500 tokens run in a cache of 12 blocks (192
+ * tokens), whole prompts and choices included, with and without the prefix cache; every
+ * greedy continuation equals the windowed reference, the invariants hold after every step, and
+ * all blocks come back. */
+static void test_window_releases_blocks(void **state)
+{
+    (void)state;
+    enum { N = 12 };
+    for (int prefix = 0; prefix < 2; prefix++) {
+        result *set = calloc(N, sizeof(result));
+        fake *f = fake_new(12, 4, 32);
+        f->window = 40;
+        tc_engine_model m = fake_model(f);
+        tc_engine_options o = { .no_prefix_cache = !prefix,
+                                .stop_tokens = (const int32_t[]){ EOS },
+                                .n_stop_tokens = 1 };
+        tc_engine *e;
+        assert_int_equal(tc_engine_create(&m, &o, &e), TC_OK);
+        for (int i = 0; i < N; i++) {
+            result *r = &set[i];
+            r->window = 40;
+            make_prompt(r, i % 3 ? 100 : 300);
+            r->max_tokens = 100 + rnd(100);
+            r->n = i % 5 == 2 ? 2 : 1;
+            tc_request q = request_of(r);
+            assert_int_equal(tc_engine_submit(e, &q, &r->id), TC_OK);
+        }
+        drain(e);
+        tc_engine_stats st;
+        tc_engine_get_stats(e, &st);
+        assert_int_equal(st.blocks_used, 0);
+        for (int i = 0; i < N; i++)
+            check_greedy(&set[i]);
+        /* Without the window the same requests do not fit such a cache. */
+        tc_engine_destroy(e);
+        f->window = m.window = 0;
+        assert_int_equal(tc_engine_create(&m, &o, &e), TC_OK);
+        result big = set[0];
+        big.window = 0;
+        big.n_prompt = 300;
+        tc_request q = request_of(&big);
+        assert_int_equal(tc_engine_submit(e, &q, &big.id), TC_ERR_INVALID_ARGUMENT);
+        tc_engine_destroy(e);
+        fake_free(f);
+        free(set);
+    }
 }
 
 /* A prompt seen before is found in the prefix cache: its full blocks, never the last token. */
@@ -892,6 +947,7 @@ int main(void)
         cmocka_unit_test(test_prefix_hits),
         cmocka_unit_test(test_bad_requests_and_cancel),
         cmocka_unit_test(test_preemption_same_output),
+        cmocka_unit_test(test_window_releases_blocks),
         cmocka_unit_test(test_random_events),
         cmocka_unit_test(test_threaded),
         cmocka_unit_test(test_destroy_cancels),

@@ -134,6 +134,48 @@ static void gguf_scores_match_the_merge_list(void **state)
     tc_gguf_close(&g);
 }
 
+/* From a GGUF, an unknown-type token written in the text ("<unk>") is matched as a special
+ * token, as llama.cpp matches it: where the text has it, the ids are those of the same text
+ * with a control token there, that token's id replaced by <unk>'s; without special parsing it
+ * stays text. */
+static void gguf_unknown_tokens_are_matched_as_specials(void **state)
+{
+    (void)state;
+    tc_gguf g;
+    tc_tokenizer *t;
+    assert_int_equal(tc_gguf_open(&g, SOURCE_DIR "/tests/model/data/mistral-v1.vocab.gguf"), TC_OK);
+    assert_int_equal(tc_tokenizer_from_gguf(&g, &t), TC_OK);
+    int32_t unk = tc_tokenizer_find(t, "<unk>"), eos = tc_tokenizer_find(t, "</s>");
+    assert_int_equal(unk, 0);
+    const char *texts[][2] = { { "a<unk>b", "a</s>b" },
+                               { "<unk>", "</s>" },
+                               { "Hello <unk> world<unk>", "Hello </s> world</s>" } };
+    for (size_t k = 0; k < 3; k++) {
+        int32_t *a, *b;
+        size_t na, nb;
+        assert_int_equal(
+            tc_tokenizer_encode(t, texts[k][0], strlen(texts[k][0]), true, false, &a, &na), TC_OK);
+        assert_int_equal(
+            tc_tokenizer_encode(t, texts[k][1], strlen(texts[k][1]), true, false, &b, &nb), TC_OK);
+        assert_int_equal(na, nb);
+        size_t unks = 0;
+        for (size_t i = 0; i < na; i++) {
+            assert_int_equal(a[i], b[i] == eos ? unk : b[i]);
+            unks += a[i] == unk;
+        }
+        assert_true(unks >= 1);
+        tc_host_free(a), tc_host_free(b);
+        /* without special parsing: text, no <unk> id */
+        assert_int_equal(
+            tc_tokenizer_encode(t, texts[k][0], strlen(texts[k][0]), false, false, &a, &na), TC_OK);
+        for (size_t i = 0; i < na; i++)
+            assert_int_not_equal(a[i], unk);
+        tc_host_free(a);
+    }
+    tc_tokenizer_destroy(t);
+    tc_gguf_close(&g);
+}
+
 /* Never a double BOS: for each chat template, the rendered prompt tokenised with add_bos starts
  * with exactly one BOS, whether the template writes it (Llama 2 "<s>", Llama 3
  * "<|begin_of_text|>") or leaves it to the tokenizer (ChatML, Zephyr). */
@@ -213,6 +255,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(variants_match_tokenizers),
         cmocka_unit_test(gguf_scores_match_the_merge_list),
+        cmocka_unit_test(gguf_unknown_tokens_are_matched_as_specials),
         cmocka_unit_test(chat_templates_never_double_the_bos),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

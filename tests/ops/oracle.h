@@ -460,6 +460,10 @@ static inline double *paged_reference(const paged_case *c, double scale)
 {
     return paged_reference_ex(c, scale, 0, NULL, NULL);
 }
+static inline double *paged_reference_window(const paged_case *c, double scale, int64_t window)
+{
+    return paged_reference_ex(c, scale, window, NULL, NULL);
+}
 
 /* As a sliding window lets the cache free blocks: each sequence's blocks that end before its
  * first query's window point at one block (not otherwise used) whose keys and values are all

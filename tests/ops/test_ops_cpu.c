@@ -516,6 +516,41 @@ static void swiglu_and_softmax_on_strided_rows(void **state)
         }
 }
 
+/* A linear layer's bias added to every row, on rows strided as the q, k and v parts of one
+ * fused product are: the sum rounded once to the rows' dtype; a bias of another width or
+ * dtype is refused. */
+static void add_bias_on_strided_rows(void **state)
+{
+    (void)state;
+    rng_t r = { 29 };
+    for (size_t di = 0; di < 3; di++) {
+        tc_dtype dt = floats[di];
+        int64_t n = 5, wide = 40, d = 24;
+        double *xv, *bv;
+        tc_tensor all, x, bias;
+        assert_int_equal(random_tensor(&r, cpu, &all, dt, TC_SHAPE(n, wide), -2, 2, &xv), TC_OK);
+        assert_int_equal(random_tensor(&r, cpu, &bias, dt, TC_SHAPE(d), -2, 2, &bv), TC_OK);
+        assert_int_equal(tc_tensor_slice(&all, 1, 8, d, &x), TC_OK);
+        assert_int_equal(tc_add_bias(&x, &bias), TC_OK);
+        double *got = tensor_values(&all);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 8; j < 8 + d; j++)
+                xv[i * wide + j] += bv[j - 8];
+        EXPECT_CLOSE(got, xv, n * wide, tolerance(dt), "add_bias %s", tc_dtype_name(dt));
+        free(got), free(xv), free(bv);
+        tc_tensor_deinit(&bias);
+        assert_int_equal(tc_tensor_init(&bias, cpu, dt, TC_SHAPE(d + 1)), TC_OK);
+        assert_int_equal(tc_add_bias(&x, &bias), TC_ERR_INVALID_ARGUMENT);
+        tc_tensor_deinit(&bias);
+        assert_int_equal(tc_tensor_init(&bias, cpu,
+                                        dt == TC_DTYPE_F32 ? TC_DTYPE_BF16 : TC_DTYPE_F32,
+                                        TC_SHAPE(d)),
+                         TC_OK);
+        assert_int_equal(tc_add_bias(&x, &bias), TC_ERR_INVALID_ARGUMENT);
+        tc_tensor_deinit(&bias), tc_tensor_deinit(&all);
+    }
+}
+
 static void convert_between_float_dtypes(void **state)
 {
     (void)state;
@@ -627,6 +662,51 @@ static void attention_prefill_and_decode_over_paged_cache(void **state)
             assert_non_null(strstr(tc_last_error(), "block_table[2, 0]"));
             tc_tensor_deinit(&out);
             paged_free(&c);
+        }
+}
+
+/* Sliding-window attention: prefill and decode see only the last `window` positions up to
+ * their own (a window of one: the query's own token; a window past the longest sequence: all
+ * of them); a negative window is refused. */
+static void attention_with_a_sliding_window(void **state)
+{
+    (void)state;
+    rng_t r = { 23 };
+    const int32_t windows[] = { 1, 5, 64, 1000 };
+    for (size_t wi = 0; wi < 4; wi++)
+        for (size_t di = 0; di < 3; di++) {
+            tc_dtype dt = floats[di];
+            int64_t len[] = { 1, 9, 127, 300 }, m[] = { 1, 9, 20, 300 }, ones[] = { 1, 1, 1, 1 };
+            tc_attention_opts opts = { .fresh_rows = -1, .window = windows[wi] };
+            for (int decode = 0; decode < 2; decode++) {
+                paged_case c;
+                assert_int_equal(
+                    paged_build(&c, &r, cpu, dt, 4, len, decode ? ones : m, 6, 2, 16, 16), TC_OK);
+                double scale = 1.0 / sqrt((double)c.hd);
+                tc_tensor out;
+                assert_int_equal(tc_tensor_init(&out, cpu, dt, TC_SHAPE(c.n_tokens, c.H, c.hd)),
+                                 TC_OK);
+                tc_status st =
+                    decode ? tc_attention_decode_ex(&out, &c.tq, &c.tk, &c.tv, &c.ttable, &c.tlens,
+                                                    (float)scale, &opts)
+                           : tc_attention_prefill_ex(&out, &c.tq, &c.tk, &c.tv, &c.ttable, &c.tlens,
+                                                     &c.tqstart, (float)scale, &opts);
+                assert_int_equal(st, TC_OK);
+                double *got = tensor_values(&out),
+                       *want = paged_reference_window(&c, scale, windows[wi]);
+                EXPECT_CLOSE(got, want, c.n_tokens * c.H * c.hd, tolerance(dt), "%s %s window %d",
+                             decode ? "decode" : "prefill", tc_dtype_name(dt), (int)windows[wi]);
+                free(got), free(want);
+                tc_attention_opts bad = { .fresh_rows = -1, .window = -1 };
+                st = decode ? tc_attention_decode_ex(&out, &c.tq, &c.tk, &c.tv, &c.ttable, &c.tlens,
+                                                     (float)scale, &bad)
+                            : tc_attention_prefill_ex(&out, &c.tq, &c.tk, &c.tv, &c.ttable,
+                                                      &c.tlens, &c.tqstart, (float)scale, &bad);
+                assert_int_equal(st, TC_ERR_INVALID_ARGUMENT);
+                assert_non_null(strstr(tc_last_error(), "window"));
+                tc_tensor_deinit(&out);
+                paged_free(&c);
+            }
         }
 }
 
@@ -1384,8 +1464,10 @@ int main(void)
         cmocka_unit_test(linear_fuses_norm_swiglu_and_residual),
         cmocka_unit_test(scale_columns_folds_a_norm),
         cmocka_unit_test(swiglu_and_softmax_on_strided_rows),
+        cmocka_unit_test(add_bias_on_strided_rows),
         cmocka_unit_test(convert_between_float_dtypes),
         cmocka_unit_test(attention_prefill_and_decode_over_paged_cache),
+        cmocka_unit_test(attention_with_a_sliding_window),
         cmocka_unit_test(attention_over_fp8_caches),
         cmocka_unit_test(attention_store_writes_slots),
         cmocka_unit_test(attention_window_and_scales),

@@ -166,6 +166,42 @@ def test_health_models_tokenize(srv):
     assert status == 200 and detok["prompt"] == PROMPT
 
 
+def test_empty_prompt_tokenizes_to_nothing(srv):
+    """/tokenize answers [] for an empty prompt and for one made only of bytes the vocabulary
+    lacks (SmolLM2 has no token for 0x13), as tokenizers and llama.cpp do; '!\\x13!' merges
+    across the dropped byte into '!!' (10095), as tokenizers does; a completion of an empty
+    prompt is still refused."""
+    for prompt in ("", "\x13", "\x13\x04"):
+        status, tok = srv.post("/tokenize", {"prompt": prompt})
+        assert status == 200 and tok["count"] == 0 and tok["tokens"] == [], (prompt, tok)
+    assert srv.post("/tokenize", {"prompt": "!\x13!"})[1]["tokens"] == [10095]
+    status, r = srv.post("/v1/completions", {"model": NAME, "prompt": "", "max_tokens": 2})
+    assert status == 400 and "the prompt is empty" in r["error"]["message"], r
+
+
+# Texts where PCRE2's Unicode (14) and tokenizers' differ: U+180E (no longer White_Space),
+# numbers and letters of later versions (Kawi and Tangut digits, CJK extension I, Garay),
+# bytes SmolLM2's vocabulary lacks (0x13, 0x04, 0xF1 in U+50000's encoding).
+EDGE_TEXTS = ["a\u180eb", "x \u180e y", "\u180e", "1\U00011F50\U00011F512", "\U00016FF4\U00016FF5 9",
+              "\U0002EBF0\U0002EBF1 x", "ab\U000105C0cd", "\U00010D40\U00010D4A", "!\x13!",
+              "a\x04b\x13\x13c", "\U00050000z", "tab\t\u180e\u3000end"]
+
+
+def test_edge_texts_tokenize_as_tokenizers_does(srv):
+    """Each edge text tokenises as Hugging Face's tokenizers does with SmolLM2's tokenizer.json
+    (tools/fetch-model --hf)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    r = subprocess.run([os.path.join(ROOT, "tools", "fetch-model"), "--hf"], capture_output=True,
+                       text=True)
+    if r.returncode:
+        pytest.skip("SmolLM2's Hugging Face form is not available")
+    ref = tokenizers.Tokenizer.from_file(os.path.join(r.stdout.split()[-1], "tokenizer.json"))
+    for text in EDGE_TEXTS:
+        want = ref.encode(text, add_special_tokens=True).ids
+        status, tok = srv.post("/tokenize", {"prompt": text})
+        assert status == 200 and tok["tokens"] == want, (text, tok, want)
+
+
 def test_greedy_completion_equals_generate(srv):
     """The engine behind the server produces what `thincuda generate` does, token for token."""
     want = subprocess.run([BIN, "generate", "--model", model_path(), "--device", "cpu", "--prompt",

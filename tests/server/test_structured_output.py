@@ -126,6 +126,27 @@ def test_json_object(srv):
         assert isinstance(doc, dict)
 
 
+def test_same_schema_shares_its_grammar(srv):
+    """A repeated schema finds its compiled grammar (and the masks it cached); another order
+    of the same properties is another grammar, and both still hold their documents."""
+    a = obj({"first": S, "n": I, "ok": B})
+    b = obj({"n": I, "first": S, "ok": B})
+    body = {"messages": PROMPT, "max_tokens": 60, "temperature": 0}
+    m0 = srv.metrics()
+    texts = []
+    for schema in (a, a, b, a):
+        status, r = srv.post("/v1/chat/completions", {**body, "response_format": fmt(schema)})
+        assert status == 200, r
+        text = r["choices"][0]["message"]["content"]
+        check(text, schema, r["choices"][0]["finish_reason"])
+        texts.append(text)
+    m1 = srv.metrics()
+    assert m1["thincuda_grammar_cache_hits_total"] - m0.get("thincuda_grammar_cache_hits_total", 0) == 2
+    assert m1["thincuda_grammar_cache_misses_total"] - m0.get("thincuda_grammar_cache_misses_total", 0) == 2
+    assert texts[0] == texts[1] == texts[3], texts
+    assert list(json.loads(texts[2])) == ["n", "first", "ok"], texts[2]
+
+
 @pytest.mark.parametrize("schema,keyword", [
     ({"type": "string", "pattern": "^a+$"}, "pattern"),
     (obj({"n": {"type": "integer", "minimum": 3}}), "minimum"),
