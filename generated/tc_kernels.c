@@ -59,52 +59,40 @@ static const uint16_t sizes_tc_k_attn_decode64_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 
 static const char *const names_tc_k_attn_decode64_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
 static const uint16_t sizes_tc_k_attn_decode128_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
 static const char *const names_tc_k_attn_decode128_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
-static const uint16_t sizes_tc_k_attn_decode_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 4};
-static const char *const names_tc_k_attn_decode_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "head_dim"};
 static const uint16_t sizes_tc_k_attn_decode64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
 static const char *const names_tc_k_attn_decode64_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
 static const uint16_t sizes_tc_k_attn_decode128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
 static const char *const names_tc_k_attn_decode128_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
-static const uint16_t sizes_tc_k_attn_decode_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 4};
-static const char *const names_tc_k_attn_decode_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "head_dim"};
+static const uint16_t sizes_tc_k_attn_decode_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_decode_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale", "fp8", "head_dim"};
 static const uint16_t sizes_tc_k_attn_decode64_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8};
 static const char *const names_tc_k_attn_decode64_f16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale"};
 static const uint16_t sizes_tc_k_attn_decode128_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8};
 static const char *const names_tc_k_attn_decode128_f16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale"};
-static const uint16_t sizes_tc_k_attn_decode_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_decode_f16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale", "head_dim"};
 static const uint16_t sizes_tc_k_attn_decode64_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8};
 static const char *const names_tc_k_attn_decode64_bf16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale"};
 static const uint16_t sizes_tc_k_attn_decode128_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8};
 static const char *const names_tc_k_attn_decode128_bf16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale"};
-static const uint16_t sizes_tc_k_attn_decode_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_decode_bf16_f8[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale", "head_dim"};
 static const uint16_t sizes_tc_k_attn_prefill_f32[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 4};
 static const char *const names_tc_k_attn_prefill_f32[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "head_dim"};
 static const uint16_t sizes_tc_k_attn_prefill64_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
 static const char *const names_tc_k_attn_prefill64_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
 static const uint16_t sizes_tc_k_attn_prefill128_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
 static const char *const names_tc_k_attn_prefill128_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
-static const uint16_t sizes_tc_k_attn_prefill_f16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 4};
-static const char *const names_tc_k_attn_prefill_f16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "head_dim"};
 static const uint16_t sizes_tc_k_attn_prefill64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
 static const char *const names_tc_k_attn_prefill64_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
 static const uint16_t sizes_tc_k_attn_prefill128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
 static const char *const names_tc_k_attn_prefill128_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
-static const uint16_t sizes_tc_k_attn_prefill_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 4};
-static const char *const names_tc_k_attn_prefill_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "head_dim"};
+static const uint16_t sizes_tc_k_attn_prefill_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_prefill_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale", "fp8", "head_dim"};
 static const uint16_t sizes_tc_k_attn_prefill64_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8};
 static const char *const names_tc_k_attn_prefill64_f16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale"};
 static const uint16_t sizes_tc_k_attn_prefill128_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8};
 static const char *const names_tc_k_attn_prefill128_f16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale"};
-static const uint16_t sizes_tc_k_attn_prefill_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_prefill_f16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale", "head_dim"};
 static const uint16_t sizes_tc_k_attn_prefill64_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8};
 static const char *const names_tc_k_attn_prefill64_bf16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale"};
 static const uint16_t sizes_tc_k_attn_prefill128_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8};
 static const char *const names_tc_k_attn_prefill128_bf16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale"};
-static const uint16_t sizes_tc_k_attn_prefill_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8, 4};
-static const char *const names_tc_k_attn_prefill_bf16_f8[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale", "head_dim"};
 static const uint16_t sizes_tc_k_convert[] = {8, 4, 8, 4, 8, 8, 8, 8};
 static const char *const names_tc_k_convert[] = {"out", "out_dtype", "x", "x_dtype", "rows", "cols", "out_stride", "x_stride"};
 static const uint16_t sizes_tc_k_scale_cols[] = {8, 8, 4, 8, 8, 8};
@@ -312,31 +300,25 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_attn_store_bf16_f8", "kernels/attention.cu", 121, 11, sizes_tc_k_attn_store_bf16_f8, names_tc_k_attn_store_bf16_f8},
     {"tc_k_attn_scales_f16", "kernels/attention.cu", 134, 8, sizes_tc_k_attn_scales_f16, names_tc_k_attn_scales_f16},
     {"tc_k_attn_scales_bf16", "kernels/attention.cu", 145, 8, sizes_tc_k_attn_scales_bf16, names_tc_k_attn_scales_bf16},
-    {"tc_k_attn_decode64_f16", "kernels/attention_decode.cu", 715, 19, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
-    {"tc_k_attn_decode128_f16", "kernels/attention_decode.cu", 730, 19, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
-    {"tc_k_attn_decode_f16", "kernels/attention_decode.cu", 740, 20, sizes_tc_k_attn_decode_f16, names_tc_k_attn_decode_f16},
-    {"tc_k_attn_decode64_bf16", "kernels/attention_decode.cu", 755, 19, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
-    {"tc_k_attn_decode128_bf16", "kernels/attention_decode.cu", 770, 19, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
-    {"tc_k_attn_decode_bf16", "kernels/attention_decode.cu", 780, 20, sizes_tc_k_attn_decode_bf16, names_tc_k_attn_decode_bf16},
-    {"tc_k_attn_decode64_f16_f8", "kernels/attention_decode.cu", 790, 21, sizes_tc_k_attn_decode64_f16_f8, names_tc_k_attn_decode64_f16_f8},
-    {"tc_k_attn_decode128_f16_f8", "kernels/attention_decode.cu", 801, 21, sizes_tc_k_attn_decode128_f16_f8, names_tc_k_attn_decode128_f16_f8},
-    {"tc_k_attn_decode_f16_f8", "kernels/attention_decode.cu", 813, 22, sizes_tc_k_attn_decode_f16_f8, names_tc_k_attn_decode_f16_f8},
-    {"tc_k_attn_decode64_bf16_f8", "kernels/attention_decode.cu", 824, 21, sizes_tc_k_attn_decode64_bf16_f8, names_tc_k_attn_decode64_bf16_f8},
-    {"tc_k_attn_decode128_bf16_f8", "kernels/attention_decode.cu", 835, 21, sizes_tc_k_attn_decode128_bf16_f8, names_tc_k_attn_decode128_bf16_f8},
-    {"tc_k_attn_decode_bf16_f8", "kernels/attention_decode.cu", 847, 22, sizes_tc_k_attn_decode_bf16_f8, names_tc_k_attn_decode_bf16_f8},
-    {"tc_k_attn_prefill_f32", "kernels/attention_prefill.cu", 558, 17, sizes_tc_k_attn_prefill_f32, names_tc_k_attn_prefill_f32},
-    {"tc_k_attn_prefill64_f16", "kernels/attention_prefill.cu", 568, 16, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
-    {"tc_k_attn_prefill128_f16", "kernels/attention_prefill.cu", 578, 16, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
-    {"tc_k_attn_prefill_f16", "kernels/attention_prefill.cu", 589, 17, sizes_tc_k_attn_prefill_f16, names_tc_k_attn_prefill_f16},
-    {"tc_k_attn_prefill64_bf16", "kernels/attention_prefill.cu", 599, 16, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
-    {"tc_k_attn_prefill128_bf16", "kernels/attention_prefill.cu", 609, 16, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
-    {"tc_k_attn_prefill_bf16", "kernels/attention_prefill.cu", 620, 17, sizes_tc_k_attn_prefill_bf16, names_tc_k_attn_prefill_bf16},
-    {"tc_k_attn_prefill64_f16_f8", "kernels/attention_prefill.cu", 631, 18, sizes_tc_k_attn_prefill64_f16_f8, names_tc_k_attn_prefill64_f16_f8},
-    {"tc_k_attn_prefill128_f16_f8", "kernels/attention_prefill.cu", 643, 18, sizes_tc_k_attn_prefill128_f16_f8, names_tc_k_attn_prefill128_f16_f8},
-    {"tc_k_attn_prefill_f16_f8", "kernels/attention_prefill.cu", 656, 19, sizes_tc_k_attn_prefill_f16_f8, names_tc_k_attn_prefill_f16_f8},
-    {"tc_k_attn_prefill64_bf16_f8", "kernels/attention_prefill.cu", 668, 18, sizes_tc_k_attn_prefill64_bf16_f8, names_tc_k_attn_prefill64_bf16_f8},
-    {"tc_k_attn_prefill128_bf16_f8", "kernels/attention_prefill.cu", 680, 18, sizes_tc_k_attn_prefill128_bf16_f8, names_tc_k_attn_prefill128_bf16_f8},
-    {"tc_k_attn_prefill_bf16_f8", "kernels/attention_prefill.cu", 693, 19, sizes_tc_k_attn_prefill_bf16_f8, names_tc_k_attn_prefill_bf16_f8},
+    {"tc_k_attn_decode64_f16", "kernels/attention_decode.cu", 716, 19, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
+    {"tc_k_attn_decode128_f16", "kernels/attention_decode.cu", 731, 19, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
+    {"tc_k_attn_decode64_bf16", "kernels/attention_decode.cu", 746, 19, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
+    {"tc_k_attn_decode128_bf16", "kernels/attention_decode.cu", 761, 19, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
+    {"tc_k_attn_decode_bf16", "kernels/attention_decode.cu", 775, 23, sizes_tc_k_attn_decode_bf16, names_tc_k_attn_decode_bf16},
+    {"tc_k_attn_decode64_f16_f8", "kernels/attention_decode.cu", 792, 21, sizes_tc_k_attn_decode64_f16_f8, names_tc_k_attn_decode64_f16_f8},
+    {"tc_k_attn_decode128_f16_f8", "kernels/attention_decode.cu", 803, 21, sizes_tc_k_attn_decode128_f16_f8, names_tc_k_attn_decode128_f16_f8},
+    {"tc_k_attn_decode64_bf16_f8", "kernels/attention_decode.cu", 814, 21, sizes_tc_k_attn_decode64_bf16_f8, names_tc_k_attn_decode64_bf16_f8},
+    {"tc_k_attn_decode128_bf16_f8", "kernels/attention_decode.cu", 825, 21, sizes_tc_k_attn_decode128_bf16_f8, names_tc_k_attn_decode128_bf16_f8},
+    {"tc_k_attn_prefill_f32", "kernels/attention_prefill.cu", 555, 17, sizes_tc_k_attn_prefill_f32, names_tc_k_attn_prefill_f32},
+    {"tc_k_attn_prefill64_f16", "kernels/attention_prefill.cu", 565, 16, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
+    {"tc_k_attn_prefill128_f16", "kernels/attention_prefill.cu", 575, 16, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
+    {"tc_k_attn_prefill64_bf16", "kernels/attention_prefill.cu", 585, 16, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
+    {"tc_k_attn_prefill128_bf16", "kernels/attention_prefill.cu", 595, 16, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
+    {"tc_k_attn_prefill_bf16", "kernels/attention_prefill.cu", 609, 20, sizes_tc_k_attn_prefill_bf16, names_tc_k_attn_prefill_bf16},
+    {"tc_k_attn_prefill64_f16_f8", "kernels/attention_prefill.cu", 625, 18, sizes_tc_k_attn_prefill64_f16_f8, names_tc_k_attn_prefill64_f16_f8},
+    {"tc_k_attn_prefill128_f16_f8", "kernels/attention_prefill.cu", 637, 18, sizes_tc_k_attn_prefill128_f16_f8, names_tc_k_attn_prefill128_f16_f8},
+    {"tc_k_attn_prefill64_bf16_f8", "kernels/attention_prefill.cu", 649, 18, sizes_tc_k_attn_prefill64_bf16_f8, names_tc_k_attn_prefill64_bf16_f8},
+    {"tc_k_attn_prefill128_bf16_f8", "kernels/attention_prefill.cu", 661, 18, sizes_tc_k_attn_prefill128_bf16_f8, names_tc_k_attn_prefill128_bf16_f8},
     {"tc_k_convert", "kernels/convert.cu", 7, 8, sizes_tc_k_convert, names_tc_k_convert},
     {"tc_k_scale_cols", "kernels/convert.cu", 23, 6, sizes_tc_k_scale_cols, names_tc_k_scale_cols},
     {"tc_k_copy_u8", "kernels/copy.cu", 32, 3, sizes_tc_k_copy_u8, names_tc_k_copy_u8},

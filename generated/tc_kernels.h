@@ -57,126 +57,120 @@ typedef enum tc_kernel_id {
     TC_KERNEL_ATTN_SCALES_BF16 = 12,
     TC_KERNEL_ATTN_DECODE64_F16 = 13,
     TC_KERNEL_ATTN_DECODE128_F16 = 14,
-    TC_KERNEL_ATTN_DECODE_F16 = 15,
-    TC_KERNEL_ATTN_DECODE64_BF16 = 16,
-    TC_KERNEL_ATTN_DECODE128_BF16 = 17,
-    TC_KERNEL_ATTN_DECODE_BF16 = 18,
-    TC_KERNEL_ATTN_DECODE64_F16_F8 = 19,
-    TC_KERNEL_ATTN_DECODE128_F16_F8 = 20,
-    TC_KERNEL_ATTN_DECODE_F16_F8 = 21,
-    TC_KERNEL_ATTN_DECODE64_BF16_F8 = 22,
-    TC_KERNEL_ATTN_DECODE128_BF16_F8 = 23,
-    TC_KERNEL_ATTN_DECODE_BF16_F8 = 24,
-    TC_KERNEL_ATTN_PREFILL_F32 = 25,
-    TC_KERNEL_ATTN_PREFILL64_F16 = 26,
-    TC_KERNEL_ATTN_PREFILL128_F16 = 27,
-    TC_KERNEL_ATTN_PREFILL_F16 = 28,
-    TC_KERNEL_ATTN_PREFILL64_BF16 = 29,
-    TC_KERNEL_ATTN_PREFILL128_BF16 = 30,
-    TC_KERNEL_ATTN_PREFILL_BF16 = 31,
-    TC_KERNEL_ATTN_PREFILL64_F16_F8 = 32,
-    TC_KERNEL_ATTN_PREFILL128_F16_F8 = 33,
-    TC_KERNEL_ATTN_PREFILL_F16_F8 = 34,
-    TC_KERNEL_ATTN_PREFILL64_BF16_F8 = 35,
-    TC_KERNEL_ATTN_PREFILL128_BF16_F8 = 36,
-    TC_KERNEL_ATTN_PREFILL_BF16_F8 = 37,
-    TC_KERNEL_CONVERT = 38,
-    TC_KERNEL_SCALE_COLS = 39,
-    TC_KERNEL_COPY_U8 = 40,
-    TC_KERNEL_FILL_F32 = 41,
-    TC_KERNEL_EMBEDDING_F32 = 42,
-    TC_KERNEL_EMBEDDING_F16 = 43,
-    TC_KERNEL_EMBEDDING_BF16 = 44,
-    TC_KERNEL_GEMM_TC_F16 = 45,
-    TC_KERNEL_GEMM_TC_BF16 = 46,
-    TC_KERNEL_GEMM_WG_F16 = 47,
-    TC_KERNEL_GEMM_WG_BF16 = 48,
-    TC_KERNEL_GEMM_F32 = 49,
-    TC_KERNEL_GEMM_F16 = 50,
-    TC_KERNEL_GEMM_BF16 = 51,
-    TC_KERNEL_IQ_DEQUANT = 52,
-    TC_KERNEL_LOGITS_MASK_F32 = 53,
-    TC_KERNEL_MATVEC_F32 = 54,
-    TC_KERNEL_MATVEC_F16 = 55,
-    TC_KERNEL_MATVEC_BF16 = 56,
-    TC_KERNEL_MATVEC1_F32 = 57,
-    TC_KERNEL_MATVEC1_F16 = 58,
-    TC_KERNEL_MATVEC1_BF16 = 59,
-    TC_KERNEL_MATVEC_MMA_F16 = 60,
-    TC_KERNEL_MATVEC_MMA_BF16 = 61,
-    TC_KERNEL_QREPACK = 62,
-    TC_KERNEL_QDEQUANT_F32 = 63,
-    TC_KERNEL_QDEQUANT_F16 = 64,
-    TC_KERNEL_QDEQUANT_BF16 = 65,
-    TC_KERNEL_QMATVEC_F32 = 66,
-    TC_KERNEL_QMV_Q4_0_F16 = 67,
-    TC_KERNEL_QMV_Q4_0_BF16 = 68,
-    TC_KERNEL_QMV_Q4_1_F16 = 69,
-    TC_KERNEL_QMV_Q4_1_BF16 = 70,
-    TC_KERNEL_QMV_Q5_0_F16 = 71,
-    TC_KERNEL_QMV_Q5_0_BF16 = 72,
-    TC_KERNEL_QMV_Q5_1_F16 = 73,
-    TC_KERNEL_QMV_Q5_1_BF16 = 74,
-    TC_KERNEL_QMV_Q8_0_F16 = 75,
-    TC_KERNEL_QMV_Q8_0_BF16 = 76,
-    TC_KERNEL_QMV_Q2_K_F16 = 77,
-    TC_KERNEL_QMV_Q2_K_BF16 = 78,
-    TC_KERNEL_QMV_Q3_K_F16 = 79,
-    TC_KERNEL_QMV_Q3_K_BF16 = 80,
-    TC_KERNEL_QMV_Q4_K_F16 = 81,
-    TC_KERNEL_QMV_Q4_K_BF16 = 82,
-    TC_KERNEL_QMV_Q5_K_F16 = 83,
-    TC_KERNEL_QMV_Q5_K_BF16 = 84,
-    TC_KERNEL_QMV_Q6_K_F16 = 85,
-    TC_KERNEL_QMV_Q6_K_BF16 = 86,
-    TC_KERNEL_QMV1_Q4_0_BF16 = 87,
-    TC_KERNEL_QMV1_Q4_1_BF16 = 88,
-    TC_KERNEL_QMV1_Q5_0_BF16 = 89,
-    TC_KERNEL_QMV1_Q5_1_BF16 = 90,
-    TC_KERNEL_QMV1_Q5_K_BF16 = 91,
-    TC_KERNEL_QMV1_Q8_0_BF16 = 92,
-    TC_KERNEL_QMV1_Q4_K_BF16 = 93,
-    TC_KERNEL_QMV1_Q6_K_BF16 = 94,
-    TC_KERNEL_QMM_Q4_0_F16 = 95,
-    TC_KERNEL_QMM_Q4_0_BF16 = 96,
-    TC_KERNEL_QMM_Q4_1_F16 = 97,
-    TC_KERNEL_QMM_Q4_1_BF16 = 98,
-    TC_KERNEL_QMM_Q5_0_F16 = 99,
-    TC_KERNEL_QMM_Q5_0_BF16 = 100,
-    TC_KERNEL_QMM_Q5_1_F16 = 101,
-    TC_KERNEL_QMM_Q5_1_BF16 = 102,
-    TC_KERNEL_QMM_Q8_0_F16 = 103,
-    TC_KERNEL_QMM_Q8_0_BF16 = 104,
-    TC_KERNEL_QMM_Q2_K_F16 = 105,
-    TC_KERNEL_QMM_Q2_K_BF16 = 106,
-    TC_KERNEL_QMM_Q3_K_F16 = 107,
-    TC_KERNEL_QMM_Q3_K_BF16 = 108,
-    TC_KERNEL_QMM_Q4_K_F16 = 109,
-    TC_KERNEL_QMM_Q4_K_BF16 = 110,
-    TC_KERNEL_QMM_Q5_K_F16 = 111,
-    TC_KERNEL_QMM_Q5_K_BF16 = 112,
-    TC_KERNEL_QMM_Q6_K_F16 = 113,
-    TC_KERNEL_QMM_Q6_K_BF16 = 114,
-    TC_KERNEL_FILL_RANDOM_F32 = 115,
-    TC_KERNEL_FILL_RANDOM_F16 = 116,
-    TC_KERNEL_FILL_RANDOM_BF16 = 117,
-    TC_KERNEL_RMSNORM_F32 = 118,
-    TC_KERNEL_RMSNORM_F16 = 119,
-    TC_KERNEL_RMSNORM_BF16 = 120,
-    TC_KERNEL_ROPE_F32 = 121,
-    TC_KERNEL_ROPE_F16 = 122,
-    TC_KERNEL_ROPE_BF16 = 123,
-    TC_KERNEL_ROPE_F16_F8 = 124,
-    TC_KERNEL_ROPE_BF16_F8 = 125,
-    TC_KERNEL_SELFTEST_PARAMS = 126,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 127,
-    TC_KERNEL_SOFTMAX_F32 = 128,
-    TC_KERNEL_SOFTMAX_F16 = 129,
-    TC_KERNEL_SOFTMAX_BF16 = 130,
-    TC_KERNEL_SWIGLU_F32 = 131,
-    TC_KERNEL_SWIGLU_F16 = 132,
-    TC_KERNEL_SWIGLU_BF16 = 133,
-    TC_KERNEL_COUNT = 134
+    TC_KERNEL_ATTN_DECODE64_BF16 = 15,
+    TC_KERNEL_ATTN_DECODE128_BF16 = 16,
+    TC_KERNEL_ATTN_DECODE_BF16 = 17,
+    TC_KERNEL_ATTN_DECODE64_F16_F8 = 18,
+    TC_KERNEL_ATTN_DECODE128_F16_F8 = 19,
+    TC_KERNEL_ATTN_DECODE64_BF16_F8 = 20,
+    TC_KERNEL_ATTN_DECODE128_BF16_F8 = 21,
+    TC_KERNEL_ATTN_PREFILL_F32 = 22,
+    TC_KERNEL_ATTN_PREFILL64_F16 = 23,
+    TC_KERNEL_ATTN_PREFILL128_F16 = 24,
+    TC_KERNEL_ATTN_PREFILL64_BF16 = 25,
+    TC_KERNEL_ATTN_PREFILL128_BF16 = 26,
+    TC_KERNEL_ATTN_PREFILL_BF16 = 27,
+    TC_KERNEL_ATTN_PREFILL64_F16_F8 = 28,
+    TC_KERNEL_ATTN_PREFILL128_F16_F8 = 29,
+    TC_KERNEL_ATTN_PREFILL64_BF16_F8 = 30,
+    TC_KERNEL_ATTN_PREFILL128_BF16_F8 = 31,
+    TC_KERNEL_CONVERT = 32,
+    TC_KERNEL_SCALE_COLS = 33,
+    TC_KERNEL_COPY_U8 = 34,
+    TC_KERNEL_FILL_F32 = 35,
+    TC_KERNEL_EMBEDDING_F32 = 36,
+    TC_KERNEL_EMBEDDING_F16 = 37,
+    TC_KERNEL_EMBEDDING_BF16 = 38,
+    TC_KERNEL_GEMM_TC_F16 = 39,
+    TC_KERNEL_GEMM_TC_BF16 = 40,
+    TC_KERNEL_GEMM_WG_F16 = 41,
+    TC_KERNEL_GEMM_WG_BF16 = 42,
+    TC_KERNEL_GEMM_F32 = 43,
+    TC_KERNEL_GEMM_F16 = 44,
+    TC_KERNEL_GEMM_BF16 = 45,
+    TC_KERNEL_IQ_DEQUANT = 46,
+    TC_KERNEL_LOGITS_MASK_F32 = 47,
+    TC_KERNEL_MATVEC_F32 = 48,
+    TC_KERNEL_MATVEC_F16 = 49,
+    TC_KERNEL_MATVEC_BF16 = 50,
+    TC_KERNEL_MATVEC1_F32 = 51,
+    TC_KERNEL_MATVEC1_F16 = 52,
+    TC_KERNEL_MATVEC1_BF16 = 53,
+    TC_KERNEL_MATVEC_MMA_F16 = 54,
+    TC_KERNEL_MATVEC_MMA_BF16 = 55,
+    TC_KERNEL_QREPACK = 56,
+    TC_KERNEL_QDEQUANT_F32 = 57,
+    TC_KERNEL_QDEQUANT_F16 = 58,
+    TC_KERNEL_QDEQUANT_BF16 = 59,
+    TC_KERNEL_QMATVEC_F32 = 60,
+    TC_KERNEL_QMV_Q4_0_F16 = 61,
+    TC_KERNEL_QMV_Q4_0_BF16 = 62,
+    TC_KERNEL_QMV_Q4_1_F16 = 63,
+    TC_KERNEL_QMV_Q4_1_BF16 = 64,
+    TC_KERNEL_QMV_Q5_0_F16 = 65,
+    TC_KERNEL_QMV_Q5_0_BF16 = 66,
+    TC_KERNEL_QMV_Q5_1_F16 = 67,
+    TC_KERNEL_QMV_Q5_1_BF16 = 68,
+    TC_KERNEL_QMV_Q8_0_F16 = 69,
+    TC_KERNEL_QMV_Q8_0_BF16 = 70,
+    TC_KERNEL_QMV_Q2_K_F16 = 71,
+    TC_KERNEL_QMV_Q2_K_BF16 = 72,
+    TC_KERNEL_QMV_Q3_K_F16 = 73,
+    TC_KERNEL_QMV_Q3_K_BF16 = 74,
+    TC_KERNEL_QMV_Q4_K_F16 = 75,
+    TC_KERNEL_QMV_Q4_K_BF16 = 76,
+    TC_KERNEL_QMV_Q5_K_F16 = 77,
+    TC_KERNEL_QMV_Q5_K_BF16 = 78,
+    TC_KERNEL_QMV_Q6_K_F16 = 79,
+    TC_KERNEL_QMV_Q6_K_BF16 = 80,
+    TC_KERNEL_QMV1_Q4_0_BF16 = 81,
+    TC_KERNEL_QMV1_Q4_1_BF16 = 82,
+    TC_KERNEL_QMV1_Q5_0_BF16 = 83,
+    TC_KERNEL_QMV1_Q5_1_BF16 = 84,
+    TC_KERNEL_QMV1_Q5_K_BF16 = 85,
+    TC_KERNEL_QMV1_Q8_0_BF16 = 86,
+    TC_KERNEL_QMV1_Q4_K_BF16 = 87,
+    TC_KERNEL_QMV1_Q6_K_BF16 = 88,
+    TC_KERNEL_QMM_Q4_0_F16 = 89,
+    TC_KERNEL_QMM_Q4_0_BF16 = 90,
+    TC_KERNEL_QMM_Q4_1_F16 = 91,
+    TC_KERNEL_QMM_Q4_1_BF16 = 92,
+    TC_KERNEL_QMM_Q5_0_F16 = 93,
+    TC_KERNEL_QMM_Q5_0_BF16 = 94,
+    TC_KERNEL_QMM_Q5_1_F16 = 95,
+    TC_KERNEL_QMM_Q5_1_BF16 = 96,
+    TC_KERNEL_QMM_Q8_0_F16 = 97,
+    TC_KERNEL_QMM_Q8_0_BF16 = 98,
+    TC_KERNEL_QMM_Q2_K_F16 = 99,
+    TC_KERNEL_QMM_Q2_K_BF16 = 100,
+    TC_KERNEL_QMM_Q3_K_F16 = 101,
+    TC_KERNEL_QMM_Q3_K_BF16 = 102,
+    TC_KERNEL_QMM_Q4_K_F16 = 103,
+    TC_KERNEL_QMM_Q4_K_BF16 = 104,
+    TC_KERNEL_QMM_Q5_K_F16 = 105,
+    TC_KERNEL_QMM_Q5_K_BF16 = 106,
+    TC_KERNEL_QMM_Q6_K_F16 = 107,
+    TC_KERNEL_QMM_Q6_K_BF16 = 108,
+    TC_KERNEL_FILL_RANDOM_F32 = 109,
+    TC_KERNEL_FILL_RANDOM_F16 = 110,
+    TC_KERNEL_FILL_RANDOM_BF16 = 111,
+    TC_KERNEL_RMSNORM_F32 = 112,
+    TC_KERNEL_RMSNORM_F16 = 113,
+    TC_KERNEL_RMSNORM_BF16 = 114,
+    TC_KERNEL_ROPE_F32 = 115,
+    TC_KERNEL_ROPE_F16 = 116,
+    TC_KERNEL_ROPE_BF16 = 117,
+    TC_KERNEL_ROPE_F16_F8 = 118,
+    TC_KERNEL_ROPE_BF16_F8 = 119,
+    TC_KERNEL_SELFTEST_PARAMS = 120,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 121,
+    TC_KERNEL_SOFTMAX_F32 = 122,
+    TC_KERNEL_SOFTMAX_F16 = 123,
+    TC_KERNEL_SOFTMAX_BF16 = 124,
+    TC_KERNEL_SWIGLU_F32 = 125,
+    TC_KERNEL_SWIGLU_F16 = 126,
+    TC_KERNEL_SWIGLU_BF16 = 127,
+    TC_KERNEL_COUNT = 128
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -344,7 +338,7 @@ static inline tc_status tc_launch_attn_scales_bf16(tc_launch_config cfg, float *
     tc_launch_attn_scales_bf16((cfg), TC__KARG(float *, k_scale), TC__KARG(float *, v_scale), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG(int64_t, rows), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention_decode.cu:715 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+/* kernels/attention_decode.cu:716 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
 static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
@@ -355,7 +349,7 @@ static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_hal
     tc_launch_attn_decode64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_decode.cu:730 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+/* kernels/attention_decode.cu:731 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
 static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
@@ -366,18 +360,7 @@ static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_ha
     tc_launch_attn_decode128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_decode.cu:740 tc_k_attn_decode_f16: Decode attention of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_decode64_f16, with stages * 256 * (hp + 8) bytes of dynamic shared memory and partials records of head_dim rounded up to 4, plus 4, floats. */
-static inline tc_status tc_launch_attn_decode_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, int32_t head_dim)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE_F16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode_f16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, head_dim) \
-    tc_launch_attn_decode_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention_decode.cu:755 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+/* kernels/attention_decode.cu:746 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
 static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
@@ -388,7 +371,7 @@ static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf
     tc_launch_attn_decode64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_decode.cu:770 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+/* kernels/attention_decode.cu:761 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
 static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
@@ -399,18 +382,18 @@ static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_b
     tc_launch_attn_decode128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_decode.cu:780 tc_k_attn_decode_bf16: Decode attention of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_decode64_bf16, with stages * 256 * (hp + 8) bytes of dynamic shared memory and partials records of head_dim rounded up to 4, plus 4, floats. */
-static inline tc_status tc_launch_attn_decode_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, int32_t head_dim)
+/* kernels/attention_decode.cu:775 tc_k_attn_decode_bf16: Decode attention of any even head_dim from 16 to 256 (rounded up to 16: hp) over a bf16 cache, or with fp8 set an FP8 E4M3 one (k_scale, v_scale: each kv head's scales, f32 [n_kv_heads]; NULL: 1): as tc_k_attn_decode64_bf16, with stages * 128 * (2 hp + 16) bytes of dynamic shared memory over a bf16 cache, stages * 128 * (hp + 16) + 128 * (hp + 8) over an FP8 one, and partials records of head_dim rounded up to 4, plus 4, floats. (f16 activations: 64 and 128 only.) window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+static inline tc_status tc_launch_attn_decode_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale, int32_t fp8, int32_t head_dim)
 {
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &head_dim};
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale, &fp8, &head_dim};
     return tc_launch_kernel(TC_KERNEL_ATTN_DECODE_BF16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_attn_decode_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, head_dim) \
-    tc_launch_attn_decode_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
+#define tc_launch_attn_decode_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale, fp8, head_dim) \
+    tc_launch_attn_decode_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, fp8), TC__KARG(int32_t, head_dim))
 #endif
 
-/* kernels/attention_decode.cu:790 tc_k_attn_decode64_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_f16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_decode.cu:792 tc_k_attn_decode64_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_f16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_decode64_f16_f8(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
@@ -421,7 +404,7 @@ static inline tc_status tc_launch_attn_decode64_f16_f8(tc_launch_config cfg, tc_
     tc_launch_attn_decode64_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_decode.cu:801 tc_k_attn_decode128_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_f16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_decode.cu:803 tc_k_attn_decode128_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_f16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_decode128_f16_f8(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
@@ -432,18 +415,7 @@ static inline tc_status tc_launch_attn_decode128_f16_f8(tc_launch_config cfg, tc
     tc_launch_attn_decode128_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_decode.cu:813 tc_k_attn_decode_f16_f8: Decode attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_decode_f16, with stages * 128 * (hp + 16) + 128 * (hp + 8) bytes of dynamic shared memory. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_decode_f16_f8(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale, int32_t head_dim)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE_F16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode_f16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale, head_dim) \
-    tc_launch_attn_decode_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention_decode.cu:824 tc_k_attn_decode64_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_bf16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_decode.cu:814 tc_k_attn_decode64_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_bf16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_decode64_bf16_f8(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
@@ -454,7 +426,7 @@ static inline tc_status tc_launch_attn_decode64_bf16_f8(tc_launch_config cfg, tc
     tc_launch_attn_decode64_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_decode.cu:835 tc_k_attn_decode128_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_bf16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_decode.cu:825 tc_k_attn_decode128_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_bf16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_decode128_bf16_f8(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
@@ -465,18 +437,7 @@ static inline tc_status tc_launch_attn_decode128_bf16_f8(tc_launch_config cfg, t
     tc_launch_attn_decode128_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_decode.cu:847 tc_k_attn_decode_bf16_f8: Decode attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_decode_bf16, with stages * 128 * (hp + 16) + 128 * (hp + 8) bytes of dynamic shared memory. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_decode_bf16_f8(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale, int32_t head_dim)
-{
-    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE_BF16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_decode_bf16_f8(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale, head_dim) \
-    tc_launch_attn_decode_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention_prefill.cu:558 tc_k_attn_prefill_f32: Attention over f32 caches of any head_dim up to 256 (f32 on CUDA is a check of the 16-bit paths, kept to one simple kernel): causal prefill with grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, 4 * (32 * (head_dim + 1) * 3 + 32 * 33) bytes of dynamic shared memory; or with q_start NULL a decode: grid (n_seqs, n_heads), row s of q is sequence s's query. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:555 tc_k_attn_prefill_f32: Attention over f32 caches of any head_dim up to 256 (f32 on CUDA is a check of the 16-bit paths, kept to one simple kernel): causal prefill with grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, 4 * (32 * (head_dim + 1) * 3 + 32 * 33) bytes of dynamic shared memory; or with q_start NULL a decode: grid (n_seqs, n_heads), row s of q is sequence s's query. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, int32_t head_dim)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &head_dim};
@@ -487,7 +448,7 @@ static inline tc_status tc_launch_attn_prefill_f32(tc_launch_config cfg, float *
     tc_launch_attn_prefill_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
 #endif
 
-/* kernels/attention_prefill.cu:568 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:565 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
@@ -498,7 +459,7 @@ static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_ha
     tc_launch_attn_prefill64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_prefill.cu:578 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:575 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
@@ -509,18 +470,7 @@ static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_h
     tc_launch_attn_prefill128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_prefill.cu:589 tc_k_attn_prefill_f16: Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp): grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 384 * (hp + 8) bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
-static inline tc_status tc_launch_attn_prefill_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, int32_t head_dim)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_F16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill_f16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, head_dim) \
-    tc_launch_attn_prefill_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention_prefill.cu:599 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:585 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
@@ -531,7 +481,7 @@ static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_b
     tc_launch_attn_prefill64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_prefill.cu:609 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:595 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
@@ -542,18 +492,18 @@ static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_
     tc_launch_attn_prefill128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_prefill.cu:620 tc_k_attn_prefill_bf16: Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp): grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 384 * (hp + 8) bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
-static inline tc_status tc_launch_attn_prefill_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, int32_t head_dim)
+/* kernels/attention_prefill.cu:609 tc_k_attn_prefill_bf16: Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp) over a bf16 cache, or with fp8 set an FP8 E4M3 one (k_scale, v_scale: each kv head's scales, f32 [n_kv_heads]; NULL: 1): grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 384 * (hp + 8) bytes of dynamic shared memory over a bf16 cache, 256 * (hp + 8) + 128 * (hp + 16) over an FP8 one. (f16 activations: 64 and 128 only.) window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+static inline tc_status tc_launch_attn_prefill_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale, int32_t fp8, int32_t head_dim)
 {
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &head_dim};
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale, &fp8, &head_dim};
     return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_BF16, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_attn_prefill_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, head_dim) \
-    tc_launch_attn_prefill_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
+#define tc_launch_attn_prefill_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale, fp8, head_dim) \
+    tc_launch_attn_prefill_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, fp8), TC__KARG(int32_t, head_dim))
 #endif
 
-/* kernels/attention_prefill.cu:631 tc_k_attn_prefill64_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_prefill.cu:625 tc_k_attn_prefill64_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_prefill64_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
@@ -564,7 +514,7 @@ static inline tc_status tc_launch_attn_prefill64_f16_f8(tc_launch_config cfg, tc
     tc_launch_attn_prefill64_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_prefill.cu:643 tc_k_attn_prefill128_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_prefill.cu:637 tc_k_attn_prefill128_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_prefill128_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
@@ -575,18 +525,7 @@ static inline tc_status tc_launch_attn_prefill128_f16_f8(tc_launch_config cfg, t
     tc_launch_attn_prefill128_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_prefill.cu:656 tc_k_attn_prefill_f16_f8: Causal prefill attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_prefill_f16, with 256 * (hp + 8) + 128 * (hp + 16) bytes of dynamic shared memory. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_prefill_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale, int32_t head_dim)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_F16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill_f16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale, head_dim) \
-    tc_launch_attn_prefill_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
-#endif
-
-/* kernels/attention_prefill.cu:668 tc_k_attn_prefill64_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_prefill.cu:649 tc_k_attn_prefill64_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_prefill64_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
@@ -597,7 +536,7 @@ static inline tc_status tc_launch_attn_prefill64_bf16_f8(tc_launch_config cfg, t
     tc_launch_attn_prefill64_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_prefill.cu:680 tc_k_attn_prefill128_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_prefill.cu:661 tc_k_attn_prefill128_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_prefill128_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
@@ -606,17 +545,6 @@ static inline tc_status tc_launch_attn_prefill128_bf16_f8(tc_launch_config cfg, 
 #ifndef __cplusplus
 #define tc_launch_attn_prefill128_bf16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale) \
     tc_launch_attn_prefill128_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
-#endif
-
-/* kernels/attention_prefill.cu:693 tc_k_attn_prefill_bf16_f8: Causal prefill attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to 16: hp): as tc_k_attn_prefill_bf16, with 256 * (hp + 8) + 128 * (hp + 16) bytes of dynamic shared memory. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-static inline tc_status tc_launch_attn_prefill_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale, int32_t head_dim)
-{
-    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale, &head_dim};
-    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL_BF16_F8, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_prefill_bf16_f8(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale, head_dim) \
-    tc_launch_attn_prefill_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
 #endif
 
 /* kernels/convert.cu:7 tc_k_convert: out[r, c] = x[r, c] converted from x_dtype to out_dtype (DT_F32/F16/BF16/F8E4M3 codes), rounding to nearest even (grid-stride: any grid size works). */

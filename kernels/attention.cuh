@@ -72,9 +72,10 @@ __device__ __forceinline__ void load_kv_rows(T *ks, T *vs, const T *k_cache, con
     }
 }
 
-// ---- The generic kernels: any even head_dim up to kMaxHD, read at run time. Their rows in
-// shared memory and their products are head_dim rounded up to 16 (hp) wide; the columns from
-// head_dim to hp are zeroed once and never written by the copies.
+// ---- The generic kernels: any even head_dim up to kMaxHD, read at run time, and a 16-bit or
+// an FP8 cache (one kernel for both, chosen at run time: fewer instantiations, a smaller
+// binary). Their rows in shared memory and their products are head_dim rounded up to 16 (hp)
+// wide; the columns from head_dim to hp are zeroed once and never written by the copies.
 constexpr int kMaxHD = 256;
 
 // Copy G bytes (16, 8 or 4) global -> shared asynchronously (cp.async.ca), or fill them with
@@ -93,49 +94,43 @@ __device__ __forceinline__ void copy_piece(void *smem, const void *gmem, bool pr
         *static_cast<uint16_t *>(smem) = pred ? *static_cast<const uint16_t *>(gmem) : (uint16_t)0;
 }
 
-// load_kv_rows for a run-time head_dim hd: one warp copies `rows` cache rows of kv head kvh from
-// token ts (keys to ks, values to vs, rows ld elements apart), in pieces of G bytes (the
-// largest of 16, 8, 4, 2 that divides a row's bytes, so every piece is aligned). Rows as
-// load_kv_rows: [start, t1) are real, the rest zero-filled; with lo > 0 only [lo, hi). (Not
-// inlined: the generic kernels call it from several places.)
-template <typename C>
-__device__ __noinline__ void load_rows_any(C *ks, C *vs, const C *k_cache, const C *v_cache, const int32_t *tbl,
-                                           int ts, int rows, int t1, int start, int block_size, int n_kv_heads,
-                                           int kvh, int hd, int ld, int lane, int lo, int hi)
+// load_kv_rows for a run-time head_dim hd and cache element size esz (1: FP8, 2: 16-bit), on
+// bytes: one warp copies `rows` cache rows of kv head kvh from token ts (keys to ks, values to
+// vs, rows ld bytes apart), in pieces of G bytes (the largest of 16, 8, 4, 2 that divides a
+// row's bytes, so every piece is aligned). Rows as load_kv_rows: [start, t1) are real, the rest
+// zero-filled; with lo > 0 only [lo, hi). (Not inlined: the generic kernels call it from
+// several places.)
+__device__ __noinline__ void load_rows_any(uint8_t *ks, uint8_t *vs, const uint8_t *k_cache, const uint8_t *v_cache,
+                                           const int32_t *tbl, int ts, int rows, int t1, int start, int block_size,
+                                           int n_kv_heads, int kvh, int hd, int esz, int ld, int lane, int lo,
+                                           int hi)
 {
-    const int bytes = hd * (int)sizeof(C);
+    const int bytes = hd * esz;
     const int G = bytes % 16 == 0 ? 16 : bytes % 8 == 0 ? 8 : bytes % 4 == 0 ? 4 : 2, per_row = bytes / G;
     for (int e = lane; e < rows * per_row; e += 32) {
         int r = e / per_row, c = e - r * per_row, t = ts + r;
         bool real = t >= start && t < t1, ok = real && t >= lo && t < hi;
         if (!ok && (real || lo > 0))
             continue; // copied in the other part
-        const char *kr = reinterpret_cast<const char *>(k_cache), *vr = reinterpret_cast<const char *>(v_cache);
-        if (ok) {
-            int64_t off = (kv_row(k_cache, tbl, t, block_size, n_kv_heads, hd, kvh) - k_cache) * (int64_t)sizeof(C);
-            kr += off;
-            vr += off;
-        }
-        copy_piece(reinterpret_cast<char *>(ks + r * ld) + c * G, kr + c * G, ok, G);
-        copy_piece(reinterpret_cast<char *>(vs + r * ld) + c * G, vr + c * G, ok, G);
+        int64_t off = ok ? kv_row(k_cache, tbl, t, block_size, n_kv_heads, bytes, kvh) - k_cache : 0;
+        copy_piece(ks + r * ld + c * G, k_cache + off + c * G, ok, G);
+        copy_piece(vs + r * ld + c * G, v_cache + off + c * G, ok, G);
     }
 }
 
-// Zero columns [hd, hp) of `rows` rows ld elements apart (thread t of n).
-template <typename C>
-__device__ __forceinline__ void zero_pad(C *rows_at, int rows, int hd, int hp, int ld, int t, int n)
+// Zero bytes [from, to) of `rows` rows ld bytes apart (thread t of n).
+__device__ __forceinline__ void zero_pad(uint8_t *rows_at, int rows, int from, int to, int ld, int t, int n)
 {
-    int w = (hp - hd) * (int)sizeof(C);
+    int w = to - from;
     for (int e = t; e < rows * w; e += n) {
         int r = e / w;
-        reinterpret_cast<char *>(rows_at + r * ld + hd)[e - r * w] = 0;
+        rows_at[r * ld + from + (e - r * w)] = 0;
     }
 }
 
 // widen for a run-time width: rows x hp FP8 values (rows lds bytes apart) to T (rows ldd apart).
 template <typename T>
-__device__ __forceinline__ void widen_any(T *dst, const tc::f8e4m3 *src, int rows, int hp, int ldd, int lds, int t,
-                                          int n)
+__device__ __forceinline__ void widen_any(T *dst, const uint8_t *src, int rows, int hp, int ldd, int lds, int t, int n)
 {
     int P = hp / 8;
     for (int e = t; e < rows * P; e += n) {

@@ -2,10 +2,11 @@
 // as in flash-decoding; the last split to finish merges). f32 arithmetic throughout; 16-bit
 // caches on the tensor cores; an FP8 E4M3 cache's tiles copied as bytes and turned into f16
 // fragments in registers (64, 128) or widened in shared memory (generic). head_dim 64 and 128
-// have kernels of their own; every other even size up to 256 runs on a generic kernel that
-// reads it at run time (one instantiation per dtype pair, to keep the binary small). f32
-// activations run on attention_prefill.cu's simple kernel. With a sliding window, tokens before
-// the query's window are never read (their blocks may be freed).
+// have kernels of their own; every other even size up to 256 runs on one generic kernel that
+// reads it, and whether the cache is bf16 or FP8, at run time (bf16 activations only: each
+// instantiation costs the binary about 100 KB). f32 activations run on attention_prefill.cu's
+// simple kernel. With a sliding window, tokens before the query's window are never read (their
+// blocks may be freed).
 #include <type_traits>
 
 #include "attention.cuh"
@@ -317,23 +318,22 @@ __device__ void decode_warp_f8(const DecodeWork &w, const DecodeRing<tc::f8e4m3,
     }
 }
 
-// DecodeRing of the generic kernels: stages of kTile keys then kTile values in rows ld
-// elements apart (hp + 16 bytes, in C).
-template <typename C> struct AnyRing {
-    C *ring;
-    const C *k_cache, *v_cache;
+// DecodeRing of the generic kernels, on bytes: stages of kTile keys then kTile values in rows
+// ld bytes apart (hp elements of esz bytes, and 16).
+struct AnyRing {
+    uint8_t *ring;
+    const uint8_t *k_cache, *v_cache;
     const int32_t *tbl;
     int block_size, n_kv_heads, stages;
     bool late;
-    int hd, ld;
-    __device__ __forceinline__ C *stage(int j) const { return ring + (j % stages) * 2 * kTile * ld; }
+    int hd, esz, ld;
+    __device__ __forceinline__ uint8_t *stage(int j) const { return ring + (j % stages) * 2 * kTile * ld; }
     __device__ __forceinline__ void load(const DecodeWork &w, int warp, int lane, int j, int lo = 0,
                                          int hi = INT_MAX) const
     {
         if (j < w.mine)
-            load_rows_any<C>(stage(j), stage(j) + kTile * ld, k_cache, v_cache, tbl,
-                             w.t0 + (warp + j * kWarps) * kTile, kTile, w.t1, w.start, block_size, n_kv_heads,
-                             w.kvh, hd, ld, lane, lo, hi);
+            load_rows_any(stage(j), stage(j) + kTile * ld, k_cache, v_cache, tbl, w.t0 + (warp + j * kWarps) * kTile,
+                          kTile, w.t1, w.start, block_size, n_kv_heads, w.kvh, hd, esz, ld, lane, lo, hi);
         tc::cp_commit();
     }
     __device__ __forceinline__ void prefetch(const DecodeWork &w, int warp, int lane, int j) const
@@ -341,15 +341,15 @@ template <typename C> struct AnyRing {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
         int t = w.t0 + (warp + j * kWarps) * kTile + (lane & 15);
         if (j < w.mine && t < w.t1 && t >= w.start) {
-            const C *row = kv_row(lane < 16 ? k_cache : v_cache, tbl, t, block_size, n_kv_heads, hd, w.kvh);
+            const uint8_t *row = kv_row(lane < 16 ? k_cache : v_cache, tbl, t, block_size, n_kv_heads, hd * esz, w.kvh);
             // (the bulk prefetch takes multiples of 16 bytes: a row's whole 16-byte pieces)
-            int bytes = hd * (int)sizeof(C) / 16 * 16;
+            int bytes = hd * esz / 16 * 16;
             if (bytes > 0 && tc::aligned(row, row, row, 16))
                 asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(row), "r"(bytes) : "memory");
         }
 #endif
     }
-    __device__ __forceinline__ const C *next(const DecodeWork &w, int warp, int lane, int j) const
+    __device__ __forceinline__ const uint8_t *next(const DecodeWork &w, int warp, int lane, int j) const
     {
         __syncwarp();
         load(w, warp, lane, j + stages - 1);
@@ -368,9 +368,9 @@ template <typename C> struct AnyRing {
 // out^T = V^T P^T: the output dimensions are the rows of the m16n8k16 products and the heads
 // (8 at most) their columns, so that no accumulator holds the unused rows 8..15 of the head
 // dimension (half the registers of decode_warp_mma's at 256, and half the products).
-template <typename T, typename C>
-__device__ void decode_any_warp(const DecodeWork &w, const AnyRing<C> &ring, T *wide, const T *q, int64_t q_stride,
-                                float scale, int hd, int hp, float *ms, float *ls, float *as)
+template <typename T>
+__device__ void decode_any_warp(const DecodeWork &w, const AnyRing &ring, T *wide, const T *q, int64_t q_stride,
+                                float scale, bool fp8, int hd, int hp, float *ms, float *ls, float *as)
 {
     constexpr int KM = kMaxHD / 16;
     const int LD = hp + 8, KS = hp / 16;
@@ -390,14 +390,12 @@ __device__ void decode_any_warp(const DecodeWork &w, const AnyRing<C> &ring, T *
     for (int j = 0; j < KM; j++)
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     for (int j = 0; j < w.mine; j++) {
-        const C *tile = ring.next(w, warp, lane, j);
-        const T *kt;
-        if constexpr (sizeof(C) == 1) {
+        const uint8_t *tile = ring.next(w, warp, lane, j);
+        const T *kt = reinterpret_cast<const T *>(tile); // (16-bit rows: ring.ld = 2 LD)
+        if (fp8) {
             widen_any<T>(wide, tile, kTile, hp, LD, ring.ld, lane, 32);
             __syncwarp();
             kt = wide;
-        } else {
-            kt = tile;
         }
         int ts = w.t0 + (warp + j * kWarps) * kTile;
         float s[2][4], s2[2][4];
@@ -456,14 +454,12 @@ __device__ void decode_any_warp(const DecodeWork &w, const AnyRing<C> &ring, T *
         }
         // P^T as the B fragment: lane (g, p) holds head g's tokens 2p, 2p + 1 and 8 + 2p, +1.
         uint32_t pb0 = tc::pack2<T>(s[0][0], s[0][1]), pb1 = tc::pack2<T>(s[1][0], s[1][1]);
-        const T *vt;
-        if constexpr (sizeof(C) == 1) {
+        const T *vt = reinterpret_cast<const T *>(tile + kTile * ring.ld);
+        if (fp8) {
             __syncwarp(); // every lane is done with the keys in `wide`
             widen_any<T>(wide, tile + kTile * ring.ld, kTile, hp, LD, ring.ld, lane, 32);
             __syncwarp();
             vt = wide;
-        } else {
-            vt = tile + kTile * LD;
         }
         // V^T as the A fragment: the transposed matrices (tokens 0-7, dims 16 jj + 0-7), (8-15,
         // +0-7), (0-7, +8-15), (8-15, +8-15) are its registers 0, 2, 1, 3.
@@ -505,19 +501,22 @@ __device__ __forceinline__ int split_chunk(int len, int splits, int chunk)
     return min(chunk, max(kMin, (even + kMin - 1) / kMin * kMin));
 }
 
-// HD 0: the generic kernel, head_dim hd_arg (see kMaxHD). window > 0: the query (position
-// len - 1) sees tokens from len - window on. FP8 caches: scores scaled by the kv head's key
-// scale, the output by its value scale.
+// HD 0: the generic kernel (C uint8_t: the cache as bytes), head_dim hd_arg (see kMaxHD), an
+// FP8 cache where fp8 is set, else one of T. window > 0: the query (position len - 1) sees
+// tokens from len - window on. FP8 caches: scores scaled by the kv head's key scale, the
+// output by its value scale.
 template <typename T, typename C, int HD>
 __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const C *k_cache, const C *v_cache,
                        const int32_t *table, const int32_t *seq_lens, int n_heads, int n_kv_heads, int block_size,
                        int max_blocks, int64_t q_stride, int64_t out_stride, int chunk, float scale, int stages,
                        int fresh, int window, const float *k_scale = nullptr, const float *v_scale = nullptr,
-                       int hd_arg = HD)
+                       int hd_arg = HD, int fp8 = 0)
 {
-    // (hp: the width of the rows in shared memory and of the products; REC: a split's record.)
+    // (hp: the width of the rows in shared memory and of the products; REC: a split's record;
+    // esz: the generic kernel's cache element bytes.)
     const int hd = HD ? HD : hd_arg, hp = HD ? HD : (hd + 15) / 16 * 16, REC = HD ? HD + 4 : (hd + 3) / 4 * 4 + 4;
-    const int STAGE = HD ? decode_stage_elems<C, HD>() : 2 * kTile * (hp + 16 / (int)sizeof(C));
+    const int esz = HD ? (int)sizeof(C) : fp8 ? 1 : (int)sizeof(T);
+    const int STAGE = HD ? decode_stage_elems<C, HD>() : 2 * kTile * (hp * esz + 16);
     int S = stages;
     // fresh >= 0: the kernel before this one wrote at most each sequence's newest `fresh` cached
     // rows (and not seq_lens or the table): the lengths, the table and the older rows of the
@@ -557,7 +556,7 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
     w.t1 = min(len, w.t0 + chunk);
     w.n_tiles = w.t1 > w.t0 ? (w.t1 - w.t0 + kTile - 1) / kTile : 0;
     w.mine = w.n_tiles > warp ? (w.n_tiles - warp + kWarps - 1) / kWarps : 0;
-    using Ring = std::conditional_t<HD != 0, DecodeRing<C, HD>, AnyRing<C>>;
+    using Ring = std::conditional_t<HD != 0, DecodeRing<C, HD>, AnyRing>;
     Ring ring;
     ring.ring = reinterpret_cast<C *>(sh) + warp * S * STAGE;
     ring.k_cache = k_cache;
@@ -569,9 +568,11 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
     ring.late = false;
     int lane = threadIdx.x & 31, cut = fresh < 0 ? INT_MAX : len - fresh;
     if constexpr (HD == 0) {
+        static_assert(sizeof(C) == 1, "the generic kernel takes its cache as bytes");
         ring.hd = hd;
-        ring.ld = hp + 16 / (int)sizeof(C);
-        zero_pad<C>(ring.ring, 2 * kTile * S, hd, hp, ring.ld, lane, 32); // before any copy lands
+        ring.esz = esz;
+        ring.ld = hp * esz + 16;
+        zero_pad(ring.ring, 2 * kTile * S, hd * esz, hp * esz, ring.ld, lane, 32); // before any copy lands
     }
     for (int j = 0; j < S - 1; j++)
         ring.load(w, warp, lane, j, 0, cut);
@@ -593,7 +594,7 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
     }
     float *ms = sh, *ls = ms + kWarps * kMaxGroup, *as = ls + kWarps * kMaxGroup;
     float vsc = 1.0f; // the output's factor: an FP8 cache's value scale
-    if constexpr (sizeof(C) == 1) {
+    if constexpr (sizeof(C) == 1) { // (the generic kernel's scales are NULL over a 16-bit cache)
         if (k_scale)
             scale *= k_scale[w.kvh];
         if (v_scale)
@@ -602,7 +603,7 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
     if constexpr (HD == 0) {
         // (an FP8 cache: the warp's widened rows after the rings)
         T *wide = reinterpret_cast<T *>(reinterpret_cast<C *>(sh) + kWarps * S * STAGE) + warp * kTile * (hp + 8);
-        decode_any_warp<T, C>(w, ring, wide, q, q_stride, scale, hd, hp, ms, ls, as);
+        decode_any_warp<T>(w, ring, wide, q, q_stride, scale, fp8 != 0, hd, hp, ms, ls, as);
     } else if constexpr (sizeof(C) == 1) {
         decode_warp_f8<T, HD>(w, ring, q, q_stride, scale, ms, ls, as);
     } else {
@@ -734,16 +735,6 @@ extern "C" __global__ void tc_k_attn_decode128_f16(__half *out, float *partials,
 {
     attention_cu::decode<__half, __half, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window);
 }
-/** Decode attention of any even head_dim from 16 to 256 (rounded up to 16: hp): as
- *  tc_k_attn_decode64_f16, with stages * 256 * (hp + 8) bytes of dynamic shared memory and
- *  partials records of head_dim rounded up to 4, plus 4, floats. */
-extern "C" __global__ void tc_k_attn_decode_f16(__half *out, float *partials, int32_t *counters, const __half *q,
-        const __half *k_cache, const __half *v_cache, const int32_t *block_table, const int32_t *seq_lens,
-        int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride,
-        int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, int32_t head_dim)
-{
-    attention_cu::decode<__half, __half, 0>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, nullptr, nullptr, head_dim);
-}
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
  *  threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at
  *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
@@ -774,15 +765,26 @@ extern "C" __global__ void tc_k_attn_decode128_bf16(__nv_bfloat16 *out, float *p
 {
     attention_cu::decode<__nv_bfloat16, __nv_bfloat16, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window);
 }
-/** Decode attention of any even head_dim from 16 to 256 (rounded up to 16: hp): as
- *  tc_k_attn_decode64_bf16, with stages * 256 * (hp + 8) bytes of dynamic shared memory and
- *  partials records of head_dim rounded up to 4, plus 4, floats. */
-extern "C" __global__ void tc_k_attn_decode_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
-        const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache, const int32_t *block_table, const int32_t *seq_lens,
-        int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride,
-        int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, int32_t head_dim)
+/** Decode attention of any even head_dim from 16 to 256 (rounded up to 16: hp) over a bf16
+ *  cache, or with fp8 set an FP8 E4M3 one (k_scale, v_scale: each kv head's scales, f32
+ *  [n_kv_heads]; NULL: 1): as tc_k_attn_decode64_bf16, with stages * 128 * (2 hp + 16) bytes of
+ *  dynamic shared memory over a bf16 cache, stages * 128 * (hp + 16) + 128 * (hp + 8) over an
+ *  FP8 one, and partials records of head_dim rounded up to 4, plus 4, floats. (f16 activations:
+ *  64 and 128 only.) window > 0: the query (at position seq_lens - 1) attends only to the last
+ *  `window` tokens. */
+extern "C" __global__ void tc_k_attn_decode_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters,
+                                                const __nv_bfloat16 *q, const uint8_t *k_cache,
+                                                const uint8_t *v_cache, const int32_t *block_table,
+                                                const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads,
+                                                int32_t block_size, int32_t max_blocks, int64_t q_stride,
+                                                int64_t out_stride, int32_t chunk, float scale, int32_t stages,
+                                                int32_t fresh, int32_t window, const float *k_scale,
+                                                const float *v_scale, int32_t fp8, int32_t head_dim)
 {
-    attention_cu::decode<__nv_bfloat16, __nv_bfloat16, 0>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, nullptr, nullptr, head_dim);
+    attention_cu::decode<__nv_bfloat16, uint8_t, 0>(out, partials, counters, q, k_cache, v_cache, block_table,
+                                                    seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride,
+                                                    out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale,
+                                                    head_dim, fp8);
 }
 /** Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_f16, with
  *  stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale
@@ -806,18 +808,6 @@ extern "C" __global__ void tc_k_attn_decode128_f16_f8(__half *out, float *partia
 {
     attention_cu::decode<__half, tc::f8e4m3, 128>(out, partials, counters, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache), reinterpret_cast<const tc::f8e4m3 *>(v_cache), block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale);
 }
-/** Decode attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to
- *  16: hp): as tc_k_attn_decode_f16, with stages * 128 * (hp + 16) + 128 * (hp + 8) bytes of
- *  dynamic shared memory. k_scale, v_scale
- *  (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-extern "C" __global__ void tc_k_attn_decode_f16_f8(__half *out, float *partials, int32_t *counters, const __half *q,
-        const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens,
-        int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride,
-        int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale,
-        const float *v_scale, int32_t head_dim)
-{
-    attention_cu::decode<__half, tc::f8e4m3, 0>(out, partials, counters, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache), reinterpret_cast<const tc::f8e4m3 *>(v_cache), block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale, head_dim);
-}
 /** Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_bf16, with
  *  stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale
  *  (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
@@ -839,16 +829,4 @@ extern "C" __global__ void tc_k_attn_decode128_bf16_f8(__nv_bfloat16 *out, float
         const float *v_scale)
 {
     attention_cu::decode<__nv_bfloat16, tc::f8e4m3, 128>(out, partials, counters, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache), reinterpret_cast<const tc::f8e4m3 *>(v_cache), block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale);
-}
-/** Decode attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded up to
- *  16: hp): as tc_k_attn_decode_bf16, with stages * 128 * (hp + 16) + 128 * (hp + 8) bytes of
- *  dynamic shared memory. k_scale, v_scale
- *  (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-extern "C" __global__ void tc_k_attn_decode_bf16_f8(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
-        const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens,
-        int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride,
-        int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale,
-        const float *v_scale, int32_t head_dim)
-{
-    attention_cu::decode<__nv_bfloat16, tc::f8e4m3, 0>(out, partials, counters, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache), reinterpret_cast<const tc::f8e4m3 *>(v_cache), block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window, k_scale, v_scale, head_dim);
 }

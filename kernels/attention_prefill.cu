@@ -2,8 +2,9 @@
 // key tiles held in shared memory; Dao et al. 2022), f32 arithmetic throughout: 16-bit and FP8
 // E4M3 caches on the tensor cores (an FP8 tile widened in shared memory to the activations'
 // type, exactly), head_dim 64 and 128 with kernels of their own and every other even size up
-// to 256 on generic ones; f32 activations (a check of the others, not a fast path) on one
-// simple kernel for prefill and decode. With a sliding window, keys before a query's window are
+// to 256 on one generic kernel (bf16 activations, a bf16 or FP8 cache chosen at run time); f32
+// activations (a check of the others, not a fast path) on one simple kernel for prefill and
+// decode. With a sliding window, keys before a query's window are
 // never read (their blocks may be freed).
 #include "attention.cuh"
 
@@ -349,26 +350,29 @@ __device__ void prefill_mma(T *out, const T *q, const C *k_cache, const C *v_cac
 }
 
 
-// The generic prefill of 16-bit and FP8 caches (head_dim hd up to kMaxHD, read at run time):
+// The generic prefill of 16-bit and FP8 caches (head_dim hd up to kMaxHD and the cache's type,
+// read at run time; the cache as bytes):
 // prefill_mma's arrangement with key tiles of 32 tokens, and the warps' query fragments read
 // from the block's query tile in shared memory at each k step instead of held in registers
 // (at 256 the registers would not hold them beside the output's).
 constexpr int kAnyBK = 32;
 
-template <typename T, typename C>
-__device__ void prefill_any(T *out, const T *q, const C *k_cache, const C *v_cache, const int32_t *table,
+template <typename T>
+__device__ void prefill_any(T *out, const T *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *table,
                             const int32_t *seq_lens, const int32_t *q_start, int n_seqs, int n_heads,
                             int n_kv_heads, int block_size, int max_blocks, int64_t q_stride, int64_t out_stride,
-                            float scale, int window, const float *k_scale, const float *v_scale, int hd)
+                            float scale, int window, const float *k_scale, const float *v_scale, bool fp8, int hd)
 {
     constexpr int KM = kMaxHD / 16, NK = kAnyBK / 8;
-    const int hp = (hd + 15) / 16 * 16, LD = hp + 8, LC = hp + 16 / (int)sizeof(C), KS = hp / 16;
+    // (the cache's rows in bytes: LC; a 16-bit cache's are LD elements)
+    const int hp = (hd + 15) / 16 * 16, LD = hp + 8, esz = fp8 ? 1 : (int)sizeof(T), LC = hp * esz + 16,
+              KS = hp / 16;
     const int STAGE = 2 * kAnyBK * LC;
     extern __shared__ float sh[];
     // The query tile [64][LD], the two stages of the cache's tiles, then (FP8 cache) the
     // current tile widened to T.
     T *qs = reinterpret_cast<T *>(sh);
-    C *smem = reinterpret_cast<C *>(qs + kPBQ * LD);
+    uint8_t *smem = reinterpret_cast<uint8_t *>(qs + kPBQ * LD);
     T *wide = reinterpret_cast<T *>(smem + 2 * STAGE);
     __shared__ int seq_tile[2];
     prefill_tile(q_start, n_seqs, kPBQ, true, seq_tile);
@@ -384,21 +388,19 @@ __device__ void prefill_any(T *out, const T *q, const C *k_cache, const C *v_cac
     int64_t lo = window > 0 && first_pos - window + 1 > 0 ? first_pos - window + 1 : 0;
     int kt0 = (int)(lo / kAnyBK), n_kt = (int)((kend + kAnyBK - 1) / kAnyBK);
     const int32_t *tbl = table + (int64_t)seq * max_blocks;
-    float vsc = 1.0f;
-    if constexpr (sizeof(C) == 1) {
-        if (k_scale)
-            scale *= k_scale[kvh];
-        if (v_scale)
-            vsc = v_scale[kvh];
-    }
+    float vsc = 1.0f; // (the scales are NULL over a 16-bit cache)
+    if (k_scale)
+        scale *= k_scale[kvh];
+    if (v_scale)
+        vsc = v_scale[kvh];
     // The stages' columns past head_dim stay zero (the copies write only head_dim).
-    zero_pad<C>(smem, 4 * kAnyBK, hd, hp, LC, threadIdx.x, blockDim.x);
+    zero_pad(smem, 4 * kAnyBK, hd * esz, hp * esz, LC, threadIdx.x, blockDim.x);
     auto load = [&](int kt) { // warp w copies rows 8 w .. 8 w + 7 of key tile kt
         if (kt < n_kt) {
             constexpr int R = kAnyBK / kWarps;
-            C *ks = smem + (kt & 1) * STAGE + R * warp * LC;
-            load_rows_any<C>(ks, ks + kAnyBK * LC, k_cache, v_cache, tbl, kt * kAnyBK + R * warp, R, (int)kend,
-                             (int)lo, block_size, n_kv_heads, kvh, hd, LC, lane, 0, INT_MAX);
+            uint8_t *ks = smem + (kt & 1) * STAGE + R * warp * LC;
+            load_rows_any(ks, ks + kAnyBK * LC, k_cache, v_cache, tbl, kt * kAnyBK + R * warp, R, (int)kend, (int)lo,
+                          block_size, n_kv_heads, kvh, hd, esz, LC, lane, 0, INT_MAX);
         }
         tc::cp_commit();
     };
@@ -427,13 +429,11 @@ __device__ void prefill_any(T *out, const T *q, const C *k_cache, const C *v_cac
         load(kt + 1);
         tc::cp_wait<1>();
         __syncthreads();
-        const T *ks;
-        if constexpr (sizeof(C) == 1) {
+        const T *ks = reinterpret_cast<const T *>(smem + (kt & 1) * STAGE);
+        if (fp8) {
             widen_any<T>(wide, smem + (kt & 1) * STAGE, 2 * kAnyBK, hp, LD, LC, threadIdx.x, blockDim.x);
             __syncthreads();
             ks = wide;
-        } else {
-            ks = smem + (kt & 1) * STAGE;
         }
         const T *vs = ks + kAnyBK * LD;
         int64_t k0 = (int64_t)kt * kAnyBK;
@@ -540,9 +540,6 @@ __device__ void prefill(T *out, const T *q, const C *k_cache, const C *v_cache, 
     if constexpr (sizeof(T) == 4)
         prefill_simt<T>(out, q, k_cache, v_cache, table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size,
                         max_blocks, q_stride, out_stride, scale, window, hd);
-    else if constexpr (HD == 0)
-        prefill_any<T, C>(out, q, k_cache, v_cache, table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads,
-                          block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale, hd);
     else
         prefill_mma<T, C, HD>(out, q, k_cache, v_cache, table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads,
                               block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale);
@@ -583,17 +580,6 @@ extern "C" __global__ void tc_k_attn_prefill128_f16(__half *out, const __half *q
     tc::await_inputs();
     attention_cu::prefill<__half, __half, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window);
 }
-/** Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp): grid
- *  (n_tokens / 64 + n_seqs, n_heads), 128 threads, 384 * (hp + 8) bytes of dynamic shared
- *  memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
-extern "C" __global__ void tc_k_attn_prefill_f16(__half *out, const __half *q, const __half *k_cache,
-        const __half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start,
-        int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks,
-        int64_t q_stride, int64_t out_stride, float scale, int32_t window, int32_t head_dim)
-{
-    tc::await_inputs();
-    attention_cu::prefill<__half, __half, 0>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, nullptr, nullptr, head_dim);
-}
 /** Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
  *  36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 extern "C" __global__ void tc_k_attn_prefill64_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k_cache,
@@ -614,16 +600,24 @@ extern "C" __global__ void tc_k_attn_prefill128_bf16(__nv_bfloat16 *out, const _
     tc::await_inputs();
     attention_cu::prefill<__nv_bfloat16, __nv_bfloat16, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window);
 }
-/** Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp): grid
- *  (n_tokens / 64 + n_seqs, n_heads), 128 threads, 384 * (hp + 8) bytes of dynamic shared
- *  memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
-extern "C" __global__ void tc_k_attn_prefill_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k_cache,
-        const __nv_bfloat16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start,
-        int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks,
-        int64_t q_stride, int64_t out_stride, float scale, int32_t window, int32_t head_dim)
+/** Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp) over a
+ *  bf16 cache, or with fp8 set an FP8 E4M3 one (k_scale, v_scale: each kv head's scales, f32
+ *  [n_kv_heads]; NULL: 1): grid (n_tokens / 64 + n_seqs, n_heads), 128 threads,
+ *  384 * (hp + 8) bytes of dynamic shared memory over a bf16 cache, 256 * (hp + 8) + 128 *
+ *  (hp + 16) over an FP8 one. (f16 activations: 64 and 128 only.) window > 0: a query at
+ *  position p attends only to positions p - window + 1 .. p. */
+extern "C" __global__ void tc_k_attn_prefill_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *q, const uint8_t *k_cache,
+                                                 const uint8_t *v_cache, const int32_t *block_table,
+                                                 const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs,
+                                                 int32_t n_heads, int32_t n_kv_heads, int32_t block_size,
+                                                 int32_t max_blocks, int64_t q_stride, int64_t out_stride,
+                                                 float scale, int32_t window, const float *k_scale,
+                                                 const float *v_scale, int32_t fp8, int32_t head_dim)
 {
     tc::await_inputs();
-    attention_cu::prefill<__nv_bfloat16, __nv_bfloat16, 0>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, nullptr, nullptr, head_dim);
+    attention_cu::prefill_any<__nv_bfloat16>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs,
+                                             n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride,
+                                             scale, window, k_scale, v_scale, fp8 != 0, head_dim);
 }
 /** Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs,
  *  n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale
@@ -649,19 +643,6 @@ extern "C" __global__ void tc_k_attn_prefill128_f16_f8(__half *out, const __half
     tc::await_inputs();
     attention_cu::prefill<__half, tc::f8e4m3, 128>(out, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache), reinterpret_cast<const tc::f8e4m3 *>(v_cache), block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale);
 }
-/** Causal prefill attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded
- *  up to 16: hp): as tc_k_attn_prefill_f16, with 256 * (hp + 8) + 128 * (hp + 16) bytes of
- *  dynamic shared memory. k_scale, v_scale
- *  (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-extern "C" __global__ void tc_k_attn_prefill_f16_f8(__half *out, const __half *q, const uint8_t *k_cache,
-        const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start,
-        int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks,
-        int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale,
-        const float *v_scale, int32_t head_dim)
-{
-    tc::await_inputs();
-    attention_cu::prefill<__half, tc::f8e4m3, 0>(out, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache), reinterpret_cast<const tc::f8e4m3 *>(v_cache), block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale, head_dim);
-}
 /** Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs,
  *  n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale
  *  (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
@@ -685,17 +666,4 @@ extern "C" __global__ void tc_k_attn_prefill128_bf16_f8(__nv_bfloat16 *out, cons
 {
     tc::await_inputs();
     attention_cu::prefill<__nv_bfloat16, tc::f8e4m3, 128>(out, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache), reinterpret_cast<const tc::f8e4m3 *>(v_cache), block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale);
-}
-/** Causal prefill attention over an FP8 E4M3 cache of any even head_dim from 16 to 256 (rounded
- *  up to 16: hp): as tc_k_attn_prefill_bf16, with 256 * (hp + 8) + 128 * (hp + 16) bytes of
- *  dynamic shared memory. k_scale, v_scale
- *  (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
-extern "C" __global__ void tc_k_attn_prefill_bf16_f8(__nv_bfloat16 *out, const __nv_bfloat16 *q, const uint8_t *k_cache,
-        const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start,
-        int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks,
-        int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale,
-        const float *v_scale, int32_t head_dim)
-{
-    tc::await_inputs();
-    attention_cu::prefill<__nv_bfloat16, tc::f8e4m3, 0>(out, q, reinterpret_cast<const tc::f8e4m3 *>(k_cache), reinterpret_cast<const tc::f8e4m3 *>(v_cache), block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window, k_scale, v_scale, head_dim);
 }

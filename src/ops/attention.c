@@ -375,14 +375,20 @@ static tc_status check_opts(const char *op, const tc_tensor *k_cache, const tc_a
     return tc__kv_scales(op, k_cache, opts, ks, vs);
 }
 
-/* head_dim on CUDA: 64 and 128 have kernels of their own; any other even size up to 256 runs
- * (16 up) on the kernels sized for 256 (the 16-bit and FP8 ones compute over head_dim rounded
- * up to 16), which read it at run time. */
-static tc_status check_head_dim(const char *op, int64_t hd)
+/* head_dim on CUDA: 64 and 128 have kernels of their own; any other even size from 16 to 256
+ * runs on the generic kernels (head_dim read at run time, products over it rounded up to 16;
+ * one for a bf16 or an FP8 cache under bf16 activations, and the f32 one), which the binary's
+ * size limits to those: f16 activations take 64 and 128 only. */
+static tc_status check_head_dim(const char *op, int64_t hd, tc_dtype act)
 {
     if (hd < 16 || hd > 256 || hd % 2)
         return tc_set_error(TC_ERR_UNSUPPORTED, op,
                             "head_dim %lld has no CUDA kernel (even sizes from 16 to 256 do)",
+                            (long long)hd);
+    if (act == TC_DTYPE_F16 && hd != 64 && hd != 128)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "head_dim %lld runs on CUDA with bf16 or f32 activations (f16: 64 and "
+                            "128)",
                             (long long)hd);
     return TC_OK;
 }
@@ -463,7 +469,7 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
         tc_host_free(q_start);
         return st;
     }
-    TC_TRY(check_head_dim(op, hd));
+    TC_TRY(check_head_dim(op, hd, q->dtype));
     TC_TRY(check_q_pairs(op, q));
     if (q->dtype == TC_DTYPE_F32)
         return simt_f32(op, out, q, k_cache, v_cache, block_table, seq_lens, NULL, scale, window);
@@ -483,14 +489,15 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
         stages--;
     size_t shared = stages * per_stage + extra;
     TC_TRY(check_room(op, b, shared, hd));
+    /* (f16 activations: 64 and 128 only, see check_head_dim) */
     static const tc_kernel_id ids[2][2][3] = {
-        { { TC_KERNEL_ATTN_DECODE64_F16, TC_KERNEL_ATTN_DECODE128_F16, TC_KERNEL_ATTN_DECODE_F16 },
+        { { TC_KERNEL_ATTN_DECODE64_F16, TC_KERNEL_ATTN_DECODE128_F16, TC_KERNEL_ATTN_DECODE_BF16 },
           { TC_KERNEL_ATTN_DECODE64_BF16, TC_KERNEL_ATTN_DECODE128_BF16,
             TC_KERNEL_ATTN_DECODE_BF16 } },
         { { TC_KERNEL_ATTN_DECODE64_F16_F8, TC_KERNEL_ATTN_DECODE128_F16_F8,
-            TC_KERNEL_ATTN_DECODE_F16_F8 },
+            TC_KERNEL_ATTN_DECODE_BF16 },
           { TC_KERNEL_ATTN_DECODE64_BF16_F8, TC_KERNEL_ATTN_DECODE128_BF16_F8,
-            TC_KERNEL_ATTN_DECODE_BF16_F8 } }
+            TC_KERNEL_ATTN_DECODE_BF16 } }
     };
     tc_kernel_id id = ids[fp8][q->dtype == TC_DTYPE_BF16][hd == 64 ? 0 : hd == 128 ? 1 : 2];
     /* Split each sequence's cache (flash-decoding) so that every SM gets one block, or, where
@@ -547,18 +554,19 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
         TC__DEV(const int32_t, block_table), TC__DEV(const int32_t, seq_lens), (int32_t)n_heads, \
         (int32_t)n_kv, (int32_t)k_cache->shape[1], (int32_t)block_table->shape[1], q->stride[0], \
         out->stride[0], (int32_t)chunk, scale, stages, fresh, window
+    if (!own) /* the generic kernel: bf16 activations, a bf16 or FP8 cache */
+        return CALL(tc_launch_attn_decode_bf16, ARGS(tc_bf16, uint8_t), ks, vs, (int32_t)fp8,
+                    (int32_t)hd);
     if (fp8) {
-#define LAUNCH8(sfx, T)                                                                \
-    (hd == 64    ? CALL(tc_launch_attn_decode64_##sfx##_f8, ARGS(T, uint8_t), ks, vs)  \
-     : hd == 128 ? CALL(tc_launch_attn_decode128_##sfx##_f8, ARGS(T, uint8_t), ks, vs) \
-                 : CALL(tc_launch_attn_decode_##sfx##_f8, ARGS(T, uint8_t), ks, vs, (int32_t)hd))
+#define LAUNCH8(sfx, T)                                                            \
+    (hd == 64 ? CALL(tc_launch_attn_decode64_##sfx##_f8, ARGS(T, uint8_t), ks, vs) \
+              : CALL(tc_launch_attn_decode128_##sfx##_f8, ARGS(T, uint8_t), ks, vs))
         return q->dtype == TC_DTYPE_F16 ? LAUNCH8(f16, tc_half) : LAUNCH8(bf16, tc_bf16);
 #undef LAUNCH8
     }
-#define LAUNCH16(sfx, T)                                            \
-    (hd == 64    ? CALL(tc_launch_attn_decode64_##sfx, ARGS(T, T))  \
-     : hd == 128 ? CALL(tc_launch_attn_decode128_##sfx, ARGS(T, T)) \
-                 : CALL(tc_launch_attn_decode_##sfx, ARGS(T, T), (int32_t)hd))
+#define LAUNCH16(sfx, T)                                        \
+    (hd == 64 ? CALL(tc_launch_attn_decode64_##sfx, ARGS(T, T)) \
+              : CALL(tc_launch_attn_decode128_##sfx, ARGS(T, T)))
     st = q->dtype == TC_DTYPE_F16 ? LAUNCH16(f16, tc_half) : LAUNCH16(bf16, tc_bf16);
 #undef LAUNCH16
 #undef ARGS
@@ -601,7 +609,7 @@ tc_status tc_attention_prefill_ex(tc_tensor *out, const tc_tensor *q, const tc_t
         return attend_cpu(out, q, k_cache, v_cache, block_table, seq_lens, q_start->data, scale,
                           window, ks, vs);
     }
-    TC_TRY(check_head_dim(op, hd));
+    TC_TRY(check_head_dim(op, hd, q->dtype));
     TC_TRY(check_q_pairs(op, q));
     if (q->dtype == TC_DTYPE_F32)
         return simt_f32(op, out, q, k_cache, v_cache, block_table, seq_lens, q_start, scale,
@@ -631,18 +639,19 @@ tc_status tc_attention_prefill_ex(tc_tensor *out, const tc_tensor *q, const tc_t
         TC__DEV(const C, v_cache), TC__DEV(const int32_t, block_table),                     \
         TC__DEV(const int32_t, seq_lens), TC__DEV(const int32_t, q_start), (int32_t)n_seqs, \
         (int32_t)n_heads, n_kv, bs, mb, q->stride[0], out->stride[0], scale, window
+    if (!own) /* the generic kernel: bf16 activations, a bf16 or FP8 cache */
+        return CALL(tc_launch_attn_prefill_bf16, ARGS(tc_bf16, uint8_t), ks, vs, (int32_t)fp8,
+                    (int32_t)hd);
     if (fp8) {
-#define LAUNCH8(sfx, T)                                                                 \
-    (hd == 64    ? CALL(tc_launch_attn_prefill64_##sfx##_f8, ARGS(T, uint8_t), ks, vs)  \
-     : hd == 128 ? CALL(tc_launch_attn_prefill128_##sfx##_f8, ARGS(T, uint8_t), ks, vs) \
-                 : CALL(tc_launch_attn_prefill_##sfx##_f8, ARGS(T, uint8_t), ks, vs, (int32_t)hd))
+#define LAUNCH8(sfx, T)                                                             \
+    (hd == 64 ? CALL(tc_launch_attn_prefill64_##sfx##_f8, ARGS(T, uint8_t), ks, vs) \
+              : CALL(tc_launch_attn_prefill128_##sfx##_f8, ARGS(T, uint8_t), ks, vs))
         return q->dtype == TC_DTYPE_F16 ? LAUNCH8(f16, tc_half) : LAUNCH8(bf16, tc_bf16);
 #undef LAUNCH8
     }
-#define LAUNCH16(sfx, T)                                             \
-    (hd == 64    ? CALL(tc_launch_attn_prefill64_##sfx, ARGS(T, T))  \
-     : hd == 128 ? CALL(tc_launch_attn_prefill128_##sfx, ARGS(T, T)) \
-                 : CALL(tc_launch_attn_prefill_##sfx, ARGS(T, T), (int32_t)hd))
+#define LAUNCH16(sfx, T)                                         \
+    (hd == 64 ? CALL(tc_launch_attn_prefill64_##sfx, ARGS(T, T)) \
+              : CALL(tc_launch_attn_prefill128_##sfx, ARGS(T, T)))
     st = q->dtype == TC_DTYPE_F16 ? LAUNCH16(f16, tc_half) : LAUNCH16(bf16, tc_bf16);
 #undef LAUNCH16
 #undef ARGS

@@ -142,7 +142,8 @@ TC_API tc_status tc_softmax(tc_tensor *out, const tc_tensor *x);
  * values rounded to 3 mantissa bits and saturated at +-448, optionally scaled per kv head:
  * tc_attention_opts; on CUDA only with f16/bf16 activations); softmax in f32 with `scale`
  * (usually 1/sqrt(head_dim)). On CUDA head_dim is any even number from 16 to 256 (64 and 128
- * have kernels of their own, the others share one sized for 256). */
+ * have kernels of their own, the others share one sized for 256 that takes bf16 or f32
+ * activations: f16 ones run 64 and 128 only). */
 
 /* Write k, v [n, n_kv_heads, head_dim] into cache slots[i] = block * block_size + offset
  * (i32 [n]; a negative slot skips the token), converted to the caches' dtype. */

@@ -1528,9 +1528,9 @@ static void attention_case(rng_t *r, tc_dtype dt, tc_dtype kt, int64_t H, int64_
 }
 
 /* Every head size: GQA and MHA shapes, windows off and on (1: a query sees itself only; 100,
- * shorter than most sequences; 4096, longer than all), 16-bit, FP8 (with scales) and f32
- * caches, several block sizes; hd 34 runs the copies of 4-byte (16-bit) and 2-byte (FP8)
- * pieces. */
+ * shorter than most sequences; 4096, longer than all), bf16, FP8 (with scales) and f32 caches,
+ * several block sizes; hd 34 runs the copies of 4-byte (16-bit) and 2-byte (FP8) pieces. f16
+ * activations: 64 and 128. */
 static void attention_heads(rng_t *r)
 {
     struct {
@@ -1550,14 +1550,28 @@ static void attention_heads(rng_t *r)
                     attention_case(r, types[ti].dt, types[ti].kt, shapes[si].H, shapes[si].KV,
                                    shapes[si].hd, shapes[si].bs, wi ? 100 : 0, dec, "");
     for (int dec = 0; dec < 2; dec++) {
-        attention_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 16, 4, 80, 16, 0, dec, "");
-        attention_case(r, TC_DTYPE_F16, TC_DTYPE_F8E4M3, 16, 4, 96, 16, 100, dec, "");
+        attention_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 16, 4, 64, 16, 100, dec, "");
+        attention_case(r, TC_DTYPE_F16, TC_DTYPE_F8E4M3, 16, 4, 64, 16, 0, dec, "");
         attention_case(r, TC_DTYPE_F16, TC_DTYPE_F8E4M3, 32, 8, 128, 16, 100, dec, "");
         attention_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 8, 2, 96, 16, 1, dec, "");
         attention_case(r, TC_DTYPE_BF16, TC_DTYPE_F8E4M3, 32, 8, 128, 16, 1, dec, "");
         attention_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 32, 8, 128, 16, 4096, dec, "");
         attention_case(r, TC_DTYPE_BF16, TC_DTYPE_F8E4M3, 8, 1, 256, 16, 4096, dec, "");
     }
+    /* f16 activations have kernels for 64 and 128 only (the binary's size): other sizes are
+     * refused, saying so */
+    int64_t len[] = { 5 }, one[] = { 1 };
+    paged_case gc;
+    CHECK(paged_build(&gc, r, gpu, TC_DTYPE_F16, 1, len, one, 4, 2, 96, 16));
+    tc_tensor go;
+    poisoned(&go, gpu, TC_DTYPE_F16, TC_SHAPE(1, 4, 96));
+    tc_status st = tc_attention_decode(&go, &gc.tq, &gc.tk, &gc.tv, &gc.ttable, &gc.tlens, 0.1f);
+    bool ok = st == TC_ERR_UNSUPPORTED && strstr(tc_last_error(), "bf16");
+    printf("%-58s %s\n", "attention decode f16 hd 96: refused (bf16 runs it)", ok ? "ok" : "FAIL");
+    failures += !ok;
+    cases++;
+    tc_tensor_deinit(&go);
+    paged_free(&gc);
 }
 
 /* tc_kv_scales on CUDA equals the CPU's (powers of two: exactly); the FP8 store with them, and
