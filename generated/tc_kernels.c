@@ -51,10 +51,8 @@ static const uint16_t sizes_tc_k_attn_store_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 
 static const char *const names_tc_k_attn_store_f16_f8[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride", "k_scale", "v_scale", "head_dim"};
 static const uint16_t sizes_tc_k_attn_store_bf16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_attn_store_bf16_f8[] = {"k_cache", "v_cache", "k", "v", "slots", "row_elems", "k_stride", "v_stride", "k_scale", "v_scale", "head_dim"};
-static const uint16_t sizes_tc_k_attn_scales_f16[] = {8, 8, 8, 8, 8, 4, 8, 8};
-static const char *const names_tc_k_attn_scales_f16[] = {"k_scale", "v_scale", "k", "v", "rows", "head_dim", "k_stride", "v_stride"};
-static const uint16_t sizes_tc_k_attn_scales_bf16[] = {8, 8, 8, 8, 8, 4, 8, 8};
-static const char *const names_tc_k_attn_scales_bf16[] = {"k_scale", "v_scale", "k", "v", "rows", "head_dim", "k_stride", "v_stride"};
+static const uint16_t sizes_tc_k_attn_scales_f32[] = {8, 8, 8, 8, 4, 8, 4, 8, 8};
+static const char *const names_tc_k_attn_scales_f32[] = {"k_scale", "v_scale", "k", "v", "dtype", "rows", "head_dim", "k_stride", "v_stride"};
 static const uint16_t sizes_tc_k_attn_decode64_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
 static const char *const names_tc_k_attn_decode64_f16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
 static const uint16_t sizes_tc_k_attn_decode128_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
@@ -293,13 +291,12 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_argmax_f32", "kernels/argmax.cu", 128, 7, sizes_tc_k_argmax_f32, names_tc_k_argmax_f32},
     {"tc_k_argmax_f16", "kernels/argmax.cu", 138, 7, sizes_tc_k_argmax_f16, names_tc_k_argmax_f16},
     {"tc_k_argmax_bf16", "kernels/argmax.cu", 148, 7, sizes_tc_k_argmax_bf16, names_tc_k_argmax_bf16},
-    {"tc_k_attn_store_f32", "kernels/attention.cu", 81, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
-    {"tc_k_attn_store_f16", "kernels/attention.cu", 90, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
-    {"tc_k_attn_store_bf16", "kernels/attention.cu", 99, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
-    {"tc_k_attn_store_f16_f8", "kernels/attention.cu", 109, 11, sizes_tc_k_attn_store_f16_f8, names_tc_k_attn_store_f16_f8},
-    {"tc_k_attn_store_bf16_f8", "kernels/attention.cu", 121, 11, sizes_tc_k_attn_store_bf16_f8, names_tc_k_attn_store_bf16_f8},
-    {"tc_k_attn_scales_f16", "kernels/attention.cu", 134, 8, sizes_tc_k_attn_scales_f16, names_tc_k_attn_scales_f16},
-    {"tc_k_attn_scales_bf16", "kernels/attention.cu", 145, 8, sizes_tc_k_attn_scales_bf16, names_tc_k_attn_scales_bf16},
+    {"tc_k_attn_store_f32", "kernels/attention.cu", 82, 8, sizes_tc_k_attn_store_f32, names_tc_k_attn_store_f32},
+    {"tc_k_attn_store_f16", "kernels/attention.cu", 91, 8, sizes_tc_k_attn_store_f16, names_tc_k_attn_store_f16},
+    {"tc_k_attn_store_bf16", "kernels/attention.cu", 100, 8, sizes_tc_k_attn_store_bf16, names_tc_k_attn_store_bf16},
+    {"tc_k_attn_store_f16_f8", "kernels/attention.cu", 111, 11, sizes_tc_k_attn_store_f16_f8, names_tc_k_attn_store_f16_f8},
+    {"tc_k_attn_store_bf16_f8", "kernels/attention.cu", 124, 11, sizes_tc_k_attn_store_bf16_f8, names_tc_k_attn_store_bf16_f8},
+    {"tc_k_attn_scales_f32", "kernels/attention.cu", 137, 9, sizes_tc_k_attn_scales_f32, names_tc_k_attn_scales_f32},
     {"tc_k_attn_decode64_f16", "kernels/attention_decode.cu", 716, 19, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
     {"tc_k_attn_decode128_f16", "kernels/attention_decode.cu", 731, 19, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
     {"tc_k_attn_decode64_bf16", "kernels/attention_decode.cu", 746, 19, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
@@ -309,16 +306,16 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_attn_decode128_f16_f8", "kernels/attention_decode.cu", 803, 21, sizes_tc_k_attn_decode128_f16_f8, names_tc_k_attn_decode128_f16_f8},
     {"tc_k_attn_decode64_bf16_f8", "kernels/attention_decode.cu", 814, 21, sizes_tc_k_attn_decode64_bf16_f8, names_tc_k_attn_decode64_bf16_f8},
     {"tc_k_attn_decode128_bf16_f8", "kernels/attention_decode.cu", 825, 21, sizes_tc_k_attn_decode128_bf16_f8, names_tc_k_attn_decode128_bf16_f8},
-    {"tc_k_attn_prefill_f32", "kernels/attention_prefill.cu", 555, 17, sizes_tc_k_attn_prefill_f32, names_tc_k_attn_prefill_f32},
-    {"tc_k_attn_prefill64_f16", "kernels/attention_prefill.cu", 565, 16, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
-    {"tc_k_attn_prefill128_f16", "kernels/attention_prefill.cu", 575, 16, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
-    {"tc_k_attn_prefill64_bf16", "kernels/attention_prefill.cu", 585, 16, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
-    {"tc_k_attn_prefill128_bf16", "kernels/attention_prefill.cu", 595, 16, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
-    {"tc_k_attn_prefill_bf16", "kernels/attention_prefill.cu", 609, 20, sizes_tc_k_attn_prefill_bf16, names_tc_k_attn_prefill_bf16},
-    {"tc_k_attn_prefill64_f16_f8", "kernels/attention_prefill.cu", 625, 18, sizes_tc_k_attn_prefill64_f16_f8, names_tc_k_attn_prefill64_f16_f8},
-    {"tc_k_attn_prefill128_f16_f8", "kernels/attention_prefill.cu", 637, 18, sizes_tc_k_attn_prefill128_f16_f8, names_tc_k_attn_prefill128_f16_f8},
-    {"tc_k_attn_prefill64_bf16_f8", "kernels/attention_prefill.cu", 649, 18, sizes_tc_k_attn_prefill64_bf16_f8, names_tc_k_attn_prefill64_bf16_f8},
-    {"tc_k_attn_prefill128_bf16_f8", "kernels/attention_prefill.cu", 661, 18, sizes_tc_k_attn_prefill128_bf16_f8, names_tc_k_attn_prefill128_bf16_f8},
+    {"tc_k_attn_prefill_f32", "kernels/attention_prefill.cu", 559, 17, sizes_tc_k_attn_prefill_f32, names_tc_k_attn_prefill_f32},
+    {"tc_k_attn_prefill64_f16", "kernels/attention_prefill.cu", 569, 16, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
+    {"tc_k_attn_prefill128_f16", "kernels/attention_prefill.cu", 579, 16, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
+    {"tc_k_attn_prefill64_bf16", "kernels/attention_prefill.cu", 589, 16, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
+    {"tc_k_attn_prefill128_bf16", "kernels/attention_prefill.cu", 599, 16, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
+    {"tc_k_attn_prefill_bf16", "kernels/attention_prefill.cu", 613, 20, sizes_tc_k_attn_prefill_bf16, names_tc_k_attn_prefill_bf16},
+    {"tc_k_attn_prefill64_f16_f8", "kernels/attention_prefill.cu", 629, 18, sizes_tc_k_attn_prefill64_f16_f8, names_tc_k_attn_prefill64_f16_f8},
+    {"tc_k_attn_prefill128_f16_f8", "kernels/attention_prefill.cu", 641, 18, sizes_tc_k_attn_prefill128_f16_f8, names_tc_k_attn_prefill128_f16_f8},
+    {"tc_k_attn_prefill64_bf16_f8", "kernels/attention_prefill.cu", 653, 18, sizes_tc_k_attn_prefill64_bf16_f8, names_tc_k_attn_prefill64_bf16_f8},
+    {"tc_k_attn_prefill128_bf16_f8", "kernels/attention_prefill.cu", 665, 18, sizes_tc_k_attn_prefill128_bf16_f8, names_tc_k_attn_prefill128_bf16_f8},
     {"tc_k_convert", "kernels/convert.cu", 7, 8, sizes_tc_k_convert, names_tc_k_convert},
     {"tc_k_scale_cols", "kernels/convert.cu", 23, 6, sizes_tc_k_scale_cols, names_tc_k_scale_cols},
     {"tc_k_copy_u8", "kernels/copy.cu", 32, 3, sizes_tc_k_copy_u8, names_tc_k_copy_u8},
@@ -402,11 +399,11 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_rmsnorm_f32", "kernels/rmsnorm.cu", 72, 9, sizes_tc_k_rmsnorm_f32, names_tc_k_rmsnorm_f32},
     {"tc_k_rmsnorm_f16", "kernels/rmsnorm.cu", 79, 9, sizes_tc_k_rmsnorm_f16, names_tc_k_rmsnorm_f16},
     {"tc_k_rmsnorm_bf16", "kernels/rmsnorm.cu", 86, 9, sizes_tc_k_rmsnorm_bf16, names_tc_k_rmsnorm_bf16},
-    {"tc_k_rope_f32", "kernels/rope.cu", 149, 20, sizes_tc_k_rope_f32, names_tc_k_rope_f32},
-    {"tc_k_rope_f16", "kernels/rope.cu", 165, 20, sizes_tc_k_rope_f16, names_tc_k_rope_f16},
-    {"tc_k_rope_bf16", "kernels/rope.cu", 181, 20, sizes_tc_k_rope_bf16, names_tc_k_rope_bf16},
-    {"tc_k_rope_f16_f8", "kernels/rope.cu", 198, 22, sizes_tc_k_rope_f16_f8, names_tc_k_rope_f16_f8},
-    {"tc_k_rope_bf16_f8", "kernels/rope.cu", 216, 22, sizes_tc_k_rope_bf16_f8, names_tc_k_rope_bf16_f8},
+    {"tc_k_rope_f32", "kernels/rope.cu", 150, 20, sizes_tc_k_rope_f32, names_tc_k_rope_f32},
+    {"tc_k_rope_f16", "kernels/rope.cu", 166, 20, sizes_tc_k_rope_f16, names_tc_k_rope_f16},
+    {"tc_k_rope_bf16", "kernels/rope.cu", 182, 20, sizes_tc_k_rope_bf16, names_tc_k_rope_bf16},
+    {"tc_k_rope_f16_f8", "kernels/rope.cu", 199, 22, sizes_tc_k_rope_f16_f8, names_tc_k_rope_f16_f8},
+    {"tc_k_rope_bf16_f8", "kernels/rope.cu", 217, 22, sizes_tc_k_rope_bf16_f8, names_tc_k_rope_bf16_f8},
     {"tc_k_selftest_params", "kernels/selftest.cu", 7, 10, sizes_tc_k_selftest_params, names_tc_k_selftest_params},
     {"tc_k_selftest_delay_store", "kernels/selftest.cu", 26, 3, sizes_tc_k_selftest_delay_store, names_tc_k_selftest_delay_store},
     {"tc_k_softmax_f32", "kernels/softmax.cu", 28, 5, sizes_tc_k_softmax_f32, names_tc_k_softmax_f32},

@@ -53,124 +53,123 @@ typedef enum tc_kernel_id {
     TC_KERNEL_ATTN_STORE_BF16 = 8,
     TC_KERNEL_ATTN_STORE_F16_F8 = 9,
     TC_KERNEL_ATTN_STORE_BF16_F8 = 10,
-    TC_KERNEL_ATTN_SCALES_F16 = 11,
-    TC_KERNEL_ATTN_SCALES_BF16 = 12,
-    TC_KERNEL_ATTN_DECODE64_F16 = 13,
-    TC_KERNEL_ATTN_DECODE128_F16 = 14,
-    TC_KERNEL_ATTN_DECODE64_BF16 = 15,
-    TC_KERNEL_ATTN_DECODE128_BF16 = 16,
-    TC_KERNEL_ATTN_DECODE_BF16 = 17,
-    TC_KERNEL_ATTN_DECODE64_F16_F8 = 18,
-    TC_KERNEL_ATTN_DECODE128_F16_F8 = 19,
-    TC_KERNEL_ATTN_DECODE64_BF16_F8 = 20,
-    TC_KERNEL_ATTN_DECODE128_BF16_F8 = 21,
-    TC_KERNEL_ATTN_PREFILL_F32 = 22,
-    TC_KERNEL_ATTN_PREFILL64_F16 = 23,
-    TC_KERNEL_ATTN_PREFILL128_F16 = 24,
-    TC_KERNEL_ATTN_PREFILL64_BF16 = 25,
-    TC_KERNEL_ATTN_PREFILL128_BF16 = 26,
-    TC_KERNEL_ATTN_PREFILL_BF16 = 27,
-    TC_KERNEL_ATTN_PREFILL64_F16_F8 = 28,
-    TC_KERNEL_ATTN_PREFILL128_F16_F8 = 29,
-    TC_KERNEL_ATTN_PREFILL64_BF16_F8 = 30,
-    TC_KERNEL_ATTN_PREFILL128_BF16_F8 = 31,
-    TC_KERNEL_CONVERT = 32,
-    TC_KERNEL_SCALE_COLS = 33,
-    TC_KERNEL_COPY_U8 = 34,
-    TC_KERNEL_FILL_F32 = 35,
-    TC_KERNEL_EMBEDDING_F32 = 36,
-    TC_KERNEL_EMBEDDING_F16 = 37,
-    TC_KERNEL_EMBEDDING_BF16 = 38,
-    TC_KERNEL_GEMM_TC_F16 = 39,
-    TC_KERNEL_GEMM_TC_BF16 = 40,
-    TC_KERNEL_GEMM_WG_F16 = 41,
-    TC_KERNEL_GEMM_WG_BF16 = 42,
-    TC_KERNEL_GEMM_F32 = 43,
-    TC_KERNEL_GEMM_F16 = 44,
-    TC_KERNEL_GEMM_BF16 = 45,
-    TC_KERNEL_IQ_DEQUANT = 46,
-    TC_KERNEL_LOGITS_MASK_F32 = 47,
-    TC_KERNEL_MATVEC_F32 = 48,
-    TC_KERNEL_MATVEC_F16 = 49,
-    TC_KERNEL_MATVEC_BF16 = 50,
-    TC_KERNEL_MATVEC1_F32 = 51,
-    TC_KERNEL_MATVEC1_F16 = 52,
-    TC_KERNEL_MATVEC1_BF16 = 53,
-    TC_KERNEL_MATVEC_MMA_F16 = 54,
-    TC_KERNEL_MATVEC_MMA_BF16 = 55,
-    TC_KERNEL_QREPACK = 56,
-    TC_KERNEL_QDEQUANT_F32 = 57,
-    TC_KERNEL_QDEQUANT_F16 = 58,
-    TC_KERNEL_QDEQUANT_BF16 = 59,
-    TC_KERNEL_QMATVEC_F32 = 60,
-    TC_KERNEL_QMV_Q4_0_F16 = 61,
-    TC_KERNEL_QMV_Q4_0_BF16 = 62,
-    TC_KERNEL_QMV_Q4_1_F16 = 63,
-    TC_KERNEL_QMV_Q4_1_BF16 = 64,
-    TC_KERNEL_QMV_Q5_0_F16 = 65,
-    TC_KERNEL_QMV_Q5_0_BF16 = 66,
-    TC_KERNEL_QMV_Q5_1_F16 = 67,
-    TC_KERNEL_QMV_Q5_1_BF16 = 68,
-    TC_KERNEL_QMV_Q8_0_F16 = 69,
-    TC_KERNEL_QMV_Q8_0_BF16 = 70,
-    TC_KERNEL_QMV_Q2_K_F16 = 71,
-    TC_KERNEL_QMV_Q2_K_BF16 = 72,
-    TC_KERNEL_QMV_Q3_K_F16 = 73,
-    TC_KERNEL_QMV_Q3_K_BF16 = 74,
-    TC_KERNEL_QMV_Q4_K_F16 = 75,
-    TC_KERNEL_QMV_Q4_K_BF16 = 76,
-    TC_KERNEL_QMV_Q5_K_F16 = 77,
-    TC_KERNEL_QMV_Q5_K_BF16 = 78,
-    TC_KERNEL_QMV_Q6_K_F16 = 79,
-    TC_KERNEL_QMV_Q6_K_BF16 = 80,
-    TC_KERNEL_QMV1_Q4_0_BF16 = 81,
-    TC_KERNEL_QMV1_Q4_1_BF16 = 82,
-    TC_KERNEL_QMV1_Q5_0_BF16 = 83,
-    TC_KERNEL_QMV1_Q5_1_BF16 = 84,
-    TC_KERNEL_QMV1_Q5_K_BF16 = 85,
-    TC_KERNEL_QMV1_Q8_0_BF16 = 86,
-    TC_KERNEL_QMV1_Q4_K_BF16 = 87,
-    TC_KERNEL_QMV1_Q6_K_BF16 = 88,
-    TC_KERNEL_QMM_Q4_0_F16 = 89,
-    TC_KERNEL_QMM_Q4_0_BF16 = 90,
-    TC_KERNEL_QMM_Q4_1_F16 = 91,
-    TC_KERNEL_QMM_Q4_1_BF16 = 92,
-    TC_KERNEL_QMM_Q5_0_F16 = 93,
-    TC_KERNEL_QMM_Q5_0_BF16 = 94,
-    TC_KERNEL_QMM_Q5_1_F16 = 95,
-    TC_KERNEL_QMM_Q5_1_BF16 = 96,
-    TC_KERNEL_QMM_Q8_0_F16 = 97,
-    TC_KERNEL_QMM_Q8_0_BF16 = 98,
-    TC_KERNEL_QMM_Q2_K_F16 = 99,
-    TC_KERNEL_QMM_Q2_K_BF16 = 100,
-    TC_KERNEL_QMM_Q3_K_F16 = 101,
-    TC_KERNEL_QMM_Q3_K_BF16 = 102,
-    TC_KERNEL_QMM_Q4_K_F16 = 103,
-    TC_KERNEL_QMM_Q4_K_BF16 = 104,
-    TC_KERNEL_QMM_Q5_K_F16 = 105,
-    TC_KERNEL_QMM_Q5_K_BF16 = 106,
-    TC_KERNEL_QMM_Q6_K_F16 = 107,
-    TC_KERNEL_QMM_Q6_K_BF16 = 108,
-    TC_KERNEL_FILL_RANDOM_F32 = 109,
-    TC_KERNEL_FILL_RANDOM_F16 = 110,
-    TC_KERNEL_FILL_RANDOM_BF16 = 111,
-    TC_KERNEL_RMSNORM_F32 = 112,
-    TC_KERNEL_RMSNORM_F16 = 113,
-    TC_KERNEL_RMSNORM_BF16 = 114,
-    TC_KERNEL_ROPE_F32 = 115,
-    TC_KERNEL_ROPE_F16 = 116,
-    TC_KERNEL_ROPE_BF16 = 117,
-    TC_KERNEL_ROPE_F16_F8 = 118,
-    TC_KERNEL_ROPE_BF16_F8 = 119,
-    TC_KERNEL_SELFTEST_PARAMS = 120,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 121,
-    TC_KERNEL_SOFTMAX_F32 = 122,
-    TC_KERNEL_SOFTMAX_F16 = 123,
-    TC_KERNEL_SOFTMAX_BF16 = 124,
-    TC_KERNEL_SWIGLU_F32 = 125,
-    TC_KERNEL_SWIGLU_F16 = 126,
-    TC_KERNEL_SWIGLU_BF16 = 127,
-    TC_KERNEL_COUNT = 128
+    TC_KERNEL_ATTN_SCALES_F32 = 11,
+    TC_KERNEL_ATTN_DECODE64_F16 = 12,
+    TC_KERNEL_ATTN_DECODE128_F16 = 13,
+    TC_KERNEL_ATTN_DECODE64_BF16 = 14,
+    TC_KERNEL_ATTN_DECODE128_BF16 = 15,
+    TC_KERNEL_ATTN_DECODE_BF16 = 16,
+    TC_KERNEL_ATTN_DECODE64_F16_F8 = 17,
+    TC_KERNEL_ATTN_DECODE128_F16_F8 = 18,
+    TC_KERNEL_ATTN_DECODE64_BF16_F8 = 19,
+    TC_KERNEL_ATTN_DECODE128_BF16_F8 = 20,
+    TC_KERNEL_ATTN_PREFILL_F32 = 21,
+    TC_KERNEL_ATTN_PREFILL64_F16 = 22,
+    TC_KERNEL_ATTN_PREFILL128_F16 = 23,
+    TC_KERNEL_ATTN_PREFILL64_BF16 = 24,
+    TC_KERNEL_ATTN_PREFILL128_BF16 = 25,
+    TC_KERNEL_ATTN_PREFILL_BF16 = 26,
+    TC_KERNEL_ATTN_PREFILL64_F16_F8 = 27,
+    TC_KERNEL_ATTN_PREFILL128_F16_F8 = 28,
+    TC_KERNEL_ATTN_PREFILL64_BF16_F8 = 29,
+    TC_KERNEL_ATTN_PREFILL128_BF16_F8 = 30,
+    TC_KERNEL_CONVERT = 31,
+    TC_KERNEL_SCALE_COLS = 32,
+    TC_KERNEL_COPY_U8 = 33,
+    TC_KERNEL_FILL_F32 = 34,
+    TC_KERNEL_EMBEDDING_F32 = 35,
+    TC_KERNEL_EMBEDDING_F16 = 36,
+    TC_KERNEL_EMBEDDING_BF16 = 37,
+    TC_KERNEL_GEMM_TC_F16 = 38,
+    TC_KERNEL_GEMM_TC_BF16 = 39,
+    TC_KERNEL_GEMM_WG_F16 = 40,
+    TC_KERNEL_GEMM_WG_BF16 = 41,
+    TC_KERNEL_GEMM_F32 = 42,
+    TC_KERNEL_GEMM_F16 = 43,
+    TC_KERNEL_GEMM_BF16 = 44,
+    TC_KERNEL_IQ_DEQUANT = 45,
+    TC_KERNEL_LOGITS_MASK_F32 = 46,
+    TC_KERNEL_MATVEC_F32 = 47,
+    TC_KERNEL_MATVEC_F16 = 48,
+    TC_KERNEL_MATVEC_BF16 = 49,
+    TC_KERNEL_MATVEC1_F32 = 50,
+    TC_KERNEL_MATVEC1_F16 = 51,
+    TC_KERNEL_MATVEC1_BF16 = 52,
+    TC_KERNEL_MATVEC_MMA_F16 = 53,
+    TC_KERNEL_MATVEC_MMA_BF16 = 54,
+    TC_KERNEL_QREPACK = 55,
+    TC_KERNEL_QDEQUANT_F32 = 56,
+    TC_KERNEL_QDEQUANT_F16 = 57,
+    TC_KERNEL_QDEQUANT_BF16 = 58,
+    TC_KERNEL_QMATVEC_F32 = 59,
+    TC_KERNEL_QMV_Q4_0_F16 = 60,
+    TC_KERNEL_QMV_Q4_0_BF16 = 61,
+    TC_KERNEL_QMV_Q4_1_F16 = 62,
+    TC_KERNEL_QMV_Q4_1_BF16 = 63,
+    TC_KERNEL_QMV_Q5_0_F16 = 64,
+    TC_KERNEL_QMV_Q5_0_BF16 = 65,
+    TC_KERNEL_QMV_Q5_1_F16 = 66,
+    TC_KERNEL_QMV_Q5_1_BF16 = 67,
+    TC_KERNEL_QMV_Q8_0_F16 = 68,
+    TC_KERNEL_QMV_Q8_0_BF16 = 69,
+    TC_KERNEL_QMV_Q2_K_F16 = 70,
+    TC_KERNEL_QMV_Q2_K_BF16 = 71,
+    TC_KERNEL_QMV_Q3_K_F16 = 72,
+    TC_KERNEL_QMV_Q3_K_BF16 = 73,
+    TC_KERNEL_QMV_Q4_K_F16 = 74,
+    TC_KERNEL_QMV_Q4_K_BF16 = 75,
+    TC_KERNEL_QMV_Q5_K_F16 = 76,
+    TC_KERNEL_QMV_Q5_K_BF16 = 77,
+    TC_KERNEL_QMV_Q6_K_F16 = 78,
+    TC_KERNEL_QMV_Q6_K_BF16 = 79,
+    TC_KERNEL_QMV1_Q4_0_BF16 = 80,
+    TC_KERNEL_QMV1_Q4_1_BF16 = 81,
+    TC_KERNEL_QMV1_Q5_0_BF16 = 82,
+    TC_KERNEL_QMV1_Q5_1_BF16 = 83,
+    TC_KERNEL_QMV1_Q5_K_BF16 = 84,
+    TC_KERNEL_QMV1_Q8_0_BF16 = 85,
+    TC_KERNEL_QMV1_Q4_K_BF16 = 86,
+    TC_KERNEL_QMV1_Q6_K_BF16 = 87,
+    TC_KERNEL_QMM_Q4_0_F16 = 88,
+    TC_KERNEL_QMM_Q4_0_BF16 = 89,
+    TC_KERNEL_QMM_Q4_1_F16 = 90,
+    TC_KERNEL_QMM_Q4_1_BF16 = 91,
+    TC_KERNEL_QMM_Q5_0_F16 = 92,
+    TC_KERNEL_QMM_Q5_0_BF16 = 93,
+    TC_KERNEL_QMM_Q5_1_F16 = 94,
+    TC_KERNEL_QMM_Q5_1_BF16 = 95,
+    TC_KERNEL_QMM_Q8_0_F16 = 96,
+    TC_KERNEL_QMM_Q8_0_BF16 = 97,
+    TC_KERNEL_QMM_Q2_K_F16 = 98,
+    TC_KERNEL_QMM_Q2_K_BF16 = 99,
+    TC_KERNEL_QMM_Q3_K_F16 = 100,
+    TC_KERNEL_QMM_Q3_K_BF16 = 101,
+    TC_KERNEL_QMM_Q4_K_F16 = 102,
+    TC_KERNEL_QMM_Q4_K_BF16 = 103,
+    TC_KERNEL_QMM_Q5_K_F16 = 104,
+    TC_KERNEL_QMM_Q5_K_BF16 = 105,
+    TC_KERNEL_QMM_Q6_K_F16 = 106,
+    TC_KERNEL_QMM_Q6_K_BF16 = 107,
+    TC_KERNEL_FILL_RANDOM_F32 = 108,
+    TC_KERNEL_FILL_RANDOM_F16 = 109,
+    TC_KERNEL_FILL_RANDOM_BF16 = 110,
+    TC_KERNEL_RMSNORM_F32 = 111,
+    TC_KERNEL_RMSNORM_F16 = 112,
+    TC_KERNEL_RMSNORM_BF16 = 113,
+    TC_KERNEL_ROPE_F32 = 114,
+    TC_KERNEL_ROPE_F16 = 115,
+    TC_KERNEL_ROPE_BF16 = 116,
+    TC_KERNEL_ROPE_F16_F8 = 117,
+    TC_KERNEL_ROPE_BF16_F8 = 118,
+    TC_KERNEL_SELFTEST_PARAMS = 119,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 120,
+    TC_KERNEL_SOFTMAX_F32 = 121,
+    TC_KERNEL_SOFTMAX_F16 = 122,
+    TC_KERNEL_SOFTMAX_BF16 = 123,
+    TC_KERNEL_SWIGLU_F32 = 124,
+    TC_KERNEL_SWIGLU_F16 = 125,
+    TC_KERNEL_SWIGLU_BF16 = 126,
+    TC_KERNEL_COUNT = 127
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -261,7 +260,7 @@ static inline tc_status tc_launch_argmax_bf16(tc_launch_config cfg, int32_t *out
     tc_launch_argmax_bf16((cfg), TC__KARG(int32_t *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride), TC__KARG(float *, part), TC__KARG(int32_t *, counters), TC__KARG(int64_t, chunk))
 #endif
 
-/* kernels/attention.cu:81 tc_k_attn_store_f32: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
+/* kernels/attention.cu:82 tc_k_attn_store_f32: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
 static inline tc_status tc_launch_attn_store_f32(tc_launch_config cfg, float *k_cache, float *v_cache, const float *k, const float *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -272,7 +271,7 @@ static inline tc_status tc_launch_attn_store_f32(tc_launch_config cfg, float *k_
     tc_launch_attn_store_f32((cfg), TC__KARG(float *, k_cache), TC__KARG(float *, v_cache), TC__KARG_CONST(const float *, float *, k), TC__KARG_CONST(const float *, float *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:90 tc_k_attn_store_f16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
+/* kernels/attention.cu:91 tc_k_attn_store_f16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
 static inline tc_status tc_launch_attn_store_f16(tc_launch_config cfg, tc_half *k_cache, tc_half *v_cache, const tc_half *k, const tc_half *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -283,7 +282,7 @@ static inline tc_status tc_launch_attn_store_f16(tc_launch_config cfg, tc_half *
     tc_launch_attn_store_f16((cfg), TC__KARG(tc_half *, k_cache), TC__KARG(tc_half *, v_cache), TC__KARG_CONST(const tc_half *, tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:99 tc_k_attn_store_bf16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
+/* kernels/attention.cu:100 tc_k_attn_store_bf16: Write row i of k and v (row_elems = n_kv_heads * head_dim) into cache slot slots[i] (skipped when negative); grid (rows, any), 256 threads. */
 static inline tc_status tc_launch_attn_store_bf16(tc_launch_config cfg, tc_bf16 *k_cache, tc_bf16 *v_cache, const tc_bf16 *k, const tc_bf16 *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride};
@@ -294,7 +293,7 @@ static inline tc_status tc_launch_attn_store_bf16(tc_launch_config cfg, tc_bf16 
     tc_launch_attn_store_bf16((cfg), TC__KARG(tc_bf16 *, k_cache), TC__KARG(tc_bf16 *, v_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention.cu:109 tc_k_attn_store_f16_f8: Write row i of k and v (row_elems = n_kv_heads * head_dim) as FP8 E4M3 into cache slot slots[i] (skipped when negative), each value divided by its kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1), saturating at +-448; grid (rows, any), 256 threads. */
+/* kernels/attention.cu:111 tc_k_attn_store_f16_f8: Write row i of k and v (row_elems = n_kv_heads * head_dim) as FP8 E4M3 into cache slot slots[i] (skipped when negative), each value times the reciprocal of its kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1), saturating at +-448; grid (rows, any), 256 threads. */
 static inline tc_status tc_launch_attn_store_f16_f8(tc_launch_config cfg, uint8_t *k_cache, uint8_t *v_cache, const tc_half *k, const tc_half *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride, const float *k_scale, const float *v_scale, int32_t head_dim)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride, &k_scale, &v_scale, &head_dim};
@@ -305,7 +304,7 @@ static inline tc_status tc_launch_attn_store_f16_f8(tc_launch_config cfg, uint8_
     tc_launch_attn_store_f16_f8((cfg), TC__KARG(uint8_t *, k_cache), TC__KARG(uint8_t *, v_cache), TC__KARG_CONST(const tc_half *, tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
 #endif
 
-/* kernels/attention.cu:121 tc_k_attn_store_bf16_f8: Write row i of k and v (row_elems = n_kv_heads * head_dim) as FP8 E4M3 into cache slot slots[i] (skipped when negative), each value divided by its kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1), saturating at +-448; grid (rows, any), 256 threads. */
+/* kernels/attention.cu:124 tc_k_attn_store_bf16_f8: Write row i of k and v (row_elems = n_kv_heads * head_dim) as FP8 E4M3 into cache slot slots[i] (skipped when negative), each value times the reciprocal of its kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1), saturating at +-448; grid (rows, any), 256 threads. */
 static inline tc_status tc_launch_attn_store_bf16_f8(tc_launch_config cfg, uint8_t *k_cache, uint8_t *v_cache, const tc_bf16 *k, const tc_bf16 *v, const int32_t *slots, int64_t row_elems, int64_t k_stride, int64_t v_stride, const float *k_scale, const float *v_scale, int32_t head_dim)
 {
     void *args[] = {&k_cache, &v_cache, &k, &v, &slots, &row_elems, &k_stride, &v_stride, &k_scale, &v_scale, &head_dim};
@@ -316,26 +315,15 @@ static inline tc_status tc_launch_attn_store_bf16_f8(tc_launch_config cfg, uint8
     tc_launch_attn_store_bf16_f8((cfg), TC__KARG(uint8_t *, k_cache), TC__KARG(uint8_t *, v_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int64_t, row_elems), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, head_dim))
 #endif
 
-/* kernels/attention.cu:134 tc_k_attn_scales_f16: The FP8 scales of a batch of k and v rows [rows, n_kv_heads, head_dim] (rows k_stride and v_stride elements apart): block (h, 0) writes k_scale[h], block (h, 1) v_scale[h], the power of two 2^(ceil(log2(amax)) - 5) of the head's largest magnitude (1 where it is 0); grid (n_kv_heads, 2), 256 threads. */
-static inline tc_status tc_launch_attn_scales_f16(tc_launch_config cfg, float *k_scale, float *v_scale, const tc_half *k, const tc_half *v, int64_t rows, int32_t head_dim, int64_t k_stride, int64_t v_stride)
+/* kernels/attention.cu:137 tc_k_attn_scales_f32: The FP8 scales of a batch of k and v rows [rows, n_kv_heads, head_dim] of dtype `dtype` (f16 or bf16; rows k_stride and v_stride elements apart): block (h, 0) writes k_scale[h], block (h, 1) v_scale[h], the power of two 2^(ceil(log2(amax)) - 5) of the head's largest magnitude (1 where it is 0); grid (n_kv_heads, 2), 256 threads. */
+static inline tc_status tc_launch_attn_scales_f32(tc_launch_config cfg, float *k_scale, float *v_scale, const void *k, const void *v, int32_t dtype, int64_t rows, int32_t head_dim, int64_t k_stride, int64_t v_stride)
 {
-    void *args[] = {&k_scale, &v_scale, &k, &v, &rows, &head_dim, &k_stride, &v_stride};
-    return tc_launch_kernel(TC_KERNEL_ATTN_SCALES_F16, &cfg, args);
+    void *args[] = {&k_scale, &v_scale, &k, &v, &dtype, &rows, &head_dim, &k_stride, &v_stride};
+    return tc_launch_kernel(TC_KERNEL_ATTN_SCALES_F32, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_attn_scales_f16(cfg, k_scale, v_scale, k, v, rows, head_dim, k_stride, v_stride) \
-    tc_launch_attn_scales_f16((cfg), TC__KARG(float *, k_scale), TC__KARG(float *, v_scale), TC__KARG_CONST(const tc_half *, tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG(int64_t, rows), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
-#endif
-
-/* kernels/attention.cu:145 tc_k_attn_scales_bf16: The FP8 scales of a batch of k and v rows [rows, n_kv_heads, head_dim] (rows k_stride and v_stride elements apart): block (h, 0) writes k_scale[h], block (h, 1) v_scale[h], the power of two 2^(ceil(log2(amax)) - 5) of the head's largest magnitude (1 where it is 0); grid (n_kv_heads, 2), 256 threads. */
-static inline tc_status tc_launch_attn_scales_bf16(tc_launch_config cfg, float *k_scale, float *v_scale, const tc_bf16 *k, const tc_bf16 *v, int64_t rows, int32_t head_dim, int64_t k_stride, int64_t v_stride)
-{
-    void *args[] = {&k_scale, &v_scale, &k, &v, &rows, &head_dim, &k_stride, &v_stride};
-    return tc_launch_kernel(TC_KERNEL_ATTN_SCALES_BF16, &cfg, args);
-}
-#ifndef __cplusplus
-#define tc_launch_attn_scales_bf16(cfg, k_scale, v_scale, k, v, rows, head_dim, k_stride, v_stride) \
-    tc_launch_attn_scales_bf16((cfg), TC__KARG(float *, k_scale), TC__KARG(float *, v_scale), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG(int64_t, rows), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
+#define tc_launch_attn_scales_f32(cfg, k_scale, v_scale, k, v, dtype, rows, head_dim, k_stride, v_stride) \
+    tc_launch_attn_scales_f32((cfg), TC__KARG(float *, k_scale), TC__KARG(float *, v_scale), TC__KARG_CONST(const void *, void *, k), TC__KARG_CONST(const void *, void *, v), TC__KARG(int32_t, dtype), TC__KARG(int64_t, rows), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
 /* kernels/attention_decode.cu:716 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
@@ -437,7 +425,7 @@ static inline tc_status tc_launch_attn_decode128_bf16_f8(tc_launch_config cfg, t
     tc_launch_attn_decode128_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_prefill.cu:555 tc_k_attn_prefill_f32: Attention over f32 caches of any head_dim up to 256 (f32 on CUDA is a check of the 16-bit paths, kept to one simple kernel): causal prefill with grid (n_tokens / 32 + n_seqs, n_heads), 128 threads, 4 * (32 * (head_dim + 1) * 3 + 32 * 33) bytes of dynamic shared memory; or with q_start NULL a decode: grid (n_seqs, n_heads), row s of q is sequence s's query. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:559 tc_k_attn_prefill_f32: Attention over f32 caches of any head_dim up to 256 (f32 on CUDA is a check of the 16-bit paths, kept to one simple kernel): causal prefill with grid (n_tokens / 8 + n_seqs, n_heads), 128 threads, 4 * (72 * (head_dim + 1) + 8 * 33) bytes of dynamic shared memory; or with q_start NULL a decode: grid (n_seqs, n_heads), row s of q is sequence s's query. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, int32_t head_dim)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &head_dim};
@@ -448,7 +436,7 @@ static inline tc_status tc_launch_attn_prefill_f32(tc_launch_config cfg, float *
     tc_launch_attn_prefill_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
 #endif
 
-/* kernels/attention_prefill.cu:565 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:569 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
@@ -459,7 +447,7 @@ static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_ha
     tc_launch_attn_prefill64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_prefill.cu:575 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:579 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
@@ -470,7 +458,7 @@ static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_h
     tc_launch_attn_prefill128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_prefill.cu:585 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:589 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
@@ -481,7 +469,7 @@ static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_b
     tc_launch_attn_prefill64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_prefill.cu:595 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:599 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
@@ -492,7 +480,7 @@ static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_
     tc_launch_attn_prefill128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_prefill.cu:609 tc_k_attn_prefill_bf16: Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp) over a bf16 cache, or with fp8 set an FP8 E4M3 one (k_scale, v_scale: each kv head's scales, f32 [n_kv_heads]; NULL: 1): grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 384 * (hp + 8) bytes of dynamic shared memory over a bf16 cache, 256 * (hp + 8) + 128 * (hp + 16) over an FP8 one. (f16 activations: 64 and 128 only.) window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:613 tc_k_attn_prefill_bf16: Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp) over a bf16 cache, or with fp8 set an FP8 E4M3 one (k_scale, v_scale: each kv head's scales, f32 [n_kv_heads]; NULL: 1): grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 384 * (hp + 8) bytes of dynamic shared memory over a bf16 cache, 256 * (hp + 8) + 128 * (hp + 16) over an FP8 one. (f16 activations: 64 and 128 only.) window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale, int32_t fp8, int32_t head_dim)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale, &fp8, &head_dim};
@@ -503,7 +491,7 @@ static inline tc_status tc_launch_attn_prefill_bf16(tc_launch_config cfg, tc_bf1
     tc_launch_attn_prefill_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, fp8), TC__KARG(int32_t, head_dim))
 #endif
 
-/* kernels/attention_prefill.cu:625 tc_k_attn_prefill64_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_prefill.cu:629 tc_k_attn_prefill64_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_prefill64_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
@@ -514,7 +502,7 @@ static inline tc_status tc_launch_attn_prefill64_f16_f8(tc_launch_config cfg, tc
     tc_launch_attn_prefill64_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_prefill.cu:637 tc_k_attn_prefill128_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_prefill.cu:641 tc_k_attn_prefill128_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_prefill128_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
@@ -525,7 +513,7 @@ static inline tc_status tc_launch_attn_prefill128_f16_f8(tc_launch_config cfg, t
     tc_launch_attn_prefill128_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_prefill.cu:649 tc_k_attn_prefill64_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_prefill.cu:653 tc_k_attn_prefill64_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_prefill64_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
@@ -536,7 +524,7 @@ static inline tc_status tc_launch_attn_prefill64_bf16_f8(tc_launch_config cfg, t
     tc_launch_attn_prefill64_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_prefill.cu:661 tc_k_attn_prefill128_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_prefill.cu:665 tc_k_attn_prefill128_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_prefill128_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
@@ -1460,7 +1448,7 @@ static inline tc_status tc_launch_rmsnorm_bf16(tc_launch_config cfg, tc_bf16 *ou
     tc_launch_rmsnorm_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(tc_bf16 *, residual), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, res_stride), TC__KARG(int64_t, x_stride), TC__KARG(float, eps))
 #endif
 
-/* kernels/rope.cu:149 tc_k_rope_f32: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
+/* kernels/rope.cu:150 tc_k_rope_f32: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
 static inline tc_status tc_launch_rope_f32(tc_launch_config cfg, float *q, float *k, const float *v, float *k_cache, float *v_cache, const int32_t *pos, const int32_t *slots, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&q, &k, &v, &k_cache, &v_cache, &pos, &slots, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &v_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -1471,7 +1459,7 @@ static inline tc_status tc_launch_rope_f32(tc_launch_config cfg, float *q, float
     tc_launch_rope_f32((cfg), TC__KARG(float *, q), TC__KARG(float *, k), TC__KARG_CONST(const float *, float *, v), TC__KARG(float *, k_cache), TC__KARG(float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/rope.cu:165 tc_k_rope_f16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
+/* kernels/rope.cu:166 tc_k_rope_f16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
 static inline tc_status tc_launch_rope_f16(tc_launch_config cfg, tc_half *q, tc_half *k, const tc_half *v, tc_half *k_cache, tc_half *v_cache, const int32_t *pos, const int32_t *slots, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&q, &k, &v, &k_cache, &v_cache, &pos, &slots, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &v_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -1482,7 +1470,7 @@ static inline tc_status tc_launch_rope_f16(tc_launch_config cfg, tc_half *q, tc_
     tc_launch_rope_f16((cfg), TC__KARG(tc_half *, q), TC__KARG(tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG(tc_half *, k_cache), TC__KARG(tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/rope.cu:181 tc_k_rope_bf16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
+/* kernels/rope.cu:182 tc_k_rope_bf16: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] (k may be NULL) in place by pos[row]; scaling 1 is Llama 3's. With k_cache (and v_cache, v, slots), also write k's rotated rows and v's rows to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row). Grid (rows, any), 128 threads. */
 static inline tc_status tc_launch_rope_bf16(tc_launch_config cfg, tc_bf16 *q, tc_bf16 *k, const tc_bf16 *v, tc_bf16 *k_cache, tc_bf16 *v_cache, const int32_t *pos, const int32_t *slots, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&q, &k, &v, &k_cache, &v_cache, &pos, &slots, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &v_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -1493,7 +1481,7 @@ static inline tc_status tc_launch_rope_bf16(tc_launch_config cfg, tc_bf16 *q, tc
     tc_launch_rope_bf16((cfg), TC__KARG(tc_bf16 *, q), TC__KARG(tc_bf16 *, k), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v), TC__KARG(tc_bf16 *, k_cache), TC__KARG(tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/rope.cu:198 tc_k_rope_f16_f8: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] in place by pos[row] (scaling 1 is Llama 3's) and write k's rotated rows and v's rows as FP8 E4M3 to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row), divided by their kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1). Grid (rows, any), 128 threads. */
+/* kernels/rope.cu:199 tc_k_rope_f16_f8: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] in place by pos[row] (scaling 1 is Llama 3's) and write k's rotated rows and v's rows as FP8 E4M3 to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row), times the reciprocal of their kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1). Grid (rows, any), 128 threads. */
 static inline tc_status tc_launch_rope_f16_f8(tc_launch_config cfg, tc_half *q, tc_half *k, const tc_half *v, uint8_t *k_cache, uint8_t *v_cache, const int32_t *pos, const int32_t *slots, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&q, &k, &v, &k_cache, &v_cache, &pos, &slots, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &v_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position, &k_scale, &v_scale};
@@ -1504,7 +1492,7 @@ static inline tc_status tc_launch_rope_f16_f8(tc_launch_config cfg, tc_half *q, 
     tc_launch_rope_f16_f8((cfg), TC__KARG(tc_half *, q), TC__KARG(tc_half *, k), TC__KARG_CONST(const tc_half *, tc_half *, v), TC__KARG(uint8_t *, k_cache), TC__KARG(uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/rope.cu:216 tc_k_rope_bf16_f8: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] in place by pos[row] (scaling 1 is Llama 3's) and write k's rotated rows and v's rows as FP8 E4M3 to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row), divided by their kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1). Grid (rows, any), 128 threads. */
+/* kernels/rope.cu:217 tc_k_rope_bf16_f8: Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] in place by pos[row] (scaling 1 is Llama 3's) and write k's rotated rows and v's rows as FP8 E4M3 to cache slot slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row), times the reciprocal of their kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1). Grid (rows, any), 128 threads. */
 static inline tc_status tc_launch_rope_bf16_f8(tc_launch_config cfg, tc_bf16 *q, tc_bf16 *k, const tc_bf16 *v, uint8_t *k_cache, uint8_t *v_cache, const int32_t *pos, const int32_t *slots, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&q, &k, &v, &k_cache, &v_cache, &pos, &slots, &n_heads, &n_kv_heads, &head_dim, &q_stride, &k_stride, &v_stride, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position, &k_scale, &v_scale};

@@ -50,9 +50,11 @@ __device__ __forceinline__ void prefill_tile(const int32_t *q_start, int n_seqs,
 }
 
 // f32 caches, any head_dim hd up to kMaxHD: block (tile of BQ query rows of one sequence,
-// head); 128 threads, 4 per query row. With q_start NULL a decode (block x is sequence x, whose
-// query is row x). window > 0: a query at position p sees keys from p - window + 1 on.
-constexpr int BQ = 32, BK = 32, kPrefillThreads = 128;
+// head); 128 threads, TPR per query row (so that each holds kMaxHD / TPR output dimensions:
+// few registers and little code, as this kernel checks the others rather than runs models
+// fast). With q_start NULL a decode (block x is sequence x, whose query is row x). window > 0:
+// a query at position p sees keys from p - window + 1 on.
+constexpr int kPrefillThreads = 128, TPR = 16, BQ = kPrefillThreads / TPR, BK = 32;
 
 template <typename T>
 __device__ void prefill_simt(T *out, const T *q, const T *k_cache, const T *v_cache, const int32_t *table,
@@ -90,8 +92,8 @@ __device__ void prefill_simt(T *out, const T *q, const T *k_cache, const T *v_ca
         int r = e / hd, d = e % hd;
         qs[r * HS + d] = r < rows ? tc::to_f32(q[(qbeg + r0 + r) * q_stride + (int64_t)head * hd + d]) * scale : 0.0f;
     }
-    int r = threadIdx.x / 4, sub = threadIdx.x % 4;
-    constexpr int DJ = kMaxHD / 4;
+    int r = threadIdx.x / TPR, sub = threadIdx.x % TPR;
+    constexpr int DJ = kMaxHD / TPR;
     float o[DJ], mrow = -INFINITY, lrow = 0.0f;
 #pragma unroll
     for (int j = 0; j < DJ; j++)
@@ -114,10 +116,11 @@ __device__ void prefill_simt(T *out, const T *q, const T *k_cache, const T *v_ca
             vs[c * HS + d] = vrow[c] ? tc::to_f32(vrow[c][d]) : 0.0f;
         }
         __syncthreads();
-        float s[BK / 4], smax = -INFINITY;
+        // The row's TPR threads (lanes of one warp) score keys sub, sub + TPR, ...
+        float s[BK / TPR], smax = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < BK / 4; j++) {
-            int c = sub + 4 * j;
+        for (int j = 0; j < BK / TPR; j++) {
+            int c = sub + TPR * j;
             float d = 0.0f;
 #pragma unroll 8
             for (int x = 0; x < hd; x++)
@@ -126,19 +129,21 @@ __device__ void prefill_simt(T *out, const T *q, const T *k_cache, const T *v_ca
             s[j] = (r < rows && key <= qpos && (window <= 0 || key > qpos - window)) ? d : -INFINITY;
             smax = fmaxf(smax, s[j]);
         }
-        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 1));
-        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 2));
+#pragma unroll
+        for (int o2 = TPR / 2; o2 > 0; o2 >>= 1)
+            smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, o2));
         float mn = fmaxf(mrow, smax);
         float corr = mn == -INFINITY ? 1.0f : __expf(mrow - mn);
         float psum = 0.0f;
 #pragma unroll
-        for (int j = 0; j < BK / 4; j++) {
+        for (int j = 0; j < BK / TPR; j++) {
             float p = s[j] == -INFINITY ? 0.0f : __expf(s[j] - mn);
             psum += p;
-            ps[r * (BK + 1) + sub + 4 * j] = p;
+            ps[r * (BK + 1) + sub + TPR * j] = p;
         }
-        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
-        psum += __shfl_xor_sync(0xffffffffu, psum, 2);
+#pragma unroll
+        for (int o2 = TPR / 2; o2 > 0; o2 >>= 1)
+            psum += __shfl_xor_sync(0xffffffffu, psum, o2);
         lrow = lrow * corr + psum;
         mrow = mn;
         __syncwarp();
@@ -149,8 +154,8 @@ __device__ void prefill_simt(T *out, const T *q, const T *k_cache, const T *v_ca
             float p = ps[r * (BK + 1) + c];
 #pragma unroll
             for (int j = 0; j < DJ; j++)
-                if (sub + 4 * j < hd)
-                    o[j] = fmaf(p, vs[c * HS + sub + 4 * j], o[j]);
+                if (sub + TPR * j < hd)
+                    o[j] = fmaf(p, vs[c * HS + sub + TPR * j], o[j]);
         }
     }
     if (r < rows) {
@@ -158,8 +163,8 @@ __device__ void prefill_simt(T *out, const T *q, const T *k_cache, const T *v_ca
         T *orow = out + (qbeg + r0 + r) * out_stride + (int64_t)head * hd;
 #pragma unroll
         for (int j = 0; j < DJ; j++)
-            if (sub + 4 * j < hd)
-                orow[sub + 4 * j] = tc::from_f32<T>(o[j] * inv);
+            if (sub + TPR * j < hd)
+                orow[sub + TPR * j] = tc::from_f32<T>(o[j] * inv);
     }
 }
 
@@ -548,10 +553,9 @@ __device__ void prefill(T *out, const T *q, const C *k_cache, const C *v_cache, 
 } // namespace attention_cu
 
 /** Attention over f32 caches of any head_dim up to 256 (f32 on CUDA is a check of the 16-bit
- *  paths, kept to one simple kernel): causal prefill with grid (n_tokens / 32 + n_seqs,
- *  n_heads), 128 threads, 4 * (32 * (head_dim + 1) * 3 + 32 * 33) bytes of dynamic shared
- *  memory; or with q_start NULL a decode: grid (n_seqs, n_heads), row s of q is sequence s's
- *  query. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+ *  paths, kept to one simple kernel): causal prefill with grid (n_tokens / 8 + n_seqs,
+ *  n_heads), 128 threads, 4 * (72 * (head_dim + 1) + 8 * 33) bytes of dynamic shared memory;
+ *  or with q_start NULL a decode: grid (n_seqs, n_heads), row s of q is sequence s's query. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 extern "C" __global__ void tc_k_attn_prefill_f32(float *out, const float *q, const float *k_cache,
         const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start,
         int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks,

@@ -3,8 +3,9 @@
 // block computes the pairs' cos/sin in double, then rotates its share of the q and k heads
 // with them; fused with the KV-cache store, it also writes k and v to their cache slot (in the
 // activations' type, or as FP8 E4M3: the rotated value rounded to the activations' type,
-// divided by its kv head's scale where one is given, then rounded to FP8, as the CPU op stores
-// the rotated k).
+// times the reciprocal of its kv head's scale where one is given (exactly the value divided by
+// it for tc_kv_scales' powers of two), then rounded to FP8, as the CPU op stores the rotated
+// k).
 #include <type_traits>
 
 #include "common.cuh"
@@ -16,10 +17,10 @@ constexpr int kMaxPairs = 256; // head_dim up to 512
 // Move P consecutive pairs starting at pair i of the head at `src` (P = 2 moves the
 // elements as 4-element or two 2-element vectors), rotated when Rot, to `dst` and, where not
 // NULL, `dst2` as well (each in its own element type; one of another type than T, a cache,
-// takes the values divided by div).
+// takes the values times inv, the reciprocal of its scale).
 template <typename T, int P, bool Rot, typename D1, typename D2>
 __device__ __forceinline__ void move(const T *src, D1 *dst, D2 *dst2, int i, int half, bool interleaved,
-                                     const float *cs, const float *sn, float div = 1.0f)
+                                     const float *cs, const float *sn, float inv = 1.0f)
 {
     float a[P], b[P];
     if (interleaved) {
@@ -43,8 +44,8 @@ __device__ __forceinline__ void move(const T *src, D1 *dst, D2 *dst2, int i, int
         float ra[P], rb[P]; // what a and b store as: for a cache of another type, rounded to T first
 #pragma unroll
         for (int p = 0; p < P; p++) {
-            ra[p] = std::is_same<E, T>::value ? a[p] : tc::to_f32(tc::from_f32<T>(a[p])) / div;
-            rb[p] = std::is_same<E, T>::value ? b[p] : tc::to_f32(tc::from_f32<T>(b[p])) / div;
+            ra[p] = std::is_same<E, T>::value ? a[p] : tc::to_f32(tc::from_f32<T>(a[p])) * inv;
+            rb[p] = std::is_same<E, T>::value ? b[p] : tc::to_f32(tc::from_f32<T>(b[p])) * inv;
         }
         if (interleaved) {
             float x[2 * P];
@@ -86,11 +87,11 @@ __device__ void each_head(T *q, T *k, const T *v, C *k_cache, C *v_cache, int64_
             int h = u - hs.n_heads;
             T *b = k + row * k_stride + (int64_t)h * hd;
             C *c = slot >= 0 ? k_cache + (slot * hs.n_kv_heads + h) * hd : nullptr;
-            move<T, P, true>(b, b, c, i, half, interleaved, cs, sn, k_scale ? k_scale[h] : 1.0f);
+            move<T, P, true>(b, b, c, i, half, interleaved, cs, sn, k_scale ? __frcp_rn(k_scale[h]) : 1.0f);
         } else if (slot >= 0) {
             int h = u - hs.n_heads - hs.n_k;
             move<T, P, false>(v + row * v_stride + (int64_t)h * hd, v_cache + (slot * hs.n_kv_heads + h) * hd,
-                              (C *)nullptr, i, half, interleaved, cs, sn, v_scale ? v_scale[h] : 1.0f);
+                              (C *)nullptr, i, half, interleaved, cs, sn, v_scale ? __frcp_rn(v_scale[h]) : 1.0f);
         }
     }
 }
@@ -192,9 +193,9 @@ extern "C" __global__ void tc_k_rope_bf16(__nv_bfloat16 *q, __nv_bfloat16 *k, co
 }
 /** Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] in place by pos[row]
  *  (scaling 1 is Llama 3's) and write k's rotated rows and v's rows as FP8 E4M3 to cache slot
- *  slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row), divided by their
- *  kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1). Grid (rows, any), 128
- *  threads. */
+ *  slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row), times the
+ *  reciprocal of their kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1). Grid
+ *  (rows, any), 128 threads. */
 extern "C" __global__ void tc_k_rope_f16_f8(__half *q, __half *k, const __half *v, uint8_t *k_cache, uint8_t *v_cache,
                                           const int32_t *pos, const int32_t *slots, int32_t n_heads,
                                           int32_t n_kv_heads, int32_t head_dim, int64_t q_stride,
@@ -210,9 +211,9 @@ extern "C" __global__ void tc_k_rope_f16_f8(__half *q, __half *k, const __half *
 }
 /** Rotate q [rows, n_heads, head_dim] and k [rows, n_kv_heads, head_dim] in place by pos[row]
  *  (scaling 1 is Llama 3's) and write k's rotated rows and v's rows as FP8 E4M3 to cache slot
- *  slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row), divided by their
- *  kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1). Grid (rows, any), 128
- *  threads. */
+ *  slots[row] ([slots, n_kv_heads, head_dim]; a negative slot skips the row), times the
+ *  reciprocal of their kv head's scale (k_scale, v_scale f32 [n_kv_heads]; NULL: 1). Grid
+ *  (rows, any), 128 threads. */
 extern "C" __global__ void tc_k_rope_bf16_f8(__nv_bfloat16 *q, __nv_bfloat16 *k, const __nv_bfloat16 *v, uint8_t *k_cache, uint8_t *v_cache,
                                           const int32_t *pos, const int32_t *slots, int32_t n_heads,
                                           int32_t n_kv_heads, int32_t head_dim, int64_t q_stride,

@@ -298,12 +298,13 @@ void tc__attention_store_cpu(tc_tensor *k_cache, tc_tensor *v_cache, const tc_te
             memcpy(vd, tc__row(v, i), (size_t)row * eb);
             continue;
         }
-        /* value / scale, then rounded (FP8: saturating) */
+        /* value times the scale's reciprocal (as the kernels: exactly value / scale for a power
+         * of two), then rounded (FP8: saturating) */
         for (int64_t e = 0; e < row; e++) {
             float a = tc__load(k->dtype, tc__row(k, i), e),
                   b = tc__load(v->dtype, tc__row(v, i), e);
-            tc__store(k_cache->dtype, kd, e, ks ? a / ks[e / hd] : a);
-            tc__store(v_cache->dtype, vd, e, vs ? b / vs[e / hd] : b);
+            tc__store(k_cache->dtype, kd, e, ks ? a * (1.0f / ks[e / hd]) : a);
+            tc__store(v_cache->dtype, vd, e, vs ? b * (1.0f / vs[e / hd]) : b);
         }
     }
 }
@@ -406,7 +407,8 @@ static tc_status check_room(const char *op, tc_backend *b, size_t shared, int64_
 }
 
 /* The generic f32 kernel (any head_dim): prefill, or with q_start NULL a decode (row s is
- * sequence s's query). */
+ * sequence s's query). Blocks of 8 query rows (16 threads each); shared floats for the query
+ * tile, a tile of 32 keys and values (padded rows) and 8 x 33 probabilities. */
 static tc_status simt_f32(const char *op, tc_tensor *out, const tc_tensor *q,
                           const tc_tensor *k_cache, const tc_tensor *v_cache,
                           const tc_tensor *block_table, const tc_tensor *seq_lens,
@@ -414,9 +416,9 @@ static tc_status simt_f32(const char *op, tc_tensor *out, const tc_tensor *q,
 {
     tc_backend *b = out->backend;
     int64_t hd = q->shape[2], n_tokens = q->shape[0], n_seqs = block_table->shape[0];
-    size_t shared = (size_t)(4 * (32 * (hd + 1) * 3 + 32 * 33));
+    size_t shared = (size_t)(4 * (72 * (hd + 1) + 8 * 33));
     TC_TRY(check_room(op, b, shared, hd));
-    tc_launch_config cfg = { { (uint32_t)(q_start ? n_tokens / 32 + n_seqs : n_seqs),
+    tc_launch_config cfg = { { (uint32_t)(q_start ? n_tokens / 8 + n_seqs : n_seqs),
                                (uint32_t)q->shape[1], 1 },
                              { 128, 1, 1 },
                              (unsigned)shared,
@@ -712,10 +714,7 @@ tc_status tc_kv_scales(tc_tensor *k_scale, tc_tensor *v_scale, const tc_tensor *
     /* One block of 256 threads per (head, k or v). */
     tc_launch_config cfg = tc__cfg(k->backend, (unsigned)heads, 256, 0);
     cfg.grid.y = 2;
-#define LAUNCH(sfx, T)                                                                    \
-    tc_launch_attn_scales_##sfx(cfg, TC__DEV(float, k_scale), TC__DEV(float, v_scale),    \
-                                TC__DEV(const T, k), TC__DEV(const T, v), n, (int32_t)hd, \
-                                k->stride[0], v->stride[0])
-    return k->dtype == TC_DTYPE_F16 ? LAUNCH(f16, tc_half) : LAUNCH(bf16, tc_bf16);
-#undef LAUNCH
+    return tc_launch_attn_scales_f32(cfg, TC__DEV(float, k_scale), TC__DEV(float, v_scale), k->data,
+                                     v->data, (int32_t)k->dtype, n, (int32_t)hd, k->stride[0],
+                                     v->stride[0]);
 }

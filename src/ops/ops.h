@@ -158,8 +158,9 @@ TC_API tc_status tc_attention_decode(tc_tensor *out, const tc_tensor *q, const t
  * attends to, an FP8 cache's scales (zero-initialise, then set fresh_rows: its default is -1). */
 typedef struct tc_attention_opts {
     /* FP8 caches: each kv head's scale of keys and of values (f32 [n_kv_heads], contiguous, on
-     * the caches' backend): the cache holds x / scale rounded to E4M3 (saturating at +-448)
-     * and is read back as code * scale. NULL: 1. Ignored by caches of another dtype. */
+     * the caches' backend): the cache holds x times the reciprocal of scale (x / scale,
+     * exactly, for powers of two such as tc_kv_scales gives) rounded to E4M3 (saturating at
+     * +-448) and is read back as code * scale. NULL: 1. Ignored by caches of another dtype. */
     const tc_tensor *k_scale, *v_scale;
     /* How many of each sequence's newest cached rows the kernel launched just before this op on
      * its stream may have written; it must not have written the older rows, seq_lens or
