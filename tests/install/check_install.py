@@ -5,7 +5,7 @@ declare and needs only libc, libdl, pthreads and libm, and every example builds 
 `pkg-config --cflags --libs thincuda` against the shared and the static library and runs
 (without a driver it must fail cleanly, naming the reason); an example with its own kernels
 (X.cu beside X.c) gets its launchers from the installed generator, and a mistyped launch
-must not compile; every C snippet in README.md compiles against the installed headers.
+must not compile; every C snippet in README.md and docs/ compiles against the installed headers.
 
 Usage: check_install.py BUILD_DIR SOURCE_DIR DEFAULT_LIBRARY [CC ...]
 """
@@ -175,15 +175,17 @@ def main():
                 if r.returncode != 1 or "libcuda" not in r.stderr:
                     failures.append("%s_%s without a driver: exit %d, stderr %r" % (
                         name, kind, r.returncode, r.stderr[-400:]))
-        snippets = re.findall(r"```c\n(.*?)```", open(os.path.join(SRC, "README.md")).read(), re.S)
+        docs = ["README.md"] + sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(SRC, "docs"))
+                                      if f.endswith(".md"))
+        snippets = [t for d in docs for t in re.findall(r"```c\n(.*?)```", open(os.path.join(SRC, d)).read(), re.S)]
         for i, text in enumerate(snippets):
             r = subprocess.run(cc + ["-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-x", "c", "-",
                                      "-o", os.path.join(dest, "snippet%d.o" % i)] + cflags,
                                input=text, capture_output=True, text=True)
             if r.returncode != 0:
-                failures.append("README.md's C snippet %d does not compile:\n%s%s" % (
+                failures.append("C snippet %d of README.md and docs/ does not compile:\n%s%s" % (
                     i + 1, text, r.stderr[-1500:]))
-        print("README.md: %d C snippets compile against the installed headers" % len(snippets))
+        print("README.md and docs/: %d C snippets compile against the installed headers" % len(snippets))
         print("examples: %s built (%s) and run without a driver" % (
             ", ".join(os.path.basename(e)[:-2] for e in examples),
             " and ".join(k for k, ok in (("shared", shared), ("static", static)) if ok)))
