@@ -149,6 +149,15 @@ __device__ __forceinline__ uint2 spread_bits(uint32_t v)
 {
     return make_uint2(((v & 15) * 0x00204081u & 0x01010101u) << 4, ((v >> 4 & 15) * 0x00204081u & 0x01010101u) << 4);
 }
+// The 6-bit scale (x) and min (y) of sub-block sb (0-7) of a Q4_K or Q5_K block from its 12
+// packed bytes (words w0, w1, w2), four sub-blocks' at once: bytes 0-3 of w0 and w1 hold
+// sub-blocks 0-3 in their low 6 bits and the top bits of 4-7, whose low bits are w2's nibbles.
+__device__ __forceinline__ uint2 k_scale_min(uint32_t w0, uint32_t w1, uint32_t w2, int sb)
+{
+    const uint32_t scw = sb < 4 ? w0 & 0x3f3f3f3fu : (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+    const uint32_t mnw = sb < 4 ? w1 & 0x3f3f3f3fu : ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+    return make_uint2((scw >> (8 * (sb & 3))) & 0xff, (mnw >> (8 * (sb & 3))) & 0xff);
+}
 template <int DT> __device__ __forceinline__ Ints ints(const Raw &r, int j)
 {
     Ints o;
@@ -187,14 +196,9 @@ template <int DT> __device__ __forceinline__ Ints ints(const Raw &r, int j)
         o.s = half_lo(r.e[4]) * (small_float(lo | (hi << 4)) - 32.0f);
         o.off = 0.0f;
     } else if constexpr (DT == Q4_K || DT == Q5_K) {
-        // The 6-bit scale and min of sub-block sb, four sub-blocks' at once from the packed
-        // words (bytes 0-3 of w0 and w1 hold sub-blocks 0-3 in their low 6 bits and the top
-        // bits of 4-7, whose low bits are w2's nibbles), then sb's byte.
         const int sb = j >> 2;
-        const uint32_t w0 = r.e[0], w1 = r.e[1], w2 = r.e[2];
-        const uint32_t scw = sb < 4 ? w0 & 0x3f3f3f3fu : (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
-        const uint32_t mnw = sb < 4 ? w1 & 0x3f3f3f3fu : ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
-        const uint32_t sc = (scw >> (8 * (sb & 3))) & 0xff, mn = (mnw >> (8 * (sb & 3))) & 0xff;
+        const uint2 sm = k_scale_min(r.e[0], r.e[1], r.e[2], sb);
+        const uint32_t sc = sm.x, mn = sm.y;
         const int shift = (sb & 1) * 4;
         o.b = make_uint2((r.q.x >> shift) & 0x0f0f0f0fu, (r.q.y >> shift) & 0x0f0f0f0fu);
         if constexpr (DT == Q5_K) {
@@ -578,7 +582,6 @@ __device__ __forceinline__ void wait_copies(int n)
 // bytes with one logic operation a word (a high nibble left in place counts 16 times: its sum is
 // scaled by 1 / 16); every lane then scales two groups of two rows, each once. About 24
 // weights an instruction.
-template <int DT> constexpr bool kQ8 = DT != Q2_K && DT != Q3_K;
 // The elements of a column's group (Q4_K's scales cover 32; the others' groups are halves of
 // 32-element blocks (Q4_0, Q8_0) or Q6_K's scale groups).
 template <int DT> constexpr int kGS = DT == Q4_K || DT == Q5_K ? 32 : 16;
@@ -754,6 +757,15 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
             imma16832<DT == Q8_0>(d, wa[0][i], wa[1][i], wb[0][i], wb[1][i], x0[i], x1[i]);
             imma16832<DT == Q8_0>(e, wa[0][i], wa[1][i], wb[0][i], wb[1][i], y0[i], y1[i]);
         }
+        // Q4_K's and Q5_K's packed scales and (d, dmin) of each row, read once for both columns.
+        uint32_t kw[2][4] = {};
+        if constexpr (DT == Q4_K || DT == Q5_K) {
+            constexpr int f = DT == Q4_K ? 1 : 2;
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                kw[r][0] = ld4(Q[r].p[f]), kw[r][1] = ld4(Q[r].p[f] + 4), kw[r][2] = ld4(Q[r].p[f] + 8),
+                kw[r][3] = ld4(Q[r].p[f + 1]);
+        }
         // Lane (g, p) holds columns 2p and 2p + 1 of rows g (d[0], d[1]) and g + 8 (d[2], d[3]).
 #pragma unroll
         for (int cc = 0; cc < 2; cc++) {
@@ -765,17 +777,11 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
             for (int r = 0; r < 2; r++) {
                 const float isum = (float)d[2 * r + cc] + (float)e[2 * r + cc] * (1.0f / 254.0f);
                 if constexpr (DT == Q4_K || DT == Q5_K) {
-                    constexpr int f = DT == Q4_K ? 1 : 2;
-                    const uint8_t *sc = Q[r].p[f];
-                    const uint32_t w0 = ld4(sc), w1 = ld4(sc + 4), w2 = ld4(sc + 8), dm = ld4(Q[r].p[f + 1]);
-                    const int sb = 2 * j + hi;
-                    const uint32_t scw = sb < 4 ? w0 & 0x3f3f3f3fu : (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
-                    const uint32_t mnw = sb < 4 ? w1 & 0x3f3f3f3fu : ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
-                    const float s = small_float((scw >> (8 * (sb & 3))) & 0xff),
-                                m = small_float((mnw >> (8 * (sb & 3))) & 0xff);
+                    const uint2 sm = k_scale_min(kw[r][0], kw[r][1], kw[r][2], 2 * j + hi);
                     const float sx = xg.y + xs[(es + xoff<DT>(c)) / 16 + 1].y;
                     const float hs = DT == Q4_K && hi ? 0.0625f : 1.0f;
-                    acc[r] += half_lo(dm) * s * (xg.x * isum * hs) - half_hi(dm) * m * sx;
+                    acc[r] += half_lo(kw[r][3]) * small_float(sm.x) * (xg.x * isum * hs) -
+                              half_hi(kw[r][3]) * small_float(sm.y) * sx;
                 } else if constexpr (DT == Q4_0) {
                     const float db = half_lo(ld2(Q[r].p[1] + 2 * (4 * t + j)));
                     acc[r] += db * (xg.x * isum * (hi ? 0.0625f : 1.0f) - 8.0f * xg.y);
