@@ -189,22 +189,22 @@ static const uint16_t sizes_tc_k_qmv_q6_k_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmv_q6_k_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_qmv_q6_k_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmv_q6_k_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_qmv1_q4_0_bf16[] = {8, 8, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_qmv1_q4_0_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_qmv1_q4_1_bf16[] = {8, 8, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_qmv1_q4_1_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_qmv1_q5_0_bf16[] = {8, 8, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_qmv1_q5_0_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_qmv1_q5_1_bf16[] = {8, 8, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_qmv1_q5_1_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_qmv1_q5_k_bf16[] = {8, 8, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_qmv1_q5_k_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_qmv1_q8_0_bf16[] = {8, 8, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_qmv1_q8_0_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_qmv1_q4_k_bf16[] = {8, 8, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_qmv1_q4_k_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
-static const uint16_t sizes_tc_k_qmv1_q6_k_bf16[] = {8, 8, 8, 8, 8, 8, 4};
-static const char *const names_tc_k_qmv1_q6_k_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv1_q4_0_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
+static const char *const names_tc_k_qmv1_q4_0_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
+static const uint16_t sizes_tc_k_qmv1_q4_1_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
+static const char *const names_tc_k_qmv1_q4_1_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
+static const uint16_t sizes_tc_k_qmv1_q5_0_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
+static const char *const names_tc_k_qmv1_q5_0_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
+static const uint16_t sizes_tc_k_qmv1_q5_1_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
+static const char *const names_tc_k_qmv1_q5_1_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
+static const uint16_t sizes_tc_k_qmv1_q5_k_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
+static const char *const names_tc_k_qmv1_q5_k_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
+static const uint16_t sizes_tc_k_qmv1_q8_0_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
+static const char *const names_tc_k_qmv1_q8_0_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
+static const uint16_t sizes_tc_k_qmv1_q4_k_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
+static const char *const names_tc_k_qmv1_q4_k_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
+static const uint16_t sizes_tc_k_qmv1_q6_k_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
+static const char *const names_tc_k_qmv1_q6_k_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
 static const uint16_t sizes_tc_k_qmm_q4_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm_q4_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
@@ -340,59 +340,59 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_matvec1_bf16", "kernels/matvec.cu", 483, 25, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
     {"tc_k_matvec_mma_f16", "kernels/matvec.cu", 500, 9, sizes_tc_k_matvec_mma_f16, names_tc_k_matvec_mma_f16},
     {"tc_k_matvec_mma_bf16", "kernels/matvec.cu", 509, 9, sizes_tc_k_matvec_mma_bf16, names_tc_k_matvec_mma_bf16},
-    {"tc_k_qrepack", "kernels/quant.cu", 1243, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
-    {"tc_k_qdequant_f32", "kernels/quant.cu", 1275, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
-    {"tc_k_qdequant_f16", "kernels/quant.cu", 1281, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
-    {"tc_k_qdequant_bf16", "kernels/quant.cu", 1287, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
-    {"tc_k_qmatvec_f32", "kernels/quant.cu", 1298, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
-    {"tc_k_qmv_q4_0_f16", "kernels/quant.cu", 1313, 9, sizes_tc_k_qmv_q4_0_f16, names_tc_k_qmv_q4_0_f16},
-    {"tc_k_qmv_q4_0_bf16", "kernels/quant.cu", 1319, 9, sizes_tc_k_qmv_q4_0_bf16, names_tc_k_qmv_q4_0_bf16},
-    {"tc_k_qmv_q4_1_f16", "kernels/quant.cu", 1325, 9, sizes_tc_k_qmv_q4_1_f16, names_tc_k_qmv_q4_1_f16},
-    {"tc_k_qmv_q4_1_bf16", "kernels/quant.cu", 1331, 9, sizes_tc_k_qmv_q4_1_bf16, names_tc_k_qmv_q4_1_bf16},
-    {"tc_k_qmv_q5_0_f16", "kernels/quant.cu", 1337, 9, sizes_tc_k_qmv_q5_0_f16, names_tc_k_qmv_q5_0_f16},
-    {"tc_k_qmv_q5_0_bf16", "kernels/quant.cu", 1343, 9, sizes_tc_k_qmv_q5_0_bf16, names_tc_k_qmv_q5_0_bf16},
-    {"tc_k_qmv_q5_1_f16", "kernels/quant.cu", 1349, 9, sizes_tc_k_qmv_q5_1_f16, names_tc_k_qmv_q5_1_f16},
-    {"tc_k_qmv_q5_1_bf16", "kernels/quant.cu", 1355, 9, sizes_tc_k_qmv_q5_1_bf16, names_tc_k_qmv_q5_1_bf16},
-    {"tc_k_qmv_q8_0_f16", "kernels/quant.cu", 1361, 9, sizes_tc_k_qmv_q8_0_f16, names_tc_k_qmv_q8_0_f16},
-    {"tc_k_qmv_q8_0_bf16", "kernels/quant.cu", 1367, 9, sizes_tc_k_qmv_q8_0_bf16, names_tc_k_qmv_q8_0_bf16},
-    {"tc_k_qmv_q2_k_f16", "kernels/quant.cu", 1373, 9, sizes_tc_k_qmv_q2_k_f16, names_tc_k_qmv_q2_k_f16},
-    {"tc_k_qmv_q2_k_bf16", "kernels/quant.cu", 1379, 9, sizes_tc_k_qmv_q2_k_bf16, names_tc_k_qmv_q2_k_bf16},
-    {"tc_k_qmv_q3_k_f16", "kernels/quant.cu", 1385, 9, sizes_tc_k_qmv_q3_k_f16, names_tc_k_qmv_q3_k_f16},
-    {"tc_k_qmv_q3_k_bf16", "kernels/quant.cu", 1391, 9, sizes_tc_k_qmv_q3_k_bf16, names_tc_k_qmv_q3_k_bf16},
-    {"tc_k_qmv_q4_k_f16", "kernels/quant.cu", 1397, 9, sizes_tc_k_qmv_q4_k_f16, names_tc_k_qmv_q4_k_f16},
-    {"tc_k_qmv_q4_k_bf16", "kernels/quant.cu", 1403, 9, sizes_tc_k_qmv_q4_k_bf16, names_tc_k_qmv_q4_k_bf16},
-    {"tc_k_qmv_q5_k_f16", "kernels/quant.cu", 1409, 9, sizes_tc_k_qmv_q5_k_f16, names_tc_k_qmv_q5_k_f16},
-    {"tc_k_qmv_q5_k_bf16", "kernels/quant.cu", 1415, 9, sizes_tc_k_qmv_q5_k_bf16, names_tc_k_qmv_q5_k_bf16},
-    {"tc_k_qmv_q6_k_f16", "kernels/quant.cu", 1421, 9, sizes_tc_k_qmv_q6_k_f16, names_tc_k_qmv_q6_k_f16},
-    {"tc_k_qmv_q6_k_bf16", "kernels/quant.cu", 1427, 9, sizes_tc_k_qmv_q6_k_bf16, names_tc_k_qmv_q6_k_bf16},
-    {"tc_k_qmv1_q4_0_bf16", "kernels/quant.cu", 1439, 7, sizes_tc_k_qmv1_q4_0_bf16, names_tc_k_qmv1_q4_0_bf16},
-    {"tc_k_qmv1_q4_1_bf16", "kernels/quant.cu", 1444, 7, sizes_tc_k_qmv1_q4_1_bf16, names_tc_k_qmv1_q4_1_bf16},
-    {"tc_k_qmv1_q5_0_bf16", "kernels/quant.cu", 1449, 7, sizes_tc_k_qmv1_q5_0_bf16, names_tc_k_qmv1_q5_0_bf16},
-    {"tc_k_qmv1_q5_1_bf16", "kernels/quant.cu", 1454, 7, sizes_tc_k_qmv1_q5_1_bf16, names_tc_k_qmv1_q5_1_bf16},
-    {"tc_k_qmv1_q5_k_bf16", "kernels/quant.cu", 1459, 7, sizes_tc_k_qmv1_q5_k_bf16, names_tc_k_qmv1_q5_k_bf16},
-    {"tc_k_qmv1_q8_0_bf16", "kernels/quant.cu", 1464, 7, sizes_tc_k_qmv1_q8_0_bf16, names_tc_k_qmv1_q8_0_bf16},
-    {"tc_k_qmv1_q4_k_bf16", "kernels/quant.cu", 1469, 7, sizes_tc_k_qmv1_q4_k_bf16, names_tc_k_qmv1_q4_k_bf16},
-    {"tc_k_qmv1_q6_k_bf16", "kernels/quant.cu", 1474, 7, sizes_tc_k_qmv1_q6_k_bf16, names_tc_k_qmv1_q6_k_bf16},
-    {"tc_k_qmm_q4_0_f16", "kernels/quant.cu", 1488, 11, sizes_tc_k_qmm_q4_0_f16, names_tc_k_qmm_q4_0_f16},
-    {"tc_k_qmm_q4_0_bf16", "kernels/quant.cu", 1495, 11, sizes_tc_k_qmm_q4_0_bf16, names_tc_k_qmm_q4_0_bf16},
-    {"tc_k_qmm_q4_1_f16", "kernels/quant.cu", 1502, 11, sizes_tc_k_qmm_q4_1_f16, names_tc_k_qmm_q4_1_f16},
-    {"tc_k_qmm_q4_1_bf16", "kernels/quant.cu", 1509, 11, sizes_tc_k_qmm_q4_1_bf16, names_tc_k_qmm_q4_1_bf16},
-    {"tc_k_qmm_q5_0_f16", "kernels/quant.cu", 1516, 11, sizes_tc_k_qmm_q5_0_f16, names_tc_k_qmm_q5_0_f16},
-    {"tc_k_qmm_q5_0_bf16", "kernels/quant.cu", 1523, 11, sizes_tc_k_qmm_q5_0_bf16, names_tc_k_qmm_q5_0_bf16},
-    {"tc_k_qmm_q5_1_f16", "kernels/quant.cu", 1530, 11, sizes_tc_k_qmm_q5_1_f16, names_tc_k_qmm_q5_1_f16},
-    {"tc_k_qmm_q5_1_bf16", "kernels/quant.cu", 1537, 11, sizes_tc_k_qmm_q5_1_bf16, names_tc_k_qmm_q5_1_bf16},
-    {"tc_k_qmm_q8_0_f16", "kernels/quant.cu", 1544, 11, sizes_tc_k_qmm_q8_0_f16, names_tc_k_qmm_q8_0_f16},
-    {"tc_k_qmm_q8_0_bf16", "kernels/quant.cu", 1551, 11, sizes_tc_k_qmm_q8_0_bf16, names_tc_k_qmm_q8_0_bf16},
-    {"tc_k_qmm_q2_k_f16", "kernels/quant.cu", 1558, 11, sizes_tc_k_qmm_q2_k_f16, names_tc_k_qmm_q2_k_f16},
-    {"tc_k_qmm_q2_k_bf16", "kernels/quant.cu", 1565, 11, sizes_tc_k_qmm_q2_k_bf16, names_tc_k_qmm_q2_k_bf16},
-    {"tc_k_qmm_q3_k_f16", "kernels/quant.cu", 1572, 11, sizes_tc_k_qmm_q3_k_f16, names_tc_k_qmm_q3_k_f16},
-    {"tc_k_qmm_q3_k_bf16", "kernels/quant.cu", 1579, 11, sizes_tc_k_qmm_q3_k_bf16, names_tc_k_qmm_q3_k_bf16},
-    {"tc_k_qmm_q4_k_f16", "kernels/quant.cu", 1586, 11, sizes_tc_k_qmm_q4_k_f16, names_tc_k_qmm_q4_k_f16},
-    {"tc_k_qmm_q4_k_bf16", "kernels/quant.cu", 1593, 11, sizes_tc_k_qmm_q4_k_bf16, names_tc_k_qmm_q4_k_bf16},
-    {"tc_k_qmm_q5_k_f16", "kernels/quant.cu", 1600, 11, sizes_tc_k_qmm_q5_k_f16, names_tc_k_qmm_q5_k_f16},
-    {"tc_k_qmm_q5_k_bf16", "kernels/quant.cu", 1607, 11, sizes_tc_k_qmm_q5_k_bf16, names_tc_k_qmm_q5_k_bf16},
-    {"tc_k_qmm_q6_k_f16", "kernels/quant.cu", 1614, 11, sizes_tc_k_qmm_q6_k_f16, names_tc_k_qmm_q6_k_f16},
-    {"tc_k_qmm_q6_k_bf16", "kernels/quant.cu", 1621, 11, sizes_tc_k_qmm_q6_k_bf16, names_tc_k_qmm_q6_k_bf16},
+    {"tc_k_qrepack", "kernels/quant.cu", 1269, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
+    {"tc_k_qdequant_f32", "kernels/quant.cu", 1301, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
+    {"tc_k_qdequant_f16", "kernels/quant.cu", 1307, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
+    {"tc_k_qdequant_bf16", "kernels/quant.cu", 1313, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
+    {"tc_k_qmatvec_f32", "kernels/quant.cu", 1324, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
+    {"tc_k_qmv_q4_0_f16", "kernels/quant.cu", 1339, 9, sizes_tc_k_qmv_q4_0_f16, names_tc_k_qmv_q4_0_f16},
+    {"tc_k_qmv_q4_0_bf16", "kernels/quant.cu", 1345, 9, sizes_tc_k_qmv_q4_0_bf16, names_tc_k_qmv_q4_0_bf16},
+    {"tc_k_qmv_q4_1_f16", "kernels/quant.cu", 1351, 9, sizes_tc_k_qmv_q4_1_f16, names_tc_k_qmv_q4_1_f16},
+    {"tc_k_qmv_q4_1_bf16", "kernels/quant.cu", 1357, 9, sizes_tc_k_qmv_q4_1_bf16, names_tc_k_qmv_q4_1_bf16},
+    {"tc_k_qmv_q5_0_f16", "kernels/quant.cu", 1363, 9, sizes_tc_k_qmv_q5_0_f16, names_tc_k_qmv_q5_0_f16},
+    {"tc_k_qmv_q5_0_bf16", "kernels/quant.cu", 1369, 9, sizes_tc_k_qmv_q5_0_bf16, names_tc_k_qmv_q5_0_bf16},
+    {"tc_k_qmv_q5_1_f16", "kernels/quant.cu", 1375, 9, sizes_tc_k_qmv_q5_1_f16, names_tc_k_qmv_q5_1_f16},
+    {"tc_k_qmv_q5_1_bf16", "kernels/quant.cu", 1381, 9, sizes_tc_k_qmv_q5_1_bf16, names_tc_k_qmv_q5_1_bf16},
+    {"tc_k_qmv_q8_0_f16", "kernels/quant.cu", 1387, 9, sizes_tc_k_qmv_q8_0_f16, names_tc_k_qmv_q8_0_f16},
+    {"tc_k_qmv_q8_0_bf16", "kernels/quant.cu", 1393, 9, sizes_tc_k_qmv_q8_0_bf16, names_tc_k_qmv_q8_0_bf16},
+    {"tc_k_qmv_q2_k_f16", "kernels/quant.cu", 1399, 9, sizes_tc_k_qmv_q2_k_f16, names_tc_k_qmv_q2_k_f16},
+    {"tc_k_qmv_q2_k_bf16", "kernels/quant.cu", 1405, 9, sizes_tc_k_qmv_q2_k_bf16, names_tc_k_qmv_q2_k_bf16},
+    {"tc_k_qmv_q3_k_f16", "kernels/quant.cu", 1411, 9, sizes_tc_k_qmv_q3_k_f16, names_tc_k_qmv_q3_k_f16},
+    {"tc_k_qmv_q3_k_bf16", "kernels/quant.cu", 1417, 9, sizes_tc_k_qmv_q3_k_bf16, names_tc_k_qmv_q3_k_bf16},
+    {"tc_k_qmv_q4_k_f16", "kernels/quant.cu", 1423, 9, sizes_tc_k_qmv_q4_k_f16, names_tc_k_qmv_q4_k_f16},
+    {"tc_k_qmv_q4_k_bf16", "kernels/quant.cu", 1429, 9, sizes_tc_k_qmv_q4_k_bf16, names_tc_k_qmv_q4_k_bf16},
+    {"tc_k_qmv_q5_k_f16", "kernels/quant.cu", 1435, 9, sizes_tc_k_qmv_q5_k_f16, names_tc_k_qmv_q5_k_f16},
+    {"tc_k_qmv_q5_k_bf16", "kernels/quant.cu", 1441, 9, sizes_tc_k_qmv_q5_k_bf16, names_tc_k_qmv_q5_k_bf16},
+    {"tc_k_qmv_q6_k_f16", "kernels/quant.cu", 1447, 9, sizes_tc_k_qmv_q6_k_f16, names_tc_k_qmv_q6_k_f16},
+    {"tc_k_qmv_q6_k_bf16", "kernels/quant.cu", 1453, 9, sizes_tc_k_qmv_q6_k_bf16, names_tc_k_qmv_q6_k_bf16},
+    {"tc_k_qmv1_q4_0_bf16", "kernels/quant.cu", 1467, 9, sizes_tc_k_qmv1_q4_0_bf16, names_tc_k_qmv1_q4_0_bf16},
+    {"tc_k_qmv1_q4_1_bf16", "kernels/quant.cu", 1473, 9, sizes_tc_k_qmv1_q4_1_bf16, names_tc_k_qmv1_q4_1_bf16},
+    {"tc_k_qmv1_q5_0_bf16", "kernels/quant.cu", 1479, 9, sizes_tc_k_qmv1_q5_0_bf16, names_tc_k_qmv1_q5_0_bf16},
+    {"tc_k_qmv1_q5_1_bf16", "kernels/quant.cu", 1485, 9, sizes_tc_k_qmv1_q5_1_bf16, names_tc_k_qmv1_q5_1_bf16},
+    {"tc_k_qmv1_q5_k_bf16", "kernels/quant.cu", 1491, 9, sizes_tc_k_qmv1_q5_k_bf16, names_tc_k_qmv1_q5_k_bf16},
+    {"tc_k_qmv1_q8_0_bf16", "kernels/quant.cu", 1497, 9, sizes_tc_k_qmv1_q8_0_bf16, names_tc_k_qmv1_q8_0_bf16},
+    {"tc_k_qmv1_q4_k_bf16", "kernels/quant.cu", 1503, 9, sizes_tc_k_qmv1_q4_k_bf16, names_tc_k_qmv1_q4_k_bf16},
+    {"tc_k_qmv1_q6_k_bf16", "kernels/quant.cu", 1509, 9, sizes_tc_k_qmv1_q6_k_bf16, names_tc_k_qmv1_q6_k_bf16},
+    {"tc_k_qmm_q4_0_f16", "kernels/quant.cu", 1524, 11, sizes_tc_k_qmm_q4_0_f16, names_tc_k_qmm_q4_0_f16},
+    {"tc_k_qmm_q4_0_bf16", "kernels/quant.cu", 1531, 11, sizes_tc_k_qmm_q4_0_bf16, names_tc_k_qmm_q4_0_bf16},
+    {"tc_k_qmm_q4_1_f16", "kernels/quant.cu", 1538, 11, sizes_tc_k_qmm_q4_1_f16, names_tc_k_qmm_q4_1_f16},
+    {"tc_k_qmm_q4_1_bf16", "kernels/quant.cu", 1545, 11, sizes_tc_k_qmm_q4_1_bf16, names_tc_k_qmm_q4_1_bf16},
+    {"tc_k_qmm_q5_0_f16", "kernels/quant.cu", 1552, 11, sizes_tc_k_qmm_q5_0_f16, names_tc_k_qmm_q5_0_f16},
+    {"tc_k_qmm_q5_0_bf16", "kernels/quant.cu", 1559, 11, sizes_tc_k_qmm_q5_0_bf16, names_tc_k_qmm_q5_0_bf16},
+    {"tc_k_qmm_q5_1_f16", "kernels/quant.cu", 1566, 11, sizes_tc_k_qmm_q5_1_f16, names_tc_k_qmm_q5_1_f16},
+    {"tc_k_qmm_q5_1_bf16", "kernels/quant.cu", 1573, 11, sizes_tc_k_qmm_q5_1_bf16, names_tc_k_qmm_q5_1_bf16},
+    {"tc_k_qmm_q8_0_f16", "kernels/quant.cu", 1580, 11, sizes_tc_k_qmm_q8_0_f16, names_tc_k_qmm_q8_0_f16},
+    {"tc_k_qmm_q8_0_bf16", "kernels/quant.cu", 1587, 11, sizes_tc_k_qmm_q8_0_bf16, names_tc_k_qmm_q8_0_bf16},
+    {"tc_k_qmm_q2_k_f16", "kernels/quant.cu", 1594, 11, sizes_tc_k_qmm_q2_k_f16, names_tc_k_qmm_q2_k_f16},
+    {"tc_k_qmm_q2_k_bf16", "kernels/quant.cu", 1601, 11, sizes_tc_k_qmm_q2_k_bf16, names_tc_k_qmm_q2_k_bf16},
+    {"tc_k_qmm_q3_k_f16", "kernels/quant.cu", 1608, 11, sizes_tc_k_qmm_q3_k_f16, names_tc_k_qmm_q3_k_f16},
+    {"tc_k_qmm_q3_k_bf16", "kernels/quant.cu", 1615, 11, sizes_tc_k_qmm_q3_k_bf16, names_tc_k_qmm_q3_k_bf16},
+    {"tc_k_qmm_q4_k_f16", "kernels/quant.cu", 1622, 11, sizes_tc_k_qmm_q4_k_f16, names_tc_k_qmm_q4_k_f16},
+    {"tc_k_qmm_q4_k_bf16", "kernels/quant.cu", 1629, 11, sizes_tc_k_qmm_q4_k_bf16, names_tc_k_qmm_q4_k_bf16},
+    {"tc_k_qmm_q5_k_f16", "kernels/quant.cu", 1636, 11, sizes_tc_k_qmm_q5_k_f16, names_tc_k_qmm_q5_k_f16},
+    {"tc_k_qmm_q5_k_bf16", "kernels/quant.cu", 1643, 11, sizes_tc_k_qmm_q5_k_bf16, names_tc_k_qmm_q5_k_bf16},
+    {"tc_k_qmm_q6_k_f16", "kernels/quant.cu", 1650, 11, sizes_tc_k_qmm_q6_k_f16, names_tc_k_qmm_q6_k_f16},
+    {"tc_k_qmm_q6_k_bf16", "kernels/quant.cu", 1657, 11, sizes_tc_k_qmm_q6_k_bf16, names_tc_k_qmm_q6_k_bf16},
     {"tc_k_fill_random_f32", "kernels/random.cu", 31, 5, sizes_tc_k_fill_random_f32, names_tc_k_fill_random_f32},
     {"tc_k_fill_random_f16", "kernels/random.cu", 38, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
     {"tc_k_fill_random_bf16", "kernels/random.cu", 45, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},

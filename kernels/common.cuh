@@ -222,7 +222,8 @@ __device__ __forceinline__ void rope_rotate(float &a, float &b, float c, float s
 // block's W warps leaves its m16n8 sums (acc, in mma16816's C layout) in red[warp], the up
 // half's in red2 under SwiGLU; put_sums stores them, store_tile adds the warps' in warp order
 // (a fixed order: the same bits every run) and writes rows [16 tile, 16 tile + 16) of the
-// columns below m, applying SwiGLU (silu(gate) * up) and the accumulation into out when asked.
+// columns below m, scaled (an RMSNorm's 1 / rms), applying SwiGLU (silu(gate) * up) and the
+// accumulation into out when asked; out is T, or f32 under out_f32.
 template <int W> __device__ __forceinline__ void put_sums(float (&red)[W][16][8], int warp, const float (&acc)[4])
 {
     const int g = (threadIdx.x & 31) >> 2, p = threadIdx.x & 3;
@@ -232,8 +233,9 @@ template <int W> __device__ __forceinline__ void put_sums(float (&red)[W][16][8]
     red[warp][g + 8][2 * p + 1] = acc[3];
 }
 template <typename T, int W>
-__device__ __forceinline__ void store_tile(T *out, const float (&red)[W][16][8], const float (&red2)[W][16][8],
-                                           int64_t tile, int m, int64_t n, int64_t os, bool swiglu, bool accumulate)
+__device__ __forceinline__ void store_tile(void *out, const float (&red)[W][16][8], const float (&red2)[W][16][8],
+                                           int64_t tile, int m, int64_t n, int64_t os, bool swiglu, bool accumulate,
+                                           float scale = 1.0f, bool out_f32 = false)
 {
     if (threadIdx.x < 128) {
         const int row = threadIdx.x >> 3, col = threadIdx.x & 7;
@@ -246,9 +248,15 @@ __device__ __forceinline__ void store_tile(T *out, const float (&red)[W][16][8],
                 if (swiglu)
                     up += red2[i][row][col];
             }
+            v *= scale;
             if (swiglu)
-                v = v / (1.0f + expf(-v)) * up;
-            T *o = out + col * os + r;
+                v = v / (1.0f + expf(-v)) * (up * scale);
+            if (out_f32) {
+                float *o = static_cast<float *>(out) + col * os + r;
+                *o = accumulate ? *o + v : v;
+                return;
+            }
+            T *o = static_cast<T *>(out) + col * os + r;
             if (accumulate)
                 v += to_f32(*o);
             *o = from_f32<T>(v);

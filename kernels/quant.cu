@@ -63,7 +63,9 @@ template <int DT> __device__ __forceinline__ Planes planes(const void *w, int64_
 
 // (Plain loads: volatile asm ones, kept where the code issues them, and L2 prefetches of the
 // chunks further on made the tensor-core kernel slower on the H100, 7B shapes: Q4_0 decode 237
-// -> 193 tokens/s.)
+// -> 193 tokens/s. So did a batch-1 product asking L2, as it started its last tile, for the rows
+// of the next product's weights that product's first wave reads (prefetch.global.L2::evict_last):
+// 7B Q4_K_M decode 370 -> 360, 346, 332 tokens/s for 8, 16, 32 MiB asked; Q8_0 293 -> 251.)
 __device__ __forceinline__ uint2 ld8(const uint8_t *p) { return *reinterpret_cast<const uint2 *>(p); }
 __device__ __forceinline__ uint32_t ld4(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
 __device__ __forceinline__ uint32_t ld2(const uint8_t *p) { return *reinterpret_cast<const uint16_t *>(p); }
@@ -624,20 +626,27 @@ __device__ __forceinline__ void imma16832(int (&c)[4], uint32_t a0, uint32_t a1,
 // the sum of group i's elements). A warp's work (each warp rounds the part of x its share of k
 // reads: no barrier between the warps). A NaN or infinity in a
 // chunk makes its dx NaN, so that it reaches every product that reads the chunk. The block's
-// threads take 8 elements each, a quad a chunk.
+// threads take 8 elements each, a quad a chunk. With an RMSNorm's weight nw (k elements), x times
+// nw is what is rounded; the result is the lane's sum of squares of x itself (the norm's
+// 1 / rms scales the product's sums instead: the product is linear in x).
 template <typename T>
-__device__ __forceinline__ void quantise_x(int8_t *xq, float2 *xs, const T *x, int64_t k, int c0, int c1)
+__device__ __forceinline__ float quantise_x(int8_t *xq, float2 *xs, const T *x, int64_t k, int c0, int c1, const T *nw)
 {
     const int q = threadIdx.x & 3;
+    float ss = 0.0f;
     for (int base = c0; base < c1; base += 8) {
         const int c = base + (int)((threadIdx.x & 31) >> 2);
         const bool in = c < c1;
-        const uint4 v = in ? *reinterpret_cast<const uint4 *>(x + 32 * (int64_t)c + 8 * q) : make_uint4(0, 0, 0, 0);
-        const T *e = reinterpret_cast<const T *>(&v);
+        const uint4 v = in ? *reinterpret_cast<const uint4 *>(x + 32 * (int64_t)c + 8 * q) : make_uint4(0, 0, 0, 0),
+                    gv = in && nw ? *reinterpret_cast<const uint4 *>(nw + 32 * (int64_t)c + 8 * q) : make_uint4(0, 0, 0, 0);
+        const T *e = reinterpret_cast<const T *>(&v), *ge = reinterpret_cast<const T *>(&gv);
         float f[8], amax = 0.0f, sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             f[i] = tc::to_f32(e[i]);
+            ss = fmaf(f[i], f[i], ss);
+            if (nw)
+                f[i] *= tc::to_f32(ge[i]);
             amax = fmaxf(amax, fabsf(f[i]));
             sum += f[i];
         }
@@ -660,6 +669,7 @@ __device__ __forceinline__ void quantise_x(int8_t *xq, float2 *xs, const T *x, i
                 xs[2 * c + (q >> 1)] = make_float2(amax * (1.0f / 127.0f) + 0.0f * s32, s16);
         }
     }
+    return ss;
 }
 
 // Words of shared memory, four a 16-byte load.
@@ -808,7 +818,7 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
 template <typename T, int DT, bool Q8 = false>
 __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs, int64_t os,
                          int flags, float (*red)[kWarps][16][8], uint8_t *sm, int nst, int8_t *xq = nullptr,
-                         float2 *xq_s = nullptr)
+                         float2 *xq_s = nullptr, const T *nw = nullptr, float eps = 0.0f, float *nss = nullptr)
 {
     using G = Step<DT>;
     constexpr Layout L = G::L;
@@ -878,7 +888,12 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
     if constexpr (Q8) {
         // x's row in two 8-bit digits, each warp its share (the 32 zero bytes after them, for
         // the lanes that supply no column, written above).
-        quantise_x(xq, xq_s, x, k, s0 * S * CPB, min((s0 + my) * S * CPB, (int)(nb * CPB)));
+        float ss = quantise_x(xq, xq_s, x, k, s0 * S * CPB, min((s0 + my) * S * CPB, (int)(nb * CPB)), nw);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0)
+            nss[warp] = ss;
         __syncwarp();
     }
 
@@ -1014,7 +1029,18 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
             tc::put_sums(red[h], warp, acc);
         }
         __syncthreads();
-        tc::store_tile<T>(out, red[0], red[1], tile, m, n, os, swiglu, flags & 2);
+        // Under flags & 4 (one row: the integer kernel), the RMSNorm's 1 / rms from the warps'
+        // sums of squares, added in warp order; flags & 8: out is f32.
+        float scale = 1.0f;
+        if constexpr (Q8)
+            if (flags & 4) {
+                float t = 0.0f;
+#pragma unroll
+                for (int i = 0; i < kWarps; i++)
+                    t += nss[i];
+                scale = rsqrtf(t / (float)k + eps);
+            }
+        tc::store_tile<T>(out, red[0], red[1], tile, m, n, os, swiglu, flags & 2, scale, Q8 && (flags & 8));
         __syncthreads();
     }
 }
@@ -1041,10 +1067,10 @@ __device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, in
 // the rest.
 template <int DT> __host__ __device__ constexpr uint32_t q8_x_bytes(int64_t k) { return (uint32_t)(2 * k + 32 + k / 2); }
 template <typename T, int DT>
-__device__ __forceinline__ void q8_kernel(T *out, const T *x, const void *w, int64_t n, int64_t k, int64_t os,
-                                          int flags)
+__device__ __forceinline__ void q8_kernel(void *out, const T *x, const void *w, int64_t n, int64_t k, int64_t os,
+                                          int flags, const T *nw, float eps)
 {
-    __shared__ float red[2][kWarps][16][8];
+    __shared__ float red[2][kWarps][16][8], nss[kWarps];
     extern __shared__ __align__(16) uint8_t ring[];
     uint32_t bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
@@ -1052,8 +1078,8 @@ __device__ __forceinline__ void q8_kernel(T *out, const T *x, const void *w, int
     const int nst = bytes > xb ? min(6, (int)((bytes - xb) / (kWarps * Step<DT>::bytes))) : 0;
     if (nst < 1)
         __trap();
-    mma_rows<T, DT, true>(out, x, w, 1, n, k, 0, os, flags, red, ring + xb, nst, reinterpret_cast<int8_t *>(ring),
-                          reinterpret_cast<float2 *>(ring + 2 * k + 32));
+    mma_rows<T, DT, true>(static_cast<T *>(out), x, w, 1, n, k, 0, os, flags, red, ring + xb, nst,
+                          reinterpret_cast<int8_t *>(ring), reinterpret_cast<float2 *>(ring + 2 * k + 32), nw, eps, nss);
 }
 
 // 9 to 64 rows of 16-bit x (batched decode) on the tensor cores, reading and dequantising each
@@ -1432,48 +1458,58 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 
 /** One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but
  *  Q2_K and Q3_K (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory
- *  as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*). Blocks of 256 threads;
- *  k a multiple of 32 and x 16-byte aligned. Dynamic shared memory: 2k + 32 + k / 2 bytes for x,
+ *  as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*, and 4: x
+ *  RMS-normalised first, x / sqrt(mean(x^2) + eps) times norm [k] when norm is not null; 8: out is
+ *  f32, else bf16). Blocks of 256 threads;
+ *  k a multiple of 32, x and norm 16-byte aligned. Dynamic shared memory: 2k + 32 + k / 2 bytes for x,
  *  then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv1_q4_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+    tc_k_qmv1_q4_0_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
+                         const __nv_bfloat16 *norm, float eps)
 {
-    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, x, w, n, k, out_stride, flags);
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, x, w, n, k, out_stride, flags, norm, eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv1_q4_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+    tc_k_qmv1_q4_1_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
+                         const __nv_bfloat16 *norm, float eps)
 {
-    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, x, w, n, k, out_stride, flags);
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, x, w, n, k, out_stride, flags, norm, eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv1_q5_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+    tc_k_qmv1_q5_0_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
+                         const __nv_bfloat16 *norm, float eps)
 {
-    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, x, w, n, k, out_stride, flags);
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, x, w, n, k, out_stride, flags, norm, eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv1_q5_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+    tc_k_qmv1_q5_1_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
+                         const __nv_bfloat16 *norm, float eps)
 {
-    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, x, w, n, k, out_stride, flags);
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, x, w, n, k, out_stride, flags, norm, eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv1_q5_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+    tc_k_qmv1_q5_k_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
+                         const __nv_bfloat16 *norm, float eps)
 {
-    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, x, w, n, k, out_stride, flags);
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, x, w, n, k, out_stride, flags, norm, eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv1_q8_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+    tc_k_qmv1_q8_0_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
+                         const __nv_bfloat16 *norm, float eps)
 {
-    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q8_0>(out, x, w, n, k, out_stride, flags);
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q8_0>(out, x, w, n, k, out_stride, flags, norm, eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv1_q4_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+    tc_k_qmv1_q4_k_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
+                         const __nv_bfloat16 *norm, float eps)
 {
-    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_K>(out, x, w, n, k, out_stride, flags);
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_K>(out, x, w, n, k, out_stride, flags, norm, eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv1_q6_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags)
+    tc_k_qmv1_q6_k_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
+                         const __nv_bfloat16 *norm, float eps)
 {
-    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, n, k, out_stride, flags);
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, n, k, out_stride, flags, norm, eps);
 }
 
 /** out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 64 rows of 16-bit x and w of a block type held

@@ -1026,10 +1026,21 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
                                   .window = c->window };
         tc_attention_opts dec = kvo;
         dec.fresh_rows = after_store.fresh_rows;
-        /* With the norms folded, a decode step's products normalise x themselves. */
-        bool in_product = fused && y->norms_folded;
+        /* With the norms folded, a decode step's products normalise x themselves; so do those
+         * of quantised weights on CUDA, given the norms' weights (one row of bf16 x in one
+         * kernel, other rows after a norm into scratch: tc_linear). */
+        bool quant_in =
+            tc_backend_get_kind(m->backend) == TC_BACKEND_CUDA && y->w_gu.data &&
+            tc_dtype_is_block(y->w_gu.dtype) &&
+            (y->wqkv.data ? tc_dtype_is_block(y->wqkv.dtype)
+                          : tc_dtype_is_block(y->wq.dtype) && tc_dtype_is_block(y->wk.dtype) &&
+                                tc_dtype_is_block(y->wv.dtype));
+        bool in_product = fused && (y->norms_folded || quant_in);
         const tc_tensor *attn_norm = y->norms_folded ? NULL : &y->attn_norm,
                         *ffn_norm = y->norms_folded ? NULL : &y->ffn_norm;
+        tc_linear_opts normed_l = normed, normed_swiglu_l = normed_swiglu;
+        normed_l.norm_weight = attn_norm;
+        normed_swiglu_l.norm_weight = ffn_norm;
         if (!in_product && (fused || l == 0))
             TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, attn_norm, c->norm_eps));
         else if (!in_product)
@@ -1038,9 +1049,9 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         bool stored = false;
         /* q, k and v biases (Qwen2) are added after the product, before the rotation; an FP8
          * cache's first pass sets its scales between the rotation and the store. */
-        if (in_product && !c->qkv_bias && !calibrate) {
+        if (in_product && y->wqkv.data && !c->qkv_bias && !calibrate) {
             /* Rotated and stored by the product itself where it can (one row on CUDA). */
-            TC_CHECK(st, tc_linear_rope_store_ex(&qkv, &x, &y->wqkv, &normed, &pos, &c->rope,
+            TC_CHECK(st, tc_linear_rope_store_ex(&qkv, &x, &y->wqkv, &normed_l, &pos, &c->rope,
                                                  &kv->k[l], &kv->v[l], &slots, &kvo));
             stored = true;
             lq = &fq3;
@@ -1048,7 +1059,7 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             lv = &fv3;
         } else if (y->wqkv.data) {
             if (in_product)
-                TC_CHECK(st, tc_linear(&qkv, &x, &y->wqkv, &normed));
+                TC_CHECK(st, tc_linear(&qkv, &x, &y->wqkv, &normed_l));
             else
                 TC_CHECK(st, tc_matmul(&qkv, &h, &y->wqkv));
             if (c->qkv_bias)
@@ -1057,9 +1068,16 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             lk = &fk3;
             lv = &fv3;
         } else {
-            TC_CHECK(st, tc_matmul(&q, &h, &y->wq));
-            TC_CHECK(st, tc_matmul(&k, &h, &y->wk));
-            TC_CHECK(st, tc_matmul(&v, &h, &y->wv));
+            /* (q, k and v of different types: in a decode step each product normalises x) */
+            if (in_product) {
+                TC_CHECK(st, tc_linear(&q, &x, &y->wq, &normed_l));
+                TC_CHECK(st, tc_linear(&k, &x, &y->wk, &normed_l));
+                TC_CHECK(st, tc_linear(&v, &x, &y->wv, &normed_l));
+            } else {
+                TC_CHECK(st, tc_matmul(&q, &h, &y->wq));
+                TC_CHECK(st, tc_matmul(&k, &h, &y->wk));
+                TC_CHECK(st, tc_matmul(&v, &h, &y->wv));
+            }
             if (c->qkv_bias) {
                 TC_CHECK(st, tc_add_bias(&q, &y->bq));
                 TC_CHECK(st, tc_add_bias(&k, &y->bk));
@@ -1093,7 +1111,7 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         if (fused) {
             TC_CHECK(st, tc_linear(&x, &att, &y->wo, &add));
             if (in_product) {
-                TC_CHECK(st, tc_linear(&gate, &x, &y->w_gu, &normed_swiglu));
+                TC_CHECK(st, tc_linear(&gate, &x, &y->w_gu, &normed_swiglu_l));
                 TC_CHECK(st, tc_linear(&x, &gate, &y->w_down, &add));
                 continue;
             }
@@ -1124,8 +1142,9 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
     TC_CHECK(st, tc_rmsnorm(&h, fused ? NULL : &x, fused ? &x : &o, &m->out_norm, c->norm_eps));
     /* Only each sequence's last row needs logits: gather those rows (the embedding op over the
      * hidden states as a table; a decode step's rows are all last rows), project to f32
-     * logits: more than TC_MATVEC_MAX_ROWS 16-bit rows in one cuBLAS product with f32 output,
-     * else widened to f32 first (the matrix-vector kernel reads the output projection once per
+     * logits: more than TC_MATVEC_MAX_ROWS 16-bit rows in one cuBLAS product with f32 output
+     * (one row over quantised weights in the integer kernel with f32 output), else widened to
+     * f32 first (the matrix-vector kernel reads the output projection once per
      * TC_MATVEC_MAX_ROWS rows: at 256 rows of Llama-2-7B's shape that took 9.2 of a 21 ms
      * decode step on the H100). */
     tc_tensor lst = rows(&s->last, S), lstf = rows(&s->lastf, S), logits = rows(&s->logits, S);
@@ -1133,7 +1152,9 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         lst = h;
     else
         TC_CHECK(st, tc_embedding(&lst, &h, &last_rows));
-    if (m->act != TC_DTYPE_F32 && S > TC_MATVEC_MAX_ROWS &&
+    if (m->act != TC_DTYPE_F32 &&
+        (S > TC_MATVEC_MAX_ROWS ||
+         (S == 1 && m->act == TC_DTYPE_BF16 && tc_dtype_is_block(m->lm_head.dtype))) &&
         tc__matmul_widen(&logits, &lst, &m->lm_head) == TC_OK)
         return TC_OK;
     if (m->act != TC_DTYPE_F32)

@@ -81,8 +81,13 @@ size_t tc__quant_device_bytes(tc_dtype dt, int64_t n);
 tc_status tc__quant_upload(tc_tensor *t, int64_t row0, int64_t rows, const void *src);
 tc_status tc__quant_download(const tc_tensor *t, void *dst);
 tc_status tc__quant_embedding(tc_tensor *out, const tc_tensor *table, const tc_tensor *ids);
+/* Products of up to TC_MATVEC_MAX_ROWS rows of x from row r0 (flags: 1 SwiGLU, 2 accumulate).
+ * tc__quant_one_row says whether one row runs on the integer kernel, which also takes flags 4
+ * (x RMS-normalised first, times norm [k] of x's dtype where norm is not NULL, with eps) and 8
+ * (out f32 for 16-bit x); tc__quant_matvec refuses those flags elsewhere. */
+bool tc__quant_one_row(const tc_tensor *x, const tc_tensor *w, int64_t rows);
 tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, int64_t r0,
-                           int64_t rows, int32_t flags);
+                           int64_t rows, int32_t flags, const tc_tensor *norm, float eps);
 /* Products of more than TC_MATVEC_MAX_ROWS and at most TC__QUANT_BATCH_ROWS rows of 16-bit x
  * (batched decode) read and dequantise the weights once, on the tensor cores: out of x's dtype
  * or f32. tc__quant_batch_fits says whether the kernel takes x and w (on this GPU's shared

@@ -356,10 +356,12 @@ static tc_status linear_cpu(tc_tensor *out, const tc_tensor *x, const tc_tensor 
                             const tc_linear_opts *o)
 {
     int64_t m = x->shape[0], k = x->shape[1];
-    float *xf = tc_host_alloc((size_t)(m * k) * sizeof(float) + 1);
+    float *xf = tc_host_alloc((size_t)((m + 1) * k) * sizeof(float) + 1), *g = xf + m * k;
     if (!xf)
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_linear",
                             "no host memory for %lld x %lld floats", (long long)m, (long long)k);
+    if (o->norm_weight)
+        tc__load_row(o->norm_weight->dtype, o->norm_weight->data, k, g);
     for (int64_t r = 0; r < m; r++) {
         float *xr = xf + r * k;
         tc__load_row(x->dtype, tc__row(x, r), k, xr);
@@ -369,7 +371,7 @@ static tc_status linear_cpu(tc_tensor *out, const tc_tensor *x, const tc_tensor 
                 ss += (double)xr[i] * xr[i];
             float scale = (float)(1.0 / sqrt(ss / (double)k + o->norm_eps));
             for (int64_t i = 0; i < k; i++)
-                xr[i] *= scale;
+                xr[i] *= o->norm_weight ? scale * g[i] : scale;
         }
     }
     linear_job j = { out, w, xf, m, k, out->shape[1], o->swiglu, o->accumulate, false };
@@ -417,10 +419,12 @@ tc_status tc__matmul_widen(tc_tensor *out, const tc_tensor *x, const tc_tensor *
     TC_TRY(check_product(op, out, x, w, false, true));
     tc_backend *b = out->backend;
     if (tc_dtype_is_block(w->dtype)) {
-        if (!tc__quant_batch_fits(x, w))
+        if (tc__quant_one_row(x, w, x->shape[0]))
+            return w->shape[0] == 0 ? TC_OK : tc__quant_matvec(out, x, w, 0, 1, 8, NULL, 0.0f);
+        if (x->shape[0] <= TC_MATVEC_MAX_ROWS || !tc__quant_batch_fits(x, w))
             return tc_set_error(TC_ERR_UNSUPPORTED, op,
-                                "a product of quantised weights widens to f32 for %d to %d rows "
-                                "of 16-bit x on CUDA only",
+                                "a product of quantised weights widens to f32 for one row of "
+                                "bf16 x or %d to %d rows of 16-bit x on CUDA only",
                                 TC_MATVEC_MAX_ROWS + 1, TC__QUANT_BATCH_ROWS);
         return w->shape[0] == 0 ? TC_OK : tc__quant_batch(out, x, w);
     }
@@ -462,7 +466,7 @@ tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
     if (b->kind == TC_BACKEND_CPU)
         return linear_cpu(out, x, w, &(tc_linear_opts){ 0 });
     if (tc_dtype_is_block(w->dtype))
-        return m <= TC_MATVEC_MAX_ROWS      ? tc__quant_matvec(out, x, w, 0, m, 0)
+        return m <= TC_MATVEC_MAX_ROWS      ? tc__quant_matvec(out, x, w, 0, m, 0, NULL, 0.0f)
                : tc__quant_batch_fits(x, w) ? tc__quant_batch(out, x, w)
                                             : tc__quant_gemm(out, x, w, gemm_any);
     if (m <= TC_MATVEC_MAX_ROWS || w->dtype != x->dtype) {
@@ -480,12 +484,18 @@ static tc_status check_linear(const char *op, const tc_tensor *out, const tc_ten
                               const tc_tensor *w, const tc_linear_opts *o)
 {
     TC_TRY(check_product(op, out, x, w, o->swiglu, false));
-    if (o->rms_norm && !(TC__FLOATS & TC__MASK(w->dtype)))
-        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
-                            "rms_norm needs float weights (f32, f16 or bf16), not %s",
-                            tc_dtype_name(w->dtype));
+    if (o->norm_weight && !o->rms_norm)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "norm_weight is given without rms_norm");
     if (o->rms_norm && !(o->norm_eps >= 0.0f))
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "norm_eps must be a non-negative number");
+    if (o->norm_weight) {
+        TC_TRY(tc__check_dtype(op, "norm_weight", o->norm_weight, TC__FLOATS));
+        TC_TRY(tc__check_ndim(op, "norm_weight", o->norm_weight, 1));
+        TC_TRY(tc__check_dim(op, "norm_weight", o->norm_weight, 0, x->shape[1], "x's width"));
+        TC_TRY(tc__check_same_backend(op, out, o->norm_weight));
+        if (!tc_tensor_is_contiguous(o->norm_weight))
+            return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "norm_weight must be contiguous");
+    }
     return TC_OK;
 }
 
@@ -510,25 +520,33 @@ tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
     if (out->backend->kind == TC_BACKEND_CPU)
         return linear_cpu(out, x, w, o);
     /* The matrix-vector kernel normalises one row of x over weights of x's dtype in 16-byte
-     * rows itself; other products take x's norm from the RMSNorm kernel, into op scratch. */
+     * rows itself (their norm weight folded), the integer kernel one row of bf16 x over
+     * quantised weights (times a bf16 norm weight in 16-byte rows); other products take x's norm
+     * from the RMSNorm kernel, into op scratch. */
     tc_tensor xn;
     const tc_tensor *src = x;
     tc_linear_opts plain = *o;
-    if (o->rms_norm && !one_row_vectors(x, w)) {
+    const tc_tensor *nw = o->norm_weight;
+    bool in_quant = tc_dtype_is_block(w->dtype) && tc__quant_one_row(x, w, m) &&
+                    (!nw || (nw->dtype == x->dtype && (uintptr_t)nw->data % 16 == 0));
+    if (o->rms_norm && !in_quant && (nw || !one_row_vectors(x, w))) {
         CUdeviceptr scratch;
         TC_TRY(tc__backend_workspace(out->backend, tc_dtype_bytes(x->dtype, m * x->shape[1]),
                                      &scratch));
         TC_TRY(tc_tensor_wrap(&xn, out->backend, x->dtype, TC_SHAPE(m, x->shape[1]),
                               (void *)(uintptr_t)scratch));
-        TC_TRY(tc_rmsnorm(&xn, NULL, x, NULL, o->norm_eps));
+        TC_TRY(tc_rmsnorm(&xn, NULL, x, nw, o->norm_eps));
         src = &xn;
         plain.rms_norm = false;
+        plain.norm_weight = NULL;
     }
     for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS) {
         int64_t rows = m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS;
         if (tc_dtype_is_block(w->dtype))
             TC_TRY(tc__quant_matvec(out, src, w, r, rows,
-                                    (plain.swiglu ? 1 : 0) | (plain.accumulate ? 2 : 0)));
+                                    (plain.swiglu ? 1 : 0) | (plain.accumulate ? 2 : 0) |
+                                        (plain.rms_norm ? 4 : 0),
+                                    plain.norm_weight, plain.norm_eps));
         else
             TC_TRY(matvec_cuda(out, src, w, r, rows, &plain, NULL));
     }

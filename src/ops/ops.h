@@ -72,11 +72,15 @@ typedef struct tc_linear_opts {
     bool swiglu;
     /* out += the result (a residual add) instead of out = the result. */
     bool accumulate;
-    /* Each row of x is RMS-normalised first, x / sqrt(mean(x^2) + norm_eps), with no weight:
-     * the norm's weight is folded into w's columns beforehand (tc_scale_columns). Float
-     * weights only. */
+    /* Each row of x is RMS-normalised first, x / sqrt(mean(x^2) + norm_eps), times norm_weight
+     * [k] (f32, f16 or bf16) where it is given. Float weights take the norm's weight folded
+     * into their columns beforehand (tc_scale_columns) and no norm_weight: their one-row kernel
+     * then normalises x itself. Quantised weights cannot fold it: one row of bf16 x on CUDA
+     * normalises in the product, times a norm_weight of bf16; other products normalise into op
+     * scratch first. */
     bool rms_norm;
     float norm_eps;
+    const tc_tensor *norm_weight;
 } tc_linear_opts;
 
 /* The fused linear layer of a decode step: out [m, n] = x [m, k] w^T with the options above,

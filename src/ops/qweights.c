@@ -167,8 +167,8 @@ static const struct {
 
 /* The batch-1 kernels on the integer tensor cores (bf16 x written as two 8-bit digits per element
  * in shared memory first), for every block type but Q2_K and Q3_K. */
-typedef tc_status (*qmv1_fn)(tc_launch_config, tc_bf16 *, const tc_bf16 *, const void *, int64_t,
-                             int64_t, int64_t, int32_t);
+typedef tc_status (*qmv1_fn)(tc_launch_config, void *, const tc_bf16 *, const void *, int64_t,
+                             int64_t, int64_t, int32_t, const tc_bf16 *, float);
 #define QMV1(T, t) [TC_DTYPE_##T] = { tc_launch_qmv1_##t##_bf16, TC_KERNEL_QMV1_##T##_BF16 }
 static const struct {
     qmv1_fn bf16;
@@ -223,8 +223,20 @@ static tc_status prepare(tc_backend *b)
     return TC_OK;
 }
 
+/* One row of bf16 x on the integer products when x's two 8-bit digits (2.5 bytes an element
+ * with the scales and sums) leave the pipeline room for two steps of the largest type for each
+ * warp: k up to 15,600 on the H100. */
+bool tc__quant_one_row(const tc_tensor *x, const tc_tensor *w, int64_t rows)
+{
+    tc_backend *b = x->backend;
+    int64_t k = w->shape[1];
+    return b->kind == TC_BACKEND_CUDA && tc_dtype_is_block(w->dtype) && x->dtype == TC_DTYPE_BF16 &&
+           rows == 1 && qmv1[w->dtype].bf16 && prepare(b) == TC_OK && b->qwave_q8[w->dtype] &&
+           2 * k + 32 + k / 2 + 2 * QMV_SHARED_MIN <= b->qmv_shared;
+}
+
 tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, int64_t r0,
-                           int64_t rows, int32_t flags)
+                           int64_t rows, int32_t flags, const tc_tensor *norm, float eps)
 {
     tc_backend *b = out->backend;
     TC_TRY(prepare(b));
@@ -243,15 +255,17 @@ tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *
     }
     bool f16 = x->dtype == TC_DTYPE_F16;
     int64_t tiles = (n + 15) / 16, wave = b->qwave_mma[w->dtype][f16 ? 0 : 1];
-    /* One row of bf16 x on the integer products when x's two 8-bit digits (2.5 bytes an
-     * element with the scales and sums) leave the pipeline room for two steps of the largest
-     * type for each warp: k up to 15,600 on the H100. */
-    int64_t wave1 = b->qwave_q8[w->dtype];
-    if (!f16 && rows == 1 && wave1 && 2 * k + 32 + k / 2 + 2 * QMV_SHARED_MIN <= b->qmv_shared)
+    if (tc__quant_one_row(x, w, rows)) {
+        int64_t wave1 = b->qwave_q8[w->dtype];
+        size_t os = tc_dtype_bytes(out->dtype, 1);
         return qmv1[w->dtype].bf16(
             tc__cfg(b, (unsigned)(tiles < wave1 ? tiles : wave1), 256, b->qmv_shared),
-            TC__DEV(tc_bf16, out) + oo, TC__DEV(const tc_bf16, x) + xo, w->data, n, k,
-            out->stride[0], flags);
+            (char *)out->data + (size_t)oo * os, TC__DEV(const tc_bf16, x) + xo, w->data, n, k,
+            out->stride[0], flags, norm ? TC__DEV(const tc_bf16, norm) : NULL, eps);
+    }
+    if (flags & ~3)
+        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_matmul",
+                            "a fused RMSNorm or f32 out takes one row of bf16 x");
     tc_launch_config cfg = tc__cfg(b, (unsigned)(tiles < wave ? tiles : wave), 256, b->qmv_shared);
     return f16 ? qmv[w->dtype].f16(cfg, TC__DEV(tc_half, out) + oo, TC__DEV(const tc_half, x) + xo,
                                    w->data, (int32_t)rows, n, k, x->stride[0], out->stride[0],

@@ -439,9 +439,9 @@ static void matmul(rng_t *r)
 static void linear_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n, int64_t k,
                         int mode, bool dump_it)
 {
-    bool swiglu = mode & 1, acc = mode & 2, norm = mode & 4;
+    bool swiglu = mode & 1, acc = mode & 2, norm = mode & 4, nwt = mode & 8;
     const float eps = 1e-5f;
-    tc_tensor gx, cx, gw, cw, go, co, old;
+    tc_tensor gx, cx, gw, cw, go, co, old, gg, cg;
     double *xv = twin(r, xt, TC_SHAPE(m, k), -1, 1, &gx, &cx);
     double *wv = twin(r, wt, TC_SHAPE(swiglu ? 2 * n : n, k), -0.05, 0.05, &gw, &cw);
     double *ov = NULL;
@@ -453,18 +453,28 @@ static void linear_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n
         poisoned(&go, gpu, xt, TC_SHAPE(m, n));
         poisoned(&co, cpu, xt, TC_SHAPE(m, n));
     }
-    tc_linear_opts o = { swiglu, acc, norm, eps };
+    double *gv = nwt ? twin(r, xt, TC_SHAPE(k), 0.5, 1.5, &gg, &cg) : NULL;
+    tc_linear_opts o = { .swiglu = swiglu,
+                         .accumulate = acc,
+                         .rms_norm = norm,
+                         .norm_eps = eps,
+                         .norm_weight = nwt ? &gg : NULL };
     CHECK(tc_linear(&go, &gx, &gw, &o));
+    o.norm_weight = nwt ? &cg : NULL;
     CHECK(tc_linear(&co, &cx, &cw, &o));
     double *want = calloc((size_t)(m * n), sizeof(double)),
            *xn = norm ? ref_rms_rows(xv, m, k, eps) : NULL;
+    for (int64_t i = 0; nwt && i < m * k; i++)
+        xn[i] *= gv[i % k];
     ref_linear(want, norm ? xn : xv, wv, swiglu, ov, m, n, k);
     char what[112];
-    snprintf(what, sizeof what, "linear %s x %s [%lld x %lld x %lld] swiglu %d acc %d norm %d",
+    snprintf(what, sizeof what, "linear %s x %s [%lld x %lld x %lld] swiglu %d acc %d norm %d%s",
              tc_dtype_name(xt), tc_dtype_name(wt), (long long)m, (long long)n, (long long)k, swiglu,
-             acc, norm);
+             acc, norm, nwt ? " weight" : "");
     expect_close(what, &go, want, &co, tolerance(xt));
-    free(xn);
+    free(xn), free(gv);
+    if (nwt)
+        tc_tensor_deinit(&gg), tc_tensor_deinit(&cg);
     if (dump_it) {
         char params[96];
         snprintf(params, sizeof params, "{\"swiglu\": %s, \"norm_eps\": %s}",
@@ -498,8 +508,8 @@ static void quant_widen_case(rng_t *r, tc_dtype q, int64_t m, int64_t n, int64_t
     double *want = malloc(sizeof(double) * (size_t)(m * n));
     ref_matmul(want, xv, wv, m, n, k);
     char what[96];
-    snprintf(what, sizeof what, "matmul bf16 x %s -> f32 [%lld x %lld x %lld] batched",
-             tc_dtype_name(q), (long long)m, (long long)n, (long long)k);
+    snprintf(what, sizeof what, "matmul bf16 x %s -> f32 [%lld x %lld x %lld] %s", tc_dtype_name(q),
+             (long long)m, (long long)n, (long long)k, m > 1 ? "batched" : "one row");
     if (st != TC_OK) {
         printf("%-58s %s  FAIL\n", what, tc_last_error());
         failures++, cases++;
@@ -538,6 +548,12 @@ static void quantised(rng_t *r)
         matmul_case(r, TC_DTYPE_BF16, q, 1, 700, 11008, TC_GEMM_AUTO, "decode, long rows", false);
         for (int mode = 2; mode < 4; mode++)
             linear_case(r, TC_DTYPE_BF16, q, 1, 600, k, mode, false);
+        /* The RMSNorm in the product (one row), times its weight or not; two rows normalise
+         * into scratch first. The logits' product: one row with f32 out. */
+        for (int mode = 4; mode < 16; mode += mode == 7 ? 5 : 1)
+            linear_case(r, TC_DTYPE_BF16, q, mode == 13 ? 2 : 1, 600, k, mode, false);
+        if (q != TC_DTYPE_Q2_K && q != TC_DTYPE_Q3_K) /* (no integer kernel) */
+            quant_widen_case(r, q, 1, 700, k);
         /* More 16-row tiles than blocks (264 on the H100): blocks that take several, their
          * copies running ahead from one tile into the next. */
         matmul_case(r, TC_DTYPE_BF16, q, 1, 5000, k, TC_GEMM_AUTO, "decode, tiles a block", false);

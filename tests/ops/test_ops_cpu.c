@@ -345,11 +345,20 @@ static void linear_fuses_norm_swiglu_and_residual(void **state)
     for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
         for (size_t xi = 0; xi < 3; xi++)
             for (size_t si = 0; si < 4; si++)
-                for (int mode = 0; mode < 8; mode++) {
-                    bool swiglu = mode & 1, acc = mode & 2, norm = mode & 4;
-                    if (norm && tc_dtype_is_block(ws[wi]))
-                        continue; /* refused: checked below */
+                for (int mode = 0; mode < 16; mode++) {
+                    /* bit 3: the norm's weight given (quantised weights cannot fold it) */
+                    bool swiglu = mode & 1, acc = mode & 2, norm = mode & 4, nwt = mode & 8;
+                    if (nwt && !norm)
+                        continue;
+                    /* (Cases with a norm over quantised weights or with its weight draw from
+                     * their own stream: the others keep the inputs they always had) */
+                    rng_t own = { 7000 + (uint64_t)(wi * 100 + xi * 10 + si) };
+                    rng_t *rr = nwt || (norm && tc_dtype_is_block(ws[wi])) ? &own : &r;
                     int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+                    /* (nor do they take the one-output shape: one sum, whose cancellation
+                     * the error relative to the largest output does not allow for) */
+                    if (rr == &own && m * n == 1)
+                        continue;
                     int64_t be = tc_dtype_block(ws[wi]);
                     k = (k + be - 1) / be * be;
                     /* gate * up of these random weights passes f16's largest value at 4097 */
@@ -358,24 +367,39 @@ static void linear_fuses_norm_swiglu_and_residual(void **state)
                     double *xv, *wv, *ov;
                     tc_tensor x, w, out;
                     assert_int_equal(
-                        random_tensor(&r, cpu, &x, floats[xi], TC_SHAPE(m, k), -1, 1, &xv), TC_OK);
-                    assert_int_equal(random_tensor(&r, cpu, &w, ws[wi],
+                        random_tensor(rr, cpu, &x, floats[xi], TC_SHAPE(m, k), -1, 1, &xv), TC_OK);
+                    assert_int_equal(random_tensor(rr, cpu, &w, ws[wi],
                                                    TC_SHAPE(swiglu ? 2 * n : n, k), -1, 1, &wv),
                                      TC_OK);
                     assert_int_equal(
-                        random_tensor(&r, cpu, &out, floats[xi], TC_SHAPE(m, n), -1, 1, &ov),
+                        random_tensor(rr, cpu, &out, floats[xi], TC_SHAPE(m, n), -1, 1, &ov),
                         TC_OK);
-                    tc_linear_opts o = { swiglu, acc, norm, 1e-5f };
+                    tc_tensor g;
+                    double *gv = NULL;
+                    if (nwt)
+                        assert_int_equal(
+                            random_tensor(rr, cpu, &g, floats[xi], TC_SHAPE(k), 0.5, 1.5, &gv),
+                            TC_OK);
+                    tc_linear_opts o = { .swiglu = swiglu,
+                                         .accumulate = acc,
+                                         .rms_norm = norm,
+                                         .norm_eps = 1e-5f,
+                                         .norm_weight = nwt ? &g : NULL };
                     assert_int_equal(tc_linear(&out, &x, &w, &o), TC_OK);
                     double *want = malloc(sizeof(double) * (size_t)(m * n)),
                            *got = tensor_values(&out),
                            *xn = norm ? ref_rms_rows(xv, m, k, 1e-5) : NULL;
+                    for (int64_t i = 0; nwt && i < m * k; i++)
+                        xn[i] *= gv[i % k];
                     ref_linear(want, norm ? xn : xv, wv, swiglu, acc ? ov : NULL, m, n, k);
                     EXPECT_CLOSE(got, want, m * n, tolerance(floats[xi]),
-                                 "linear x %s w %s %lldx%lldx%lld swiglu %d acc %d norm %d",
+                                 "linear x %s w %s %lldx%lldx%lld swiglu %d acc %d norm %d "
+                                 "weight %d",
                                  tc_dtype_name(floats[xi]), tc_dtype_name(ws[wi]), (long long)m,
-                                 (long long)n, (long long)k, swiglu, acc, norm);
-                    free(want), free(got), free(xv), free(wv), free(ov), free(xn);
+                                 (long long)n, (long long)k, swiglu, acc, norm, nwt);
+                    free(want), free(got), free(xv), free(wv), free(ov), free(xn), free(gv);
+                    if (nwt)
+                        tc_tensor_deinit(&g);
                     tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&out);
                 }
     /* Argument checks: the gate/up height, and aliasing. */
@@ -393,19 +417,20 @@ static void linear_fuses_norm_swiglu_and_residual(void **state)
     assert_int_equal(tc_linear(&self, &x, &sq, &o), TC_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(tc_last_error(), "must not overlap"));
     assert_int_equal(tc_linear(&out, &x, &w, NULL), TC_OK);
-    /* The fused norm: float weights only, and a real epsilon. */
-    tc_tensor q;
-    assert_int_equal(tc_tensor_init(&q, cpu, TC_DTYPE_Q8_0, TC_SHAPE(6, 32)), TC_OK);
-    tc_tensor x32, out6;
-    assert_int_equal(tc_tensor_init(&x32, cpu, TC_DTYPE_F32, TC_SHAPE(2, 32)), TC_OK);
-    assert_int_equal(tc_tensor_init(&out6, cpu, TC_DTYPE_F32, TC_SHAPE(2, 6)), TC_OK);
-    o = (tc_linear_opts){ .rms_norm = true, .norm_eps = 1e-5f };
-    assert_int_equal(tc_linear(&out6, &x32, &q, &o), TC_ERR_INVALID_ARGUMENT);
-    assert_non_null(strstr(tc_last_error(), "float weights"));
-    o.norm_eps = NAN;
+    /* The fused norm: a real epsilon, and a norm weight only with rms_norm, as wide as x. */
+    tc_tensor g7, g8;
+    assert_int_equal(tc_tensor_init(&g7, cpu, TC_DTYPE_F32, TC_SHAPE(7)), TC_OK);
+    assert_int_equal(tc_tensor_init(&g8, cpu, TC_DTYPE_F32, TC_SHAPE(8)), TC_OK);
+    o = (tc_linear_opts){ .norm_weight = &g8 };
+    assert_int_equal(tc_linear(&out, &x, &w, &o), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "without rms_norm"));
+    o = (tc_linear_opts){ .rms_norm = true, .norm_eps = 1e-5f, .norm_weight = &g7 };
+    assert_int_equal(tc_linear(&out, &x, &w, &o), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "norm_weight"));
+    o = (tc_linear_opts){ .rms_norm = true, .norm_eps = NAN };
     assert_int_equal(tc_linear(&out, &x, &w, &o), TC_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(tc_last_error(), "norm_eps"));
-    tc_tensor_deinit(&q), tc_tensor_deinit(&x32), tc_tensor_deinit(&out6);
+    tc_tensor_deinit(&g7), tc_tensor_deinit(&g8);
     tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&out), tc_tensor_deinit(&sq);
 }
 
