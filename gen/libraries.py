@@ -1,5 +1,5 @@
-"""Models the wrapped libraries (driver, cuBLAS, cuBLASLt, cuRAND, NVRTC, nvJitLink, NVML, NVTX)
-from their headers."""
+"""Models the wrapped libraries (driver, cuBLAS, cuBLASLt, cuRAND, NVRTC, nvJitLink, NVML, NVTX,
+NCCL) from their headers."""
 
 import os
 import re
@@ -96,13 +96,14 @@ def _build(lib, decls, aliases, overrides, default_space, header, cxx_only=(), d
     names = public_names(decls, aliases)
     for d in sorted(decls):
         cur = decls[d]
+        reason = overrides.skip_reason(d)
         if not header_only and (cur.storage_class == ci.StorageClass.STATIC
                                 or cur.is_definition()):
-            lib.skipped.append(Skip(d, overrides.skip_functions.get(
-                d, "static inline helper defined in the header: no library symbol to wrap")))
+            lib.skipped.append(Skip(d, reason or "static inline helper defined in the header: "
+                                    "no library symbol to wrap"))
             continue
-        if d in overrides.skip_functions:
-            lib.skipped.append(Skip(d, overrides.skip_functions[d]))
+        if reason:
+            lib.skipped.append(Skip(d, reason))
             continue
         for name, pt in names[d]:
             variants = [""] + ([pt] if pt else [])
@@ -307,6 +308,38 @@ def nvtx(include_dir, overrides):
     lib.version_macro = {"NVTX_VERSION": major}
     _build(lib, decls, aliases, overrides, "host", None, header_only=True)
     lib.enums = enums(tu, files, "nvToolsExt.h")
+    _classify_returns(lib)
+    _collect_unclassified(lib)
+    return lib
+
+
+def nccl(nccl_include, cuda_include, overrides):
+    """NCCL is released apart from CUDA (libnccl.so.2 for every 2.x) and its header may live
+    apart from the toolkit's: nccl.h is parsed with the toolkit's include directory first, so
+    that its cuda_runtime.h is the release's. nccl.h writes its documentation as plain
+    comments; each function is declared twice, under its name and under the profiling
+    interface's pnccl name (skipped: gen/overrides.toml)."""
+    lib = Library(key="nccl", title="NCCL", headers=["nccl.h"],
+                  status_type="ncclResult_t", success="ncclSuccess")
+    tu = parse(os.path.join(nccl_include, "nccl.h"), cuda_include,
+               more_includes=[nccl_include], all_comments=True)
+    files = {"nccl.h"}
+    decls = function_decls(tu, files)
+    aliases = macro_aliases(tu, files)
+    major = macro_int(tu, "NCCL_MAJOR")
+    if major is None:
+        raise GenError("nccl.h defines no NCCL_MAJOR")
+    lib.version_macro = {"NCCL_MAJOR": major}
+    lib.sonames = ["libnccl.so.%d" % major, "libnccl.so"]
+    # nccl.h documents a few functions above their pnccl declaration (ncclRecv's comment
+    # precedes pncclRecv): the documentation is the pair's.
+    docs = {}
+    for name, cur in decls.items():
+        twin = decls.get("p" + name)
+        if not cur.raw_comment and twin is not None and twin.raw_comment:
+            docs[name] = twin.raw_comment
+    _build(lib, decls, aliases, overrides, "device", "nccl.h", docs=docs)
+    lib.enums = enums(tu, files, "nccl.h")
     _classify_returns(lib)
     _collect_unclassified(lib)
     return lib

@@ -145,11 +145,18 @@ def _in_files(cursor, names):
     return f is not None and os.path.basename(f.name) in names
 
 
-def parse(path, include_dir, lang="c", defines=()):
-    """Parse one header with libclang and return the translation unit; errors raise GenError."""
-    args = ["-x", lang, "-I", include_dir, "-isystem", resource_include_dir()]
+def parse(path, include_dir, lang="c", defines=(), more_includes=(), all_comments=False):
+    """Parse one header with libclang and return the translation unit; errors raise GenError.
+    more_includes are searched after include_dir; all_comments takes plain /* */ comments as
+    documentation too (nccl.h writes no doxygen)."""
+    args = ["-x", lang, "-I", include_dir]
+    for inc in more_includes:
+        args += ["-I", inc]
+    args += ["-isystem", resource_include_dir()]
     if lang == "c++":
         args.append("-std=c++17")
+    if all_comments:
+        args.append("-fparse-all-comments")
     args += ["-D" + d for d in defines]
     tu = ci.Index.create().parse(path, args=args, options=PARSE_OPTS)
     errs = [str(d) for d in tu.diagnostics if d.severity >= ci.Diagnostic.Error]
@@ -293,7 +300,15 @@ class Overrides:
         self.pointer_rules = data.get("pointer", [])
         self.status_strings = data.get("status_string", {})
         self.skip_functions = {s["function"]: s["reason"] for s in data.get("skip", [])}
+        self.not_status = set(data.get("not_status", {}).get("names", []))
         self.used = set()
+
+    def skip_reason(self, func):
+        """The reason a [[skip]] rule (its function a shell-style glob) gives, or None."""
+        for pattern, reason in self.skip_functions.items():
+            if glob_match(func, pattern):
+                return reason
+        return None
 
     def pointer(self, lib, func, param, ptype):
         for i, rule in enumerate(self.pointer_rules):

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Generate thincuda's C bindings (generated/) from the CUDA headers and nvml.h.
+"""Generate thincuda's C bindings (generated/) from the CUDA headers, nvml.h and nccl.h.
 
-Usage: gen/thincuda_gen.py [--cuda-include DIR] [--nvml-include DIR] [--out DIR] [--check]
+Usage: gen/thincuda_gen.py [--cuda-include DIR] [--nvml-include DIR] [--nccl-include DIR]
+                           [--out DIR] [--check]
        gen/thincuda_gen.py kernels --prefix my_ --out DIR [--image FATBIN] file.cu...
          (launchers for a project's own kernels, in a module of their own)
 """
@@ -22,33 +23,34 @@ sys.path.insert(0, HERE)
 
 import kernels  # noqa: E402
 import libraries  # noqa: E402
-from paths import default_include, default_nvml_include  # noqa: E402
+from paths import default_include, default_nccl_include, default_nvml_include  # noqa: E402
 from model import GenError, Overrides  # noqa: E402
 
 # The libraries loaded at run time, in the order of their tc_lib ids (and of the loader's
 # table). NVTX is not among them: its header defines its functions (libraries.nvtx).
 LIB_IDS = {"thincuda": 0, "cuda": 1, "cublas": 2, "curand": 3, "nvrtc": 4, "nvjitlink": 5,
-           "cublaslt": 6, "nvml": 7}
+           "cublaslt": 6, "nvml": 7, "nccl": 8}
 LIB_ENUM = {"thincuda": "TC_LIB_THINCUDA", "cuda": "TC_LIB_CUDA", "cublas": "TC_LIB_CUBLAS",
             "curand": "TC_LIB_CURAND", "nvrtc": "TC_LIB_NVRTC", "nvjitlink": "TC_LIB_NVJITLINK",
-            "cublaslt": "TC_LIB_CUBLASLT", "nvml": "TC_LIB_NVML"}
+            "cublaslt": "TC_LIB_CUBLASLT", "nvml": "TC_LIB_NVML", "nccl": "TC_LIB_NCCL"}
 LIB_TITLE = {"thincuda": "thincuda", "cuda": "CUDA driver", "cublas": "cuBLAS",
              "curand": "cuRAND", "nvrtc": "NVRTC", "nvjitlink": "nvJitLink",
-             "cublaslt": "cuBLASLt", "nvml": "NVML", "nvtx": "NVTX"}
+             "cublaslt": "cuBLASLt", "nvml": "NVML", "nccl": "NCCL", "nvtx": "NVTX"}
 LIB_ENV = {"cuda": "THINCUDA_LIBCUDA", "cublas": "THINCUDA_LIBCUBLAS",
            "curand": "THINCUDA_LIBCURAND", "nvrtc": "THINCUDA_LIBNVRTC",
            "nvjitlink": "THINCUDA_LIBNVJITLINK", "cublaslt": "THINCUDA_LIBCUBLASLT",
-           "nvml": "THINCUDA_LIBNVML"}
+           "nvml": "THINCUDA_LIBNVML", "nccl": "THINCUDA_LIBNCCL"}
 STATUS_ENUMS = {"cuda": "CUresult", "cublas": "cublasStatus_t", "curand": "curandStatus_t",
-                "nvrtc": "nvrtcResult", "nvjitlink": "nvJitLinkResult", "nvml": "nvmlReturn_t"}
+                "nvrtc": "nvrtcResult", "nvjitlink": "nvJitLinkResult", "nvml": "nvmlReturn_t",
+                "nccl": "ncclResult_t"}
 # cuBLASLt returns cuBLAS's cublasStatus_t: its failures are TC_CUBLAS_STATUS_* codes, and
 # tc_last_error() names the cublasLt function.
 STATUS_LIB = {"cublaslt": "cublas"}
 INCLUDES = {"cuda": ["cuda.h"], "cublas": ["cublas_v2.h"], "curand": ["curand.h"],
             "nvrtc": ["nvrtc.h"], "nvjitlink": ["nvJitLink.h"], "cublaslt": ["cublasLt.h"],
-            "nvml": ["nvml.h"], "nvtx": ["nvtx3/nvToolsExtCuda.h"]}
+            "nvml": ["nvml.h"], "nccl": ["nccl.h"], "nvtx": ["nvtx3/nvToolsExtCuda.h"]}
 HEADER_LIST = ("cuda.h, cublas_api.h, cublasLt.h, curand.h, nvrtc.h, nvJitLink.h, "
-               "nvToolsExt.h, nvml.h")
+               "nvToolsExt.h, nvml.h, nccl.h")
 SCALAR_OUT = {"int", "uint", "float", "enum", "pointer", "char"}
 
 
@@ -111,7 +113,7 @@ def status_codes(libs, own, overrides):
             raise GenError("%s: no enum %s found" % (lib.key, target))
         seen = set()
         for k in found[0].consts:
-            if k.value == 0 or k.value in seen:
+            if k.value == 0 or k.value in seen or k.name in overrides.not_status:
                 continue
             seen.add(k.value)
             words = doc_sentence(k.doc) or overrides.status_strings.get(k.name, "")
@@ -265,7 +267,7 @@ def render_function(f, lib, fid, tables):
                 per_thread=f.per_thread)
 
 
-def build(include_dir, nvml_include=None):
+def build(include_dir, nvml_include=None, nccl_include=None):
     with open(os.path.join(HERE, "overrides.toml"), "rb") as fh:
         overrides = Overrides(tomllib.load(fh))
     with open(os.path.join(HERE, "status.toml"), "rb") as fh:
@@ -277,10 +279,17 @@ def build(include_dir, nvml_include=None):
     if not os.path.isfile(os.path.join(nvml_include, "nvml.h")):
         raise GenError("nvml.h is not in %s: pip install -r gen/requirements.txt (PyPI's "
                        "nvidia-nvml-dev carries it) or pass --nvml-include DIR" % nvml_include)
+    nccl_include = nccl_include or default_nccl_include(include_dir)
+    if not os.path.isfile(os.path.join(nccl_include, "nccl.h")):
+        raise GenError("nccl.h is not in %s (nor in an NVIDIA NCCL wheel, the toolkit nvcc "
+                       "belongs to, /usr/include or /usr/local/include): install NCCL's header "
+                       "(pip install nvidia-nccl-cu13, or apt-get install libnccl-dev) or pass "
+                       "--nccl-include DIR" % nccl_include)
     libs += [libraries.nvrtc(include_dir, overrides, cuda_major),
              libraries.nvjitlink(include_dir, overrides, cuda_major),
              libraries.cublaslt(include_dir, overrides),
              libraries.nvml(nvml_include, overrides),
+             libraries.nccl(nccl_include, include_dir, overrides),
              libraries.nvtx(include_dir, overrides)]
     # A rule with cuda_before = N is for older releases only: not stale in newer headers.
     unused = [r for i, r in enumerate(overrides.pointer_rules) if i not in overrides.used
@@ -321,11 +330,11 @@ def render_kernels(env, kernels_dir):
 
 
 def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None,
-           nvml_include=None):
+           nvml_include=None, nccl_include=None):
     """Return ({relative path: text} for everything generated/ holds, problems). Override
     rules that match nothing and hint table gaps are problems too, unless a `warnings` list is
     given to receive them (they may belong to another CUDA release)."""
-    libs, own, overrides, unused = build(include_dir, nvml_include)
+    libs, own, overrides, unused = build(include_dir, nvml_include, nccl_include)
     cuda_version = libs[0].version_macro["CUDA_VERSION"]
     vstr = "%d.%d" % (cuda_version // 1000, cuda_version % 1000 // 10)
     banner_text = ("Generated by gen/thincuda_gen.py from the CUDA %s headers "
@@ -348,8 +357,10 @@ def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None
     syms = []
     for n, lib, f in allf:
         exported = f.decl_name + f.per_thread if lib.key == "cuda" else f.decl_name
-        syms.append(dict(name=n, symbol=f.symbol, exported=exported, version=f.version,
-                         lib=LIB_IDS[lib.key], pt=1 if f.per_thread else 0))
+        # A name that repeats the one before it is NULL in the table (tc_internal.h).
+        syms.append(dict(name=n, symbol_c="NULL" if f.symbol == n else c_string(f.symbol),
+                         exported_c="NULL" if exported == f.symbol else c_string(exported),
+                         version=f.version, lib=LIB_IDS[lib.key], pt=1 if f.per_thread else 0))
 
     lib_rows = [dict(key=k, id=LIB_IDS[k], enum=LIB_ENUM[k], title=LIB_TITLE[k])
                 for k in LIB_IDS]
@@ -423,7 +434,8 @@ STATUS_ROW = re.compile(r"^    TC_(\w+) = 0x[0-9A-F]{8},$", re.M)
 RELEASE = re.compile(r"from the CUDA (\S+) headers")
 SUMMARY_HEADERS = (("cuda", "cuda.h"), ("cublas", "cublas_api.h"), ("curand", "curand.h"),
                    ("nvrtc", "nvrtc.h"), ("nvjitlink", "nvJitLink.h"),
-                   ("cublaslt", "cublasLt.h"), ("nvml", "nvml.h"), ("nvtx", "nvToolsExt.h"))
+                   ("cublaslt", "cublasLt.h"), ("nvml", "nvml.h"), ("nccl", "nccl.h"),
+                   ("nvtx", "nvToolsExt.h"))
 
 
 def _split_params(params):
@@ -640,6 +652,10 @@ def main(argv=None):
     ap.add_argument("--nvml-include", default=None,
                     help="directory holding nvml.h (default: --cuda-include when it has one, "
                     "else PyPI's nvidia-nvml-dev)")
+    ap.add_argument("--nccl-include", default=None,
+                    help="directory holding nccl.h (default: --cuda-include when it has one, "
+                    "else an NVIDIA NCCL wheel's, nvcc's toolkit's, /usr/include, "
+                    "/usr/local/include)")
     ap.add_argument("--out", default=os.path.join(ROOT, "generated"))
     ap.add_argument("--kernels", default=os.path.join(ROOT, "kernels"),
                     help="directory of the .cu files whose launchers tc_kernels.h holds")
@@ -650,7 +666,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     warnings = []
     try:
-        files, problems = render(a.cuda_include, a.kernels, warnings, a.nvml_include)
+        files, problems = render(a.cuda_include, a.kernels, warnings, a.nvml_include,
+                                 a.nccl_include)
     except GenError as e:
         print("thincuda_gen: error: %s" % e, file=sys.stderr)
         return 2

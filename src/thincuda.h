@@ -1,6 +1,6 @@
 /* thincuda in one include: the generated bindings (driver, cuBLAS, cuBLASLt, cuRAND, NVRTC,
- * nvJitLink, NVML, NVTX), the runtime and the tensor ops. Compile with `pkg-config --cflags
- * thincuda`. */
+ * nvJitLink, NVML, NCCL, NVTX), the runtime and the tensor ops. Compile with `pkg-config
+ * --cflags thincuda`. */
 #ifndef THINCUDA_H
 #define THINCUDA_H
 
@@ -11,6 +11,7 @@
 #include "tc_cublaslt.h"
 #include "tc_cuda.h"
 #include "tc_curand.h"
+#include "tc_nccl.h"
 #include "tc_nvjitlink.h"
 #include "tc_nvml.h"
 #include "tc_nvrtc.h"

@@ -1,4 +1,4 @@
-/* Every status code of the three headers and of thincuda has a distinct name and words. */
+/* Every status code of the wrapped headers and of thincuda has a distinct name and words. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,7 +20,7 @@ static void every_code_has_a_name_and_a_string(void **state)
         tc_status s = tc_status_at(i);
         const char *name = tc_status_name(s);
         const char *words = tc_status_string(s);
-        assert_non_null(strstr(name, "_"));
+        assert_null(strchr(name, ' ')); /* the header's identifier (NCCL's are ncclSystemError) */
         assert_null(strstr(name, "unknown"));
         assert_true(strlen(words) > 3);
         if (i > 0) {

@@ -29,7 +29,7 @@ def test_a_new_release_regenerates_in_one_command_with_a_summary(tmp_path, capsy
     assert "curand.h: 0 added, 0 removed, 0 changed signature" in console
     # nvJitLink's symbol is renamed each release (__nvJitLinkComplete_12_6); its name is not.
     assert "nvJitLink.h: 0 added, 0 removed, 0 changed signature" in console
-    for header in ("cublasLt.h", "nvml.h", "nvToolsExt.h"):
+    for header in ("cublasLt.h", "nvml.h", "nccl.h", "nvToolsExt.h"):
         assert "%s: 0 added, 0 removed, 0 changed signature" % header in console
     assert "status codes: 1 added, 0 removed" in console
     changes = open(os.path.join(out, "CHANGES.md")).read()
@@ -43,6 +43,14 @@ def test_a_new_release_regenerates_in_one_command_with_a_summary(tmp_path, capsy
     jitlink = open(os.path.join(out, "tc_nvjitlink.c")).read()
     assert '"__nvJitLinkComplete_12_6"' in open(os.path.join(out, "tc_symbols.c")).read()
     assert "tc_nvJitLinkComplete(nvJitLinkHandle handle)" in jitlink
+    # nccl.h: the pnccl profiling names skipped, an unprototyped () declaration wrapped as
+    # (void), the count of codes no status.
+    nccl = open(os.path.join(out, "tc_nccl.h")).read()
+    assert "TC_API tc_status tc_ncclGroupStart(void);" in nccl
+    assert "pncclGroupStart" not in nccl
+    status = open(os.path.join(out, "tc_status.h")).read()
+    assert "TC_ncclInvalidArgument = 0x08000004" in status
+    assert "ncclNumResults" not in status
 
     assert regen("release_b", out, kernels) == 0
     assert "no API difference" in capsys.readouterr().out

@@ -17,19 +17,22 @@ with open(os.path.join(HERE, "known_differences.toml"), "rb") as fh:
     KNOWN = tomllib.load(fh)
 
 
-def exports(path):
+def exports(path, kinds=(" T ",)):
+    """The functions a library exports: strong (T), and weak (W) where kinds says so."""
     if not shutil.which("nm"):
         pytest.skip("nm is not installed")
     out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    return {l.split()[-1].split("@")[0] for l in out.stdout.splitlines() if " T " in l}
+    return {l.split()[-1].split("@")[0] for l in out.stdout.splitlines()
+            if any(k in l for k in kinds)}
 
 
 def library_path(cuda_include, key):
     root = os.path.dirname(cuda_include)
     names = {"cuda": ["lib64/stubs/libcuda.so", "lib/stubs/libcuda.so"],
              "cublas": ["lib64/libcublas.so", "lib/libcublas.so"],
-             "curand": ["lib64/libcurand.so", "lib/libcurand.so"]}[key]
+             "curand": ["lib64/libcurand.so", "lib/libcurand.so"],
+             "nccl": ["lib64/libnccl.so.2", "lib/libnccl.so.2"]}[key]
     for n in names:
         if os.path.exists(os.path.join(root, n)):
             return os.path.join(root, n)
@@ -125,3 +128,27 @@ def test_new_libraries_are_wrapped_whole(built):
     assert procs["infoCount"] == "inout" and procs["infos"] == "out"
     mem2 = next(p for p in f["nvmlDeviceGetMemoryInfo_v2"].params if p.category == "pointer")
     assert (mem2.direction, mem2.source) == ("inout", "version field")
+
+
+def test_nccl_exports_and_wrappers_agree(built, cuda_include):
+    """libnccl exports each function twice: ncclX as a weak alias of the profiling
+    interface's pncclX. Every wrapper names an export; every ncclX export is wrapped or
+    explained."""
+    nccl = next(lib for lib in built[0] if lib.key == "nccl")
+    ex = exports(library_path(cuda_include, "nccl"), kinds=(" T ", " W "))
+    wrapped = {f.decl_name for f in nccl.functions}
+    assert sorted(wrapped - ex) == [], "wrapped but not exported"
+    assert {s.name for s in nccl.skipped} <= ex
+    extra = [s for s in sorted(ex - wrapped)
+             if not explained(nccl, s, wrapped, "exported_not_wrapped")]
+    assert extra == [], "exported but neither wrapped nor explained: %s" % extra[:40]
+    by = {f.name: f for f in nccl.functions}
+    assert {"ncclAllReduce", "ncclCommInitRank", "ncclGroupStart", "ncclGroupEnd"} <= set(by)
+    assert by["ncclGroupStart"].params == []
+    assert nccl.sonames == ["libnccl.so.2", "libnccl.so"]
+    ar = {p.name: (p.direction, p.space) for p in by["ncclAllReduce"].params
+          if p.category == "pointer"}
+    assert ar == {"sendbuff": ("in", "device"), "recvbuff": ("out", "device")}
+    init = {p.name: (p.direction, p.space) for p in by["ncclCommInitRank"].params
+            if p.category == "pointer"}
+    assert init == {"comm": ("out", "host")}
