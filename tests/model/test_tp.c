@@ -3,7 +3,8 @@
  * for NCCL) give the unsharded pass's logits, f32, relative error below 1e-5, over prompts,
  * decode steps and a batch of both; the shapes cover a GQA model whose KV heads are replicated
  * on several ranks, q/k/v biases, a head size other than dim / heads, tied and untied
- * embeddings and a vocabulary the ranks do not divide. Also the in-process group itself. */
+ * embeddings, a vocabulary the ranks do not divide and an FP8 KV cache (whose scales each rank
+ * sets from its own heads). Also the in-process group itself. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -23,7 +24,10 @@ typedef struct shape {
     const char *name;
     tc_llama_config cfg;
     int max_ranks;
+    bool kv_fp8; /* an FP8 cache: each rank sets its heads' scales from its own keys */
 } shape;
+
+enum { N_SHAPES = 4 };
 
 static tc_llama_config base(int dim, int heads, int kv, int hd, int ffn, int vocab)
 {
@@ -64,7 +68,7 @@ static shape shapes(int i)
         s.cfg.rope.original_max_position = 64.0;
         s.max_ranks = 8;
         break;
-    default: /* Qwen2-style: q/k/v biases, rotate_half, a sliding window; KV replicated at 4 */
+    case 2: /* Qwen2-style: q/k/v biases, rotate_half, a sliding window; KV replicated at 4 */
         s.name = "qwen2-like 4/2 heads, head size 24, biases, window 12";
         s.cfg = base(64, 4, 2, 24, 128, 97);
         snprintf(s.cfg.arch, sizeof s.cfg.arch, "qwen2");
@@ -72,6 +76,11 @@ static shape shapes(int i)
         s.cfg.rope.interleaved = false;
         s.cfg.window = 12;
         s.max_ranks = 4;
+        break;
+    default: /* the GQA shape over an FP8 KV cache */
+        s = shapes(1);
+        s.name = "gqa 8/2 heads, FP8 KV cache";
+        s.kv_fp8 = true;
         break;
     }
     return s;
@@ -142,9 +151,14 @@ static void fill_script(script *sc, int vocab)
         }
 }
 
-static const tc_llama_options opts = {
-    .max_tokens = 32, .max_seqs = 3, .max_context = MAX_BLOCKS * BS, .block_size = BS
-};
+static tc_llama_options options(const shape *s)
+{
+    return (tc_llama_options){ .max_tokens = 32,
+                               .max_seqs = 3,
+                               .max_context = MAX_BLOCKS * BS,
+                               .block_size = BS,
+                               .kv_fp8 = s->kv_fp8 };
+}
 
 /* max |a - b| / max |b| over the n_seqs x vocab logits */
 static double rel_error(const float *a, const float *b, int64_t n)
@@ -182,14 +196,14 @@ static float *reference_logits(tc_llama *m)
 }
 
 /* The worst relative error of the sharded passes over n ranks against want. */
-static double sharded_error(tc_llama *full, int n, const float *want)
+static double sharded_error(tc_llama *full, int n, const tc_llama_options *opts, const float *want)
 {
     int V = full->cfg.vocab;
     tc_backend *backends[8];
     for (int r = 0; r < n; r++)
         assert_int_equal(tc_backend_create_cpu(1, &backends[r]), TC_OK);
     tc_tp *tp;
-    tc_status st = tc_tp_from_model(full, n, backends, NULL, &opts, &tp);
+    tc_status st = tc_tp_from_model(full, n, backends, NULL, opts, &tp);
     if (st != TC_OK)
         fail_msg("%d ranks: %s", n, tc_last_error());
     assert_int_equal(tp->plan.local.n_heads, full->cfg.n_heads / n);
@@ -220,15 +234,16 @@ static double sharded_error(tc_llama *full, int n, const float *want)
 static void sharded_logits_equal_unsharded(void **state)
 {
     (void)state;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_SHAPES; i++) {
         shape s = shapes(i);
+        tc_llama_options opts = options(&s);
         tc_backend *b;
         assert_int_equal(tc_backend_create_cpu(1, &b), TC_OK);
         tc_llama *full;
         assert_int_equal(tc_llama_random(&s.cfg, 11 + (uint64_t)i, b, &opts, &full), TC_OK);
         float *want = reference_logits(full);
         for (int n = 1; n <= s.max_ranks; n *= 2) {
-            double e = sharded_error(full, n, want);
+            double e = sharded_error(full, n, &opts, want);
             print_message("%-56s N = %d: relative error %.2e\n", s.name, n, e);
             if (!(e < 1e-5))
                 fail_msg("%s over %d ranks: relative error %.3e", s.name, n, e);
@@ -245,6 +260,7 @@ static void refusals_are_clear_and_recoverable(void **state)
 {
     (void)state;
     shape s = shapes(1);
+    tc_llama_options opts = options(&s);
     tc_backend *b, *backends[3];
     assert_int_equal(tc_backend_create_cpu(1, &b), TC_OK);
     for (int r = 0; r < 3; r++)
