@@ -2,9 +2,10 @@
  * model_vs_transformers.py): the prompt is prefilled in one pass, then each following id
  * is fed one at a time (decode); the f32 logits after the prompt and after each fed id are
  * written to OUT as [steps + 1, vocab]. Also prints the time of each phase.
- * Usage: logits MODEL cpu|cuda f32|bf16|f16[+fp8] PROMPT_LEN IDS_FILE OUT
+ * Usage: logits MODEL cpu|cuda f32|bf16|f16[+fp8] PROMPT_LEN IDS_FILE OUT [RANKS]
  * MODEL is a GGUF file or a Hugging Face folder (safetensors); "+fp8" keeps the KV cache in FP8
- * E4M3.
+ * E4M3. RANKS > 1 splits the model over that many CPU backends (model/tp.h: each rank loads its
+ * shard from the file, an in-process group stands in for NCCL).
  * IDS_FILE holds int32 ids: the prompt followed by the ids to feed. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 #include "model/hf.h"
 #include "model/llama.h"
+#include "model/tp.h"
 
 static double now(void)
 {
@@ -31,11 +33,12 @@ static int die(const char *what)
 
 int main(int argc, char **argv)
 {
-    if (argc != 7) {
-        fprintf(stderr,
-                "usage: logits MODEL cpu|cuda f32|bf16|f16[+fp8] PROMPT_LEN IDS_FILE OUT\n");
+    if (argc != 7 && argc != 8) {
+        fprintf(stderr, "usage: logits MODEL cpu|cuda f32|bf16|f16[+fp8] PROMPT_LEN IDS_FILE OUT "
+                        "[RANKS]\n");
         return 2;
     }
+    int ranks = argc == 8 ? atoi(argv[7]) : 1;
     double t0 = now();
     int prompt = atoi(argv[4]);
     FILE *f = fopen(argv[5], "rb");
@@ -71,12 +74,28 @@ int main(int argc, char **argv)
             : !strncmp(argv[3], "f16", 3) ? TC_DTYPE_F16
                                           : TC_DTYPE_BF16;
     o.kv_fp8 = strstr(argv[3], "+fp8") != NULL;
+    if (ranks > 1 && strcmp(argv[2], "cpu") != 0)
+        return fprintf(stderr, "logits: RANKS > 1 runs on the CPU only (no NCCL yet)\n"), 2;
+    tc_backend *rank_b[TC__SHARD_MAX_RANKS] = { 0 };
+    tc_tp *tp = NULL;
+    tc_tp_kv tkv = { 0 };
     tc_llama *m;
-    if (tc_llama_load(src, &cfg, b, &o, &m) != TC_OK)
-        return die("load");
-    tc_kv_cache kv;
-    if (tc_kv_cache_init(&kv, m, m->s.max_blocks, 16) != TC_OK)
-        return die("kv cache");
+    tc_kv_cache kv = { 0 };
+    if (ranks > 1) {
+        for (int r = 0; r < ranks && r < TC__SHARD_MAX_RANKS; r++)
+            if (tc_backend_create_cpu(1, &rank_b[r]) != TC_OK)
+                return die("backend");
+        if (tc_tp_load(src, &cfg, ranks, rank_b, NULL, &o, &tp) != TC_OK)
+            return die("load");
+        m = tp->rank[0].m; /* its scratch sizes are every rank's */
+        if (tc_tp_kv_init(&tkv, tp, m->s.max_blocks, 16) != TC_OK)
+            return die("kv cache");
+    } else {
+        if (tc_llama_load(src, &cfg, b, &o, &m) != TC_OK)
+            return die("load");
+        if (tc_kv_cache_init(&kv, m, m->s.max_blocks, 16) != TC_OK)
+            return die("kv cache");
+    }
     int32_t *table = malloc(sizeof(int32_t) * (size_t)m->s.max_blocks),
             *pos = malloc(sizeof(int32_t) * (size_t)n);
     for (int i = 0; i < m->s.max_blocks; i++)
@@ -86,7 +105,7 @@ int main(int argc, char **argv)
     tc_backend_synchronize(b);
     double t_load = now();
     FILE *out = fopen(argv[6], "wb");
-    float *host = malloc(sizeof(float) * (size_t)m->cfg.vocab);
+    float *host = malloc(sizeof(float) * (size_t)cfg.vocab);
     double t_prefill = 0, t_decode = 0;
     for (int from = 0, len = prompt; len <= n; from = len, len++) {
         int32_t q_start[2] = { 0, len - from };
@@ -95,15 +114,16 @@ int main(int argc, char **argv)
                                  q_start,    &len,       table };
         tc_tensor *logits;
         double t = now();
-        if (tc_llama_forward(m, &kv, &batch, &logits) != TC_OK)
+        if ((tp ? tc_tp_forward(tp, &tkv, &batch, &logits)
+                : tc_llama_forward(m, &kv, &batch, &logits)) != TC_OK)
             return die("forward");
-        if (tc_tensor_copy_to_host(logits, host, sizeof(float) * (size_t)m->cfg.vocab) != TC_OK)
+        if (tc_tensor_copy_to_host(logits, host, sizeof(float) * (size_t)cfg.vocab) != TC_OK)
             return die("copy");
         if (from == 0)
             t_prefill = now() - t;
         else
             t_decode += now() - t;
-        fwrite(host, sizeof(float), (size_t)m->cfg.vocab, out);
+        fwrite(host, sizeof(float), (size_t)cfg.vocab, out);
     }
     fclose(out);
     int steps = n - prompt;
@@ -115,8 +135,15 @@ int main(int argc, char **argv)
     free(host);
     free(table);
     free(pos);
-    tc_kv_cache_deinit(&kv);
-    tc_llama_destroy(m);
+    if (tp) {
+        tc_tp_kv_deinit(&tkv);
+        tc_tp_destroy(tp);
+        for (int r = 0; r < ranks && r < TC__SHARD_MAX_RANKS; r++)
+            tc_backend_destroy(rank_b[r]);
+    } else {
+        tc_kv_cache_deinit(&kv);
+        tc_llama_destroy(m);
+    }
     tc_backend_destroy(b);
     tc_gguf_close(&g);
     tc_hf_close(&hf);

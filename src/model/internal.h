@@ -1,8 +1,18 @@
-/* Shared by the files of src/model: mapping model files. Not installed. */
+/* Shared by the files of src/model: mapping model files, and what llama.c lends the
+ * tensor-parallel pass (tp.c). Not installed. */
 #ifndef TC_MODEL_INTERNAL_H
 #define TC_MODEL_INTERNAL_H
 #include <stddef.h>
+#include <stdint.h>
 #include "tc_bindings.h"
+
+struct tc_gguf;
+struct tc_backend;
+struct tc_llama;
+struct tc_llama_options;
+struct tc_llama_batch;
+struct tc_kv_cache;
+struct tc__shard_plan;
 
 /* Map the regular file `path` read-only: *map and *bytes on success. A missing or unreadable
  * file is TC_ERR_IO, one shorter than min_bytes TC_ERR_PARSE ("what" names the kind of file
@@ -11,5 +21,18 @@ tc_status tc__map_file(const char *op, const char *path, const char *what, size_
                        void **map, size_t *bytes);
 /* Unmap what tc__map_file mapped (NULL is a no-op). */
 void tc__unmap_file(void *map, size_t bytes);
+
+/* Load rank `rank`'s shard of a model under a sharding plan: its configuration is plan->local
+ * and each tensor holds the rank's slice (tc__shard_slice_of), cut from g's tensors, which
+ * have the whole model's shapes; with g NULL, random weights of the shard's shapes drawn from
+ * seed (for benchmarks: not the slices of tc_llama_random's model). */
+tc_status tc__llama_load_shard(const struct tc_gguf *g, uint64_t seed,
+                               const struct tc__shard_plan *plan, int rank, struct tc_backend *b,
+                               const struct tc_llama_options *opt, struct tc_llama **out);
+/* Check a batch against the model's scratch and cache as tc_llama_forward does, and upload its
+ * index arrays into the model's scratch (ids, pos, slots, q_start, seq_lens, last_rows,
+ * q_start2, block_table), for a pass that runs its own layers over them. */
+tc_status tc__llama_prepare(struct tc_llama *m, struct tc_kv_cache *kv,
+                            const struct tc_llama_batch *b);
 
 #endif /* TC_MODEL_INTERNAL_H */

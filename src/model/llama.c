@@ -5,7 +5,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include "model/internal.h"
 #include "model/quant.h"
+#include "model/shard.h"
 #include "ops/internal.h"
 #include "runtime/error.h"
 #include "runtime/host.h"
@@ -179,6 +181,9 @@ typedef struct loader {
      * many of each ggml type, and their bytes in the file and as held. */
     uint32_t dequantised[TC_GGML_TYPE_LIMIT];
     uint64_t dequantised_file, dequantised_held; /* bytes */
+    /* Tensor parallelism: the plan and the rank whose shard is placed (NULL: everything). */
+    const tc__shard_plan *plan;
+    int rank;
 } loader;
 
 /* The dtype a tensor is held in: vectors take the activation dtype; matrices keep a type the
@@ -224,13 +229,60 @@ static tc_status place_random(loader *L, int64_t rows, int64_t cols, tc_tensor *
     return TC_OK;
 }
 
-/* Place tensor `name` of shape [rows, cols] (rows = 0 for a vector of cols) in the dtype
- * target() picks, checking its presence and shape; random weights when there is no file. */
-static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, tc_tensor *t)
+/* A rank's slice of tensor gt (checked against the whole shape): a block of rows points into
+ * the file where it needs no padding; columns, or rows padded with zero rows, are copied into
+ * *staged (whole blocks of a block type only). *src, *bytes and *n are what is placed. */
+static tc_status cut(const char *name, const tc_gguf_tensor *gt, const tc__shard_slice *sl,
+                     const void **src, uint64_t *bytes, uint64_t *n, void **staged)
 {
     const char *op = "tc_llama_load";
+    uint64_t be = 1, bb = 0;
+    if (!tc_ggml_type_block(gt->type, &be, &bb))
+        return tc_set_error(TC_ERR_UNSUPPORTED, op, "tensor %s: type %s cannot be split", name,
+                            tc_ggml_type_name(gt->type));
+    uint64_t cols = gt->dims[0], rows = gt->n_elements / cols;
+    uint64_t lcols = sl->dim == 1 ? (uint64_t)sl->len : cols;
+    uint64_t lrows = sl->dim == 1 ? rows : (uint64_t)sl->rows;
+    if (sl->dim == 1 && ((uint64_t)sl->start % be || lcols % be))
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "tensor %s: columns %lld..%lld of a rank do not fall on whole %s "
+                            "blocks of %llu",
+                            name, (long long)sl->start, (long long)(sl->start + sl->len),
+                            tc_ggml_type_name(gt->type), (unsigned long long)be);
+    uint64_t row_bytes = cols / be * bb, lrow_bytes = lcols / be * bb;
+    const char *base = gt->data;
+    *n = lrows * lcols;
+    *bytes = lrows * lrow_bytes;
+    if (sl->dim == 0 && lrows == (uint64_t)sl->len) {
+        *src = base + (uint64_t)sl->start * row_bytes;
+        return TC_OK;
+    }
+    char *buf = tc_host_calloc(1, *bytes);
+    if (!buf)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory to split %s", name);
+    if (sl->dim == 0)
+        memcpy(buf, base + (uint64_t)sl->start * row_bytes, (uint64_t)sl->len * row_bytes);
+    else
+        for (uint64_t r = 0; r < rows; r++)
+            memcpy(buf + r * lrow_bytes, base + r * row_bytes + (uint64_t)sl->start / be * bb,
+                   lrow_bytes);
+    *src = buf;
+    *staged = buf;
+    return TC_OK;
+}
+
+/* Place tensor `name` of shape [rows, cols] (rows = 0 for a vector of cols) in the dtype
+ * target() picks, checking its presence and shape; random weights when there is no file.
+ * With a sharding plan, only the rank's part (tc__shard_slice_of) is placed. */
+static tc_status place(loader *L, const char *name, tc__shard_part part, int64_t rows, int64_t cols,
+                       tc_tensor *t)
+{
+    const char *op = "tc_llama_load";
+    tc__shard_slice sl = { .dim = -1, .rows = rows, .cols = cols };
+    if (L->plan)
+        sl = tc__shard_slice_of(L->plan, L->rank, part, rows, cols);
     if (!L->g)
-        return place_random(L, rows, cols, t);
+        return place_random(L, sl.rows, sl.cols, t);
     const tc_gguf_tensor *gt = tc_gguf_tensor_find(L->g, name);
     if (!gt)
         return tc_set_error(TC_ERR_PARSE, op, "missing tensor %s", name);
@@ -247,36 +299,49 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
     bool cpu = tc_backend_get_kind(b) == TC_BACKEND_CPU;
     tc_dtype native = TC_DTYPE_F32, want = target(gt->type, vec, cpu, m->act, &native);
     bool readable = tc_ggml_dtype(gt->type, &native);
+    /* From here on: the part this model holds. */
+    const void *src = gt->data;
+    uint64_t src_bytes = gt->bytes, n = gt->n_elements;
+    void *staged = NULL;
+    if (sl.dim >= 0)
+        TC_TRY(cut(name, gt, &sl, &src, &src_bytes, &n, &staged));
+    rows = sl.rows;
+    cols = sl.cols;
     int64_t shape[2] = { vec ? cols : rows, cols };
     int nd = vec ? 1 : 2;
     tc_status st = TC_OK;
     for (int i = 0; i < L->n_fused; i++)
         if (L->fused[i].part == t) {
             if (!readable || native != want || L->fused[i].whole->dtype != want)
-                return tc_set_error(TC_ERR_INTERNAL, op, "%s: fused matrix of another dtype", name);
-            TC_TRY(tc__quant_upload(L->fused[i].whole, L->fused[i].row0, rows, gt->data));
+                st = tc_set_error(TC_ERR_INTERNAL, op, "%s: fused matrix of another dtype", name);
+            else
+                st = tc__quant_upload(L->fused[i].whole, L->fused[i].row0, rows, src);
+            if (st != TC_OK)
+                goto done;
             goto placed;
         }
     /* A tensor already set is a row block of a fused matrix, made in this dtype. */
     bool into = t->data != NULL;
-    if (into && t->dtype != want)
-        return tc_set_error(TC_ERR_INTERNAL, op, "%s: fused matrix of another dtype", name);
+    if (into && t->dtype != want) {
+        st = tc_set_error(TC_ERR_INTERNAL, op, "%s: fused matrix of another dtype", name);
+        goto done;
+    }
     /* The CPU reads a tensor in place when its elements are aligned in the file (a file may
      * declare general.alignment down to 1); otherwise it holds a copy. */
     size_t elem = tc_dtype_is_block(want) ? 1 : tc_dtype_bytes(want, 1);
     if (readable && want == native) {
         if (into)
-            st = tc_tensor_copy_from_host(t, gt->data, gt->bytes);
-        else if (cpu && (uintptr_t)gt->data % elem == 0)
-            st = tc_tensor_wrap(t, b, want, nd, shape, (void *)(uintptr_t)gt->data);
+            st = tc_tensor_copy_from_host(t, src, src_bytes);
+        else if (cpu && !staged && (uintptr_t)src % elem == 0)
+            st = tc_tensor_wrap(t, b, want, nd, shape, (void *)(uintptr_t)src);
         else
-            st = tc_tensor_init_from_host(t, b, want, nd, shape, gt->data, gt->bytes);
+            st = tc_tensor_init_from_host(t, b, want, nd, shape, src, src_bytes);
     } else if (readable && !cpu && !tc_dtype_is_block(native)) {
         /* A float tensor of another dtype than the activations': its bytes go up as they
          * are and the GPU converts them (a host loop took 44 s over a 7B F16 file). */
         tc_tensor raw, r2, t2;
         int64_t rows2 = vec ? 1 : rows; /* tc_convert takes [rows, cols] */
-        st = tc_tensor_init_from_host(&raw, b, native, nd, shape, gt->data, gt->bytes);
+        st = tc_tensor_init_from_host(&raw, b, native, nd, shape, src, src_bytes);
         if (st == TC_OK) {
             if (!into)
                 st = tc_tensor_init(t, b, want, nd, shape);
@@ -293,17 +358,19 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
         if (!into)
             st = tc_tensor_init(t, b, want, nd, shape);
         if (st == TC_OK)
-            st = tc__iq_upload(t, (int32_t)gt->type, gt->data, gt->bytes);
+            st = tc__iq_upload(t, (int32_t)gt->type, src, src_bytes);
     } else {
-        uint64_t n = gt->n_elements;
         float *f = tc_host_alloc(n * sizeof(float));
-        if (!f)
-            return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory to convert %s", name);
-        if (!tc_dequantize(gt->type, gt->data, n, f)) {
+        if (!f) {
+            st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory to convert %s", name);
+            goto done;
+        }
+        if (!tc_dequantize(gt->type, src, n, f)) {
             tc_host_free(f);
-            return tc_set_error(TC_ERR_UNSUPPORTED, op,
-                                "tensor %s has type %s, which is not supported", name,
-                                tc_ggml_type_name(gt->type));
+            st = tc_set_error(TC_ERR_UNSUPPORTED, op,
+                              "tensor %s has type %s, which is not supported", name,
+                              tc_ggml_type_name(gt->type));
+            goto done;
         }
         if (want != TC_DTYPE_F32) {
             uint16_t *h = (uint16_t *)f; /* narrowing in place: element i is read before written */
@@ -318,19 +385,21 @@ static tc_status place(loader *L, const char *name, int64_t rows, int64_t cols, 
         tc_host_free(f);
     }
     if (st != TC_OK)
-        return st;
+        goto done;
     if (!readable) {
         L->dequantised[gt->type]++;
-        L->dequantised_file += gt->bytes;
+        L->dequantised_file += src_bytes;
         L->dequantised_held += tc_tensor_bytes(t);
     }
 placed:
-    m->n_params += gt->n_elements;
+    m->n_params += n;
     m->weight_bytes += tc_tensor_bytes(t);
     L->done += gt->bytes;
     if (L->opt->progress)
         L->opt->progress(L->opt->progress_ctx, L->done, L->total);
-    return TC_OK;
+done:
+    tc_host_free(staged); /* the copies above have read it (see tc_tensor_init_from_host) */
+    return st;
 }
 
 static tc_status alloc_scratch(tc_llama *m)
@@ -511,14 +580,17 @@ static void report_dequantised(const loader *L)
 static tc_status load(loader *L)
 {
     tc_llama *m = L->m;
-    const tc_llama_config *c = &m->cfg;
+    /* c: the model this loader makes (a rank's shard under a plan); G: the whole one, whose
+     * shapes the file's tensors have. */
+    const tc_llama_config *c = &m->cfg, *G = L->plan ? &L->plan->cfg : c;
     int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    int64_t gqd = (int64_t)G->n_heads * G->head_dim, gkvd = (int64_t)G->n_kv_heads * G->head_dim;
     for (uint64_t i = 0; L->g && i < L->g->n_tensors; i++)
         L->total += L->g->tensors[i].bytes;
     m->layers = tc_host_calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers)
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_llama_load", "no host memory");
-    TC_TRY(place(L, "token_embd.weight", c->vocab, c->dim, &m->tok_embd));
+    TC_TRY(place(L, "token_embd.weight", TC__SHARD_VOCAB, G->vocab, c->dim, &m->tok_embd));
     for (int l = 0; l < c->n_layers; l++) {
         tc_llama_layer *y = &m->layers[l];
         char n[64], nq[64], nk[64], nv[64], ng[64], nu[64];
@@ -533,14 +605,14 @@ static tc_status load(loader *L)
         TC_TRY(fuse(L, 2, (const char *const[]){ ng, nu },
                     (const int64_t[]){ c->ffn_dim, c->ffn_dim }, c->dim, &y->w_gu,
                     (tc_tensor *const[]){ &y->w_gate, &y->w_up }));
-#define PLACE(field, gname, rows, cols)                  \
+#define PLACE(field, gname, part, rows, cols)            \
     snprintf(n, sizeof n, "blk.%d." gname ".weight", l); \
-    TC_TRY(place(L, n, rows, cols, &y->field))
-        PLACE(attn_norm, "attn_norm", 0, c->dim);
-        PLACE(wq, "attn_q", qd, c->dim);
-        PLACE(wk, "attn_k", kvd, c->dim);
-        PLACE(wv, "attn_v", kvd, c->dim);
-        PLACE(wo, "attn_output", c->dim, qd);
+    TC_TRY(place(L, n, TC__SHARD_##part, rows, cols, &y->field))
+        PLACE(attn_norm, "attn_norm", WHOLE, 0, c->dim);
+        PLACE(wq, "attn_q", Q, gqd, c->dim);
+        PLACE(wk, "attn_k", KV, gkvd, c->dim);
+        PLACE(wv, "attn_v", KV, gkvd, c->dim);
+        PLACE(wo, "attn_output", O, c->dim, gqd);
         if (c->qkv_bias) {
             /* One vector, placed part by part (a fused product adds it whole). */
             TC_TRY(tc_tensor_init(&y->bqkv, m->backend, m->act, TC_SHAPE(qd + 2 * kvd)));
@@ -548,24 +620,24 @@ static tc_status load(loader *L)
             TC_TRY(tc_tensor_slice(&y->bqkv, 0, qd, kvd, &y->bk));
             TC_TRY(tc_tensor_slice(&y->bqkv, 0, qd + kvd, kvd, &y->bv));
             snprintf(n, sizeof n, "blk.%d.attn_q.bias", l);
-            TC_TRY(place(L, n, 0, qd, &y->bq));
+            TC_TRY(place(L, n, TC__SHARD_Q, 0, gqd, &y->bq));
             snprintf(n, sizeof n, "blk.%d.attn_k.bias", l);
-            TC_TRY(place(L, n, 0, kvd, &y->bk));
+            TC_TRY(place(L, n, TC__SHARD_KV, 0, gkvd, &y->bk));
             snprintf(n, sizeof n, "blk.%d.attn_v.bias", l);
-            TC_TRY(place(L, n, 0, kvd, &y->bv));
+            TC_TRY(place(L, n, TC__SHARD_KV, 0, gkvd, &y->bv));
         }
-        PLACE(ffn_norm, "ffn_norm", 0, c->dim);
-        PLACE(w_gate, "ffn_gate", c->ffn_dim, c->dim);
-        PLACE(w_up, "ffn_up", c->ffn_dim, c->dim);
-        PLACE(w_down, "ffn_down", c->dim, c->ffn_dim);
+        PLACE(ffn_norm, "ffn_norm", WHOLE, 0, c->dim);
+        PLACE(w_gate, "ffn_gate", FFN_OUT, G->ffn_dim, c->dim);
+        PLACE(w_up, "ffn_up", FFN_OUT, G->ffn_dim, c->dim);
+        PLACE(w_down, "ffn_down", FFN_IN, c->dim, G->ffn_dim);
 #undef PLACE
     }
-    TC_TRY(place(L, "output_norm.weight", 0, c->dim, &m->out_norm));
+    TC_TRY(place(L, "output_norm.weight", TC__SHARD_WHOLE, 0, c->dim, &m->out_norm));
     TC_TRY(fold_norms(m));
     if (c->tied_embeddings)
         TC_TRY(tc_tensor_slice(&m->tok_embd, 0, 0, c->vocab, &m->lm_head));
     else
-        TC_TRY(place(L, "output.weight", c->vocab, c->dim, &m->lm_head));
+        TC_TRY(place(L, "output.weight", TC__SHARD_VOCAB, G->vocab, c->dim, &m->lm_head));
     report_dequantised(L);
     return alloc_scratch(m);
 }
@@ -586,19 +658,26 @@ static void *prepare_gemm(void *arg)
     return NULL;
 }
 
-static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *cfg, tc_backend *b,
+static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *cfg,
+                        const tc__shard_plan *plan, int rank, tc_backend *b,
                         const tc_llama_options *opt, tc_llama **out);
 
 tc_status tc_llama_load(const tc_gguf *g, const tc_llama_config *cfg, tc_backend *b,
                         const tc_llama_options *opt, tc_llama **out)
 {
-    return create(g, 0, cfg, b, opt, out);
+    return create(g, 0, cfg, NULL, 0, b, opt, out);
 }
 
 tc_status tc_llama_random(const tc_llama_config *cfg, uint64_t seed, tc_backend *b,
                           const tc_llama_options *opt, tc_llama **out)
 {
-    return create(NULL, seed, cfg, b, opt, out);
+    return create(NULL, seed, cfg, NULL, 0, b, opt, out);
+}
+
+tc_status tc__llama_load_shard(const tc_gguf *g, uint64_t seed, const tc__shard_plan *plan,
+                               int rank, tc_backend *b, const tc_llama_options *opt, tc_llama **out)
+{
+    return create(g, seed, &plan->local, plan, rank, b, opt, out);
 }
 
 static const struct preset {
@@ -656,7 +735,8 @@ tc_status tc_llama_config_preset(const char *name, tc_llama_config *c)
                         name);
 }
 
-static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *cfg, tc_backend *b,
+static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *cfg,
+                        const tc__shard_plan *plan, int rank, tc_backend *b,
                         const tc_llama_options *opt, tc_llama **out)
 {
     *out = NULL;
@@ -693,7 +773,7 @@ static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *
     /* Profiling times each kernel with events around its launch, which a graph replay would
      * bypass: profiled decode steps launch their kernels one by one. */
     s->no_graphs = opt->no_graphs || tc_profile_enabled();
-    loader L = { .g = g, .m = m, .opt = opt, .seed = seed };
+    loader L = { .g = g, .m = m, .opt = opt, .seed = seed, .plan = plan, .rank = rank };
     pthread_t warm;
     bool warming = !cpu && pthread_create(&warm, NULL, prepare_gemm, b) == 0;
     st = load(&L);
@@ -1254,4 +1334,12 @@ tc_status tc_llama_forward(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b
     }
     s->graph_launches++;
     return tc_cuGraphLaunch((CUgraphExec)g->exec, tc_stream_handle(tc_backend_stream(m->backend)));
+}
+
+tc_status tc__llama_prepare(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b)
+{
+    TC_TRY(check_batch(m, kv, b));
+    if (tc_backend_get_kind(m->backend) == TC_BACKEND_CUDA)
+        TC_TRY(tc_context_make_current(tc_backend_context(m->backend)));
+    return upload_batch(m, b, b->n_seqs, b->max_blocks);
 }

@@ -1,0 +1,64 @@
+"""Tensor parallelism from files (tools/logits RANKS): a random-weight GGUF (tests/gpu/
+quant_gguf.py's tiny shape: 4 heads over 2 KV heads, so that 4 ranks replicate each KV head)
+split over 2 and 4 CPU ranks, each rank cutting its shard out of the file's tensors as it loads
+them (float rows and columns, and the quantised blocks the CPU reads as stored), gives the
+logits of the unsplit model: prompt and decode steps, f32, relative error below 1e-5. A column
+split that would cut through K-quant blocks is one clear error."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "gpu"))
+import quant_gguf as Q  # noqa: E402
+
+BUILD = os.environ.get("BUILD", "build")
+BIN = os.path.join(HERE, "..", "..", BUILD, "tools", "logits")
+VOCAB = 512
+
+
+def logits(path, ids, tmp, ranks):
+    out = os.path.join(tmp, f"out{ranks}.logits")
+    r = subprocess.run([BIN, path, "cpu", "f32", "6", ids, out, str(ranks)], capture_output=True,
+                       text=True)
+    return r, (np.fromfile(out, dtype=np.float32).reshape(-1, VOCAB) if r.returncode == 0 else None)
+
+
+@pytest.fixture(scope="module")
+def ids(tmp_path_factory):
+    if not os.path.exists(BIN):
+        pytest.skip(f"{BIN} is not built")
+    p = str(tmp_path_factory.mktemp("ids") / "ids")
+    np.random.default_rng(2).integers(0, VOCAB, 10).astype(np.int32).tofile(p)
+    return p
+
+
+@pytest.mark.parametrize("mix", ["F16", "BF16", "Q8_0", "Q4_0", "legacy"])
+def test_split_file_gives_the_unsplit_logits(mix, ids, tmp_path):
+    path = str(tmp_path / "m.gguf")
+    Q.write(path, "tiny", mix)
+    r1, want = logits(path, ids, str(tmp_path), 1)
+    assert r1.returncode == 0, r1.stderr
+    for ranks in (2, 4):
+        r, got = logits(path, ids, str(tmp_path), ranks)
+        assert r.returncode == 0, r.stderr
+        assert got.shape == want.shape
+        rel = np.abs(got - want).max() / np.abs(want).max()
+        print(f"{mix} over {ranks} ranks: relative error {rel:.2e}")
+        assert rel < 1e-5, (ranks, rel)
+        assert (got.argmax(1) == want.argmax(1)).all()
+
+
+def test_columns_inside_k_quant_blocks_are_refused(ids, tmp_path):
+    path = str(tmp_path / "k.gguf")
+    Q.write(path, "tiny", "Q4_K_M")
+    r, _ = logits(path, ids, str(tmp_path), 2)
+    assert r.returncode == 1
+    assert "attn_output.weight: columns 0..128 of a rank do not fall on whole q4_k blocks" in r.stderr, \
+        r.stderr
+    r, _ = logits(path, ids, str(tmp_path), 3)
+    assert r.returncode == 1
+    assert "tensor parallelism over 3 ranks" in r.stderr, r.stderr
