@@ -494,6 +494,9 @@ static void linear_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n
 
 /* A batched product of quantised weights with f32 out (the logits of 9 to 64 rows:
  * tc__matmul_widen) against the reference and the CPU's product of x widened to f32. */
+static void linear_rope_case(rng_t *r, tc_dtype dt, tc_dtype wt, int64_t m, int64_t H, int64_t KV,
+                             int hd, bool interleaved, bool norm, bool nwt, int32_t first_slot);
+
 static void quant_widen_case(rng_t *r, tc_dtype q, int64_t m, int64_t n, int64_t k)
 {
     tc_tensor gx, cx, gw, cw, go, co, cxf;
@@ -552,6 +555,11 @@ static void quantised(rng_t *r)
          * into scratch first. The logits' product: one row with f32 out. */
         for (int mode = 4; mode < 16; mode += mode == 7 ? 5 : 1)
             linear_case(r, TC_DTYPE_BF16, q, mode == 13 ? 2 : 1, 600, k, mode, false);
+        /* A layer's q/k/v of one row: the norm and its weight in the integer kernel, then the
+         * rotation and store (both orders of pairs). */
+        for (int mode = 0; q != TC_DTYPE_Q2_K && q != TC_DTYPE_Q3_K && mode < 2; mode++)
+            linear_rope_case(r, TC_DTYPE_BF16, q, 1, 8, 2, mode ? 64 : 128, !mode, true, true,
+                             mode ? 3 : -1);
         if (q != TC_DTYPE_Q2_K && q != TC_DTYPE_Q3_K) /* (no integer kernel) */
             quant_widen_case(r, q, 1, 700, k);
         /* More 16-row tiles than blocks (264 on the H100): blocks that take several, their
@@ -731,15 +739,17 @@ static void iq_dequant(rng_t *r)
 /* tc_linear_rope_store: one row runs the fused kernel, three rows the product and then
  * tc_rope_store; both against the double reference and the CPU op, with poisoned outputs and
  * a cache whose other rows must stay as they were. */
-static void linear_rope_case(rng_t *r, tc_dtype dt, int64_t m, int64_t H, int64_t KV, int hd,
-                             bool interleaved, bool norm, int32_t first_slot)
+static void linear_rope_case(rng_t *r, tc_dtype dt, tc_dtype wt, int64_t m, int64_t H, int64_t KV,
+                             int hd, bool interleaved, bool norm, bool nwt, int32_t first_slot)
 {
     const float eps = 1e-5f;
     tc_rope_config c = llama3_rope(hd, interleaved);
     int64_t U = H + 2 * KV, n = U * hd, k = 1024, bs = 16, nb = 3, row = KV * hd;
     tc_tensor gx, cx, gw, cw, go, co, gkc, ckc, gvc, cvc, gp, cp, gs, cs;
     double *xv = twin(r, dt, TC_SHAPE(m, k), -1, 1, &gx, &cx);
-    double *wv = twin(r, dt, TC_SHAPE(n, k), -0.05, 0.05, &gw, &cw);
+    double *wv = twin(r, wt, TC_SHAPE(n, k), -0.05, 0.05, &gw, &cw);
+    tc_tensor gg, cg;
+    double *gv = nwt ? twin(r, dt, TC_SHAPE(k), 0.5, 1.5, &gg, &cg) : NULL;
     double *kcv = twin(r, dt, TC_SHAPE(nb, bs, KV, hd), -1, 1, &gkc, &ckc);
     double *vcv = twin(r, dt, TC_SHAPE(nb, bs, KV, hd), -1, 1, &gvc, &cvc);
     double *pv = twin(r, TC_DTYPE_I32, TC_SHAPE(m), 0, 131072, &gp, &cp);
@@ -748,11 +758,14 @@ static void linear_rope_case(rng_t *r, tc_dtype dt, int64_t m, int64_t H, int64_
     CHECK(tc_tensor_init_from_host(&cs, cpu, TC_DTYPE_I32, TC_SHAPE(m), sl, sizeof(int32_t) * m));
     poisoned(&go, gpu, dt, TC_SHAPE(m, n));
     poisoned(&co, cpu, dt, TC_SHAPE(m, n));
-    tc_linear_opts o = { .rms_norm = norm, .norm_eps = eps };
+    tc_linear_opts o = { .rms_norm = norm, .norm_eps = eps, .norm_weight = nwt ? &gg : NULL };
     CHECK(tc_linear_rope_store(&go, &gx, &gw, &o, &gp, &c, &gkc, &gvc, &gs));
+    o.norm_weight = nwt ? &cg : NULL;
     CHECK(tc_linear_rope_store(&co, &cx, &cw, &o, &cp, &c, &ckc, &cvc, &cs));
     double *want = malloc(sizeof(double) * (size_t)(m * n)),
            *xn = norm ? ref_rms_rows(xv, m, k, eps) : NULL;
+    for (int64_t i = 0; nwt && i < m * k; i++)
+        xn[i] *= gv[i % k];
     ref_linear(want, norm ? xn : xv, wv, false, NULL, m, n, k);
     double *qk = malloc(sizeof(double) * (size_t)(m * (H + KV) * hd));
     for (int64_t i = 0; i < m; i++)
@@ -766,13 +779,16 @@ static void linear_rope_case(rng_t *r, tc_dtype dt, int64_t m, int64_t H, int64_
         memcpy(vcv + sl[i] * row, want + i * n + (H + KV) * hd, sizeof(double) * (size_t)row);
     }
     char what[112];
-    snprintf(what, sizeof what, "linear_rope_store %s m %lld %lld/%lld heads of %d%s%s slot %d",
-             tc_dtype_name(dt), (long long)m, (long long)H, (long long)KV, hd,
-             interleaved ? " interleaved" : "", norm ? " norm" : "", first_slot);
+    snprintf(
+        what, sizeof what, "linear_rope_store %s x %s m %lld %lld/%lld heads of %d%s%s%s slot %d",
+        tc_dtype_name(dt), tc_dtype_name(wt), (long long)m, (long long)H, (long long)KV, hd,
+        interleaved ? " interleaved" : "", norm ? " norm" : "", nwt ? " weight" : "", first_slot);
     expect_close(what, &go, want, &co, tolerance(dt));
     expect_close("  the k cache", &gkc, kcv, &ckc, tolerance(dt));
     expect_close("  the v cache", &gvc, vcv, &cvc, tolerance(dt));
-    free(xv), free(wv), free(kcv), free(vcv), free(pv), free(want), free(xn), free(qk);
+    free(xv), free(wv), free(kcv), free(vcv), free(pv), free(want), free(xn), free(qk), free(gv);
+    if (nwt)
+        tc_tensor_deinit(&gg), tc_tensor_deinit(&cg);
     tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&gw), tc_tensor_deinit(&cw);
     tc_tensor_deinit(&go), tc_tensor_deinit(&co), tc_tensor_deinit(&gkc), tc_tensor_deinit(&ckc);
     tc_tensor_deinit(&gvc), tc_tensor_deinit(&cvc), tc_tensor_deinit(&gp), tc_tensor_deinit(&cp);
@@ -785,16 +801,16 @@ static void linear_rope_store(rng_t *r)
     for (int di = 0; di < 3; di++)
         for (int mode = 0; mode < 4; mode++) {
             bool il = mode & 1, norm = mode & 2;
-            linear_rope_case(r, dts[di], 1, 32, 8, 128, il, norm, 21);
-            linear_rope_case(r, dts[di], 1, 9, 3, 64, il, norm, mode == 3 ? -1 : 5);
-            linear_rope_case(r, dts[di], 3, 4, 2, 32, il, norm, 2);
+            linear_rope_case(r, dts[di], dts[di], 1, 32, 8, 128, il, norm, false, 21);
+            linear_rope_case(r, dts[di], dts[di], 1, 9, 3, 64, il, norm, false, mode == 3 ? -1 : 5);
+            linear_rope_case(r, dts[di], dts[di], 3, 4, 2, 32, il, norm, false, 2);
         }
     /* head sizes of the generic attention kernels */
     for (int mode = 0; mode < 2; mode++) {
-        linear_rope_case(r, TC_DTYPE_BF16, 1, 32, 8, 80, mode, mode, 7);
-        linear_rope_case(r, TC_DTYPE_BF16, 1, 32, 32, 96, mode, !mode, 3);
-        linear_rope_case(r, TC_DTYPE_BF16, 1, 8, 1, 256, mode, mode, 11);
-        linear_rope_case(r, TC_DTYPE_F16, 1, 6, 2, 34, mode, mode, 1);
+        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 32, 8, 80, mode, mode, false, 7);
+        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 32, 32, 96, mode, !mode, false, 3);
+        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 8, 1, 256, mode, mode, false, 11);
+        linear_rope_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 1, 6, 2, 34, mode, mode, false, 1);
     }
 }
 
