@@ -1,6 +1,6 @@
-/* GPTQ, AWQ and compressed-tensors folders (src/model/hfquant.c): quantization_config, the parts
- * of each quantised matrix as the safetensors files hold them, and their repacking into GGUF
- * blocks. Internal to src/model; not installed. */
+/* GPTQ, AWQ and compressed-tensors folders: quantization_config (src/model/hfquant_config.c),
+ * the parts of each quantised matrix as the safetensors files hold them, and their repacking
+ * into GGUF blocks (src/model/hfquant.c). Internal to src/model; not installed. */
 #ifndef TC_MODEL_HFQUANT_H
 #define TC_MODEL_HFQUANT_H
 #include <jansson.h>
