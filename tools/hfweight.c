@@ -1,4 +1,4 @@
-/* One weight of a Hugging Face folder as the loader sees it (GPTQ and AWQ matrices repacked into
+/* One weight of a Hugging Face folder as the loader sees it (quantised matrices repacked into
  * GGUF blocks), dequantised to f32, for checks against a reference unpacking
  * (tests/model/test_gptq_awq.py). Prints the held type's name.
  * Usage: hfweight DIR GGUF_NAME OUT */

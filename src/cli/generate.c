@@ -650,9 +650,11 @@ int tc_cli_info(int argc, char **argv)
         char group[32];
         snprintf(group, sizeof group, q->group_size < 0 ? "per column" : "group %d", q->group_size);
         printf("quantisation     %s %d-bit, %s, %s, act-order %s, format %s%s\n",
-               q->method == TC_HF_QUANT_GPTQ ? "GPTQ" : "AWQ", q->bits, group,
-               q->sym ? "symmetric" : "zero points", q->desc_act ? "yes" : "no", q->format,
-               q->zero_offset ? " (zeros stored less 1)" : "");
+               q->method == TC_HF_QUANT_GPTQ  ? "GPTQ"
+               : q->method == TC_HF_QUANT_AWQ ? "AWQ"
+                                              : "compressed-tensors",
+               q->bits, group, q->sym ? "symmetric" : "zero points", q->desc_act ? "yes" : "no",
+               q->format, q->zero_offset ? " (zeros stored less 1)" : "");
         printf("quantised        %u matrices, %.1f MiB in the checkpoint; repacked to the types "
                "above (%u dequantised to f32)\n",
                q->n_linear, (double)q->checkpoint_bytes / 1048576.0, q->n_dequantised);

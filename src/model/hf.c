@@ -60,11 +60,13 @@ tc_status tc_safetensors_parse(const void *buf, size_t bytes, const char *what,
             t.type = TC_GGML_BF16, es = 2;
         else if (!strcmp(dt, "I32"))
             t.type = TC_GGML_I32, es = 4;
+        else if (!strcmp(dt, "I64"))
+            t.type = TC_GGML_I64, es = 8;
         else {
             st = tc_set_error(
                 TC_ERR_UNSUPPORTED, op,
-                "%s: tensor '%.80s' has dtype %.16s (F32, F16, BF16 and I32 are supported)", what,
-                key, dt);
+                "%s: tensor '%.80s' has dtype %.16s (F32, F16, BF16, I32 and I64 are supported)",
+                what, key, dt);
             break;
         }
         if (json_array_size(shape) > 4) {
@@ -211,9 +213,10 @@ static tc_status add_tensor(void *ctx, const tc_safetensor *t)
     collect *c = ctx;
     char name[160], module[128], weight[160];
     int which;
+    bool ct;
     if (gguf_name(t->name, name, sizeof name))
         return view_add(c, name, t->n_dims, t->dims, t->type, t->data, t->bytes);
-    if (!tc__hfq_part(t->name, module, sizeof module, &which))
+    if (!tc__hfq_part(t->name, module, sizeof module, &which, &ct))
         return TC_OK; /* e.g. rotary_emb.inv_freq: recomputed, not read */
     snprintf(weight, sizeof weight, "%s.weight", module);
     if (!gguf_name(weight, name, sizeof name))
@@ -226,7 +229,7 @@ static tc_status add_tensor(void *ctx, const tc_safetensor *t)
                             "quantization_config",
                             t->name);
     }
-    return tc__hfq_add(&c->quant, module, name, which, t);
+    return tc__hfq_add(&c->hf->quant, &c->quant, module, name, which, ct, t);
 }
 
 /* Repack the quantised matrices collected while mapping and add them to the view. */

@@ -11,24 +11,30 @@ extern "C" {
 #endif
 
 /* A folder's quantization_config (GPTQ: AutoGPTQ/GPTQModel/optimum; AWQ: AutoAWQ's GEMM
- * layout), and what loading made of it. */
+ * layout; compressed-tensors: llm-compressor's pack-quantized W4A16/W8A16), and what loading
+ * made of it. */
 typedef enum tc_hf_quant_method {
     TC_HF_QUANT_NONE = 0,
     TC_HF_QUANT_GPTQ,
     TC_HF_QUANT_AWQ,
+    TC_HF_QUANT_CT,
 } tc_hf_quant_method;
 
 typedef struct tc_hf_quant {
     tc_hf_quant_method method;
-    int bits;               /* 4 or 8 (AWQ: 4) */
-    int group_size;         /* inputs per scale; -1: one group for the whole column (GPTQ) */
-    bool sym;               /* GPTQ's sym; AWQ always has zero points (sym false) */
-    bool desc_act;          /* GPTQ act-order: groups follow g_idx, not the input order */
-    int zero_offset;        /* added to each stored zero: 1 for GPTQ's v1 checkpoint format */
-    char format[24];        /* GPTQ checkpoint_format ("gptq", "gptq_v2") or AWQ version ("gemm") */
-    uint32_t n_linear;      /* quantised matrices found */
-    uint32_t n_dequantised; /* of which held as f32 (act-order, asymmetric 8-bit) */
-    uint64_t checkpoint_bytes; /* their qweight, qzeros, scales and g_idx */
+    int bits;                  /* 4 or 8 (AWQ: 4) */
+    int group_size;            /* inputs per scale; -1: one group for the whole column (GPTQ's
+                                  -1, compressed-tensors' channel strategy) */
+    bool sym;                  /* GPTQ's sym, compressed-tensors' symmetric; AWQ always has zero
+                                  points (sym false) */
+    bool desc_act;             /* GPTQ act-order: groups follow g_idx, not the input order */
+    int zero_offset;           /* added to each stored zero: 1 for GPTQ's v1 checkpoint format */
+    char format[24];           /* GPTQ checkpoint_format ("gptq", "gptq_v2"), AWQ version ("gemm")
+                                  or compressed-tensors format ("pack-quantized") */
+    uint32_t n_linear;         /* quantised matrices found */
+    uint32_t n_dequantised;    /* of which held as f32 (act-order, asymmetric 8-bit) */
+    uint64_t checkpoint_bytes; /* their qweight, qzeros, scales and g_idx (compressed-tensors:
+                                  weight_packed, _zero_point, _scale and _shape) */
 } tc_hf_quant;
 
 typedef struct tc_hf {
@@ -46,10 +52,10 @@ typedef struct tc_hf {
 
 /* Open a model folder: read config.json (a Llama-family model_type, else "unsupported
  * architecture X"), map every safetensors file and check each header (dtype F32/F16/BF16, I32
- * for quantised parts; shape, offsets inside the file and matching the shape). A GPTQ or AWQ
- * folder's matrices are repacked on the host into GGUF q4_0, q4_1 or q8_0 blocks that the
- * kernels read as they are (f32 where blocks cannot express them, e.g. act-order), under the
- * same names. Errors name the file and problem. */
+ * and I64 for quantised parts; shape, offsets inside the file and matching the shape). A GPTQ, AWQ
+ * or compressed-tensors folder's matrices are repacked on the host into GGUF q4_0, q4_1 or q8_0
+ * blocks that the kernels read as they are (f32 where blocks cannot express them, e.g. act-order),
+ * under the same names. Errors name the file and problem. */
 TC_API tc_status tc_hf_open(tc_hf *hf, const char *dir);
 /* Unmap and free; closing a zeroed hf is a no-op. */
 TC_API void tc_hf_close(tc_hf *hf);

@@ -1,4 +1,5 @@
-/* GPTQ and AWQ folders repacked into the GGUF block types our kernels read as they are.
+/* GPTQ, AWQ and compressed-tensors folders repacked into the GGUF block types our kernels read
+ * as they are.
  * GPTQ (Frantar et al. 2022; AutoGPTQ's, GPTQModel's and optimum's layout): qweight int32
  * [in * bits / 32, out], input k of column j in word (k / (32 / bits), j) at bits
  * bits * (k % (32 / bits)); qzeros int32 [groups, out * bits / 32], packed the same way along
@@ -8,18 +9,24 @@
  * AWQ (Lin et al. 2023; AutoAWQ's GEMM layout): qweight int32 [in, out / 8], output 8 c + o of
  * input k in word (k, c) at bits 4 p where [0, 2, 4, 6, 1, 3, 5, 7][p] = o; qzeros int32
  * [groups, out / 8] in the same order; scales f16 [groups, out]; groups of group_size inputs.
+ * compressed-tensors (pack-quantized, as llm-compressor writes W4A16 and W8A16 for vLLM):
+ * weight_packed int32 [out, ceil(in * bits / 32)], input k of output j at bits
+ * bits * (k % (32 / bits)) of word (j, k / (32 / bits)); weight_scale [out, groups] in the
+ * model's dtype (f16, bf16 or f32); weight_zero_point int32 [ceil(out * bits / 32), groups]
+ * packed along the outputs, only when asymmetric; weight_shape int64 [out, in]. Values are
+ * signed and stored plus 2^(bits - 1): w = s (q - z) of the stored fields, z = 2^(bits - 1)
+ * when symmetric. Groups of group_size inputs (strategy group) or one (channel).
  * GGUF (ggml-common.h): q4_0 {f16 d; 16 bytes: element l in the low nibble of byte l, l + 16
  * in the high one} is d (q - 8); q4_1 {f16 d, f16 m; the same nibbles} is d q + m; q8_0
  * {f16 d; 32 int8} is d q. So a group's scale is each of its 32-blocks' d: z = 8 everywhere is
  * q4_0 exactly; other 4-bit zeros are q4_1 with m = -s z rounded to f16 once (|error| at most
- * 2^-11 |s z|, or 2^-25 where it is subnormal); 8-bit with z = 128 is q8_0 (q - 128). */
+ * 2^-11 |s z|, or 2^-25 where it is subnormal); 8-bit with z = 128 is q8_0 (q - 128). Scales
+ * that are not f16 become d only where f16 holds them exactly. */
 #define _GNU_SOURCE
 #include "model/hfquant.h"
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 #include "ops/internal.h"
 #include "runtime/error.h"
@@ -28,145 +35,50 @@
 
 static const char *const OP = "tc_hf_open";
 
-/* ---------------------------------------------------------------- quantization_config */
-
-/* The JSON text of v (for messages), at most cap - 1 characters. */
-static const char *shown(json_t *v, char *buf, size_t cap)
-{
-    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-    snprintf(buf, cap, "%s", s ? s : "?");
-    free(s);
-    return buf;
-}
-
-static tc_status bad_field(const char *path, const char *field, json_t *v, const char *want)
-{
-    char buf[64];
-    return tc_set_error(TC_ERR_UNSUPPORTED, OP,
-                        "%s: quantization_config.%s is %s, which is not supported (%s)", path,
-                        field, v ? shown(v, buf, sizeof buf) : "missing", want);
-}
-
-/* An optional boolean field: def when absent, an error when it is not a boolean. */
-static tc_status opt_bool(json_t *qc, const char *path, const char *field, bool def, bool *out)
-{
-    json_t *v = json_object_get(qc, field);
-    if (!v) {
-        *out = def;
-        return TC_OK;
-    }
-    if (!json_is_boolean(v))
-        return bad_field(path, field, v, "true or false");
-    *out = json_is_true(v);
-    return TC_OK;
-}
-
-/* The first of two names a field goes by (transformers' and the quantiser's own). */
-static json_t *either(json_t *qc, const char *a, const char *b, const char **name)
-{
-    json_t *v = json_object_get(qc, a);
-    *name = v || !b ? a : b;
-    return v ? v : b ? json_object_get(qc, b) : NULL;
-}
-
-static tc_status group_size(json_t *qc, const char *path, const char *a, const char *b,
-                            bool per_column, tc_hf_quant *q)
-{
-    const char *name;
-    json_t *v = either(qc, a, b, &name);
-    json_int_t g = json_integer_value(v);
-    if (!v)
-        g = 128; /* optimum's and AutoAWQ's default */
-    else if (!json_is_integer(v) ||
-             !((g > 0 && g % 32 == 0 && g <= (1 << 20)) || (per_column && g == -1)))
-        return bad_field(path, name, v,
-                         per_column ? "-1 or a positive multiple of 32" : "a multiple of 32");
-    q->group_size = (int)g;
-    return TC_OK;
-}
-
-tc_status tc__hfq_config(json_t *config, const char *path, tc_hf_quant *q)
-{
-    memset(q, 0, sizeof *q);
-    json_t *qc = json_object_get(config, "quantization_config");
-    if (!qc)
-        return TC_OK;
-    if (!json_is_object(qc))
-        return tc_set_error(TC_ERR_PARSE, OP, "%s: quantization_config is not an object", path);
-    json_t *mv = json_object_get(qc, "quant_method");
-    const char *method = json_string_value(mv), *name;
-    if (method && !strcmp(method, "gptq")) {
-        q->method = TC_HF_QUANT_GPTQ;
-        json_t *v = either(qc, "bits", NULL, &name);
-        if (!json_is_integer(v) || (json_integer_value(v) != 4 && json_integer_value(v) != 8))
-            return bad_field(path, "bits", v, "GPTQ: 4 or 8");
-        q->bits = (int)json_integer_value(v);
-        TC_TRY(group_size(qc, path, "group_size", NULL, true, q));
-        TC_TRY(opt_bool(qc, path, "sym", true, &q->sym));
-        TC_TRY(opt_bool(qc, path, "desc_act", false, &q->desc_act));
-        bool marlin = false;
-        TC_TRY(opt_bool(qc, path, "is_marlin_format", false, &marlin));
-        if (marlin)
-            return bad_field(path, "is_marlin_format", json_object_get(qc, "is_marlin_format"),
-                             "GPTQ checkpoints in AutoGPTQ's layout");
-        /* transformers writes checkpoint_format, GPTQModel's own file says format. */
-        v = either(qc, "checkpoint_format", "format", &name);
-        const char *f = v ? json_string_value(v) : "gptq";
-        if (!f || (strcmp(f, "gptq") && strcmp(f, "gptq_v2")))
-            return bad_field(path, name, v, "gptq or gptq_v2");
-        snprintf(q->format, sizeof q->format, "%s", f);
-        q->zero_offset = strcmp(f, "gptq") ? 0 : 1;
-        return TC_OK;
-    }
-    if (method && !strcmp(method, "awq")) {
-        q->method = TC_HF_QUANT_AWQ;
-        json_t *v = either(qc, "bits", "w_bit", &name);
-        if (!json_is_integer(v) || json_integer_value(v) != 4)
-            return bad_field(path, name, v, "AWQ: 4");
-        q->bits = 4;
-        TC_TRY(group_size(qc, path, "group_size", "q_group_size", false, q));
-        bool zp = true;
-        TC_TRY(opt_bool(qc, path, "zero_point", true, &zp));
-        if (!zp)
-            return bad_field(path, "zero_point", json_object_get(qc, "zero_point"), "AWQ: true");
-        v = json_object_get(qc, "version");
-        const char *ver = v ? json_string_value(v) : "gemm";
-        if (!ver || strcasecmp(ver, "gemm"))
-            return bad_field(path, "version", v, "AWQ: gemm");
-        snprintf(q->format, sizeof q->format, "gemm");
-        return TC_OK;
-    }
-    if (method && !strcmp(method, "compressed-tensors"))
-        return tc_set_error(TC_ERR_UNSUPPORTED, OP,
-                            "%s: quantization_config.quant_method \"compressed-tensors\" is not "
-                            "supported yet (supported: gptq, awq)",
-                            path);
-    return bad_field(path, "quant_method", mv, "gptq or awq");
-}
-
 /* ---------------------------------------------------------------- the parts */
 
-bool tc__hfq_part(const char *hf, char *module, size_t module_cap, int *which)
+/* Each part's name: GPTQ's and AWQ's, then compressed-tensors'. */
+static const char *const PART_NAME[2][TC__HFQ_PARTS] = {
+    { "qweight", "qzeros", "scales", "g_idx", "weight_shape" },
+    { "weight_packed", "weight_zero_point", "weight_scale", "weight_g_idx", "weight_shape" },
+};
+
+static const char *part_name(const tc_hf_quant *cfg, int which)
 {
-    static const char *const suffix[TC__HFQ_PARTS] = { "qweight", "qzeros", "scales", "g_idx" };
+    return PART_NAME[cfg->method == TC_HF_QUANT_CT][which];
+}
+
+static const char *method_name(const tc_hf_quant *cfg)
+{
+    return cfg->method == TC_HF_QUANT_GPTQ  ? "GPTQ"
+           : cfg->method == TC_HF_QUANT_AWQ ? "AWQ"
+                                            : "compressed-tensors";
+}
+
+bool tc__hfq_part(const char *hf, char *module, size_t module_cap, int *which, bool *ct)
+{
     const char *dot = strrchr(hf, '.');
     if (!dot || (size_t)(dot - hf) >= module_cap)
         return false;
-    for (int i = 0; i < TC__HFQ_PARTS; i++)
-        if (!strcmp(dot + 1, suffix[i])) {
-            memcpy(module, hf, (size_t)(dot - hf));
-            module[dot - hf] = 0;
-            *which = i;
-            return true;
-        }
+    for (int n = 0; n < 2; n++)
+        for (int i = 0; i < TC__HFQ_PARTS; i++)
+            if ((n || i != TC__HFQ_SHAPE) && !strcmp(dot + 1, PART_NAME[n][i])) {
+                memcpy(module, hf, (size_t)(dot - hf));
+                module[dot - hf] = 0;
+                *which = i;
+                *ct = n == 1;
+                return true;
+            }
     return false;
 }
 
-static const char *const PART_NAME[TC__HFQ_PARTS] = { "qweight", "qzeros", "scales", "g_idx" };
-
-tc_status tc__hfq_add(tc__hfq *q, const char *module, const char *gguf, int which,
-                      const tc_safetensor *t)
+tc_status tc__hfq_add(const tc_hf_quant *cfg, tc__hfq *q, const char *module, const char *gguf,
+                      int which, bool ct, const tc_safetensor *t)
 {
+    if (ct != (cfg->method == TC_HF_QUANT_CT))
+        return tc_set_error(
+            TC_ERR_PARSE, OP, "tensor %s.%s is a %s part, but quantization_config says %s", module,
+            PART_NAME[ct][which], ct ? "compressed-tensors" : "GPTQ or AWQ", method_name(cfg));
     tc__hfq_linear *l = NULL;
     for (size_t i = 0; i < q->n && !l; i++)
         if (!strcmp(q->lin[i].hf, module))
@@ -187,7 +99,7 @@ tc_status tc__hfq_add(tc__hfq *q, const char *module, const char *gguf, int whic
     }
     if (l->part[which].data)
         return tc_set_error(TC_ERR_PARSE, OP, "tensor %s.%s appears twice", module,
-                            PART_NAME[which]);
+                            part_name(cfg, which));
     l->part[which] = *t;
     l->part[which].name = NULL;
     return TC_OK;
@@ -225,28 +137,45 @@ static const int AWQ_NIBBLE[8] = { 0, 4, 1, 5, 2, 6, 3, 7 };
 typedef struct reader {
     const tc_hf_quant *cfg;
     const tc__hfq_linear *l;
-    const uint8_t *qw, *qz, *sc, *gi; /* gi NULL: groups of group_size inputs in order */
-    uint64_t in, out, zw;             /* zw: qzeros words per group */
-    int bits, pack;                   /* pack: values per int32 */
+    const uint8_t *qw, *qz, *sc, *gi; /* gi NULL: groups of group_size inputs in order; qz NULL:
+                                         symmetric compressed-tensors, zero 2^(bits - 1) */
+    tc_ggml_type sc_type;             /* f16 (GPTQ, AWQ), or bf16 or f32 (compressed-tensors) */
+    uint64_t in, out, groups;
+    uint64_t wk, wj; /* word w along the inputs of output j is qweight's word w wk + j wj */
+    uint64_t zg, zj; /* zeros of group g, outputs pack c..: word g zg + c zj (not AWQ's) */
+    uint64_t sg, sj; /* scale of group g, output j: element g sg + j sj */
+    int bits, pack;  /* pack: values per int32 */
     uint32_t mask;
 } reader;
 
+/* GPTQ runs its packing down the inputs of each output column ([in / pack, out]) and its zeros'
+ * along the outputs of each group ([groups, out / pack]); compressed-tensors keeps PyTorch's
+ * [out, in] and packs along the inputs of each row ([out, in / pack]) and the zeros along the
+ * outputs of each group ([out / pack, groups]); scales are [groups, out] and [out, groups]. */
 static reader reader_of(const tc_hf_quant *cfg, const tc__hfq_linear *l)
 {
     reader r;
     memset(&r, 0, sizeof r);
+    bool ct = cfg->method == TC_HF_QUANT_CT;
     r.cfg = cfg;
     r.l = l;
     r.qw = l->part[TC__HFQ_QWEIGHT].data;
     r.qz = l->part[TC__HFQ_QZEROS].data;
     r.sc = l->part[TC__HFQ_SCALES].data;
+    r.sc_type = l->part[TC__HFQ_SCALES].type;
     r.gi = cfg->method == TC_HF_QUANT_GPTQ ? l->part[TC__HFQ_G_IDX].data : NULL;
     r.in = l->in;
     r.out = l->out;
+    r.groups = l->groups;
     r.bits = cfg->bits;
     r.pack = 32 / cfg->bits;
     r.mask = (1u << cfg->bits) - 1;
-    r.zw = l->part[TC__HFQ_QZEROS].dims[1];
+    r.wk = ct ? 1 : l->out;
+    r.wj = ct ? l->part[TC__HFQ_QWEIGHT].dims[1] : 1;
+    r.zg = ct ? 1 : l->part[TC__HFQ_QZEROS].dims[1];
+    r.zj = ct ? l->groups : 1;
+    r.sg = ct ? 1 : l->out;
+    r.sj = ct ? l->groups : 1;
     return r;
 }
 
@@ -257,18 +186,38 @@ static inline uint64_t group_of(const reader *r, uint64_t k)
     return r->cfg->group_size < 0 ? 0 : k / (uint64_t)r->cfg->group_size;
 }
 
-/* The zero point of output j in group g, the v1 offset added. */
+/* The zero point of output j in group g, the v1 offset added. compressed-tensors stores signed
+ * values v (q and z in -2^(bits-1)..2^(bits-1) - 1) as v + 2^(bits - 1), so q - z is the same
+ * difference of the stored fields; symmetric ones have z = 0, stored 2^(bits - 1). */
 static inline int zero_of(const reader *r, uint64_t g, uint64_t j)
 {
     if (r->cfg->method == TC_HF_QUANT_AWQ)
-        return (int)(rd32(r->qz + 4 * (g * r->zw + j / 8)) >> 4 * AWQ_NIBBLE[j % 8] & 15);
-    uint32_t w = rd32(r->qz + 4 * (g * r->zw + j / (uint64_t)r->pack));
+        return (int)(rd32(r->qz + 4 * (g * r->zg + j / 8)) >> 4 * AWQ_NIBBLE[j % 8] & 15);
+    if (!r->qz)
+        return 1 << (r->bits - 1);
+    uint32_t w = rd32(r->qz + 4 * (g * r->zg + j / (uint64_t)r->pack * r->zj));
     return (int)(w >> r->bits * (int)(j % (uint64_t)r->pack) & r->mask) + r->cfg->zero_offset;
 }
 
+/* The scale of output j in group g as a float (exact from f16, bf16 or f32). */
+static inline float scale_f32(const reader *r, uint64_t g, uint64_t j)
+{
+    uint64_t i = g * r->sg + j * r->sj;
+    if (r->sc_type == TC_GGML_F16)
+        return tc__f16_to_f32(rd16(r->sc + 2 * i));
+    if (r->sc_type == TC_GGML_BF16)
+        return tc__bf16_to_f32(rd16(r->sc + 2 * i));
+    float f;
+    memcpy(&f, r->sc + 4 * i, 4);
+    return f;
+}
+
+/* The scale as f16 bits: as stored, or converted where choose() found every one exact. */
 static inline uint16_t scale_of(const reader *r, uint64_t g, uint64_t j)
 {
-    return rd16(r->sc + 2 * (g * r->out + j));
+    if (r->sc_type == TC_GGML_F16)
+        return rd16(r->sc + 2 * (g * r->sg + j * r->sj));
+    return tc__f32_to_f16(scale_f32(r, g, j));
 }
 
 /* The quantised value of input k, output j. */
@@ -276,7 +225,7 @@ static inline int q_of(const reader *r, uint64_t k, uint64_t j)
 {
     if (r->cfg->method == TC_HF_QUANT_AWQ)
         return (int)(rd32(r->qw + 4 * (k * (r->out / 8) + j / 8)) >> 4 * AWQ_NIBBLE[j % 8] & 15);
-    uint32_t w = rd32(r->qw + 4 * ((k / (uint64_t)r->pack) * r->out + j));
+    uint32_t w = rd32(r->qw + 4 * ((k / (uint64_t)r->pack) * r->wk + j * r->wj));
     return (int)(w >> r->bits * (int)(k % (uint64_t)r->pack) & r->mask);
 }
 
@@ -288,38 +237,88 @@ static inline uint16_t q4_1_min(uint16_t s, int z)
 
 /* ---------------------------------------------------------------- checking a matrix */
 
-static tc_status want_part(const tc__hfq_linear *l, int which, tc_ggml_type type, int n_dims)
+static tc_status want_part(const tc_hf_quant *cfg, const tc__hfq_linear *l, int which,
+                           tc_ggml_type type, int n_dims)
 {
     const tc_safetensor *t = &l->part[which];
     if (!t->data)
-        return tc_set_error(TC_ERR_PARSE, OP, "%s has no %s (its %s is there)", l->hf,
-                            PART_NAME[which],
-                            l->part[TC__HFQ_QWEIGHT].data ? "qweight" : "scales or qzeros");
-    if (t->type != type || t->n_dims != n_dims)
-        return tc_set_error(TC_ERR_PARSE, OP, "%s.%s is %s with %d dimensions, want %s with %d",
-                            l->hf, PART_NAME[which], tc_ggml_type_name(t->type), t->n_dims,
-                            tc_ggml_type_name(type), n_dims);
+        return tc_set_error(
+            TC_ERR_PARSE, OP, "%s has no %s (its %s is there)", l->hf, part_name(cfg, which),
+            l->part[TC__HFQ_QWEIGHT].data ? part_name(cfg, TC__HFQ_QWEIGHT) : "scales or zeros");
+    bool scales = which == TC__HFQ_SCALES && cfg->method == TC_HF_QUANT_CT &&
+                  (t->type == TC_GGML_BF16 || t->type == TC_GGML_F32);
+    if ((t->type != type && !scales) || t->n_dims != n_dims)
+        return tc_set_error(
+            TC_ERR_PARSE, OP, "%s.%s is %s with %d dimensions, want %s%s with %d", l->hf,
+            part_name(cfg, which), tc_ggml_type_name(t->type), t->n_dims, tc_ggml_type_name(type),
+            which == TC__HFQ_SCALES && cfg->method == TC_HF_QUANT_CT ? " (or bf16 or f32)" : "",
+            n_dims);
     return TC_OK;
 }
 
-static tc_status bad_shape(const tc__hfq_linear *l, int which, uint64_t d0, uint64_t d1)
+static tc_status bad_shape(const tc_hf_quant *cfg, const tc__hfq_linear *l, int which, uint64_t d0,
+                           uint64_t d1)
 {
     const tc_safetensor *t = &l->part[which];
     return tc_set_error(TC_ERR_PARSE, OP,
                         "%s.%s has shape [%llu, %llu], want [%llu, %llu] for %llu inputs and "
                         "%llu outputs",
-                        l->hf, PART_NAME[which], (unsigned long long)t->dims[0],
+                        l->hf, part_name(cfg, which), (unsigned long long)t->dims[0],
                         (unsigned long long)(t->n_dims > 1 ? t->dims[1] : 0),
                         (unsigned long long)d0, (unsigned long long)d1, (unsigned long long)l->in,
                         (unsigned long long)l->out);
 }
 
+/* compressed-tensors: the matrix's [out, in] from weight_shape (int64 [2]; in need not fill the
+ * last word), then the other parts' shapes against it. */
+static tc_status check_ct(const tc_hf_quant *cfg, tc__hfq_linear *l)
+{
+    TC_TRY(want_part(cfg, l, TC__HFQ_QWEIGHT, TC_GGML_I32, 2));
+    TC_TRY(want_part(cfg, l, TC__HFQ_SCALES, TC_GGML_F16, 2));
+    TC_TRY(want_part(cfg, l, TC__HFQ_SHAPE, TC_GGML_I64, 1));
+    if (l->part[TC__HFQ_G_IDX].data)
+        return tc_set_error(TC_ERR_UNSUPPORTED, OP,
+                            "%s has a weight_g_idx (activation order by group), which is not "
+                            "supported",
+                            l->hf);
+    if (cfg->sym && l->part[TC__HFQ_QZEROS].data)
+        return tc_set_error(TC_ERR_PARSE, OP,
+                            "%s has a weight_zero_point, but the scheme is symmetric", l->hf);
+    if (!cfg->sym)
+        TC_TRY(want_part(cfg, l, TC__HFQ_QZEROS, TC_GGML_I32, 2));
+    const tc_safetensor *shape = &l->part[TC__HFQ_SHAPE];
+    int64_t d[2] = { 0, 0 };
+    if (shape->dims[0] == 2)
+        memcpy(d, shape->data, sizeof d);
+    if (shape->dims[0] != 2 || d[0] <= 0 || d[1] <= 0 || d[0] > (1 << 24) || d[1] > (1 << 24))
+        return tc_set_error(TC_ERR_PARSE, OP,
+                            "%s.weight_shape is not [outputs, inputs] of two positive sizes up "
+                            "to 2^24",
+                            l->hf);
+    l->out = (uint64_t)d[0];
+    l->in = (uint64_t)d[1];
+    int64_t gs = cfg->group_size;
+    uint64_t pack = 32 / (uint64_t)cfg->bits;
+    l->groups = gs < 0 ? 1 : (l->in + (uint64_t)gs - 1) / (uint64_t)gs;
+    const uint64_t *qw = l->part[TC__HFQ_QWEIGHT].dims, *sc = l->part[TC__HFQ_SCALES].dims;
+    if (qw[0] != l->out || qw[1] != (l->in + pack - 1) / pack)
+        return bad_shape(cfg, l, TC__HFQ_QWEIGHT, l->out, (l->in + pack - 1) / pack);
+    if (sc[0] != l->out || sc[1] != l->groups)
+        return bad_shape(cfg, l, TC__HFQ_SCALES, l->out, l->groups);
+    const uint64_t *qz = l->part[TC__HFQ_QZEROS].dims;
+    if (!cfg->sym && (qz[0] != (l->out + pack - 1) / pack || qz[1] != l->groups))
+        return bad_shape(cfg, l, TC__HFQ_QZEROS, (l->out + pack - 1) / pack, l->groups);
+    return TC_OK;
+}
+
 /* Check the parts' dtypes and shapes (setting in, out, groups) and the g_idx values. */
 static tc_status check(const tc_hf_quant *cfg, tc__hfq_linear *l)
 {
-    TC_TRY(want_part(l, TC__HFQ_QWEIGHT, TC_GGML_I32, 2));
-    TC_TRY(want_part(l, TC__HFQ_QZEROS, TC_GGML_I32, 2));
-    TC_TRY(want_part(l, TC__HFQ_SCALES, TC_GGML_F16, 2));
+    if (cfg->method == TC_HF_QUANT_CT)
+        return check_ct(cfg, l);
+    TC_TRY(want_part(cfg, l, TC__HFQ_QWEIGHT, TC_GGML_I32, 2));
+    TC_TRY(want_part(cfg, l, TC__HFQ_QZEROS, TC_GGML_I32, 2));
+    TC_TRY(want_part(cfg, l, TC__HFQ_SCALES, TC_GGML_F16, 2));
     const uint64_t *qw = l->part[TC__HFQ_QWEIGHT].dims, *qz = l->part[TC__HFQ_QZEROS].dims,
                    *sc = l->part[TC__HFQ_SCALES].dims;
     int pack = 32 / cfg->bits;
@@ -343,9 +342,9 @@ static tc_status check(const tc_hf_quant *cfg, tc__hfq_linear *l)
                             "not a multiple of %d",
                             l->hf, (unsigned long long)qw[0], (unsigned long long)qw[1], pack);
     if (sc[0] != l->groups || sc[1] != l->out)
-        return bad_shape(l, TC__HFQ_SCALES, l->groups, l->out);
+        return bad_shape(cfg, l, TC__HFQ_SCALES, l->groups, l->out);
     if (qz[0] != l->groups || qz[1] != l->out / (uint64_t)pack)
-        return bad_shape(l, TC__HFQ_QZEROS, l->groups, l->out / (uint64_t)pack);
+        return bad_shape(cfg, l, TC__HFQ_QZEROS, l->groups, l->out / (uint64_t)pack);
     if (cfg->method == TC_HF_QUANT_AWQ)
         return TC_OK;
     const tc_safetensor *g = &l->part[TC__HFQ_G_IDX];
@@ -380,6 +379,14 @@ static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
             if (group_of(&r, k) != group_of(&r, k / 32 * 32))
                 l->why = "act-order: g_idx groups that are not whole 32-element blocks";
     }
+    /* bf16 and f32 scales become q4/q8 blocks' f16 d only where that is exact. */
+    if (r.sc_type != TC_GGML_F16)
+        for (uint64_t g = 0; g < l->groups && !l->why; g++)
+            for (uint64_t j = 0; j < l->out && !l->why; j++) {
+                float v = scale_f32(&r, g, j);
+                if (tc__f16_to_f32(tc__f32_to_f16(v)) != v)
+                    l->why = "scales that f16 does not hold exactly";
+            }
     bool mid = true, finite = true;
     int half = 1 << (cfg->bits - 1);
     for (uint64_t g = 0; g < l->groups && !l->why; g++)
@@ -408,24 +415,30 @@ static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
 
 /* ---------------------------------------------------------------- repacking */
 
-/* GPTQ 4-bit, rows j0..j1: each 32-block of inputs is 4 words of a column, elements 8 r + n
- * at bits 4 n of word r; q4 bytes l and 8 + l pair elements l, 16 + l and 8 + l, 24 + l. */
-static void gptq4(const reader *r, uint64_t j0, uint64_t j1)
+/* Word w along the inputs of output j (GPTQ's and compressed-tensors' layouts). */
+static inline uint32_t word_of(const reader *r, uint64_t w, uint64_t j)
+{
+    return rd32(r->qw + 4 * (w * r->wk + j * r->wj));
+}
+
+/* GPTQ and compressed-tensors 4-bit, rows j0..j1: each 32-block of inputs is 4 words of an
+ * output, elements 8 r + n at bits 4 n of word r; q4 bytes l and 8 + l pair elements l,
+ * 16 + l and 8 + l, 24 + l. */
+static void packed4(const reader *r, uint64_t j0, uint64_t j1)
 {
     const tc__hfq_linear *l = r->l;
     bool q41 = l->type == TC_GGML_Q4_1;
     uint64_t nb = l->in / 32, bsz = q41 ? 20 : 18;
     for (uint64_t kb = 0; kb < nb; kb++) {
         uint64_t g = group_of(r, kb * 32);
-        const uint8_t *row = r->qw + 4 * (kb * 4) * r->out;
         for (uint64_t j = j0; j < j1; j++) {
             uint8_t *b = (uint8_t *)l->data + (j * nb + kb) * bsz, *qs = b + (q41 ? 4 : 2);
             uint16_t s = scale_of(r, g, j);
             wr16(b, s);
             if (q41)
                 wr16(b + 2, q4_1_min(s, zero_of(r, g, j)));
-            uint32_t w0 = rd32(row + 4 * j), w1 = rd32(row + 4 * (r->out + j)),
-                     w2 = rd32(row + 4 * (2 * r->out + j)), w3 = rd32(row + 4 * (3 * r->out + j));
+            uint32_t w0 = word_of(r, 4 * kb, j), w1 = word_of(r, 4 * kb + 1, j),
+                     w2 = word_of(r, 4 * kb + 2, j), w3 = word_of(r, 4 * kb + 3, j);
             for (int n = 0; n < 8; n++) {
                 qs[n] = (uint8_t)((w0 >> 4 * n & 15) | (w2 >> 4 * n & 15) << 4);
                 qs[8 + n] = (uint8_t)((w1 >> 4 * n & 15) | (w3 >> 4 * n & 15) << 4);
@@ -434,20 +447,19 @@ static void gptq4(const reader *r, uint64_t j0, uint64_t j1)
     }
 }
 
-/* GPTQ 8-bit with zero 128: 8 words a block, element 4 r + n at bits 8 n of word r; q - 128
- * as int8 is q with its top bit flipped. */
-static void gptq8(const reader *r, uint64_t j0, uint64_t j1)
+/* GPTQ and compressed-tensors 8-bit with zero 128: 8 words a block, element 4 r + n at bits
+ * 8 n of word r; q - 128 as int8 is q with its top bit flipped. */
+static void packed8(const reader *r, uint64_t j0, uint64_t j1)
 {
     const tc__hfq_linear *l = r->l;
     uint64_t nb = l->in / 32;
     for (uint64_t kb = 0; kb < nb; kb++) {
         uint64_t g = group_of(r, kb * 32);
-        const uint8_t *row = r->qw + 4 * (kb * 8) * r->out;
         for (uint64_t j = j0; j < j1; j++) {
             uint8_t *b = (uint8_t *)l->data + (j * nb + kb) * 34;
             wr16(b, scale_of(r, g, j));
             for (int w = 0; w < 8; w++) {
-                uint32_t v = rd32(row + 4 * ((uint64_t)w * r->out + j)) ^ 0x80808080u;
+                uint32_t v = word_of(r, 8 * kb + (uint64_t)w, j) ^ 0x80808080u;
                 memcpy(b + 2 + 4 * w, &v, 4);
             }
         }
@@ -478,15 +490,15 @@ static void awq4(const reader *r, uint64_t j0, uint64_t j1)
     }
 }
 
-/* Any layout to f32 [out, in]: s (q - z), exact in f32. */
+/* Any layout to f32 [out, in]: s (q - z), exact in f32 for f16 and bf16 scales (11 or 8 by at
+ * most 9 significant bits), rounded once for f32 ones. */
 static void to_f32(const reader *r, uint64_t j0, uint64_t j1)
 {
     float *y = r->l->data;
     for (uint64_t j = j0; j < j1; j++)
         for (uint64_t k = 0; k < r->in; k++) {
             uint64_t g = group_of(r, k);
-            y[j * r->in + k] =
-                tc__f16_to_f32(scale_of(r, g, j)) * (float)(q_of(r, k, j) - zero_of(r, g, j));
+            y[j * r->in + k] = scale_f32(r, g, j) * (float)(q_of(r, k, j) - zero_of(r, g, j));
         }
 }
 
@@ -516,11 +528,11 @@ static void *worker(void *arg)
         if (l->type == TC_GGML_F32)
             to_f32(&r, j0, j1);
         else if (l->type == TC_GGML_Q8_0)
-            gptq8(&r, j0, j1);
+            packed8(&r, j0, j1);
         else if (w->cfg->method == TC_HF_QUANT_AWQ)
             awq4(&r, j0, j1);
         else
-            gptq4(&r, j0, j1);
+            packed4(&r, j0, j1);
     }
 }
 
@@ -576,7 +588,7 @@ tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, void **buffer)
     if (cfg->n_dequantised)
         TC_INFO("%s: %u of %u quantised matrices dequantised to f32 on the host at load (%s; "
                 "%.1f MiB) and placed as float weights",
-                cfg->method == TC_HF_QUANT_GPTQ ? "GPTQ" : "AWQ", cfg->n_dequantised, cfg->n_linear,
-                why, (double)f32_bytes / 1048576.0);
+                method_name(cfg), cfg->n_dequantised, cfg->n_linear, why,
+                (double)f32_bytes / 1048576.0);
     return TC_OK;
 }

@@ -1,12 +1,22 @@
-/* GPTQ and AWQ folders (src/model/hfquant.c): quantization_config, the parts of each quantised
- * matrix as the safetensors files hold them, and their repacking into GGUF blocks. Internal to
- * src/model; not installed. */
+/* GPTQ, AWQ and compressed-tensors folders: quantization_config (src/model/hfquant_config.c),
+ * the parts of each quantised matrix as the safetensors files hold them, and their repacking
+ * into GGUF blocks (src/model/hfquant.c). Internal to src/model; not installed. */
 #ifndef TC_MODEL_HFQUANT_H
 #define TC_MODEL_HFQUANT_H
 #include <jansson.h>
 #include "model/hf.h"
 
-enum { TC__HFQ_QWEIGHT, TC__HFQ_QZEROS, TC__HFQ_SCALES, TC__HFQ_G_IDX, TC__HFQ_PARTS };
+/* The parts of a matrix, GPTQ's and AWQ's names first, compressed-tensors' in brackets:
+ * qweight (weight_packed), qzeros (weight_zero_point), scales (weight_scale), g_idx
+ * (weight_g_idx), and weight_shape, which only compressed-tensors has. */
+enum {
+    TC__HFQ_QWEIGHT,
+    TC__HFQ_QZEROS,
+    TC__HFQ_SCALES,
+    TC__HFQ_G_IDX,
+    TC__HFQ_SHAPE,
+    TC__HFQ_PARTS
+};
 
 /* One quantised matrix: its parts as read from the file, then the tensor made of them. */
 typedef struct tc__hfq_linear {
@@ -26,16 +36,20 @@ typedef struct tc__hfq {
 } tc__hfq;
 
 /* Read config.json's quantization_config (q is zeroed when there is none): GPTQ (bits 4 or 8,
- * group_size -1 or a multiple of 32, sym, desc_act, checkpoint_format gptq or gptq_v2) and AWQ
- * (4 bits, group a multiple of 32, zero_point true, version gemm). Anything else is one error
+ * group_size -1 or a multiple of 32, sym, desc_act, checkpoint_format gptq or gptq_v2), AWQ
+ * (4 bits, group a multiple of 32, zero_point true, version gemm) and compressed-tensors
+ * (format pack-quantized, weights only: int, 4 or 8 bits, symmetric or not, strategy group with
+ * a multiple of 32 or channel, the same in every config group). Anything else is one error
  * naming the field and its value. */
 tc_status tc__hfq_config(json_t *config, const char *path, tc_hf_quant *q);
 /* Whether safetensors name `hf` is a part of a quantised matrix (module.qweight, .qzeros,
- * .scales, .g_idx): then the module's weight name in GGUF form and which part. */
-bool tc__hfq_part(const char *hf, char *module, size_t module_cap, int *which);
-/* Record part `which` of module `module` (its GGUF weight name `gguf`). */
-tc_status tc__hfq_add(tc__hfq *q, const char *module, const char *gguf, int which,
-                      const tc_safetensor *t);
+ * .scales, .g_idx; module.weight_packed, _zero_point, _scale, _g_idx, _shape): then the
+ * module's name, which part and whether it is compressed-tensors' name for it. */
+bool tc__hfq_part(const char *hf, char *module, size_t module_cap, int *which, bool *ct);
+/* Record part `which` of module `module` (its GGUF weight name `gguf`) under configuration
+ * cfg; a part named for another method than cfg's (ct) is an error. */
+tc_status tc__hfq_add(const tc_hf_quant *cfg, tc__hfq *q, const char *module, const char *gguf,
+                      int which, bool ct, const tc_safetensor *t);
 /* Check every matrix's parts against the configuration, pick each one's block type, allocate
  * *buffer (freed by the caller with tc_host_free) and repack them all into it in parallel;
  * counts go into cfg. One clear error for a malformed matrix. */

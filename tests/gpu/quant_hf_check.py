@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""GPTQ and AWQ folders on CUDA against our CPU backend on the same folder: random-weight Llamas
-at real shapes written by tests/model/quant_hf.py in each case it knows (GPTQ symmetric and
-asymmetric 4-bit, per-column, gptq_v2, 8-bit, act-order; AWQ), run over the same 64 + 32 ids as
+"""GPTQ, AWQ and compressed-tensors folders on CUDA against our CPU backend on the same folder:
+random-weight Llamas at real shapes written by tests/model/quant_hf.py in each case it knows
+(GPTQ symmetric and asymmetric 4-bit, per-column, gptq_v2, 8-bit, act-order; AWQ;
+compressed-tensors W4A16 and W8A16), run over the same 64 + 32 ids as
 tests/gpu/quant_model_check.py. CUDA with f32 activations must make the CPU's greedy choice
 (argmax) at every step; with bf16 activations the logits' relative error is held under 5e-2 or
 twice the CPU backend's own bf16 error on the same folder. AWQ cases whose group does not divide

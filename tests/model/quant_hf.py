@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Tiny GPTQ and AWQ Hugging Face folders from random weights, and the reference unpacking
-they are checked against. Quantisation is round to nearest per group (the loader's job is the
+"""Tiny GPTQ, AWQ and compressed-tensors Hugging Face folders from random weights, and the
+reference unpacking they are checked against. Quantisation is round to nearest per group (the loader's job is the
 layout, not the GPTQ or AWQ algorithm); packing follows each format's description:
 GPTQ (AutoGPTQ / GPTQModel / optimum): qweight int32 [in * bits / 32, out], input k of output j
 at bits bits * (k % (32 / bits)) of word (k // (32 / bits), j); qzeros int32 [groups,
@@ -10,6 +10,12 @@ g_idx int32 [in]. With desc_act the inputs are grouped in a random order (act-or
 AWQ (AutoAWQ GEMM): qweight int32 [in, out / 8], output 8 c + [0, 2, 4, 6, 1, 3, 5, 7][p] of
 input k in nibble p of word (k, c); qzeros int32 [groups, out / 8] likewise; scales f16
 [groups, out]. Weight w[j, k] = s (q - z) of k's group.
+compressed-tensors pack-quantized (llm-compressor's W4A16 / W8A16): weight_packed int32
+[out, ceil(in * bits / 32)], input k of output j at bits bits * (k % (32 / bits)) of word
+(j, k // (32 / bits)), values signed plus 2^(bits - 1); weight_zero_point int32
+[ceil(out * bits / 32), groups] packed the same way along the outputs (asymmetric only);
+weight_scale [out, groups] in f16, bf16 or f32; weight_shape int64 [out, in]. make_ct_reference.py
+records what the compressed-tensors package itself packs and unpacks, for the tests to compare.
 The unpacking functions below are written from those descriptions apart from the packers:
 shifts and masks over whole arrays, no loop shared with the packing.
 Usage: quant_hf.py OUT_DIR CASE [--shape tiny|smollm2-135m|llama3.2-1b|llama2-7b] [--layers N]
@@ -38,6 +44,13 @@ CASES = {
     "gptq-desc": ("gptq", 4, 32, True, True, "gptq", "f32"),
     "awq": ("awq", 4, 64, False, False, "gemm", "q4_1"),
     "awq-g128": ("awq", 4, 128, False, False, "gemm", "q4_1"),
+    # compressed-tensors: the format field is the scales' dtype; group -1 is strategy channel
+    "ct-w4a16": ("ct", 4, 128, True, False, "f16", "q4_0"),
+    "ct-w4a16-asym": ("ct", 4, 32, False, False, "bf16", "q4_1"),
+    "ct-w4a16-channel": ("ct", 4, -1, True, False, "f16", "q4_0"),
+    "ct-w8a16": ("ct", 8, 64, True, False, "bf16", "q8_0"),
+    "ct-w8a16-asym": ("ct", 8, -1, False, False, "f16", "f32"),
+    "ct-w4a16-f32-scales": ("ct", 4, 64, True, False, "f32", "f32"),
 }
 AWQ_ORDER = np.array([0, 2, 4, 6, 1, 3, 5, 7])
 LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
@@ -47,10 +60,11 @@ GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v
         "mlp.down_proj": "ffn_down"}
 
 
-def quantise(rng, w, bits, group, sym, desc_act, coarse):
-    """Round-to-nearest quantisation of w [out, in]: q [in, out], zeros and f16 scales [groups,
+def quantise(rng, w, bits, group, sym, desc_act, coarse, scale_dtype="f16"):
+    """Round-to-nearest quantisation of w [out, in]: q [in, out], zeros and scales [groups,
     out], g_idx [in]. coarse keeps 7 significant bits in each scale, so that s z is exact in f16
-    (then q4_1's m = -s z carries no rounding)."""
+    (then q4_1's m = -s z carries no rounding). Scales are f16, or f16 values of 8 significant
+    bits held as f32 (scale_dtype "bf16": exact in bf16 too), or any f32 ("f32")."""
     out, k = w.shape
     gs = k if group == -1 else group
     groups = (k + gs - 1) // gs
@@ -58,7 +72,7 @@ def quantise(rng, w, bits, group, sym, desc_act, coarse):
     g_idx = np.empty(k, np.int32)
     g_idx[order] = np.arange(k) // gs
     maxq = (1 << bits) - 1
-    s = np.empty((groups, out), np.float16)
+    s = np.empty((groups, out), np.float32 if scale_dtype != "f16" else np.float16)
     z = np.empty((groups, out), np.int64)
     for g in range(groups):
         x = w[:, g_idx == g]
@@ -72,7 +86,9 @@ def quantise(rng, w, bits, group, sym, desc_act, coarse):
         s16 = sc.astype(np.float16)
         if coarse:
             s16 = (s16.view(np.uint16) & 0xFFF0).view(np.float16)
-        s[g], z[g] = s16, zz
+        if scale_dtype == "bf16":
+            s16 = (s16.view(np.uint16) & 0xFFF8).view(np.float16)
+        s[g], z[g] = (sc.astype(np.float32) if scale_dtype == "f32" else s16), zz
     sf = s.astype(np.float32)[g_idx]  # [in, out]
     q = np.clip(np.round(w.T / sf) + z[g_idx], 0, maxq).astype(np.int64)
     return q, z, s, g_idx
@@ -95,6 +111,67 @@ def pack_gptq(q, z, bits, v1):
 def pack_awq(q, z):
     perm = (np.arange(q.shape[1]).reshape(-1, 8)[:, AWQ_ORDER]).reshape(-1)
     return pack_columns(q[:, perm], 4), pack_columns(z[:, perm], 4)
+
+
+def pack_ct(q, z, s, bits, sym, scale_dtype):
+    """compressed-tensors pack-quantized parts of q [in, out] (stored values: signed plus
+    2^(bits - 1)), z and s [groups, out]."""
+    out, k = q.shape[1], q.shape[0]
+    per = 32 // bits
+    rows = np.zeros((out, -(-k // per) * per), np.int64)  # the last word padded with zeros
+    rows[:, :k] = q.T
+    parts = {"weight_packed": pack_columns(rows, bits),
+             "weight_scale": np.ascontiguousarray(s.T).astype(
+                 np.float16 if scale_dtype == "f16" else np.float32),
+             "weight_shape": np.array([out, k], np.int64)}
+    if not sym:
+        cols = np.zeros((z.shape[0], -(-out // per) * per), np.int64)
+        cols[:, :out] = z
+        parts["weight_zero_point"] = np.ascontiguousarray(pack_columns(cols, bits).T)
+    return parts
+
+
+def unpack_ct(parts, bits, group):
+    """Reference: the weight [out, in] in f32 from a compressed-tensors matrix's parts."""
+    out, k = (int(x) for x in parts["weight_shape"])
+    mask = (1 << bits) - 1
+    shifts = np.arange(0, 32, bits, dtype=np.uint32)
+    wp = parts["weight_packed"].view(np.uint32)
+    q = ((wp[:, :, None] >> shifts) & mask).reshape(out, -1)[:, :k].astype(np.int64)
+    s = parts["weight_scale"].astype(np.float32)  # [out, groups]
+    if "weight_zero_point" in parts:
+        zp = parts["weight_zero_point"].view(np.uint32)  # [ceil(out / per), groups]
+        z = ((zp[:, None, :] >> shifts[None, :, None]) & mask).reshape(-1, zp.shape[1])[:out]
+    else:
+        z = np.full(s.shape, 1 << (bits - 1))
+    g = np.zeros(k, np.int64) if group == -1 else np.arange(k) // group
+    return (s[:, g] * (q - z.astype(np.int64)[:, g]).astype(np.float32)).astype(np.float32)
+
+
+ST_DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16",
+             np.dtype(np.int32): "I32", np.dtype(np.int64): "I64"}
+
+
+def save_tensors(tensors, path, bf16=()):
+    """Write a safetensors file (huggingface/safetensors' format: an 8-byte little-endian header
+    length, the JSON header, the data), the tensors named in bf16 (f32 values exact in bf16)
+    stored as BF16, which numpy has no dtype for."""
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        v = np.ascontiguousarray(tensors[name])
+        dt = ST_DTYPES[v.dtype]
+        if name in bf16:
+            v, dt = (v.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16), "BF16"
+        b = v.tobytes()
+        header[name] = {"dtype": dt, "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h)
+        for b in blobs:
+            f.write(b)
 
 
 def unpack_gptq(qweight, qzeros, scales, g_idx, bits, v1):
@@ -125,6 +202,8 @@ def unpack_awq(qweight, qzeros, scales, group):
 
 def unpack(case, parts):
     method, bits, group, _, _, fmt, _ = CASES[case]
+    if method == "ct":
+        return unpack_ct(parts, bits, group)
     if method == "awq":
         return unpack_awq(parts["qweight"], parts["qzeros"], parts["scales"], group)
     return unpack_gptq(parts["qweight"], parts["qzeros"], parts["scales"], parts["g_idx"], bits,
@@ -145,6 +224,19 @@ def config(shape, layers, vocab, quant=None):
 
 def quant_config(case):
     method, bits, group, sym, desc_act, fmt, _ = CASES[case]
+    if method == "ct":  # as llm-compressor's oneshot writes a W4A16 / W8A16 model
+        weights = {"num_bits": bits, "type": "int", "symmetric": sym,
+                   "strategy": "channel" if group == -1 else "group",
+                   "group_size": None if group == -1 else group, "dynamic": False,
+                   "actorder": None, "block_structure": None, "observer": "minmax",
+                   "observer_kwargs": {}}
+        return {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                "quantization_status": "compressed", "global_compression_ratio": None,
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
+                                              "input_activations": None,
+                                              "output_activations": None,
+                                              "format": "pack-quantized"}},
+                "ignore": ["lm_head"], "kv_cache_scheme": None, "sparsity_config": {}}
     if method == "awq":
         return {"quant_method": "awq", "bits": bits, "group_size": group, "zero_point": True,
                 "version": "gemm"}
@@ -153,10 +245,22 @@ def quant_config(case):
             "true_sequential": True}
 
 
+def reference_matrix(case, seed=11):
+    """The k_proj-shaped matrix (tiny: [64 out, 128 in]) of `case` that make_ct_reference.py records
+    compressed-tensors' packing of: q [in, out], z and s [groups, out], coarse scales (so that
+    q4_1 holds it exactly)."""
+    _, bits, group, sym, desc_act, fmt, _ = CASES[case]
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((64, 128)) * 128 ** -0.5).astype(np.float32)
+    q, z, s, _ = quantise(rng, w, bits, group, sym, desc_act, True, fmt)
+    return q, z, s
+
+
 def write(out_dir, case, shape="tiny", layers=None, coarse=False, reference=None, seed=0,
-          vocab=None):
+          vocab=None, replace=None, quant_config_=None):
     """Write folder out_dir of `case`; with `reference`, also the same model with every matrix
-    dequantised by the reference unpacking as an ordinary f32 folder. Returns {module: parts}."""
+    dequantised by the reference unpacking as an ordinary f32 folder. replace {module: parts}
+    and quant_config_ take the place of those the case would make. Returns {module: parts}."""
     method, bits, group, sym, desc_act, fmt, _ = CASES[case]
     dim, ffn, heads, kv, n, voc = SHAPES[shape]
     n = layers or n
@@ -182,8 +286,13 @@ def write(out_dir, case, shape="tiny", layers=None, coarse=False, reference=None
         for lin in LINEARS:
             rows, cols = shapes[lin]
             w = (rng.standard_normal((rows, cols)) * cols ** -0.5).astype(np.float32)
-            q, z, s, g_idx = quantise(rng, w, bits, group, sym, desc_act, coarse)
-            if method == "awq":
+            q, z, s, g_idx = quantise(rng, w, bits, group, sym, desc_act, coarse,
+                                      fmt if method == "ct" else "f16")
+            if replace and p + lin in replace:
+                parts = replace[p + lin]
+            elif method == "ct":
+                parts = pack_ct(q, z, s, bits, sym, fmt)
+            elif method == "awq":
                 qweight, qzeros = pack_awq(q, z)
                 parts = {"qweight": qweight, "qzeros": qzeros, "scales": s}
             else:
@@ -195,9 +304,10 @@ def write(out_dir, case, shape="tiny", layers=None, coarse=False, reference=None
             if reference:
                 ref[p + lin + ".weight"] = unpack(case, parts)
     os.makedirs(out_dir, exist_ok=True)
-    save_file({**plain, **quant}, os.path.join(out_dir, "model.safetensors"))
+    save_tensors({**plain, **quant}, os.path.join(out_dir, "model.safetensors"),
+                 bf16=[k for k in quant if k.endswith(".weight_scale") and fmt == "bf16"])
     with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(config(shape, n, vocab, quant_config(case)), f, indent=1)
+        json.dump(config(shape, n, vocab, quant_config_ or quant_config(case)), f, indent=1)
     if reference:
         os.makedirs(reference, exist_ok=True)
         save_file({**{k: v.astype(np.float32) for k, v in plain.items()}, **ref},

@@ -1,9 +1,12 @@
-"""GPTQ and AWQ folders (tests/model/quant_hf.py) on the CPU backend: every matrix as loaded
-(tools/hfweight, our repacking into q4_0 / q4_1 / q8_0 blocks or f32, dequantised) equals the
-reference unpacking of quant_hf.py bit for bit, q4_1 within the f16 rounding of its m = -s z; the
-logits of each folder (tools/logits) equal those of the same model dequantised by the reference
-into an ordinary f32 folder; malformed folders and unsupported configurations are one clear
-error each; thincuda info names the quantisation."""
+"""GPTQ, AWQ and compressed-tensors folders (tests/model/quant_hf.py) on the CPU backend: every
+matrix as loaded (tools/hfweight, our repacking into q4_0 / q4_1 / q8_0 blocks or f32,
+dequantised) equals the reference unpacking of quant_hf.py bit for bit, q4_1 within the f16
+rounding of its m = -s z; compressed-tensors' parts as quant_hf.py packs them equal those the
+compressed-tensors package packs, and our loading of the package's parts and configuration
+equals its decompression (recorded by make_ct_reference.py in data/ct_reference.*); the logits
+of each folder (tools/logits) equal those of the same model dequantised by the reference into an
+ordinary f32 folder; malformed folders and unsupported configurations are one clear error each;
+thincuda info names the quantisation."""
 import json
 import os
 import shutil
@@ -65,12 +68,14 @@ def test_weights_equal_the_reference_unpacking(case, tmp_path):
 def elements(case, parts):
     """Each element's scale, q and z [out, in], through the reference unpacking."""
     method, _, group, _, _, _, _ = Q.CASES[case]
-    ones = {**parts, "scales": np.ones_like(parts["scales"])}
+    sn, qn = ("weight_scale", "weight_packed") if method == "ct" else ("scales", "qweight")
+    ones = {**parts, sn: np.ones_like(parts[sn])}
     q_minus_z = Q.unpack(case, ones)
-    z = -Q.unpack(case, {**ones, "qweight": np.zeros_like(parts["qweight"])})
+    z = -Q.unpack(case, {**ones, qn: np.zeros_like(parts[qn])})
     k = q_minus_z.shape[1]
-    g = parts["g_idx"] if method == "gptq" else np.arange(k) // group
-    return parts["scales"].astype(np.float32)[g].T, q_minus_z + z, z
+    g = parts["g_idx"] if method == "gptq" else np.arange(k) // group if group > 0 else 0 * np.arange(k)
+    s = parts[sn].astype(np.float32)
+    return (s[:, g] if method == "ct" else s[g].T), q_minus_z + z, z
 
 
 @pytest.mark.parametrize("case", [c for c in Q.CASES if Q.CASES[c][6] == "q4_1"])
@@ -118,6 +123,59 @@ def test_folder_runs_as_its_dequantised_f32_copy(case, ids, tmp_path):
     assert (lq.argmax(1) == lf.argmax(1)).all()
 
 
+CT_CASES = [c for c in Q.CASES if Q.CASES[c][0] == "ct"]
+CT_REF = os.path.join(HERE, "data", "ct_reference")
+
+
+@pytest.mark.parametrize("case", CT_CASES)
+def test_ct_packing_equals_the_compressed_tensors_package(case):
+    """Our packer (which writes the test folders) against the package's compress, bit for bit."""
+    ref = load_file(CT_REF + ".safetensors")
+    _, bits, _, sym, _, fmt, _ = Q.CASES[case]
+    q, z, s = Q.reference_matrix(case)
+    parts = Q.pack_ct(q, z, s, bits, sym, fmt)
+    names = {k.split(".", 1)[1] for k in ref if k.startswith(case + ".")} - {"weight"}
+    assert names == set(parts), (names, set(parts))
+    for name, got in parts.items():
+        want = ref[f"{case}.{name}"]
+        assert got.shape == want.shape, name
+        if name == "weight_scale":  # recorded as f32 values
+            got = got.astype(np.float32)
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+
+
+@pytest.mark.parametrize("case", CT_CASES)
+def test_ct_loading_equals_the_compressed_tensors_decompression(case, tmp_path):
+    """A folder whose layer-0 k_proj holds the parts the package packed, under the
+    quantization_config the package dumps: loaded and dequantised, it is the package's
+    decompress (with f32 scales) bit for bit, whatever type it is held in."""
+    ref = load_file(CT_REF + ".safetensors")
+    config = json.load(open(CT_REF + ".json"))["quantization_config"][case]
+    fmt = Q.CASES[case][5]
+    parts = {k.split(".", 1)[1]: v for k, v in ref.items() if k.startswith(case + ".")}
+    want = parts.pop("weight")
+    if fmt == "f16":
+        parts["weight_scale"] = parts["weight_scale"].astype(np.float16)
+    d = str(tmp_path / "q")
+    Q.write(d, case, seed=8, replace={"model.layers.0.self_attn.k_proj": parts},
+            quant_config_=config)
+    held, got = loaded(d, "blk.0.attn_k.weight", str(tmp_path))
+    assert held == Q.CASES[case][6], held
+    assert np.abs(want).max() > 0
+    assert np.array_equal(got.view(np.uint32), want.reshape(-1).view(np.uint32))
+
+
+@pytest.mark.parametrize("actorder", ["weight", "static"])
+def test_ct_actorder_weight_loads_as_without_it(actorder, tmp_path):
+    """actorder weight (alias static) changes only GPTQ's visiting order, not the file."""
+    d = str(tmp_path / "q")
+    modules = Q.write(d, "ct-w4a16", seed=9)
+    edit(d, quant=lambda c: ctw(c).update(actorder=actorder))
+    held, got = loaded(d, "blk.1.ffn_up.weight", str(tmp_path))
+    want = Q.unpack("ct-w4a16", modules["model.layers.1.mlp.up_proj"]).reshape(-1)
+    assert held == "q4_0" and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def edit(folder, fn=None, quant=None):
     """Rewrite folder's tensors through fn(dict) and/or its quantization_config through quant."""
     if fn:
@@ -133,6 +191,19 @@ def edit(folder, fn=None, quant=None):
 
 
 L0 = "model.layers.0.self_attn.q_proj."
+K0 = "model.layers.0.self_attn.k_proj."
+
+
+def ct(c):
+    return c["quantization_config"]
+
+
+def ctg(c):
+    return ct(c)["config_groups"]["group_0"]
+
+
+def ctw(c):
+    return ctg(c)["weights"]
 BAD = {
     "missing qzeros": ("gptq-sym4", lambda t: t.pop(L0 + "qzeros"), None,
                        "model.layers.0.self_attn.q_proj has no qzeros"),
@@ -149,10 +220,57 @@ BAD = {
     "bits 3": ("gptq-sym4", None, lambda c: c["quantization_config"].update(bits=3),
                "quantization_config.bits is 3, which is not supported (GPTQ: 4 or 8)"),
     "unknown method": ("gptq-sym4", None, lambda c: c["quantization_config"].update(quant_method="bitsandbytes"),
-                       "quantization_config.quant_method is \"bitsandbytes\""),
-    "compressed-tensors": ("gptq-sym4", None,
-                           lambda c: c["quantization_config"].update(quant_method="compressed-tensors"),
-                           "\"compressed-tensors\" is not supported yet"),
+                       "quantization_config.quant_method is \"bitsandbytes\", which is not supported (gptq, "
+                       "awq or compressed-tensors)"),
+    "compressed-tensors naive-quantized": ("ct-w4a16", None, lambda c: ct(c).update(format="naive-quantized"),
+                                           "quantization_config.format is \"naive-quantized\""),
+    "compressed-tensors float-quantized": ("ct-w4a16", None, lambda c: ct(c).update(format="float-quantized"),
+                                           "quantization_config.format is \"float-quantized\""),
+    "compressed-tensors marlin-24": ("ct-w4a16", None, lambda c: ct(c).update(format="marlin-24"),
+                                     "quantization_config.format is \"marlin-24\""),
+    "compressed-tensors group format": ("ct-w4a16", None, lambda c: ctg(c).update(format="int-quantized"),
+                                        "quantization_config.config_groups.group_0.format is \"int-quantized\""),
+    "compressed-tensors activations": ("ct-w4a16", None,
+                                       lambda c: ctg(c).update(input_activations={"num_bits": 8, "type": "int"}),
+                                       "quantization_config.config_groups.group_0.input_activations is {"),
+    "compressed-tensors 2 bits": ("ct-w4a16", None, lambda c: ctw(c).update(num_bits=2),
+                                  "quantization_config.config_groups.group_0.weights.num_bits is 2, which is "
+                                  "not supported (compressed-tensors: 4 or 8)"),
+    "compressed-tensors float weights": ("ct-w4a16", None, lambda c: ctw(c).update(type="float"),
+                                         "config_groups.group_0.weights.type is \"float\""),
+    "compressed-tensors actorder group": ("ct-w4a16", None, lambda c: ctw(c).update(actorder="group"),
+                                          "config_groups.group_0.weights.actorder is \"group\""),
+    "compressed-tensors tensor strategy": ("ct-w4a16", None, lambda c: ctw(c).update(strategy="tensor"),
+                                           "config_groups.group_0.weights.strategy is \"tensor\""),
+    "compressed-tensors group size 48": ("ct-w4a16", None, lambda c: ctw(c).update(group_size=48),
+                                         "config_groups.group_0.weights.group_size is 48"),
+    "compressed-tensors dynamic": ("ct-w4a16", None, lambda c: ctw(c).update(dynamic=True),
+                                   "config_groups.group_0.weights.dynamic is true"),
+    "compressed-tensors kv cache": ("ct-w4a16", None, lambda c: ct(c).update(kv_cache_scheme={"num_bits": 8}),
+                                    "quantization_config.kv_cache_scheme is {"),
+    "compressed-tensors sparsity": ("ct-w4a16", None, lambda c: ct(c).update(sparsity_config={"format": "sparse-24-bitmask"}),
+                                    "quantization_config.sparsity_config is {"),
+    "compressed-tensors two schemes": ("ct-w4a16", None,
+                                       lambda c: ct(c)["config_groups"].update(
+                                           group_1={"targets": ["re:.*down_proj"],
+                                                    "weights": {**ctw(c), "num_bits": 8}}),
+                                       "config_groups.group_1.weights differs from the first config group's"),
+    "compressed-tensors status frozen": ("ct-w4a16", None, lambda c: ct(c).update(quantization_status="frozen"),
+                                         "quantization_config.quantization_status is \"frozen\""),
+    "compressed-tensors missing weight_shape": ("ct-w4a16", lambda t: t.pop(K0 + "weight_shape"), None,
+                                                "model.layers.0.self_attn.k_proj has no weight_shape"),
+    "compressed-tensors missing zero point": ("ct-w8a16-asym", lambda t: t.pop(K0 + "weight_zero_point"), None,
+                                              "model.layers.0.self_attn.k_proj has no weight_zero_point"),
+    "compressed-tensors scales of the wrong shape": ("ct-w4a16", lambda t: t.update({K0 + "weight_scale": t[K0 + "weight_scale"][:32]}),
+                                                     None, "k_proj.weight_scale has shape [32, 1], want [64, 1]"),
+    "compressed-tensors weight_shape against the packing": ("ct-w4a16", lambda t: t[K0 + "weight_shape"].__setitem__(1, 256),
+                                                            None, "k_proj.weight_packed has shape [64, 16], want [64, 32]"),
+    "compressed-tensors with a GPTQ part": ("ct-w4a16", lambda t: t.update({K0 + "qweight": t[K0 + "weight_packed"]}),
+                                            None, "k_proj.qweight is a GPTQ or AWQ part, but quantization_config says "
+                                            "compressed-tensors"),
+    "GPTQ with a compressed-tensors part": ("gptq-sym4", lambda t: t.update({L0 + "weight_shape": np.array([128, 128])}),
+                                            None, "q_proj.weight_shape is a compressed-tensors part, but "
+                                            "quantization_config says GPTQ"),
     "marlin format": ("gptq-sym4", None, lambda c: c["quantization_config"].update(checkpoint_format="marlin"),
                       "quantization_config.checkpoint_format is \"marlin\""),
     "group size 48": ("gptq-sym4", None, lambda c: c["quantization_config"].update(group_size=48),
@@ -201,4 +319,12 @@ def test_info_names_the_quantisation(tmp_path):
     r = subprocess.run([EXE, "info", "--model", d, "--device", "cpu"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "AWQ 4-bit, group 64, zero points, act-order no, format gemm" in r.stdout, r.stdout
+    assert "q4_1 x14" in r.stdout, r.stdout
+    d = str(tmp_path / "c")
+    Q.write(d, "ct-w4a16-asym", seed=7)
+    shutil.copy(tok, os.path.join(d, "tokenizer.json"))
+    r = subprocess.run([EXE, "info", "--model", d, "--device", "cpu"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert ("compressed-tensors 4-bit, group 32, zero points, act-order no, format pack-quantized"
+            in r.stdout), r.stdout
     assert "q4_1 x14" in r.stdout, r.stdout
