@@ -261,3 +261,38 @@ def test_qwen2_folder_tokenizer_follows_its_normalizer(nfc, tmp_path):
             assert tok["tokens"] != other.encode(text).ids, text
     finally:
         assert s.stop() == 0, "".join(s.log)
+
+
+def test_mistral_v3_template_serves_tool_history(tmp_path):
+    """A model with Mistral-7B-Instruct-v0.3's template: a conversation with earlier tool calls
+    and results (9-character ids) renders as transformers renders it (recorded in
+    data/chat_renderings.json) and is answered; a request that offers tools is a 400 that says
+    the [TOOL_CALLS] replies are not read back yet; ids of another length are a 400 too."""
+    pytest.importorskip("tokenizers")
+    with open(os.path.join(HERE, "data", "mistral-7b-instruct-v0.3.jinja")) as f:
+        template = f.read()
+    with open(os.path.join(HERE, "data", "chat_renderings.json")) as f:
+        case = next(c for c in json.load(f)["cases"]
+                    if c["family"] == "mistral-v0.3" and c["name"] == "history without tools")
+    path = str(tmp_path / "mistral-v3.gguf")
+    A.write_gguf("qwen2-hd80", path, extra=A.qwen2_tokenizer_metadata(template))
+    ref = A.qwen2_reference_tokenizer()
+    msgs = case["messages"]
+    s = Served(path)
+    try:
+        status, tok = s.post("/tokenize", {"messages": msgs})
+        assert status == 200, tok
+        assert tok["tokens"] == ref.encode(case["expected"]).ids
+        status, r = s.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 2,
+                                                   "temperature": 0})
+        assert status == 200, r
+        weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}}}}
+        status, r = s.post("/v1/chat/completions", {"messages": msgs[:1], "tools": [weather],
+                                                   "max_tokens": 2})
+        assert status == 400 and "[TOOL_CALLS]" in r["error"]["message"], r
+        short = json.loads(json.dumps(msgs).replace("abcdefghi", "call_1"))
+        status, r = s.post("/v1/chat/completions", {"messages": short, "max_tokens": 2})
+        assert status == 400 and "9 characters" in r["error"]["message"], r
+    finally:
+        assert s.stop() == 0, "".join(s.log)
