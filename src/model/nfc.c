@@ -12,8 +12,7 @@
 
 /* utf8proc_map() and its options, as utf8proc.h (2.x) declares them: UTF8PROC_STABLE |
  * UTF8PROC_COMPOSE is its utf8proc_NFC. The result is malloc'd by the library. */
-typedef ptrdiff_t (*utf8proc_map_fn)(const uint8_t *str, ptrdiff_t len, uint8_t **dst,
-                                     int options);
+typedef ptrdiff_t (*utf8proc_map_fn)(const uint8_t *str, ptrdiff_t len, uint8_t **dst, int options);
 enum { UTF8PROC_STABLE = 1 << 1, UTF8PROC_COMPOSE = 1 << 3 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -28,14 +27,14 @@ static void load(void)
     size_t n_names = env && *env ? 1 : 2;
     for (size_t i = 0; i < n_names && !map_fn; i++) {
         void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (h)
-            map_fn = (utf8proc_map_fn)dlsym(h, "utf8proc_map");
+        if (h && !(map_fn = (utf8proc_map_fn)dlsym(h, "utf8proc_map")))
+            dlclose(h);
     }
     if (!map_fn)
         TC_WARN(
-               "this tokenizer normalises text to Unicode NFC, which needs libutf8proc (Debian: "
-               "apt-get install libutf8proc2, or set THINCUDA_LIBUTF8PROC to its path); text "
-               "that is not already NFC is tokenised as given");
+            "this tokenizer normalises text to Unicode NFC, which needs libutf8proc (Debian 12: "
+            "apt-get install libutf8proc2, 13: libutf8proc3; or set THINCUDA_LIBUTF8PROC to its "
+            "path); text that is not already NFC is tokenised as given");
 }
 
 bool tc__nfc_available(void)
