@@ -434,8 +434,9 @@ static int template_of(session *s, tc_chat_template *t)
         return tc_chat_template_named(s->o.template_name, t) == TC_OK ? 0 : fail("chat template");
     tc_gguf_str src = tc_cli_model_template(&s->f);
     if (!src.ptr) {
-        fprintf(stderr, "thincuda: the model has no chat template; choose one with --template "
-                        "chatml|llama3|llama2|zephyr|mistral\n");
+        fprintf(stderr,
+                "thincuda: the model has no chat template; choose one with --template "
+                "chatml|llama3|llama2|zephyr|mistral|mistral-v3|mistral-tekken|mistral-v7\n");
         return 1;
     }
     return tc_chat_template_detect(src.ptr, src.len, t) == TC_OK ? 0 : fail("chat template");
@@ -446,7 +447,8 @@ static const char generate_usage[] =
     "Continue TEXT, streaming to stdout; tokens/s go to stderr at the end.\n"
     "  -p, --prompt TEXT    the prompt (special tokens such as <|im_start|> are recognised)\n"
     "  --chat               wrap the prompt as one user message in the model's chat template\n"
-    "  --template NAME      chatml, llama3, llama2, zephyr or mistral instead of the model's own\n"
+    "  --template NAME      chatml, llama3, llama3.1, llama2, zephyr, mistral, mistral-v3,\n"
+    "                       mistral-tekken or mistral-v7 instead of the model's own\n"
     "  --special            print control tokens as text\n";
 
 int tc_cli_generate(int argc, char **argv)
@@ -475,7 +477,7 @@ int tc_cli_generate(int argc, char **argv)
     const char *prompt = s.o.prompt;
     if (s.o.chat_prompt) {
         tc_chat_template t;
-        tc_chat_message msgs[2] = { { "system", s.o.system }, { "user", s.o.prompt } };
+        tc_chat_message msgs[2] = { { "system", s.o.system, NULL }, { "user", s.o.prompt, NULL } };
         bool sys = s.o.system != NULL;
         if ((rc = template_of(&s, &t)) != 0 ||
             (rc = tc_chat_format(&t, msgs + (sys ? 0 : 1), sys ? 2 : 1, true, &text) != TC_OK
@@ -508,7 +510,8 @@ static const char chat_usage[] =
     "usage: thincuda chat --model PATH [options]\n"
     "Talk with the model in its chat template; an empty line or end of input quits.\n"
     "  --system TEXT        a system message\n"
-    "  --template NAME      chatml, llama3, llama2, zephyr or mistral instead of the model's own\n";
+    "  --template NAME      chatml, llama3, llama3.1, llama2, zephyr, mistral, mistral-v3,\n"
+    "                       mistral-tekken or mistral-v7 instead of the model's own\n";
 
 int tc_cli_chat(int argc, char **argv)
 {
@@ -536,7 +539,7 @@ int tc_cli_chat(int argc, char **argv)
     char *line = NULL, *prompt = NULL;
     size_t line_cap = 0;
     if (rc == 0 && s.o.system)
-        msgs[n_msgs++] = (tc_chat_message){ "system", strdup(s.o.system) };
+        msgs[n_msgs++] = (tc_chat_message){ "system", strdup(s.o.system), NULL };
     bool tty = isatty(0);
     while (rc == 0) {
         if (tty)
@@ -555,7 +558,7 @@ int tc_cli_chat(int argc, char **argv)
                 break;
             msgs = nm;
         }
-        msgs[n_msgs++] = (tc_chat_message){ "user", strdup(line) };
+        msgs[n_msgs++] = (tc_chat_message){ "user", strdup(line), NULL };
         if (tc_chat_format(&t, msgs, n_msgs, true, &prompt) != TC_OK) {
             rc = fail("chat template");
             break;
@@ -571,7 +574,7 @@ int tc_cli_chat(int argc, char **argv)
         char *reply = NULL;
         rc = run(&s, ids, (int64_t)n, s.o.sp, false, &reply);
         fputc('\n', stdout);
-        msgs[n_msgs++] = (tc_chat_message){ "assistant", reply ? reply : strdup("") };
+        msgs[n_msgs++] = (tc_chat_message){ "assistant", reply ? reply : strdup(""), NULL };
         tc_host_free(ids);
         /* The cache holds the prompt and all but the last generated token; the next prompt
          * re-renders the conversation and reuses the common prefix. */

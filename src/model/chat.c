@@ -1,7 +1,8 @@
 /* Native chat templates. Recognition looks for each format's markers in the Jinja source;
  * a default system prompt written literally into a ChatML template (SmolLM2's) is kept.
- * Tools follow the templates that define them: Qwen 2.5's for ChatML (the Hermes format) and
- * Meta's Llama 3.1 template, as transformers' apply_chat_template renders them. */
+ * Tools follow the templates that define them: Qwen 2.5's for ChatML (the Hermes format),
+ * Meta's Llama 3.1 template and Mistral's v3 ones (7B v0.3, Nemo), as transformers'
+ * apply_chat_template renders them. */
 #define _GNU_SOURCE
 #include "model/chat.h"
 #include <jansson.h>
@@ -44,9 +45,69 @@ static void chatml_default_system(const char *s, size_t n, char *out, size_t cap
     }
 }
 
+/* A Jinja string literal at *p ('...' or "...", Python's escapes \n \t \\ \' \"), appended
+ * to out (at *at of cap); *p moves past it. False when it is not one or does not fit. */
+static bool jinja_string(const char **p, const char *end, char *out, size_t *at, size_t cap)
+{
+    const char *s = *p;
+    if (s == end || (*s != '\'' && *s != '"'))
+        return false;
+    char q = *s++;
+    for (; s < end && *s != q; s++) {
+        char c = *s;
+        if (c == '\\') {
+            if (++s == end)
+                return false;
+            c = *s == 'n' ? '\n' : *s == 't' ? '\t' : *s;
+            if (!strchr("nt\\'\"", *s))
+                return false;
+        }
+        if (*at + 1 >= cap)
+            return false;
+        out[(*at)++] = c;
+    }
+    if (s == end)
+        return false;
+    out[*at] = 0;
+    *p = s + 1;
+    return true;
+}
+
+/* Mistral Small 3's default system message: `set default_system_message = "..." + today +
+ * "..."`, today being strftime_now("%Y-%m-%d"). False when the expression is anything else. */
+static bool mistral7_default_system(const char *s, size_t n, tc_chat_template *t)
+{
+    static const char key[] = "set default_system_message = ";
+    const char *p = memmem(s, n, key, sizeof key - 1), *end = s + n;
+    size_t at = 0;
+    t->today_at = -1;
+    if (!p)
+        return false;
+    p += sizeof key - 1;
+    for (;;) {
+        while (p < end && *p == ' ')
+            p++;
+        if (p + 5 <= end && !memcmp(p, "today", 5) && t->today_at < 0 &&
+            has(s, n, "set today = strftime_now(\"%Y-%m-%d\")")) {
+            t->today_at = (int)at;
+            p += 5;
+        } else if (!jinja_string(&p, end, t->default_system, &at, sizeof t->default_system)) {
+            return false;
+        }
+        while (p < end && *p == ' ')
+            p++;
+        if (p < end && *p == '+') {
+            p++;
+            continue;
+        }
+        return end - p >= 2 && !memcmp(p, "%}", 2);
+    }
+}
+
 tc_status tc_chat_template_detect(const char *s, size_t n, tc_chat_template *out)
 {
     memset(out, 0, sizeof *out);
+    out->today_at = -1;
     if (has(s, n, "<|im_start|>")) {
         out->kind = TC_CHAT_CHATML;
         chatml_default_system(s, n, out->default_system, sizeof out->default_system);
@@ -58,6 +119,21 @@ tc_status tc_chat_template_detect(const char *s, size_t n, tc_chat_template *out
         out->today = out->llama31 && has(s, n, "strftime_now");
     } else if (has(s, n, "[INST]") && has(s, n, "<<SYS>>")) {
         out->kind = TC_CHAT_LLAMA2;
+    } else if (has(s, n, "[SYSTEM_PROMPT]") && has(s, n, "[INST]")) {
+        /* Mistral's v7 (Tekken) template as Mistral Small 3 ships it: a default system
+         * message with the date. Those that also define tools (v7's [TOOL_CALLS]name[ARGS]
+         * calls) or whose default is another expression are not this format. */
+        out->kind = TC_CHAT_MISTRAL7;
+        if (has(s, n, "[AVAILABLE_TOOLS]") || has(s, n, "[TOOL_CALLS]") ||
+            !mistral7_default_system(s, n, out))
+            goto unknown;
+    } else if (has(s, n, "[INST]") && has(s, n, "loop.last and system_message")) {
+        /* Mistral's v3 templates (7B Instruct v0.3 with SentencePiece, Nemo with Tekken): the
+         * system message joins the last user turn; tools, calls and results in control
+         * tokens. v0.3 writes "[INST] " and " answer" (trimmed), Tekken neither space. */
+        out->kind = TC_CHAT_MISTRAL3;
+        out->spaced = has(s, n, "\"[INST] \"") || has(s, n, "'[INST] '");
+        out->trim = has(s, n, "|trim + eos_token");
     } else if (has(s, n, "' [INST] '")) {
         /* Mistral's template with a system message, which opens each turn with a space. */
         out->kind = TC_CHAT_MISTRAL;
@@ -68,14 +144,16 @@ tc_status tc_chat_template_detect(const char *s, size_t n, tc_chat_template *out
     } else if (has(s, n, "<|user|>")) {
         out->kind = TC_CHAT_ZEPHYR;
     } else {
-        /* (Mistral v0.3's and later [INST] templates, with the system message in the last user
-         * turn and tool blocks, are not one of these.) */
-        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_chat_template",
-                            "unrecognised chat template (known: ChatML, Llama 3, Llama 2, Zephyr, "
-                            "Mistral v0.1/v0.2); choose one with --template "
-                            "chatml|llama3|llama2|zephyr|mistral");
+        goto unknown;
     }
     return TC_OK;
+unknown:
+    memset(out, 0, sizeof *out);
+    return tc_set_error(TC_ERR_UNSUPPORTED, "tc_chat_template",
+                        "unrecognised chat template (known: ChatML, Llama 3, Llama 2, Zephyr, "
+                        "Mistral v0.1/v0.2, v3 (v0.3, Nemo) and v7 (Small 3)); choose one with "
+                        "--template chatml|llama3|llama2|zephyr|mistral|mistral-v3|"
+                        "mistral-tekken|mistral-v7");
 }
 
 tc_status tc_chat_template_named(const char *name, tc_chat_template *out)
@@ -83,20 +161,28 @@ tc_status tc_chat_template_named(const char *name, tc_chat_template *out)
     static const struct {
         const char *name;
         tc_chat_kind kind;
-        bool llama31;
-    } names[] = { { "chatml", TC_CHAT_CHATML, false },  { "llama3", TC_CHAT_LLAMA3, false },
-                  { "llama3.1", TC_CHAT_LLAMA3, true }, { "llama2", TC_CHAT_LLAMA2, false },
-                  { "zephyr", TC_CHAT_ZEPHYR, false },  { "mistral", TC_CHAT_MISTRAL, false } };
+        bool llama31, spaced;
+    } names[] = { { "chatml", TC_CHAT_CHATML, false, false },
+                  { "llama3", TC_CHAT_LLAMA3, false, false },
+                  { "llama3.1", TC_CHAT_LLAMA3, true, false },
+                  { "llama2", TC_CHAT_LLAMA2, false, false },
+                  { "zephyr", TC_CHAT_ZEPHYR, false, false },
+                  { "mistral", TC_CHAT_MISTRAL, false, false },
+                  { "mistral-v3", TC_CHAT_MISTRAL3, false, true },
+                  { "mistral-tekken", TC_CHAT_MISTRAL3, false, false },
+                  { "mistral-v7", TC_CHAT_MISTRAL7, false, false } };
     memset(out, 0, sizeof *out);
+    out->today_at = -1;
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!strcmp(name, names[i].name)) {
             out->kind = names[i].kind;
             out->llama31 = names[i].llama31;
+            out->spaced = out->trim = names[i].spaced;
             return TC_OK;
         }
     return tc_set_error(TC_ERR_NOT_FOUND, "tc_chat_template",
                         "no chat template '%s' (known: chatml, llama3, llama3.1, llama2, zephyr, "
-                        "mistral)",
+                        "mistral, mistral-v3, mistral-tekken, mistral-v7)",
                         name);
 }
 
@@ -589,6 +675,159 @@ static tc_status mistral(const render *r, buf *b)
     return TC_OK;
 }
 
+/* Python's len() of UTF-8 text: its code points. */
+static size_t code_points(const char *s)
+{
+    size_t k = 0;
+    for (; s && *s; s++)
+        k += ((unsigned char)*s & 0xC0) != 0x80;
+    return k;
+}
+
+/* Mistral's v3 templates (Mistral-7B-Instruct-v0.3's and Mistral-Nemo-Instruct-2407's
+ * tokenizer_config.json): the system message joins the user turn only when that turn is the
+ * last message; the tools go before every user turn equal to the last one (Jinja compares the
+ * messages by value); a call is its function as JSON with a 9-character id; a result is
+ * written raw after {"content": . No generation prompt (the last [/INST] is one). */
+static tc_status mistral3(const render *r, buf *b)
+{
+    const tc_chat_message *m = r->m;
+    bool sp = r->t->spaced;
+    size_t from = r->n && !strcmp(m[0].role, "system") ? 1 : 0, last_user = r->n;
+    for (size_t i = from, k = 0; i < r->n; i++) {
+        if (!strcmp(m[i].role, "user"))
+            last_user = i;
+        if (!strcmp(m[i].role, "tool") || n_calls(r, i))
+            continue;
+        if (!strcmp(m[i].role, "user") != (k++ % 2 == 0))
+            return bad("message %zu: after the optional system message, Mistral's template "
+                       "takes user and assistant messages in turn (tool calls and results "
+                       "aside)",
+                       i);
+    }
+    put(b, "<s>");
+    for (size_t i = from; i < r->n; i++) {
+        if (!strcmp(m[i].role, "user")) {
+            if (r->tools && !strcmp(m[i].content, m[last_user].content)) {
+                put(b, sp ? "[AVAILABLE_TOOLS] [" : "[AVAILABLE_TOOLS][");
+                for (size_t k = 0; k < json_array_size(r->tools); k++) {
+                    json_t *fn = json_object_get(json_array_get(r->tools, k), "function");
+                    if (!json_is_object(fn))
+                        return bad("tool %zu has no function", k);
+                    /* Strings are written raw between quotes, the rest as JSON. */
+                    put(b, "{\"type\": \"function\", \"function\": {");
+                    const char *key;
+                    json_t *v;
+                    bool first = true;
+                    json_object_foreach(fn, key, v)
+                    {
+                        if (!strcmp(key, "return"))
+                            continue;
+                        put(b, first ? "\"" : ", \"");
+                        first = false;
+                        put(b, key);
+                        put(b, "\": ");
+                        if (json_is_string(v)) {
+                            put(b, "\"");
+                            put(b, json_string_value(v));
+                            put(b, "\"");
+                        } else {
+                            put_json(b, v, 0);
+                        }
+                    }
+                    put(b, k + 1 < json_array_size(r->tools) ? "}}, " : "}}]");
+                }
+                put(b, "[/AVAILABLE_TOOLS]");
+            }
+            put(b, sp ? "[INST] " : "[INST]");
+            if (from && i + 1 == r->n) {
+                put_content(b, m[0].content, false);
+                put(b, "\n\n");
+            }
+            put_content(b, m[i].content, false);
+            put(b, "[/INST]");
+        } else if (n_calls(r, i)) {
+            put(b, sp ? "[TOOL_CALLS] [" : "[TOOL_CALLS][");
+            for (size_t k = 0; k < n_calls(r, i); k++) {
+                const tc_chat_tool_call *c = &r->calls[i].call[k];
+                if (code_points(c->id) != 9)
+                    return bad("message %zu: Mistral's template needs tool call ids of 9 "
+                               "characters, not '%.32s'",
+                               i, c->id ? c->id : "");
+                put(b, "{\"name\": ");
+                py_string(b, c->name, strlen(c->name));
+                put(b, ", \"arguments\": ");
+                put_json(b, r->args[r->first[i] + k], 0);
+                put(b, ", \"id\": \"");
+                put(b, c->id);
+                put(b, k + 1 < n_calls(r, i) ? "\"}, " : "\"}]</s>");
+            }
+        } else if (!strcmp(m[i].role, "assistant")) {
+            if (sp)
+                put(b, " ");
+            put_content(b, m[i].content, r->t->trim);
+            put(b, "</s>");
+        } else if (!strcmp(m[i].role, "tool")) {
+            put(b, sp ? "[TOOL_RESULTS] {\"content\": " : "[TOOL_RESULTS]{\"content\": ");
+            put_content(b, m[i].content, false);
+            if (code_points(m[i].tool_call_id) != 9)
+                return bad("message %zu: Mistral's template needs the tool_call_id of a result, "
+                           "9 characters",
+                           i);
+            put(b, ", \"call_id\": \"");
+            put(b, m[i].tool_call_id);
+            put(b, "\"}[/TOOL_RESULTS]");
+        } else {
+            return bad("message %zu: Mistral's template takes a system message only first", i);
+        }
+    }
+    return TC_OK;
+}
+
+/* Mistral's v7 (Tekken) template as Mistral Small 3 (2501) ships it: the system message (or
+ * the template's default, dated today) in [SYSTEM_PROMPT], later system messages in their own
+ * [SYSTEM_PROMPT] block; any order of turns; no generation prompt. */
+static void mistral7(const render *r, buf *b)
+{
+    const tc_chat_message *m = r->m;
+    const tc_chat_template *t = r->t;
+    size_t from = r->n && !strcmp(m[0].role, "system") ? 1 : 0;
+    put(b, "<s>");
+    if (from) {
+        put(b, "[SYSTEM_PROMPT]");
+        put_content(b, m[0].content, false);
+        put(b, "[/SYSTEM_PROMPT]");
+    } else if (t->default_system[0]) {
+        put(b, "[SYSTEM_PROMPT]");
+        size_t at = t->today_at < 0 ? strlen(t->default_system) : (size_t)t->today_at;
+        putn(b, t->default_system, at);
+        if (t->today_at >= 0) {
+            char date[32] = "";
+            time_t now = time(NULL);
+            struct tm tm;
+            if (localtime_r(&now, &tm))
+                strftime(date, sizeof date, "%Y-%m-%d", &tm);
+            put(b, date);
+            put(b, t->default_system + at);
+        }
+        put(b, "[/SYSTEM_PROMPT]");
+    }
+    for (size_t i = from; i < r->n; i++) {
+        if (!strcmp(m[i].role, "user")) {
+            put(b, "[INST]");
+            put_content(b, m[i].content, false);
+            put(b, "[/INST]");
+        } else if (!strcmp(m[i].role, "system")) {
+            put(b, "[SYSTEM_PROMPT]");
+            put_content(b, m[i].content, false);
+            put(b, "[/SYSTEM_PROMPT]");
+        } else {
+            put_content(b, m[i].content, false);
+            put(b, "</s>");
+        }
+    }
+}
+
 static void zephyr(const render *r, buf *b)
 {
     for (size_t i = 0; i < r->n; i++) {
@@ -604,7 +843,8 @@ static void zephyr(const render *r, buf *b)
 
 bool tc_chat_template_tools(const tc_chat_template *t)
 {
-    return t->kind == TC_CHAT_CHATML || (t->kind == TC_CHAT_LLAMA3 && t->llama31);
+    return t->kind == TC_CHAT_CHATML || (t->kind == TC_CHAT_LLAMA3 && t->llama31) ||
+           t->kind == TC_CHAT_MISTRAL3;
 }
 
 static const char *kind_name(const tc_chat_template *t)
@@ -614,6 +854,8 @@ static const char *kind_name(const tc_chat_template *t)
     case TC_CHAT_LLAMA3: return t->llama31 ? "Llama 3.1" : "Llama 3";
     case TC_CHAT_LLAMA2: return "Llama 2";
     case TC_CHAT_MISTRAL: return "Mistral";
+    case TC_CHAT_MISTRAL3: return "Mistral v3";
+    case TC_CHAT_MISTRAL7: return "Mistral v7";
     default: return "Zephyr";
     }
 }
@@ -638,8 +880,8 @@ static tc_status prepare(render *r, const char *tools)
     }
     if (uses_tools && !tc_chat_template_tools(r->t))
         return tc_set_error(TC_ERR_UNSUPPORTED, "tc_chat_format",
-                            "the %s chat template has no tool calling (ChatML and Llama 3.1+ "
-                            "have it)",
+                            "the %s chat template has no tool calling (ChatML, Llama 3.1+ and "
+                            "Mistral v3 have it)",
                             kind_name(r->t));
     json_error_t je;
     if (tools) {
@@ -684,6 +926,8 @@ static tc_status format(const tc_chat_template *t, const tc_chat_message *m,
         case TC_CHAT_LLAMA2: llama2(&r, &b); break;
         case TC_CHAT_ZEPHYR: zephyr(&r, &b); break;
         case TC_CHAT_MISTRAL: st = mistral(&r, &b); break;
+        case TC_CHAT_MISTRAL3: st = mistral3(&r, &b); break;
+        case TC_CHAT_MISTRAL7: mistral7(&r, &b); break;
         default: st = bad("unknown template kind");
         }
     }

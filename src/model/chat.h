@@ -15,11 +15,21 @@ typedef enum tc_chat_kind {
     TC_CHAT_LLAMA2,     /* <s>[INST] <<SYS>> ... [/INST] */
     TC_CHAT_ZEPHYR,     /* <|user|> ... </s> (Zephyr, TinyLlama) */
     TC_CHAT_MISTRAL,    /* <s> [INST] ... [/INST] answer</s> (Mistral 7B Instruct) */
+    /* <s>[INST] ...[/INST] answer</s> with [AVAILABLE_TOOLS], [TOOL_CALLS] and [TOOL_RESULTS]
+     * (Mistral's v3 tokenizers: 7B Instruct v0.3, Nemo; the system message in the last turn) */
+    TC_CHAT_MISTRAL3,
+    /* <s>[SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST]answer</s> (Mistral's v7 Tekken:
+     * Mistral Small 3, with its default system message) */
+    TC_CHAT_MISTRAL7,
 } tc_chat_kind;
 
 typedef struct tc_chat_template {
     tc_chat_kind kind;
-    char default_system[512]; /* used when the conversation has no system message ("" none) */
+    /* Used when the conversation has no system message ("" none). */
+    char default_system[1024];
+    /* MISTRAL7: where in default_system today's date goes (strftime_now("%Y-%m-%d") in the
+     * template; -1 none). */
+    int today_at;
     /* Llama 3: the 3.1+ format (a system turn that states the knowledge cut-off and the date,
      * and JSON tool calls); false: 3.0's, which has no tools. */
     bool llama31;
@@ -28,11 +38,17 @@ typedef struct tc_chat_template {
      * no system message) instead of the one v0.1 and v0.2 ship now ("<s> [INST] system\n\nq
      * [/INST] a</s>"); eos_space: that first template's space after each answer's </s>. */
     bool mistral_legacy, eos_space;
+    /* MISTRAL3: "[INST] " and " answer" with a space as v0.3's SentencePiece template writes
+     * them (false: Tekken's "[INST]" and "answer", Nemo); trim: the answer trimmed (v0.3). */
+    bool spaced, trim;
 } tc_chat_template;
 
 typedef struct tc_chat_message {
     const char *role;    /* "system", "user", "assistant" or "tool" (a tool's result) */
     const char *content; /* NULL only for an assistant message that makes tool calls */
+    /* A tool message: the id of the call it answers (Mistral's v3 template writes it; NULL
+     * none). */
+    const char *tool_call_id;
 } tc_chat_message;
 
 /* A call an assistant message made (OpenAI's tool_calls[i]). */
@@ -49,10 +65,12 @@ typedef struct tc_chat_calls {
 } tc_chat_calls;
 
 /* Recognise a template's source. An unrecognised one is TC_ERR_UNSUPPORTED naming the
- * fallback ("use --template chatml|llama3|llama2|zephyr|mistral"). */
+ * fallback ("use --template chatml|llama3|llama2|zephyr|mistral|mistral-v3|mistral-tekken|
+ * mistral-v7"). */
 TC_API tc_status tc_chat_template_detect(const char *source, size_t len, tc_chat_template *out);
-/* A template by name ("chatml", "llama3", "llama3.1", "llama2", "zephyr", "mistral"), or
- * TC_ERR_NOT_FOUND. */
+/* A template by name ("chatml", "llama3", "llama3.1", "llama2", "zephyr", "mistral",
+ * "mistral-v3" (7B v0.3), "mistral-tekken" (Nemo), "mistral-v7" (Small 3, with no default
+ * system message)), or TC_ERR_NOT_FOUND. */
 TC_API tc_status tc_chat_template_named(const char *name, tc_chat_template *out);
 /* Render messages as the model's prompt, ending with the assistant's turn opening when
  * add_generation_prompt. *out (NUL-terminated) is freed with tc_host_free. The prompt starts
@@ -67,8 +85,10 @@ TC_API tc_status tc_chat_format_spans(const tc_chat_template *t, const tc_chat_m
                                       size_t n, bool add_generation_prompt, char **out,
                                       size_t **plain, size_t *n_plain);
 /* Whether the template renders tools, tool calls and tool results: ChatML in the manner of
- * Hermes and Qwen 2.5 (<tools> in the system turn, <tool_call> and <tool_response> blocks)
- * and Llama 3.1+ (tools in the first user turn, JSON calls, results in ipython turns). */
+ * Hermes and Qwen 2.5 (<tools> in the system turn, <tool_call> and <tool_response> blocks),
+ * Llama 3.1+ (tools in the first user turn, JSON calls, results in ipython turns) and
+ * Mistral v3 ([AVAILABLE_TOOLS] before the last user turn, [TOOL_CALLS] arrays with 9-character
+ * ids, [TOOL_RESULTS] naming the call). */
 TC_API bool tc_chat_template_tools(const tc_chat_template *t);
 /* Render as tc_chat_format_spans does, with tool definitions and calls: calls (NULL: none) holds
  * each message's tool calls, tools is the JSON text of an array of OpenAI tools ({"type":

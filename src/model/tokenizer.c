@@ -486,6 +486,7 @@ typedef struct ids {
      * offset of the last check, and why it stopped (TC_OK: it did not). */
     const tc_encode_options *opt;
     const uint8_t *base;
+    size_t base_at; /* the offset in the text of base (a normalised copy's segment: its start) */
     size_t checked;
     tc_status st;
 } ids;
@@ -688,7 +689,7 @@ static void split(const tc_tokenizer *t, int level, const uint8_t *s, size_t n,
         return;
     }
     size_t start = 0;
-    while (start < n && keep_going(o, (size_t)(s + start - o->base))) {
+    while (start < n && keep_going(o, (size_t)(s + start - o->base) + o->base_at)) {
         int rc = pcre2_match(t->regex[level], s, n, start, 0, md, NULL);
         if (rc < 0)
             break;
@@ -705,18 +706,30 @@ static void split(const tc_tokenizer *t, int level, const uint8_t *s, size_t n,
         split(t, level + 1, s + m0, m1 - m0, md, o);
         start = m1;
     }
-    if (start < n && keep_going(o, (size_t)(s + start - o->base)))
+    if (start < n && keep_going(o, (size_t)(s + start - o->base) + o->base_at))
         split(t, level + 1, s + start, n - start, md, o);
 }
 
-/* Tokenise s[from, to), which holds no special token, as ordinary text. */
+/* Tokenise s[from, to), which holds no special token, as ordinary text: normalised first where
+ * the tokenizer says (tokenizers normalises the text between added tokens). */
 static void encode_plain(const tc_tokenizer *t, const uint8_t *s, size_t from, size_t to,
                          pcre2_match_data *md, ids *o)
 {
-    if (t->spm)
+    uint8_t *norm = NULL;
+    size_t n = 0;
+    if (t->spm) {
         spm_segment(t, s + from, to - from, from == 0, o);
-    else
+    } else if (t->nfc && tc__nfc(s + from, to - from, &norm, &n)) {
+        const uint8_t *base = o->base;
+        o->base = norm;
+        o->base_at = from;
+        split(t, 0, norm, n, md, o);
+        o->base = base;
+        o->base_at = 0;
+        free(norm);
+    } else {
         split(t, 0, s + from, to - from, md, o);
+    }
 }
 
 tc_status tc_tokenizer_encode_with(const tc_tokenizer *t, const char *text, size_t len,

@@ -24,6 +24,9 @@ typedef struct token {
 struct tc_tokenizer {
     int32_t n_vocab, bos, eos;
     bool add_bos, ignore_merges;
+    /* Ordinary text is normalised to Unicode NFC before pre-tokenisation (tokenizer.json's
+     * normalizer NFC, as Qwen2's; a GGUF vocabulary under llama.cpp's "qwen2"). */
+    bool nfc;
     /* SentencePiece-style BPE (tokenizer.json with byte_fallback): spaces become U+2581,
      * which is prepended to a segment by `prepend` (never, the text's first segment, every
      * segment); characters start as symbols, unknown ones fall back to <0xXX> byte tokens;
@@ -67,5 +70,12 @@ tc_status tc__tok_add_regex(tc_tokenizer *t, const char *pattern);
  * the merges ("left right", rank = position) and the special-token list. t->spm must be set. */
 tc_status tc__tok_build(tc_tokenizer *t, int32_t n, const tc_gguf_str *strs, const uint8_t *types,
                         uint64_t n_merges, const tc_gguf_str *merges);
+
+/* Whether NFC normalisation is available (libutf8proc loads; a warning is logged once when it
+ * does not). */
+bool tc__nfc_available(void);
+/* s[0..n) in Unicode NFC: true with *out (freed with free(), *n_out bytes) when that differs
+ * from s; false when s is NFC already, is not valid UTF-8, or libutf8proc is missing. */
+bool tc__nfc(const uint8_t *s, size_t n, uint8_t **out, size_t *n_out);
 
 #endif /* TC_TOKENIZER_INTERNAL_H */

@@ -40,8 +40,12 @@ static tc_status set_pre(tc_tokenizer *t, const char *pre)
         t->ignore_merges = true;
         return tc__tok_add_regex(t, llama3_regex);
     }
-    if (!strcmp(pre, "qwen2"))
+    if (!strcmp(pre, "qwen2")) {
+        /* GGUF keeps no normaliser; Qwen2's tokenizer.json, which these vocabularies come
+         * from, normalises to NFC (llama.cpp does not: its ids differ on text not in NFC). */
+        t->nfc = true;
         return tc__tok_add_regex(t, qwen2_regex);
+    }
     return tc_set_error(TC_ERR_UNSUPPORTED, "tc_tokenizer",
                         "unsupported pre-tokeniser '%s' (supported: default, gpt2, smollm, "
                         "llama-bpe, qwen2)",
@@ -234,6 +238,29 @@ static tc_status json_pre(tc_tokenizer *t, json_t *pre, bool *byte_level)
                         "tokenizer.json: pre-tokeniser '%s' is not supported", type);
 }
 
+/* The normalizer of a byte-level tokenizer.json: none, or NFC (Qwen2's), alone or in a
+ * Sequence. */
+static tc_status json_norm(tc_tokenizer *t, json_t *norm, const char *path)
+{
+    if (!norm || json_is_null(norm))
+        return TC_OK;
+    const char *type = json_string_value(json_object_get(norm, "type"));
+    if (type && !strcmp(type, "Sequence")) {
+        json_t *x;
+        size_t i;
+        json_array_foreach(json_object_get(norm, "normalizers"), i, x)
+            TC_TRY(json_norm(t, x, path));
+        return TC_OK;
+    }
+    if (type && !strcmp(type, "NFC")) {
+        t->nfc = true;
+        return TC_OK;
+    }
+    return tc_set_error(TC_ERR_UNSUPPORTED, "tc_tokenizer_from_json",
+                        "%s: normalizer '%s' is not supported (byte-level tokenizers: NFC)", path,
+                        type ? type : "?");
+}
+
 /* The SentencePiece conventions of a tokenizer.json: normalizer Prepend("\u2581") +
  * Replace(" ", "\u2581") (Llama 2's "legacy" files), or pre_tokenizer Metaspace with a
  * prepend_scheme; decoder Strip or Metaspace for the leading space. */
@@ -413,6 +440,7 @@ tc_status tc_tokenizer_from_json(const char *tokenizer_json, const char *tokeniz
         t->unk = unk ? tc__tok_find(t, unk, strlen(unk)) : -1;
     } else {
         bool byte_level = false;
+        TC_CHECK(st, json_norm(t, json_object_get(j, "normalizer"), tokenizer_json));
         TC_CHECK(st, json_pre(t, json_object_get(j, "pre_tokenizer"), &byte_level));
         if (!byte_level) {
             st = tc_set_error(TC_ERR_UNSUPPORTED, op,

@@ -82,7 +82,8 @@ static bool prompt_tokens(tc_server *s, const tc_oai_request *q, bool add_bos, s
             return tc_oai_fail(
                 err, 400, "invalid_request_error", "messages", NULL,
                 "the model has no chat template; restart the server with "
-                "--template chatml|llama3|llama2|zephyr|mistral, or use /v1/completions");
+                "--template chatml|llama3|llama2|zephyr|mistral|mistral-v3|mistral-tekken|"
+                "mistral-v7, or use /v1/completions");
         /* What the messages say is text: a control token written in one ("<|im_end|>")
          * cannot end its turn and forge another, unless the server allows it. */
         /* With tool_choice none the tools are left out of the prompt, as vLLM does: the
@@ -206,10 +207,17 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
                            "'response_format' with tools is not supported; use tool_choice "
                            "\"none\" or leave response_format out");
     }
+    if (tool_calls && !tc__tool_format_of(s->m.chat, &j->tool_format)) {
+        tc_host_free(ids);
+        return tc_oai_fail(err, 400, "invalid_request_error", "tools", NULL,
+                           "this model's template takes tools, but the server does not read its "
+                           "tool calls back (Mistral's [TOOL_CALLS] arrays) yet; use "
+                           "tool_choice \"none\" to send the conversation without them");
+    }
     if (tool_calls) {
         /* The template renders tools (checked as the prompt was made), so it has a format. */
         j->tools = calloc((size_t)j->n, sizeof *j->tools);
-        bool ok = j->tools && tc__tool_format_of(s->m.chat, &j->tool_format);
+        bool ok = j->tools != NULL;
         for (int i = 0; ok && i < j->n; i++)
             ok = (j->tools[i] = tc__tool_parser_create(
                       &j->tool_format,

@@ -259,7 +259,7 @@ static bool parse_messages(json_t *root, tc_oai_request *r, tc_oai_error *err)
         char *content = NULL;
         if (!content_of(json_object_get(m, "content"), i, &content, err))
             return false;
-        r->messages[i] = (tc_chat_message){ name, content };
+        r->messages[i] = (tc_chat_message){ name, content, NULL };
         r->n_messages = i + 1;
         if (!parse_tool_calls(calls, i, n, r, err))
             return false;
@@ -276,6 +276,7 @@ static bool parse_messages(json_t *root, tc_oai_request *r, tc_oai_error *err)
                            "'%s' is '%.64s', which is not a call of the assistant message "
                            "before it",
                            param, json_string_value(id));
+            r->messages[i].tool_call_id = json_string_value(id);
         }
     }
     return true;

@@ -14,7 +14,8 @@
 
 bool tc__tool_format_of(const tc_chat_template *t, tc__tool_format *f)
 {
-    if (!tc_chat_template_tools(t))
+    /* Mistral v3's calls are one JSON array after [TOOL_CALLS]: rendered, not parsed yet. */
+    if (!tc_chat_template_tools(t) || t->kind == TC_CHAT_MISTRAL3)
         return false;
     if (t->kind == TC_CHAT_CHATML)
         *f = (tc__tool_format){ "<tool_call>\n{\"name\": \"",

@@ -146,6 +146,12 @@ CORPUS = ("The quick brown fox jumps over the lazy dog. I'm sure you'll find 123
           "then the next, until the vocabulary is full. Hello world, hello there, hello again! "
           "Qwen and Mistral models share the Llama skeleton with a little more: biases, windows. "
           "Zwölf Boxkämpfer jagen Viktor quer über den großen Sylter Deich. 日本語のテキストと中文。")
+# Text that NFC changes: decomposed accents, Hangul jamo, singletons (the Angstrom sign, a CJK
+# compatibility ideograph), combining marks out of canonical order; around special tokens too.
+NFC_TEXTS = ["Zwo\u0308lf Boxka\u0308mpfer u\u0308ber den gro\u00dfen Deich",
+             "\u1112\u1161\u11ab\u1100\u1173\u11af and \u1100\u1161",
+             "\u212b \uf900 e\u0301 A\u030a a\u0323\u0302 q\u0307\u0323",
+             "<|im_start|>user\nZwo\u0308lf<|im_end|>\no\u0308"]
 
 
 def byte_chars():
@@ -211,13 +217,16 @@ def qwen2_tokenizer_metadata(template):
             "tokenizer.ggml.add_bos_token": False, "tokenizer.chat_template": template}
 
 
-def qwen2_reference_tokenizer():
-    """The same vocabulary as Hugging Face's tokenizers builds Qwen2's (Split then ByteLevel)."""
-    from tokenizers import AddedToken, Regex, Tokenizer, models, pre_tokenizers
+def qwen2_reference_tokenizer(nfc=True):
+    """The same vocabulary as Hugging Face's tokenizers builds Qwen2's (NFC, then Split and
+    ByteLevel); nfc=False: without its normalizer."""
+    from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers
 
     tokens, merges = qwen2_vocab()
     vocab = {t: i for i, t in enumerate(tokens[:-len(QWEN2_SPECIALS)])}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[tuple(m.split(" ")) for m in merges]))
+    if nfc:
+        tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])

@@ -4,6 +4,7 @@ GGUF written as llama.cpp's converter writes each architecture, run by tools/log
 prefilled, then ids fed one at a time), against transformers' f32 logits over the same folder
 (recorded in data/arch_expected.npz; recomputed live where torch and transformers are
 installed). Then the configurations that must be refused, each with one clear error."""
+import ctypes.util
 import json
 import os
 import shutil
@@ -20,6 +21,8 @@ sys.path.insert(0, HERE)
 import arch_models as A  # noqa: E402
 
 BUILD = os.environ.get("BUILD", "build")
+# NFC normalisation loads libutf8proc at run time.
+HAVE_UTF8PROC = ctypes.util.find_library("utf8proc") is not None
 LOGITS = os.path.join(HERE, "..", "..", BUILD, "tools", "logits")
 
 
@@ -211,9 +214,11 @@ def test_qwen2_gguf_serves_with_its_vocabulary(tmp_path):
     ref = A.qwen2_reference_tokenizer()
     s = Served(path)
     try:
-        for text in ["Hello world 12345 and 67890", "I'm sure you'll see; THEY'RE here",
-                     "tabs\tand\n\n\nnewlines  and   runs", "Zwölf Boxkämpfer 日本語のテキスト",
-                     "<|im_start|>user\nhi<|im_end|>\n", "a\u180eb \U00011F50\U00011F51 x"]:
+        texts = ["Hello world 12345 and 67890", "I'm sure you'll see; THEY'RE here",
+                 "tabs\tand\n\n\nnewlines  and   runs", "Zwölf Boxkämpfer 日本語のテキスト",
+                 "<|im_start|>user\nhi<|im_end|>\n", "a\u180eb \U00011F50\U00011F51 x"]
+        # NFC, which the "qwen2" pre-tokeniser implies (Qwen2's tokenizer.json declares it)
+        for text in texts + (A.NFC_TEXTS if HAVE_UTF8PROC else []):
             status, tok = s.post("/tokenize", {"prompt": text})
             assert status == 200, tok
             assert tok["tokens"] == ref.encode(text).ids, text
@@ -228,5 +233,66 @@ def test_qwen2_gguf_serves_with_its_vocabulary(tmp_path):
                                                    "temperature": 0})
         assert status == 200, r
         assert r["usage"]["prompt_tokens"] == len(tok["tokens"])
+    finally:
+        assert s.stop() == 0, "".join(s.log)
+
+
+@pytest.mark.skipif(not HAVE_UTF8PROC, reason="libutf8proc (NFC normalisation) is not installed")
+@pytest.mark.parametrize("nfc", [True, False], ids=["normalizer NFC", "no normalizer"])
+def test_qwen2_folder_tokenizer_follows_its_normalizer(nfc, tmp_path):
+    """A Qwen2 folder whose tokenizer.json declares the NFC normalizer (as Qwen2's and Qwen2.5's
+    do): /tokenize gives tokenizers' ids for text that NFC changes (decomposed accents, Hangul
+    jamo, singletons, marks out of order); without the normalizer, the text is tokenised as
+    given, again as tokenizers does, and the ids differ."""
+    pytest.importorskip("tokenizers")
+    folder = str(tmp_path / "qwen2")
+    A.write_folder("qwen2-hd80", folder)
+    ref = A.qwen2_reference_tokenizer(nfc=nfc)
+    ref.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"add_bos_token": False, "bos_token": None, "eos_token": "<|im_end|>"}, f)
+    other = A.qwen2_reference_tokenizer(nfc=not nfc)
+    s = Served(folder)
+    try:
+        for text in A.NFC_TEXTS:
+            status, tok = s.post("/tokenize", {"prompt": text})
+            assert status == 200, tok
+            assert tok["tokens"] == ref.encode(text).ids, text
+            assert tok["tokens"] != other.encode(text).ids, text
+    finally:
+        assert s.stop() == 0, "".join(s.log)
+
+
+def test_mistral_v3_template_serves_tool_history(tmp_path):
+    """A model with Mistral-7B-Instruct-v0.3's template: a conversation with earlier tool calls
+    and results (9-character ids) renders as transformers renders it (recorded in
+    data/chat_renderings.json) and is answered; a request that offers tools is a 400 that says
+    the [TOOL_CALLS] replies are not read back yet; ids of another length are a 400 too."""
+    pytest.importorskip("tokenizers")
+    with open(os.path.join(HERE, "data", "mistral-7b-instruct-v0.3.jinja")) as f:
+        template = f.read()
+    with open(os.path.join(HERE, "data", "chat_renderings.json")) as f:
+        case = next(c for c in json.load(f)["cases"]
+                    if c["family"] == "mistral-v0.3" and c["name"] == "history without tools")
+    path = str(tmp_path / "mistral-v3.gguf")
+    A.write_gguf("qwen2-hd80", path, extra=A.qwen2_tokenizer_metadata(template))
+    ref = A.qwen2_reference_tokenizer()
+    msgs = case["messages"]
+    s = Served(path)
+    try:
+        status, tok = s.post("/tokenize", {"messages": msgs})
+        assert status == 200, tok
+        assert tok["tokens"] == ref.encode(case["expected"]).ids
+        status, r = s.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 2,
+                                                   "temperature": 0})
+        assert status == 200, r
+        weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}}}}
+        status, r = s.post("/v1/chat/completions", {"messages": msgs[:1], "tools": [weather],
+                                                   "max_tokens": 2})
+        assert status == 400 and "[TOOL_CALLS]" in r["error"]["message"], r
+        short = json.loads(json.dumps(msgs).replace("abcdefghi", "call_1"))
+        status, r = s.post("/v1/chat/completions", {"messages": short, "max_tokens": 2})
+        assert status == 400 and "9 characters" in r["error"]["message"], r
     finally:
         assert s.stop() == 0, "".join(s.log)

@@ -19,6 +19,5 @@ def test_recorded_renderings_are_transformers_own():
         recorded = json.load(f)["cases"]
     assert len(recorded) == len(M.cases())
     for c in recorded:
-        got = M.render(c["family"], [(m["role"], m["content"]) for m in c["messages"]],
-                       c["add_generation_prompt"])
+        got = M.render(c["family"], c["messages"], c["add_generation_prompt"], c.get("tools"))
         assert got == c["expected"], (c["family"], c["name"])

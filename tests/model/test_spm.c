@@ -188,10 +188,10 @@ static void chat_templates_never_double_the_bos(void **state)
                   { "llama3", "<|begin_of_text|>" },
                   { "chatml", "<s>" },
                   { "zephyr", "<s>" } };
-    tc_chat_message msgs[] = { { "system", "Be brief." },
-                               { "user", "Hi there" },
-                               { "assistant", "Hello." },
-                               { "user", "Bye" } };
+    tc_chat_message msgs[] = { { "system", "Be brief.", NULL },
+                               { "user", "Hi there", NULL },
+                               { "assistant", "Hello.", NULL },
+                               { "user", "Bye", NULL } };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         /* The vocabulary with the template's BOS as an added special token. */
         json_t *j = json_deep_copy(base), *added = json_object_get(j, "added_tokens");
