@@ -558,9 +558,16 @@ def test_load_64_streaming_clients():
         print(f"\nload: 64 streaming clients, {len(done)} responses, {sum(done)} tokens in "
               f"{elapsed:.1f} s ({len(done) / elapsed:.2f} req/s, {sum(done) / elapsed:.1f} tok/s)")
         assert s.get("/health")[0] == 200
+        # The last [DONE] can reach its client before the engine's next step retires the
+        # sequence: the counts must reach zero within a few steps, not at that instant.
+        keys = ("thincuda_running_sequences", "thincuda_queue_length",
+                "thincuda_kv_cache_blocks_used", "thincuda_requests_in_flight")
+        settle = time.time() + 5
         m = s.metrics()
-        assert m["thincuda_running_sequences"] == 0 and m["thincuda_queue_length"] == 0
-        assert m["thincuda_kv_cache_blocks_used"] == 0 and m["thincuda_requests_in_flight"] == 0
+        while any(m[k] for k in keys) and time.time() < settle:
+            time.sleep(0.05)
+            m = s.metrics()
+        assert all(m[k] == 0 for k in keys), {k: m[k] for k in keys}
         rss = s.rss_kb()
         print(f"load: server RSS {base_rss / 1024:.0f} MiB before, {rss / 1024:.0f} MiB after")
         assert rss < base_rss * 1.25 + 64 * 1024, (base_rss, rss)
