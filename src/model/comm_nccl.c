@@ -195,6 +195,15 @@ tc_status tc_comm_create_nccl(int n, tc_backend *const *backends, tc_comm **rank
         if (!backends[r] || tc_backend_get_kind(backends[r]) != TC_BACKEND_CUDA)
             return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
                                 "rank %d: NCCL communicators need a CUDA backend per rank", r);
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < r; i++) {
+            int d = tc_context_ordinal(tc_backend_context(backends[r]));
+            if (tc_context_ordinal(tc_backend_context(backends[i])) == d)
+                return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                                    "ranks %d and %d are both on GPU %d: NCCL needs a device per "
+                                    "rank",
+                                    i, r, d);
+        }
     ncclUniqueId id;
     TC_TRY(tc_ncclGetUniqueId(&id));
     /* One thread initialises every rank: inside a group, each ncclCommInitRank takes the device
