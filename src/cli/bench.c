@@ -17,6 +17,7 @@
 
 #include "cli/cli.h"
 #include "inference/engine.h"
+#include "inference/tp_engine.h"
 #include "model/hf.h"
 #include "model/llama.h"
 #include "runtime/runtime.h"
@@ -33,7 +34,8 @@ typedef struct bench_opts {
     long batch, prompt_len, gen_len, requests, threads, ctx, step_tokens, kv_tokens, seed;
     double kv_fraction, bandwidth;
     bool no_graphs, no_prefix_cache, kv_fp8;
-    bool profile; /* print the kernel profile of the measured steps */
+    bool profile;        /* print the kernel profile of the measured steps */
+    int tensor_parallel; /* GPUs; 1: one backend, no NCCL (see tc_cli_tp_wanted) */
 } bench_opts;
 
 typedef struct req_times {
@@ -205,6 +207,7 @@ static const char usage[] =
     "  --kv-tokens N        KV cache size in tokens (default: from --kv-fraction)\n"
     "  --kv-fraction F      of the GPU's memory the process may fill (default 0.9)\n"
     "  --no-graphs          decode op by op instead of CUDA graphs\n"
+    "  --tensor-parallel N  split the model over N GPUs through NCCL (default 1: one GPU)\n"
     "  --profile            time each kernel of the measured steps (events around every\n"
     "                       launch, so graphs are off) and print a table of them\n"
     "  --no-prefix-cache    do not reuse cached prompt blocks\n"
@@ -239,6 +242,7 @@ static int parse(int argc, char **argv, bench_opts *o)
                        .gen_len = 128,
                        .seed = 1,
                        .kv_fraction = 0.9,
+                       .tensor_parallel = 1,
                        .bandwidth = default_bandwidth };
     enum {
         MODEL = 256,
@@ -263,6 +267,7 @@ static int parse(int argc, char **argv, bench_opts *o)
         JOBJ,
         JSCHEMA,
         TOKENIZER,
+        TP,
         HELP
     };
     static const struct option longs[] = { { "model", required_argument, 0, MODEL },
@@ -287,6 +292,7 @@ static int parse(int argc, char **argv, bench_opts *o)
                                            { "json-object", no_argument, 0, JOBJ },
                                            { "json-schema", required_argument, 0, JSCHEMA },
                                            { "tokenizer", required_argument, 0, TOKENIZER },
+                                           { "tensor-parallel", required_argument, 0, TP },
                                            { "help", no_argument, 0, HELP },
                                            { 0, 0, 0, 0 } };
     opterr = 0;
@@ -317,6 +323,10 @@ static int parse(int argc, char **argv, bench_opts *o)
         case JOBJ: o->json_object = true; break;
         case JSCHEMA: o->json_schema = optarg; break;
         case TOKENIZER: o->tokenizer = optarg; break;
+        case TP:
+            if (!tc_cli_tensor_parallel("thincuda bench", optarg, &o->tensor_parallel))
+                return 2;
+            break;
         case HELP: fputs(usage, stdout); return 0;
 #define NUM(K, flag, field, lo, hi)           \
     case K:                                   \
@@ -559,26 +569,41 @@ int tc_cli_bench(int argc, char **argv)
                  : !strcmp(o.dtype, "f16") ? TC_DTYPE_F16
                                            : TC_DTYPE_BF16;
     }
-    tc_llama *m = NULL;
+    tc_llama *m = NULL; /* the model, or rank 0's shard */
+    tc_cli_tp tp = { 0 };
+    tc_kv_cache kv = { 0 };
+    char kv_line[256];
     double t_load = tc_host_seconds();
-    st = o.shape ? tc_llama_random(&cfg, (uint64_t)o.seed, b, &lo, &m)
-                 : tc_llama_load(src, &cfg, b, &lo, &m);
-    if (st == TC_OK)
-        st = tc_backend_synchronize(b);
+    if (tc_cli_tp_wanted(o.tensor_parallel)) {
+        if (!tc_cli_tp_open(&tp, "thincuda bench", o.tensor_parallel, b, o.shape ? NULL : src, &cfg,
+                            (uint64_t)o.seed, &lo)) {
+            rc = 1;
+            goto out;
+        }
+        m = tp.tp->rank[0].m;
+        st = TC_OK;
+        for (int r = 0; r < tp.n && st == TC_OK; r++)
+            st = tc_backend_synchronize(tp.backends[r]);
+    } else {
+        st = o.shape ? tc_llama_random(&cfg, (uint64_t)o.seed, b, &lo, &m)
+                     : tc_llama_load(src, &cfg, b, &lo, &m);
+        if (st == TC_OK)
+            st = tc_backend_synchronize(b);
+    }
     if (st != TC_OK) {
         rc = fail("cannot load the model");
         goto out;
     }
     t_load = tc_host_seconds() - t_load;
-    tc_kv_cache kv;
-    char kv_line[256];
-    if (!tc_cli_kv_cache("thincuda bench", m, o.kv_tokens, o.kv_fraction, &kv, kv_line,
-                         sizeof kv_line)) {
+    if (tp.tp ? !tc_cli_tp_kv(&tp, "thincuda bench", o.kv_tokens, o.kv_fraction, kv_line,
+                              sizeof kv_line)
+              : !tc_cli_kv_cache("thincuda bench", m, o.kv_tokens, o.kv_fraction, &kv, kv_line,
+                                 sizeof kv_line)) {
         rc = 1;
         goto out;
     }
     fprintf(stderr, "[kv cache: %s]\n", kv_line);
-    tc_engine_model em = tc_engine_model_llama(m, &kv);
+    tc_engine_model em = tp.tp ? tc_engine_model_tp(tp.tp, &tp.kv) : tc_engine_model_llama(m, &kv);
     /* With a grammar both runs detokenise (the engine needs the tokenizer for it), so that
      * only the grammar differs between them. */
     tc_engine_options eo = { .threaded = true,
@@ -588,7 +613,6 @@ int tc_cli_bench(int argc, char **argv)
     tc_engine *e;
     if (tc_engine_create(&em, &eo, &e) != TC_OK) {
         rc = fail("cannot start the engine");
-        tc_kv_cache_deinit(&kv);
         goto out;
     }
     rng = (uint64_t)o.seed * 0x9e3779b97f4a7c15ull + 7;
@@ -665,6 +689,10 @@ int tc_cli_bench(int argc, char **argv)
         tc_pool_get_stats(tc_backend_pool(b), &ps);
     printf("model            %s, %s %s, %.2f GiB of weights (loaded in %.2f s)\n", cfg.name,
            tc_backend_name(b), tc_dtype_name(m->act), (double)m->weight_bytes / (1 << 30), t_load);
+    if (tp.tp)
+        printf("tensor parallel  %d GPUs over NCCL; the figures below are rank 0's (its shard "
+               "and device)\n",
+               tp.n);
     /* Bytes a forward pass reads: every weight once (the embedding only its rows), and per
      * token of context its keys and values in every layer. */
     double emb = (double)tc_tensor_bytes(&m->tok_embd), kv_tok = (double)tc_kv_cache_bytes(m, 1, 1);
@@ -749,9 +777,12 @@ done:
     free(glen);
     free(all);
     tc_engine_destroy(e);
-    tc_kv_cache_deinit(&kv);
 out:
-    tc_llama_destroy(m);
+    if (!tp.tp) {
+        tc_kv_cache_deinit(&kv);
+        tc_llama_destroy(m);
+    }
+    tc_cli_tp_close(&tp);
     tc_backend_destroy(b);
     tc_cli_model_close(&f);
     json_decref(schema);

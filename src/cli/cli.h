@@ -82,4 +82,37 @@ bool tc_cli_kv_cache(const char *who, tc_llama *m, int64_t tokens, double fracti
  * free(); -1 when out of memory. */
 int32_t tc_cli_stop_tokens(const tc_tokenizer *t, int32_t **out);
 
+/* ---------------------------------------------------------------- tensor parallelism */
+
+#include "model/tp.h"
+
+/* --tensor-parallel N: a whole number in 1 .. 16. */
+bool tc_cli_tensor_parallel(const char *who, const char *s, int *n);
+/* Whether the sharded path runs: N > 1, or N = 1 with THINCUDA_TP_NCCL=1 in the environment
+ * (one rank through NCCL, to compare with the plain path on one GPU). Otherwise the plain
+ * single-backend path runs, NCCL untouched. */
+bool tc_cli_tp_wanted(int n);
+
+/* A model over N GPUs: ranks 1 .. N-1's backends (rank 0's is the caller's), one NCCL
+ * communicator per rank, the shards and their KV caches. */
+typedef struct tc_cli_tp {
+    int n;
+    tc_backend *backends[TC__SHARD_MAX_RANKS]; /* [0] borrowed */
+    tc_comm *comms[TC__SHARD_MAX_RANKS];
+    tc_tp *tp;
+    tc_tp_kv kv;
+} tc_cli_tp;
+/* Place the model of cfg from src (random weights from seed when src is NULL) over n ranks,
+ * rank r on GPU r, rank 0 on b0 (a CUDA backend on GPU 0). False after a sentence on stderr:
+ * not a CUDA backend, fewer GPUs than ranks, the plan's refusal (heads the ranks do not
+ * divide), no NCCL, a failed load. Close either way. */
+bool tc_cli_tp_open(tc_cli_tp *t, const char *who, int n, tc_backend *b0, const tc_gguf *src,
+                    const tc_llama_config *cfg, uint64_t seed, const tc_llama_options *opt);
+/* Every rank's KV cache, sized as tc_cli_kv_cache sizes one (rank 0's shard and device
+ * decide); *line gets its capacity in words. False after a sentence on stderr. */
+bool tc_cli_tp_kv(tc_cli_tp *t, const char *who, int64_t tokens, double fraction, char *line,
+                  size_t len);
+/* Free all but rank 0's backend; a zeroed t is a no-op. */
+void tc_cli_tp_close(tc_cli_tp *t);
+
 #endif /* TC_CLI_H */

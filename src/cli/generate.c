@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "inference/engine.h"
+#include "inference/tp_engine.h"
 #include "model/chat.h"
 #include "model/hf.h"
 #include "model/llama.h"
@@ -23,6 +24,7 @@
 typedef struct options {
     const char *model, *prompt, *device, *dtype, *template_name, *system;
     long n_predict, threads, ctx;
+    int tensor_parallel; /* ranks (GPUs); 1: one backend, no NCCL (see tc_cli_tp_wanted) */
     tc_sample_params sp;
     bool chat_prompt, seed_set, show_special, kv_fp8;
     bool temperature_set, n_predict_set; /* given on the command line (chat's defaults differ) */
@@ -32,7 +34,8 @@ typedef struct session {
     options o;
     tc_cli_model f;
     tc_backend *b;
-    tc_llama *m;
+    tc_llama *m;  /* the model on one backend, or rank 0's shard of tp's */
+    tc_cli_tp tp; /* --tensor-parallel: the ranks (tp.tp NULL otherwise) */
     tc_kv_cache kv;
     bool kv_made;
     int64_t ctx;
@@ -67,7 +70,8 @@ static const char common_usage[] =
     "  --dtype T            activations on cuda: bf16 (default), f16 or f32\n"
     "  --kv-cache-dtype D   auto (the activations' dtype) or fp8 (E4M3: half the bytes)\n"
     "  --threads N          CPU threads (default: all cores)\n"
-    "  --ctx N              context length to reserve (default: prompt + tokens to generate)\n";
+    "  --ctx N              context length to reserve (default: prompt + tokens to generate)\n"
+    "  --tensor-parallel N  split the model over N GPUs through NCCL (default 1: one GPU)\n";
 static const char sample_usage[] =
     "  -n, --n-predict N    tokens to generate (default 128)\n"
     "  --temperature T      0 is greedy (generate's default; chat's is 0.7)\n"
@@ -93,6 +97,7 @@ enum {
     OPT_TEMPLATE,
     OPT_SYSTEM,
     OPT_SPECIAL,
+    OPT_TP,
 };
 
 static const struct option long_opts[] = {
@@ -117,6 +122,7 @@ static const struct option long_opts[] = {
     { "template", required_argument, 0, OPT_TEMPLATE },
     { "system", required_argument, 0, OPT_SYSTEM },
     { "special", no_argument, 0, OPT_SPECIAL },
+    { "tensor-parallel", required_argument, 0, OPT_TP },
     { "help", no_argument, 0, 'h' },
     { 0, 0, 0, 0 },
 };
@@ -127,6 +133,7 @@ static int parse(int argc, char **argv, options *o, const char *usage)
     memset(o, 0, sizeof *o);
     o->device = "auto";
     o->n_predict = 128;
+    o->tensor_parallel = 1;
     o->sp = tc_sample_defaults();
     optind = 1;
     opterr = 0;
@@ -212,6 +219,10 @@ static int parse(int argc, char **argv, options *o, const char *usage)
         case OPT_TEMPLATE: o->template_name = optarg; break;
         case OPT_SYSTEM: o->system = optarg; break;
         case OPT_SPECIAL: o->show_special = true; break;
+        case OPT_TP:
+            if (!tc_cli_tensor_parallel("thincuda", optarg, &o->tensor_parallel))
+                return 2;
+            break;
         case 'h': fputs(usage, stdout); return 0;
         case ':':
             fprintf(stderr, "thincuda: %s needs a value\n%s", argv[optind - 1], usage);
@@ -296,18 +307,30 @@ static int load_weights(session *s, int64_t ctx)
     lo.kv_fp8 = s->o.kv_fp8;
     if (isatty(2))
         lo.progress = progress;
-    if (tc_llama_load(s->f.src, &s->f.cfg, s->b, &lo, &s->m) != TC_OK)
-        return fail("cannot load the model");
-    s->ctx = s->m->s.max_blocks * 16;
-    if (tc_kv_cache_init(&s->kv, s->m, s->m->s.max_blocks, 16) != TC_OK)
-        return fail("cannot allocate the KV cache");
-    s->kv_made = true;
+    tc_engine_model em;
+    if (tc_cli_tp_wanted(s->o.tensor_parallel)) {
+        if (!tc_cli_tp_open(&s->tp, "thincuda", s->o.tensor_parallel, s->b, s->f.src, &s->f.cfg, 0,
+                            &lo))
+            return 1;
+        s->m = s->tp.tp->rank[0].m;
+        s->ctx = s->m->s.max_blocks * 16;
+        if (tc_tp_kv_init(&s->tp.kv, s->tp.tp, s->m->s.max_blocks, 16) != TC_OK)
+            return fail("cannot allocate the KV caches");
+        em = tc_engine_model_tp(s->tp.tp, &s->tp.kv);
+    } else {
+        if (tc_llama_load(s->f.src, &s->f.cfg, s->b, &lo, &s->m) != TC_OK)
+            return fail("cannot load the model");
+        s->ctx = s->m->s.max_blocks * 16;
+        if (tc_kv_cache_init(&s->kv, s->m, s->m->s.max_blocks, 16) != TC_OK)
+            return fail("cannot allocate the KV cache");
+        s->kv_made = true;
+        em = tc_engine_model_llama(s->m, &s->kv);
+    }
     int32_t n_stops = tc_cli_stop_tokens(s->f.tok, &s->stops);
     if (n_stops < 0) {
         fprintf(stderr, "thincuda: out of host memory\n");
         return 1;
     }
-    tc_engine_model em = tc_engine_model_llama(s->m, &s->kv);
     tc_engine_options eo = { .max_running = 1,
                              .tok = s->f.tok,
                              .show_special = s->o.show_special,
@@ -325,7 +348,9 @@ static void close_session(session *s)
     tc_engine_destroy(s->e);
     if (s->kv_made)
         tc_kv_cache_deinit(&s->kv);
-    tc_llama_destroy(s->m);
+    if (!s->tp.tp)
+        tc_llama_destroy(s->m);
+    tc_cli_tp_close(&s->tp);
     tc_backend_destroy(s->b);
     tc_cli_model_close(&s->f);
     free(s->stops);
@@ -599,6 +624,13 @@ int tc_cli_info(int argc, char **argv)
     int rc = parse(argc, argv, &o, info_usage);
     if (rc >= 0)
         return rc;
+    if (o.tensor_parallel != 1) {
+        fprintf(stderr,
+                "thincuda: info takes no --tensor-parallel (generate, chat, bench and "
+                "serve do)\n%s",
+                info_usage);
+        return 2;
+    }
     session ss = { 0 };
     ss.o = o;
     if ((rc = open_files(&ss)) != 0) {

@@ -16,6 +16,7 @@
 
 #include "cli/cli.h"
 #include "inference/engine.h"
+#include "inference/tp_engine.h"
 #include "model/chat.h"
 #include "model/hf.h"
 #include "model/llama.h"
@@ -29,6 +30,7 @@ typedef struct serve_opts {
     long read_timeout, max_messages, max_prompt_bytes, max_conns_ip;
     double kv_fraction, kv_tokens, shutdown_s;
     bool kv_fp8, allow_special;
+    int tensor_parallel; /* GPUs; 1: one backend, no NCCL (see tc_cli_tp_wanted) */
 } serve_opts;
 
 typedef struct served {
@@ -38,7 +40,8 @@ typedef struct served {
     tc_chat_template chat;
     bool has_chat;
     tc_backend *b;
-    tc_llama *m;
+    tc_llama *m;  /* the model, or rank 0's shard of tp's */
+    tc_cli_tp tp; /* --tensor-parallel: the ranks (tp.tp NULL otherwise) */
     tc_kv_cache kv;
     bool kv_made;
     tc_engine *e;
@@ -84,6 +87,7 @@ static const char usage[] =
     "  --device D             cpu, cuda or auto (default)\n"
     "  --dtype T              activations on cuda: bf16 (default), f16 or f32\n"
     "  --kv-cache-dtype D     auto (the activations' dtype) or fp8 (E4M3: half the bytes)\n"
+    "  --tensor-parallel N    split the model over N GPUs through NCCL (default 1: one GPU)\n"
     "  --threads N            CPU threads (default: all cores)\n";
 
 static bool num(const char *flag, const char *s, double lo, double hi, double *v)
@@ -123,6 +127,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         DTYPE,
         KVDT,
         THREADS,
+        TP,
         HELP
     };
     static const struct option longs[] = {
@@ -151,6 +156,7 @@ static int parse(int argc, char **argv, serve_opts *o)
         { "dtype", required_argument, 0, DTYPE },
         { "kv-cache-dtype", required_argument, 0, KVDT },
         { "threads", required_argument, 0, THREADS },
+        { "tensor-parallel", required_argument, 0, TP },
         { "help", no_argument, 0, HELP },
         { 0, 0, 0, 0 },
     };
@@ -162,6 +168,7 @@ static int parse(int argc, char **argv, serve_opts *o)
     o->max_body = 4 << 20;
     o->max_conns = 1024;
     o->read_timeout = 30;
+    o->tensor_parallel = 1;
     o->api_key = getenv("THINCUDA_API_KEY");
     optind = 1;
     opterr = 0;
@@ -217,6 +224,10 @@ static int parse(int argc, char **argv, serve_opts *o)
             break;
         case KVDT:
             if (!tc_cli_kv_dtype("thincuda serve", optarg, &o->kv_fp8))
+                return 2;
+            break;
+        case TP:
+            if (!tc_cli_tensor_parallel("thincuda serve", optarg, &o->tensor_parallel))
                 return 2;
             break;
         case HELP:
@@ -305,24 +316,37 @@ static bool start_engine(served *s)
                  : !strcmp(s->o.dtype, "f16") ? TC_DTYPE_F16
                                               : TC_DTYPE_BF16;
     }
-    if (s->o.shape) {
-        if (tc_llama_random(&s->f.cfg, 1, s->b, &lo, &s->m) != TC_OK)
-            return fail(s, "cannot make the model");
-    } else if (tc_llama_load(s->f.src, &s->f.cfg, s->b, &lo, &s->m) != TC_OK) {
-        return fail(s, "cannot load the model");
-    }
     char kv_line[256];
-    if (!tc_cli_kv_cache("thincuda serve", s->m, (int64_t)s->o.kv_tokens, s->o.kv_fraction, &s->kv,
-                         kv_line, sizeof kv_line)) {
-        s->failed = true;
-        return false;
+    tc_engine_model em;
+    if (tc_cli_tp_wanted(s->o.tensor_parallel)) {
+        if (!tc_cli_tp_open(&s->tp, "thincuda serve", s->o.tensor_parallel, s->b,
+                            s->o.shape ? NULL : s->f.src, &s->f.cfg, 1, &lo) ||
+            !tc_cli_tp_kv(&s->tp, "thincuda serve", (int64_t)s->o.kv_tokens, s->o.kv_fraction,
+                          kv_line, sizeof kv_line)) {
+            s->failed = true;
+            return false;
+        }
+        s->m = s->tp.tp->rank[0].m;
+        em = tc_engine_model_tp(s->tp.tp, &s->tp.kv);
+    } else {
+        if (s->o.shape) {
+            if (tc_llama_random(&s->f.cfg, 1, s->b, &lo, &s->m) != TC_OK)
+                return fail(s, "cannot make the model");
+        } else if (tc_llama_load(s->f.src, &s->f.cfg, s->b, &lo, &s->m) != TC_OK) {
+            return fail(s, "cannot load the model");
+        }
+        if (!tc_cli_kv_cache("thincuda serve", s->m, (int64_t)s->o.kv_tokens, s->o.kv_fraction,
+                             &s->kv, kv_line, sizeof kv_line)) {
+            s->failed = true;
+            return false;
+        }
+        s->kv_made = true;
+        em = tc_engine_model_llama(s->m, &s->kv);
     }
-    s->kv_made = true;
     /* Generation ends at EOS and at every other control token but BOS (end of turn). */
     int32_t vocab = tc_tokenizer_vocab(s->f.tok), n_stops = tc_cli_stop_tokens(s->f.tok, &s->stops);
     if (n_stops < 0)
         return fail(s, "out of host memory");
-    tc_engine_model em = tc_engine_model_llama(s->m, &s->kv);
     tc_engine_options eo = { .threaded = true,
                              .max_running = (int32_t)running,
                              .max_queue = (int32_t)s->o.max_queue,
@@ -361,7 +385,9 @@ static void close_model(served *s)
     tc_engine_destroy(s->e);
     if (s->kv_made)
         tc_kv_cache_deinit(&s->kv);
-    tc_llama_destroy(s->m);
+    if (!s->tp.tp)
+        tc_llama_destroy(s->m);
+    tc_cli_tp_close(&s->tp);
     tc_backend_destroy(s->b);
     tc_cli_model_close(&s->f);
     free(s->stops);

@@ -39,4 +39,16 @@ void tc_comm_destroy(tc_comm *c);
  * its share of the elements in rank order. */
 tc_status tc_comm_create_local(int n_ranks, tc_comm **ranks);
 
+/* n_ranks NCCL communicators of one group (comm_nccl.c) for ranks on threads of this process,
+ * rank r on backends[r] (a CUDA backend; one device per rank): the collectives run on the
+ * rank's stream over tensors of its backend (f32, f16, bf16). Loads libnccl.so.2
+ * (THINCUDA_LIBNCCL names another) and turns NVLink SHARP off (NCCL_NVLS_ENABLE=0 unless the
+ * environment sets it: it needs multicast objects). Errors carry NCCL's words; a missing
+ * library is TC_ERR_LIBRARY_NOT_FOUND saying how to get one. */
+tc_status tc_comm_create_nccl(int n_ranks, tc_backend *const *backends, tc_comm **ranks);
+/* The same over communicators made elsewhere (ncclComm_t), each rank's collectives on
+ * streams[r] (a CUstream) over tensors of backends[r]: tests pass a stand-in libnccl's. */
+tc_status tc__comm_nccl_wrap(int n_ranks, void *const *nccl_comms, tc_backend *const *backends,
+                             void *const *streams, tc_comm **ranks);
+
 #endif /* TC_COMM_H */

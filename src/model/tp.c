@@ -145,19 +145,42 @@ static tc_status make_view(const tc_llama *m, view *v)
     return TC_OK;
 }
 
-tc_status tc_tp_from_model(const tc_llama *full, int n_ranks, tc_backend *const *backends,
-                           tc_comm *const *comms, const tc_llama_options *opt, tc_tp **out)
+tc_status tc_tp_view(const tc_llama *full, tc_gguf **out)
 {
     *out = NULL;
     if (tc_backend_get_kind(full->backend) != TC_BACKEND_CPU)
         return tc_set_error(TC_ERR_UNSUPPORTED, "tc_tp_from_model",
                             "slicing a model needs its weights on the CPU");
-    view v = { 0 };
-    tc_status st = make_view(full, &v);
-    if (st == TC_OK)
-        st = tc_tp_load(&v.g, &full->cfg, n_ranks, backends, comms, opt, out);
-    tc_host_free(v.g.tensors);
-    tc_host_free(v.names);
+    view *v = tc_host_calloc(1, sizeof *v);
+    if (!v)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_tp_from_model", "no host memory");
+    tc_status st = make_view(full, v);
+    if (st != TC_OK) {
+        tc_tp_view_free(&v->g);
+        return st;
+    }
+    *out = &v->g;
+    return TC_OK;
+}
+
+void tc_tp_view_free(tc_gguf *g)
+{
+    if (!g)
+        return;
+    view *v = (view *)g; /* g is the view's first member */
+    tc_host_free(v->g.tensors);
+    tc_host_free(v->names);
+    tc_host_free(v);
+}
+
+tc_status tc_tp_from_model(const tc_llama *full, int n_ranks, tc_backend *const *backends,
+                           tc_comm *const *comms, const tc_llama_options *opt, tc_tp **out)
+{
+    *out = NULL;
+    tc_gguf *g;
+    TC_TRY(tc_tp_view(full, &g));
+    tc_status st = tc_tp_load(g, &full->cfg, n_ranks, backends, comms, opt, out);
+    tc_tp_view_free(g);
     return st;
 }
 

@@ -8,6 +8,8 @@
 #include "model/llama.h"
 #include "model/shard.h"
 
+typedef struct tc_tp_kv tc_tp_kv;
+
 /* One rank: its shard, backend and communicator. */
 typedef struct tc_tp_rank {
     tc_llama *m;         /* the shard: configuration plan.local, scratch of its own */
@@ -26,6 +28,7 @@ typedef struct tc_tp {
     bool own_comms;        /* the communicators were made here (in-process) */
     tc_tensor logits;      /* f32 [max_seqs, vocab] on rank 0's backend */
     tc_tensor logits_rows; /* view: the rows of the last pass */
+    tc_tp_kv *engine_kv;   /* the cache the engine's passes use (tc_engine_model_tp) */
 } tc_tp;
 
 /* Load the model of configuration cfg from g (whole-model tensors under GGUF names, as
@@ -45,15 +48,20 @@ tc_status tc_tp_random(const tc_llama_config *cfg, uint64_t seed, int n_ranks,
  * sliced from its tensors; full must outlive the result (shards may point into it). */
 tc_status tc_tp_from_model(const tc_llama *full, int n_ranks, tc_backend *const *backends,
                            tc_comm *const *comms, const tc_llama_options *opt, tc_tp **out);
+/* A directory of a CPU model's tensors (f32, f16 or bf16) under their GGUF names, pointing at
+ * its weights: what tc_llama_load and tc_tp_load take, to place one model both whole and
+ * sharded. full must outlive it; free it with tc_tp_view_free. */
+tc_status tc_tp_view(const tc_llama *full, tc_gguf **out);
+void tc_tp_view_free(tc_gguf *g);
 /* Free the ranks' shards and the communicators made here; NULL is a no-op. */
 void tc_tp_destroy(tc_tp *tp);
 
 /* A paged KV cache per rank over the rank's KV heads, each of n_blocks blocks of block_size
  * (the same block ids on every rank: one block table serves them all). */
-typedef struct tc_tp_kv {
+struct tc_tp_kv {
     int n_ranks;
     tc_kv_cache rank[TC__SHARD_MAX_RANKS];
-} tc_tp_kv;
+};
 /* Allocate every rank's cache (tc_kv_cache_init over the rank's shard). */
 tc_status tc_tp_kv_init(tc_tp_kv *kv, const tc_tp *tp, int64_t n_blocks, int64_t block_size);
 /* Free every rank's cache; a zeroed kv is a no-op. */

@@ -23,6 +23,14 @@ typedef struct fake_nccl_stats {
     int group_depth; /* ncclGroupStart minus ncclGroupEnd */
     int groups_ended;
     int group_end_result; /* what the next ncclGroupEnd returns (0: success) */
+    /* Appended for the model layer's NCCL communicator (tests/model/test_comm_nccl.c). */
+    int next_result; /* what the next collective returns (0: success) */
+    int all_reduces, all_gathers, aborts;
+    const void *gather_send; /* ncclAllGather's arguments */
+    void *gather_recv;
+    size_t gather_count;
+    int gather_datatype;
+    const void *gather_comm, *gather_stream;
 } fake_nccl_stats;
 
 EXPORT fake_nccl_stats fake_nccl_stats_v;
@@ -109,9 +117,46 @@ EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t c
     fake_nccl_stats_v.op = (int)op;
     fake_nccl_stats_v.comm = comm;
     fake_nccl_stats_v.stream = stream;
+    fake_nccl_stats_v.all_reduces++;
     if (!comm || datatype >= ncclNumTypes || op >= ncclNumOps)
         return ncclInvalidArgument;
+    ncclResult_t r = (ncclResult_t)fake_nccl_stats_v.next_result;
+    fake_nccl_stats_v.next_result = 0;
+    return r;
+}
+
+EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                  ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+    fake_nccl_stats_v.gather_send = sendbuff;
+    fake_nccl_stats_v.gather_recv = recvbuff;
+    fake_nccl_stats_v.gather_count = sendcount;
+    fake_nccl_stats_v.gather_datatype = (int)datatype;
+    fake_nccl_stats_v.gather_comm = comm;
+    fake_nccl_stats_v.gather_stream = stream;
+    fake_nccl_stats_v.all_gathers++;
+    if (!comm || datatype >= ncclNumTypes)
+        return ncclInvalidArgument;
+    ncclResult_t r = (ncclResult_t)fake_nccl_stats_v.next_result;
+    fake_nccl_stats_v.next_result = 0;
+    return r;
+}
+
+/* Frees the communicator as ncclCommDestroy does, without waiting for its work. */
+EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    if (!comm || comm->nranks == 0)
+        return ncclInvalidArgument;
+    comm->nranks = 0;
+    fake_nccl_stats_v.comms_alive--;
+    fake_nccl_stats_v.aborts++;
     return ncclSuccess;
+}
+
+EXPORT const char *ncclGetLastError(ncclComm_t comm)
+{
+    (void)comm;
+    return "fake: peer went away";
 }
 
 EXPORT ncclResult_t ncclGroupStart(void)

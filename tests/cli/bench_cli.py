@@ -10,6 +10,8 @@ has downloaded it), --json-object and --json-schema run the requests again under
 and print both decode rates and the overhead, as does a named shape with --tokenizer (a
 vocabulary-only GGUF from tests/model/data); a grammar without a tokenizer, two grammars, a
 missing or unsupported schema, --tokenizer without --shape and a grammar exit 2.
+--tensor-parallel refuses bad counts (exit 2), heads the ranks do not divide and, without GPUs,
+any sharded run (exit 1).
 
 Usage: bench_cli.py THINCUDA_BINARY (run with THINCUDA_LIBCUDA pointing nowhere)
 """
@@ -46,6 +48,9 @@ for args, flag in ((["--batch", "0"], "--batch"), (["--batch=1.5"], "--batch"),
                    (["--requests", "many"], "--requests"), (["--dtype", "f8"], "--dtype"),
                    (["--device", "tpu"], "--device"), (["--bandwidth", "0"], "--bandwidth"),
                    (["--kv-fraction", "2"], "--kv-fraction"), (["--kv-cache-dtype", "int4"], "--kv-cache-dtype"),
+                   (["--tensor-parallel", "0"], "--tensor-parallel"),
+                   (["--tensor-parallel", "17"], "--tensor-parallel"),
+                   (["--tensor-parallel", "two"], "--tensor-parallel"),
                    (["--frobnicate"], "--frobnicate")):
     r = run(shape + args)
     first = r.stderr.splitlines()[0] if r.stderr else ""
@@ -53,6 +58,19 @@ for args, flag in ((["--batch", "0"], "--batch"), (["--batch=1.5"], "--batch"),
           f"{' '.join(args)}: exit 2, names {flag} ({first!r})")
 r = run([])
 check(r.returncode == 2 and "--model PATH or --shape NAME" in r.stderr, "neither --model nor --shape: exit 2")
+# --tensor-parallel: the plan refuses head counts the ranks do not divide (SmolLM2's 9 heads over
+# 2) before any GPU is touched; a shape it divides needs GPUs, here absent (the CPU fallback),
+# and so does one rank through NCCL (THINCUDA_TP_NCCL=1).
+r = run(shape + ["--tensor-parallel", "2"])
+check(r.returncode == 1 and "--tensor-parallel 2" in r.stderr and "9 attention heads" in r.stderr
+      and "do not split evenly" in r.stderr, f"9 heads over 2 ranks: exit 1, the plan's words ({r.stderr[-160:]!r})")
+r = run(["--shape", "llama2-7b", "--tensor-parallel", "4"])
+check(r.returncode == 1 and "--tensor-parallel 4 runs on GPUs only" in r.stderr,
+      f"no GPU: exit 1, says GPUs are needed ({r.stderr[-160:]!r})")
+r = subprocess.run([exe, "bench"] + shape + ["--tensor-parallel", "1", "--gen-len", "2", "--prompt-len", "2"],
+                   capture_output=True, text=True, timeout=600, env=dict(os.environ, THINCUDA_TP_NCCL="1"))
+check(r.returncode == 1 and "--tensor-parallel 1 runs on GPUs only" in r.stderr,
+      f"THINCUDA_TP_NCCL=1 takes the NCCL path with one rank ({r.stderr[-160:]!r})")
 r = run(["--shape", "smollm2-1t"])
 check(r.returncode == 2 and "unknown shape 'smollm2-1t'" in r.stderr, "unknown shape: exit 2")
 r = run(["--model", "/nonexistent.gguf"])

@@ -4,7 +4,8 @@
  * decode steps and a batch of both; the shapes cover a GQA model whose KV heads are replicated
  * on several ranks, q/k/v biases, a head size other than dim / heads, tied and untied
  * embeddings, a vocabulary the ranks do not divide and an FP8 KV cache (whose scales each rank
- * sets from its own heads). Also the in-process group itself. */
+ * sets from its own heads). Also the in-process group itself, and the engine over a split
+ * model (tc_engine_model_tp): the whole model's greedy outputs. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -16,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "inference/tp_engine.h"
 #include "model/tp.h"
 
 enum { BS = 8, MAX_BLOCKS = 4, N_BLOCKS = 16 };
@@ -254,6 +256,108 @@ static void sharded_logits_equal_unsharded(void **state)
     }
 }
 
+/* ---------------------------------------------------------------- through the engine */
+
+enum { ENGINE_REQS = 5, ENGINE_GEN = 12 };
+
+typedef struct engine_out {
+    int32_t tok[2][ENGINE_GEN];
+    int n[2];
+    int done;
+} engine_out;
+
+static void on_engine_event(void *user, const tc_engine_event *ev)
+{
+    engine_out *o = user;
+    if (ev->token >= 0 && o->n[ev->index] < ENGINE_GEN)
+        o->tok[ev->index][o->n[ev->index]++] = ev->token;
+    o->done += ev->finish != TC_FINISH_NONE;
+}
+
+/* Greedy outputs of requests whose prompts share a prefix (the prefix cache's blocks), the
+ * first asking for two choices (its last partial block copied). */
+static void engine_outputs(const tc_engine_model *em, int vocab, engine_out *out)
+{
+    tc_engine *e;
+    assert_int_equal(tc_engine_create(em, &(tc_engine_options){ 0 }, &e), TC_OK);
+    int32_t prompts[ENGINE_REQS][20];
+    uint32_t x = 77;
+    for (int i = 0; i < ENGINE_REQS; i++)
+        for (int j = 0; j < 20; j++) {
+            x = x * 1664525u + 1013904223u;
+            /* The first 12 tokens (a block of 8 and half the next) are prompt 0's in all. */
+            prompts[i][j] = i > 0 && j < 12 ? prompts[0][j] : (int32_t)((x >> 8) % (uint32_t)vocab);
+        }
+    memset(out, 0, sizeof *out * ENGINE_REQS);
+    for (int i = 0; i < ENGINE_REQS; i++) {
+        tc_request q = { 0 };
+        q.prompt = prompts[i];
+        q.n_prompt = 20 - i;
+        q.max_tokens = ENGINE_GEN;
+        q.n = i == 0 ? 2 : 1;
+        q.sample = tc_sample_defaults();
+        q.sample.temperature = 0;
+        q.ignore_eos = true;
+        q.callback = on_engine_event;
+        q.user = &out[i];
+        assert_int_equal(tc_engine_submit(e, &q, NULL), TC_OK);
+    }
+    int32_t active = 1;
+    while (active > 0)
+        assert_int_equal(tc_engine_step(e, &active), TC_OK);
+    char msg[256];
+    if (!tc_engine_check(e, msg, sizeof msg))
+        fail_msg("%s", msg);
+    tc_engine_destroy(e);
+}
+
+/* The engine over a model split in 2 and 4 (tc_engine_model_tp) gives the whole model's greedy
+ * outputs, its scheduler, prefix cache and block copies shared by the ranks' caches. */
+static void the_engine_runs_a_sharded_model(void **state)
+{
+    (void)state;
+    shape s = shapes(1);
+    tc_llama_options opts = options(&s);
+    opts.max_context = 64;
+    tc_backend *b;
+    assert_int_equal(tc_backend_create_cpu(1, &b), TC_OK);
+    tc_llama *full;
+    assert_int_equal(tc_llama_random(&s.cfg, 5, b, &opts, &full), TC_OK);
+    tc_kv_cache kv;
+    assert_int_equal(tc_kv_cache_init(&kv, full, 64, BS), TC_OK);
+    tc_engine_model em = tc_engine_model_llama(full, &kv);
+    engine_out want[ENGINE_REQS], got[ENGINE_REQS];
+    engine_outputs(&em, s.cfg.vocab, want);
+    for (int n = 2; n <= 4; n *= 2) {
+        tc_backend *backends[4];
+        for (int r = 0; r < n; r++)
+            assert_int_equal(tc_backend_create_cpu(1, &backends[r]), TC_OK);
+        tc_tp *tp;
+        assert_int_equal(tc_tp_from_model(full, n, backends, NULL, &opts, &tp), TC_OK);
+        tc_tp_kv tkv;
+        assert_int_equal(tc_tp_kv_init(&tkv, tp, 64, BS), TC_OK);
+        tc_engine_model tm = tc_engine_model_tp(tp, &tkv);
+        assert_int_equal(tm.vocab, s.cfg.vocab);
+        assert_int_equal(tm.n_blocks, 64);
+        engine_outputs(&tm, s.cfg.vocab, got);
+        for (int i = 0; i < ENGINE_REQS; i++) {
+            assert_int_equal(got[i].done, i == 0 ? 2 : 1);
+            for (int c = 0; c < (i == 0 ? 2 : 1); c++) {
+                assert_int_equal(got[i].n[c], ENGINE_GEN);
+                assert_memory_equal(got[i].tok[c], want[i].tok[c], sizeof got[i].tok[c]);
+            }
+        }
+        print_message("engine over %d ranks: %d requests' greedy outputs equal\n", n, ENGINE_REQS);
+        tc_tp_kv_deinit(&tkv);
+        tc_tp_destroy(tp);
+        for (int r = 0; r < n; r++)
+            tc_backend_destroy(backends[r]);
+    }
+    tc_kv_cache_deinit(&kv);
+    tc_llama_destroy(full);
+    tc_backend_destroy(b);
+}
+
 /* A split the plan refuses is a clear error; a bad token fails the pass before any rank runs,
  * and the next pass still works. */
 static void refusals_are_clear_and_recoverable(void **state)
@@ -388,6 +492,7 @@ int main(void)
         cmocka_unit_test(abort_releases_the_waiting_ranks),
         cmocka_unit_test(sharded_logits_equal_unsharded),
         cmocka_unit_test(refusals_are_clear_and_recoverable),
+        cmocka_unit_test(the_engine_runs_a_sharded_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
