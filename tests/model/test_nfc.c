@@ -19,11 +19,11 @@ static void text_not_in_nfc_is_composed(void **state)
     static const struct {
         const char *in, *want;
     } cases[] = {
-        { "Zwo\xcc\x88lf", "Zw\xc3\xb6lf" },                         /* o + U+0308 -> o-umlaut */
-        { "\xe1\x84\x92\xe1\x85\xa1\xe1\x86\xab", "\xed\x95\x9c" },   /* Hangul jamo -> U+D55C */
-        { "\xe2\x84\xab", "\xc3\x85" },                               /* Angstrom sign -> A-ring */
-        { "\xef\xa4\x80", "\xe8\xb1\x88" },                           /* U+F900 -> U+8C48 */
-        { "q\xcc\x87\xcc\xa3", "q\xcc\xa3\xcc\x87" },                 /* marks in canonical order */
+        { "Zwo\xcc\x88lf", "Zw\xc3\xb6lf" },                        /* o + U+0308 -> o-umlaut */
+        { "\xe1\x84\x92\xe1\x85\xa1\xe1\x86\xab", "\xed\x95\x9c" }, /* Hangul jamo -> U+D55C */
+        { "\xe2\x84\xab", "\xc3\x85" },                             /* Angstrom sign -> A-ring */
+        { "\xef\xa4\x80", "\xe8\xb1\x88" },                         /* U+F900 -> U+8C48 */
+        { "q\xcc\x87\xcc\xa3", "q\xcc\xa3\xcc\x87" },               /* marks in canonical order */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         uint8_t *out;
