@@ -27,7 +27,8 @@ bool tc_cli_tp_open(tc_cli_tp *t, const char *who, int n, tc_backend *b0, const 
 {
     memset(t, 0, sizeof *t);
     tc__shard_plan plan;
-    if (tc__shard_plan_init(&plan, cfg, n) != TC_OK) {
+    tc__shard_blocks blocks = tc__shard_blocks_of(src, cfg->n_layers);
+    if (tc__shard_plan_init(&plan, cfg, n, &blocks) != TC_OK) {
         fprintf(stderr, "%s: --tensor-parallel %d: %s\n", who, n, tc_last_error());
         return false;
     }

@@ -22,10 +22,10 @@ tc_status tc__map_file(const char *op, const char *path, const char *what, size_
 /* Unmap what tc__map_file mapped (NULL is a no-op). */
 void tc__unmap_file(void *map, size_t bytes);
 
-/* Load rank `rank`'s shard of a model under a sharding plan: its configuration is plan->local
- * and each tensor holds the rank's slice (tc__shard_slice_of), cut from g's tensors, which
- * have the whole model's shapes; with g NULL, random weights of the shard's shapes drawn from
- * seed (for benchmarks: not the slices of tc_llama_random's model). */
+/* Load rank `rank`'s shard of a model under a sharding plan: its configuration is the plan's
+ * rank[rank].local and each tensor holds its slice (tc__shard_slice_of), cut from g's
+ * tensors, which have the whole model's shapes; with g NULL, random weights of the shard's
+ * shapes drawn from seed (for benchmarks: not the slices of tc_llama_random's model). */
 tc_status tc__llama_load_shard(const struct tc_gguf *g, uint64_t seed,
                                const struct tc__shard_plan *plan, int rank, struct tc_backend *b,
                                const struct tc_llama_options *opt, struct tc_llama **out);

@@ -677,7 +677,7 @@ tc_status tc_llama_random(const tc_llama_config *cfg, uint64_t seed, tc_backend 
 tc_status tc__llama_load_shard(const tc_gguf *g, uint64_t seed, const tc__shard_plan *plan,
                                int rank, tc_backend *b, const tc_llama_options *opt, tc_llama **out)
 {
-    return create(g, seed, &plan->local, plan, rank, b, opt, out);
+    return create(g, seed, &plan->rank[rank].local, plan, rank, b, opt, out);
 }
 
 static const struct preset {

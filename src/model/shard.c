@@ -7,16 +7,45 @@
 #include <string.h>
 #include "runtime/error.h"
 
-tc_status tc__shard_plan_init(tc__shard_plan *p, const tc_llama_config *c, int n)
+/* The largest block of the tensors named fmt (one per layer) into *elems and *type. */
+static void largest_block(const tc_gguf *g, int n_layers, const char *fmt, int64_t *elems,
+                          tc_ggml_type *type)
+{
+    for (int l = 0; l < n_layers; l++) {
+        char name[64];
+        snprintf(name, sizeof name, fmt, l);
+        const tc_gguf_tensor *t = tc_gguf_tensor_find(g, name);
+        uint64_t be, bb;
+        if (t && tc_ggml_type_block(t->type, &be, &bb) && (int64_t)be > *elems) {
+            *elems = (int64_t)be;
+            *type = t->type;
+        }
+    }
+}
+
+tc__shard_blocks tc__shard_blocks_of(const tc_gguf *g, int n_layers)
+{
+    tc__shard_blocks b = { 1, 1, TC_GGML_F32, TC_GGML_F32 };
+    if (!g)
+        return b;
+    largest_block(g, n_layers, "blk.%d.attn_output.weight", &b.heads, &b.heads_type);
+    largest_block(g, n_layers, "blk.%d.ffn_down.weight", &b.ffn, &b.ffn_type);
+    return b;
+}
+
+tc_status tc__shard_plan_init(tc__shard_plan *p, const tc_llama_config *c, int n,
+                              const tc__shard_blocks *blocks)
 {
     const char *op = "tc_shard_plan";
     memset(p, 0, sizeof *p);
+    p->blocks = blocks ? *blocks : tc__shard_blocks_of(NULL, 0);
+    const tc__shard_blocks *B = &p->blocks;
     if (n < 1 || n > TC__SHARD_MAX_RANKS)
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
                             "tensor parallelism over %d ranks: 1 to %d are supported", n,
                             TC__SHARD_MAX_RANKS);
     if (c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads || c->head_dim < 1 ||
-        c->ffn_dim < 1 || c->vocab < 1 || c->dim < 1)
+        c->ffn_dim < 1 || c->vocab < 1 || c->dim < 1 || B->heads < 1 || B->ffn < 1)
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
                             "not a Llama configuration (%d heads, %d KV heads, head size %d)",
                             c->n_heads, c->n_kv_heads, c->head_dim);
@@ -25,6 +54,14 @@ tc_status tc__shard_plan_init(tc__shard_plan *p, const tc_llama_config *c, int n
                             "tensor parallelism over %d ranks: the %d attention heads do not "
                             "split evenly among them",
                             n, c->n_heads);
+    int hq = c->n_heads / n, group = c->n_heads / c->n_kv_heads;
+    /* A rank's heads are a block of attn_output's columns, cut out of each of its rows. */
+    if (n > 1 && (int64_t)hq * c->head_dim % B->heads)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                            "tensor parallelism over %d ranks: a rank's %d attention head%s "
+                            "%lld columns of attn_output, not whole %s blocks of %lld",
+                            n, hq, hq == 1 ? " is" : "s are", (long long)hq * c->head_dim,
+                            tc_ggml_type_name(B->heads_type), (long long)B->heads);
     /* A rank holds whole KV heads: its own share when the ranks divide them, else the one head
      * its query heads share (its group of n / n_kv_heads ranks then holds copies of it). */
     if (c->n_kv_heads % n && n % c->n_kv_heads)
@@ -32,16 +69,19 @@ tc_status tc__shard_plan_init(tc__shard_plan *p, const tc_llama_config *c, int n
                             "tensor parallelism over %d ranks: neither they nor the %d KV heads "
                             "divide the other (each rank must hold whole KV heads)",
                             n, c->n_kv_heads);
-    if (c->ffn_dim % n)
+    /* The feed-forward width in whole blocks of ffn_down, the first ranks one block more where
+     * they do not divide evenly; where N-th of the width is whole blocks this is the even split
+     * (floats, and legacy types of 32 at the usual widths). */
+    int64_t F = c->ffn_dim, fb = B->ffn, blocks_total = F / fb;
+    if (F % fb || blocks_total < n)
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
-                            "tensor parallelism over %d ranks: the feed-forward width %d does "
-                            "not split evenly among them",
-                            n, c->ffn_dim);
+                            "tensor parallelism over %d ranks: the feed-forward width %d is not "
+                            "a whole %s block for each of them (blocks of %lld)",
+                            n, c->ffn_dim, tc_ggml_type_name(B->ffn_type), (long long)fb);
     if (c->vocab < n)
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
                             "a vocabulary of %d tokens cannot be split over %d ranks", c->vocab, n);
-    int hq = c->n_heads / n, group = c->n_heads / c->n_kv_heads;
-    int64_t f = c->ffn_dim / n, V = c->vocab;
+    int64_t V = c->vocab, ffn0 = 0;
     p->n_ranks = n;
     p->kv_replicas = n > c->n_kv_heads ? n / c->n_kv_heads : 1;
     p->vocab_rows = (V + n - 1) / n + 1;
@@ -52,23 +92,25 @@ tc_status tc__shard_plan_init(tc__shard_plan *p, const tc_llama_config *c, int n
         /* the KV heads of the first and the last query head, and those between */
         k->kv_head0 = k->q_head0 / group;
         k->n_kv_heads = (k->q_head0 + hq - 1) / group - k->kv_head0 + 1;
-        k->ffn0 = r * f;
-        k->n_ffn = f;
+        k->ffn0 = ffn0;
+        k->n_ffn = (blocks_total / n + (r < blocks_total % n)) * fb;
+        ffn0 += k->n_ffn;
         /* Balanced: the blocks differ by at most one row. */
         k->vocab0 = r * V / n;
         k->n_vocab = (r + 1) * V / n - k->vocab0;
+        tc_llama_config *lc = &k->local;
+        *lc = *c;
+        lc->n_heads = hq;
+        lc->n_kv_heads = k->n_kv_heads;
+        lc->ffn_dim = (int)k->n_ffn;
+        lc->vocab = (int)p->vocab_rows;
+        if (n > 1) {
+            char name[sizeof c->name];
+            snprintf(name, sizeof name, "%s", c->name);
+            snprintf(lc->name, sizeof lc->name, "%.72s (rank %d of %d)", name, r, n);
+        }
     }
     p->cfg = *c;
-    p->local = *c;
-    p->local.n_heads = hq;
-    p->local.n_kv_heads = p->rank[0].n_kv_heads;
-    p->local.ffn_dim = (int)f;
-    p->local.vocab = (int)p->vocab_rows;
-    if (n > 1) {
-        char name[sizeof c->name];
-        snprintf(name, sizeof name, "%s", c->name);
-        snprintf(p->local.name, sizeof p->local.name, "%.80s (1/%d)", name, n);
-    }
     return TC_OK;
 }
 

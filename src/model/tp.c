@@ -25,7 +25,9 @@ static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *
     if (!tp)
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
     tc_status st;
-    TC_CHECK(st, tc__shard_plan_init(&tp->plan, cfg, n));
+    /* The file's quantisation blocks decide where the split may cut (random weights: floats). */
+    tc__shard_blocks blocks = tc__shard_blocks_of(g, cfg->n_layers);
+    TC_CHECK(st, tc__shard_plan_init(&tp->plan, cfg, n, &blocks));
     tc_comm *made[TC__SHARD_MAX_RANKS] = { 0 };
     if (!comms) {
         TC_CHECK(st, tc_comm_create_local(n, made));

@@ -12,7 +12,7 @@ typedef struct tc_tp_kv tc_tp_kv;
 
 /* One rank: its shard, backend and communicator. */
 typedef struct tc_tp_rank {
-    tc_llama *m;         /* the shard: configuration plan.local, scratch of its own */
+    tc_llama *m;         /* the shard: configuration plan.rank[r].local, scratch of its own */
     tc_backend *backend; /* borrowed */
     tc_comm *comm;
     tc_tensor gathered; /* f32 [n_ranks * max_seqs * vocab_rows]: every rank's logits */
@@ -34,8 +34,9 @@ typedef struct tc_tp {
 /* Load the model of configuration cfg from g (whole-model tensors under GGUF names, as
  * tc_llama_load takes) over n_ranks ranks: rank r's shard goes on backends[r], cut from the
  * file as it is placed. comms: one communicator per rank, borrowed; NULL makes an in-process
- * group (tc_comm_create_local: CPU backends). The plan's rules (tc__shard_plan_init) decide
- * which ranks are possible. g must stay open while the result lives. */
+ * group (tc_comm_create_local: CPU backends). The plan's rules (tc__shard_plan_init, with
+ * the quantisation blocks of g's tensors) decide which ranks are possible. g must stay open
+ * while the result lives. */
 tc_status tc_tp_load(const tc_gguf *g, const tc_llama_config *cfg, int n_ranks,
                      tc_backend *const *backends, tc_comm *const *comms,
                      const tc_llama_options *opt, tc_tp **out);

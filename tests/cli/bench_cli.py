@@ -10,8 +10,9 @@ has downloaded it), --json-object and --json-schema run the requests again under
 and print both decode rates and the overhead, as does a named shape with --tokenizer (a
 vocabulary-only GGUF from tests/model/data); a grammar without a tokenizer, two grammars, a
 missing or unsupported schema, --tokenizer without --shape and a grammar exit 2.
---tensor-parallel refuses bad counts (exit 2), heads the ranks do not divide and, without GPUs,
-any sharded run (exit 1).
+--tensor-parallel refuses bad counts (exit 2), heads the ranks do not divide or whose columns of
+a quantised file's wo would cut K-quant blocks and, without GPUs, any sharded run (exit 1), also
+a K-quant file whose feed-forward width the ranks split in whole blocks.
 
 Usage: bench_cli.py THINCUDA_BINARY (run with THINCUDA_LIBCUDA pointing nowhere)
 """
@@ -67,6 +68,20 @@ check(r.returncode == 1 and "--tensor-parallel 2" in r.stderr and "9 attention h
 r = run(["--shape", "llama2-7b", "--tensor-parallel", "4"])
 check(r.returncode == 1 and "--tensor-parallel 4 runs on GPUs only" in r.stderr,
       f"no GPU: exit 1, says GPUs are needed ({r.stderr[-160:]!r})")
+# The plan takes the file's quantisation blocks: tests/gpu/quant_gguf.py's tiny Q4_K_M (4 heads
+# of 64) would put half a q4_k block of wo's columns on each of 2 ranks; tiny-k's (heads of 128,
+# Llama-2-7B's feed-forward width of 43 blocks) splits, 22 + 21 blocks, and needs the GPUs.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu"))
+import quant_gguf  # noqa: E402
+with tempfile.TemporaryDirectory() as tmp:
+    for name, want in (("tiny", "2 attention heads are 128 columns of attn_output, not whole q4_k "
+                                "blocks of 256"),
+                       ("tiny-k", "--tensor-parallel 2 runs on GPUs only")):
+        path = os.path.join(tmp, name + ".gguf")
+        quant_gguf.write(path, name, "Q4_K_M")
+        r = run(["--model", path, "--tensor-parallel", "2"])
+        check(r.returncode == 1 and want in r.stderr,
+              f"{name} Q4_K_M over 2 ranks: exit 1, {want!r} ({r.stderr[-160:]!r})")
 r = subprocess.run([exe, "bench"] + shape + ["--tensor-parallel", "1", "--gen-len", "2", "--prompt-len", "2"],
                    capture_output=True, text=True, timeout=600, env=dict(os.environ, THINCUDA_TP_NCCL="1"))
 check(r.returncode == 1 and "--tensor-parallel 1 runs on GPUs only" in r.stderr,

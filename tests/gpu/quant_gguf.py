@@ -20,6 +20,9 @@ SHAPES = {  # dim, ffn, heads, kv heads, layers, vocab
     "llama3.2-1b": (2048, 8192, 32, 8, 16, 128256),
     "llama2-7b": (4096, 11008, 32, 32, 32, 32000),
     "tiny": (256, 512, 4, 2, 2, 512),  # CI: K-quant rows, seconds on a CPU
+    # CI, tensor parallelism over K-quants: Llama-2-7B's feed-forward width (43 blocks of 256,
+    # split 22 + 21 over 2 ranks) and heads of 128 (whole blocks of wo's columns at N = 2, 4).
+    "tiny-k": (1024, 11008, 8, 2, 2, 512),
 }
 # ggml type: (id, block elements, block bytes, [(f16 offset, multiple of d)]: the scale d
 # itself and fields derived from it (minima set so that a block's mean is near zero), and the

@@ -3,8 +3,9 @@
  * for NCCL) give the unsharded pass's logits, f32, relative error below 1e-5, over prompts,
  * decode steps and a batch of both; the shapes cover a GQA model whose KV heads are replicated
  * on several ranks, q/k/v biases, a head size other than dim / heads, tied and untied
- * embeddings, a vocabulary the ranks do not divide and an FP8 KV cache (whose scales each rank
- * sets from its own heads). Also the in-process group itself, and the engine over a split
+ * embeddings, a vocabulary the ranks do not divide, a feed-forward width they do not divide
+ * (shares that differ by a column) and an FP8 KV cache (whose scales each rank sets from its
+ * own heads). Also the in-process group itself, and the engine over a split
  * model (tc_engine_model_tp): the whole model's greedy outputs. */
 #include <math.h>
 #include <pthread.h>
@@ -29,7 +30,7 @@ typedef struct shape {
     bool kv_fp8; /* an FP8 cache: each rank sets its heads' scales from its own keys */
 } shape;
 
-enum { N_SHAPES = 4 };
+enum { N_SHAPES = 5 };
 
 static tc_llama_config base(int dim, int heads, int kv, int hd, int ffn, int vocab)
 {
@@ -79,10 +80,16 @@ static shape shapes(int i)
         s.cfg.window = 12;
         s.max_ranks = 4;
         break;
-    default: /* the GQA shape over an FP8 KV cache */
+    case 3: /* the GQA shape over an FP8 KV cache */
         s = shapes(1);
         s.name = "gqa 8/2 heads, FP8 KV cache";
         s.kv_fp8 = true;
+        break;
+    default: /* feed-forward shares that differ: 90 columns are 45 + 45, 23 + 23 + 22 + 22 and
+              * 12 + 12 + 11 x 6 (as whole quantisation blocks split, test_tp_files.py) */
+        s.name = "mha 8/8 heads, feed-forward 90 (uneven shares)";
+        s.cfg = base(64, 8, 8, 8, 90, 101);
+        s.max_ranks = 8;
         break;
     }
     return s;
@@ -201,14 +208,20 @@ static float *reference_logits(tc_llama *m)
 static double sharded_error(tc_llama *full, int n, const tc_llama_options *opts, const float *want)
 {
     int V = full->cfg.vocab;
-    tc_backend *backends[8];
+    tc_backend *backends[8] = { 0 };
     for (int r = 0; r < n; r++)
         assert_int_equal(tc_backend_create_cpu(1, &backends[r]), TC_OK);
     tc_tp *tp;
     tc_status st = tc_tp_from_model(full, n, backends, NULL, opts, &tp);
     if (st != TC_OK)
         fail_msg("%d ranks: %s", n, tc_last_error());
-    assert_int_equal(tp->plan.local.n_heads, full->cfg.n_heads / n);
+    int64_t ffn = 0;
+    for (int r = 0; r < n; r++) {
+        assert_int_equal(tp->plan.rank[r].local.n_heads, full->cfg.n_heads / n);
+        assert_int_equal(tp->rank[r].m->cfg.ffn_dim, tp->plan.rank[r].n_ffn);
+        ffn += tp->rank[r].m->cfg.ffn_dim;
+    }
+    assert_int_equal(ffn, full->cfg.ffn_dim);
     tc_tp_kv kv;
     assert_int_equal(tc_tp_kv_init(&kv, tp, N_BLOCKS, BS), TC_OK);
     script sc;

@@ -2,8 +2,10 @@
 quant_gguf.py's tiny shape: 4 heads over 2 KV heads, so that 4 ranks replicate each KV head)
 split over 2 and 4 CPU ranks, each rank cutting its shard out of the file's tensors as it loads
 them (float rows and columns, and the quantised blocks the CPU reads as stored), gives the
-logits of the unsplit model: prompt and decode steps, f32, relative error below 1e-5. A column
-split that would cut through K-quant blocks is one clear error."""
+logits of the unsplit model: prompt and decode steps, f32, relative error below 1e-5. K-quants
+(tiny-k: Llama-2-7B's feed-forward width of 43 blocks of 256, heads of 128) split the width in
+whole blocks, 22 + 21 at N = 2 and 11 + 11 + 11 + 10 at N = 4, with the same logits. A split
+whose heads would cut through K-quant blocks is one clear error."""
 import os
 import subprocess
 import sys
@@ -52,13 +54,37 @@ def test_split_file_gives_the_unsplit_logits(mix, ids, tmp_path):
         assert (got.argmax(1) == want.argmax(1)).all()
 
 
-def test_columns_inside_k_quant_blocks_are_refused(ids, tmp_path):
+@pytest.mark.parametrize("mix", ["Q4_K_M", "Q3_K_M"])
+def test_k_quant_feed_forward_splits_in_whole_blocks(mix, ids, tmp_path):
+    path = str(tmp_path / "k.gguf")
+    Q.write(path, "tiny-k", mix)
+    r1, want = logits(path, ids, str(tmp_path), 1)
+    assert r1.returncode == 0, r1.stderr
+    for ranks in (2, 4):
+        r, got = logits(path, ids, str(tmp_path), ranks)
+        assert r.returncode == 0, r.stderr
+        assert got.shape == want.shape
+        rel = np.abs(got - want).max() / np.abs(want).max()
+        print(f"{mix} tiny-k over {ranks} ranks: relative error {rel:.2e}")
+        assert rel < 1e-5, (ranks, rel)
+        assert (got.argmax(1) == want.argmax(1)).all()
+    # 8 heads: 8 ranks would hold 128 of wo's columns each, half a block; 3 do not divide them
+    r, _ = logits(path, ids, str(tmp_path), 8)
+    assert r.returncode == 1
+    assert "a rank's 1 attention head is 128 columns of attn_output, not whole q4_k blocks" in \
+        r.stderr, r.stderr
+    r, _ = logits(path, ids, str(tmp_path), 3)
+    assert r.returncode == 1
+    assert "the 8 attention heads do not split evenly" in r.stderr, r.stderr
+
+
+def test_heads_inside_k_quant_blocks_are_refused(ids, tmp_path):
     path = str(tmp_path / "k.gguf")
     Q.write(path, "tiny", "Q4_K_M")
     r, _ = logits(path, ids, str(tmp_path), 2)
     assert r.returncode == 1
-    assert "attn_output.weight: columns 0..128 of a rank do not fall on whole q4_k blocks" in r.stderr, \
-        r.stderr
+    assert "tensor parallelism over 2 ranks: a rank's 2 attention heads are 128 columns of " \
+        "attn_output, not whole q4_k blocks of 256" in r.stderr, r.stderr
     r, _ = logits(path, ids, str(tmp_path), 3)
     assert r.returncode == 1
     assert "tensor parallelism over 3 ranks" in r.stderr, r.stderr
