@@ -107,7 +107,7 @@ tc_status tc__shard_plan_init(tc__shard_plan *p, const tc_llama_config *c, int n
         if (n > 1) {
             char name[sizeof c->name];
             snprintf(name, sizeof name, "%s", c->name);
-            snprintf(lc->name, sizeof lc->name, "%.72s (rank %d of %d)", name, r, n);
+            snprintf(lc->name, sizeof lc->name, "%.60s (rank %d of %d)", name, r, n);
         }
     }
     p->cfg = *c;
