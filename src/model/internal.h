@@ -13,6 +13,8 @@ struct tc_llama_options;
 struct tc_llama_batch;
 struct tc_kv_cache;
 struct tc__shard_plan;
+struct tc_comm;
+struct tc_tensor;
 
 /* Map the regular file `path` read-only: *map and *bytes on success. A missing or unreadable
  * file is TC_ERR_IO, one shorter than min_bytes TC_ERR_PARSE ("what" names the kind of file
@@ -31,8 +33,15 @@ tc_status tc__llama_load_shard(const struct tc_gguf *g, uint64_t seed,
                                const struct tc_llama_options *opt, struct tc_llama **out);
 /* Check a batch against the model's scratch and cache as tc_llama_forward does, and upload its
  * index arrays into the model's scratch (ids, pos, slots, q_start, seq_lens, last_rows,
- * q_start2, block_table), for a pass that runs its own layers over them. */
+ * q_start2, block_table), for tc__llama_pass. */
 tc_status tc__llama_prepare(struct tc_llama *m, struct tc_kv_cache *kv,
                             const struct tc_llama_batch *b);
+/* The forward pass of one rank of a tensor-parallel model over a batch tc__llama_prepare
+ * uploaded, eagerly: tc_llama_forward's own layer loop on the rank's heads, feed-forward
+ * columns and vocabulary rows, with comm's sums where a product leaves each rank a part of one
+ * (after the embedding, the attention output and the feed-forward). The rank's logits of each
+ * sequence's last row, [n_seqs, its vocabulary rows] f32, are left in m's scratch (*logits). */
+tc_status tc__llama_pass(struct tc_llama *m, struct tc_kv_cache *kv, const struct tc_llama_batch *b,
+                         struct tc_comm *comm, struct tc_tensor **logits);
 
 #endif /* TC_MODEL_INTERNAL_H */

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include "model/comm.h"
 #include "model/internal.h"
 #include "model/quant.h"
 #include "model/shard.h"
@@ -1028,8 +1029,12 @@ static tc_status upload_batch(tc_llama *m, const tc_llama_batch *b, int64_t S, i
 }
 
 /* The ops of one forward pass over T rows of S sequences whose block table is W wide, on the
- * index arrays already uploaded: nothing here touches the host, so a CUDA graph can hold it. */
-static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, int64_t W)
+ * index arrays already uploaded: nothing here touches the host, so a CUDA graph can hold it.
+ * With comm (a rank of a tensor-parallel model: tc__llama_pass), m holds the rank's shard and
+ * the row-parallel products' parts are summed over the ranks; rank 0's part carries the
+ * residual, the others' overwrite it, so that the sum is the residual plus the product. */
+static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, int64_t W,
+                            tc_comm *comm)
 {
     const tc_llama_config *c = &m->cfg;
     tc_llama_scratch *s = &m->s;
@@ -1096,7 +1101,14 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
     /* An FP8 cache's first pass sets its scales from its own rows (rotated keys, values) before
      * they are stored. */
     bool fp8 = kv->k_scale != NULL, calibrate = fp8 && !kv->scaled;
+    /* A rank's rows of the row-parallel products (its heads' share of o, its columns' of the
+     * feed-forward): the residual add only on rank 0, every rank's parts summed. */
+    bool lead = !comm || comm->rank == 0;
+    const tc_linear_opts *part = lead ? &add : NULL;
+    /* (a rank's embedding rows are its vocabulary's: zero for the other ranks' tokens) */
     TC_CHECK(st, tc_embedding(&x, &m->tok_embd, &ids));
+    if (comm)
+        TC_CHECK(st, tc_comm_all_reduce_sum(comm, &x));
     for (int l = 0; l < c->n_layers; l++) {
         tc_llama_layer *y = &m->layers[l];
         /* the scales for stores (tc_*_ex) and for reads */
@@ -1189,24 +1201,29 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
                                                  &pqs, scale, &kvo));
         }
         if (fused) {
-            TC_CHECK(st, tc_linear(&x, &att, &y->wo, &add));
+            TC_CHECK(st, tc_linear(&x, &att, &y->wo, part));
+            if (comm)
+                TC_CHECK(st, tc_comm_all_reduce_sum(comm, &x));
             if (in_product) {
                 TC_CHECK(st, tc_linear(&gate, &x, &y->w_gu, &normed_swiglu_l));
-                TC_CHECK(st, tc_linear(&x, &gate, &y->w_down, &add));
-                continue;
-            }
-            TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, ffn_norm, c->norm_eps));
-            if (y->w_gu.data) {
-                TC_CHECK(st, tc_linear(&gate, &h, &y->w_gu, &swiglu));
             } else {
-                TC_CHECK(st, tc_matmul(&gate, &h, &y->w_gate));
-                TC_CHECK(st, tc_matmul(&up, &h, &y->w_up));
-                TC_CHECK(st, tc_swiglu(&gate, &gate, &up));
+                TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, ffn_norm, c->norm_eps));
+                if (y->w_gu.data) {
+                    TC_CHECK(st, tc_linear(&gate, &h, &y->w_gu, &swiglu));
+                } else {
+                    TC_CHECK(st, tc_matmul(&gate, &h, &y->w_gate));
+                    TC_CHECK(st, tc_matmul(&up, &h, &y->w_up));
+                    TC_CHECK(st, tc_swiglu(&gate, &gate, &up));
+                }
             }
-            TC_CHECK(st, tc_linear(&x, &gate, &y->w_down, &add));
+            TC_CHECK(st, tc_linear(&x, &gate, &y->w_down, part));
+            if (comm)
+                TC_CHECK(st, tc_comm_all_reduce_sum(comm, &x));
             continue;
         }
         TC_CHECK(st, tc_matmul(&o, &att, &y->wo));
+        if (comm)
+            TC_CHECK(st, tc_comm_all_reduce_sum(comm, &o));
         TC_CHECK(st, tc_rmsnorm(&h, &x, &o, ffn_norm, c->norm_eps));
         if (y->w_gu.data) {
             TC_CHECK(st, tc_matmul(&gu, &h, &y->w_gu));
@@ -1217,6 +1234,8 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             TC_CHECK(st, tc_swiglu(&gate, &gate, &up));
         }
         TC_CHECK(st, tc_matmul(&o, &gate, &y->w_down));
+        if (comm)
+            TC_CHECK(st, tc_comm_all_reduce_sum(comm, &o));
     }
     kv->scaled |= calibrate; /* (before a graph captures the next pass) */
     TC_CHECK(st, tc_rmsnorm(&h, fused ? NULL : &x, fused ? &x : &o, &m->out_norm, c->norm_eps));
@@ -1275,7 +1294,7 @@ static tc_status capture(tc_llama *m, tc_kv_cache *kv, int64_t S, struct tc_llam
 {
     CUstream cs = tc_stream_handle(tc_backend_stream(m->backend));
     TC_TRY(tc_cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-    tc_status st = run_layers(m, kv, S, S, m->s.max_blocks);
+    tc_status st = run_layers(m, kv, S, S, m->s.max_blocks, NULL);
     CUgraph graph = NULL;
     tc_status end = tc_cuStreamEndCapture(cs, &graph);
     if (st == TC_OK)
@@ -1307,7 +1326,7 @@ tc_status tc_llama_forward(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b
     *logits = &s->logits_rows;
     if (!cuda || s->no_graphs || T != S) {
         TC_TRY(upload_batch(m, b, S, b->max_blocks));
-        return run_layers(m, kv, T, S, b->max_blocks);
+        return run_layers(m, kv, T, S, b->max_blocks, NULL);
     }
     /* A decode step: replay the graph of its bucket, capturing it the first time (after one
      * ordinary run, which also warms cuBLAS and sizes the ops' workspace) or when the ops'
@@ -1324,7 +1343,7 @@ tc_status tc_llama_forward(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b
         g->exec = NULL;
     }
     if (!g->exec) {
-        TC_TRY(run_layers(m, kv, padded, padded, s->max_blocks));
+        TC_TRY(run_layers(m, kv, padded, padded, s->max_blocks, NULL));
         /* A capture that fails (an op the driver cannot capture) leaves eager runs. */
         if (capture(m, kv, padded, g) != TC_OK) {
             TC_WARN("decode graphs are off: capture failed: %s", tc_last_error());
@@ -1342,4 +1361,12 @@ tc_status tc__llama_prepare(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *
     if (tc_backend_get_kind(m->backend) == TC_BACKEND_CUDA)
         TC_TRY(tc_context_make_current(tc_backend_context(m->backend)));
     return upload_batch(m, b, b->n_seqs, b->max_blocks);
+}
+
+tc_status tc__llama_pass(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b, tc_comm *comm,
+                         tc_tensor **logits)
+{
+    m->s.logits_rows = rows(&m->s.logits, b->n_seqs);
+    *logits = &m->s.logits_rows;
+    return run_layers(m, kv, b->n_tokens, b->n_seqs, b->max_blocks, comm);
 }

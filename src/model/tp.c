@@ -3,7 +3,6 @@
  * split join the ranks: after the vocabulary-split embedding, after each attention and
  * feed-forward block's row-parallel product (sums), and for the logits (a gather). */
 #include "model/tp.h"
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -235,180 +234,21 @@ static tc_tensor rows(const tc_tensor *t, int64_t n)
     return v;
 }
 
-/* Rank r's layers over the batch whose index arrays are in its scratch: llama.c's pass on the
- * rank's heads and columns (its local configuration), with the all-reduces where a
- * row-parallel product leaves each rank a part of a sum. */
+/* Rank r's pass over the batch whose index arrays are in its scratch (llama.c's, with the
+ * sums), then the logits: each rank's vocabulary rows of them gathered from every rank and put
+ * in place by rank 0 (padding rows dropped). */
 static tc_status rank_layers(tc_tp *tp, int r, tc_kv_cache *kv, const tc_llama_batch *b)
 {
     tc_tp_rank *R = &tp->rank[r];
-    tc_llama *m = R->m;
-    const tc_llama_config *c = &m->cfg;
-    tc_llama_scratch *s = &m->s;
-    tc_comm *comm = R->comm;
-    int64_t T = b->n_tokens, S = b->n_seqs, W = b->max_blocks;
-    bool decode = T == S, lead = r == 0;
-    tc_tensor table;
-    TC_TRY(tc_tensor_wrap(&table, m->backend, TC_DTYPE_I32, TC_SHAPE(S, W), s->block_table.data));
-    tc_tensor x = rows(&s->x, T), h = rows(&s->h, T), q = rows(&s->q, T), k = rows(&s->k, T),
-              v = rows(&s->v, T), att = rows(&s->att, T), o = rows(&s->o, T),
-              gate = rows(&s->gate, T), up = rows(&s->up, T);
-    tc_tensor ids = rows(&s->ids, T), pos = rows(&s->pos, T), slots = rows(&s->slots, T),
-              qs = rows(&s->q_start, S + 1), lens = rows(&s->seq_lens, S),
-              last_rows = rows(&s->last_rows, S);
-    tc_tensor q3, k3, v3, att3, fq3, fk3, fv3, qkv = { 0 }, gu = { 0 }, fg, fu;
+    int64_t S = b->n_seqs;
+    tc_tensor *part;
+    TC_TRY(tc__llama_pass(R->m, kv, b, R->comm, &part));
     tc_status st;
-    TC_CHECK(st, tc_tensor_reshape(&q, TC_SHAPE(T, c->n_heads, c->head_dim), &q3));
-    TC_CHECK(st, tc_tensor_reshape(&k, TC_SHAPE(T, c->n_kv_heads, c->head_dim), &k3));
-    TC_CHECK(st, tc_tensor_reshape(&v, TC_SHAPE(T, c->n_kv_heads, c->head_dim), &v3));
-    TC_CHECK(st, tc_tensor_reshape(&att, TC_SHAPE(T, c->n_heads, c->head_dim), &att3));
-    if (s->qkv.data) {
-        tc_tensor all3;
-        qkv = rows(&s->qkv, T);
-        TC_CHECK(st, tc_tensor_reshape(
-                         &qkv, TC_SHAPE(T, c->n_heads + 2 * c->n_kv_heads, c->head_dim), &all3));
-        TC_CHECK(st, tc_tensor_slice(&all3, 1, 0, c->n_heads, &fq3));
-        TC_CHECK(st, tc_tensor_slice(&all3, 1, c->n_heads, c->n_kv_heads, &fk3));
-        TC_CHECK(st, tc_tensor_slice(&all3, 1, c->n_heads + c->n_kv_heads, c->n_kv_heads, &fv3));
-    }
-    if (s->gu.data) {
-        gu = rows(&s->gu, T);
-        TC_CHECK(st, tc_tensor_slice(&gu, 1, 0, c->ffn_dim, &fg));
-        TC_CHECK(st, tc_tensor_slice(&gu, 1, c->ffn_dim, c->ffn_dim, &fu));
-    }
-    float scale = 1.0f / sqrtf((float)c->head_dim);
-    /* Leading one-token sequences decode; the rest are prompt chunks (as in llama.c). */
-    int64_t D = 0;
-    while (D < S && b->q_start[D + 1] - b->q_start[D] == 1)
-        D++;
-    tc_tensor dq, datt, dtable, dlens, pq, patt, ptable, plens, pqs;
-    if (D > 0 && D < S) {
-        TC_CHECK(st, tc_tensor_slice(&table, 0, 0, D, &dtable));
-        TC_CHECK(st, tc_tensor_slice(&lens, 0, 0, D, &dlens));
-        TC_CHECK(st, tc_tensor_slice(&table, 0, D, S - D, &ptable));
-        TC_CHECK(st, tc_tensor_slice(&lens, 0, D, S - D, &plens));
-        pqs = rows(&s->q_start2, S - D + 1);
-    }
-    /* Few rows: the residual add rides on the all-reduce. Rank 0 adds its part of the
-     * row-parallel product to x and the others write theirs over x, so that the sum over the
-     * ranks is x plus the whole product. More rows: the products go to o, whose sum the next
-     * norm adds to x (llama.c's two paths). */
-    bool fused = T <= TC_MATVEC_MAX_ROWS;
-    const tc_linear_opts add = { .accumulate = true }, swiglu = { .swiglu = true };
-    bool fp8 = kv->k_scale != NULL, calibrate = fp8 && !kv->scaled;
-    /* Each rank's embedding rows are its vocabulary's, zero for the other ranks' tokens. */
-    TC_CHECK(st, tc_embedding(&x, &m->tok_embd, &ids));
-    TC_CHECK(st, tc_comm_all_reduce_sum(comm, &x));
-    for (int l = 0; l < c->n_layers; l++) {
-        tc_llama_layer *y = &m->layers[l];
-        tc_attention_opts kvo = { .k_scale = fp8 ? &kv->k_scale[l] : NULL,
-                                  .v_scale = fp8 ? &kv->v_scale[l] : NULL,
-                                  .fresh_rows = -1,
-                                  .window = c->window };
-        tc_attention_opts dec = kvo;
-        dec.fresh_rows = 1;
-        const tc_tensor *attn_norm = y->norms_folded ? NULL : &y->attn_norm,
-                        *ffn_norm = y->norms_folded ? NULL : &y->ffn_norm;
-        if (fused || l == 0)
-            TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, attn_norm, c->norm_eps));
-        else
-            TC_CHECK(st, tc_rmsnorm(&h, &x, &o, attn_norm, c->norm_eps));
-        /* Column-parallel q, k and v: the rank's heads. */
-        tc_tensor *lq = &q3, *lk = &k3, *lv = &v3;
-        if (y->wqkv.data) {
-            TC_CHECK(st, tc_matmul(&qkv, &h, &y->wqkv));
-            if (c->qkv_bias)
-                TC_CHECK(st, tc_add_bias(&qkv, &y->bqkv));
-            lq = &fq3;
-            lk = &fk3;
-            lv = &fv3;
-        } else {
-            TC_CHECK(st, tc_matmul(&q, &h, &y->wq));
-            TC_CHECK(st, tc_matmul(&k, &h, &y->wk));
-            TC_CHECK(st, tc_matmul(&v, &h, &y->wv));
-            if (c->qkv_bias) {
-                TC_CHECK(st, tc_add_bias(&q, &y->bq));
-                TC_CHECK(st, tc_add_bias(&k, &y->bk));
-                TC_CHECK(st, tc_add_bias(&v, &y->bv));
-            }
-        }
-        if (calibrate) {
-            TC_CHECK(st, tc_rope(lq, lk, &pos, &c->rope));
-            TC_CHECK(st, tc_kv_scales(&kv->k_scale[l], &kv->v_scale[l], lk, lv));
-            TC_CHECK(st, tc_attention_store_ex(&kv->k[l], &kv->v[l], lk, lv, &slots, &kvo));
-        } else {
-            TC_CHECK(st, tc_rope_store_ex(lq, lk, lv, &pos, &c->rope, &kv->k[l], &kv->v[l], &slots,
-                                          &kvo));
-        }
-        if (decode)
-            TC_CHECK(st, tc_attention_decode_ex(&att3, lq, &kv->k[l], &kv->v[l], &table, &lens,
-                                                scale, &dec));
-        else if (D == 0)
-            TC_CHECK(st, tc_attention_prefill_ex(&att3, lq, &kv->k[l], &kv->v[l], &table, &lens,
-                                                 &qs, scale, &kvo));
-        else {
-            TC_CHECK(st, tc_tensor_slice(lq, 0, 0, D, &dq));
-            TC_CHECK(st, tc_tensor_slice(&att3, 0, 0, D, &datt));
-            TC_CHECK(st, tc_tensor_slice(lq, 0, D, T - D, &pq));
-            TC_CHECK(st, tc_tensor_slice(&att3, 0, D, T - D, &patt));
-            TC_CHECK(st, tc_attention_decode_ex(&datt, &dq, &kv->k[l], &kv->v[l], &dtable, &dlens,
-                                                scale, &dec));
-            TC_CHECK(st, tc_attention_prefill_ex(&patt, &pq, &kv->k[l], &kv->v[l], &ptable, &plens,
-                                                 &pqs, scale, &kvo));
-        }
-        /* Row-parallel o: the rank's heads' share of the product, summed over the ranks. */
-        if (fused) {
-            if (lead)
-                TC_CHECK(st, tc_linear(&x, &att, &y->wo, &add));
-            else
-                TC_CHECK(st, tc_matmul(&x, &att, &y->wo));
-            TC_CHECK(st, tc_comm_all_reduce_sum(comm, &x));
-            TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, ffn_norm, c->norm_eps));
-        } else {
-            TC_CHECK(st, tc_matmul(&o, &att, &y->wo));
-            TC_CHECK(st, tc_comm_all_reduce_sum(comm, &o));
-            TC_CHECK(st, tc_rmsnorm(&h, &x, &o, ffn_norm, c->norm_eps));
-        }
-        /* Column-parallel gate and up, row-parallel down: the rank's feed-forward columns. */
-        if (y->w_gu.data && fused) {
-            TC_CHECK(st, tc_linear(&gate, &h, &y->w_gu, &swiglu));
-        } else if (y->w_gu.data) {
-            TC_CHECK(st, tc_matmul(&gu, &h, &y->w_gu));
-            TC_CHECK(st, tc_swiglu(&gate, &fg, &fu));
-        } else {
-            TC_CHECK(st, tc_matmul(&gate, &h, &y->w_gate));
-            TC_CHECK(st, tc_matmul(&up, &h, &y->w_up));
-            TC_CHECK(st, tc_swiglu(&gate, &gate, &up));
-        }
-        if (fused) {
-            if (lead)
-                TC_CHECK(st, tc_linear(&x, &gate, &y->w_down, &add));
-            else
-                TC_CHECK(st, tc_matmul(&x, &gate, &y->w_down));
-            TC_CHECK(st, tc_comm_all_reduce_sum(comm, &x));
-        } else {
-            TC_CHECK(st, tc_matmul(&o, &gate, &y->w_down));
-            TC_CHECK(st, tc_comm_all_reduce_sum(comm, &o));
-        }
-    }
-    kv->scaled |= calibrate;
-    TC_CHECK(st, tc_rmsnorm(&h, fused ? NULL : &x, fused ? &x : &o, &m->out_norm, c->norm_eps));
-    /* The rank's vocabulary rows of each sequence's last row's logits, gathered from every
-     * rank and put in place by rank 0 (padding rows dropped). */
-    tc_tensor lst = rows(&s->last, S), lstf = rows(&s->lastf, S), part = rows(&s->logits, S);
-    if (decode)
-        lst = h;
-    else
-        TC_CHECK(st, tc_embedding(&lst, &h, &last_rows));
-    if (m->act != TC_DTYPE_F32)
-        TC_CHECK(st, tc_convert(&lstf, &lst));
-    else
-        lstf = lst;
-    TC_CHECK(st, tc_matmul(&part, &lstf, &m->lm_head));
     int64_t vr = tp->plan.vocab_rows, n = tp->n_ranks;
     tc_tensor all, all3;
     TC_CHECK(st, tc_tensor_slice(&R->gathered, 0, 0, n * S * vr, &all));
-    TC_CHECK(st, tc_comm_all_gather(comm, &part, &all));
-    if (!lead)
+    TC_CHECK(st, tc_comm_all_gather(R->comm, part, &all));
+    if (r != 0)
         return TC_OK;
     TC_CHECK(st, tc_tensor_reshape(&all, TC_SHAPE(n, S, vr), &all3));
     tc_tensor out = rows(&tp->logits, S);
