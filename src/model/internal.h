@@ -37,10 +37,12 @@ tc_status tc__llama_load_shard(const struct tc_gguf *g, uint64_t seed,
 tc_status tc__llama_prepare(struct tc_llama *m, struct tc_kv_cache *kv,
                             const struct tc_llama_batch *b);
 /* The forward pass of one rank of a tensor-parallel model over a batch tc__llama_prepare
- * uploaded, eagerly: tc_llama_forward's own layer loop on the rank's heads, feed-forward
- * columns and vocabulary rows, with comm's sums where a product leaves each rank a part of one
- * (after the embedding, the attention output and the feed-forward). The rank's logits of each
- * sequence's last row, [n_seqs, its vocabulary rows] f32, are left in m's scratch (*logits). */
+ * uploaded: tc_llama_forward's own layer loop on the rank's heads, feed-forward columns and
+ * vocabulary rows, with comm's sums where a product leaves each rank a part of one (after the
+ * embedding, the attention output and the feed-forward); a decode step on CUDA as the rank's
+ * graph of its bucket, the collectives captured in it, as tc_llama_forward's. The rank's logits of
+ * each sequence's last row, [n_seqs, its vocabulary rows] f32, are left in m's scratch (*logits).
+ */
 tc_status tc__llama_pass(struct tc_llama *m, struct tc_kv_cache *kv, const struct tc_llama_batch *b,
                          struct tc_comm *comm, struct tc_tensor **logits);
 

@@ -1289,12 +1289,14 @@ static void drop_graphs(tc_llama *m)
         }
 }
 
-/* Capture the layers of a decode step of S (padded) sequences as a graph. */
-static tc_status capture(tc_llama *m, tc_kv_cache *kv, int64_t S, struct tc_llama_graph *g)
+/* Capture the layers of a decode step of S (padded) sequences as a graph (a rank's
+ * collectives included). */
+static tc_status capture(tc_llama *m, tc_kv_cache *kv, int64_t S, struct tc_llama_graph *g,
+                         tc_comm *comm)
 {
     CUstream cs = tc_stream_handle(tc_backend_stream(m->backend));
     TC_TRY(tc_cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-    tc_status st = run_layers(m, kv, S, S, m->s.max_blocks, NULL);
+    tc_status st = run_layers(m, kv, S, S, m->s.max_blocks, comm);
     CUgraph graph = NULL;
     tc_status end = tc_cuStreamEndCapture(cs, &graph);
     if (st == TC_OK)
@@ -1313,39 +1315,51 @@ static tc_status capture(tc_llama *m, tc_kv_cache *kv, int64_t S, struct tc_llam
     return TC_OK;
 }
 
-tc_status tc_llama_forward(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b,
-                           tc_tensor **logits)
+/* Check a batch and upload its index arrays; a decode step on CUDA is padded to its bucket,
+ * whose graph will run it (s->staged). */
+static tc_status stage(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b)
 {
     TC_TRY(check_batch(m, kv, b));
     tc_llama_scratch *s = &m->s;
-    int64_t T = b->n_tokens, S = b->n_seqs;
     bool cuda = tc_backend_get_kind(m->backend) == TC_BACKEND_CUDA;
     if (cuda)
         TC_TRY(tc_context_make_current(tc_backend_context(m->backend)));
-    s->logits_rows = rows(&s->logits, S);
-    *logits = &s->logits_rows;
-    if (!cuda || s->no_graphs || T != S) {
-        TC_TRY(upload_batch(m, b, S, b->max_blocks));
-        return run_layers(m, kv, T, S, b->max_blocks, NULL);
-    }
-    /* A decode step: replay the graph of its bucket, capturing it the first time (after one
-     * ordinary run, which also warms cuBLAS and sizes the ops' workspace) or when the ops'
-     * workspace has moved since. */
+    s->staged = -1;
+    if (!cuda || s->no_graphs || b->n_tokens != b->n_seqs)
+        return upload_batch(m, b, b->n_seqs, b->max_blocks);
     int64_t padded;
-    int32_t i = bucket_of(S, &padded);
+    int32_t i = bucket_of(b->n_seqs, &padded);
     if (padded > s->max_seqs)
         padded = s->max_seqs;
     TC_TRY(upload_batch(m, b, padded, s->max_blocks));
-    struct tc_llama_graph *g = &s->graphs[i];
+    s->staged = i;
+    s->staged_rows = padded;
+    return TC_OK;
+}
+
+/* The pass over the staged batch, op by op or as its bucket's graph: captured the first time
+ * (after one ordinary run, which also warms cuBLAS and sizes the ops' workspace) and again
+ * when the ops' workspace or the KV cache has moved since. With comm, every rank of a
+ * tensor-parallel model makes the same choices, so that their collectives pair up. */
+static tc_status run_staged(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b, tc_comm *comm,
+                            tc_tensor **logits)
+{
+    tc_llama_scratch *s = &m->s;
+    s->logits_rows = rows(&s->logits, b->n_seqs);
+    *logits = &s->logits_rows;
+    if (s->staged < 0)
+        return run_layers(m, kv, b->n_tokens, b->n_seqs, b->max_blocks, comm);
+    int64_t padded = s->staged_rows;
+    struct tc_llama_graph *g = &s->graphs[s->staged];
     if (g->exec &&
         (g->generation != tc_backend_workspace_generation(m->backend) || g->kv != kv->arena.data)) {
         tc_cuGraphExecDestroy((CUgraphExec)g->exec);
         g->exec = NULL;
     }
     if (!g->exec) {
-        TC_TRY(run_layers(m, kv, padded, padded, s->max_blocks, NULL));
+        TC_TRY(run_layers(m, kv, padded, padded, s->max_blocks, comm));
         /* A capture that fails (an op the driver cannot capture) leaves eager runs. */
-        if (capture(m, kv, padded, g) != TC_OK) {
+        if (capture(m, kv, padded, g, comm) != TC_OK) {
             TC_WARN("decode graphs are off: capture failed: %s", tc_last_error());
             s->no_graphs = true;
         }
@@ -1355,18 +1369,20 @@ tc_status tc_llama_forward(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b
     return tc_cuGraphLaunch((CUgraphExec)g->exec, tc_stream_handle(tc_backend_stream(m->backend)));
 }
 
+tc_status tc_llama_forward(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b,
+                           tc_tensor **logits)
+{
+    TC_TRY(stage(m, kv, b));
+    return run_staged(m, kv, b, NULL, logits);
+}
+
 tc_status tc__llama_prepare(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b)
 {
-    TC_TRY(check_batch(m, kv, b));
-    if (tc_backend_get_kind(m->backend) == TC_BACKEND_CUDA)
-        TC_TRY(tc_context_make_current(tc_backend_context(m->backend)));
-    return upload_batch(m, b, b->n_seqs, b->max_blocks);
+    return stage(m, kv, b);
 }
 
 tc_status tc__llama_pass(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b, tc_comm *comm,
                          tc_tensor **logits)
 {
-    m->s.logits_rows = rows(&m->s.logits, b->n_seqs);
-    *logits = &m->s.logits_rows;
-    return run_layers(m, kv, b->n_tokens, b->n_seqs, b->max_blocks, comm);
+    return run_staged(m, kv, b, comm, logits);
 }

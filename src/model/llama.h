@@ -85,6 +85,10 @@ typedef struct tc_llama_scratch {
     int32_t n_graphs;
     bool no_graphs;
     uint64_t graph_launches, graph_captures;
+    /* The batch uploaded last: its bucket's graph runs it (a decode step on CUDA, padded to
+     * staged_rows sequences), or -1: op by op. */
+    int32_t staged;
+    int64_t staged_rows;
 } tc_llama_scratch;
 
 typedef struct tc_llama {

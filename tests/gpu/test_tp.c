@@ -1,7 +1,8 @@
 /* Tensor parallelism on one GPU: libnccl loads, a one-rank NCCL communicator's all-reduce and
  * all-gather of random f32, f16 and bf16 data return the data bit for bit, and a small
  * random-weight Llama (f32) run through the sharded pass with one rank over NCCL gives the
- * plain pass's greedy tokens and logits (relative error < 1e-5) step by step, and the same
+ * plain pass's greedy tokens and logits (relative error < 1e-5) step by step, its decode steps
+ * as CUDA graphs with the collectives in them, and the same
  * tokens through the engine (a batch of prompts, tc_engine_model_tp against
  * tc_engine_model_llama).
  *
@@ -188,6 +189,11 @@ static void passes(tc_llama *m, tc_tp *tp)
              "error %.2e (< 1e-5)",
              same, STEPS + 1, worst);
     expect(same == STEPS + 1 && worst < 1e-5, what);
+    const tc_llama_scratch *ts = &tp->rank[0].m->s;
+    snprintf(what, sizeof what,
+             "the sharded decode steps ran as the rank's CUDA graphs: %llu captured, %llu launched",
+             (unsigned long long)ts->graph_captures, (unsigned long long)ts->graph_launches);
+    expect(ts->graph_captures >= 1 && ts->graph_launches >= 1, what);
     free(want);
     free(got);
     tc_tp_kv_deinit(&tkv);
