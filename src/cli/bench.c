@@ -193,7 +193,8 @@ static const char usage[] =
     "usage: thincuda bench (--model PATH | --shape NAME) [options]\n"
     "  --model PATH         a GGUF file or a Hugging Face folder (Llama family)\n"
     "  --shape NAME         random weights of a known shape: smollm2-135m, llama3.2-1b,\n"
-    "                       llama2-7b, qwen2.5-1.5b, mistral-7b (nothing to download)\n"
+    "                       llama2-7b, qwen2.5-1.5b, mistral-7b, llama3.1-70b (nothing to\n"
+    "                       download)\n"
     "  --batch N            sequences at once in latency mode (default 1)\n"
     "  --prompt-len P       prompt tokens (default 128)\n"
     "  --gen-len G          tokens to generate (default 128)\n"
@@ -758,6 +759,21 @@ int tc_cli_bench(int argc, char **argv)
                (unsigned long long)all_steps, (unsigned long long)pre, pre_s,
                (unsigned long long)(all_steps - pre), dec_s,
                all_steps > pre ? dec_s * 1e3 / (double)(all_steps - pre) : 0.0);
+    }
+    if (tp.tp) {
+        /* The collectives' share of a decode step: one sum of the batch's rows after the
+         * embedding and two a layer. */
+        int64_t ar_rows = n < m->s.max_tokens ? n : m->s.max_tokens;
+        double ar = 0;
+        if (tc_tp_time_all_reduce(tp.tp, ar_rows, 200, &ar) == TC_OK) {
+            int calls = 2 * cfg.n_layers + 1;
+            printf("all-reduce       %.1f us each over [%lld, %d] %s, %d a decode step: %.3f ms\n",
+                   ar * 1e6, (long long)ar_rows, cfg.dim, tc_dtype_name(m->act), calls,
+                   ar * calls * 1e3);
+        } else {
+            fprintf(stderr, "thincuda bench: timing the all-reduce: %s\n", tc_last_error());
+            rc = 1;
+        }
     }
     if (constrained && rc == 0)
         compare_constrained(e, &f, cfg.vocab, schema,

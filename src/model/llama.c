@@ -685,17 +685,20 @@ static const struct preset {
     const char *name, *arch;
     int n_layers, dim, n_heads, n_kv_heads, ffn_dim, vocab, max_positions;
     double theta;
-    bool tied, llama3_scaling, qkv_bias;
+    bool tied, qkv_bias;
+    double llama3_factor; /* Llama 3 rope scaling's factor; 0: none */
     int window;
 } presets[] = {
-    { "smollm2-135m", "llama", 30, 576, 9, 3, 1536, 49152, 8192, 100000.0, true, false, false, 0 },
-    { "llama3.2-1b", "llama", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0, true, true, false,
+    { "smollm2-135m", "llama", 30, 576, 9, 3, 1536, 49152, 8192, 100000.0, true, false, 0.0, 0 },
+    { "llama3.2-1b", "llama", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0, true, false, 32.0,
       0 },
-    { "llama2-7b", "llama", 32, 4096, 32, 32, 11008, 32000, 4096, 10000.0, false, false, false, 0 },
-    { "qwen2.5-1.5b", "qwen2", 28, 1536, 12, 2, 8960, 151936, 32768, 1000000.0, true, false, true,
+    { "llama2-7b", "llama", 32, 4096, 32, 32, 11008, 32000, 4096, 10000.0, false, false, 0.0, 0 },
+    { "qwen2.5-1.5b", "qwen2", 28, 1536, 12, 2, 8960, 151936, 32768, 1000000.0, true, true, 0.0,
       0 },
-    { "mistral-7b", "mistral", 32, 4096, 32, 8, 14336, 32000, 32768, 10000.0, false, false, false,
+    { "mistral-7b", "mistral", 32, 4096, 32, 8, 14336, 32000, 32768, 10000.0, false, false, 0.0,
       4096 },
+    { "llama3.1-70b", "llama", 80, 8192, 64, 8, 28672, 128256, 131072, 500000.0, false, false, 8.0,
+      0 },
 };
 
 tc_status tc_llama_config_preset(const char *name, tc_llama_config *c)
@@ -718,9 +721,9 @@ tc_status tc_llama_config_preset(const char *name, tc_llama_config *c)
         c->norm_eps = 1e-5f;
         c->rope.head_dim = c->head_dim;
         c->rope.theta = p->theta;
-        if (p->llama3_scaling) {
+        if (p->llama3_factor > 0) {
             c->rope.scaling = TC_ROPE_LLAMA3;
-            c->rope.factor = 32.0;
+            c->rope.factor = p->llama3_factor;
             c->rope.low_freq_factor = 1.0;
             c->rope.high_freq_factor = 4.0;
             c->rope.original_max_position = 8192.0;
@@ -732,8 +735,49 @@ tc_status tc_llama_config_preset(const char *name, tc_llama_config *c)
     }
     return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_llama_config_preset",
                         "unknown shape '%s' (known: smollm2-135m, llama3.2-1b, llama2-7b, "
-                        "qwen2.5-1.5b, mistral-7b)",
+                        "qwen2.5-1.5b, mistral-7b, llama3.1-70b)",
                         name);
+}
+
+/* Refuse a model whose weights cannot fit where they go, before any is placed: random
+ * weights (from the configuration, a rank's own under a plan) on either backend, a whole file
+ * on CUDA (on the CPU most tensors are read from the mapping). The allocator's own checks
+ * remain for what this does not count. */
+static tc_status check_room(const tc_llama *m, const tc_gguf *g, const tc__shard_plan *plan)
+{
+    bool cpu = tc_backend_get_kind(m->backend) == TC_BACKEND_CPU;
+    const tc_llama_config *c = &m->cfg;
+    uint64_t need, avail;
+    if (!g) {
+        uint64_t d = (uint64_t)c->dim, qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
+                 kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim,
+                 per_layer = d * (2 * qd + 2 * kvd) + 3 * d * (uint64_t)c->ffn_dim + 2 * d,
+                 params = (uint64_t)c->vocab * d * (c->tied_embeddings ? 1 : 2) +
+                          (uint64_t)c->n_layers * per_layer + d;
+        need = tc_dtype_bytes(m->act, (int64_t)params);
+    } else if (!cpu && !plan) {
+        need = tc_llama_weight_bytes(g, false, m->act);
+    } else {
+        return TC_OK;
+    }
+    if (cpu) {
+        if (!tc_host_memory_available(&avail))
+            return TC_OK;
+    } else {
+        size_t free_b = 0, total_b = 0;
+        if (tc_context_mem_info(tc_backend_context(m->backend), &free_b, &total_b) != TC_OK)
+            return TC_OK;
+        tc_pool_stats ps;
+        tc_pool_get_stats(tc_backend_pool(m->backend), &ps);
+        avail = (uint64_t)free_b + (uint64_t)ps.bytes_cached;
+    }
+    if (need <= avail)
+        return TC_OK;
+    return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_llama_load",
+                        "%s: its %.1f GiB of %s weights do not fit in the %.1f GiB of %s memory "
+                        "available",
+                        c->name, (double)need / (1 << 30), tc_dtype_name(m->act),
+                        (double)avail / (1 << 30), cpu ? "host" : tc_backend_name(m->backend));
 }
 
 static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *cfg,
@@ -774,6 +818,7 @@ static tc_status create(const tc_gguf *g, uint64_t seed, const tc_llama_config *
     /* Profiling times each kernel with events around its launch, which a graph replay would
      * bypass: profiled decode steps launch their kernels one by one. */
     s->no_graphs = opt->no_graphs || tc_profile_enabled();
+    TC_CHECK(st, check_room(m, g, plan));
     loader L = { .g = g, .m = m, .opt = opt, .seed = seed, .plan = plan, .rank = rank };
     pthread_t warm;
     bool warming = !cpu && pthread_create(&warm, NULL, prepare_gemm, b) == 0;

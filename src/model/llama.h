@@ -142,7 +142,8 @@ TC_API tc_status tc_llama_load(const tc_gguf *g, const tc_llama_config *cfg, tc_
 TC_API tc_status tc_llama_random(const tc_llama_config *cfg, uint64_t seed, tc_backend *b,
                                  const tc_llama_options *opt, tc_llama **out);
 /* The configuration of a named shape: "smollm2-135m", "llama3.2-1b", "llama2-7b",
- * "qwen2.5-1.5b" (q/k/v biases), "mistral-7b" (v0.1: a 4,096-token window). */
+ * "qwen2.5-1.5b" (q/k/v biases), "mistral-7b" (v0.1: a 4,096-token window), "llama3.1-70b"
+ * (141 GB of bf16 weights: for tensor parallelism). */
 TC_API tc_status tc_llama_config_preset(const char *name, tc_llama_config *cfg);
 /* Bytes the weights of g take once placed on a backend (cpu or not) with activations act. */
 TC_API uint64_t tc_llama_weight_bytes(const tc_gguf *g, bool cpu, tc_dtype act);

@@ -266,14 +266,40 @@ fail:
     return st;
 }
 
+/* What one rank's thread does: its pass (kv, b) or the all-reduce timing (rows, iters). */
 typedef struct job {
     tc_tp *tp;
     int rank;
+    tc_status (*work)(struct job *j);
     tc_kv_cache *kv;
     const tc_llama_batch *b;
+    int64_t rows;
+    int iters;
+    double seconds;
 } job;
 
-/* One rank's pass on its own thread: a failure aborts the communicator so that the other
+static tc_status pass_work(job *j)
+{
+    return rank_layers(j->tp, j->rank, j->kv, j->b);
+}
+
+/* A warm-up sum, then iters sums of the first rows of the rank's residual stream (scratch
+ * between passes), timed from a finished stream to a finished stream. */
+static tc_status all_reduce_work(job *j)
+{
+    tc_tp_rank *R = &j->tp->rank[j->rank];
+    tc_tensor x = rows(&R->m->s.x, j->rows);
+    TC_TRY(tc_comm_all_reduce_sum(R->comm, &x));
+    TC_TRY(tc_backend_synchronize(R->backend));
+    double t0 = tc_host_seconds();
+    for (int i = 0; i < j->iters; i++)
+        TC_TRY(tc_comm_all_reduce_sum(R->comm, &x));
+    TC_TRY(tc_backend_synchronize(R->backend));
+    j->seconds = tc_host_seconds() - t0;
+    return TC_OK;
+}
+
+/* One rank's work on its own thread: a failure aborts the communicator so that the other
  * ranks do not wait for this one in their next collective, and keeps the thread's words. */
 static void *run_rank(void *arg)
 {
@@ -283,13 +309,59 @@ static void *run_rank(void *arg)
     if (tc_backend_get_kind(R->backend) == TC_BACKEND_CUDA)
         st = tc_context_make_current(tc_backend_context(R->backend));
     if (st == TC_OK)
-        st = rank_layers(j->tp, j->rank, j->kv, j->b);
+        st = j->work(j);
     R->st = st;
     if (st != TC_OK) {
         snprintf(R->error, sizeof R->error, "%s", tc_last_error());
         tc_comm_abort(R->comm);
     }
     return NULL;
+}
+
+/* Every rank's job at once (rank 0 on the calling thread); the first rank that failed on its
+ * own, not because another aborted the collectives, names the error. */
+static tc_status run_all(tc_tp *tp, job *jobs, const char *op)
+{
+    int n = tp->n_ranks;
+    pthread_t threads[TC__SHARD_MAX_RANKS];
+    bool started[TC__SHARD_MAX_RANKS] = { false };
+    for (int r = 1; r < n; r++) {
+        started[r] = pthread_create(&threads[r], NULL, run_rank, &jobs[r]) == 0;
+        if (!started[r]) {
+            tp->rank[r].st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no thread for rank %d", r);
+            snprintf(tp->rank[r].error, sizeof tp->rank[r].error, "%s", tc_last_error());
+            tc_comm_abort(tp->rank[r].comm);
+        }
+    }
+    run_rank(&jobs[0]);
+    for (int r = 1; r < n; r++)
+        if (started[r])
+            pthread_join(threads[r], NULL);
+    int bad = -1;
+    for (int r = 0; r < n; r++)
+        if (tp->rank[r].st != TC_OK && (bad < 0 || (tp->rank[bad].st == TC_ERR_CANCELLED &&
+                                                    tp->rank[r].st != TC_ERR_CANCELLED)))
+            bad = r;
+    if (bad >= 0)
+        return tc_set_error(tp->rank[bad].st, op, "rank %d: %s", bad, tp->rank[bad].error);
+    return TC_OK;
+}
+
+tc_status tc_tp_time_all_reduce(tc_tp *tp, int64_t n_rows, int iters, double *seconds)
+{
+    const char *op = "tc_tp_time_all_reduce";
+    *seconds = 0;
+    if (n_rows < 1 || n_rows > tp->rank[0].m->s.max_tokens || iters < 1)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                            "%lld rows (1 to %lld fit), %d iterations (at least 1)",
+                            (long long)n_rows, (long long)tp->rank[0].m->s.max_tokens, iters);
+    job jobs[TC__SHARD_MAX_RANKS];
+    for (int r = 0; r < tp->n_ranks; r++)
+        jobs[r] =
+            (job){ .tp = tp, .rank = r, .work = all_reduce_work, .rows = n_rows, .iters = iters };
+    TC_TRY(run_all(tp, jobs, op));
+    *seconds = jobs[0].seconds / iters;
+    return TC_OK;
 }
 
 tc_status tc_tp_forward(tc_tp *tp, tc_tp_kv *kv, const tc_llama_batch *b, tc_tensor **logits)
@@ -318,30 +390,9 @@ tc_status tc_tp_forward(tc_tp *tp, tc_tp_kv *kv, const tc_llama_batch *b, tc_ten
         TC_TRY(tc__llama_prepare(R->m, &kv->rank[r], &lb[r]));
     }
     job jobs[TC__SHARD_MAX_RANKS];
-    pthread_t threads[TC__SHARD_MAX_RANKS];
-    bool started[TC__SHARD_MAX_RANKS] = { false };
     for (int r = 0; r < n; r++)
-        jobs[r] = (job){ tp, r, &kv->rank[r], &lb[r] };
-    for (int r = 1; r < n; r++) {
-        started[r] = pthread_create(&threads[r], NULL, run_rank, &jobs[r]) == 0;
-        if (!started[r]) {
-            tp->rank[r].st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no thread for rank %d", r);
-            snprintf(tp->rank[r].error, sizeof tp->rank[r].error, "%s", tc_last_error());
-            tc_comm_abort(tp->rank[r].comm);
-        }
-    }
-    run_rank(&jobs[0]);
-    for (int r = 1; r < n; r++)
-        if (started[r])
-            pthread_join(threads[r], NULL);
-    /* The first rank that failed on its own, not because another aborted the collectives. */
-    int bad = -1;
-    for (int r = 0; r < n; r++)
-        if (tp->rank[r].st != TC_OK && (bad < 0 || (tp->rank[bad].st == TC_ERR_CANCELLED &&
-                                                    tp->rank[r].st != TC_ERR_CANCELLED)))
-            bad = r;
-    if (bad >= 0)
-        return tc_set_error(tp->rank[bad].st, op, "rank %d: %s", bad, tp->rank[bad].error);
+        jobs[r] = (job){ .tp = tp, .rank = r, .work = pass_work, .kv = &kv->rank[r], .b = &lb[r] };
+    TC_TRY(run_all(tp, jobs, op));
     tp->logits_rows = rows(&tp->logits, b->n_seqs);
     *logits = &tp->logits_rows;
     return TC_OK;

@@ -74,4 +74,10 @@ void tc_tp_kv_deinit(tc_tp_kv *kv);
  * the in-process group stays aborted then, so later passes fail. */
 tc_status tc_tp_forward(tc_tp *tp, tc_tp_kv *kv, const tc_llama_batch *batch, tc_tensor **logits);
 
+/* The time of one all-reduce of n_rows rows of the residual stream (a decode step of n_rows
+ * sequences makes 2 per layer and one after the embedding), every rank summing iters times
+ * after a warm-up: *seconds per call, from rank 0's finished stream to its finished stream.
+ * Overwrites the ranks' scratch: call it between passes. */
+tc_status tc_tp_time_all_reduce(tc_tp *tp, int64_t n_rows, int iters, double *seconds);
+
 #endif /* TC_TP_H */

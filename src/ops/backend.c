@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <unistd.h>
 #include "ops/internal.h"
+#include "runtime/host.h"
 
 static void *worker_main(void *arg)
 {
@@ -251,6 +252,15 @@ tc_status tc_backend_alloc(tc_backend *b, size_t bytes, void **out)
         return TC_OK;
     /* 64-byte alignment keeps rows on cache lines and suits any vector width. */
     size_t rounded = (bytes + 63) & ~(size_t)63;
+    /* Linux grants more than it has and kills the process when the pages are touched: a large
+     * block must fit in what is available now, less a margin for everything else. */
+    uint64_t avail;
+    const uint64_t large = (uint64_t)64 << 20, margin = (uint64_t)256 << 20;
+    if (rounded >= large && tc_host_memory_available(&avail) && rounded + margin > avail)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_backend_alloc",
+                            "no host memory for %.2f GiB: %.2f GiB available (less 0.25 kept "
+                            "free)",
+                            (double)rounded / (1 << 30), (double)avail / (1 << 30));
     void *p = aligned_alloc(64, rounded);
     if (!p)
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_backend_alloc",

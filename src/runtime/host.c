@@ -2,6 +2,7 @@
 #include "runtime/host.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <string.h>
@@ -63,4 +64,41 @@ double tc_host_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The first unsigned number in file `path`, or false ("max" and missing files are false). */
+static bool read_number(const char *path, const char *key, uint64_t *v)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[256];
+    bool found = false;
+    size_t klen = key ? strlen(key) : 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        if (key && strncmp(line, key, klen) != 0)
+            continue;
+        unsigned long long n;
+        found = sscanf(line + klen, " %llu", &n) == 1;
+        if (found)
+            *v = (uint64_t)n;
+    }
+    fclose(f);
+    return found;
+}
+
+bool tc_host_memory_available(uint64_t *bytes)
+{
+    uint64_t kib, limit, used;
+    bool known = read_number("/proc/meminfo", "MemAvailable:", &kib);
+    if (known)
+        *bytes = kib * 1024;
+    if (read_number("/sys/fs/cgroup/memory.max", NULL, &limit) &&
+        read_number("/sys/fs/cgroup/memory.current", NULL, &used)) {
+        uint64_t left = limit > used ? limit - used : 0;
+        if (!known || left < *bytes)
+            *bytes = left;
+        known = true;
+    }
+    return known;
 }

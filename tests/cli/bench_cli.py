@@ -88,6 +88,11 @@ check(r.returncode == 1 and "--tensor-parallel 1 runs on GPUs only" in r.stderr,
       f"THINCUDA_TP_NCCL=1 takes the NCCL path with one rank ({r.stderr[-160:]!r})")
 r = run(["--shape", "smollm2-1t"])
 check(r.returncode == 2 and "unknown shape 'smollm2-1t'" in r.stderr, "unknown shape: exit 2")
+# A shape past the host's memory is refused whole, with the sizes, before anything is filled
+# (Linux grants the memory and would kill the process when the pages are touched).
+r = run(["--shape", "llama3.1-70b", "--gen-len", "2", "--prompt-len", "2"])
+check(r.returncode == 1 and re.search(r"its [0-9.]+ GiB of f32 weights do not fit in the [0-9.]+ GiB", r.stderr),
+      f"a 70B shape on the CPU: exit 1, says it does not fit ({r.stderr[-200:]!r})")
 r = run(["--model", "/nonexistent.gguf"])
 check(r.returncode == 1 and "cannot open /nonexistent.gguf" in r.stderr, "missing model file: exit 1")
 r = run(shape + ["--device", "cuda"])

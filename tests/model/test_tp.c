@@ -403,6 +403,16 @@ static void refusals_are_clear_and_recoverable(void **state)
     assert_int_equal(tc_tp_forward(tp, &kv, &bb.b, &logits), TC_ERR_INVALID_ARGUMENT);
     bb.lens[0] = 11;
     assert_int_equal(tc_tp_forward(tp, &kv, &bb.b, &logits), TC_OK);
+    /* The all-reduce timing: a time for rows that fit, a clear refusal for rows that do not;
+     * the next pass runs as before. */
+    double sec = -1;
+    assert_int_equal(tc_tp_time_all_reduce(tp, 4, 3, &sec), TC_OK);
+    assert_true(sec > 0 && sec < 10);
+    assert_int_equal(tc_tp_time_all_reduce(tp, tp->rank[0].m->s.max_tokens + 1, 3, &sec),
+                     TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "rows"));
+    assert_int_equal(tc_tp_time_all_reduce(tp, 4, 0, &sec), TC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tc_tp_forward(tp, &kv, &bb.b, &logits), TC_OK);
     tc_tp_kv_deinit(&kv);
     tc_tp_destroy(tp);
     tc_llama_destroy(full);
