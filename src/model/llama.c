@@ -421,7 +421,7 @@ static tc_status alloc_scratch(tc_llama *m)
     TC_TRY(tc_tensor_init(&s->up, b, m->act, TC_SHAPE(T, c->ffn_dim)));
     bool fused_qkv = false, fused_gu = false;
     for (int l = 0; l < c->n_layers; l++) {
-        fused_qkv |= m->layers[l].wqkv.data != NULL;
+        fused_qkv |= m->layers[l].wqkv.data != NULL || m->layers[l].wqk.data != NULL;
         fused_gu |= m->layers[l].w_gu.data != NULL;
     }
     if (fused_qkv)
@@ -603,6 +603,9 @@ static tc_status load(loader *L)
         L->n_fused = 0;
         TC_TRY(fuse(L, 3, (const char *const[]){ nq, nk, nv }, (const int64_t[]){ qd, kvd, kvd },
                     c->dim, &y->wqkv, (tc_tensor *const[]){ &y->wq, &y->wk, &y->wv }));
+        if (!y->wqkv.data && !c->qkv_bias)
+            TC_TRY(fuse(L, 2, (const char *const[]){ nq, nk }, (const int64_t[]){ qd, kvd }, c->dim,
+                        &y->wqk, (tc_tensor *const[]){ &y->wq, &y->wk }));
         TC_TRY(fuse(L, 2, (const char *const[]){ ng, nu },
                     (const int64_t[]){ c->ffn_dim, c->ffn_dim }, c->dim, &y->w_gu,
                     (tc_tensor *const[]){ &y->w_gate, &y->w_up }));
@@ -842,9 +845,10 @@ void tc_llama_destroy(tc_llama *m)
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layers; l++) {
             tc_llama_layer *y = &m->layers[l];
-            tc_tensor *ts[] = { &y->attn_norm, &y->wq,     &y->wk,   &y->wv,     &y->wo,
-                                &y->ffn_norm,  &y->w_gate, &y->w_up, &y->w_down, &y->wqkv,
-                                &y->w_gu,      &y->bqkv,   &y->bq,   &y->bk,     &y->bv };
+            tc_tensor *ts[] = { &y->attn_norm, &y->wq,       &y->wk,     &y->wv,
+                                &y->wo,        &y->ffn_norm, &y->w_gate, &y->w_up,
+                                &y->w_down,    &y->wqkv,     &y->w_gu,   &y->bqkv,
+                                &y->bq,        &y->bk,       &y->bv,     &y->wqk };
             for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
                 tc_tensor_deinit(ts[i]);
         }
@@ -1092,7 +1096,8 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
     tc_tensor ids = rows(&s->ids, T), pos = rows(&s->pos, T), slots = rows(&s->slots, T),
               qs = rows(&s->q_start, S + 1), lens = rows(&s->seq_lens, S),
               last_rows = rows(&s->last_rows, S);
-    tc_tensor q3, k3, v3, att3, fq3, fk3, fv3, qkv = { 0 }, gu = { 0 }, fg, fu;
+    tc_tensor q3, k3, v3, att3, fq3, fk3, fv3, gq3, gk3, qkv = { 0 }, qk = { 0 }, gu = { 0 }, fg,
+                                                         fu;
     tc_status st;
     TC_CHECK(st, tc_tensor_reshape(&q, TC_SHAPE(T, c->n_heads, c->head_dim), &q3));
     TC_CHECK(st, tc_tensor_reshape(&k, TC_SHAPE(T, c->n_kv_heads, c->head_dim), &k3));
@@ -1107,6 +1112,14 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         TC_CHECK(st, tc_tensor_slice(&all3, 1, 0, c->n_heads, &fq3));
         TC_CHECK(st, tc_tensor_slice(&all3, 1, c->n_heads, c->n_kv_heads, &fk3));
         TC_CHECK(st, tc_tensor_slice(&all3, 1, c->n_heads + c->n_kv_heads, c->n_kv_heads, &fv3));
+        /* The same buffer's start as q and k's fused product, [T, n_heads + n_kv_heads]. */
+        TC_CHECK(st, tc_tensor_wrap(&qk, m->backend, m->act,
+                                    TC_SHAPE(T, (c->n_heads + c->n_kv_heads) * c->head_dim),
+                                    s->qkv.data));
+        TC_CHECK(st, tc_tensor_reshape(&qk, TC_SHAPE(T, c->n_heads + c->n_kv_heads, c->head_dim),
+                                       &all3));
+        TC_CHECK(st, tc_tensor_slice(&all3, 1, 0, c->n_heads, &gq3));
+        TC_CHECK(st, tc_tensor_slice(&all3, 1, c->n_heads, c->n_kv_heads, &gk3));
     }
     if (s->gu.data) {
         gu = rows(&s->gu, T);
@@ -1205,16 +1218,26 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             lk = &fk3;
             lv = &fv3;
         } else {
-            /* (q, k and v of different types: in a decode step each product normalises x) */
-            if (in_product) {
+            /* (q, k and v of different types: in a decode step each product normalises x; q
+             * and k in one where they share a type) */
+            if (y->wqk.data) {
+                if (in_product)
+                    TC_CHECK(st, tc_linear(&qk, &x, &y->wqk, &normed_l));
+                else
+                    TC_CHECK(st, tc_matmul(&qk, &h, &y->wqk));
+                lq = &gq3;
+                lk = &gk3;
+            } else if (in_product) {
                 TC_CHECK(st, tc_linear(&q, &x, &y->wq, &normed_l));
                 TC_CHECK(st, tc_linear(&k, &x, &y->wk, &normed_l));
-                TC_CHECK(st, tc_linear(&v, &x, &y->wv, &normed_l));
             } else {
                 TC_CHECK(st, tc_matmul(&q, &h, &y->wq));
                 TC_CHECK(st, tc_matmul(&k, &h, &y->wk));
-                TC_CHECK(st, tc_matmul(&v, &h, &y->wv));
             }
+            if (in_product)
+                TC_CHECK(st, tc_linear(&v, &x, &y->wv, &normed_l));
+            else
+                TC_CHECK(st, tc_matmul(&v, &h, &y->wv));
             if (c->qkv_bias) {
                 TC_CHECK(st, tc_add_bias(&q, &y->bq));
                 TC_CHECK(st, tc_add_bias(&k, &y->bk));

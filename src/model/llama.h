@@ -43,6 +43,9 @@ typedef struct tc_llama_layer {
      * w_gate, w_up of another, so that each pair of products is one (unset otherwise). */
     tc_tensor wqkv; /* [(n_heads + 2 n_kv_heads) * head_dim, dim] */
     tc_tensor w_gu; /* [2 ffn_dim, dim] */
+    /* Where wv's dtype differs from the others' (Q4_K_M's Q6_K layers) and there are no
+     * biases: wq and wk as row blocks of this one. */
+    tc_tensor wqk; /* [(n_heads + n_kv_heads) * head_dim, dim] */
     /* wqkv's columns hold attn_norm's weight and w_gu's ffn_norm's (tc_scale_columns), so a
      * decode step normalises inside those products (tc_linear_opts.rms_norm) and longer
      * passes norm without a weight. */
