@@ -61,6 +61,14 @@ static const uint16_t sizes_tc_k_attn_decode64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8,
 static const char *const names_tc_k_attn_decode64_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
 static const uint16_t sizes_tc_k_attn_decode128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
 static const char *const names_tc_k_attn_decode128_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
+static const uint16_t sizes_tc_k_attn_decode80_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode80_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
+static const uint16_t sizes_tc_k_attn_decode96_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode96_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
+static const uint16_t sizes_tc_k_attn_decode112_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode112_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
+static const uint16_t sizes_tc_k_attn_decode256_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4};
+static const char *const names_tc_k_attn_decode256_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window"};
 static const uint16_t sizes_tc_k_attn_decode_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
 static const char *const names_tc_k_attn_decode_bf16[] = {"out", "partials", "counters", "q", "k_cache", "v_cache", "block_table", "seq_lens", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "chunk", "scale", "stages", "fresh", "window", "k_scale", "v_scale", "fp8", "head_dim"};
 static const uint16_t sizes_tc_k_attn_decode64_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 4, 4, 4, 4, 4, 8, 8};
@@ -81,6 +89,14 @@ static const uint16_t sizes_tc_k_attn_prefill64_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4
 static const char *const names_tc_k_attn_prefill64_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
 static const uint16_t sizes_tc_k_attn_prefill128_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
 static const char *const names_tc_k_attn_prefill128_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
+static const uint16_t sizes_tc_k_attn_prefill80_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_prefill80_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
+static const uint16_t sizes_tc_k_attn_prefill96_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_prefill96_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
+static const uint16_t sizes_tc_k_attn_prefill112_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_prefill112_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
+static const uint16_t sizes_tc_k_attn_prefill256_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4};
+static const char *const names_tc_k_attn_prefill256_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window"};
 static const uint16_t sizes_tc_k_attn_prefill_bf16[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8, 4, 4};
 static const char *const names_tc_k_attn_prefill_bf16[] = {"out", "q", "k_cache", "v_cache", "block_table", "seq_lens", "q_start", "n_seqs", "n_heads", "n_kv_heads", "block_size", "max_blocks", "q_stride", "out_stride", "scale", "window", "k_scale", "v_scale", "fp8", "head_dim"};
 static const uint16_t sizes_tc_k_attn_prefill64_f16_f8[] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 4, 8, 8};
@@ -297,25 +313,33 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_attn_store_f16_f8", "kernels/attention.cu", 111, 11, sizes_tc_k_attn_store_f16_f8, names_tc_k_attn_store_f16_f8},
     {"tc_k_attn_store_bf16_f8", "kernels/attention.cu", 124, 11, sizes_tc_k_attn_store_bf16_f8, names_tc_k_attn_store_bf16_f8},
     {"tc_k_attn_scales_f32", "kernels/attention.cu", 137, 9, sizes_tc_k_attn_scales_f32, names_tc_k_attn_scales_f32},
-    {"tc_k_attn_decode64_f16", "kernels/attention_decode.cu", 716, 19, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
-    {"tc_k_attn_decode128_f16", "kernels/attention_decode.cu", 731, 19, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
-    {"tc_k_attn_decode64_bf16", "kernels/attention_decode.cu", 746, 19, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
-    {"tc_k_attn_decode128_bf16", "kernels/attention_decode.cu", 761, 19, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
-    {"tc_k_attn_decode_bf16", "kernels/attention_decode.cu", 775, 23, sizes_tc_k_attn_decode_bf16, names_tc_k_attn_decode_bf16},
-    {"tc_k_attn_decode64_f16_f8", "kernels/attention_decode.cu", 792, 21, sizes_tc_k_attn_decode64_f16_f8, names_tc_k_attn_decode64_f16_f8},
-    {"tc_k_attn_decode128_f16_f8", "kernels/attention_decode.cu", 803, 21, sizes_tc_k_attn_decode128_f16_f8, names_tc_k_attn_decode128_f16_f8},
-    {"tc_k_attn_decode64_bf16_f8", "kernels/attention_decode.cu", 814, 21, sizes_tc_k_attn_decode64_bf16_f8, names_tc_k_attn_decode64_bf16_f8},
-    {"tc_k_attn_decode128_bf16_f8", "kernels/attention_decode.cu", 825, 21, sizes_tc_k_attn_decode128_bf16_f8, names_tc_k_attn_decode128_bf16_f8},
-    {"tc_k_attn_prefill_f32", "kernels/attention_prefill.cu", 559, 17, sizes_tc_k_attn_prefill_f32, names_tc_k_attn_prefill_f32},
-    {"tc_k_attn_prefill64_f16", "kernels/attention_prefill.cu", 569, 16, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
-    {"tc_k_attn_prefill128_f16", "kernels/attention_prefill.cu", 579, 16, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
-    {"tc_k_attn_prefill64_bf16", "kernels/attention_prefill.cu", 589, 16, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
-    {"tc_k_attn_prefill128_bf16", "kernels/attention_prefill.cu", 599, 16, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
-    {"tc_k_attn_prefill_bf16", "kernels/attention_prefill.cu", 613, 20, sizes_tc_k_attn_prefill_bf16, names_tc_k_attn_prefill_bf16},
-    {"tc_k_attn_prefill64_f16_f8", "kernels/attention_prefill.cu", 629, 18, sizes_tc_k_attn_prefill64_f16_f8, names_tc_k_attn_prefill64_f16_f8},
-    {"tc_k_attn_prefill128_f16_f8", "kernels/attention_prefill.cu", 641, 18, sizes_tc_k_attn_prefill128_f16_f8, names_tc_k_attn_prefill128_f16_f8},
-    {"tc_k_attn_prefill64_bf16_f8", "kernels/attention_prefill.cu", 653, 18, sizes_tc_k_attn_prefill64_bf16_f8, names_tc_k_attn_prefill64_bf16_f8},
-    {"tc_k_attn_prefill128_bf16_f8", "kernels/attention_prefill.cu", 665, 18, sizes_tc_k_attn_prefill128_bf16_f8, names_tc_k_attn_prefill128_bf16_f8},
+    {"tc_k_attn_decode64_f16", "kernels/attention_decode.cu", 727, 19, sizes_tc_k_attn_decode64_f16, names_tc_k_attn_decode64_f16},
+    {"tc_k_attn_decode128_f16", "kernels/attention_decode.cu", 742, 19, sizes_tc_k_attn_decode128_f16, names_tc_k_attn_decode128_f16},
+    {"tc_k_attn_decode64_bf16", "kernels/attention_decode.cu", 757, 19, sizes_tc_k_attn_decode64_bf16, names_tc_k_attn_decode64_bf16},
+    {"tc_k_attn_decode128_bf16", "kernels/attention_decode.cu", 772, 19, sizes_tc_k_attn_decode128_bf16, names_tc_k_attn_decode128_bf16},
+    {"tc_k_attn_decode80_bf16", "kernels/attention_decode.cu", 782, 19, sizes_tc_k_attn_decode80_bf16, names_tc_k_attn_decode80_bf16},
+    {"tc_k_attn_decode96_bf16", "kernels/attention_decode.cu", 792, 19, sizes_tc_k_attn_decode96_bf16, names_tc_k_attn_decode96_bf16},
+    {"tc_k_attn_decode112_bf16", "kernels/attention_decode.cu", 802, 19, sizes_tc_k_attn_decode112_bf16, names_tc_k_attn_decode112_bf16},
+    {"tc_k_attn_decode256_bf16", "kernels/attention_decode.cu", 812, 19, sizes_tc_k_attn_decode256_bf16, names_tc_k_attn_decode256_bf16},
+    {"tc_k_attn_decode_bf16", "kernels/attention_decode.cu", 826, 23, sizes_tc_k_attn_decode_bf16, names_tc_k_attn_decode_bf16},
+    {"tc_k_attn_decode64_f16_f8", "kernels/attention_decode.cu", 843, 21, sizes_tc_k_attn_decode64_f16_f8, names_tc_k_attn_decode64_f16_f8},
+    {"tc_k_attn_decode128_f16_f8", "kernels/attention_decode.cu", 854, 21, sizes_tc_k_attn_decode128_f16_f8, names_tc_k_attn_decode128_f16_f8},
+    {"tc_k_attn_decode64_bf16_f8", "kernels/attention_decode.cu", 865, 21, sizes_tc_k_attn_decode64_bf16_f8, names_tc_k_attn_decode64_bf16_f8},
+    {"tc_k_attn_decode128_bf16_f8", "kernels/attention_decode.cu", 876, 21, sizes_tc_k_attn_decode128_bf16_f8, names_tc_k_attn_decode128_bf16_f8},
+    {"tc_k_attn_prefill_f32", "kernels/attention_prefill.cu", 566, 17, sizes_tc_k_attn_prefill_f32, names_tc_k_attn_prefill_f32},
+    {"tc_k_attn_prefill64_f16", "kernels/attention_prefill.cu", 576, 16, sizes_tc_k_attn_prefill64_f16, names_tc_k_attn_prefill64_f16},
+    {"tc_k_attn_prefill128_f16", "kernels/attention_prefill.cu", 586, 16, sizes_tc_k_attn_prefill128_f16, names_tc_k_attn_prefill128_f16},
+    {"tc_k_attn_prefill64_bf16", "kernels/attention_prefill.cu", 596, 16, sizes_tc_k_attn_prefill64_bf16, names_tc_k_attn_prefill64_bf16},
+    {"tc_k_attn_prefill128_bf16", "kernels/attention_prefill.cu", 606, 16, sizes_tc_k_attn_prefill128_bf16, names_tc_k_attn_prefill128_bf16},
+    {"tc_k_attn_prefill80_bf16", "kernels/attention_prefill.cu", 617, 16, sizes_tc_k_attn_prefill80_bf16, names_tc_k_attn_prefill80_bf16},
+    {"tc_k_attn_prefill96_bf16", "kernels/attention_prefill.cu", 628, 16, sizes_tc_k_attn_prefill96_bf16, names_tc_k_attn_prefill96_bf16},
+    {"tc_k_attn_prefill112_bf16", "kernels/attention_prefill.cu", 639, 16, sizes_tc_k_attn_prefill112_bf16, names_tc_k_attn_prefill112_bf16},
+    {"tc_k_attn_prefill256_bf16", "kernels/attention_prefill.cu", 650, 16, sizes_tc_k_attn_prefill256_bf16, names_tc_k_attn_prefill256_bf16},
+    {"tc_k_attn_prefill_bf16", "kernels/attention_prefill.cu", 664, 20, sizes_tc_k_attn_prefill_bf16, names_tc_k_attn_prefill_bf16},
+    {"tc_k_attn_prefill64_f16_f8", "kernels/attention_prefill.cu", 680, 18, sizes_tc_k_attn_prefill64_f16_f8, names_tc_k_attn_prefill64_f16_f8},
+    {"tc_k_attn_prefill128_f16_f8", "kernels/attention_prefill.cu", 692, 18, sizes_tc_k_attn_prefill128_f16_f8, names_tc_k_attn_prefill128_f16_f8},
+    {"tc_k_attn_prefill64_bf16_f8", "kernels/attention_prefill.cu", 704, 18, sizes_tc_k_attn_prefill64_bf16_f8, names_tc_k_attn_prefill64_bf16_f8},
+    {"tc_k_attn_prefill128_bf16_f8", "kernels/attention_prefill.cu", 716, 18, sizes_tc_k_attn_prefill128_bf16_f8, names_tc_k_attn_prefill128_bf16_f8},
     {"tc_k_convert", "kernels/convert.cu", 7, 8, sizes_tc_k_convert, names_tc_k_convert},
     {"tc_k_scale_cols", "kernels/convert.cu", 23, 6, sizes_tc_k_scale_cols, names_tc_k_scale_cols},
     {"tc_k_copy_u8", "kernels/copy.cu", 32, 3, sizes_tc_k_copy_u8, names_tc_k_copy_u8},

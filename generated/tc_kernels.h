@@ -58,118 +58,126 @@ typedef enum tc_kernel_id {
     TC_KERNEL_ATTN_DECODE128_F16 = 13,
     TC_KERNEL_ATTN_DECODE64_BF16 = 14,
     TC_KERNEL_ATTN_DECODE128_BF16 = 15,
-    TC_KERNEL_ATTN_DECODE_BF16 = 16,
-    TC_KERNEL_ATTN_DECODE64_F16_F8 = 17,
-    TC_KERNEL_ATTN_DECODE128_F16_F8 = 18,
-    TC_KERNEL_ATTN_DECODE64_BF16_F8 = 19,
-    TC_KERNEL_ATTN_DECODE128_BF16_F8 = 20,
-    TC_KERNEL_ATTN_PREFILL_F32 = 21,
-    TC_KERNEL_ATTN_PREFILL64_F16 = 22,
-    TC_KERNEL_ATTN_PREFILL128_F16 = 23,
-    TC_KERNEL_ATTN_PREFILL64_BF16 = 24,
-    TC_KERNEL_ATTN_PREFILL128_BF16 = 25,
-    TC_KERNEL_ATTN_PREFILL_BF16 = 26,
-    TC_KERNEL_ATTN_PREFILL64_F16_F8 = 27,
-    TC_KERNEL_ATTN_PREFILL128_F16_F8 = 28,
-    TC_KERNEL_ATTN_PREFILL64_BF16_F8 = 29,
-    TC_KERNEL_ATTN_PREFILL128_BF16_F8 = 30,
-    TC_KERNEL_CONVERT = 31,
-    TC_KERNEL_SCALE_COLS = 32,
-    TC_KERNEL_COPY_U8 = 33,
-    TC_KERNEL_FILL_F32 = 34,
-    TC_KERNEL_EMBEDDING_F32 = 35,
-    TC_KERNEL_EMBEDDING_F16 = 36,
-    TC_KERNEL_EMBEDDING_BF16 = 37,
-    TC_KERNEL_GEMM_TC_F16 = 38,
-    TC_KERNEL_GEMM_TC_BF16 = 39,
-    TC_KERNEL_GEMM_WG_F16 = 40,
-    TC_KERNEL_GEMM_WG_BF16 = 41,
-    TC_KERNEL_GEMM_F32 = 42,
-    TC_KERNEL_GEMM_F16 = 43,
-    TC_KERNEL_GEMM_BF16 = 44,
-    TC_KERNEL_IQ_DEQUANT = 45,
-    TC_KERNEL_LOGITS_MASK_F32 = 46,
-    TC_KERNEL_MATVEC_F32 = 47,
-    TC_KERNEL_MATVEC_F16 = 48,
-    TC_KERNEL_MATVEC_BF16 = 49,
-    TC_KERNEL_MATVEC1_F32 = 50,
-    TC_KERNEL_MATVEC1_F16 = 51,
-    TC_KERNEL_MATVEC1_BF16 = 52,
-    TC_KERNEL_MATVEC_MMA_F16 = 53,
-    TC_KERNEL_MATVEC_MMA_BF16 = 54,
-    TC_KERNEL_QREPACK = 55,
-    TC_KERNEL_QDEQUANT_F32 = 56,
-    TC_KERNEL_QDEQUANT_F16 = 57,
-    TC_KERNEL_QDEQUANT_BF16 = 58,
-    TC_KERNEL_QMATVEC_F32 = 59,
-    TC_KERNEL_QMV_Q4_0_F16 = 60,
-    TC_KERNEL_QMV_Q4_0_BF16 = 61,
-    TC_KERNEL_QMV_Q4_1_F16 = 62,
-    TC_KERNEL_QMV_Q4_1_BF16 = 63,
-    TC_KERNEL_QMV_Q5_0_F16 = 64,
-    TC_KERNEL_QMV_Q5_0_BF16 = 65,
-    TC_KERNEL_QMV_Q5_1_F16 = 66,
-    TC_KERNEL_QMV_Q5_1_BF16 = 67,
-    TC_KERNEL_QMV_Q8_0_F16 = 68,
-    TC_KERNEL_QMV_Q8_0_BF16 = 69,
-    TC_KERNEL_QMV_Q2_K_F16 = 70,
-    TC_KERNEL_QMV_Q2_K_BF16 = 71,
-    TC_KERNEL_QMV_Q3_K_F16 = 72,
-    TC_KERNEL_QMV_Q3_K_BF16 = 73,
-    TC_KERNEL_QMV_Q4_K_F16 = 74,
-    TC_KERNEL_QMV_Q4_K_BF16 = 75,
-    TC_KERNEL_QMV_Q5_K_F16 = 76,
-    TC_KERNEL_QMV_Q5_K_BF16 = 77,
-    TC_KERNEL_QMV_Q6_K_F16 = 78,
-    TC_KERNEL_QMV_Q6_K_BF16 = 79,
-    TC_KERNEL_QMV1_Q4_0_BF16 = 80,
-    TC_KERNEL_QMV1_Q4_1_BF16 = 81,
-    TC_KERNEL_QMV1_Q5_0_BF16 = 82,
-    TC_KERNEL_QMV1_Q5_1_BF16 = 83,
-    TC_KERNEL_QMV1_Q5_K_BF16 = 84,
-    TC_KERNEL_QMV1_Q8_0_BF16 = 85,
-    TC_KERNEL_QMV1_Q4_K_BF16 = 86,
-    TC_KERNEL_QMV1_Q6_K_BF16 = 87,
-    TC_KERNEL_QMM_Q4_0_F16 = 88,
-    TC_KERNEL_QMM_Q4_0_BF16 = 89,
-    TC_KERNEL_QMM_Q4_1_F16 = 90,
-    TC_KERNEL_QMM_Q4_1_BF16 = 91,
-    TC_KERNEL_QMM_Q5_0_F16 = 92,
-    TC_KERNEL_QMM_Q5_0_BF16 = 93,
-    TC_KERNEL_QMM_Q5_1_F16 = 94,
-    TC_KERNEL_QMM_Q5_1_BF16 = 95,
-    TC_KERNEL_QMM_Q8_0_F16 = 96,
-    TC_KERNEL_QMM_Q8_0_BF16 = 97,
-    TC_KERNEL_QMM_Q2_K_F16 = 98,
-    TC_KERNEL_QMM_Q2_K_BF16 = 99,
-    TC_KERNEL_QMM_Q3_K_F16 = 100,
-    TC_KERNEL_QMM_Q3_K_BF16 = 101,
-    TC_KERNEL_QMM_Q4_K_F16 = 102,
-    TC_KERNEL_QMM_Q4_K_BF16 = 103,
-    TC_KERNEL_QMM_Q5_K_F16 = 104,
-    TC_KERNEL_QMM_Q5_K_BF16 = 105,
-    TC_KERNEL_QMM_Q6_K_F16 = 106,
-    TC_KERNEL_QMM_Q6_K_BF16 = 107,
-    TC_KERNEL_FILL_RANDOM_F32 = 108,
-    TC_KERNEL_FILL_RANDOM_F16 = 109,
-    TC_KERNEL_FILL_RANDOM_BF16 = 110,
-    TC_KERNEL_RMSNORM_F32 = 111,
-    TC_KERNEL_RMSNORM_F16 = 112,
-    TC_KERNEL_RMSNORM_BF16 = 113,
-    TC_KERNEL_ROPE_F32 = 114,
-    TC_KERNEL_ROPE_F16 = 115,
-    TC_KERNEL_ROPE_BF16 = 116,
-    TC_KERNEL_ROPE_F16_F8 = 117,
-    TC_KERNEL_ROPE_BF16_F8 = 118,
-    TC_KERNEL_SELFTEST_PARAMS = 119,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 120,
-    TC_KERNEL_SOFTMAX_F32 = 121,
-    TC_KERNEL_SOFTMAX_F16 = 122,
-    TC_KERNEL_SOFTMAX_BF16 = 123,
-    TC_KERNEL_SWIGLU_F32 = 124,
-    TC_KERNEL_SWIGLU_F16 = 125,
-    TC_KERNEL_SWIGLU_BF16 = 126,
-    TC_KERNEL_COUNT = 127
+    TC_KERNEL_ATTN_DECODE80_BF16 = 16,
+    TC_KERNEL_ATTN_DECODE96_BF16 = 17,
+    TC_KERNEL_ATTN_DECODE112_BF16 = 18,
+    TC_KERNEL_ATTN_DECODE256_BF16 = 19,
+    TC_KERNEL_ATTN_DECODE_BF16 = 20,
+    TC_KERNEL_ATTN_DECODE64_F16_F8 = 21,
+    TC_KERNEL_ATTN_DECODE128_F16_F8 = 22,
+    TC_KERNEL_ATTN_DECODE64_BF16_F8 = 23,
+    TC_KERNEL_ATTN_DECODE128_BF16_F8 = 24,
+    TC_KERNEL_ATTN_PREFILL_F32 = 25,
+    TC_KERNEL_ATTN_PREFILL64_F16 = 26,
+    TC_KERNEL_ATTN_PREFILL128_F16 = 27,
+    TC_KERNEL_ATTN_PREFILL64_BF16 = 28,
+    TC_KERNEL_ATTN_PREFILL128_BF16 = 29,
+    TC_KERNEL_ATTN_PREFILL80_BF16 = 30,
+    TC_KERNEL_ATTN_PREFILL96_BF16 = 31,
+    TC_KERNEL_ATTN_PREFILL112_BF16 = 32,
+    TC_KERNEL_ATTN_PREFILL256_BF16 = 33,
+    TC_KERNEL_ATTN_PREFILL_BF16 = 34,
+    TC_KERNEL_ATTN_PREFILL64_F16_F8 = 35,
+    TC_KERNEL_ATTN_PREFILL128_F16_F8 = 36,
+    TC_KERNEL_ATTN_PREFILL64_BF16_F8 = 37,
+    TC_KERNEL_ATTN_PREFILL128_BF16_F8 = 38,
+    TC_KERNEL_CONVERT = 39,
+    TC_KERNEL_SCALE_COLS = 40,
+    TC_KERNEL_COPY_U8 = 41,
+    TC_KERNEL_FILL_F32 = 42,
+    TC_KERNEL_EMBEDDING_F32 = 43,
+    TC_KERNEL_EMBEDDING_F16 = 44,
+    TC_KERNEL_EMBEDDING_BF16 = 45,
+    TC_KERNEL_GEMM_TC_F16 = 46,
+    TC_KERNEL_GEMM_TC_BF16 = 47,
+    TC_KERNEL_GEMM_WG_F16 = 48,
+    TC_KERNEL_GEMM_WG_BF16 = 49,
+    TC_KERNEL_GEMM_F32 = 50,
+    TC_KERNEL_GEMM_F16 = 51,
+    TC_KERNEL_GEMM_BF16 = 52,
+    TC_KERNEL_IQ_DEQUANT = 53,
+    TC_KERNEL_LOGITS_MASK_F32 = 54,
+    TC_KERNEL_MATVEC_F32 = 55,
+    TC_KERNEL_MATVEC_F16 = 56,
+    TC_KERNEL_MATVEC_BF16 = 57,
+    TC_KERNEL_MATVEC1_F32 = 58,
+    TC_KERNEL_MATVEC1_F16 = 59,
+    TC_KERNEL_MATVEC1_BF16 = 60,
+    TC_KERNEL_MATVEC_MMA_F16 = 61,
+    TC_KERNEL_MATVEC_MMA_BF16 = 62,
+    TC_KERNEL_QREPACK = 63,
+    TC_KERNEL_QDEQUANT_F32 = 64,
+    TC_KERNEL_QDEQUANT_F16 = 65,
+    TC_KERNEL_QDEQUANT_BF16 = 66,
+    TC_KERNEL_QMATVEC_F32 = 67,
+    TC_KERNEL_QMV_Q4_0_F16 = 68,
+    TC_KERNEL_QMV_Q4_0_BF16 = 69,
+    TC_KERNEL_QMV_Q4_1_F16 = 70,
+    TC_KERNEL_QMV_Q4_1_BF16 = 71,
+    TC_KERNEL_QMV_Q5_0_F16 = 72,
+    TC_KERNEL_QMV_Q5_0_BF16 = 73,
+    TC_KERNEL_QMV_Q5_1_F16 = 74,
+    TC_KERNEL_QMV_Q5_1_BF16 = 75,
+    TC_KERNEL_QMV_Q8_0_F16 = 76,
+    TC_KERNEL_QMV_Q8_0_BF16 = 77,
+    TC_KERNEL_QMV_Q2_K_F16 = 78,
+    TC_KERNEL_QMV_Q2_K_BF16 = 79,
+    TC_KERNEL_QMV_Q3_K_F16 = 80,
+    TC_KERNEL_QMV_Q3_K_BF16 = 81,
+    TC_KERNEL_QMV_Q4_K_F16 = 82,
+    TC_KERNEL_QMV_Q4_K_BF16 = 83,
+    TC_KERNEL_QMV_Q5_K_F16 = 84,
+    TC_KERNEL_QMV_Q5_K_BF16 = 85,
+    TC_KERNEL_QMV_Q6_K_F16 = 86,
+    TC_KERNEL_QMV_Q6_K_BF16 = 87,
+    TC_KERNEL_QMV1_Q4_0_BF16 = 88,
+    TC_KERNEL_QMV1_Q4_1_BF16 = 89,
+    TC_KERNEL_QMV1_Q5_0_BF16 = 90,
+    TC_KERNEL_QMV1_Q5_1_BF16 = 91,
+    TC_KERNEL_QMV1_Q5_K_BF16 = 92,
+    TC_KERNEL_QMV1_Q8_0_BF16 = 93,
+    TC_KERNEL_QMV1_Q4_K_BF16 = 94,
+    TC_KERNEL_QMV1_Q6_K_BF16 = 95,
+    TC_KERNEL_QMM_Q4_0_F16 = 96,
+    TC_KERNEL_QMM_Q4_0_BF16 = 97,
+    TC_KERNEL_QMM_Q4_1_F16 = 98,
+    TC_KERNEL_QMM_Q4_1_BF16 = 99,
+    TC_KERNEL_QMM_Q5_0_F16 = 100,
+    TC_KERNEL_QMM_Q5_0_BF16 = 101,
+    TC_KERNEL_QMM_Q5_1_F16 = 102,
+    TC_KERNEL_QMM_Q5_1_BF16 = 103,
+    TC_KERNEL_QMM_Q8_0_F16 = 104,
+    TC_KERNEL_QMM_Q8_0_BF16 = 105,
+    TC_KERNEL_QMM_Q2_K_F16 = 106,
+    TC_KERNEL_QMM_Q2_K_BF16 = 107,
+    TC_KERNEL_QMM_Q3_K_F16 = 108,
+    TC_KERNEL_QMM_Q3_K_BF16 = 109,
+    TC_KERNEL_QMM_Q4_K_F16 = 110,
+    TC_KERNEL_QMM_Q4_K_BF16 = 111,
+    TC_KERNEL_QMM_Q5_K_F16 = 112,
+    TC_KERNEL_QMM_Q5_K_BF16 = 113,
+    TC_KERNEL_QMM_Q6_K_F16 = 114,
+    TC_KERNEL_QMM_Q6_K_BF16 = 115,
+    TC_KERNEL_FILL_RANDOM_F32 = 116,
+    TC_KERNEL_FILL_RANDOM_F16 = 117,
+    TC_KERNEL_FILL_RANDOM_BF16 = 118,
+    TC_KERNEL_RMSNORM_F32 = 119,
+    TC_KERNEL_RMSNORM_F16 = 120,
+    TC_KERNEL_RMSNORM_BF16 = 121,
+    TC_KERNEL_ROPE_F32 = 122,
+    TC_KERNEL_ROPE_F16 = 123,
+    TC_KERNEL_ROPE_BF16 = 124,
+    TC_KERNEL_ROPE_F16_F8 = 125,
+    TC_KERNEL_ROPE_BF16_F8 = 126,
+    TC_KERNEL_SELFTEST_PARAMS = 127,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 128,
+    TC_KERNEL_SOFTMAX_F32 = 129,
+    TC_KERNEL_SOFTMAX_F16 = 130,
+    TC_KERNEL_SOFTMAX_BF16 = 131,
+    TC_KERNEL_SWIGLU_F32 = 132,
+    TC_KERNEL_SWIGLU_F16 = 133,
+    TC_KERNEL_SWIGLU_BF16 = 134,
+    TC_KERNEL_COUNT = 135
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -326,7 +334,7 @@ static inline tc_status tc_launch_attn_scales_f32(tc_launch_config cfg, float *k
     tc_launch_attn_scales_f32((cfg), TC__KARG(float *, k_scale), TC__KARG(float *, v_scale), TC__KARG_CONST(const void *, void *, k), TC__KARG_CONST(const void *, void *, v), TC__KARG(int32_t, dtype), TC__KARG(int64_t, rows), TC__KARG(int32_t, head_dim), TC__KARG(int64_t, k_stride), TC__KARG(int64_t, v_stride))
 #endif
 
-/* kernels/attention_decode.cu:716 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+/* kernels/attention_decode.cu:727 tc_k_attn_decode64_f16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
 static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
@@ -337,7 +345,7 @@ static inline tc_status tc_launch_attn_decode64_f16(tc_launch_config cfg, tc_hal
     tc_launch_attn_decode64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_decode.cu:731 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+/* kernels/attention_decode.cu:742 tc_k_attn_decode128_f16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
 static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
@@ -348,7 +356,7 @@ static inline tc_status tc_launch_attn_decode128_f16(tc_launch_config cfg, tc_ha
     tc_launch_attn_decode128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_decode.cu:746 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+/* kernels/attention_decode.cu:757 tc_k_attn_decode64_bf16: Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
 static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
@@ -359,7 +367,7 @@ static inline tc_status tc_launch_attn_decode64_bf16(tc_launch_config cfg, tc_bf
     tc_launch_attn_decode64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_decode.cu:761 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+/* kernels/attention_decode.cu:772 tc_k_attn_decode128_bf16: Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128 threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most 256 splits. With several splits in use, partials holds [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous kernel (the lengths, the table and older rows are read before it has finished); -1: none is read before. window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
 static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
@@ -370,7 +378,51 @@ static inline tc_status tc_launch_attn_decode128_bf16(tc_launch_config cfg, tc_b
     tc_launch_attn_decode128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_decode.cu:775 tc_k_attn_decode_bf16: Decode attention of any even head_dim from 16 to 256 (rounded up to 16: hp) over a bf16 cache, or with fp8 set an FP8 E4M3 one (k_scale, v_scale: each kv head's scales, f32 [n_kv_heads]; NULL: 1): as tc_k_attn_decode64_bf16, with stages * 128 * (2 hp + 16) bytes of dynamic shared memory over a bf16 cache, stages * 128 * (hp + 16) + 128 * (hp + 8) over an FP8 one, and partials records of head_dim rounded up to 4, plus 4, floats. (f16 activations: 64 and 128 only.) window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
+/* kernels/attention_decode.cu:782 tc_k_attn_decode80_bf16: Decode attention, head_dim 80, bf16 activations and cache: as tc_k_attn_decode64_bf16, with stages * 22528 bytes of dynamic shared memory (stages 1 to 3) and partials records of 80 + 4 floats. */
+static inline tc_status tc_launch_attn_decode80_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE80_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode80_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window) \
+    tc_launch_attn_decode80_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_decode.cu:792 tc_k_attn_decode96_bf16: Decode attention, head_dim 96, bf16 activations and cache: as tc_k_attn_decode64_bf16, with stages * 26624 bytes of dynamic shared memory (stages 1 to 3) and partials records of 96 + 4 floats. */
+static inline tc_status tc_launch_attn_decode96_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE96_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode96_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window) \
+    tc_launch_attn_decode96_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_decode.cu:802 tc_k_attn_decode112_bf16: Decode attention, head_dim 112, bf16 activations and cache: as tc_k_attn_decode64_bf16, with stages * 30720 bytes of dynamic shared memory (stages 1 to 3) and partials records of 112 + 4 floats. */
+static inline tc_status tc_launch_attn_decode112_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE112_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode112_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window) \
+    tc_launch_attn_decode112_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_decode.cu:812 tc_k_attn_decode256_bf16: Decode attention, head_dim 256, bf16 activations and cache: as tc_k_attn_decode64_bf16, with stages * 67584 bytes of dynamic shared memory (stages 1 to 3) and partials records of 256 + 4 floats. */
+static inline tc_status tc_launch_attn_decode256_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
+{
+    void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_DECODE256_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_decode256_bf16(cfg, out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window) \
+    tc_launch_attn_decode256_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_decode.cu:826 tc_k_attn_decode_bf16: Decode attention of any even head_dim from 16 to 256 (rounded up to 16: hp) over a bf16 cache, or with fp8 set an FP8 E4M3 one (k_scale, v_scale: each kv head's scales, f32 [n_kv_heads]; NULL: 1): as tc_k_attn_decode64_bf16, with stages * 128 * (2 hp + 16) bytes of dynamic shared memory over a bf16 cache, stages * 128 * (hp + 16) + 128 * (hp + 8) over an FP8 one, and partials records of head_dim rounded up to 4, plus 4, floats. (f16 activations: 64 and 128 only.) window > 0: the query (at position seq_lens - 1) attends only to the last `window` tokens. */
 static inline tc_status tc_launch_attn_decode_bf16(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale, int32_t fp8, int32_t head_dim)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale, &fp8, &head_dim};
@@ -381,7 +433,7 @@ static inline tc_status tc_launch_attn_decode_bf16(tc_launch_config cfg, tc_bf16
     tc_launch_attn_decode_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, fp8), TC__KARG(int32_t, head_dim))
 #endif
 
-/* kernels/attention_decode.cu:792 tc_k_attn_decode64_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_f16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_decode.cu:843 tc_k_attn_decode64_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_f16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_decode64_f16_f8(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
@@ -392,7 +444,7 @@ static inline tc_status tc_launch_attn_decode64_f16_f8(tc_launch_config cfg, tc_
     tc_launch_attn_decode64_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_decode.cu:803 tc_k_attn_decode128_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_f16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_decode.cu:854 tc_k_attn_decode128_f16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_f16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_decode128_f16_f8(tc_launch_config cfg, tc_half *out, float *partials, int32_t *counters, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
@@ -403,7 +455,7 @@ static inline tc_status tc_launch_attn_decode128_f16_f8(tc_launch_config cfg, tc
     tc_launch_attn_decode128_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_decode.cu:814 tc_k_attn_decode64_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_bf16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_decode.cu:865 tc_k_attn_decode64_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 64: as tc_k_attn_decode64_bf16, with stages * 10240 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_decode64_bf16_f8(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
@@ -414,7 +466,7 @@ static inline tc_status tc_launch_attn_decode64_bf16_f8(tc_launch_config cfg, tc
     tc_launch_attn_decode64_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_decode.cu:825 tc_k_attn_decode128_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_bf16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_decode.cu:876 tc_k_attn_decode128_bf16_f8: Decode attention over an FP8 E4M3 cache, head_dim 128: as tc_k_attn_decode128_bf16, with stages * 18432 bytes of dynamic shared memory (stages 1 to 3). k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_decode128_bf16_f8(tc_launch_config cfg, tc_bf16 *out, float *partials, int32_t *counters, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &partials, &counters, &q, &k_cache, &v_cache, &block_table, &seq_lens, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &chunk, &scale, &stages, &fresh, &window, &k_scale, &v_scale};
@@ -425,7 +477,7 @@ static inline tc_status tc_launch_attn_decode128_bf16_f8(tc_launch_config cfg, t
     tc_launch_attn_decode128_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG(float *, partials), TC__KARG(int32_t *, counters), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, chunk), TC__KARG(float, scale), TC__KARG(int32_t, stages), TC__KARG(int32_t, fresh), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_prefill.cu:559 tc_k_attn_prefill_f32: Attention over f32 caches of any head_dim up to 256 (f32 on CUDA is a check of the 16-bit paths, kept to one simple kernel): causal prefill with grid (n_tokens / 8 + n_seqs, n_heads), 128 threads, 4 * (72 * (head_dim + 1) + 8 * 33) bytes of dynamic shared memory; or with q_start NULL a decode: grid (n_seqs, n_heads), row s of q is sequence s's query. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:566 tc_k_attn_prefill_f32: Attention over f32 caches of any head_dim up to 256 (f32 on CUDA is a check of the 16-bit paths, kept to one simple kernel): causal prefill with grid (n_tokens / 8 + n_seqs, n_heads), 128 threads, 4 * (72 * (head_dim + 1) + 8 * 33) bytes of dynamic shared memory; or with q_start NULL a decode: grid (n_seqs, n_heads), row s of q is sequence s's query. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill_f32(tc_launch_config cfg, float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, int32_t head_dim)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &head_dim};
@@ -436,7 +488,7 @@ static inline tc_status tc_launch_attn_prefill_f32(tc_launch_config cfg, float *
     tc_launch_attn_prefill_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, q), TC__KARG_CONST(const float *, float *, k_cache), TC__KARG_CONST(const float *, float *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG(int32_t, head_dim))
 #endif
 
-/* kernels/attention_prefill.cu:569 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:576 tc_k_attn_prefill64_f16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
@@ -447,7 +499,7 @@ static inline tc_status tc_launch_attn_prefill64_f16(tc_launch_config cfg, tc_ha
     tc_launch_attn_prefill64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_prefill.cu:579 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:586 tc_k_attn_prefill128_f16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_half *out, const tc_half *q, const tc_half *k_cache, const tc_half *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
@@ -458,7 +510,7 @@ static inline tc_status tc_launch_attn_prefill128_f16(tc_launch_config cfg, tc_h
     tc_launch_attn_prefill128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const tc_half *, tc_half *, k_cache), TC__KARG_CONST(const tc_half *, tc_half *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_prefill.cu:589 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:596 tc_k_attn_prefill64_bf16: Causal prefill attention, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 36864 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
@@ -469,7 +521,7 @@ static inline tc_status tc_launch_attn_prefill64_bf16(tc_launch_config cfg, tc_b
     tc_launch_attn_prefill64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_prefill.cu:599 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:606 tc_k_attn_prefill128_bf16: Causal prefill attention, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 69632 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
@@ -480,7 +532,51 @@ static inline tc_status tc_launch_attn_prefill128_bf16(tc_launch_config cfg, tc_
     tc_launch_attn_prefill128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
 #endif
 
-/* kernels/attention_prefill.cu:613 tc_k_attn_prefill_bf16: Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp) over a bf16 cache, or with fp8 set an FP8 E4M3 one (k_scale, v_scale: each kv head's scales, f32 [n_kv_heads]; NULL: 1): grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 384 * (hp + 8) bytes of dynamic shared memory over a bf16 cache, 256 * (hp + 8) + 128 * (hp + 16) over an FP8 one. (f16 activations: 64 and 128 only.) window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+/* kernels/attention_prefill.cu:617 tc_k_attn_prefill80_bf16: Causal prefill attention, head_dim 80, bf16 activations and cache: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 45056 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+static inline tc_status tc_launch_attn_prefill80_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL80_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill80_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window) \
+    tc_launch_attn_prefill80_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_prefill.cu:628 tc_k_attn_prefill96_bf16: Causal prefill attention, head_dim 96, bf16 activations and cache: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 53248 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+static inline tc_status tc_launch_attn_prefill96_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL96_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill96_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window) \
+    tc_launch_attn_prefill96_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_prefill.cu:639 tc_k_attn_prefill112_bf16: Causal prefill attention, head_dim 112, bf16 activations and cache: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 61440 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+static inline tc_status tc_launch_attn_prefill112_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL112_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill112_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window) \
+    tc_launch_attn_prefill112_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_prefill.cu:650 tc_k_attn_prefill256_bf16: Causal prefill attention, head_dim 256, bf16 activations and cache: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 135168 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. */
+static inline tc_status tc_launch_attn_prefill256_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const tc_bf16 *k_cache, const tc_bf16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window)
+{
+    void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window};
+    return tc_launch_kernel(TC_KERNEL_ATTN_PREFILL256_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_attn_prefill256_bf16(cfg, out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window) \
+    tc_launch_attn_prefill256_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, k_cache), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window))
+#endif
+
+/* kernels/attention_prefill.cu:664 tc_k_attn_prefill_bf16: Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp) over a bf16 cache, or with fp8 set an FP8 E4M3 one (k_scale, v_scale: each kv head's scales, f32 [n_kv_heads]; NULL: 1): grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 384 * (hp + 8) bytes of dynamic shared memory over a bf16 cache, 256 * (hp + 8) + 128 * (hp + 16) over an FP8 one. (f16 activations: 64 and 128 only.) window > 0: a query at position p attends only to positions p - window + 1 .. p. */
 static inline tc_status tc_launch_attn_prefill_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale, int32_t fp8, int32_t head_dim)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale, &fp8, &head_dim};
@@ -491,7 +587,7 @@ static inline tc_status tc_launch_attn_prefill_bf16(tc_launch_config cfg, tc_bf1
     tc_launch_attn_prefill_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale), TC__KARG(int32_t, fp8), TC__KARG(int32_t, head_dim))
 #endif
 
-/* kernels/attention_prefill.cu:629 tc_k_attn_prefill64_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_prefill.cu:680 tc_k_attn_prefill64_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_prefill64_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
@@ -502,7 +598,7 @@ static inline tc_status tc_launch_attn_prefill64_f16_f8(tc_launch_config cfg, tc
     tc_launch_attn_prefill64_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_prefill.cu:641 tc_k_attn_prefill128_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_prefill.cu:692 tc_k_attn_prefill128_f16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_prefill128_f16_f8(tc_launch_config cfg, tc_half *out, const tc_half *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
@@ -513,7 +609,7 @@ static inline tc_status tc_launch_attn_prefill128_f16_f8(tc_launch_config cfg, t
     tc_launch_attn_prefill128_f16_f8((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_prefill.cu:653 tc_k_attn_prefill64_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_prefill.cu:704 tc_k_attn_prefill64_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 64: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 38912 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_prefill64_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};
@@ -524,7 +620,7 @@ static inline tc_status tc_launch_attn_prefill64_bf16_f8(tc_launch_config cfg, t
     tc_launch_attn_prefill64_bf16_f8((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, q), TC__KARG_CONST(const uint8_t *, uint8_t *, k_cache), TC__KARG_CONST(const uint8_t *, uint8_t *, v_cache), TC__KARG_CONST(const int32_t *, int32_t *, block_table), TC__KARG_CONST(const int32_t *, int32_t *, seq_lens), TC__KARG_CONST(const int32_t *, int32_t *, q_start), TC__KARG(int32_t, n_seqs), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, block_size), TC__KARG(int32_t, max_blocks), TC__KARG(int64_t, q_stride), TC__KARG(int64_t, out_stride), TC__KARG(float, scale), TC__KARG(int32_t, window), TC__KARG_CONST(const float *, float *, k_scale), TC__KARG_CONST(const float *, float *, v_scale))
 #endif
 
-/* kernels/attention_prefill.cu:665 tc_k_attn_prefill128_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
+/* kernels/attention_prefill.cu:716 tc_k_attn_prefill128_bf16_f8: Causal prefill attention over an FP8 E4M3 cache, head_dim 128: grid (n_tokens / 64 + n_seqs, n_heads), 128 threads, 71680 bytes of dynamic shared memory. window > 0: a query at position p attends only to positions p - window + 1 .. p. k_scale, v_scale (NULL: 1): each kv head's scales (f32 [n_kv_heads]); the cache holds values divided by them. */
 static inline tc_status tc_launch_attn_prefill128_bf16_f8(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *q, const uint8_t *k_cache, const uint8_t *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start, int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride, int64_t out_stride, float scale, int32_t window, const float *k_scale, const float *v_scale)
 {
     void *args[] = {&out, &q, &k_cache, &v_cache, &block_table, &seq_lens, &q_start, &n_seqs, &n_heads, &n_kv_heads, &block_size, &max_blocks, &q_stride, &out_stride, &scale, &window, &k_scale, &v_scale};

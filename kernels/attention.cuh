@@ -43,8 +43,10 @@ __device__ __forceinline__ void load_kv_rows(T *ks, T *vs, const T *k_cache, con
                                              int ts, int t1, int start, int block_size, int n_kv_heads,
                                              int kvh, int lane, int lo = 0, int hi = INT_MAX)
 {
-    constexpr int LD = kv_ld<T, HD>(), VE = 16 / (int)sizeof(T), CR = HD / VE, RP = 32 / CR;
-    int col = lane % CR;
+    // CR 16-byte chunks a row: lane + 32 i takes row (lane + 32 i) / CR, chunk (lane + 32 i) % CR
+    // (rows lane / CR + i RP where CR divides 32).
+    constexpr int LD = kv_ld<T, HD>(), VE = 16 / (int)sizeof(T), CR = HD / VE, N = kTile * CR;
+    static_assert(HD % VE == 0, "rows of whole 16-byte chunks");
     // A tile lies in one cache block when the block size is a multiple of the tile: one table
     // read for the tile instead of one per row.
     bool one_block = (block_size % kTile) == 0;
@@ -54,8 +56,10 @@ __device__ __forceinline__ void load_kv_rows(T *ks, T *vs, const T *k_cache, con
         base = (int64_t)tbl[bi] * block_size + ((uint32_t)ts - bi * (uint32_t)block_size);
     }
 #pragma unroll
-    for (int i = 0; i < kTile / RP; i++) {
-        int r = lane / CR + i * RP;
+    for (int i = 0; i < (N + 31) / 32; i++) {
+        int c = lane + 32 * i, r = c / CR, col = c % CR;
+        if (N % 32 != 0 && c >= N)
+            break;
         int t = ts + r;
         bool real = t >= start && t < t1, ok = real && t >= lo && t < hi;
         if (!ok && (real || lo > 0))

@@ -2,9 +2,10 @@
 // as in flash-decoding; the last split to finish merges). f32 arithmetic throughout; 16-bit
 // caches on the tensor cores; an FP8 E4M3 cache's tiles copied as bytes and turned into f16
 // fragments in registers (64, 128) or widened in shared memory (generic). head_dim 64 and 128
-// have kernels of their own; every other even size up to 256 runs on one generic kernel that
-// reads it, and whether the cache is bf16 or FP8, at run time (bf16 activations only: each
-// instantiation costs the binary about 100 KB). f32 activations run on attention_prefill.cu's
+// have kernels of their own, and so do 80, 96, 112 and 256 over bf16 caches under bf16
+// activations; every other even size up to 256, and those four over FP8 caches, run on one
+// generic kernel that reads it, and whether the cache is bf16 or FP8, at run time (bf16
+// activations only). f32 activations run on attention_prefill.cu's
 // simple kernel. With a sliding window, tokens before the query's window are never read (their
 // blocks may be freed).
 #include <type_traits>
@@ -117,6 +118,11 @@ __device__ void decode_warp_mma(const DecodeWork &w, const DecodeRing<T, HD> &ri
                 tc::ldmatrix_x4(kb, kt + (8 * nt + (lane & 7)) * LD + 32 * kp + 8 * (lane >> 3));
                 tc::mma16816<T>(s[nt], qa[2 * kp][0], 0u, qa[2 * kp][1], 0u, kb[0], kb[1]);
                 tc::mma16816<T>(s2[nt], qa[2 * kp + 1][0], 0u, qa[2 * kp + 1][1], 0u, kb[2], kb[3]);
+            }
+            if constexpr (KS % 2 != 0) { // (80 and 112: the last 16 dimensions alone)
+                uint32_t kb[2];
+                tc::ldmatrix_x2(kb, kt + (8 * nt + (lane & 7)) * LD + 16 * (KS - 1) + 8 * ((lane >> 3) & 1));
+                tc::mma16816<T>(s[nt], qa[KS - 1][0], 0u, qa[KS - 1][1], 0u, kb[0], kb[1]);
             }
 #pragma unroll
             for (int e = 0; e < 4; e++)
@@ -243,6 +249,11 @@ __device__ void decode_warp_f8(const DecodeWork &w, const DecodeRing<tc::f8e4m3,
                                      f8x2_to_h2(kw[kk] >> 16));
                 tc::mma16816<__half>(s2[nt], qa[kk + 1][0], 0u, qa[kk + 1][1], 0u, f8x2_to_h2(kw[kk + 1]),
                                      f8x2_to_h2(kw[kk + 1] >> 16));
+            }
+            if constexpr (KS % 2 != 0) { // (80 and 112: the last 16 dimensions alone)
+                uint32_t kb[2];
+                tc::ldmatrix_x2(kb, kt + (8 * nt + (lane & 7)) * LD + 16 * (KS - 1) + 8 * ((lane >> 3) & 1));
+                tc::mma16816<T>(s[nt], qa[KS - 1][0], 0u, qa[KS - 1][1], 0u, kb[0], kb[1]);
             }
 #pragma unroll
             for (int e = 0; e < 4; e++)
@@ -764,6 +775,46 @@ extern "C" __global__ void tc_k_attn_decode128_bf16(__nv_bfloat16 *out, float *p
         int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
 {
     attention_cu::decode<__nv_bfloat16, __nv_bfloat16, 128>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window);
+}
+/** Decode attention, head_dim 80, bf16 activations and cache: as tc_k_attn_decode64_bf16, with
+ *  stages * 22528 bytes of dynamic shared memory (stages 1 to 3) and partials records of
+ *  80 + 4 floats. */
+extern "C" __global__ void tc_k_attn_decode80_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
+        const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache, const int32_t *block_table, const int32_t *seq_lens,
+        int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride,
+        int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
+{
+    attention_cu::decode<__nv_bfloat16, __nv_bfloat16, 80>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window);
+}
+/** Decode attention, head_dim 96, bf16 activations and cache: as tc_k_attn_decode64_bf16, with
+ *  stages * 26624 bytes of dynamic shared memory (stages 1 to 3) and partials records of
+ *  96 + 4 floats. */
+extern "C" __global__ void tc_k_attn_decode96_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
+        const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache, const int32_t *block_table, const int32_t *seq_lens,
+        int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride,
+        int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
+{
+    attention_cu::decode<__nv_bfloat16, __nv_bfloat16, 96>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window);
+}
+/** Decode attention, head_dim 112, bf16 activations and cache: as tc_k_attn_decode64_bf16, with
+ *  stages * 30720 bytes of dynamic shared memory (stages 1 to 3) and partials records of
+ *  112 + 4 floats. */
+extern "C" __global__ void tc_k_attn_decode112_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
+        const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache, const int32_t *block_table, const int32_t *seq_lens,
+        int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride,
+        int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
+{
+    attention_cu::decode<__nv_bfloat16, __nv_bfloat16, 112>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window);
+}
+/** Decode attention, head_dim 256, bf16 activations and cache: as tc_k_attn_decode64_bf16, with
+ *  stages * 67584 bytes of dynamic shared memory (stages 1 to 3) and partials records of
+ *  256 + 4 floats. */
+extern "C" __global__ void tc_k_attn_decode256_bf16(__nv_bfloat16 *out, float *partials, int32_t *counters, const __nv_bfloat16 *q,
+        const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache, const int32_t *block_table, const int32_t *seq_lens,
+        int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks, int64_t q_stride,
+        int64_t out_stride, int32_t chunk, float scale, int32_t stages, int32_t fresh, int32_t window)
+{
+    attention_cu::decode<__nv_bfloat16, __nv_bfloat16, 256>(out, partials, counters, q, k_cache, v_cache, block_table, seq_lens, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, chunk, scale, stages, fresh, window);
 }
 /** Decode attention of any even head_dim from 16 to 256 (rounded up to 16: hp) over a bf16
  *  cache, or with fp8 set an FP8 E4M3 one (k_scale, v_scale: each kv head's scales, f32

@@ -1,8 +1,9 @@
 // Causal prefill attention over a paged KV cache (flash-attention style online softmax over
 // key tiles held in shared memory; Dao et al. 2022), f32 arithmetic throughout: 16-bit and FP8
 // E4M3 caches on the tensor cores (an FP8 tile widened in shared memory to the activations'
-// type, exactly), head_dim 64 and 128 with kernels of their own and every other even size up
-// to 256 on one generic kernel (bf16 activations, a bf16 or FP8 cache chosen at run time); f32
+// type, exactly), head_dim 64 and 128 with kernels of their own (and 80, 96, 112 and 256 over
+// bf16 caches under bf16 activations) and every other even size up to 256 on one generic
+// kernel (bf16 activations, a bf16 or FP8 cache chosen at run time); f32
 // activations (a check of the others, not a fast path) on one simple kernel for prefill and
 // decode. With a sliding window, keys before a query's window are
 // never read (their blocks may be freed).
@@ -281,6 +282,12 @@ __device__ void prefill_mma(T *out, const T *q, const C *k_cache, const C *v_cac
                                     kb[1]);
                     tc::mma16816<T>(s[nt], qa[2 * kp + 1][0], qa[2 * kp + 1][1], qa[2 * kp + 1][2],
                                     qa[2 * kp + 1][3], kb[2], kb[3]);
+                }
+                if constexpr (KS % 2 != 0) { // (80 and 112: the last 16 dimensions alone)
+                    uint32_t kb[2];
+                    tc::ldmatrix_x2(kb, ks + (8 * nt + (lane & 7)) * LD + 16 * (KS - 1) + 8 * ((lane >> 3) & 1));
+                    tc::mma16816<T>(s[nt], qa[KS - 1][0], qa[KS - 1][1], qa[KS - 1][2], qa[KS - 1][3], kb[0],
+                                    kb[1]);
                 }
             }
             // Element e of s[nt]: row gr + 8 (e / 2), key k0 + 8 nt + 2 pos + e % 2.
@@ -603,6 +610,50 @@ extern "C" __global__ void tc_k_attn_prefill128_bf16(__nv_bfloat16 *out, const _
 {
     tc::await_inputs();
     attention_cu::prefill<__nv_bfloat16, __nv_bfloat16, 128>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window);
+}
+/** Causal prefill attention, head_dim 80, bf16 activations and cache: grid (n_tokens / 64 +
+ *  n_seqs, n_heads), 128 threads, 45056 bytes of dynamic shared memory. window > 0: a query at
+ *  position p attends only to positions p - window + 1 .. p. */
+extern "C" __global__ void tc_k_attn_prefill80_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k_cache,
+        const __nv_bfloat16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start,
+        int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks,
+        int64_t q_stride, int64_t out_stride, float scale, int32_t window)
+{
+    tc::await_inputs();
+    attention_cu::prefill<__nv_bfloat16, __nv_bfloat16, 80>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window);
+}
+/** Causal prefill attention, head_dim 96, bf16 activations and cache: grid (n_tokens / 64 +
+ *  n_seqs, n_heads), 128 threads, 53248 bytes of dynamic shared memory. window > 0: a query at
+ *  position p attends only to positions p - window + 1 .. p. */
+extern "C" __global__ void tc_k_attn_prefill96_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k_cache,
+        const __nv_bfloat16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start,
+        int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks,
+        int64_t q_stride, int64_t out_stride, float scale, int32_t window)
+{
+    tc::await_inputs();
+    attention_cu::prefill<__nv_bfloat16, __nv_bfloat16, 96>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window);
+}
+/** Causal prefill attention, head_dim 112, bf16 activations and cache: grid (n_tokens / 64 +
+ *  n_seqs, n_heads), 128 threads, 61440 bytes of dynamic shared memory. window > 0: a query at
+ *  position p attends only to positions p - window + 1 .. p. */
+extern "C" __global__ void tc_k_attn_prefill112_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k_cache,
+        const __nv_bfloat16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start,
+        int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks,
+        int64_t q_stride, int64_t out_stride, float scale, int32_t window)
+{
+    tc::await_inputs();
+    attention_cu::prefill<__nv_bfloat16, __nv_bfloat16, 112>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window);
+}
+/** Causal prefill attention, head_dim 256, bf16 activations and cache: grid (n_tokens / 64 +
+ *  n_seqs, n_heads), 128 threads, 135168 bytes of dynamic shared memory. window > 0: a query at
+ *  position p attends only to positions p - window + 1 .. p. */
+extern "C" __global__ void tc_k_attn_prefill256_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k_cache,
+        const __nv_bfloat16 *v_cache, const int32_t *block_table, const int32_t *seq_lens, const int32_t *q_start,
+        int32_t n_seqs, int32_t n_heads, int32_t n_kv_heads, int32_t block_size, int32_t max_blocks,
+        int64_t q_stride, int64_t out_stride, float scale, int32_t window)
+{
+    tc::await_inputs();
+    attention_cu::prefill<__nv_bfloat16, __nv_bfloat16, 256>(out, q, k_cache, v_cache, block_table, seq_lens, q_start, n_seqs, n_heads, n_kv_heads, block_size, max_blocks, q_stride, out_stride, scale, window);
 }
 /** Causal prefill attention of any even head_dim from 16 to 256 (rounded up to 16: hp) over a
  *  bf16 cache, or with fp8 set an FP8 E4M3 one (k_scale, v_scale: each kv head's scales, f32

@@ -120,6 +120,13 @@ template <bool Trans = false> __device__ __forceinline__ void ldmatrix_x4(uint32
                      : "r"(a)
                      : "memory");
 }
+// Two 8 x 8 matrices (lanes 0..15 give the row addresses; the others' are not read): registers
+// 0 and 1 as ldmatrix_x4's first two.
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void *row)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a) : "memory");
+}
 template <typename T> constexpr bool is_half = false;
 template <> constexpr bool is_half<__half> = true;
 // c += a b for 16-bit T (__half or __nv_bfloat16).

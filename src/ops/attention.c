@@ -376,10 +376,21 @@ static tc_status check_opts(const char *op, const tc_tensor *k_cache, const tc_a
     return tc__kv_scales(op, k_cache, opts, ks, vs);
 }
 
-/* head_dim on CUDA: 64 and 128 have kernels of their own; any other even size from 16 to 256
- * runs on the generic kernels (head_dim read at run time, products over it rounded up to 16;
- * one for a bf16 or an FP8 cache under bf16 activations, and the f32 one), which the binary's
- * size limits to those: f16 activations take 64 and 128 only. */
+/* Whether head_dim hd has a kernel of its own for these activations and cache: 64 and 128
+ * always; 80, 96, 112 and 256 under bf16 activations over a bf16 cache (H100, bench_ops
+ * attention: the generic kernel streamed a 4,096-token cache at 48-55% of 3.0 TB/s where
+ * 128's own does 94%, and prefilled at 39-64 TFLOP/s where 128's does 157). */
+static bool own_kernel(int64_t hd, tc_dtype act, bool fp8)
+{
+    if (hd == 64 || hd == 128)
+        return true;
+    return act == TC_DTYPE_BF16 && !fp8 && (hd == 80 || hd == 96 || hd == 112 || hd == 256);
+}
+
+/* head_dim on CUDA: 64 and 128 have kernels of their own (and 80, 96, 112, 256: own_kernel);
+ * any other even size from 16 to 256 runs on the generic kernels (head_dim read at run time,
+ * products over it rounded up to 16; one for a bf16 or an FP8 cache under bf16 activations, and the
+ * f32 one), which the binary's size limits to those: f16 activations take 64 and 128 only. */
 static tc_status check_head_dim(const char *op, int64_t hd, tc_dtype act)
 {
     if (hd < 16 || hd > 256 || hd % 2)
@@ -480,7 +491,7 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
      * hold head_dim rounded up to 16 (their products' width); over an FP8 cache each warp
      * widens a tile's keys, then its values, into 16-bit rows of its own. */
     size_t ec = tc_dtype_bytes(k_cache->dtype, 1);
-    bool fp8 = k_cache->dtype == TC_DTYPE_F8E4M3, own = hd == 64 || hd == 128;
+    bool fp8 = k_cache->dtype == TC_DTYPE_F8E4M3, own = own_kernel(hd, q->dtype, fp8);
     int64_t hp = own ? hd : (hd + 15) / 16 * 16;
     /* (An FP8 cache's stages hold bytes.) */
     size_t per_stage = (size_t)4 * 2 * 16 * (size_t)(hp + 16 / (int64_t)ec) * ec,
@@ -502,6 +513,11 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
             TC_KERNEL_ATTN_DECODE_BF16 } }
     };
     tc_kernel_id id = ids[fp8][q->dtype == TC_DTYPE_BF16][hd == 64 ? 0 : hd == 128 ? 1 : 2];
+    if (own && hd != 64 && hd != 128)
+        id = hd == 80    ? TC_KERNEL_ATTN_DECODE80_BF16
+             : hd == 96  ? TC_KERNEL_ATTN_DECODE96_BF16
+             : hd == 112 ? TC_KERNEL_ATTN_DECODE112_BF16
+                         : TC_KERNEL_ATTN_DECODE256_BF16;
     /* Split each sequence's cache (flash-decoding) so that every SM gets one block, or, where
      * that leaves each warp more than 4 tiles of 16 tokens to stream, so that the blocks fill
      * the GPU's resident slots once (a partial second wave would leave most SMs idle at the
@@ -566,6 +582,13 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
         return q->dtype == TC_DTYPE_F16 ? LAUNCH8(f16, tc_half) : LAUNCH8(bf16, tc_bf16);
 #undef LAUNCH8
     }
+    switch (hd) { /* bf16 only (own_kernel) */
+    case 80: return CALL(tc_launch_attn_decode80_bf16, ARGS(tc_bf16, tc_bf16));
+    case 96: return CALL(tc_launch_attn_decode96_bf16, ARGS(tc_bf16, tc_bf16));
+    case 112: return CALL(tc_launch_attn_decode112_bf16, ARGS(tc_bf16, tc_bf16));
+    case 256: return CALL(tc_launch_attn_decode256_bf16, ARGS(tc_bf16, tc_bf16));
+    default: break;
+    }
 #define LAUNCH16(sfx, T)                                        \
     (hd == 64 ? CALL(tc_launch_attn_decode64_##sfx, ARGS(T, T)) \
               : CALL(tc_launch_attn_decode128_##sfx, ARGS(T, T)))
@@ -616,7 +639,7 @@ tc_status tc_attention_prefill_ex(tc_tensor *out, const tc_tensor *q, const tc_t
     if (q->dtype == TC_DTYPE_F32)
         return simt_f32(op, out, q, k_cache, v_cache, block_table, seq_lens, q_start, scale,
                         window);
-    bool fp8 = k_cache->dtype == TC_DTYPE_F8E4M3, own = hd == 64 || hd == 128;
+    bool fp8 = k_cache->dtype == TC_DTYPE_F8E4M3, own = own_kernel(hd, q->dtype, fp8);
     /* tc_k_attn_prefill* (kernels/attention_prefill.cu): tiles of 64 query rows and two stages of
      * 64 keys and values in padded rows. The generic kernels: the query tile in padded rows of
      * head_dim rounded up to 16, then two stages of 32 keys and values. (An FP8 cache: the
@@ -650,6 +673,13 @@ tc_status tc_attention_prefill_ex(tc_tensor *out, const tc_tensor *q, const tc_t
               : CALL(tc_launch_attn_prefill128_##sfx##_f8, ARGS(T, uint8_t), ks, vs))
         return q->dtype == TC_DTYPE_F16 ? LAUNCH8(f16, tc_half) : LAUNCH8(bf16, tc_bf16);
 #undef LAUNCH8
+    }
+    switch (hd) { /* bf16 only (own_kernel) */
+    case 80: return CALL(tc_launch_attn_prefill80_bf16, ARGS(tc_bf16, tc_bf16));
+    case 96: return CALL(tc_launch_attn_prefill96_bf16, ARGS(tc_bf16, tc_bf16));
+    case 112: return CALL(tc_launch_attn_prefill112_bf16, ARGS(tc_bf16, tc_bf16));
+    case 256: return CALL(tc_launch_attn_prefill256_bf16, ARGS(tc_bf16, tc_bf16));
+    default: break;
     }
 #define LAUNCH16(sfx, T)                                         \
     (hd == 64 ? CALL(tc_launch_attn_prefill64_##sfx, ARGS(T, T)) \

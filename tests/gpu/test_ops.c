@@ -1493,7 +1493,8 @@ static void attention_fp8(rng_t *r)
     decode_after_store(r, TC_DTYPE_F16, 9, 3, 64, TC_DTYPE_F8E4M3);
 }
 
-/* One attention case for every head size (the generic kernels: any even size but 64 and 128)
+/* One attention case for every head size (kernels of their own for 64, 80, 96, 112, 128 and 256
+ * over 16-bit caches, the generic kernels for the rest and for FP8 caches but 64 and 128)
  * with a sliding window (0: none) and, over an FP8 cache, per-kv-head scales: decode (fresh_rows
  * 1, as a decode step runs it) or prefill chunks against the CPU op and the double reference,
  * outputs poisoned. With a window, each sequence's blocks before its first query's window
@@ -1732,11 +1733,17 @@ int main(void)
         }
     }
     rng_t r = { 2024 };
-    /* TC_OPS_ONLY=quantised: only the quantised weights' checks (a quicker run while working on
-     * their kernels). */
+    /* TC_OPS_ONLY=quantised or attention: only those kernels' checks (a quicker run while
+     * working on them). */
     const char *only = getenv("TC_OPS_ONLY");
-    if (only && !strcmp(only, "quantised")) {
-        quantised(&r);
+    if (only && (!strcmp(only, "quantised") || !strcmp(only, "attention"))) {
+        if (!strcmp(only, "quantised")) {
+            quantised(&r);
+        } else { /* TC_OPS_ONLY=attention: the attention kernels' checks */
+            attention(&r);
+            attention_fp8(&r);
+            attention_heads(&r);
+        }
         tc_backend_destroy(gpu);
         tc_backend_destroy(cpu);
         printf("%d of %d GPU op checks failed\n", failures, cases);
