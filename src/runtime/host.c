@@ -66,7 +66,8 @@ double tc_host_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The first unsigned number in file `path`, or false ("max" and missing files are false). */
+/* The first unsigned number in file `path` (after the first line that starts with `key`, when
+ * given), or false ("max" and missing files are false). */
 static bool read_number(const char *path, const char *key, uint64_t *v)
 {
     FILE *f = fopen(path, "r");
@@ -95,6 +96,11 @@ bool tc_host_memory_available(uint64_t *bytes)
         *bytes = kib * 1024;
     if (read_number("/sys/fs/cgroup/memory.max", NULL, &limit) &&
         read_number("/sys/fs/cgroup/memory.current", NULL, &used)) {
+        /* (the page cache charged to the group, a mapped model file's included, is reclaimed
+         * before the limit bites: not counted as used) */
+        uint64_t cache;
+        if (read_number("/sys/fs/cgroup/memory.stat", "file ", &cache))
+            used -= cache < used ? cache : used;
         uint64_t left = limit > used ? limit - used : 0;
         if (!known || left < *bytes)
             *bytes = left;

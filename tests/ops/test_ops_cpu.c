@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 #include <cmocka.h>
 #include "oracle.h"
 
@@ -168,6 +169,25 @@ static void tensors_copy_slice_and_reshape(void **state)
     tc_tensor_deinit(&t);
     tc_tensor_deinit(&s); /* a view: only cleared */
     free(vals);
+}
+
+/* A host tensor larger than the memory available now is refused with the sizes, instead of
+ * being granted and killing the process when its pages are touched; one that fits is not. */
+static void host_tensors_beyond_available_memory_are_refused(void **state)
+{
+    (void)state;
+    uint64_t avail;
+    if (!tc_host_memory_available(&avail))
+        skip();
+    assert_true(avail > 0);
+    tc_tensor t;
+    int64_t n = (int64_t)((avail + ((uint64_t)1 << 30)) / 4);
+    assert_int_equal(tc_tensor_init(&t, cpu, TC_DTYPE_F32, TC_SHAPE(n)), TC_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(tc_last_error(), "GiB available"));
+    if (avail > ((uint64_t)512 << 20)) {
+        assert_int_equal(tc_tensor_init(&t, cpu, TC_DTYPE_F32, TC_SHAPE((int64_t)64 << 20)), TC_OK);
+        tc_tensor_deinit(&t);
+    }
 }
 
 static void embedding_gathers_rows_of_every_dtype(void **state)
@@ -1481,6 +1501,7 @@ int main(void)
         cmocka_unit_test(conversions_round_to_nearest_even),
         cmocka_unit_test(fp8_e4m3_matches_its_definition),
         cmocka_unit_test(tensors_copy_slice_and_reshape),
+        cmocka_unit_test(host_tensors_beyond_available_memory_are_refused),
         cmocka_unit_test(embedding_gathers_rows_of_every_dtype),
         cmocka_unit_test(rmsnorm_with_and_without_residual),
         cmocka_unit_test(rope_plain_llama3_and_interleaved),
