@@ -1,6 +1,7 @@
 // Shared by kernels/attention*.cu (attention over a paged KV cache, layout in src/ops/ops.h):
 // the cache's addressing and the copies of its rows to shared memory, for kernels of a
-// compile-time head_dim (64, 128) and for the generic ones that read it at run time.
+// compile-time head_dim (64, 80, 96, 112, 128, 256) and for the generic ones that read it at
+// run time.
 #pragma once
 #include <limits.h>
 
@@ -43,8 +44,7 @@ __device__ __forceinline__ void load_kv_rows(T *ks, T *vs, const T *k_cache, con
                                              int ts, int t1, int start, int block_size, int n_kv_heads,
                                              int kvh, int lane, int lo = 0, int hi = INT_MAX)
 {
-    // CR 16-byte chunks a row: lane + 32 i takes row (lane + 32 i) / CR, chunk (lane + 32 i) % CR
-    // (rows lane / CR + i RP where CR divides 32).
+    // CR 16-byte chunks a row: lane + 32 i takes row (lane + 32 i) / CR, chunk (lane + 32 i) % CR.
     constexpr int LD = kv_ld<T, HD>(), VE = 16 / (int)sizeof(T), CR = HD / VE, N = kTile * CR;
     static_assert(HD % VE == 0, "rows of whole 16-byte chunks");
     // A tile lies in one cache block when the block size is a multiple of the tile: one table

@@ -213,6 +213,7 @@ __device__ void decode_warp_f8(const DecodeWork &w, const DecodeRing<tc::f8e4m3,
                                int64_t q_stride, float scale, float *ms, float *ls, float *as)
 {
     constexpr int LD = kv_ld<tc::f8e4m3, HD>(), KS = HD / 16, NT = HD / 8, KW = HD / 16, VW = NT / 4;
+    static_assert(KS % 2 == 0 && NT % 4 == 0, "FP8 caches have kernels of their own for 64 and 128 only");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, pos = lane & 3;
     uint32_t qa[KS][2];
     const T *qrow = q + w.seq * q_stride + (int64_t)(w.h0 + gr) * HD + (HD / 4) * pos;
@@ -249,11 +250,6 @@ __device__ void decode_warp_f8(const DecodeWork &w, const DecodeRing<tc::f8e4m3,
                                      f8x2_to_h2(kw[kk] >> 16));
                 tc::mma16816<__half>(s2[nt], qa[kk + 1][0], 0u, qa[kk + 1][1], 0u, f8x2_to_h2(kw[kk + 1]),
                                      f8x2_to_h2(kw[kk + 1] >> 16));
-            }
-            if constexpr (KS % 2 != 0) { // (80 and 112: the last 16 dimensions alone)
-                uint32_t kb[2];
-                tc::ldmatrix_x2(kb, kt + (8 * nt + (lane & 7)) * LD + 16 * (KS - 1) + 8 * ((lane >> 3) & 1));
-                tc::mma16816<T>(s[nt], qa[KS - 1][0], 0u, qa[KS - 1][1], 0u, kb[0], kb[1]);
             }
 #pragma unroll
             for (int e = 0; e < 4; e++)

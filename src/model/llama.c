@@ -754,7 +754,8 @@ static tc_status check_room(const tc_llama *m, const tc_gguf *g, const tc__shard
     if (!g) {
         uint64_t d = (uint64_t)c->dim, qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
                  kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim,
-                 per_layer = d * (2 * qd + 2 * kvd) + 3 * d * (uint64_t)c->ffn_dim + 2 * d,
+                 per_layer = d * (2 * qd + 2 * kvd) + 3 * d * (uint64_t)c->ffn_dim + 2 * d +
+                             (c->qkv_bias ? qd + 2 * kvd : 0),
                  params = (uint64_t)c->vocab * d * (c->tied_embeddings ? 1 : 2) +
                           (uint64_t)c->n_layers * per_layer + d;
         need = tc_dtype_bytes(m->act, (int64_t)params);

@@ -342,15 +342,29 @@ static tc_status run_all(tc_tp *tp, job *jobs, const char *op)
         if (tp->rank[r].st != TC_OK && (bad < 0 || (tp->rank[bad].st == TC_ERR_CANCELLED &&
                                                     tp->rank[r].st != TC_ERR_CANCELLED)))
             bad = r;
-    if (bad >= 0)
-        return tc_set_error(tp->rank[bad].st, op, "rank %d: %s", bad, tp->rank[bad].error);
+    if (bad >= 0) {
+        snprintf(tp->failed, sizeof tp->failed, "rank %d: %s", bad, tp->rank[bad].error);
+        return tc_set_error(tp->rank[bad].st, op, "%s", tp->failed);
+    }
     return TC_OK;
+}
+
+/* After a failure nothing runs on the aborted communicators again. */
+static tc_status usable(const tc_tp *tp, const char *op)
+{
+    if (!tp->failed[0])
+        return TC_OK;
+    return tc_set_error(TC_ERR_CANCELLED, op,
+                        "the ranks' communicators were aborted by an earlier failure (%s): "
+                        "load the model again",
+                        tp->failed);
 }
 
 tc_status tc_tp_time_all_reduce(tc_tp *tp, int64_t n_rows, int iters, double *seconds)
 {
     const char *op = "tc_tp_time_all_reduce";
     *seconds = 0;
+    TC_TRY(usable(tp, op));
     if (n_rows < 1 || n_rows > tp->rank[0].m->s.max_tokens || iters < 1)
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
                             "%lld rows (1 to %lld fit), %d iterations (at least 1)",
@@ -378,6 +392,15 @@ tc_status tc_tp_forward(tc_tp *tp, tc_tp_kv *kv, const tc_llama_batch *b, tc_ten
         if (b->tokens[i] < 0 || b->tokens[i] >= tp->plan.cfg.vocab)
             return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "token %d: id %d out of range", i,
                                 b->tokens[i]);
+    TC_TRY(usable(tp, op));
+    /* Every rank runs a decode step the same way, as a graph of the same bucket or op by op,
+     * so that their collectives pair up: one rank whose capture failed turns graphs off for
+     * all. */
+    bool no_graphs = false;
+    for (int r = 0; r < n; r++)
+        no_graphs |= tp->rank[r].m->s.no_graphs;
+    for (int r = 0; r < n; r++)
+        tp->rank[r].m->s.no_graphs = no_graphs;
     /* Every rank's checks and uploads before any rank starts: a batch the ranks refuse fails
      * here, with no collective begun. */
     tc_llama_batch lb[TC__SHARD_MAX_RANKS];

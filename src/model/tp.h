@@ -29,6 +29,9 @@ typedef struct tc_tp {
     tc_tensor logits;      /* f32 [max_seqs, vocab] on rank 0's backend */
     tc_tensor logits_rows; /* view: the rows of the last pass */
     tc_tp_kv *engine_kv;   /* the cache the engine's passes use (tc_engine_model_tp) */
+    /* A rank failed and the communicators were aborted (NCCL's are then gone, and a rank's
+     * graph would replay collectives on them): every later call fails at once, saying so. */
+    char failed[300];
 } tc_tp;
 
 /* Load the model of configuration cfg from g (whole-model tensors under GGUF names, as
@@ -71,7 +74,7 @@ void tc_tp_kv_deinit(tc_tp_kv *kv);
 /* One forward pass as tc_llama_forward, every rank on a thread of its own: *logits points at
  * the f32 logits [n_seqs, vocab] on rank 0's backend, valid until the next call. A rank that
  * fails aborts the communicators (the others' collectives fail too) and the error names it;
- * the in-process group stays aborted then, so later passes fail. */
+ * the communicators stay aborted then, so later calls fail at once with that first error. */
 tc_status tc_tp_forward(tc_tp *tp, tc_tp_kv *kv, const tc_llama_batch *batch, tc_tensor **logits);
 
 /* The time of one all-reduce of n_rows rows of the residual stream (a decode step of n_rows

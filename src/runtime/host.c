@@ -88,23 +88,68 @@ static bool read_number(const char *path, const char *key, uint64_t *v)
     return found;
 }
 
+/* The room a cgroup directory's limit leaves: the limit less what is charged, its page cache
+ * (reclaimed before the limit bites: a mapped model file's pages among it) not counted. v2:
+ * memory.max, memory.current, memory.stat's "file"; v1: memory.limit_in_bytes,
+ * memory.usage_in_bytes, memory.stat's "total_cache". False where the directory sets none. */
+static bool cgroup_room(const char *dir, bool v1, uint64_t *left)
+{
+    char path[512];
+    uint64_t limit, used, cache;
+    snprintf(path, sizeof path, "%.480s/%s", dir, v1 ? "memory.limit_in_bytes" : "memory.max");
+    if (!read_number(path, NULL, &limit))
+        return false;
+    snprintf(path, sizeof path, "%.480s/%s", dir, v1 ? "memory.usage_in_bytes" : "memory.current");
+    if (!read_number(path, NULL, &used))
+        return false;
+    snprintf(path, sizeof path, "%.480s/memory.stat", dir);
+    if (read_number(path, v1 ? "total_cache " : "file ", &cache))
+        used -= cache < used ? cache : used;
+    *left = limit > used ? limit - used : 0;
+    return true;
+}
+
+/* The tightest room over the process's group of one hierarchy (its /proc/self/cgroup path
+ * under root) and each group above it. */
+static void hierarchy_room(const char *root, const char *group, bool v1, bool *known,
+                           uint64_t *bytes)
+{
+    char g[400], dir[460];
+    snprintf(g, sizeof g, "%s", strcmp(group, "/") == 0 ? "" : group);
+    for (;;) {
+        snprintf(dir, sizeof dir, "%s%.400s", root, g);
+        uint64_t left;
+        if (cgroup_room(dir, v1, &left) && (!*known || left < *bytes)) {
+            *bytes = left;
+            *known = true;
+        }
+        char *slash = strrchr(g, '/');
+        if (!slash)
+            break;
+        *slash = 0; /* the parent ("" for the root) */
+    }
+}
+
 bool tc_host_memory_available(uint64_t *bytes)
 {
-    uint64_t kib, limit, used;
+    uint64_t kib;
     bool known = read_number("/proc/meminfo", "MemAvailable:", &kib);
     if (known)
         *bytes = kib * 1024;
-    if (read_number("/sys/fs/cgroup/memory.max", NULL, &limit) &&
-        read_number("/sys/fs/cgroup/memory.current", NULL, &used)) {
-        /* (the page cache charged to the group, a mapped model file's included, is reclaimed
-         * before the limit bites: not counted as used) */
-        uint64_t cache;
-        if (read_number("/sys/fs/cgroup/memory.stat", "file ", &cache))
-            used -= cache < used ? cache : used;
-        uint64_t left = limit > used ? limit - used : 0;
-        if (!known || left < *bytes)
-            *bytes = left;
-        known = true;
+    /* The groups of the unified hierarchy ("0::path") and of v1's memory controller
+     * ("N:memory:path"), where mounted at the usual places. */
+    char line[512];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f)
+        return known;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        const char *v1 = strstr(line, ":memory:");
+        if (strncmp(line, "0::", 3) == 0)
+            hierarchy_room("/sys/fs/cgroup", line + 3, false, &known, bytes);
+        else if (v1)
+            hierarchy_room("/sys/fs/cgroup/memory", v1 + 8, true, &known, bytes);
     }
+    fclose(f);
     return known;
 }

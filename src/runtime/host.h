@@ -41,8 +41,8 @@ TC_API void tc_host_free(void *ptr);
 TC_API double tc_host_seconds(void);
 
 /* The host memory this process could still take, in bytes: the kernel's MemAvailable
- * (/proc/meminfo), or less where the process's cgroup (v2) limit leaves less (its page cache
- * counted as free). False where
+ * (/proc/meminfo), or less where a memory limit of the process's cgroup or one above it (v2,
+ * or v1's memory controller) leaves less, its page cache counted as free. False where
  * neither can be read (then nothing is known). Allocations on Linux succeed beyond it and the
  * process is killed when it touches the pages; large ones check it first. */
 TC_API bool tc_host_memory_available(uint64_t *bytes);

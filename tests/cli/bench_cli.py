@@ -90,9 +90,14 @@ r = run(["--shape", "smollm2-1t"])
 check(r.returncode == 2 and "unknown shape 'smollm2-1t'" in r.stderr, "unknown shape: exit 2")
 # A shape past the host's memory is refused whole, with the sizes, before anything is filled
 # (Linux grants the memory and would kill the process when the pages are touched).
-r = run(["--shape", "llama3.1-70b", "--gen-len", "2", "--prompt-len", "2"])
-check(r.returncode == 1 and re.search(r"its [0-9.]+ GiB of f32 weights do not fit in the [0-9.]+ GiB", r.stderr),
-      f"a 70B shape on the CPU: exit 1, says it does not fit ({r.stderr[-200:]!r})")
+with open("/proc/meminfo") as f:
+    avail_gib = next(int(x.split()[1]) for x in f if x.startswith("MemAvailable:")) / (1 << 20)
+if avail_gib < 250:
+    r = run(["--shape", "llama3.1-70b", "--gen-len", "2", "--prompt-len", "2"])
+    check(r.returncode == 1 and re.search(r"its [0-9.]+ GiB of f32 weights do not fit in the [0-9.]+ GiB", r.stderr),
+          f"a 70B shape on the CPU: exit 1, says it does not fit ({r.stderr[-200:]!r})")
+else:
+    print(f"skip: a 70B shape's 263 GiB of f32 would fit in this host's {avail_gib:.0f} GiB")
 r = run(["--model", "/nonexistent.gguf"])
 check(r.returncode == 1 and "cannot open /nonexistent.gguf" in r.stderr, "missing model file: exit 1")
 r = run(shape + ["--device", "cuda"])
