@@ -413,6 +413,11 @@ static void refusals_are_clear_and_recoverable(void **state)
     assert_non_null(strstr(tc_last_error(), "rows"));
     assert_int_equal(tc_tp_time_all_reduce(tp, 4, 0, &sec), TC_ERR_INVALID_ARGUMENT);
     assert_int_equal(tc_tp_forward(tp, &kv, &bb.b, &logits), TC_OK);
+    /* After a rank has failed (as run_all records it) nothing runs on the communicators. */
+    snprintf(tp->failed, sizeof tp->failed, "rank 1: a test's failure");
+    assert_int_equal(tc_tp_forward(tp, &kv, &bb.b, &logits), TC_ERR_CANCELLED);
+    assert_non_null(strstr(tc_last_error(), "earlier failure (rank 1: a test's failure)"));
+    assert_int_equal(tc_tp_time_all_reduce(tp, 4, 3, &sec), TC_ERR_CANCELLED);
     tc_tp_kv_deinit(&kv);
     tc_tp_destroy(tp);
     tc_llama_destroy(full);
