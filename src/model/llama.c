@@ -1386,7 +1386,7 @@ static tc_status capture(tc_llama *m, tc_kv_cache *kv, int64_t S, struct tc_llam
 
 /* Check a batch and upload its index arrays; a decode step on CUDA is padded to its bucket,
  * whose graph will run it (s->staged). */
-static tc_status stage(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b)
+tc_status tc__llama_prepare(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b)
 {
     TC_TRY(check_batch(m, kv, b));
     tc_llama_scratch *s = &m->s;
@@ -1410,8 +1410,8 @@ static tc_status stage(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b)
  * (after one ordinary run, which also warms cuBLAS and sizes the ops' workspace) and again
  * when the ops' workspace or the KV cache has moved since. With comm, every rank of a
  * tensor-parallel model makes the same choices, so that their collectives pair up. */
-static tc_status run_staged(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b, tc_comm *comm,
-                            tc_tensor **logits)
+tc_status tc__llama_pass(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b, tc_comm *comm,
+                         tc_tensor **logits)
 {
     tc_llama_scratch *s = &m->s;
     s->logits_rows = rows(&s->logits, b->n_seqs);
@@ -1441,17 +1441,6 @@ static tc_status run_staged(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *
 tc_status tc_llama_forward(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b,
                            tc_tensor **logits)
 {
-    TC_TRY(stage(m, kv, b));
-    return run_staged(m, kv, b, NULL, logits);
-}
-
-tc_status tc__llama_prepare(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b)
-{
-    return stage(m, kv, b);
-}
-
-tc_status tc__llama_pass(tc_llama *m, tc_kv_cache *kv, const tc_llama_batch *b, tc_comm *comm,
-                         tc_tensor **logits)
-{
-    return run_staged(m, kv, b, comm, logits);
+    TC_TRY(tc__llama_prepare(m, kv, b));
+    return tc__llama_pass(m, kv, b, NULL, logits);
 }

@@ -8,7 +8,6 @@
 #include <string.h>
 #include "model/internal.h"
 #include "model/quant.h"
-#include "ops/internal.h"
 #include "runtime/error.h"
 #include "runtime/host.h"
 
