@@ -210,9 +210,8 @@ static bool submit(tc_server *s, job *j, tc_oai_error *err)
     if (tool_calls && !tc__tool_format_of(s->m.chat, &j->tool_format)) {
         tc_host_free(ids);
         return tc_oai_fail(err, 400, "invalid_request_error", "tools", NULL,
-                           "this model's template takes tools, but the server does not read its "
-                           "tool calls back (Mistral's [TOOL_CALLS] arrays) yet; use "
-                           "tool_choice \"none\" to send the conversation without them");
+                           "this model's chat template has no tool calling; use tool_choice "
+                           "\"none\" to send the conversation without the tools");
     }
     if (tool_calls) {
         /* The template renders tools (checked as the prompt was made), so it has a format. */

@@ -1,5 +1,6 @@
 /* Tool calls in and out of the model's text. The formats are the templates' own: Qwen 2.5's
- * <tool_call> blocks for ChatML (the Hermes format) and Meta's JSON calls for Llama 3.1+. */
+ * <tool_call> blocks for ChatML (the Hermes format), Meta's JSON calls for Llama 3.1+ and
+ * Mistral's JSON array after [TOOL_CALLS] (a control token: the text holds only the array). */
 #define _GNU_SOURCE
 #include "server/tools.h"
 
@@ -14,14 +15,26 @@
 
 bool tc__tool_format_of(const tc_chat_template *t, tc__tool_format *f)
 {
-    /* Mistral v3's calls are one JSON array after [TOOL_CALLS]: rendered, not parsed yet. */
-    if (!tc_chat_template_tools(t) || t->kind == TC_CHAT_MISTRAL3)
+    if (!tc_chat_template_tools(t))
         return false;
     if (t->kind == TC_CHAT_CHATML)
         *f = (tc__tool_format){ "<tool_call>\n{\"name\": \"",
-                                "\", \"arguments\": ", "}\n</tool_call>", "\n" };
+                                "\", \"arguments\": ",
+                                "}\n</tool_call>",
+                                "\n",
+                                NULL,
+                                NULL,
+                                0 };
+    else if (t->kind == TC_CHAT_MISTRAL3)
+        /* [TOOL_CALLS] itself is a control token, left out of the text (and out of a
+         * grammar's reach: control tokens end a document), so the array starts a call. The
+         * ids are 9 letters and digits, which the template demands of the calls it renders
+         * back. */
+        *f = (tc__tool_format){
+            "[{\"name\": \"", "\", \"arguments\": ", "}", ", ", "{\"name\": \"", "]", 9
+        };
     else
-        *f = (tc__tool_format){ "{\"name\": \"", "\", \"parameters\": ", "}", "; " };
+        *f = (tc__tool_format){ "{\"name\": \"", "\", \"parameters\": ", "}", "; ", NULL, NULL, 0 };
     return true;
 }
 
@@ -163,20 +176,23 @@ bool tc__tool_grammar(const tc_oai_request *q, const tc__tool_format *f, const t
         tc_grammar_ref(g, call, args);
         lit(g, call, f->close);
     }
-    /* calls ::= call more; more ::= sep open calls | "" (one call unless parallel). */
+    /* calls ::= call more; more ::= sep open calls | "" (one call unless parallel; a list's
+     * later calls open with next). */
     size_t tl = trigger_len(f->open);
     int calls = tc_grammar_rule(g), more = tc_grammar_rule(g), rest = tc_grammar_rule(g);
     tc_grammar_ref(g, calls, call);
     tc_grammar_ref(g, calls, more);
     if (q->parallel_tool_calls && q->tool_choice != TC_OAI_TOOLS_NAMED) {
         lit(g, more, f->sep);
-        lit(g, more, f->open);
+        lit(g, more, f->next ? f->next : f->open);
         tc_grammar_ref(g, more, calls);
         tc_grammar_alt(g, more);
     }
-    /* rest: what follows the trigger in the first call. */
+    /* rest: what follows the trigger in the first call, then the calls (and a list's end). */
     lit(g, rest, f->open + tl);
     tc_grammar_ref(g, rest, calls);
+    if (f->next)
+        lit(g, rest, f->end);
     int root;
     if (forced) {
         root = tc_grammar_rule(g);
@@ -223,12 +239,16 @@ typedef struct call {
     bool announced;
 } call;
 
-enum { P_TEXT, P_HEAD, P_NAME, P_MID, P_ARGS, P_TAIL, P_DONE };
+/* P_EXTRA: a list's call object after its arguments (members to skip); P_LIST: between a
+ * list's calls (a comma, or the end of the list). */
+enum { P_TEXT, P_HEAD, P_NAME, P_MID, P_ARGS, P_TAIL, P_EXTRA, P_LIST, P_DONE };
 
 struct tc__tool_parser {
-    char trigger[32], head[64], mid[64], tail[64];
+    char trigger[32], head[64], next[64], mid[64], tail[64];
+    const char *cur_head; /* P_HEAD: head, or next for a list's later call */
     size_t n_trigger;
-    int st;
+    int st, id_len;
+    bool list;
     size_t k;     /* bytes matched of the trigger (P_TEXT) or of head, mid or tail */
     size_t n_ws;  /* P_TEXT: the whitespace before the trigger's bytes in pend */
     text pend;    /* P_TEXT: whitespace and a possible trigger start; in a call before its
@@ -258,6 +278,10 @@ tc__tool_parser *tc__tool_parser_create(const tc__tool_format *f, bool parallel)
     memcpy(p->trigger, f->open, tl);
     p->n_trigger = tl;
     compact(f->open + tl, p->head, sizeof p->head);
+    p->list = f->next != NULL;
+    if (p->list)
+        compact(f->next, p->next, sizeof p->next);
+    p->id_len = f->id_len > 0 && f->id_len < 30 ? f->id_len : 0;
     compact(f->mid, p->mid, sizeof p->mid);
     compact(f->close, p->tail, sizeof p->tail);
     if (getentropy(&p->rng, sizeof p->rng) != 0)
@@ -307,12 +331,13 @@ static void begin_call(tc__tool_parser *p)
     call *c = &p->calls[p->n_calls++];
     memset(c, 0, sizeof *c);
     static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    memcpy(c->id, "call_", 5);
-    for (int i = 0; i < 24; i++) {
+    int at = p->id_len ? 0 : 5;
+    memcpy(c->id, "call_", (size_t)at);
+    for (int i = 0; i < (p->id_len ? p->id_len : 24); i++) {
         p->rng ^= p->rng << 13; /* xorshift64 */
         p->rng ^= p->rng >> 7;
         p->rng ^= p->rng << 17;
-        c->id[5 + i] = alnum[p->rng % 62];
+        c->id[at + i] = alnum[p->rng % 62];
     }
     memcpy(c->name, p->name, p->n_name + 1);
     p->pend.n = 0;
@@ -326,6 +351,7 @@ static void text_byte(tc__tool_parser *p, char c)
     if (p->k < p->n_trigger && c == p->trigger[p->k]) {
         if (++p->k == p->n_trigger) {
             p->st = P_HEAD;
+            p->cur_head = p->head;
             p->k = 0;
         }
         return;
@@ -374,7 +400,7 @@ static void feed_byte(tc__tool_parser *p, char c)
     case P_TEXT: text_byte(p, c); return;
     case P_HEAD:
         add(&p->pend, &c, 1);
-        if (marker_byte(p, p->head, c, &bad)) {
+        if (marker_byte(p, p->cur_head, c, &bad)) {
             p->st = P_NAME;
             p->n_name = 0;
         } else if (bad) {
@@ -441,9 +467,14 @@ static void feed_byte(tc__tool_parser *p, char c)
         return;
     case P_TAIL:
         if (marker_byte(p, p->tail, c, &bad)) {
-            p->st = p->parallel ? P_TEXT : P_DONE;
+            p->st = !p->parallel ? P_DONE : p->list ? P_LIST : P_TEXT;
             p->k = p->n_ws = 0;
             p->pend.n = 0;
+        } else if (bad && p->list && c == ',') {
+            /* More members in the call's object: skipped up to its closing brace. */
+            p->st = P_EXTRA;
+            p->depth = 1;
+            p->in_string = p->escape = false;
         } else if (bad) {
             /* Not the template's ending: the call stands as it is, and c is text. */
             p->st = p->parallel ? P_TEXT : P_DONE;
@@ -452,6 +483,39 @@ static void feed_byte(tc__tool_parser *p, char c)
             if (p->parallel)
                 text_byte(p, c);
         }
+        return;
+    case P_EXTRA:
+        if (p->in_string) {
+            if (p->escape)
+                p->escape = false;
+            else if (c == '\\')
+                p->escape = true;
+            else if (c == '"')
+                p->in_string = false;
+        } else if (c == '"') {
+            p->in_string = true;
+        } else if (c == '{' || c == '[') {
+            p->depth++;
+        } else if ((c == '}' || c == ']') && --p->depth == 0) {
+            p->st = p->parallel ? P_LIST : P_DONE;
+            p->k = p->n_ws = 0;
+            p->pend.n = 0;
+        }
+        return;
+    case P_LIST:
+        if (ws(c))
+            return;
+        if (c == ',') {
+            p->st = P_HEAD;
+            p->cur_head = p->next;
+            p->k = 0;
+            return;
+        }
+        /* The list's end (or anything else, which is text). */
+        p->st = P_TEXT;
+        p->k = p->n_ws = 0;
+        if (c != ']')
+            text_byte(p, c);
         return;
     case P_DONE: return;
     }
@@ -470,7 +534,8 @@ void tc__tool_parser_end(tc__tool_parser *p)
     p->ended = true;
     if (p->st == P_ARGS && p->depth > 0)
         return; /* cut short: the call keeps what it has */
-    if (p->st == P_DONE || (p->st == P_TEXT && p->n_calls > 0 && p->n_ws == p->pend.n))
+    if (p->st == P_DONE || p->st == P_EXTRA || p->st == P_LIST ||
+        (p->st == P_TEXT && p->n_calls > 0 && p->n_ws == p->pend.n))
         return; /* what follows the only call, or whitespace after the calls */
     if (p->st == P_TEXT || p->st == P_HEAD || p->st == P_NAME || p->st == P_MID || p->st == P_ARGS)
         give_back(p);

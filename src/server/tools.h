@@ -14,12 +14,18 @@
 
 /* A call as the template writes it: open NAME mid ARGUMENTS close, calls separated by sep.
  * The parser reads them leniently (whitespace outside strings may differ); the grammar makes
- * the model write them exactly. */
+ * the model write them exactly. A list format (Mistral's JSON array) opens later calls with
+ * next instead of open and ends the list with end; its parser skips members a call object has
+ * after its arguments (the "id" the template writes into earlier calls). */
 typedef struct tc__tool_format {
     const char *open;  /* ChatML: "<tool_call>\n{\"name\": \"" */
     const char *mid;   /* "\", \"arguments\": " */
     const char *close; /* "}\n</tool_call>" */
     const char *sep;   /* "\n" */
+    const char *next;  /* a later call's opening in a list (NULL: open, not a list) */
+    const char *end;   /* what closes a list ("]") */
+    int id_len;        /* the calls' ids: 0 for OpenAI's "call_" and 24 letters and digits,
+                          else this many letters and digits (Mistral's template takes 9) */
 } tc__tool_format;
 
 /* The call format of a template family; false when the template has no tool calling. */

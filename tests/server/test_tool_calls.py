@@ -18,7 +18,9 @@ openai = pytest.importorskip("openai")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data")
-TEMPLATES = {"qwen2.5": "qwen2.5-instruct.jinja", "llama3.1": "llama3.1-instruct.jinja"}
+TEMPLATES = {"qwen2.5": "qwen2.5-instruct.jinja", "llama3.1": "llama3.1-instruct.jinja",
+             "mistral-v3": os.path.join("..", "..", "model", "data",
+                                        "mistral-7b-instruct-v0.3.jinja")}
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city",
@@ -372,6 +374,40 @@ def test_forced_call_in_llama_format(family_srv):
     assert (f'<|start_header_id|>assistant<|end_header_id|>\n\n{{"name": "get_weather", '
             f'"parameters": {json.dumps(args)}}}<|eot_id|><|start_header_id|>ipython'
             f'<|end_header_id|>\n\n"22 C"<|eot_id|>') in prompt
+
+
+def test_calls_in_mistral_format(family_srv):
+    """Mistral v3's calls end to end: forced calls are written as the template's JSON array
+    (the grammar's; [TOOL_CALLS] is a control token the text leaves out), parsed back into
+    tool_calls with 9-character ids, and rendered into the next prompt as the template writes
+    calls and results, ids included; required with parallel calls makes valid calls too."""
+    s = family_srv("mistral-v3")
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="none", max_retries=0)
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.chat.completions.create(model=NAME, messages=messages, tools=[WEATHER, TIME],
+                                       tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                       temperature=0, max_tokens=60)
+    assert r.choices[0].finish_reason == "tool_calls", r
+    assert r.choices[0].message.content is None
+    (call,) = r.choices[0].message.tool_calls
+    assert len(call.id) == 9 and call.id.isalnum(), call.id
+    assert call.function.name == "get_weather"
+    args = validate(call.function.arguments, schema_of("get_weather"))
+    messages += [r.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "22 C"}]
+    prompt = rendered(s, {"messages": messages, "tools": [WEATHER]})
+    assert (f'[TOOL_CALLS] [{{"name": "get_weather", "arguments": {json.dumps(args)}, '
+            f'"id": "{call.id}"}}]</s>[TOOL_RESULTS] {{"content": 22 C, "call_id": '
+            f'"{call.id}"}}[/TOOL_RESULTS]') in prompt, prompt
+    r = client.chat.completions.create(model=NAME, tools=[WEATHER, TIME], tool_choice="required",
+                                       messages=[{"role": "user", "content": "Weather and time in Paris?"}],
+                                       temperature=0, max_tokens=120)
+    calls = r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason == "tool_calls" and calls, r
+    assert len({c.id for c in calls}) == len(calls)
+    for c in calls:
+        assert len(c.id) == 9 and c.id.isalnum(), c.id
+        validate(c.function.arguments, schema_of(c.function.name))
 
 
 @pytest.mark.parametrize("family", ["qwen2.5", "llama3.1"])
