@@ -483,7 +483,7 @@ int tc_cli_bench(int argc, char **argv)
     if (rc >= 0)
         return rc;
     rc = 0;
-    double t_start = tc_host_seconds();
+    double t_start = tc_host_seconds(), t_first_token = 0;
     /* Before the model loads: it leaves its decode graphs off while profiling. */
     if (o.profile)
         tc_profile_enable(true);
@@ -637,6 +637,10 @@ int tc_cli_bench(int argc, char **argv)
         }
         if (wp && wg && wt)
             run_requests(e, cfg.vocab, wn, wp, wg, wt, &text, NULL, NULL, NULL, &rc);
+        /* Start to first token as `generate` would see it (the weights loaded, the prompt
+         * prefilled): the warm-up's first request, nothing run before it. */
+        if (wt && wt[0].n_out > 0)
+            t_first_token = wt[0].first - t_start;
         for (int64_t i = 0; wt && i < wn; i++)
             free(wt[i].itl);
         free(wp);
@@ -780,6 +784,9 @@ int tc_cli_bench(int argc, char **argv)
                             o.json_schema ? o.json_schema : "any JSON object", &text, n, plen, glen,
                             t, throughput, decode_rate(t, n, throughput, wall),
                             decode_step_ms(&es0, &es), &rc);
+    if (t_first_token > 0)
+        printf("first token      %.3f s from start (load, then the first %lld-token prompt)\n",
+               t_first_token, (long long)o.prompt_len);
     printf("process          %.2f s from start\n", tc_host_seconds() - t_start);
     if (o.profile)
         print_profile(cuda);

@@ -119,6 +119,11 @@ for name in ("time to first", "inter-token"):
 steps = field(r"^engine\s+(\d+) steps, (\d+) preemptions", out, "engine steps")
 if steps:
     check(steps[0] >= 6, f"{steps[0]:.0f} engine steps for 6 tokens")
+ft = field(r"^first token\s+([\d.]+) s from start \(load, then the first 8-token prompt\)$", out,
+           "first token line")
+proc = field(r"^process\s+([\d.]+) s from start$", out, "process line")
+if ft and proc:
+    check(0 < ft[0] <= proc[0] + 0.005, f"first token {ft[0]} s after start, before the end {proc[0]} s")
 STEPS = (r"^steps\s+(\d+) measured: (\d+) with prefill rows \(([\d.]+) s\), (\d+) decode only "
          r"\(([\d.]+) s, ([\d.]+) ms each\)$")
 split = field(STEPS, out, "steps line")
