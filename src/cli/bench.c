@@ -638,7 +638,8 @@ int tc_cli_bench(int argc, char **argv)
         if (wp && wg && wt)
             run_requests(e, cfg.vocab, wn, wp, wg, wt, &text, NULL, NULL, NULL, &rc);
         /* Start to first token as `generate` would see it (the weights loaded, the prompt
-         * prefilled): the warm-up's first request, nothing run before it. */
+         * prefilled): the warm-up's first request, nothing run before it (exact at batch 1;
+         * with more sequences the warm-up's short prompts may share its step). */
         if (wt && wt[0].n_out > 0)
             t_first_token = wt[0].first - t_start;
         for (int64_t i = 0; wt && i < wn; i++)

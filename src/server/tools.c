@@ -51,7 +51,7 @@ static size_t compact(const char *s, char *out, size_t cap)
 }
 
 /* The part of open that starts a call in text: up to its first whitespace ("<tool_call>",
- * or "{\"name\":" for Llama). */
+ * "{\"name\":" for Llama, "[{\"name\":" for Mistral), matched exactly. */
 static size_t trigger_len(const char *open)
 {
     return strcspn(open, " \n\t\r");
@@ -232,7 +232,7 @@ static void add(text *t, const char *s, size_t n)
 }
 
 typedef struct call {
-    char id[32]; /* "call_" and 24 letters and digits, as OpenAI's */
+    char id[32]; /* "call_" and 24 letters and digits, as OpenAI's (or id_len of them) */
     char name[TC_OAI_MAX_NAME + 1];
     text args;
     size_t sent; /* bytes of args drained */
@@ -240,8 +240,9 @@ typedef struct call {
 } call;
 
 /* P_EXTRA: a list's call object after its arguments (members to skip); P_LIST: between a
- * list's calls (a comma, or the end of the list). */
-enum { P_TEXT, P_HEAD, P_NAME, P_MID, P_ARGS, P_TAIL, P_EXTRA, P_LIST, P_DONE };
+ * list's calls (a comma, or the end of the list); P_SKIP: the rest of a list after an element
+ * that is not a call (dropped: it is no text of its own). */
+enum { P_TEXT, P_HEAD, P_NAME, P_MID, P_ARGS, P_TAIL, P_EXTRA, P_LIST, P_SKIP, P_DONE };
 
 struct tc__tool_parser {
     char trigger[32], head[64], next[64], mid[64], tail[64];
@@ -314,6 +315,47 @@ static void give_back(tc__tool_parser *p)
     p->pend.n = 0;
     p->n_ws = p->k = 0;
     p->st = P_TEXT;
+}
+
+/* One byte of JSON skipped at nesting p->depth (strings and escapes followed); true when it
+ * closes the outermost level. */
+static bool skip_byte(tc__tool_parser *p, char c)
+{
+    if (p->in_string) {
+        if (p->escape)
+            p->escape = false;
+        else if (c == '\\')
+            p->escape = true;
+        else if (c == '"')
+            p->in_string = false;
+    } else if (c == '"') {
+        p->in_string = true;
+    } else if (c == '{' || c == '[') {
+        p->depth++;
+    } else if ((c == '}' || c == ']') && --p->depth == 0) {
+        return true;
+    }
+    return false;
+}
+
+/* A list's later element (after a call and a comma) that is not a call: the rest of the list
+ * is skipped, its bytes so far first; elsewhere the text is given back. */
+static void not_a_call(tc__tool_parser *p)
+{
+    if (!p->list || p->cur_head != p->next) {
+        give_back(p);
+        return;
+    }
+    p->st = P_SKIP;
+    p->depth = 1;
+    p->in_string = p->escape = false;
+    bool closed = false;
+    for (size_t i = 0; i < p->pend.n && !closed; i++)
+        closed = skip_byte(p, p->pend.p[i]);
+    p->pend.n = 0;
+    p->n_ws = p->k = 0;
+    if (closed)
+        p->st = P_TEXT;
 }
 
 static void begin_call(tc__tool_parser *p)
@@ -404,7 +446,7 @@ static void feed_byte(tc__tool_parser *p, char c)
             p->st = P_NAME;
             p->n_name = 0;
         } else if (bad) {
-            give_back(p);
+            not_a_call(p);
         }
         return;
     case P_NAME:
@@ -418,7 +460,7 @@ static void feed_byte(tc__tool_parser *p, char c)
                     c == '_' || c == '-')) {
             p->name[p->n_name++] = c;
         } else {
-            give_back(p);
+            not_a_call(p);
         }
         return;
     case P_MID:
@@ -428,7 +470,7 @@ static void feed_byte(tc__tool_parser *p, char c)
             p->depth = 0;
             p->in_string = p->escape = false;
         } else if (bad) {
-            give_back(p);
+            not_a_call(p);
         }
         return;
     case P_ARGS:
@@ -444,7 +486,7 @@ static void feed_byte(tc__tool_parser *p, char c)
                 }
             } else {
                 add(&p->pend, &c, 1);
-                give_back(p);
+                not_a_call(p);
             }
             return;
         }
@@ -485,22 +527,15 @@ static void feed_byte(tc__tool_parser *p, char c)
         }
         return;
     case P_EXTRA:
-        if (p->in_string) {
-            if (p->escape)
-                p->escape = false;
-            else if (c == '\\')
-                p->escape = true;
-            else if (c == '"')
-                p->in_string = false;
-        } else if (c == '"') {
-            p->in_string = true;
-        } else if (c == '{' || c == '[') {
-            p->depth++;
-        } else if ((c == '}' || c == ']') && --p->depth == 0) {
+        if (skip_byte(p, c)) {
             p->st = p->parallel ? P_LIST : P_DONE;
             p->k = p->n_ws = 0;
             p->pend.n = 0;
         }
+        return;
+    case P_SKIP:
+        if (skip_byte(p, c))
+            p->st = P_TEXT;
         return;
     case P_LIST:
         if (ws(c))
@@ -534,9 +569,13 @@ void tc__tool_parser_end(tc__tool_parser *p)
     p->ended = true;
     if (p->st == P_ARGS && p->depth > 0)
         return; /* cut short: the call keeps what it has */
-    if (p->st == P_DONE || p->st == P_EXTRA || p->st == P_LIST ||
+    if (p->st == P_DONE || p->st == P_EXTRA || p->st == P_LIST || p->st == P_SKIP ||
         (p->st == P_TEXT && p->n_calls > 0 && p->n_ws == p->pend.n))
         return; /* what follows the only call, or whitespace after the calls */
+    /* (a list's later call cut short before its arguments is dropped, as the rest of a list
+     * that is not calls is) */
+    if (p->list && p->cur_head == p->next && p->st != P_TEXT)
+        return;
     if (p->st == P_TEXT || p->st == P_HEAD || p->st == P_NAME || p->st == P_MID || p->st == P_ARGS)
         give_back(p);
 }

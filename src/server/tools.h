@@ -13,8 +13,9 @@
 #include "server/openai.h"
 
 /* A call as the template writes it: open NAME mid ARGUMENTS close, calls separated by sep.
- * The parser reads them leniently (whitespace outside strings may differ); the grammar makes
- * the model write them exactly. A list format (Mistral's JSON array) opens later calls with
+ * The parser reads them leniently after open's first word, which it matches exactly
+ * (whitespace outside strings may differ there); the grammar makes the model write them
+ * exactly. A list format (Mistral's JSON array) opens later calls with
  * next instead of open and ends the list with end; its parser skips members a call object has
  * after its arguments (the "id" the template writes into earlier calls). */
 typedef struct tc__tool_format {

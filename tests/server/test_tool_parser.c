@@ -2,7 +2,10 @@
  * JSON arrays (several calls, members after the arguments, text around them, one call when
  * parallel calls are off, a cut-short call, things that only look like calls), and ChatML's and
  * Llama's formats as before. Each text is fed whole and in pieces of every size from 1 to 7
- * bytes; the message and the streamed deltas must agree. */
+ * bytes; the message and the streamed deltas must agree. And the grammar of Mistral's calls
+ * (with SmolLM2's tokenizer; skipped when the model is not downloaded): the array and its end
+ * exactly once, one call without parallel calls, text before it only when the call is not
+ * forced. */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <setjmp.h>
@@ -14,7 +17,12 @@
 
 #include <cmocka.h>
 
+#include <unistd.h>
+
 #include "model/chat.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "runtime/host.h"
 #include "server/tools.h"
 
 static tc__tool_format format_of(const char *name)
@@ -62,14 +70,12 @@ static parsed parse(const tc__tool_format *f, bool parallel, const char *text, s
                 assert_non_null(json_object_get(d, "id"));
                 json_array_append_new(streamed,
                                       json_pack("{s:O,s:O,s:s}", "id", json_object_get(d, "id"),
-                                                "name", json_object_get(fn, "name"), "args",
-                                                ""));
+                                                "name", json_object_get(fn, "name"), "args", ""));
             }
             assert_true(index < json_array_size(streamed));
             json_t *s = json_array_get(streamed, index);
             char *joined = NULL;
-            assert_true(asprintf(&joined, "%s%s",
-                                 json_string_value(json_object_get(s, "args")),
+            assert_true(asprintf(&joined, "%s%s", json_string_value(json_object_get(s, "args")),
                                  json_string_value(json_object_get(fn, "arguments"))) > 0);
             json_object_set_new(s, "args", json_string(joined));
             free(joined);
@@ -94,8 +100,13 @@ static parsed parse(const tc__tool_format *f, bool parallel, const char *text, s
         assert_string_equal(json_string_value(json_object_get(fn, "arguments")),
                             json_string_value(json_object_get(s, "args")));
     }
-    if (r.content)
+    if (r.content) {
         assert_string_equal(json_string_value(r.content), content);
+    } else {
+        /* No content: what was streamed is whitespace around the calls at most. */
+        for (const char *c = content; *c; c++)
+            assert_true(*c == ' ' || *c == '\n' || *c == '\t' || *c == '\r');
+    }
     free(content);
     json_decref(streamed);
     tc__tool_parser_destroy(p);
@@ -128,8 +139,7 @@ static void expect(const tc__tool_format *f, bool parallel, const char *text, co
             json_t *c = json_array_get(r.calls, i), *fn = json_object_get(c, "function");
             assert_string_equal(json_string_value(json_object_get(c, "type")), "function");
             assert_string_equal(json_string_value(json_object_get(fn, "name")), calls[i].name);
-            assert_string_equal(json_string_value(json_object_get(fn, "arguments")),
-                                calls[i].args);
+            assert_string_equal(json_string_value(json_object_get(fn, "arguments")), calls[i].args);
             const char *id = json_string_value(json_object_get(c, "id"));
             assert_int_equal(strlen(id), id_len);
             assert_memory_equal(id, id_prefix, strlen(id_prefix));
@@ -137,8 +147,8 @@ static void expect(const tc__tool_format *f, bool parallel, const char *text, co
                 assert_true((id[k] >= 'a' && id[k] <= 'z') || (id[k] >= 'A' && id[k] <= 'Z') ||
                             (id[k] >= '0' && id[k] <= '9'));
             for (size_t j = 0; j < i; j++)
-                assert_string_not_equal(id, json_string_value(
-                                                json_object_get(json_array_get(r.calls, j), "id")));
+                assert_string_not_equal(
+                    id, json_string_value(json_object_get(json_array_get(r.calls, j), "id")));
         }
         json_decref(r.content);
         json_decref(r.calls);
@@ -180,21 +190,25 @@ static void test_mistral_calls(void **state)
     const want cut = { "get_weather", "{\"city\": \"Par" };
     mistral("[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par", true, NULL, &cut, 1);
     /* Not calls: content, whole. */
-    const char *texts[] = { "[{\"name\": 5}]", "[{\"nome\": \"a\"}]", "[1, 2]",
-                            "a [{\"name\": \"a b\", \"arguments\": {}}]", "[{\"name\": \"a\"}]",
+    const char *texts[] = { "[{\"name\": 5}]",
+                            "[{\"nome\": \"a\"}]",
+                            "[1, 2]",
+                            "a [{\"name\": \"a b\", \"arguments\": {}}]",
+                            "[{\"name\": \"a\"}]",
                             "[{\"name\": \"a\", \"arguments\": 1}]" };
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
         mistral(texts[i], true, texts[i], NULL, 0);
-    /* A later element that is not a call ends the calls; it is not a call itself. */
+    /* A later element that is not a call ends the calls: the rest of the list is dropped (no
+     * half an array in the content), and text after the list is content. So is a later call
+     * cut short before its arguments. */
     const want one = { "a", "{}" };
-    tc__tool_format f = format_of("mistral-v3");
-    parsed r = parse(&f, true, "[{\"name\": \"a\", \"arguments\": {}}, 7]", 0);
-    assert_int_equal(json_array_size(r.calls), 1);
-    assert_string_equal(json_string_value(json_object_get(
-                            json_object_get(json_array_get(r.calls, 0), "function"), "name")),
-                        one.name);
-    json_decref(r.content);
-    json_decref(r.calls);
+    mistral("[{\"name\": \"a\", \"arguments\": {}}, 7]", true, NULL, &one, 1);
+    mistral("[{\"name\": \"a\", \"arguments\": {}}, {\"nome\": \"]\", \"x\": [1]}, "
+            "{\"name\": \"b\", \"arguments\": {}}] ok",
+            true, " ok", &one, 1);
+    mistral("[{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\", \"argu", true, NULL, &one, 1);
+    mistral("[{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\", \"arguments\": 1}]", true,
+            NULL, &one, 1);
 }
 
 static void test_other_formats(void **state)
@@ -212,11 +226,121 @@ static void test_other_formats(void **state)
     expect(&f, false, "{\"name\": 1}", "{\"name\": 1}", NULL, 0, 29, "call_");
 }
 
+static tc_gguf gguf;
+static tc_tokenizer *tok;
+
+/* SmolLM2's tokenizer, from TC_SMOLLM2_GGUF or tools/fetch-model's cache; false when absent. */
+static bool load_tokenizer(void)
+{
+    char path[4096];
+    const char *env = getenv("TC_SMOLLM2_GGUF"), *cache = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
+    if (env)
+        snprintf(path, sizeof path, "%s", env);
+    else if (cache)
+        snprintf(path, sizeof path, "%s/thincuda/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
+    else
+        snprintf(path, sizeof path, "%s/.cache/thincuda/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 home ? home : ".");
+    if (access(path, R_OK) != 0)
+        return false;
+    assert_int_equal(tc_gguf_open(&gguf, path), TC_OK);
+    assert_int_equal(tc_tokenizer_from_gguf(&gguf, &tok), TC_OK);
+    return true;
+}
+
+/* Whether grammar g takes text as a whole reply, fed as its tokens, then the end of text. */
+static bool takes(tc_grammar *g, const char *text)
+{
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(tc_tokenizer_encode(tok, text, strlen(text), false, false, &ids, &n), TC_OK);
+    tc_grammar_state *s = tc_grammar_start(g);
+    assert_non_null(s);
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++)
+        ok = tc_grammar_accept(s, ids[i]);
+    ok = ok && tc_grammar_done(s) && tc_grammar_accept(s, tc_tokenizer_eos(tok));
+    tc_grammar_state_free(s);
+    tc_host_free(ids);
+    return ok;
+}
+
+static tc_grammar *mistral_grammar(tc_oai_tool_choice choice, bool parallel, bool strict)
+{
+    json_error_t je;
+    json_t *tools = json_loads(
+        "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+        "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
+        "\"required\": [\"city\"], \"additionalProperties\": false}}}]",
+        0, &je);
+    assert_non_null(tools);
+    if (strict)
+        json_object_set_new(json_object_get(json_array_get(tools, 0), "function"), "strict",
+                            json_true());
+    tc_oai_request q;
+    memset(&q, 0, sizeof q);
+    q.tools = tools;
+    q.n_tools = 1;
+    q.tool_choice = choice;
+    q.parallel_tool_calls = parallel;
+    tc__tool_format f = format_of("mistral-v3");
+    tc_grammar *g = NULL;
+    tc_oai_error err;
+    assert_true(tc__tool_grammar(&q, &f, tok, &g, &err));
+    assert_non_null(g);
+    json_decref(tools);
+    return g;
+}
+
+static void test_mistral_grammar(void **state)
+{
+    (void)state;
+    if (!tok)
+        skip();
+    const char *one = "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
+               *two = "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+                      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]",
+               *open = "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+               *twice = "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]]",
+               *after = "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}] ok",
+               *before = "Let me look. [{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                         "\"Paris\"}}]";
+    for (int parallel = 0; parallel < 2; parallel++) {
+        tc_grammar *g = mistral_grammar(TC_OAI_TOOLS_REQUIRED, parallel, false);
+        assert_true(takes(g, one));
+        assert_int_equal(takes(g, two), parallel);
+        assert_false(takes(g, open));
+        assert_false(takes(g, twice));
+        assert_false(takes(g, after));
+        assert_false(takes(g, before));
+        tc_grammar_unref(g);
+        /* auto with a strict function: text first, then a valid call if one is opened */
+        g = mistral_grammar(TC_OAI_TOOLS_AUTO, parallel, true);
+        assert_true(takes(g, one));
+        assert_true(takes(g, before));
+        assert_true(takes(g, "No call."));
+        assert_int_equal(takes(g, two), parallel);
+        assert_false(takes(g, open));
+        assert_false(takes(g, "[{\"name\": \"get_time\", \"arguments\": {}}]"));
+        tc_grammar_unref(g);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mistral_calls),
         cmocka_unit_test(test_other_formats),
+        cmocka_unit_test(test_mistral_grammar),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    bool have = load_tokenizer();
+    if (!have)
+        printf("(SmolLM2's GGUF is not downloaded: the grammar test skips; tools/fetch-model)\n");
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    if (have) {
+        tc_tokenizer_destroy(tok);
+        tc_gguf_close(&gguf);
+    }
+    return rc;
 }
