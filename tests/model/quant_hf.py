@@ -19,7 +19,8 @@ records what the compressed-tensors package itself packs and unpacks, for the te
 The unpacking functions below are written from those descriptions apart from the packers:
 shifts and masks over whole arrays, no loop shared with the packing.
 Usage: quant_hf.py OUT_DIR CASE [--shape tiny|smollm2-135m|llama3.2-1b|llama2-7b] [--layers N]
-       [--vocab N] [--reference REF_DIR]"""
+       [--vocab N] [--reference REF_DIR] [--fast (GPTQ and AWQ: random packed parts, for
+       benchmarks at real shapes)]"""
 import json
 import os
 import sys
@@ -256,11 +257,37 @@ def reference_matrix(case, seed=11):
     return q, z, s
 
 
+def random_parts(rng, case, rows, cols):
+    """GPTQ or AWQ parts of a [rows, cols] matrix drawn directly: random packed words (every bit
+    pattern is a valid packing), symmetric zeros where the case has them, scales that keep the
+    weights' standard deviation near 1/sqrt(cols). For benchmarks at real shapes, where
+    quantising random weights to nearest would take minutes; no reference unpacking."""
+    method, bits, group, sym, desc_act, fmt, _ = CASES[case]
+    assert method in ("gptq", "awq") and not desc_act, case
+    per = 32 // bits
+    gs = cols if group == -1 else group
+    groups = -(-cols // gs)
+    words = lambda *shape: rng.integers(0, 1 << 32, shape, dtype=np.uint32).view(np.int32)
+    s = (rng.uniform(0.5, 1.5, (groups, rows)) * (2.0 / (1 << bits)) * (3.0 / cols) ** 0.5
+         ).astype(np.float16)
+    if method == "awq":
+        return {"qweight": words(cols, rows // 8), "qzeros": words(groups, rows // 8), "scales": s}
+    if sym:
+        stored = (1 << (bits - 1)) - (1 if fmt == "gptq" else 0)
+        zeros = np.full((groups, rows // per), sum(stored << (bits * i) for i in range(per)),
+                        np.uint32).view(np.int32)
+    else:
+        zeros = words(groups, rows // per)
+    return {"qweight": words(cols // per, rows), "qzeros": zeros, "scales": s,
+            "g_idx": (np.arange(cols) // gs).astype(np.int32)}
+
+
 def write(out_dir, case, shape="tiny", layers=None, coarse=False, reference=None, seed=0,
-          vocab=None, replace=None, quant_config_=None):
+          vocab=None, replace=None, quant_config_=None, fast=False):
     """Write folder out_dir of `case`; with `reference`, also the same model with every matrix
     dequantised by the reference unpacking as an ordinary f32 folder. replace {module: parts}
-    and quant_config_ take the place of those the case would make. Returns {module: parts}."""
+    and quant_config_ take the place of those the case would make; fast draws the parts
+    directly (random_parts). Returns {module: parts}."""
     method, bits, group, sym, desc_act, fmt, _ = CASES[case]
     dim, ffn, heads, kv, n, voc = SHAPES[shape]
     n = layers or n
@@ -285,6 +312,11 @@ def write(out_dir, case, shape="tiny", layers=None, coarse=False, reference=None
         plain[p + "post_attention_layernorm.weight"] = f16(dim, scale=0.1, base=1.0)
         for lin in LINEARS:
             rows, cols = shapes[lin]
+            if fast:
+                parts = random_parts(rng, case, rows, cols)
+                for k, v in parts.items():
+                    quant[p + lin + "." + k] = v
+                continue
             w = (rng.standard_normal((rows, cols)) * cols ** -0.5).astype(np.float32)
             q, z, s, g_idx = quantise(rng, w, bits, group, sym, desc_act, coarse,
                                       fmt if method == "ct" else "f16")
@@ -322,4 +354,4 @@ if __name__ == "__main__":
     opt = lambda k, d=None: a[a.index(k) + 1] if k in a else d
     layers, vocab = opt("--layers"), opt("--vocab")
     write(a[0], a[1], opt("--shape", "tiny"), int(layers) if layers else None,
-          reference=opt("--reference"), vocab=int(vocab) if vocab else None)
+          reference=opt("--reference"), vocab=int(vocab) if vocab else None, fast="--fast" in a)
