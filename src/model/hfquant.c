@@ -415,33 +415,63 @@ static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
 
 /* ---------------------------------------------------------------- repacking */
 
+/* Output rows a work item repacks (a multiple of 8: AWQ's word columns stay whole). */
+#define ROWS_PER_ITEM 64
+
 /* Word w along the inputs of output j (GPTQ's and compressed-tensors' layouts). */
 static inline uint32_t word_of(const reader *r, uint64_t w, uint64_t j)
 {
     return rd32(r->qw + 4 * (w * r->wk + j * r->wj));
 }
 
-/* GPTQ and compressed-tensors 4-bit, rows j0..j1: each 32-block of inputs is 4 words of an
- * output, elements 8 r + n at bits 4 n of word r; q4 bytes l and 8 + l pair elements l,
- * 16 + l and 8 + l, 24 + l. */
+/* Bytes 0..3 of x to bytes 0, 2, 4 and 6. */
+static inline uint64_t spread_bytes(uint32_t x)
+{
+    uint64_t v = x;
+    v = (v | v << 16) & 0x0000FFFF0000FFFFull;
+    return (v | v << 8) & 0x00FF00FF00FF00FFull;
+}
+
+/* The scales (and q4_1's minima) of rows j0..j1 in group g, into s and m (row j - j0): each
+ * group's worked out once for its blocks. */
+static void group_scales(const reader *r, bool q41, uint64_t g, uint64_t j0, uint64_t j1,
+                         uint16_t *s, uint16_t *m)
+{
+    for (uint64_t j = j0; j < j1; j++) {
+        s[j - j0] = scale_of(r, g, j);
+        if (q41)
+            m[j - j0] = q4_1_min(s[j - j0], zero_of(r, g, j));
+    }
+}
+
+/* GPTQ and compressed-tensors 4-bit, rows j0..j1 (at most ROWS_PER_ITEM): each 32-block of
+ * inputs is 4 words of an output, elements 8 r + n at bits 4 n of word r; q4 bytes l and 8 + l
+ * pair elements l, 16 + l and 8 + l, 24 + l, so bytes 0..7 interleave the low nibbles of words
+ * 0 and 2 (even bytes) with their high ones (odd bytes), bytes 8..15 those of words 1 and 3. */
 static void packed4(const reader *r, uint64_t j0, uint64_t j1)
 {
     const tc__hfq_linear *l = r->l;
     bool q41 = l->type == TC_GGML_Q4_1;
-    uint64_t nb = l->in / 32, bsz = q41 ? 20 : 18;
+    uint64_t nb = l->in / 32, bsz = q41 ? 20 : 18, last = UINT64_MAX;
+    uint16_t s[ROWS_PER_ITEM], m[ROWS_PER_ITEM];
     for (uint64_t kb = 0; kb < nb; kb++) {
         uint64_t g = group_of(r, kb * 32);
+        if (g != last)
+            group_scales(r, q41, g, j0, j1, s, m);
+        last = g;
         for (uint64_t j = j0; j < j1; j++) {
             uint8_t *b = (uint8_t *)l->data + (j * nb + kb) * bsz, *qs = b + (q41 ? 4 : 2);
-            uint16_t s = scale_of(r, g, j);
-            wr16(b, s);
+            wr16(b, s[j - j0]);
             if (q41)
-                wr16(b + 2, q4_1_min(s, zero_of(r, g, j)));
-            uint32_t w0 = word_of(r, 4 * kb, j), w1 = word_of(r, 4 * kb + 1, j),
-                     w2 = word_of(r, 4 * kb + 2, j), w3 = word_of(r, 4 * kb + 3, j);
-            for (int n = 0; n < 8; n++) {
-                qs[n] = (uint8_t)((w0 >> 4 * n & 15) | (w2 >> 4 * n & 15) << 4);
-                qs[8 + n] = (uint8_t)((w1 >> 4 * n & 15) | (w3 >> 4 * n & 15) << 4);
+                wr16(b + 2, m[j - j0]);
+            uint32_t w[4];
+            for (int i = 0; i < 4; i++)
+                w[i] = word_of(r, 4 * kb + (uint64_t)i, j);
+            for (int h = 0; h < 2; h++) {
+                uint32_t lo = w[h], hi = w[h + 2];
+                uint64_t v = spread_bytes((lo & 0x0F0F0F0Fu) | (hi & 0x0F0F0F0Fu) << 4) |
+                             spread_bytes((lo >> 4 & 0x0F0F0F0Fu) | (hi & 0xF0F0F0F0u)) << 8;
+                memcpy(qs + 8 * h, &v, 8);
             }
         }
     }
@@ -466,26 +496,46 @@ static void packed8(const reader *r, uint64_t j0, uint64_t j1)
     }
 }
 
-/* AWQ 4-bit: input k of output j is a nibble of word (k, j / 8). */
+/* AWQ 4-bit: input k of output j is a nibble of word (k, j / 8). A word's low nibbles of rows
+ * n and n + 16 make q4 byte n of the outputs in its even nibble positions (byte b of
+ * (lo & 0x0F0F0F0F) | (hi & 0x0F0F0F0F) << 4 is position 2 b's), its high nibbles those of
+ * the odd ones; position p holds output 8 c + AWQ_ORDER[p] of word column c. Rows j0..j1 are
+ * whole word columns (j0 a multiple of ROWS_PER_ITEM, out of 8). */
+static const int AWQ_ORDER[8] = { 0, 2, 4, 6, 1, 3, 5, 7 };
+
 static void awq4(const reader *r, uint64_t j0, uint64_t j1)
 {
     const tc__hfq_linear *l = r->l;
     bool q41 = l->type == TC_GGML_Q4_1;
-    uint64_t nb = l->in / 32, bsz = q41 ? 20 : 18, words = r->out / 8;
+    uint64_t nb = l->in / 32, bsz = q41 ? 20 : 18, words = r->out / 8, last = UINT64_MAX;
+    uint16_t s[ROWS_PER_ITEM], m[ROWS_PER_ITEM];
     for (uint64_t kb = 0; kb < nb; kb++) {
         uint64_t g = group_of(r, kb * 32);
-        const uint8_t *rows = r->qw + 4 * (kb * 32) * words;
+        if (g != last)
+            group_scales(r, q41, g, j0, j1, s, m);
+        last = g;
         for (uint64_t j = j0; j < j1; j++) {
-            uint8_t *b = (uint8_t *)l->data + (j * nb + kb) * bsz, *qs = b + (q41 ? 4 : 2);
-            uint16_t s = scale_of(r, g, j);
-            wr16(b, s);
+            uint8_t *b = (uint8_t *)l->data + (j * nb + kb) * bsz;
+            wr16(b, s[j - j0]);
             if (q41)
-                wr16(b + 2, q4_1_min(s, zero_of(r, g, j)));
-            const uint8_t *col = rows + 4 * (j / 8);
-            int sh = 4 * AWQ_NIBBLE[j % 8];
-            for (int n = 0; n < 16; n++)
-                qs[n] = (uint8_t)((rd32(col + 4 * (uint64_t)n * words) >> sh & 15) |
-                                  (rd32(col + 4 * (uint64_t)(n + 16) * words) >> sh & 15) << 4);
+                wr16(b + 2, m[j - j0]);
+        }
+        const uint8_t *rows = r->qw + 4 * (kb * 32) * words;
+        for (uint64_t c = j0 / 8; c < j1 / 8; c++) {
+            uint8_t *qs[8];
+            for (int p = 0; p < 8; p++)
+                qs[p] = (uint8_t *)l->data + ((8 * c + (uint64_t)AWQ_ORDER[p]) * nb + kb) * bsz +
+                        (q41 ? 4 : 2);
+            for (int n = 0; n < 16; n++) {
+                uint32_t lo = rd32(rows + 4 * ((uint64_t)n * words + c)),
+                         hi = rd32(rows + 4 * ((uint64_t)(n + 16) * words + c)),
+                         even = (lo & 0x0F0F0F0Fu) | (hi & 0x0F0F0F0Fu) << 4,
+                         odd = (lo >> 4 & 0x0F0F0F0Fu) | (hi & 0xF0F0F0F0u);
+                for (int b = 0; b < 4; b++) {
+                    qs[2 * b][n] = (uint8_t)(even >> 8 * b);
+                    qs[2 * b + 1][n] = (uint8_t)(odd >> 8 * b);
+                }
+            }
         }
     }
 }
@@ -501,8 +551,6 @@ static void to_f32(const reader *r, uint64_t j0, uint64_t j1)
             y[j * r->in + k] = scale_f32(r, g, j) * (float)(q_of(r, k, j) - zero_of(r, g, j));
         }
 }
-
-#define ROWS_PER_ITEM 64
 
 typedef struct work {
     const tc_hf_quant *cfg;
