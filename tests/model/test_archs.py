@@ -266,8 +266,9 @@ def test_qwen2_folder_tokenizer_follows_its_normalizer(nfc, tmp_path):
 def test_mistral_v3_template_serves_tool_history(tmp_path):
     """A model with Mistral-7B-Instruct-v0.3's template: a conversation with earlier tool calls
     and results (9-character ids) renders as transformers renders it (recorded in
-    data/chat_renderings.json) and is answered; a request that offers tools is a 400 that says
-    the [TOOL_CALLS] replies are not read back yet; ids of another length are a 400 too."""
+    data/chat_renderings.json) and is answered; a request that requires a tool gets the call
+    back from the template's [TOOL_CALLS] array (a 9-character id, the function's name, JSON
+    arguments); ids of another length in the history are a 400."""
     pytest.importorskip("tokenizers")
     with open(os.path.join(HERE, "data", "mistral-7b-instruct-v0.3.jinja")) as f:
         template = f.read()
@@ -289,8 +290,15 @@ def test_mistral_v3_template_serves_tool_history(tmp_path):
         weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
             "type": "object", "properties": {"city": {"type": "string"}}}}}
         status, r = s.post("/v1/chat/completions", {"messages": msgs[:1], "tools": [weather],
-                                                   "max_tokens": 2})
-        assert status == 400 and "[TOOL_CALLS]" in r["error"]["message"], r
+                                                   "tool_choice": "required", "max_tokens": 64,
+                                                   "temperature": 0})
+        assert status == 200, r
+        calls = r["choices"][0]["message"].get("tool_calls")
+        assert calls, r
+        assert len(calls[0]["id"]) == 9 and calls[0]["id"].isalnum(), calls
+        assert calls[0]["function"]["name"] == "get_weather", calls
+        if r["choices"][0]["finish_reason"] == "tool_calls":
+            assert isinstance(json.loads(calls[0]["function"]["arguments"]), dict), calls
         short = json.loads(json.dumps(msgs).replace("abcdefghi", "call_1"))
         status, r = s.post("/v1/chat/completions", {"messages": short, "max_tokens": 2})
         assert status == 400 and "9 characters" in r["error"]["message"], r
