@@ -491,18 +491,7 @@ static void feed_byte(tc__tool_parser *p, char c)
             return;
         }
         add(&cur->args, &c, 1);
-        if (p->in_string) {
-            if (p->escape)
-                p->escape = false;
-            else if (c == '\\')
-                p->escape = true;
-            else if (c == '"')
-                p->in_string = false;
-        } else if (c == '"') {
-            p->in_string = true;
-        } else if (c == '{' || c == '[') {
-            p->depth++;
-        } else if ((c == '}' || c == ']') && --p->depth == 0) {
+        if (skip_byte(p, c)) {
             p->st = P_TAIL;
             p->k = 0;
         }
