@@ -261,6 +261,46 @@ static const uint16_t sizes_tc_k_qmm_q6_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8,
 static const char *const names_tc_k_qmm_q6_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q6_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm_q6_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q4_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q4_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q4_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q4_0_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q4_1_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q4_1_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q4_1_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q4_1_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q5_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q5_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q5_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q5_0_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q5_1_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q5_1_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q5_1_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q5_1_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q8_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q8_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q8_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q8_0_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q2_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q2_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q2_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q2_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q3_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q3_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q3_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q3_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q4_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q4_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q4_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q4_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q5_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q5_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q5_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q5_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q6_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q6_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q6_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q6_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_fill_random_f32[] = {8, 8, 8, 4, 4};
 static const char *const names_tc_k_fill_random_f32[] = {"out", "n", "seed", "offset", "scale"};
 static const uint16_t sizes_tc_k_fill_random_f16[] = {8, 8, 8, 4, 4};
@@ -364,59 +404,79 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_matvec1_bf16", "kernels/matvec.cu", 483, 25, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
     {"tc_k_matvec_mma_f16", "kernels/matvec.cu", 500, 9, sizes_tc_k_matvec_mma_f16, names_tc_k_matvec_mma_f16},
     {"tc_k_matvec_mma_bf16", "kernels/matvec.cu", 509, 9, sizes_tc_k_matvec_mma_bf16, names_tc_k_matvec_mma_bf16},
-    {"tc_k_qrepack", "kernels/quant.cu", 1272, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
-    {"tc_k_qdequant_f32", "kernels/quant.cu", 1304, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
-    {"tc_k_qdequant_f16", "kernels/quant.cu", 1310, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
-    {"tc_k_qdequant_bf16", "kernels/quant.cu", 1316, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
-    {"tc_k_qmatvec_f32", "kernels/quant.cu", 1327, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
-    {"tc_k_qmv_q4_0_f16", "kernels/quant.cu", 1342, 9, sizes_tc_k_qmv_q4_0_f16, names_tc_k_qmv_q4_0_f16},
-    {"tc_k_qmv_q4_0_bf16", "kernels/quant.cu", 1348, 9, sizes_tc_k_qmv_q4_0_bf16, names_tc_k_qmv_q4_0_bf16},
-    {"tc_k_qmv_q4_1_f16", "kernels/quant.cu", 1354, 9, sizes_tc_k_qmv_q4_1_f16, names_tc_k_qmv_q4_1_f16},
-    {"tc_k_qmv_q4_1_bf16", "kernels/quant.cu", 1360, 9, sizes_tc_k_qmv_q4_1_bf16, names_tc_k_qmv_q4_1_bf16},
-    {"tc_k_qmv_q5_0_f16", "kernels/quant.cu", 1366, 9, sizes_tc_k_qmv_q5_0_f16, names_tc_k_qmv_q5_0_f16},
-    {"tc_k_qmv_q5_0_bf16", "kernels/quant.cu", 1372, 9, sizes_tc_k_qmv_q5_0_bf16, names_tc_k_qmv_q5_0_bf16},
-    {"tc_k_qmv_q5_1_f16", "kernels/quant.cu", 1378, 9, sizes_tc_k_qmv_q5_1_f16, names_tc_k_qmv_q5_1_f16},
-    {"tc_k_qmv_q5_1_bf16", "kernels/quant.cu", 1384, 9, sizes_tc_k_qmv_q5_1_bf16, names_tc_k_qmv_q5_1_bf16},
-    {"tc_k_qmv_q8_0_f16", "kernels/quant.cu", 1390, 9, sizes_tc_k_qmv_q8_0_f16, names_tc_k_qmv_q8_0_f16},
-    {"tc_k_qmv_q8_0_bf16", "kernels/quant.cu", 1396, 9, sizes_tc_k_qmv_q8_0_bf16, names_tc_k_qmv_q8_0_bf16},
-    {"tc_k_qmv_q2_k_f16", "kernels/quant.cu", 1402, 9, sizes_tc_k_qmv_q2_k_f16, names_tc_k_qmv_q2_k_f16},
-    {"tc_k_qmv_q2_k_bf16", "kernels/quant.cu", 1408, 9, sizes_tc_k_qmv_q2_k_bf16, names_tc_k_qmv_q2_k_bf16},
-    {"tc_k_qmv_q3_k_f16", "kernels/quant.cu", 1414, 9, sizes_tc_k_qmv_q3_k_f16, names_tc_k_qmv_q3_k_f16},
-    {"tc_k_qmv_q3_k_bf16", "kernels/quant.cu", 1420, 9, sizes_tc_k_qmv_q3_k_bf16, names_tc_k_qmv_q3_k_bf16},
-    {"tc_k_qmv_q4_k_f16", "kernels/quant.cu", 1426, 9, sizes_tc_k_qmv_q4_k_f16, names_tc_k_qmv_q4_k_f16},
-    {"tc_k_qmv_q4_k_bf16", "kernels/quant.cu", 1432, 9, sizes_tc_k_qmv_q4_k_bf16, names_tc_k_qmv_q4_k_bf16},
-    {"tc_k_qmv_q5_k_f16", "kernels/quant.cu", 1438, 9, sizes_tc_k_qmv_q5_k_f16, names_tc_k_qmv_q5_k_f16},
-    {"tc_k_qmv_q5_k_bf16", "kernels/quant.cu", 1444, 9, sizes_tc_k_qmv_q5_k_bf16, names_tc_k_qmv_q5_k_bf16},
-    {"tc_k_qmv_q6_k_f16", "kernels/quant.cu", 1450, 9, sizes_tc_k_qmv_q6_k_f16, names_tc_k_qmv_q6_k_f16},
-    {"tc_k_qmv_q6_k_bf16", "kernels/quant.cu", 1456, 9, sizes_tc_k_qmv_q6_k_bf16, names_tc_k_qmv_q6_k_bf16},
-    {"tc_k_qmv1_q4_0_bf16", "kernels/quant.cu", 1470, 9, sizes_tc_k_qmv1_q4_0_bf16, names_tc_k_qmv1_q4_0_bf16},
-    {"tc_k_qmv1_q4_1_bf16", "kernels/quant.cu", 1476, 9, sizes_tc_k_qmv1_q4_1_bf16, names_tc_k_qmv1_q4_1_bf16},
-    {"tc_k_qmv1_q5_0_bf16", "kernels/quant.cu", 1482, 9, sizes_tc_k_qmv1_q5_0_bf16, names_tc_k_qmv1_q5_0_bf16},
-    {"tc_k_qmv1_q5_1_bf16", "kernels/quant.cu", 1488, 9, sizes_tc_k_qmv1_q5_1_bf16, names_tc_k_qmv1_q5_1_bf16},
-    {"tc_k_qmv1_q5_k_bf16", "kernels/quant.cu", 1494, 9, sizes_tc_k_qmv1_q5_k_bf16, names_tc_k_qmv1_q5_k_bf16},
-    {"tc_k_qmv1_q8_0_bf16", "kernels/quant.cu", 1500, 9, sizes_tc_k_qmv1_q8_0_bf16, names_tc_k_qmv1_q8_0_bf16},
-    {"tc_k_qmv1_q4_k_bf16", "kernels/quant.cu", 1506, 9, sizes_tc_k_qmv1_q4_k_bf16, names_tc_k_qmv1_q4_k_bf16},
-    {"tc_k_qmv1_q6_k_bf16", "kernels/quant.cu", 1512, 9, sizes_tc_k_qmv1_q6_k_bf16, names_tc_k_qmv1_q6_k_bf16},
-    {"tc_k_qmm_q4_0_f16", "kernels/quant.cu", 1527, 11, sizes_tc_k_qmm_q4_0_f16, names_tc_k_qmm_q4_0_f16},
-    {"tc_k_qmm_q4_0_bf16", "kernels/quant.cu", 1534, 11, sizes_tc_k_qmm_q4_0_bf16, names_tc_k_qmm_q4_0_bf16},
-    {"tc_k_qmm_q4_1_f16", "kernels/quant.cu", 1541, 11, sizes_tc_k_qmm_q4_1_f16, names_tc_k_qmm_q4_1_f16},
-    {"tc_k_qmm_q4_1_bf16", "kernels/quant.cu", 1548, 11, sizes_tc_k_qmm_q4_1_bf16, names_tc_k_qmm_q4_1_bf16},
-    {"tc_k_qmm_q5_0_f16", "kernels/quant.cu", 1555, 11, sizes_tc_k_qmm_q5_0_f16, names_tc_k_qmm_q5_0_f16},
-    {"tc_k_qmm_q5_0_bf16", "kernels/quant.cu", 1562, 11, sizes_tc_k_qmm_q5_0_bf16, names_tc_k_qmm_q5_0_bf16},
-    {"tc_k_qmm_q5_1_f16", "kernels/quant.cu", 1569, 11, sizes_tc_k_qmm_q5_1_f16, names_tc_k_qmm_q5_1_f16},
-    {"tc_k_qmm_q5_1_bf16", "kernels/quant.cu", 1576, 11, sizes_tc_k_qmm_q5_1_bf16, names_tc_k_qmm_q5_1_bf16},
-    {"tc_k_qmm_q8_0_f16", "kernels/quant.cu", 1583, 11, sizes_tc_k_qmm_q8_0_f16, names_tc_k_qmm_q8_0_f16},
-    {"tc_k_qmm_q8_0_bf16", "kernels/quant.cu", 1590, 11, sizes_tc_k_qmm_q8_0_bf16, names_tc_k_qmm_q8_0_bf16},
-    {"tc_k_qmm_q2_k_f16", "kernels/quant.cu", 1597, 11, sizes_tc_k_qmm_q2_k_f16, names_tc_k_qmm_q2_k_f16},
-    {"tc_k_qmm_q2_k_bf16", "kernels/quant.cu", 1604, 11, sizes_tc_k_qmm_q2_k_bf16, names_tc_k_qmm_q2_k_bf16},
+    {"tc_k_qrepack", "kernels/quant.cu", 1282, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
+    {"tc_k_qdequant_f32", "kernels/quant.cu", 1314, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
+    {"tc_k_qdequant_f16", "kernels/quant.cu", 1320, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
+    {"tc_k_qdequant_bf16", "kernels/quant.cu", 1326, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
+    {"tc_k_qmatvec_f32", "kernels/quant.cu", 1337, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
+    {"tc_k_qmv_q4_0_f16", "kernels/quant.cu", 1352, 9, sizes_tc_k_qmv_q4_0_f16, names_tc_k_qmv_q4_0_f16},
+    {"tc_k_qmv_q4_0_bf16", "kernels/quant.cu", 1358, 9, sizes_tc_k_qmv_q4_0_bf16, names_tc_k_qmv_q4_0_bf16},
+    {"tc_k_qmv_q4_1_f16", "kernels/quant.cu", 1364, 9, sizes_tc_k_qmv_q4_1_f16, names_tc_k_qmv_q4_1_f16},
+    {"tc_k_qmv_q4_1_bf16", "kernels/quant.cu", 1370, 9, sizes_tc_k_qmv_q4_1_bf16, names_tc_k_qmv_q4_1_bf16},
+    {"tc_k_qmv_q5_0_f16", "kernels/quant.cu", 1376, 9, sizes_tc_k_qmv_q5_0_f16, names_tc_k_qmv_q5_0_f16},
+    {"tc_k_qmv_q5_0_bf16", "kernels/quant.cu", 1382, 9, sizes_tc_k_qmv_q5_0_bf16, names_tc_k_qmv_q5_0_bf16},
+    {"tc_k_qmv_q5_1_f16", "kernels/quant.cu", 1388, 9, sizes_tc_k_qmv_q5_1_f16, names_tc_k_qmv_q5_1_f16},
+    {"tc_k_qmv_q5_1_bf16", "kernels/quant.cu", 1394, 9, sizes_tc_k_qmv_q5_1_bf16, names_tc_k_qmv_q5_1_bf16},
+    {"tc_k_qmv_q8_0_f16", "kernels/quant.cu", 1400, 9, sizes_tc_k_qmv_q8_0_f16, names_tc_k_qmv_q8_0_f16},
+    {"tc_k_qmv_q8_0_bf16", "kernels/quant.cu", 1406, 9, sizes_tc_k_qmv_q8_0_bf16, names_tc_k_qmv_q8_0_bf16},
+    {"tc_k_qmv_q2_k_f16", "kernels/quant.cu", 1412, 9, sizes_tc_k_qmv_q2_k_f16, names_tc_k_qmv_q2_k_f16},
+    {"tc_k_qmv_q2_k_bf16", "kernels/quant.cu", 1418, 9, sizes_tc_k_qmv_q2_k_bf16, names_tc_k_qmv_q2_k_bf16},
+    {"tc_k_qmv_q3_k_f16", "kernels/quant.cu", 1424, 9, sizes_tc_k_qmv_q3_k_f16, names_tc_k_qmv_q3_k_f16},
+    {"tc_k_qmv_q3_k_bf16", "kernels/quant.cu", 1430, 9, sizes_tc_k_qmv_q3_k_bf16, names_tc_k_qmv_q3_k_bf16},
+    {"tc_k_qmv_q4_k_f16", "kernels/quant.cu", 1436, 9, sizes_tc_k_qmv_q4_k_f16, names_tc_k_qmv_q4_k_f16},
+    {"tc_k_qmv_q4_k_bf16", "kernels/quant.cu", 1442, 9, sizes_tc_k_qmv_q4_k_bf16, names_tc_k_qmv_q4_k_bf16},
+    {"tc_k_qmv_q5_k_f16", "kernels/quant.cu", 1448, 9, sizes_tc_k_qmv_q5_k_f16, names_tc_k_qmv_q5_k_f16},
+    {"tc_k_qmv_q5_k_bf16", "kernels/quant.cu", 1454, 9, sizes_tc_k_qmv_q5_k_bf16, names_tc_k_qmv_q5_k_bf16},
+    {"tc_k_qmv_q6_k_f16", "kernels/quant.cu", 1460, 9, sizes_tc_k_qmv_q6_k_f16, names_tc_k_qmv_q6_k_f16},
+    {"tc_k_qmv_q6_k_bf16", "kernels/quant.cu", 1466, 9, sizes_tc_k_qmv_q6_k_bf16, names_tc_k_qmv_q6_k_bf16},
+    {"tc_k_qmv1_q4_0_bf16", "kernels/quant.cu", 1480, 9, sizes_tc_k_qmv1_q4_0_bf16, names_tc_k_qmv1_q4_0_bf16},
+    {"tc_k_qmv1_q4_1_bf16", "kernels/quant.cu", 1486, 9, sizes_tc_k_qmv1_q4_1_bf16, names_tc_k_qmv1_q4_1_bf16},
+    {"tc_k_qmv1_q5_0_bf16", "kernels/quant.cu", 1492, 9, sizes_tc_k_qmv1_q5_0_bf16, names_tc_k_qmv1_q5_0_bf16},
+    {"tc_k_qmv1_q5_1_bf16", "kernels/quant.cu", 1498, 9, sizes_tc_k_qmv1_q5_1_bf16, names_tc_k_qmv1_q5_1_bf16},
+    {"tc_k_qmv1_q5_k_bf16", "kernels/quant.cu", 1504, 9, sizes_tc_k_qmv1_q5_k_bf16, names_tc_k_qmv1_q5_k_bf16},
+    {"tc_k_qmv1_q8_0_bf16", "kernels/quant.cu", 1510, 9, sizes_tc_k_qmv1_q8_0_bf16, names_tc_k_qmv1_q8_0_bf16},
+    {"tc_k_qmv1_q4_k_bf16", "kernels/quant.cu", 1516, 9, sizes_tc_k_qmv1_q4_k_bf16, names_tc_k_qmv1_q4_k_bf16},
+    {"tc_k_qmv1_q6_k_bf16", "kernels/quant.cu", 1522, 9, sizes_tc_k_qmv1_q6_k_bf16, names_tc_k_qmv1_q6_k_bf16},
+    {"tc_k_qmm_q4_0_f16", "kernels/quant.cu", 1539, 11, sizes_tc_k_qmm_q4_0_f16, names_tc_k_qmm_q4_0_f16},
+    {"tc_k_qmm_q4_0_bf16", "kernels/quant.cu", 1545, 11, sizes_tc_k_qmm_q4_0_bf16, names_tc_k_qmm_q4_0_bf16},
+    {"tc_k_qmm_q4_1_f16", "kernels/quant.cu", 1551, 11, sizes_tc_k_qmm_q4_1_f16, names_tc_k_qmm_q4_1_f16},
+    {"tc_k_qmm_q4_1_bf16", "kernels/quant.cu", 1557, 11, sizes_tc_k_qmm_q4_1_bf16, names_tc_k_qmm_q4_1_bf16},
+    {"tc_k_qmm_q5_0_f16", "kernels/quant.cu", 1563, 11, sizes_tc_k_qmm_q5_0_f16, names_tc_k_qmm_q5_0_f16},
+    {"tc_k_qmm_q5_0_bf16", "kernels/quant.cu", 1569, 11, sizes_tc_k_qmm_q5_0_bf16, names_tc_k_qmm_q5_0_bf16},
+    {"tc_k_qmm_q5_1_f16", "kernels/quant.cu", 1575, 11, sizes_tc_k_qmm_q5_1_f16, names_tc_k_qmm_q5_1_f16},
+    {"tc_k_qmm_q5_1_bf16", "kernels/quant.cu", 1581, 11, sizes_tc_k_qmm_q5_1_bf16, names_tc_k_qmm_q5_1_bf16},
+    {"tc_k_qmm_q8_0_f16", "kernels/quant.cu", 1587, 11, sizes_tc_k_qmm_q8_0_f16, names_tc_k_qmm_q8_0_f16},
+    {"tc_k_qmm_q8_0_bf16", "kernels/quant.cu", 1593, 11, sizes_tc_k_qmm_q8_0_bf16, names_tc_k_qmm_q8_0_bf16},
+    {"tc_k_qmm_q2_k_f16", "kernels/quant.cu", 1599, 11, sizes_tc_k_qmm_q2_k_f16, names_tc_k_qmm_q2_k_f16},
+    {"tc_k_qmm_q2_k_bf16", "kernels/quant.cu", 1605, 11, sizes_tc_k_qmm_q2_k_bf16, names_tc_k_qmm_q2_k_bf16},
     {"tc_k_qmm_q3_k_f16", "kernels/quant.cu", 1611, 11, sizes_tc_k_qmm_q3_k_f16, names_tc_k_qmm_q3_k_f16},
-    {"tc_k_qmm_q3_k_bf16", "kernels/quant.cu", 1618, 11, sizes_tc_k_qmm_q3_k_bf16, names_tc_k_qmm_q3_k_bf16},
-    {"tc_k_qmm_q4_k_f16", "kernels/quant.cu", 1625, 11, sizes_tc_k_qmm_q4_k_f16, names_tc_k_qmm_q4_k_f16},
-    {"tc_k_qmm_q4_k_bf16", "kernels/quant.cu", 1632, 11, sizes_tc_k_qmm_q4_k_bf16, names_tc_k_qmm_q4_k_bf16},
-    {"tc_k_qmm_q5_k_f16", "kernels/quant.cu", 1639, 11, sizes_tc_k_qmm_q5_k_f16, names_tc_k_qmm_q5_k_f16},
-    {"tc_k_qmm_q5_k_bf16", "kernels/quant.cu", 1646, 11, sizes_tc_k_qmm_q5_k_bf16, names_tc_k_qmm_q5_k_bf16},
-    {"tc_k_qmm_q6_k_f16", "kernels/quant.cu", 1653, 11, sizes_tc_k_qmm_q6_k_f16, names_tc_k_qmm_q6_k_f16},
-    {"tc_k_qmm_q6_k_bf16", "kernels/quant.cu", 1660, 11, sizes_tc_k_qmm_q6_k_bf16, names_tc_k_qmm_q6_k_bf16},
+    {"tc_k_qmm_q3_k_bf16", "kernels/quant.cu", 1617, 11, sizes_tc_k_qmm_q3_k_bf16, names_tc_k_qmm_q3_k_bf16},
+    {"tc_k_qmm_q4_k_f16", "kernels/quant.cu", 1623, 11, sizes_tc_k_qmm_q4_k_f16, names_tc_k_qmm_q4_k_f16},
+    {"tc_k_qmm_q4_k_bf16", "kernels/quant.cu", 1629, 11, sizes_tc_k_qmm_q4_k_bf16, names_tc_k_qmm_q4_k_bf16},
+    {"tc_k_qmm_q5_k_f16", "kernels/quant.cu", 1635, 11, sizes_tc_k_qmm_q5_k_f16, names_tc_k_qmm_q5_k_f16},
+    {"tc_k_qmm_q5_k_bf16", "kernels/quant.cu", 1641, 11, sizes_tc_k_qmm_q5_k_bf16, names_tc_k_qmm_q5_k_bf16},
+    {"tc_k_qmm_q6_k_f16", "kernels/quant.cu", 1647, 11, sizes_tc_k_qmm_q6_k_f16, names_tc_k_qmm_q6_k_f16},
+    {"tc_k_qmm_q6_k_bf16", "kernels/quant.cu", 1653, 11, sizes_tc_k_qmm_q6_k_bf16, names_tc_k_qmm_q6_k_bf16},
+    {"tc_k_qmm32_q4_0_f16", "kernels/quant.cu", 1666, 11, sizes_tc_k_qmm32_q4_0_f16, names_tc_k_qmm32_q4_0_f16},
+    {"tc_k_qmm32_q4_0_bf16", "kernels/quant.cu", 1672, 11, sizes_tc_k_qmm32_q4_0_bf16, names_tc_k_qmm32_q4_0_bf16},
+    {"tc_k_qmm32_q4_1_f16", "kernels/quant.cu", 1678, 11, sizes_tc_k_qmm32_q4_1_f16, names_tc_k_qmm32_q4_1_f16},
+    {"tc_k_qmm32_q4_1_bf16", "kernels/quant.cu", 1684, 11, sizes_tc_k_qmm32_q4_1_bf16, names_tc_k_qmm32_q4_1_bf16},
+    {"tc_k_qmm32_q5_0_f16", "kernels/quant.cu", 1690, 11, sizes_tc_k_qmm32_q5_0_f16, names_tc_k_qmm32_q5_0_f16},
+    {"tc_k_qmm32_q5_0_bf16", "kernels/quant.cu", 1696, 11, sizes_tc_k_qmm32_q5_0_bf16, names_tc_k_qmm32_q5_0_bf16},
+    {"tc_k_qmm32_q5_1_f16", "kernels/quant.cu", 1702, 11, sizes_tc_k_qmm32_q5_1_f16, names_tc_k_qmm32_q5_1_f16},
+    {"tc_k_qmm32_q5_1_bf16", "kernels/quant.cu", 1708, 11, sizes_tc_k_qmm32_q5_1_bf16, names_tc_k_qmm32_q5_1_bf16},
+    {"tc_k_qmm32_q8_0_f16", "kernels/quant.cu", 1714, 11, sizes_tc_k_qmm32_q8_0_f16, names_tc_k_qmm32_q8_0_f16},
+    {"tc_k_qmm32_q8_0_bf16", "kernels/quant.cu", 1720, 11, sizes_tc_k_qmm32_q8_0_bf16, names_tc_k_qmm32_q8_0_bf16},
+    {"tc_k_qmm32_q2_k_f16", "kernels/quant.cu", 1726, 11, sizes_tc_k_qmm32_q2_k_f16, names_tc_k_qmm32_q2_k_f16},
+    {"tc_k_qmm32_q2_k_bf16", "kernels/quant.cu", 1732, 11, sizes_tc_k_qmm32_q2_k_bf16, names_tc_k_qmm32_q2_k_bf16},
+    {"tc_k_qmm32_q3_k_f16", "kernels/quant.cu", 1738, 11, sizes_tc_k_qmm32_q3_k_f16, names_tc_k_qmm32_q3_k_f16},
+    {"tc_k_qmm32_q3_k_bf16", "kernels/quant.cu", 1744, 11, sizes_tc_k_qmm32_q3_k_bf16, names_tc_k_qmm32_q3_k_bf16},
+    {"tc_k_qmm32_q4_k_f16", "kernels/quant.cu", 1750, 11, sizes_tc_k_qmm32_q4_k_f16, names_tc_k_qmm32_q4_k_f16},
+    {"tc_k_qmm32_q4_k_bf16", "kernels/quant.cu", 1756, 11, sizes_tc_k_qmm32_q4_k_bf16, names_tc_k_qmm32_q4_k_bf16},
+    {"tc_k_qmm32_q5_k_f16", "kernels/quant.cu", 1762, 11, sizes_tc_k_qmm32_q5_k_f16, names_tc_k_qmm32_q5_k_f16},
+    {"tc_k_qmm32_q5_k_bf16", "kernels/quant.cu", 1768, 11, sizes_tc_k_qmm32_q5_k_bf16, names_tc_k_qmm32_q5_k_bf16},
+    {"tc_k_qmm32_q6_k_f16", "kernels/quant.cu", 1774, 11, sizes_tc_k_qmm32_q6_k_f16, names_tc_k_qmm32_q6_k_f16},
+    {"tc_k_qmm32_q6_k_bf16", "kernels/quant.cu", 1780, 11, sizes_tc_k_qmm32_q6_k_bf16, names_tc_k_qmm32_q6_k_bf16},
     {"tc_k_fill_random_f32", "kernels/random.cu", 31, 5, sizes_tc_k_fill_random_f32, names_tc_k_fill_random_f32},
     {"tc_k_fill_random_f16", "kernels/random.cu", 38, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
     {"tc_k_fill_random_bf16", "kernels/random.cu", 45, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},

@@ -1102,7 +1102,7 @@ constexpr int kBatchRows = 8 * 16, kBatchXRow = 256 * 2;
 
 template <int DT> using BatchStep = Step<DT, 256 / layout(DT).block>;
 
-template <typename T, int DT>
+template <typename T, int DT, int NT>
 __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs,
                           int64_t os, float *ws, int32_t *counts, uint8_t *sm, uint32_t smem)
 {
@@ -1120,9 +1120,11 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                    s0 = min(steps, blockIdx.y * per), my = min(steps, s0 + per) - s0, n32 = (uint32_t)n;
     const uint32_t row0 = blockIdx.x * kBatchRows, sm_s = (uint32_t)__cvta_generic_to_shared(sm);
 
-    auto issue = [&](uint32_t i) {
+    // A stage's copies: its weights (wq), its rows of x (wx), then the commit (wc).
+    auto issue = [&](uint32_t i, bool wq, bool wx, bool wc) {
         if (i < my) {
             const uint32_t base = sm_s + (i % nst) * sbytes, b0 = (s0 + i) * S, cnt = min((uint32_t)S, nb - b0);
+            if (wq)
             each<0, L.nf>([&](auto F) {
                 constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
 #pragma unroll
@@ -1143,24 +1145,32 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                 }
             });
             const uint32_t e0 = b0 * L.block;
-            for (int t = threadIdx.x; t < nt * 8 * 32; t += 256) {
-                const int r = t >> 5, u = t & 31;
-                if (r < m && e0 + 8 * u < k)
-                    cp_async16_s(base + wbytes + r * kBatchXRow + 16 * (u ^ (r & 1) << 2), x + r * xs + e0 + 8 * u);
-            }
+            if (wx)
+                for (int t = threadIdx.x; t < nt * 8 * 32; t += 256) {
+                    const int r = t >> 5, u = t & 31;
+                    if (r < m && e0 + 8 * u < k)
+                        cp_async16_s(base + wbytes + r * kBatchXRow + 16 * (u ^ (r & 1) << 2), x + r * xs + e0 + 8 * u);
+                }
         }
-        tc::cp_commit();
+        if (wc)
+            tc::cp_commit();
     };
+    // The first stages' weights are requested before the kernel waits for the one before it
+    // (weights are written by no kernel), their rows of x after; stage q's group then holds
+    // at least its own copies.
     for (int q = 0; q < nst - 1; q++)
-        issue(q);
+        issue(q, true, false, false);
+    tc::await_inputs();
+    for (int q = 0; q < nst - 1; q++)
+        issue(q, false, true, true);
 
     const int r_a = warp * 16 + g;
     const uint32_t rblk[2] = { (row0 + r_a < n32 ? row0 + r_a : 0) * nb, (row0 + r_a + 8 < n32 ? row0 + r_a + 8 : 0) * nb };
-    float acc[8][4] = {};
+    float acc[NT][4] = {};
     for (uint32_t i = 0; i < my; i++) {
         wait_copies(nst - 2);
         __syncthreads();
-        issue(i + nst - 1);
+        issue(i + nst - 1, true, true, true);
         const uint8_t *st = sm + (i % nst) * sbytes;
         const uint32_t b0 = (s0 + i) * S, cnt = min((uint32_t)S, nb - b0);
         Planes Q[2];
@@ -1185,7 +1195,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                 const int c = bl * CPB + cc;
                 const uint8_t *xc = xst + c * 64 + (c & 1 ? -xo : xo);
 #pragma unroll
-                for (int t = 0; t < 8; t++)
+                for (int t = 0; t < NT; t++)
                     if (t < nt) {
                         const uint4 xx = *reinterpret_cast<const uint4 *>(xc + t * 8 * kBatchXRow);
                         tc::mma16816<T>(acc[t], a.x, b.x, a.y, b.y, xx.x, xx.y);
@@ -1203,7 +1213,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     __syncthreads();
     float *red = reinterpret_cast<float *>(sm);
 #pragma unroll
-    for (int t = 0; t < 8; t++)
+    for (int t = 0; t < NT; t++)
         if (t < nt)
 #pragma unroll
             for (int e = 0; e < 4; e++)
@@ -1247,14 +1257,14 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     }
 }
 
-template <typename T, int DT>
+template <typename T, int DT, int NT = 8>
 __device__ __forceinline__ void batch_kernel(void *out, int out_f32, const T *x, const void *w, int m, int64_t n,
                                              int64_t k, int64_t xs, int64_t os, float *ws, int32_t *counts)
 {
     extern __shared__ __align__(16) uint8_t stages[];
     uint32_t bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
-    mma_batch<T, DT>(out, out_f32 != 0, x, w, m, n, k, xs, os, ws, counts, stages, bytes);
+    mma_batch<T, DT, NT>(out, out_f32 != 0, x, w, m, n, k, xs, os, ws, counts, stages, bytes);
 }
 
 template <typename T>
@@ -1521,145 +1531,254 @@ extern "C" __global__ void __launch_bounds__(256, 2)
  *  grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and
  *  counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of
  *  128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each (one block an SM:
- *  two, with fewer registers, were slower on the H100). k a multiple of 32, x
- *  and its stride 16-byte aligned. */
+ *  two, under 128 registers, spilled and were slower at 64 rows on the H100, Q4_K 4096 x 4096
+ *  28.3 -> 30.2 us, 4096 x 11008 45.1 -> 59.9 us; tc_k_qmm32_* below take up to 32 rows
+ *  that way). The first stages' weights are requested before the kernel waits for the one
+ *  before it. k a multiple of 32, x and its stride 16-byte aligned. */
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q4_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q5_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q5_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q8_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q8_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q8_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q8_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q2_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q2_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q2_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q2_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q3_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q3_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q3_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q3_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q4_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q5_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q6_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__half, quant_cu::Q6_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q6_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    tc::await_inputs();
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+
+/** out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 32 rows, as tc_k_qmm_* (the same arguments,
+ *  workspace and stages) with room for four 8-row tiles of x instead of eight: under 128
+ *  registers a thread, so that two blocks share an SM and hide each other's latency (H100,
+ *  bench_ops quant, Q4_K 11008 x 4096: 16 rows 37.3 -> 24.2 us, 32 rows 44.0 -> 32.8 us;
+ *  7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453).
+ *  The launch gives each block at most half the SM's shared memory. */
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q4_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q4_0, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q4_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_0, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q4_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q4_1, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q4_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q5_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q5_0, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q5_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_0, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q5_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q5_1, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q5_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_1, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q8_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q8_0, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q8_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q8_0, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q2_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q2_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q2_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q2_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q3_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q3_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q3_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q3_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q4_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q4_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q4_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q5_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q5_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q5_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q6_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q6_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q6_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                      int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q6_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }

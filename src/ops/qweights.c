@@ -280,20 +280,27 @@ typedef tc_status (*qmm_f16_fn)(tc_launch_config, void *, int32_t, const tc_half
                                 int32_t, int64_t, int64_t, int64_t, int64_t, float *, int32_t *);
 typedef tc_status (*qmm_bf16_fn)(tc_launch_config, void *, int32_t, const tc_bf16 *, const void *,
                                  int32_t, int64_t, int64_t, int64_t, int64_t, float *, int32_t *);
-#define QMM(T, t, block, nf, ...)                \
-    [TC_DTYPE_##T] = { tc_launch_qmm_##t##_f16,  \
-                       tc_launch_qmm_##t##_bf16, \
-                       TC_KERNEL_QMM_##T##_F16,  \
-                       TC_KERNEL_QMM_##T##_BF16, \
-                       block,                    \
-                       nf,                       \
+#define QMM(T, t, block, nf, ...)                  \
+    [TC_DTYPE_##T] = { tc_launch_qmm_##t##_f16,    \
+                       tc_launch_qmm_##t##_bf16,   \
+                       tc_launch_qmm32_##t##_f16,  \
+                       tc_launch_qmm32_##t##_bf16, \
+                       TC_KERNEL_QMM_##T##_F16,    \
+                       TC_KERNEL_QMM_##T##_BF16,   \
+                       TC_KERNEL_QMM32_##T##_F16,  \
+                       TC_KERNEL_QMM32_##T##_BF16, \
+                       block,                      \
+                       nf,                         \
                        { __VA_ARGS__ } }
-/* With each type's plane fields (kernels/quant.cu's layout(): elements a block, the fields'
- * bytes a block), which size the kernels' stages. */
+/* The kernels of up to 64 rows (one block an SM) and of up to 32 (two), with each type's plane
+ * fields (kernels/quant.cu's layout(): elements a block, the fields' bytes a block), which size
+ * the kernels' stages. */
 static const struct {
     qmm_f16_fn f16;
     qmm_bf16_fn bf16;
-    tc_kernel_id id_f16, id_bf16;
+    qmm_f16_fn f16_32;
+    qmm_bf16_fn bf16_32;
+    tc_kernel_id id_f16, id_bf16, id_f16_32, id_bf16_32;
     int block, nf, size[4];
 } qmm[TC_DTYPE_COUNT] = {
     QMM(Q4_0, q4_0, 32, 2, 16, 2),           QMM(Q4_1, q4_1, 32, 2, 16, 4),
@@ -342,14 +349,18 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
         return tc_set_error(TC_ERR_UNSUPPORTED, op,
                             "quantised weights take 16-byte aligned rows of x");
     bool f16 = x->dtype == TC_DTYPE_F16, f32_out = out->dtype == TC_DTYPE_F32;
-    /* As many stages as fit, up to 4. */
-    size_t stage = batch_stage_bytes(w->dtype, m), room = tc__backend_shared_room(b),
-           stages = room / stage > 4 ? 4 : room / stage;
+    /* As many stages as fit, up to 4; up to 32 rows, two blocks an SM where two stages of
+     * each fit. */
+    size_t stage = batch_stage_bytes(w->dtype, m), room = tc__backend_shared_room(b);
+    bool two = m <= 32 && 4 * stage <= room;
+    room /= two ? 2 : 1;
+    size_t stages = room / stage > 4 ? 4 : room / stage;
     unsigned smem = (unsigned)(stages * stage);
     /* The carveout and occupancy once for each kernel and size of x, not at every product. */
     int *known = &b->qmm_per_sm[w->dtype][f16 ? 0 : 1][(m + 7) / 8 - 1], per_sm = *known;
     if (!per_sm) {
-        tc_kernel_id id = f16 ? qmm[w->dtype].id_f16 : qmm[w->dtype].id_bf16;
+        tc_kernel_id id = f16 ? (two ? qmm[w->dtype].id_f16_32 : qmm[w->dtype].id_f16)
+                              : (two ? qmm[w->dtype].id_bf16_32 : qmm[w->dtype].id_bf16);
         TC_TRY(tc_launch_set_carveout(b->ctx, id, 100));
         if (tc_launch_blocks_per_sm(b->ctx, id, 256, smem, &per_sm) != TC_OK || per_sm < 1)
             per_sm = 1;
@@ -384,12 +395,12 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
     tc_launch_config cfg = tc__cfg(b, (unsigned)tiles, 256, smem);
     cfg.grid.y = (uint32_t)shares;
     if (f16)
-        return qmm[w->dtype].f16(cfg, out->data, f32_out, TC__DEV(const tc_half, x), w->data,
-                                 (int32_t)m, n, k, x->stride[0], out->stride[0],
-                                 (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
-    return qmm[w->dtype].bf16(cfg, out->data, f32_out, TC__DEV(const tc_bf16, x), w->data,
-                              (int32_t)m, n, k, x->stride[0], out->stride[0],
-                              (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
+        return (two ? qmm[w->dtype].f16_32 : qmm[w->dtype].f16)(
+            cfg, out->data, f32_out, TC__DEV(const tc_half, x), w->data, (int32_t)m, n, k,
+            x->stride[0], out->stride[0], (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
+    return (two ? qmm[w->dtype].bf16_32 : qmm[w->dtype].bf16)(
+        cfg, out->data, f32_out, TC__DEV(const tc_bf16, x), w->data, (int32_t)m, n, k, x->stride[0],
+        out->stride[0], (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
 }
 
 size_t tc__quant_gemm_workspace(int64_t k, tc_dtype act)

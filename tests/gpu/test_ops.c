@@ -570,13 +570,15 @@ static void quantised(rng_t *r)
                     false);
         matmul_case(r, TC_DTYPE_F32, q, 9, 300, k, TC_GEMM_AUTO, "dequantised tiles, f32", false);
         matmul_case(r, TC_DTYPE_BF16, q, 65, 300, k, TC_GEMM_OWN, "dequantised tiles, own", false);
-        /* Batched decode, 9 to 64 rows: the weights read and dequantised once for all rows,
-         * over shares of k that the last block of each tile adds (1000 rows: 8 tiles, the last
-         * partial), or in one share (120 tiles fill an H100's wave); f32 logits. */
-        const int64_t bs[] = { 9, 16, 33, 64 };
-        for (int bi = 0; bi < 4; bi++)
+        /* Batched decode, 9 to 64 rows (up to 32: the kernels of two blocks an SM): the
+         * weights read and dequantised once for all rows, over shares of k that the last block
+         * of each tile adds (1000 rows: 8 tiles, the last partial), or in one share (120 tiles
+         * of one block an SM fill an H100's wave); f32 logits. */
+        const int64_t bs[] = { 9, 16, 32, 33, 64 };
+        for (int bi = 0; bi < 5; bi++)
             matmul_case(r, TC_DTYPE_BF16, q, bs[bi], 1000, k, TC_GEMM_AUTO, "batched", false);
-        matmul_case(r, TC_DTYPE_F16, q, 24, 15360, k, TC_GEMM_AUTO, "batched, one share", false);
+        matmul_case(r, TC_DTYPE_F16, q, 24, 1000, k, TC_GEMM_AUTO, "batched", false);
+        matmul_case(r, TC_DTYPE_F16, q, 40, 15360, k, TC_GEMM_AUTO, "batched, one share", false);
         quant_widen_case(r, q, 40, 700, k);
         for (int mode = 1; mode < 4; mode++) {
             linear_case(r, TC_DTYPE_BF16, q, 1 + 3 * (mode - 1), 600, k, mode, false);
