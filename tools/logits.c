@@ -56,7 +56,7 @@ int main(int argc, char **argv)
     const tc_gguf *src = &g;
     struct stat sb;
     if (stat(argv[1], &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        if (tc_hf_open(&hf, argv[1]) != TC_OK)
+        if (tc_hf_open_packed(&hf, argv[1]) != TC_OK)
             return die("open");
         src = &hf.view;
         cfg = hf.cfg;

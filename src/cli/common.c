@@ -83,7 +83,7 @@ bool tc_cli_model_open(tc_cli_model *f, const char *path, bool config, bool toke
     struct stat sb;
     f->is_hf = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
     if (f->is_hf) {
-        if (tc_hf_open(&f->hf, path) != TC_OK)
+        if (tc_hf_open_packed(&f->hf, path) != TC_OK)
             return model_fail(who, "cannot load the model");
         f->src = &f->hf.view;
         f->cfg = f->hf.cfg;

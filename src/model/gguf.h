@@ -88,6 +88,10 @@ typedef struct tc_gguf_tensor {
     uint64_t n_elements;
     const void *data; /* inside the mapping, aligned */
     uint64_t bytes;
+    /* A Hugging Face folder's quantised matrix opened by tc_hf_open_packed: NULL data, `bytes`
+     * of `type` blocks that tc_llama_load packs from the module's parts itself (on the GPU
+     * for CUDA). NULL otherwise. */
+    const struct tc__hfq_linear *packed;
 } tc_gguf_tensor;
 
 typedef struct tc_gguf {

@@ -233,14 +233,21 @@ static tc_status add_tensor(void *ctx, const tc_safetensor *t)
 }
 
 /* Repack the quantised matrices collected while mapping and add them to the view. */
-static tc_status add_quantised(collect *c)
+static tc_status add_quantised(collect *c, bool packed)
 {
     tc_hf *hf = c->hf;
-    TC_TRY(tc__hfq_build(&hf->quant, &c->quant, &hf->repacked));
+    TC_TRY(tc__hfq_build(&hf->quant, &c->quant, packed, &hf->repacked));
     for (size_t i = 0; i < c->quant.n; i++) {
         const tc__hfq_linear *l = &c->quant.lin[i];
         uint64_t dims[2] = { l->out, l->in };
         TC_TRY(view_add(c, l->gguf, 2, dims, l->type, l->data, l->bytes));
+        if (!l->data)
+            hf->view.tensors[hf->view.n_tensors - 1].packed = l;
+    }
+    if (packed) { /* the view points into the list from here on */
+        hf->packed = c->quant.lin;
+        hf->n_packed = c->quant.n;
+        memset(&c->quant, 0, sizeof c->quant);
     }
     return TC_OK;
 }
@@ -444,7 +451,7 @@ static void read_template(tc_hf *hf, const char *dir)
     json_decref(j);
 }
 
-tc_status tc_hf_open(tc_hf *hf, const char *dir)
+static tc_status open_dir(tc_hf *hf, const char *dir, bool packed)
 {
     const char *op = "tc_hf_open";
     memset(hf, 0, sizeof *hf);
@@ -513,7 +520,7 @@ tc_status tc_hf_open(tc_hf *hf, const char *dir)
         goto done;
     }
     if (hf->quant.method != TC_HF_QUANT_NONE)
-        TC_CHECK(st, add_quantised(&c));
+        TC_CHECK(st, add_quantised(&c, packed));
     /* The loader checks each tensor's presence and shape by name. */
     read_template(hf, dir);
 done:
@@ -528,10 +535,22 @@ fail:
     return st;
 }
 
+tc_status tc_hf_open(tc_hf *hf, const char *dir)
+{
+    return open_dir(hf, dir, false);
+}
+
+tc_status tc_hf_open_packed(tc_hf *hf, const char *dir)
+{
+    return open_dir(hf, dir, true);
+}
+
 void tc_hf_close(tc_hf *hf)
 {
     if (!hf)
         return;
+    tc__hfq q = { hf->packed, hf->n_packed, hf->n_packed };
+    tc__hfq_free(&q);
     for (int i = 0; i < hf->n_maps; i++)
         tc__unmap_file(hf->maps[i], hf->map_bytes[i]);
     tc_host_free(hf->maps);

@@ -48,6 +48,8 @@ typedef struct tc_hf {
     char *names; /* storage of the view's tensor names */
     tc_hf_quant quant;
     void *repacked; /* the quantised matrices as GGUF blocks (or f32), which the view points into */
+    struct tc__hfq_linear *packed; /* tc_hf_open_packed's matrices left packed (n_packed) */
+    size_t n_packed;
 } tc_hf;
 
 /* Open a model folder: read config.json (a Llama-family model_type, else "unsupported
@@ -57,6 +59,11 @@ typedef struct tc_hf {
  * blocks that the kernels read as they are (f32 where blocks cannot express them, e.g. act-order),
  * under the same names. Errors name the file and problem. */
 TC_API tc_status tc_hf_open(tc_hf *hf, const char *dir);
+/* As tc_hf_open, except that the matrices that become q4_0, q4_1 or q8_0 blocks are left as
+ * the files hold them: their view tensors have NULL data and `packed` set, and tc_llama_load
+ * packs each as it places it (on the GPU for CUDA, where the host would spend about a second
+ * on a 7B model). For loading a model; readers of the view's bytes use tc_hf_open. */
+TC_API tc_status tc_hf_open_packed(tc_hf *hf, const char *dir);
 /* Unmap and free; closing a zeroed hf is a no-op. */
 TC_API void tc_hf_close(tc_hf *hf);
 

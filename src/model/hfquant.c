@@ -393,9 +393,12 @@ static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
         for (uint64_t j = 0; j < l->out; j++) {
             int z = zero_of(&r, g, j);
             mid &= z == half;
+            /* -s z reaches f16's infinity only for |s| of 2^12 and more (z < 16), an
+             * exponent field of 27: the exact test runs for those alone. */
             if (cfg->bits == 4 && !mid) {
-                uint16_t m = q4_1_min(scale_of(&r, g, j), z);
-                finite &= (m & 0x7c00) != 0x7c00 || (scale_of(&r, g, j) & 0x7c00) == 0x7c00;
+                uint16_t sb = scale_of(&r, g, j);
+                if ((sb & 0x7c00) >= (27 << 10))
+                    finite &= (q4_1_min(sb, z) & 0x7c00) != 0x7c00 || (sb & 0x7c00) == 0x7c00;
             }
         }
     if (l->why)
@@ -570,6 +573,8 @@ static void *worker(void *arg)
         while (w->first[li + 1] <= item)
             li++;
         const tc__hfq_linear *l = &w->q->lin[li];
+        if (!l->data)
+            continue;
         reader r = reader_of(w->cfg, l);
         uint64_t j0 = (item - w->first[li]) * ROWS_PER_ITEM,
                  j1 = j0 + ROWS_PER_ITEM < l->out ? j0 + ROWS_PER_ITEM : l->out;
@@ -584,7 +589,72 @@ static void *worker(void *arg)
     }
 }
 
-tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, void **buffer)
+/* The items of q's matrices (their data set) repacked by up to 16 threads. */
+static void run_workers(const tc_hf_quant *cfg, tc__hfq *q, uint64_t *first)
+{
+    work w = { cfg, q, first, 0, first[q->n] };
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus, started = 0;
+    pthread_t threads[16];
+    while (started + 1 < n_threads && (uint64_t)started + 1 < w.total &&
+           pthread_create(&threads[started], NULL, worker, &w) == 0)
+        started++;
+    worker(&w);
+    for (int i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+}
+
+tc_status tc__hfq_pack_host(const tc__hfq_linear *l, void *dst)
+{
+    tc__hfq_linear one = *l;
+    one.data = dst;
+    tc__hfq q = { &one, 1, 1 };
+    uint64_t first[2] = { 0, (l->out + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM };
+    run_workers(l->cfg, &q, first);
+    return TC_OK;
+}
+
+tc_status tc__hfq_pack_device(const tc__hfq_linear *l, tc_tensor *t, int64_t row0)
+{
+    const tc_hf_quant *cfg = l->cfg;
+    reader r = reader_of(cfg, l);
+    bool awq = cfg->method == TC_HF_QUANT_AWQ;
+    const tc_safetensor *p = l->part;
+    tc__quant_pack_desc d = {
+        .dtype = l->type == TC_GGML_Q4_0   ? TC_DTYPE_Q4_0
+                 : l->type == TC_GGML_Q4_1 ? TC_DTYPE_Q4_1
+                                           : TC_DTYPE_Q8_0,
+        .out = (int64_t)l->out,
+        .in = (int64_t)l->in,
+        .qw = r.qw,
+        .qw_bytes = p[TC__HFQ_QWEIGHT].bytes,
+        .qz = r.qz,
+        .qz_bytes = r.qz ? p[TC__HFQ_QZEROS].bytes : 0,
+        .sc = r.sc,
+        .sc_bytes = p[TC__HFQ_SCALES].bytes,
+        .g_idx = r.gi,
+        .g_idx_bytes = r.gi ? p[TC__HFQ_G_IDX].bytes : 0,
+        .wk = awq ? (int64_t)(l->out / 8) : (int64_t)r.wk,
+        .wj = (int64_t)r.wj,
+        .zg = awq ? (int64_t)p[TC__HFQ_QZEROS].dims[1] : (int64_t)r.zg,
+        .zj = (int64_t)r.zj,
+        .sg = (int64_t)r.sg,
+        .sj = (int64_t)r.sj,
+        .group = cfg->group_size,
+        .kpack = awq ? 1 : r.pack,
+        .jpack = awq ? 8 : 1,
+        .bits = r.bits,
+        .zpack = awq ? 8 : r.pack,
+        .zero_offset = awq ? 0 : cfg->zero_offset,
+        .sc_type = r.sc_type == TC_GGML_F16    ? 0
+                   : r.sc_type == TC_GGML_BF16 ? 1
+                                               : 2,
+        .awq = awq,
+    };
+    return tc__quant_pack(t, row0, &d);
+}
+
+tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, bool packed, void **buffer)
 {
     *buffer = NULL;
     uint64_t total = 0, f32_bytes = 0;
@@ -593,9 +663,11 @@ tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, void **buffer)
         tc__hfq_linear *l = &q->lin[i];
         TC_TRY(check(cfg, l));
         choose(cfg, l);
-        total += (l->bytes + 63) / 64 * 64;
+        l->cfg = cfg;
         for (int p = 0; p < TC__HFQ_PARTS; p++)
             cfg->checkpoint_bytes += l->part[p].data ? l->part[p].bytes : 0;
+        if (!packed || l->type == TC_GGML_F32)
+            total += (l->bytes + 63) / 64 * 64;
         if (l->type == TC_GGML_F32) {
             cfg->n_dequantised++;
             f32_bytes += l->bytes;
@@ -603,7 +675,7 @@ tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, void **buffer)
         }
     }
     cfg->n_linear = (uint32_t)q->n;
-    if (!q->n)
+    if (!total)
         return TC_OK;
     uint8_t *buf = tc_host_alloc(total);
     uint64_t *first = tc_host_alloc((q->n + 1) * sizeof *first);
@@ -617,20 +689,12 @@ tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, void **buffer)
     uint64_t off = 0;
     first[0] = 0;
     for (size_t i = 0; i < q->n; i++) {
-        q->lin[i].data = buf + off;
-        off += (q->lin[i].bytes + 63) / 64 * 64;
-        first[i + 1] = first[i] + (q->lin[i].out + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM;
+        bool skip = packed && q->lin[i].type != TC_GGML_F32;
+        q->lin[i].data = skip ? NULL : buf + off;
+        off += skip ? 0 : (q->lin[i].bytes + 63) / 64 * 64;
+        first[i + 1] = first[i] + (skip ? 0 : (q->lin[i].out + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM);
     }
-    work w = { cfg, q, first, 0, first[q->n] };
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int n_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus, started = 0;
-    pthread_t threads[16];
-    while (started + 1 < n_threads && (uint64_t)started + 1 < w.total &&
-           pthread_create(&threads[started], NULL, worker, &w) == 0)
-        started++;
-    worker(&w);
-    for (int i = 0; i < started; i++)
-        pthread_join(threads[i], NULL);
+    run_workers(cfg, q, first);
     tc_host_free(first);
     *buffer = buf;
     if (cfg->n_dequantised)

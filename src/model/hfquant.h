@@ -26,8 +26,10 @@ typedef struct tc__hfq_linear {
     uint64_t in, out, groups;          /* inputs (k), outputs (rows), scale groups */
     tc_ggml_type type;                 /* q4_0, q4_1, q8_0 or f32 */
     const char *why;                   /* why it is f32, or NULL */
-    void *data;                        /* [out, in] in `type`, inside the repacking buffer */
+    void *data;                        /* [out, in] in `type`, inside the repacking buffer;
+                                          NULL where left packed for the loader */
     uint64_t bytes;
+    const tc_hf_quant *cfg; /* the folder's configuration (set by tc__hfq_build) */
 } tc__hfq_linear;
 
 typedef struct tc__hfq {
@@ -52,8 +54,15 @@ tc_status tc__hfq_add(const tc_hf_quant *cfg, tc__hfq *q, const char *module, co
                       int which, bool ct, const tc_safetensor *t);
 /* Check every matrix's parts against the configuration, pick each one's block type, allocate
  * *buffer (freed by the caller with tc_host_free) and repack them all into it in parallel;
- * counts go into cfg. One clear error for a malformed matrix. */
-tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, void **buffer);
+ * counts go into cfg. With `packed`, the matrices of block types are left as they are (data
+ * NULL: tc__hfq_pack_host or tc__hfq_pack_device make them when loaded) and only the f32 ones
+ * are made. One clear error for a malformed matrix. */
+tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, bool packed, void **buffer);
+/* A matrix left packed as its l->bytes of l->type blocks at dst (host), in parallel. */
+tc_status tc__hfq_pack_host(const tc__hfq_linear *l, void *dst);
+/* A matrix left packed into rows [row0, row0 + l->out) of the CUDA block tensor t, on the GPU
+ * (src/ops' tc__quant_pack). */
+tc_status tc__hfq_pack_device(const tc__hfq_linear *l, tc_tensor *t, int64_t row0);
 /* Free the list (not the buffer). */
 void tc__hfq_free(tc__hfq *q);
 

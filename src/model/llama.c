@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "model/comm.h"
+#include "model/hfquant.h"
 #include "model/internal.h"
 #include "model/quant.h"
 #include "model/shard.h"
@@ -300,21 +301,43 @@ static tc_status place(loader *L, const char *name, tc__shard_part part, int64_t
     bool cpu = tc_backend_get_kind(b) == TC_BACKEND_CPU;
     tc_dtype native = TC_DTYPE_F32, want = target(gt->type, vec, cpu, m->act, &native);
     bool readable = tc_ggml_dtype(gt->type, &native);
+    /* A Hugging Face folder's matrix left packed (tc_hf_open_packed): the GPU packs it below,
+     * where it takes the whole matrix in its own dtype; otherwise the host packs it here and
+     * it goes on as the file's blocks. */
+    tc_gguf_tensor host_gt;
+    void *host_packed = NULL;
+    bool on_gpu = gt->packed && !cpu && sl.dim < 0 && readable && want == native;
+    if (gt->packed && !on_gpu) {
+        host_packed = tc_host_alloc(gt->bytes);
+        if (!host_packed)
+            return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory to pack %s", name);
+        tc_status ps = tc__hfq_pack_host(gt->packed, host_packed);
+        if (ps != TC_OK) {
+            tc_host_free(host_packed);
+            return ps;
+        }
+        host_gt = *gt;
+        host_gt.data = host_packed;
+        host_gt.packed = NULL;
+        gt = &host_gt;
+    }
     /* From here on: the part this model holds. */
     const void *src = gt->data;
     uint64_t src_bytes = gt->bytes, n = gt->n_elements;
     void *staged = NULL;
+    tc_status st = TC_OK;
     if (sl.dim >= 0)
-        TC_TRY(cut(name, gt, &sl, &src, &src_bytes, &n, &staged));
+        TC_CHECK(st, cut(name, gt, &sl, &src, &src_bytes, &n, &staged));
     rows = sl.rows;
     cols = sl.cols;
     int64_t shape[2] = { vec ? cols : rows, cols };
     int nd = vec ? 1 : 2;
-    tc_status st = TC_OK;
     for (int i = 0; i < L->n_fused; i++)
         if (L->fused[i].part == t) {
             if (!readable || native != want || L->fused[i].whole->dtype != want)
                 st = tc_set_error(TC_ERR_INTERNAL, op, "%s: fused matrix of another dtype", name);
+            else if (on_gpu)
+                st = tc__hfq_pack_device(gt->packed, L->fused[i].whole, L->fused[i].row0);
             else
                 st = tc__quant_upload(L->fused[i].whole, L->fused[i].row0, rows, src);
             if (st != TC_OK)
@@ -327,13 +350,22 @@ static tc_status place(loader *L, const char *name, tc__shard_part part, int64_t
         st = tc_set_error(TC_ERR_INTERNAL, op, "%s: fused matrix of another dtype", name);
         goto done;
     }
+    if (on_gpu) {
+        if (!into)
+            st = tc_tensor_init(t, b, want, nd, shape);
+        if (st == TC_OK)
+            st = tc__hfq_pack_device(gt->packed, t, 0);
+        if (st != TC_OK)
+            goto done;
+        goto placed;
+    }
     /* The CPU reads a tensor in place when its elements are aligned in the file (a file may
      * declare general.alignment down to 1); otherwise it holds a copy. */
     size_t elem = tc_dtype_is_block(want) ? 1 : tc_dtype_bytes(want, 1);
     if (readable && want == native) {
         if (into)
             st = tc_tensor_copy_from_host(t, src, src_bytes);
-        else if (cpu && !staged && (uintptr_t)src % elem == 0)
+        else if (cpu && !staged && !host_packed && (uintptr_t)src % elem == 0)
             st = tc_tensor_wrap(t, b, want, nd, shape, (void *)(uintptr_t)src);
         else
             st = tc_tensor_init_from_host(t, b, want, nd, shape, src, src_bytes);
@@ -399,7 +431,9 @@ placed:
     if (L->opt->progress)
         L->opt->progress(L->opt->progress_ctx, L->done, L->total);
 done:
+fail:
     tc_host_free(staged); /* the copies above have read it (see tc_tensor_init_from_host) */
+    tc_host_free(host_packed);
     return st;
 }
 

@@ -79,6 +79,21 @@ struct tc_backend {
 #define TC__QUANT_TILE_BYTES ((size_t)96 << 20)
 size_t tc__quant_device_bytes(tc_dtype dt, int64_t n);
 tc_status tc__quant_upload(tc_tensor *t, int64_t row0, int64_t rows, const void *src);
+/* One integer-packed matrix (a GPTQ, AWQ or compressed-tensors module's parts as its file holds
+ * them, host memory) to be packed into GGUF blocks on the GPU; kernels/hfpack.cu's
+ * tc_k_hfq_pack describes each field. */
+typedef struct tc__quant_pack_desc {
+    tc_dtype dtype; /* TC_DTYPE_Q4_0, Q4_1 or Q8_0 */
+    int64_t out, in;
+    const void *qw, *qz, *sc, *g_idx; /* qz and g_idx may be NULL */
+    size_t qw_bytes, qz_bytes, sc_bytes, g_idx_bytes;
+    int64_t wk, wj, zg, zj, sg, sj, group;
+    int kpack, jpack, bits, zpack, zero_offset, sc_type; /* sc_type: 0 f16, 1 bf16, 2 f32 */
+    bool awq;
+} tc__quant_pack_desc;
+/* Rows [row0, row0 + d->out) of the CUDA block tensor t (d->in columns, of d->dtype) from d's
+ * parts: uploaded, packed into blocks and repacked into planes on the GPU. */
+tc_status tc__quant_pack(tc_tensor *t, int64_t row0, const tc__quant_pack_desc *d);
 tc_status tc__quant_download(const tc_tensor *t, void *dst);
 tc_status tc__quant_embedding(tc_tensor *out, const tc_tensor *table, const tc_tensor *ids);
 /* Products of up to TC_MATVEC_MAX_ROWS rows of x from row r0 (flags: 1 SwiGLU, 2 accumulate).

@@ -64,6 +64,56 @@ tc_status tc__quant_upload(tc_tensor *t, int64_t row0, int64_t rows, const void 
     return st;
 }
 
+tc_status tc__quant_pack(tc_tensor *t, int64_t row0, const tc__quant_pack_desc *d)
+{
+    const char *op = "tc__quant_pack";
+    TC_TRY(check_contiguous(op, t));
+    int64_t k = t->shape[t->ndim - 1], total = rows_of(t);
+    int type = d->dtype == TC_DTYPE_Q4_0 ? 0 : d->dtype == TC_DTYPE_Q4_1 ? 1 : 2;
+    if ((d->dtype != TC_DTYPE_Q4_0 && d->dtype != TC_DTYPE_Q4_1 && d->dtype != TC_DTYPE_Q8_0) ||
+        t->dtype != d->dtype || k != d->in || d->in % 32 || row0 < 0 || row0 > total - d->out)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                            "rows [%lld, %lld) of %s [%lld x %lld] from a %s matrix of %lld x %lld",
+                            (long long)row0, (long long)(row0 + d->out), tc_dtype_name(t->dtype),
+                            (long long)total, (long long)k, tc_dtype_name(d->dtype),
+                            (long long)d->out, (long long)d->in);
+    tc_backend *b = t->backend;
+    int64_t nb = d->in / 32, blocks = d->out * nb;
+    size_t bsz = type == 0 ? 18 : type == 1 ? 20 : 34, at[5], bytes = 0;
+    const void *src[4] = { d->qw, d->qz, d->sc, d->g_idx };
+    const size_t len[4] = { d->qw_bytes, d->qz ? d->qz_bytes : 0, d->sc_bytes,
+                            d->g_idx ? d->g_idx_bytes : 0 };
+    for (int i = 0; i < 4; i++) {
+        at[i] = bytes;
+        bytes += (len[i] + 255) / 256 * 256;
+    }
+    at[4] = bytes;
+    bytes += (size_t)blocks * bsz;
+    if (blocks == 0)
+        return TC_OK;
+    void *tmp = NULL;
+    TC_TRY(tc_backend_alloc(b, bytes, &tmp));
+    CUdeviceptr base = (CUdeviceptr)(uintptr_t)tmp;
+    tc_status st = TC_OK;
+    for (int i = 0; i < 4 && st == TC_OK; i++)
+        if (len[i])
+            st = tc__backend_upload(b, base + at[i], src[i], len[i]);
+    uint8_t *dev = tmp;
+    if (st == TC_OK)
+        st = tc_launch_hfq_pack(
+            spread(b, blocks), dev + at[4], type, d->out, nb, (const uint32_t *)(dev + at[0]),
+            d->wk, d->wj, d->kpack, d->jpack, d->bits, d->awq ? 1 : 0,
+            d->qz ? (const uint32_t *)(dev + at[1]) : NULL, d->zg, d->zj, d->zpack, d->zero_offset,
+            (const void *)(dev + at[2]), d->sc_type, d->sg, d->sj,
+            d->g_idx ? (const int32_t *)(dev + at[3]) : NULL, d->group);
+    if (st == TC_OK)
+        st =
+            tc_launch_qrepack(spread(b, blocks * (int64_t)bsz / 2), (uint8_t *)t->data, dev + at[4],
+                              (int32_t)t->dtype, total * nb, row0 * nb, blocks, (int32_t)1);
+    tc_backend_free(b, tmp); /* in stream order: the kernels have it until they finish */
+    return st;
+}
+
 /* The block types kernels/iq.cu dequantises (ggml type ids: the IQ family, TQ1_0, TQ2_0). */
 static const struct {
     int32_t type;

@@ -54,6 +54,26 @@ def test_split_file_gives_the_unsplit_logits(mix, ids, tmp_path):
         assert (got.argmax(1) == want.argmax(1)).all()
 
 
+@pytest.mark.parametrize("case", ["gptq-asym4", "awq", "ct-w8a16"])
+def test_split_quantised_folder_gives_the_unsplit_logits(case, ids, tmp_path):
+    """A GPTQ, AWQ or compressed-tensors folder (tests/model/quant_hf.py's tiny shape), whose
+    matrices the loader packs per tensor on the host when a split cuts them."""
+    sys.path.insert(0, HERE)
+    import quant_hf as H
+
+    path = str(tmp_path / case)
+    H.write(path, case, "tiny", vocab=VOCAB)
+    r1, want = logits(path, ids, str(tmp_path), 1)
+    assert r1.returncode == 0, r1.stderr
+    for ranks in (2, 4):
+        r, got = logits(path, ids, str(tmp_path), ranks)
+        assert r.returncode == 0, r.stderr
+        rel = np.abs(got - want).max() / np.abs(want).max()
+        print(f"{case} over {ranks} ranks: relative error {rel:.2e}")
+        assert rel < 1e-5, (ranks, rel)
+        assert (got.argmax(1) == want.argmax(1)).all()
+
+
 @pytest.mark.parametrize("mix", ["Q4_K_M", "Q3_K_M"])
 def test_k_quant_feed_forward_splits_in_whole_blocks(mix, ids, tmp_path):
     path = str(tmp_path / "k.gguf")
