@@ -573,8 +573,6 @@ static void *worker(void *arg)
         while (w->first[li + 1] <= item)
             li++;
         const tc__hfq_linear *l = &w->q->lin[li];
-        if (!l->data)
-            continue;
         reader r = reader_of(w->cfg, l);
         uint64_t j0 = (item - w->first[li]) * ROWS_PER_ITEM,
                  j1 = j0 + ROWS_PER_ITEM < l->out ? j0 + ROWS_PER_ITEM : l->out;
