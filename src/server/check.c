@@ -94,8 +94,8 @@ static void refuse(tc__check *k, enum http_errno e)
 {
     switch (e) {
     case HPE_CLOSED_CONNECTION:
-        /* Bytes after a request that closes the connection: the daemon answers that one and
-         * closes; the rest is dropped, as libmicrohttpd would. */
+        /* Bytes after a request that closes the connection (a strict build of the parser
+         * says so): dropped, as above. */
         stop_input(k);
         return;
     case HPE_CB_header_field:
@@ -228,6 +228,9 @@ static bool head_ok(tc__check *k)
 
 void tc__check_init(tc__check *k)
 {
+    /* Heads over FRONT_HEAD bytes stop the parser (HPE_HEADER_OVERFLOW). The setting is the
+     * library's, for every parser in the process; the server's are the only ones. */
+    http_parser_set_max_header_size(FRONT_HEAD);
     memset(k, 0, sizeof *k);
     k->in_head = true;
     http_parser_init(&k->req, HTTP_REQUEST);
@@ -268,6 +271,12 @@ void tc__check_requests(tc__check *k, const char *buf, size_t len)
                 k->done++;
                 k->in_head = true;
                 k->ready = k->parsed;
+                /* The daemon answers a request that closes the connection and reads no
+                 * more (Debian's http-parser, built lenient, would go on parsing). */
+                if (!http_should_keep_alive(&k->req)) {
+                    stop_input(k);
+                    return;
+                }
             }
             continue;
         }
@@ -307,10 +316,8 @@ static int on_resp_head(http_parser *p)
     tc__check *k = p->data;
     if (p->status_code < 200)
         return 0; /* 100 Continue answers no request */
-    if (k->answered >= k->heads) {
-        k->resp_bad = true; /* an answer to no request: stop counting */
-        return 0;
-    }
+    if (k->answered >= k->heads)
+        return -1; /* an answer to no request: the parser stops, and counting with it */
     /* An answer to HEAD has no body whatever its Content-Length says: 1 tells the parser. */
     return (int)((k->head_bits >> (k->answered % PIPELINE)) & 1);
 }

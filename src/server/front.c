@@ -534,9 +534,6 @@ tc__front *tc__front_create(tc_server *s, const struct sockaddr *addr, socklen_t
     f->e_listen = (endpoint){ E_LISTEN, NULL };
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
-    /* Heads over FRONT_HEAD bytes stop the parser (check.c). The setting is the library's,
-     * for every parser in the process; the server's are the only ones. */
-    http_parser_set_max_header_size(FRONT_HEAD);
     f->listen_fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (f->listen_fd < 0 ||
