@@ -312,8 +312,13 @@ static bool settle(fconn *c)
         tc__check_close(&c->k);
         trim_input(c);
     }
-    /* Once the daemon has all the input that goes to it, it sees its end of stream. */
-    if (c->k.closed && c->in.len == 0 && c->daemon >= 0 && !c->daemon_shut) {
+    /* Once the daemon has all the input that goes to it, it sees its end of stream: at once
+     * when the client's has ended (a client that went away cancels its requests), else once
+     * the daemon has answered every whole request, so that a malformed request after them
+     * does not look like a client that went away. */
+    bool answered = c->k.answered >= c->k.done || c->k.resp_bad;
+    if (c->k.closed && c->in.len == 0 && c->daemon >= 0 && !c->daemon_shut &&
+        (c->client_eof || answered)) {
         shutdown(c->daemon, SHUT_WR);
         c->daemon_shut = true;
         moved = true;
