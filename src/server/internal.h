@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "server/front.h"
 #include "server/grammars.h"
 #include "server/mhd.h"
 #include "server/openai.h"
@@ -23,6 +24,23 @@ typedef struct histogram {
 } histogram;
 
 enum { MAX_STATUS_ROWS = 64 };
+
+/* Limits of a request's head. server.c answers 414 and 431 in JSON past MAX_URL, MAX_HEADERS
+ * and MAX_HEADER_BYTES once libmicrohttpd has parsed the head. A head far beyond those would
+ * make libmicrohttpd answer itself, in HTML, when its memory for the connection (HEAD_MEMORY)
+ * ran out, so the front (front.c) answers 414 or 431 before it sees one: past FRONT_HEAD
+ * bytes, FRONT_FIELDS header fields or FRONT_COOKIES Cookie items (libmicrohttpd keeps a
+ * 56-byte record for each field and each item, and a copy of the Cookie header, beside the
+ * head itself; half its memory is its read buffer). */
+enum {
+    MAX_URL = 8 << 10,           /* bytes */
+    MAX_HEADER_BYTES = 32 << 10, /* names and values together */
+    MAX_HEADERS = 128,
+    HEAD_MEMORY = 256 << 10, /* bytes per connection */
+    FRONT_HEAD = 64 << 10,   /* bytes, the request line included */
+    FRONT_FIELDS = 256,
+    FRONT_COOKIES = 256,
+};
 
 typedef struct metrics {
     struct {
@@ -94,6 +112,7 @@ struct job {
 struct tc_server {
     tc_mhd mhd;
     struct MHD_Daemon *d;
+    tc__front *front; /* the listening socket and the relays to the daemon */
     tc__watch *watch; /* request deadlines */
     tc_server_options o;
     char host[64];

@@ -24,8 +24,7 @@ bool tc_mhd_load(tc_mhd *m, char *msg, size_t len)
 #define FN(field, sym) { (void **)&m->field, #sym }
         FN(start_daemon, MHD_start_daemon),
         FN(stop_daemon, MHD_stop_daemon),
-        FN(quiesce_daemon, MHD_quiesce_daemon),
-        FN(get_daemon_info, MHD_get_daemon_info),
+        FN(add_connection, MHD_add_connection),
         FN(create_response_from_buffer, MHD_create_response_from_buffer),
         FN(create_response_from_callback, MHD_create_response_from_callback),
         FN(add_response_header, MHD_add_response_header),

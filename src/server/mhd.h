@@ -13,8 +13,7 @@
 typedef struct tc_mhd {
     __typeof__(MHD_start_daemon) *start_daemon;
     __typeof__(MHD_stop_daemon) *stop_daemon;
-    __typeof__(MHD_quiesce_daemon) *quiesce_daemon;
-    __typeof__(MHD_get_daemon_info) *get_daemon_info;
+    __typeof__(MHD_add_connection) *add_connection;
     __typeof__(MHD_create_response_from_buffer) *create_response_from_buffer;
     __typeof__(MHD_create_response_from_callback) *create_response_from_callback;
     __typeof__(MHD_add_response_header) *add_response_header;

@@ -5,12 +5,15 @@
 #include "server/server.h"
 
 #include <netdb.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "runtime/host.h"
+#include "runtime/log.h"
 #include "runtime/pool.h"
 #include "runtime/telemetry.h"
 #include "server/internal.h"
@@ -52,15 +55,9 @@ typedef struct conn {
     bool too_large, answered;
 } conn;
 
-/* Limits of a request's head (checked by first_call, which answers 414 and 431 in JSON). The
- * memory libmicrohttpd gives a connection is larger (HEAD_MEMORY), so that a head over these
- * limits still reaches us; only a head over that memory gets the library's own answer. */
-enum {
-    MAX_URL = 8 << 10,           /* bytes */
-    MAX_HEADER_BYTES = 32 << 10, /* names and values together */
-    MAX_HEADERS = 128,
-    HEAD_MEMORY = 256 << 10, /* bytes per connection */
-};
+/* Seconds the front has, once the daemon has stopped, to write what it still holds to
+ * clients (a client that stopped reading has had its 10 s already). */
+static const double DRAIN_S = 2;
 
 /* Compiled grammars the server keeps for later requests with the same schema or tools (each
  * with its mask caches, 20 MiB at most: see src/inference/grammar_mask.c). */
@@ -297,6 +294,15 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
     }
 }
 
+/* libmicrohttpd's own timeout, which counts silence on its end of the connection. The front
+ * holds a head back until it is whole, so a client trickling one looks silent there: the
+ * watch closes it at its deadline (and counts it), and the library's timeout, a second later,
+ * is only the backstop. */
+static unsigned idle_timeout_s(const tc_server *s)
+{
+    return s->o.read_timeout_s + 1;
+}
+
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode why)
 {
@@ -310,7 +316,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
     /* Back to the read timeout while the connection waits for its next request, whose
      * deadline starts now. */
-    s->mhd.set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->o.read_timeout_s);
+    s->mhd.set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, idle_timeout_s(s));
     tc__watch_next(s->watch, conn_watch(s, c));
 }
 
@@ -330,6 +336,32 @@ static void notify_connection(void *cls, struct MHD_Connection *c, void **socket
 }
 
 /* ---------------------------------------------------------------- lifecycle */
+
+/* libmicrohttpd's messages, through the logger, less those about TCP options: its end of each
+ * connection is a Unix socketpair (front.c), where TCP_NODELAY and TCP_CORK do not apply and
+ * it says so on every response. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    if (strstr(fmt, "option to %s state failed") || strstr(fmt, "Failed to push the data"))
+        return;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    line[strcspn(line, "\n")] = 0;
+    TC_WARN("libmicrohttpd: %s", line);
+}
+
+/* Each connection takes three descriptors (the client's socket and a socketpair): raise the
+ * soft limit towards what max_connections needs, within the hard limit. */
+static void raise_fd_limit(unsigned max_connections)
+{
+    struct rlimit r;
+    rlim_t want = (rlim_t)max_connections * 3 + 256;
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= want)
+        return;
+    r.rlim_cur = r.rlim_max != RLIM_INFINITY && r.rlim_max < want ? r.rlim_max : want;
+    setrlimit(RLIMIT_NOFILE, &r);
+}
 
 bool tc_server_start(const tc_server_options *o, tc_server **out, char *msg, size_t len)
 {
@@ -376,26 +408,32 @@ bool tc_server_start(const tc_server_options *o, tc_server **out, char *msg, siz
         tc_server_destroy(s);
         return false;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
+    raise_fd_limit(s->o.max_connections);
+    char why[200];
+    s->front = tc__front_create(s, ai->ai_addr, ai->ai_addrlen, why, sizeof why);
+    freeaddrinfo(ai);
+    if (!s->front) {
+        snprintf(msg, len, "cannot listen on %s port %d: %s", s->host, o->port, why);
+        tc_server_destroy(s);
+        return false;
+    }
+    s->port = tc__front_port(s->front);
+    /* The front listens and hands each connection over (MHD_add_connection). */
+    unsigned flags = MHD_USE_NO_LISTEN_SOCKET | MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
     s->d = s->mhd.start_daemon(
-        flags, (uint16_t)o->port, NULL, NULL, access_handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_CONNECTION_TIMEOUT, s->o.read_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        flags, 0, NULL, NULL, access_handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_s(s), MHD_OPTION_CONNECTION_LIMIT,
         s->o.max_connections, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEAD_MEMORY, MHD_OPTION_NOTIFY_CONNECTION,
         notify_connection, s, MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->o.max_connections_per_ip,
         MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_END);
-    freeaddrinfo(ai);
-    if (!s->d) {
-        snprintf(msg, len, "cannot listen on %s port %d (in use, or not an address of this host)",
-                 s->host, o->port);
+    if (!s->d || !tc__front_start(s->front)) {
+        snprintf(msg, len, "cannot start the HTTP daemon (out of memory or threads)");
         tc_server_destroy(s);
         return false;
     }
-    const union MHD_DaemonInfo *di = s->mhd.get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : o->port;
     if (getentropy(&s->next_rid, sizeof s->next_rid) != 0)
         s->next_rid = (uint64_t)(tc_host_seconds() * 1e9);
     *out = s;
@@ -427,11 +465,7 @@ void tc_server_stop(tc_server *s, double grace_s)
         tc__timed_wait(&s->cv, &s->mu, 50);
     }
     pthread_mutex_unlock(&s->mu);
-    if (s->d) {
-        MHD_socket fd = s->mhd.quiesce_daemon(s->d);
-        if (fd != MHD_INVALID_SOCKET)
-            close(fd);
-    }
+    tc__front_quiesce(s->front);
     pthread_mutex_lock(&s->mu);
     for (job *j = s->jobs; j; j = j->next)
         if (s->m.engine)
@@ -444,18 +478,23 @@ void tc_server_stop(tc_server *s, double grace_s)
         tc__timed_wait(&s->cv, &s->mu, 50);
     }
     pthread_mutex_unlock(&s->mu);
-    /* Connections finish writing what they hold; then the daemon stops. */
+    /* Connections finish writing what they hold; then the daemon stops, and the front
+     * passes on what the daemon wrote. */
     if (s->d)
         s->mhd.stop_daemon(s->d);
     s->d = NULL;
+    tc__front_destroy(s->front, DRAIN_S);
+    s->front = NULL;
 }
 
 void tc_server_destroy(tc_server *s)
 {
     if (!s)
         return;
+    tc__front_quiesce(s->front);
     if (s->d)
         s->mhd.stop_daemon(s->d);
+    tc__front_destroy(s->front, 0);
     tc__watch_destroy(s->watch);
     tc__grammars_destroy(s->grammars);
     pthread_mutex_destroy(&s->mu);

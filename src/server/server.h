@@ -3,11 +3,12 @@
  * Routes: POST /v1/chat/completions and /v1/completions (streamed as server-sent events or
  * not), GET /v1/models, GET /health (503 while the model loads), GET /metrics (Prometheus
  * text), POST /tokenize and /detokenize. Each request becomes one engine request; a client
- * that disconnects cancels it. Errors are OpenAI-style JSON bodies.
+ * that disconnects cancels it. Errors are OpenAI-style JSON bodies, malformed HTTP included.
  *
  * The server listens as soon as it starts, so that /health answers during loading; the model
- * arrives later with tc_server_set_model. Connections each get a thread (libmicrohttpd's
- * thread-per-connection mode), which waits on its request's events. */
+ * arrives later with tc_server_set_model. Its front (front.h) accepts the connections and
+ * checks the client's bytes with an HTTP parser on their way to libmicrohttpd, where each
+ * connection gets a thread (thread-per-connection mode) that waits on its request's events. */
 #ifndef TC_SERVER_H
 #define TC_SERVER_H
 #include <stdbool.h>

@@ -1,7 +1,9 @@
 """HTTP-level behaviour of thincuda serve (CPU backend, real SmolLM2): errors are OpenAI-style
-JSON, keep-alive works for GET routes (pipelined too), 503s carry Retry-After, and during the
-shutdown grace period the listener stays open while /health and new requests get 503."""
+JSON, malformed HTTP included (one answer, after those to the requests before it), keep-alive
+works for GET routes (pipelined too), 503s carry Retry-After, and during the shutdown grace
+period the listener stays open while /health and new requests get 503."""
 import json
+import re
 import signal
 import socket
 import threading
@@ -76,23 +78,123 @@ def test_long_url_and_header_flood_are_json(srv):
     assert srv.get("/health")[0] == 200
 
 
-@pytest.mark.xfail(strict=True, reason="libmicrohttpd 0.9.75 (Debian 0.9.75-6) answers these "
-                   "itself: parse_http_version, parse_connection_headers, the chunk parser and "
-                   "the read-buffer checks in connection.c call transmit_error_response_len, "
-                   "which queues compile-time HTML bodies (REQUEST_MALFORMED and the like) "
-                   "before the access handler runs; the callbacks that run earlier (connection "
-                   "notify, in the listening thread; URI log) cannot answer, and no MHD_OPTION "
-                   "of 0.9.75 or 1.0.1 replaces those bodies")
-@pytest.mark.parametrize("raw", [
-    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
-    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n",
-    b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n",
-    b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"v" * (300 << 10) + b"\r\n\r\n",
+def read_all(port, data, timeout=10):
+    """Send raw bytes and read until the server closes the connection."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        buf = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return buf
+            buf += chunk
+    finally:
+        s.close()
+
+
+def status_lines(raw):
+    return re.findall(rb"(?:^|\n)HTTP/1\.1 (\d{3}) ", raw)
+
+
+# libmicrohttpd 0.9.75 answers these itself, in HTML, before any callback; the server's front
+# (src/server/front.c) parses the client's bytes first and answers them in JSON.
+@pytest.mark.parametrize("raw, status, code", [
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+     400, "malformed_request"),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"zz\r\nab\r\n0\r\n\r\n", 400, "malformed_request"),
+    (b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n", 505, "http_version_not_supported"),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"v" * (300 << 10) + b"\r\n\r\n",
+     431, "request_header_fields_too_large"),
 ], ids=["bad-content-length", "bad-chunk-size", "http-2.0", "head-over-256KiB"])
-def test_library_errors_are_json(srv, raw):
-    out, _ = exchange(srv.port, raw)
-    assert out, "no response"
-    assert out[0][1].get("content-type") == "application/json", out[0]
+def test_library_errors_are_json(srv, raw, status, code):
+    out = read_all(srv.port, raw)
+    assert len(status_lines(out)) == 1, out[:400]
+    (resp,), closed = exchange(srv.port, raw, want=2)
+    assert closed
+    json_error(resp, status, code)
+    assert srv.get("/health")[0] == 200
+
+
+@pytest.mark.parametrize("head, status, code", [
+    # Near the front's limits (64 KiB, 256 fields, 256 Cookie items) libmicrohttpd's memory
+    # still holds the head, and the server answers; past them the front does.
+    (b"Cookie: " + b";" * 250 + b"\r\n", 200, None),
+    (b"Cookie: " + b";" * 300 + b"\r\n", 431, "request_header_fields_too_large"),
+    (b"".join(b"a%d:\r\n" % i for i in range(250)), 431, "request_header_fields_too_large"),
+    (b"".join(b"a%d:\r\n" % i for i in range(300)), 431, "request_header_fields_too_large"),
+    (b"X-Big: " + b"v" * (60 << 10) + b"\r\n", 431, "request_header_fields_too_large"),
+    (b"Cookie: a=" + b"v" * (60 << 10) + b";" * 200 + b"\r\n", 431,
+     "request_header_fields_too_large"),
+    # libmicrohttpd alone ran out of memory on these (heads of 30 and 50 KiB) and answered
+    # in HTML.
+    (b"Cookie: " + b";" * 30000 + b"\r\n", 431, "request_header_fields_too_large"),
+    (b"".join(b"a%d:\r\n" % i for i in range(6000)), 431, "request_header_fields_too_large"),
+], ids=["250-cookies", "300-cookies", "250-fields", "300-fields", "60KiB-header", "60KiB-cookie",
+        "30000-cookies", "6000-fields"])
+def test_heads_near_the_limits_are_json(srv, head, status, code):
+    (resp,), _ = exchange(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n")
+    if code:
+        json_error(resp, status, code)
+    else:
+        assert resp[0] == status and resp[1].get("content-type") == "application/json"
+    assert srv.get("/health")[0] == 200
+
+
+@pytest.mark.parametrize("raw, status, code", [
+    (b"GET /health HTTP/1.1\r\n\r\n", 400, "malformed_request"),
+    (b"GET /health\r\n\r\n", 505, "http_version_not_supported"),
+    (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, "malformed_request"),
+    (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 400,
+     "malformed_request"),
+    (b"\x00\x01\x02 garbage\r\n\r\n", 400, "malformed_request"),
+    (b"GET /" + b"a" * (70 << 10) + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "uri_too_long"),
+], ids=["no-host", "http-0.9", "length-and-chunked", "gzip-coded", "garbage", "url-over-64KiB"])
+def test_other_malformed_requests_are_json(srv, raw, status, code):
+    (resp,), closed = exchange(srv.port, raw, want=2)
+    assert closed
+    json_error(resp, status, code)
+
+
+def test_malformed_request_after_pipelined_ones(srv):
+    """The requests before a malformed one are answered in order, then its error; HEAD's
+    answer (a Content-Length and no body) is counted right."""
+    ok = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    bad = b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\n\r\n"
+    out, closed = exchange(srv.port, ok + bad + ok, want=5)
+    assert [r[0] for r in out] == [200, 200, 400] and closed, out
+    json_error(out[2], 400, "malformed_request")
+    out = read_all(srv.port, b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                   b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n")
+    assert status_lines(out) == [b"200", b"505"], out
+    assert out.endswith(b'"code":"http_version_not_supported"}}'), out
+
+
+def test_stream_before_a_malformed_request_runs_to_its_end(srv):
+    """A malformed request pipelined after a stream neither cuts the stream short nor looks
+    like a client that went away: the stream runs to max_tokens and [DONE], then comes the
+    error."""
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 24, "ignore_eos": True, "stream": True})
+    req = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(body)}\r\n\r\n{body}").encode()
+    out = read_all(srv.port, req + b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n", timeout=120)
+    assert status_lines(out) == [b"200", b"505"], out[:300]
+    assert b'"finish_reason":"length"' in out and b"data: [DONE]" in out, out[-400:]
+    assert out.endswith(b'"code":"http_version_not_supported"}}'), out[-300:]
+
+
+def test_malformed_body_after_an_answer_adds_none(srv):
+    """A request answered as soon as its head arrived (404 here) gets no second answer when
+    its body turns out malformed; Expect: 100-continue's interim answer is not counted."""
+    out = read_all(srv.port, b"POST /nowhere HTTP/1.1\r\nHost: x\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\nzz\r\n")
+    assert status_lines(out) == [b"404"], out
+    out = read_all(srv.port, b"POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"pro\r\nzz\r\n")
+    assert status_lines(out) == [b"100", b"400"], out
+    assert srv.get("/health")[0] == 200
 
 
 def test_pipelined_gets_keep_alive(srv):
