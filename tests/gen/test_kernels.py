@@ -84,7 +84,8 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     kernel runs: each kernel's body must begin with tc::await_inputs(), except the matrix-vector
     kernels, whose shared bodies (matvec_cu::by_rows and, on the tensor cores, mma_rows; the
     quantised ones' quant_cu::mma_rows, which requests its first weight steps, and the batch-1
-    ones' quant_cu::q8_kernel, which also zeroes 32 bytes of its shared memory) read only
+    ones' quant_cu::q8_kernel, which also zeroes 32 bytes of its shared memory; the batched
+    ones' quant_cu::batch_kernel, which requests its first stages' weights) read only
     weights before calling it, and the decode attention kernels, whose body
     (attention_cu::decode) waits at once unless the
     caller allows early reads (fresh_rows), and then reads only the lengths, the table and the
@@ -107,6 +108,9 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
                 continue
             if name.startswith("tc_k_qmv1_"):
                 assert first.startswith("quant_cu::q8_kernel<"), name
+                continue
+            if name.startswith("tc_k_qmm"):
+                assert first.startswith("quant_cu::batch_kernel<"), name
                 continue
             if name.startswith("tc_k_attn_decode"):
                 assert first.startswith("attention_cu::decode<"), name
