@@ -129,26 +129,16 @@ static void epoll_set(tc__front *f, int fd, endpoint *e, uint32_t *have, uint32_
         *have = want;
 }
 
-static void close_client(fconn *c)
+/* Close one of c's sockets (fd and want: c's client or daemon side), leaving the epoll set. */
+static void close_end(fconn *c, int *fd, uint32_t *want)
 {
-    if (c->client < 0)
+    if (*fd < 0)
         return;
-    if (c->want_c)
-        epoll_ctl(c->f->ep, EPOLL_CTL_DEL, c->client, NULL);
-    close(c->client);
-    c->client = -1;
-    c->want_c = 0;
-}
-
-static void close_daemon(fconn *c)
-{
-    if (c->daemon < 0)
-        return;
-    if (c->want_d)
-        epoll_ctl(c->f->ep, EPOLL_CTL_DEL, c->daemon, NULL);
-    close(c->daemon);
-    c->daemon = -1;
-    c->want_d = 0;
+    if (*want)
+        epoll_ctl(c->f->ep, EPOLL_CTL_DEL, *fd, NULL);
+    close(*fd);
+    *fd = -1;
+    *want = 0;
 }
 
 /* Close both sides (the daemon sees its socket hang up) and queue c to be freed. */
@@ -157,8 +147,8 @@ static void kill_conn(fconn *c)
     tc__front *f = c->f;
     if (c->dead)
         return;
-    close_client(c);
-    close_daemon(c);
+    close_end(c, &c->client, &c->want_c);
+    close_end(c, &c->daemon, &c->want_d);
     c->dead = true;
     if (c->linger_until > 0)
         f->n_linger--;
@@ -327,7 +317,7 @@ static bool settle(fconn *c)
      * closed its side already or the front is stopping. */
     bool written = c->out.len == 0 && (!c->err_go || c->err_sent == c->k.err_len);
     if (c->daemon_eof && written && c->linger_until == 0) {
-        close_daemon(c);
+        close_end(c, &c->daemon, &c->want_d);
         pthread_mutex_lock(&f->mu);
         bool stopping = f->stop;
         pthread_mutex_unlock(&f->mu);
