@@ -1120,30 +1120,31 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                    s0 = min(steps, blockIdx.y * per), my = min(steps, s0 + per) - s0, n32 = (uint32_t)n;
     const uint32_t row0 = blockIdx.x * kBatchRows, sm_s = (uint32_t)__cvta_generic_to_shared(sm);
 
-    // A stage's copies: its weights (wq), its rows of x (wx), then the commit (wc).
-    auto issue = [&](uint32_t i, bool wq, bool wx, bool wc) {
+    // A stage's copies: its weights (wq), and its rows of x then the commit (wx).
+    auto issue = [&](uint32_t i, bool wq, bool wx) {
         if (i < my) {
             const uint32_t base = sm_s + (i % nst) * sbytes, b0 = (s0 + i) * S, cnt = min((uint32_t)S, nb - b0);
-            if (wq)
-            each<0, L.nf>([&](auto F) {
-                constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
+            if (wq) {
+                each<0, L.nf>([&](auto F) {
+                    constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
 #pragma unroll
-                for (int it = 0; it < (kBatchRows * U + 255) / 256; it++) {
-                    const int slot = threadIdx.x + 256 * it, r = slot / U, u = slot % U;
-                    if (kBatchRows * U % 256 == 0 || slot < kBatchRows * U) {
-                        const uint32_t row = row0 + r < n32 ? row0 + r : 0, blk = row * nb + b0;
-                        const uint32_t to = base + r * RB + 16 * (G::first(f) + u);
-                        if constexpr (size % 16 == 0) {
-                            if (u < cnt * (size / 16))
-                                cp_async16_s(to, P.p[f] + (uint64_t)blk * size + 16 * u);
-                        } else {
-                            const uint64_t at = (uint64_t)blk * size, start = (at & ~(uint64_t)15) + 16 * u;
-                            if (start < at + cnt * size)
-                                cp_async16_s(to, P.p[f] + start);
+                    for (int it = 0; it < (kBatchRows * U + 255) / 256; it++) {
+                        const int slot = threadIdx.x + 256 * it, r = slot / U, u = slot % U;
+                        if (kBatchRows * U % 256 == 0 || slot < kBatchRows * U) {
+                            const uint32_t row = row0 + r < n32 ? row0 + r : 0, blk = row * nb + b0;
+                            const uint32_t to = base + r * RB + 16 * (G::first(f) + u);
+                            if constexpr (size % 16 == 0) {
+                                if (u < cnt * (size / 16))
+                                    cp_async16_s(to, P.p[f] + (uint64_t)blk * size + 16 * u);
+                            } else {
+                                const uint64_t at = (uint64_t)blk * size, start = (at & ~(uint64_t)15) + 16 * u;
+                                if (start < at + cnt * size)
+                                    cp_async16_s(to, P.p[f] + start);
+                            }
                         }
                     }
-                }
-            });
+                });
+            }
             const uint32_t e0 = b0 * L.block;
             if (wx)
                 for (int t = threadIdx.x; t < nt * 8 * 32; t += 256) {
@@ -1152,17 +1153,17 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                         cp_async16_s(base + wbytes + r * kBatchXRow + 16 * (u ^ (r & 1) << 2), x + r * xs + e0 + 8 * u);
                 }
         }
-        if (wc)
+        if (wx)
             tc::cp_commit();
     };
     // The first stages' weights are requested before the kernel waits for the one before it
     // (weights are written by no kernel), their rows of x after; stage q's group then holds
     // at least its own copies.
     for (int q = 0; q < nst - 1; q++)
-        issue(q, true, false, false);
+        issue(q, true, false);
     tc::await_inputs();
     for (int q = 0; q < nst - 1; q++)
-        issue(q, false, true, true);
+        issue(q, false, true);
 
     const int r_a = warp * 16 + g;
     const uint32_t rblk[2] = { (row0 + r_a < n32 ? row0 + r_a : 0) * nb, (row0 + r_a + 8 < n32 ? row0 + r_a + 8 : 0) * nb };
@@ -1170,7 +1171,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     for (uint32_t i = 0; i < my; i++) {
         wait_copies(nst - 2);
         __syncthreads();
-        issue(i + nst - 1, true, true, true);
+        issue(i + nst - 1, true, true);
         const uint8_t *st = sm + (i % nst) * sbytes;
         const uint32_t b0 = (s0 + i) * S, cnt = min((uint32_t)S, nb - b0);
         Planes Q[2];
