@@ -173,8 +173,12 @@ static const uint16_t sizes_tc_k_qmv_q4_0_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmv_q4_0_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_qmv_q4_1_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmv_q4_1_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q4_1_g64_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q4_1_g64_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_qmv_q4_1_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmv_q4_1_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q4_1_g64_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q4_1_g64_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_qmv_q5_0_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmv_q5_0_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_qmv_q5_0_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
@@ -211,6 +215,8 @@ static const uint16_t sizes_tc_k_qmv1_q4_0_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
 static const char *const names_tc_k_qmv1_q4_0_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
 static const uint16_t sizes_tc_k_qmv1_q4_1_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
 static const char *const names_tc_k_qmv1_q4_1_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
+static const uint16_t sizes_tc_k_qmv1_q4_1_g64_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
+static const char *const names_tc_k_qmv1_q4_1_g64_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
 static const uint16_t sizes_tc_k_qmv1_q5_0_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
 static const char *const names_tc_k_qmv1_q5_0_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
 static const uint16_t sizes_tc_k_qmv1_q5_1_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
@@ -229,8 +235,12 @@ static const uint16_t sizes_tc_k_qmm_q4_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8
 static const char *const names_tc_k_qmm_q4_0_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_1_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm_q4_1_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm_q4_1_g64_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm_q4_1_g64_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_1_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm_q4_1_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm_q4_1_g64_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm_q4_1_g64_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q5_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm_q5_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q5_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
@@ -269,8 +279,12 @@ static const uint16_t sizes_tc_k_qmm32_q4_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8,
 static const char *const names_tc_k_qmm32_q4_0_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q4_1_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm32_q4_1_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q4_1_g64_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q4_1_g64_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q4_1_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm32_q4_1_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q4_1_g64_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q4_1_g64_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q5_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm32_q5_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q5_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
@@ -396,7 +410,7 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_gemm_f32", "kernels/gemm.cu", 392, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
     {"tc_k_gemm_f16", "kernels/gemm.cu", 398, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
     {"tc_k_gemm_bf16", "kernels/gemm.cu", 404, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
-    {"tc_k_hfq_pack", "kernels/hfpack.cu", 43, 22, sizes_tc_k_hfq_pack, names_tc_k_hfq_pack},
+    {"tc_k_hfq_pack", "kernels/hfpack.cu", 44, 22, sizes_tc_k_hfq_pack, names_tc_k_hfq_pack},
     {"tc_k_iq_dequant", "kernels/iq.cu", 208, 5, sizes_tc_k_iq_dequant, names_tc_k_iq_dequant},
     {"tc_k_logits_mask_f32", "kernels/logits_mask.cu", 17, 8, sizes_tc_k_logits_mask_f32, names_tc_k_logits_mask_f32},
     {"tc_k_matvec_f32", "kernels/matvec.cu", 435, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
@@ -407,79 +421,86 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_matvec1_bf16", "kernels/matvec.cu", 483, 25, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
     {"tc_k_matvec_mma_f16", "kernels/matvec.cu", 500, 9, sizes_tc_k_matvec_mma_f16, names_tc_k_matvec_mma_f16},
     {"tc_k_matvec_mma_bf16", "kernels/matvec.cu", 509, 9, sizes_tc_k_matvec_mma_bf16, names_tc_k_matvec_mma_bf16},
-    {"tc_k_qrepack", "kernels/quant.cu", 1283, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
-    {"tc_k_qdequant_f32", "kernels/quant.cu", 1315, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
-    {"tc_k_qdequant_f16", "kernels/quant.cu", 1321, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
-    {"tc_k_qdequant_bf16", "kernels/quant.cu", 1327, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
-    {"tc_k_qmatvec_f32", "kernels/quant.cu", 1338, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
-    {"tc_k_qmv_q4_0_f16", "kernels/quant.cu", 1353, 9, sizes_tc_k_qmv_q4_0_f16, names_tc_k_qmv_q4_0_f16},
-    {"tc_k_qmv_q4_0_bf16", "kernels/quant.cu", 1359, 9, sizes_tc_k_qmv_q4_0_bf16, names_tc_k_qmv_q4_0_bf16},
-    {"tc_k_qmv_q4_1_f16", "kernels/quant.cu", 1365, 9, sizes_tc_k_qmv_q4_1_f16, names_tc_k_qmv_q4_1_f16},
-    {"tc_k_qmv_q4_1_bf16", "kernels/quant.cu", 1371, 9, sizes_tc_k_qmv_q4_1_bf16, names_tc_k_qmv_q4_1_bf16},
-    {"tc_k_qmv_q5_0_f16", "kernels/quant.cu", 1377, 9, sizes_tc_k_qmv_q5_0_f16, names_tc_k_qmv_q5_0_f16},
-    {"tc_k_qmv_q5_0_bf16", "kernels/quant.cu", 1383, 9, sizes_tc_k_qmv_q5_0_bf16, names_tc_k_qmv_q5_0_bf16},
-    {"tc_k_qmv_q5_1_f16", "kernels/quant.cu", 1389, 9, sizes_tc_k_qmv_q5_1_f16, names_tc_k_qmv_q5_1_f16},
-    {"tc_k_qmv_q5_1_bf16", "kernels/quant.cu", 1395, 9, sizes_tc_k_qmv_q5_1_bf16, names_tc_k_qmv_q5_1_bf16},
-    {"tc_k_qmv_q8_0_f16", "kernels/quant.cu", 1401, 9, sizes_tc_k_qmv_q8_0_f16, names_tc_k_qmv_q8_0_f16},
-    {"tc_k_qmv_q8_0_bf16", "kernels/quant.cu", 1407, 9, sizes_tc_k_qmv_q8_0_bf16, names_tc_k_qmv_q8_0_bf16},
-    {"tc_k_qmv_q2_k_f16", "kernels/quant.cu", 1413, 9, sizes_tc_k_qmv_q2_k_f16, names_tc_k_qmv_q2_k_f16},
-    {"tc_k_qmv_q2_k_bf16", "kernels/quant.cu", 1419, 9, sizes_tc_k_qmv_q2_k_bf16, names_tc_k_qmv_q2_k_bf16},
-    {"tc_k_qmv_q3_k_f16", "kernels/quant.cu", 1425, 9, sizes_tc_k_qmv_q3_k_f16, names_tc_k_qmv_q3_k_f16},
-    {"tc_k_qmv_q3_k_bf16", "kernels/quant.cu", 1431, 9, sizes_tc_k_qmv_q3_k_bf16, names_tc_k_qmv_q3_k_bf16},
-    {"tc_k_qmv_q4_k_f16", "kernels/quant.cu", 1437, 9, sizes_tc_k_qmv_q4_k_f16, names_tc_k_qmv_q4_k_f16},
-    {"tc_k_qmv_q4_k_bf16", "kernels/quant.cu", 1443, 9, sizes_tc_k_qmv_q4_k_bf16, names_tc_k_qmv_q4_k_bf16},
-    {"tc_k_qmv_q5_k_f16", "kernels/quant.cu", 1449, 9, sizes_tc_k_qmv_q5_k_f16, names_tc_k_qmv_q5_k_f16},
-    {"tc_k_qmv_q5_k_bf16", "kernels/quant.cu", 1455, 9, sizes_tc_k_qmv_q5_k_bf16, names_tc_k_qmv_q5_k_bf16},
-    {"tc_k_qmv_q6_k_f16", "kernels/quant.cu", 1461, 9, sizes_tc_k_qmv_q6_k_f16, names_tc_k_qmv_q6_k_f16},
-    {"tc_k_qmv_q6_k_bf16", "kernels/quant.cu", 1467, 9, sizes_tc_k_qmv_q6_k_bf16, names_tc_k_qmv_q6_k_bf16},
-    {"tc_k_qmv1_q4_0_bf16", "kernels/quant.cu", 1481, 9, sizes_tc_k_qmv1_q4_0_bf16, names_tc_k_qmv1_q4_0_bf16},
-    {"tc_k_qmv1_q4_1_bf16", "kernels/quant.cu", 1487, 9, sizes_tc_k_qmv1_q4_1_bf16, names_tc_k_qmv1_q4_1_bf16},
-    {"tc_k_qmv1_q5_0_bf16", "kernels/quant.cu", 1493, 9, sizes_tc_k_qmv1_q5_0_bf16, names_tc_k_qmv1_q5_0_bf16},
-    {"tc_k_qmv1_q5_1_bf16", "kernels/quant.cu", 1499, 9, sizes_tc_k_qmv1_q5_1_bf16, names_tc_k_qmv1_q5_1_bf16},
-    {"tc_k_qmv1_q5_k_bf16", "kernels/quant.cu", 1505, 9, sizes_tc_k_qmv1_q5_k_bf16, names_tc_k_qmv1_q5_k_bf16},
-    {"tc_k_qmv1_q8_0_bf16", "kernels/quant.cu", 1511, 9, sizes_tc_k_qmv1_q8_0_bf16, names_tc_k_qmv1_q8_0_bf16},
-    {"tc_k_qmv1_q4_k_bf16", "kernels/quant.cu", 1517, 9, sizes_tc_k_qmv1_q4_k_bf16, names_tc_k_qmv1_q4_k_bf16},
-    {"tc_k_qmv1_q6_k_bf16", "kernels/quant.cu", 1523, 9, sizes_tc_k_qmv1_q6_k_bf16, names_tc_k_qmv1_q6_k_bf16},
-    {"tc_k_qmm_q4_0_f16", "kernels/quant.cu", 1540, 11, sizes_tc_k_qmm_q4_0_f16, names_tc_k_qmm_q4_0_f16},
-    {"tc_k_qmm_q4_0_bf16", "kernels/quant.cu", 1546, 11, sizes_tc_k_qmm_q4_0_bf16, names_tc_k_qmm_q4_0_bf16},
-    {"tc_k_qmm_q4_1_f16", "kernels/quant.cu", 1552, 11, sizes_tc_k_qmm_q4_1_f16, names_tc_k_qmm_q4_1_f16},
-    {"tc_k_qmm_q4_1_bf16", "kernels/quant.cu", 1558, 11, sizes_tc_k_qmm_q4_1_bf16, names_tc_k_qmm_q4_1_bf16},
-    {"tc_k_qmm_q5_0_f16", "kernels/quant.cu", 1564, 11, sizes_tc_k_qmm_q5_0_f16, names_tc_k_qmm_q5_0_f16},
-    {"tc_k_qmm_q5_0_bf16", "kernels/quant.cu", 1570, 11, sizes_tc_k_qmm_q5_0_bf16, names_tc_k_qmm_q5_0_bf16},
-    {"tc_k_qmm_q5_1_f16", "kernels/quant.cu", 1576, 11, sizes_tc_k_qmm_q5_1_f16, names_tc_k_qmm_q5_1_f16},
-    {"tc_k_qmm_q5_1_bf16", "kernels/quant.cu", 1582, 11, sizes_tc_k_qmm_q5_1_bf16, names_tc_k_qmm_q5_1_bf16},
-    {"tc_k_qmm_q8_0_f16", "kernels/quant.cu", 1588, 11, sizes_tc_k_qmm_q8_0_f16, names_tc_k_qmm_q8_0_f16},
-    {"tc_k_qmm_q8_0_bf16", "kernels/quant.cu", 1594, 11, sizes_tc_k_qmm_q8_0_bf16, names_tc_k_qmm_q8_0_bf16},
-    {"tc_k_qmm_q2_k_f16", "kernels/quant.cu", 1600, 11, sizes_tc_k_qmm_q2_k_f16, names_tc_k_qmm_q2_k_f16},
-    {"tc_k_qmm_q2_k_bf16", "kernels/quant.cu", 1606, 11, sizes_tc_k_qmm_q2_k_bf16, names_tc_k_qmm_q2_k_bf16},
-    {"tc_k_qmm_q3_k_f16", "kernels/quant.cu", 1612, 11, sizes_tc_k_qmm_q3_k_f16, names_tc_k_qmm_q3_k_f16},
-    {"tc_k_qmm_q3_k_bf16", "kernels/quant.cu", 1618, 11, sizes_tc_k_qmm_q3_k_bf16, names_tc_k_qmm_q3_k_bf16},
-    {"tc_k_qmm_q4_k_f16", "kernels/quant.cu", 1624, 11, sizes_tc_k_qmm_q4_k_f16, names_tc_k_qmm_q4_k_f16},
-    {"tc_k_qmm_q4_k_bf16", "kernels/quant.cu", 1630, 11, sizes_tc_k_qmm_q4_k_bf16, names_tc_k_qmm_q4_k_bf16},
-    {"tc_k_qmm_q5_k_f16", "kernels/quant.cu", 1636, 11, sizes_tc_k_qmm_q5_k_f16, names_tc_k_qmm_q5_k_f16},
-    {"tc_k_qmm_q5_k_bf16", "kernels/quant.cu", 1642, 11, sizes_tc_k_qmm_q5_k_bf16, names_tc_k_qmm_q5_k_bf16},
-    {"tc_k_qmm_q6_k_f16", "kernels/quant.cu", 1648, 11, sizes_tc_k_qmm_q6_k_f16, names_tc_k_qmm_q6_k_f16},
-    {"tc_k_qmm_q6_k_bf16", "kernels/quant.cu", 1654, 11, sizes_tc_k_qmm_q6_k_bf16, names_tc_k_qmm_q6_k_bf16},
-    {"tc_k_qmm32_q4_0_f16", "kernels/quant.cu", 1667, 11, sizes_tc_k_qmm32_q4_0_f16, names_tc_k_qmm32_q4_0_f16},
-    {"tc_k_qmm32_q4_0_bf16", "kernels/quant.cu", 1673, 11, sizes_tc_k_qmm32_q4_0_bf16, names_tc_k_qmm32_q4_0_bf16},
-    {"tc_k_qmm32_q4_1_f16", "kernels/quant.cu", 1679, 11, sizes_tc_k_qmm32_q4_1_f16, names_tc_k_qmm32_q4_1_f16},
-    {"tc_k_qmm32_q4_1_bf16", "kernels/quant.cu", 1685, 11, sizes_tc_k_qmm32_q4_1_bf16, names_tc_k_qmm32_q4_1_bf16},
-    {"tc_k_qmm32_q5_0_f16", "kernels/quant.cu", 1691, 11, sizes_tc_k_qmm32_q5_0_f16, names_tc_k_qmm32_q5_0_f16},
-    {"tc_k_qmm32_q5_0_bf16", "kernels/quant.cu", 1697, 11, sizes_tc_k_qmm32_q5_0_bf16, names_tc_k_qmm32_q5_0_bf16},
-    {"tc_k_qmm32_q5_1_f16", "kernels/quant.cu", 1703, 11, sizes_tc_k_qmm32_q5_1_f16, names_tc_k_qmm32_q5_1_f16},
-    {"tc_k_qmm32_q5_1_bf16", "kernels/quant.cu", 1709, 11, sizes_tc_k_qmm32_q5_1_bf16, names_tc_k_qmm32_q5_1_bf16},
-    {"tc_k_qmm32_q8_0_f16", "kernels/quant.cu", 1715, 11, sizes_tc_k_qmm32_q8_0_f16, names_tc_k_qmm32_q8_0_f16},
-    {"tc_k_qmm32_q8_0_bf16", "kernels/quant.cu", 1721, 11, sizes_tc_k_qmm32_q8_0_bf16, names_tc_k_qmm32_q8_0_bf16},
-    {"tc_k_qmm32_q2_k_f16", "kernels/quant.cu", 1727, 11, sizes_tc_k_qmm32_q2_k_f16, names_tc_k_qmm32_q2_k_f16},
-    {"tc_k_qmm32_q2_k_bf16", "kernels/quant.cu", 1733, 11, sizes_tc_k_qmm32_q2_k_bf16, names_tc_k_qmm32_q2_k_bf16},
-    {"tc_k_qmm32_q3_k_f16", "kernels/quant.cu", 1739, 11, sizes_tc_k_qmm32_q3_k_f16, names_tc_k_qmm32_q3_k_f16},
-    {"tc_k_qmm32_q3_k_bf16", "kernels/quant.cu", 1745, 11, sizes_tc_k_qmm32_q3_k_bf16, names_tc_k_qmm32_q3_k_bf16},
-    {"tc_k_qmm32_q4_k_f16", "kernels/quant.cu", 1751, 11, sizes_tc_k_qmm32_q4_k_f16, names_tc_k_qmm32_q4_k_f16},
-    {"tc_k_qmm32_q4_k_bf16", "kernels/quant.cu", 1757, 11, sizes_tc_k_qmm32_q4_k_bf16, names_tc_k_qmm32_q4_k_bf16},
-    {"tc_k_qmm32_q5_k_f16", "kernels/quant.cu", 1763, 11, sizes_tc_k_qmm32_q5_k_f16, names_tc_k_qmm32_q5_k_f16},
-    {"tc_k_qmm32_q5_k_bf16", "kernels/quant.cu", 1769, 11, sizes_tc_k_qmm32_q5_k_bf16, names_tc_k_qmm32_q5_k_bf16},
-    {"tc_k_qmm32_q6_k_f16", "kernels/quant.cu", 1775, 11, sizes_tc_k_qmm32_q6_k_f16, names_tc_k_qmm32_q6_k_f16},
-    {"tc_k_qmm32_q6_k_bf16", "kernels/quant.cu", 1781, 11, sizes_tc_k_qmm32_q6_k_bf16, names_tc_k_qmm32_q6_k_bf16},
+    {"tc_k_qrepack", "kernels/quant.cu", 1304, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
+    {"tc_k_qdequant_f32", "kernels/quant.cu", 1336, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
+    {"tc_k_qdequant_f16", "kernels/quant.cu", 1342, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
+    {"tc_k_qdequant_bf16", "kernels/quant.cu", 1348, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
+    {"tc_k_qmatvec_f32", "kernels/quant.cu", 1359, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
+    {"tc_k_qmv_q4_0_f16", "kernels/quant.cu", 1374, 9, sizes_tc_k_qmv_q4_0_f16, names_tc_k_qmv_q4_0_f16},
+    {"tc_k_qmv_q4_0_bf16", "kernels/quant.cu", 1380, 9, sizes_tc_k_qmv_q4_0_bf16, names_tc_k_qmv_q4_0_bf16},
+    {"tc_k_qmv_q4_1_f16", "kernels/quant.cu", 1386, 9, sizes_tc_k_qmv_q4_1_f16, names_tc_k_qmv_q4_1_f16},
+    {"tc_k_qmv_q4_1_g64_f16", "kernels/quant.cu", 1392, 9, sizes_tc_k_qmv_q4_1_g64_f16, names_tc_k_qmv_q4_1_g64_f16},
+    {"tc_k_qmv_q4_1_bf16", "kernels/quant.cu", 1398, 9, sizes_tc_k_qmv_q4_1_bf16, names_tc_k_qmv_q4_1_bf16},
+    {"tc_k_qmv_q4_1_g64_bf16", "kernels/quant.cu", 1404, 9, sizes_tc_k_qmv_q4_1_g64_bf16, names_tc_k_qmv_q4_1_g64_bf16},
+    {"tc_k_qmv_q5_0_f16", "kernels/quant.cu", 1410, 9, sizes_tc_k_qmv_q5_0_f16, names_tc_k_qmv_q5_0_f16},
+    {"tc_k_qmv_q5_0_bf16", "kernels/quant.cu", 1416, 9, sizes_tc_k_qmv_q5_0_bf16, names_tc_k_qmv_q5_0_bf16},
+    {"tc_k_qmv_q5_1_f16", "kernels/quant.cu", 1422, 9, sizes_tc_k_qmv_q5_1_f16, names_tc_k_qmv_q5_1_f16},
+    {"tc_k_qmv_q5_1_bf16", "kernels/quant.cu", 1428, 9, sizes_tc_k_qmv_q5_1_bf16, names_tc_k_qmv_q5_1_bf16},
+    {"tc_k_qmv_q8_0_f16", "kernels/quant.cu", 1434, 9, sizes_tc_k_qmv_q8_0_f16, names_tc_k_qmv_q8_0_f16},
+    {"tc_k_qmv_q8_0_bf16", "kernels/quant.cu", 1440, 9, sizes_tc_k_qmv_q8_0_bf16, names_tc_k_qmv_q8_0_bf16},
+    {"tc_k_qmv_q2_k_f16", "kernels/quant.cu", 1446, 9, sizes_tc_k_qmv_q2_k_f16, names_tc_k_qmv_q2_k_f16},
+    {"tc_k_qmv_q2_k_bf16", "kernels/quant.cu", 1452, 9, sizes_tc_k_qmv_q2_k_bf16, names_tc_k_qmv_q2_k_bf16},
+    {"tc_k_qmv_q3_k_f16", "kernels/quant.cu", 1458, 9, sizes_tc_k_qmv_q3_k_f16, names_tc_k_qmv_q3_k_f16},
+    {"tc_k_qmv_q3_k_bf16", "kernels/quant.cu", 1464, 9, sizes_tc_k_qmv_q3_k_bf16, names_tc_k_qmv_q3_k_bf16},
+    {"tc_k_qmv_q4_k_f16", "kernels/quant.cu", 1470, 9, sizes_tc_k_qmv_q4_k_f16, names_tc_k_qmv_q4_k_f16},
+    {"tc_k_qmv_q4_k_bf16", "kernels/quant.cu", 1476, 9, sizes_tc_k_qmv_q4_k_bf16, names_tc_k_qmv_q4_k_bf16},
+    {"tc_k_qmv_q5_k_f16", "kernels/quant.cu", 1482, 9, sizes_tc_k_qmv_q5_k_f16, names_tc_k_qmv_q5_k_f16},
+    {"tc_k_qmv_q5_k_bf16", "kernels/quant.cu", 1488, 9, sizes_tc_k_qmv_q5_k_bf16, names_tc_k_qmv_q5_k_bf16},
+    {"tc_k_qmv_q6_k_f16", "kernels/quant.cu", 1494, 9, sizes_tc_k_qmv_q6_k_f16, names_tc_k_qmv_q6_k_f16},
+    {"tc_k_qmv_q6_k_bf16", "kernels/quant.cu", 1500, 9, sizes_tc_k_qmv_q6_k_bf16, names_tc_k_qmv_q6_k_bf16},
+    {"tc_k_qmv1_q4_0_bf16", "kernels/quant.cu", 1514, 9, sizes_tc_k_qmv1_q4_0_bf16, names_tc_k_qmv1_q4_0_bf16},
+    {"tc_k_qmv1_q4_1_bf16", "kernels/quant.cu", 1520, 9, sizes_tc_k_qmv1_q4_1_bf16, names_tc_k_qmv1_q4_1_bf16},
+    {"tc_k_qmv1_q4_1_g64_bf16", "kernels/quant.cu", 1526, 9, sizes_tc_k_qmv1_q4_1_g64_bf16, names_tc_k_qmv1_q4_1_g64_bf16},
+    {"tc_k_qmv1_q5_0_bf16", "kernels/quant.cu", 1532, 9, sizes_tc_k_qmv1_q5_0_bf16, names_tc_k_qmv1_q5_0_bf16},
+    {"tc_k_qmv1_q5_1_bf16", "kernels/quant.cu", 1538, 9, sizes_tc_k_qmv1_q5_1_bf16, names_tc_k_qmv1_q5_1_bf16},
+    {"tc_k_qmv1_q5_k_bf16", "kernels/quant.cu", 1544, 9, sizes_tc_k_qmv1_q5_k_bf16, names_tc_k_qmv1_q5_k_bf16},
+    {"tc_k_qmv1_q8_0_bf16", "kernels/quant.cu", 1550, 9, sizes_tc_k_qmv1_q8_0_bf16, names_tc_k_qmv1_q8_0_bf16},
+    {"tc_k_qmv1_q4_k_bf16", "kernels/quant.cu", 1556, 9, sizes_tc_k_qmv1_q4_k_bf16, names_tc_k_qmv1_q4_k_bf16},
+    {"tc_k_qmv1_q6_k_bf16", "kernels/quant.cu", 1562, 9, sizes_tc_k_qmv1_q6_k_bf16, names_tc_k_qmv1_q6_k_bf16},
+    {"tc_k_qmm_q4_0_f16", "kernels/quant.cu", 1579, 11, sizes_tc_k_qmm_q4_0_f16, names_tc_k_qmm_q4_0_f16},
+    {"tc_k_qmm_q4_0_bf16", "kernels/quant.cu", 1585, 11, sizes_tc_k_qmm_q4_0_bf16, names_tc_k_qmm_q4_0_bf16},
+    {"tc_k_qmm_q4_1_f16", "kernels/quant.cu", 1591, 11, sizes_tc_k_qmm_q4_1_f16, names_tc_k_qmm_q4_1_f16},
+    {"tc_k_qmm_q4_1_g64_f16", "kernels/quant.cu", 1597, 11, sizes_tc_k_qmm_q4_1_g64_f16, names_tc_k_qmm_q4_1_g64_f16},
+    {"tc_k_qmm_q4_1_bf16", "kernels/quant.cu", 1603, 11, sizes_tc_k_qmm_q4_1_bf16, names_tc_k_qmm_q4_1_bf16},
+    {"tc_k_qmm_q4_1_g64_bf16", "kernels/quant.cu", 1609, 11, sizes_tc_k_qmm_q4_1_g64_bf16, names_tc_k_qmm_q4_1_g64_bf16},
+    {"tc_k_qmm_q5_0_f16", "kernels/quant.cu", 1615, 11, sizes_tc_k_qmm_q5_0_f16, names_tc_k_qmm_q5_0_f16},
+    {"tc_k_qmm_q5_0_bf16", "kernels/quant.cu", 1621, 11, sizes_tc_k_qmm_q5_0_bf16, names_tc_k_qmm_q5_0_bf16},
+    {"tc_k_qmm_q5_1_f16", "kernels/quant.cu", 1627, 11, sizes_tc_k_qmm_q5_1_f16, names_tc_k_qmm_q5_1_f16},
+    {"tc_k_qmm_q5_1_bf16", "kernels/quant.cu", 1633, 11, sizes_tc_k_qmm_q5_1_bf16, names_tc_k_qmm_q5_1_bf16},
+    {"tc_k_qmm_q8_0_f16", "kernels/quant.cu", 1639, 11, sizes_tc_k_qmm_q8_0_f16, names_tc_k_qmm_q8_0_f16},
+    {"tc_k_qmm_q8_0_bf16", "kernels/quant.cu", 1645, 11, sizes_tc_k_qmm_q8_0_bf16, names_tc_k_qmm_q8_0_bf16},
+    {"tc_k_qmm_q2_k_f16", "kernels/quant.cu", 1651, 11, sizes_tc_k_qmm_q2_k_f16, names_tc_k_qmm_q2_k_f16},
+    {"tc_k_qmm_q2_k_bf16", "kernels/quant.cu", 1657, 11, sizes_tc_k_qmm_q2_k_bf16, names_tc_k_qmm_q2_k_bf16},
+    {"tc_k_qmm_q3_k_f16", "kernels/quant.cu", 1663, 11, sizes_tc_k_qmm_q3_k_f16, names_tc_k_qmm_q3_k_f16},
+    {"tc_k_qmm_q3_k_bf16", "kernels/quant.cu", 1669, 11, sizes_tc_k_qmm_q3_k_bf16, names_tc_k_qmm_q3_k_bf16},
+    {"tc_k_qmm_q4_k_f16", "kernels/quant.cu", 1675, 11, sizes_tc_k_qmm_q4_k_f16, names_tc_k_qmm_q4_k_f16},
+    {"tc_k_qmm_q4_k_bf16", "kernels/quant.cu", 1681, 11, sizes_tc_k_qmm_q4_k_bf16, names_tc_k_qmm_q4_k_bf16},
+    {"tc_k_qmm_q5_k_f16", "kernels/quant.cu", 1687, 11, sizes_tc_k_qmm_q5_k_f16, names_tc_k_qmm_q5_k_f16},
+    {"tc_k_qmm_q5_k_bf16", "kernels/quant.cu", 1693, 11, sizes_tc_k_qmm_q5_k_bf16, names_tc_k_qmm_q5_k_bf16},
+    {"tc_k_qmm_q6_k_f16", "kernels/quant.cu", 1699, 11, sizes_tc_k_qmm_q6_k_f16, names_tc_k_qmm_q6_k_f16},
+    {"tc_k_qmm_q6_k_bf16", "kernels/quant.cu", 1705, 11, sizes_tc_k_qmm_q6_k_bf16, names_tc_k_qmm_q6_k_bf16},
+    {"tc_k_qmm32_q4_0_f16", "kernels/quant.cu", 1718, 11, sizes_tc_k_qmm32_q4_0_f16, names_tc_k_qmm32_q4_0_f16},
+    {"tc_k_qmm32_q4_0_bf16", "kernels/quant.cu", 1724, 11, sizes_tc_k_qmm32_q4_0_bf16, names_tc_k_qmm32_q4_0_bf16},
+    {"tc_k_qmm32_q4_1_f16", "kernels/quant.cu", 1730, 11, sizes_tc_k_qmm32_q4_1_f16, names_tc_k_qmm32_q4_1_f16},
+    {"tc_k_qmm32_q4_1_g64_f16", "kernels/quant.cu", 1736, 11, sizes_tc_k_qmm32_q4_1_g64_f16, names_tc_k_qmm32_q4_1_g64_f16},
+    {"tc_k_qmm32_q4_1_bf16", "kernels/quant.cu", 1742, 11, sizes_tc_k_qmm32_q4_1_bf16, names_tc_k_qmm32_q4_1_bf16},
+    {"tc_k_qmm32_q4_1_g64_bf16", "kernels/quant.cu", 1748, 11, sizes_tc_k_qmm32_q4_1_g64_bf16, names_tc_k_qmm32_q4_1_g64_bf16},
+    {"tc_k_qmm32_q5_0_f16", "kernels/quant.cu", 1754, 11, sizes_tc_k_qmm32_q5_0_f16, names_tc_k_qmm32_q5_0_f16},
+    {"tc_k_qmm32_q5_0_bf16", "kernels/quant.cu", 1760, 11, sizes_tc_k_qmm32_q5_0_bf16, names_tc_k_qmm32_q5_0_bf16},
+    {"tc_k_qmm32_q5_1_f16", "kernels/quant.cu", 1766, 11, sizes_tc_k_qmm32_q5_1_f16, names_tc_k_qmm32_q5_1_f16},
+    {"tc_k_qmm32_q5_1_bf16", "kernels/quant.cu", 1772, 11, sizes_tc_k_qmm32_q5_1_bf16, names_tc_k_qmm32_q5_1_bf16},
+    {"tc_k_qmm32_q8_0_f16", "kernels/quant.cu", 1778, 11, sizes_tc_k_qmm32_q8_0_f16, names_tc_k_qmm32_q8_0_f16},
+    {"tc_k_qmm32_q8_0_bf16", "kernels/quant.cu", 1784, 11, sizes_tc_k_qmm32_q8_0_bf16, names_tc_k_qmm32_q8_0_bf16},
+    {"tc_k_qmm32_q2_k_f16", "kernels/quant.cu", 1790, 11, sizes_tc_k_qmm32_q2_k_f16, names_tc_k_qmm32_q2_k_f16},
+    {"tc_k_qmm32_q2_k_bf16", "kernels/quant.cu", 1796, 11, sizes_tc_k_qmm32_q2_k_bf16, names_tc_k_qmm32_q2_k_bf16},
+    {"tc_k_qmm32_q3_k_f16", "kernels/quant.cu", 1802, 11, sizes_tc_k_qmm32_q3_k_f16, names_tc_k_qmm32_q3_k_f16},
+    {"tc_k_qmm32_q3_k_bf16", "kernels/quant.cu", 1808, 11, sizes_tc_k_qmm32_q3_k_bf16, names_tc_k_qmm32_q3_k_bf16},
+    {"tc_k_qmm32_q4_k_f16", "kernels/quant.cu", 1814, 11, sizes_tc_k_qmm32_q4_k_f16, names_tc_k_qmm32_q4_k_f16},
+    {"tc_k_qmm32_q4_k_bf16", "kernels/quant.cu", 1820, 11, sizes_tc_k_qmm32_q4_k_bf16, names_tc_k_qmm32_q4_k_bf16},
+    {"tc_k_qmm32_q5_k_f16", "kernels/quant.cu", 1826, 11, sizes_tc_k_qmm32_q5_k_f16, names_tc_k_qmm32_q5_k_f16},
+    {"tc_k_qmm32_q5_k_bf16", "kernels/quant.cu", 1832, 11, sizes_tc_k_qmm32_q5_k_bf16, names_tc_k_qmm32_q5_k_bf16},
+    {"tc_k_qmm32_q6_k_f16", "kernels/quant.cu", 1838, 11, sizes_tc_k_qmm32_q6_k_f16, names_tc_k_qmm32_q6_k_f16},
+    {"tc_k_qmm32_q6_k_bf16", "kernels/quant.cu", 1844, 11, sizes_tc_k_qmm32_q6_k_bf16, names_tc_k_qmm32_q6_k_bf16},
     {"tc_k_fill_random_f32", "kernels/random.cu", 31, 5, sizes_tc_k_fill_random_f32, names_tc_k_fill_random_f32},
     {"tc_k_fill_random_f16", "kernels/random.cu", 38, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
     {"tc_k_fill_random_bf16", "kernels/random.cu", 45, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},

@@ -114,91 +114,98 @@ typedef enum tc_kernel_id {
     TC_KERNEL_QMV_Q4_0_F16 = 69,
     TC_KERNEL_QMV_Q4_0_BF16 = 70,
     TC_KERNEL_QMV_Q4_1_F16 = 71,
-    TC_KERNEL_QMV_Q4_1_BF16 = 72,
-    TC_KERNEL_QMV_Q5_0_F16 = 73,
-    TC_KERNEL_QMV_Q5_0_BF16 = 74,
-    TC_KERNEL_QMV_Q5_1_F16 = 75,
-    TC_KERNEL_QMV_Q5_1_BF16 = 76,
-    TC_KERNEL_QMV_Q8_0_F16 = 77,
-    TC_KERNEL_QMV_Q8_0_BF16 = 78,
-    TC_KERNEL_QMV_Q2_K_F16 = 79,
-    TC_KERNEL_QMV_Q2_K_BF16 = 80,
-    TC_KERNEL_QMV_Q3_K_F16 = 81,
-    TC_KERNEL_QMV_Q3_K_BF16 = 82,
-    TC_KERNEL_QMV_Q4_K_F16 = 83,
-    TC_KERNEL_QMV_Q4_K_BF16 = 84,
-    TC_KERNEL_QMV_Q5_K_F16 = 85,
-    TC_KERNEL_QMV_Q5_K_BF16 = 86,
-    TC_KERNEL_QMV_Q6_K_F16 = 87,
-    TC_KERNEL_QMV_Q6_K_BF16 = 88,
-    TC_KERNEL_QMV1_Q4_0_BF16 = 89,
-    TC_KERNEL_QMV1_Q4_1_BF16 = 90,
-    TC_KERNEL_QMV1_Q5_0_BF16 = 91,
-    TC_KERNEL_QMV1_Q5_1_BF16 = 92,
-    TC_KERNEL_QMV1_Q5_K_BF16 = 93,
-    TC_KERNEL_QMV1_Q8_0_BF16 = 94,
-    TC_KERNEL_QMV1_Q4_K_BF16 = 95,
-    TC_KERNEL_QMV1_Q6_K_BF16 = 96,
-    TC_KERNEL_QMM_Q4_0_F16 = 97,
-    TC_KERNEL_QMM_Q4_0_BF16 = 98,
-    TC_KERNEL_QMM_Q4_1_F16 = 99,
-    TC_KERNEL_QMM_Q4_1_BF16 = 100,
-    TC_KERNEL_QMM_Q5_0_F16 = 101,
-    TC_KERNEL_QMM_Q5_0_BF16 = 102,
-    TC_KERNEL_QMM_Q5_1_F16 = 103,
-    TC_KERNEL_QMM_Q5_1_BF16 = 104,
-    TC_KERNEL_QMM_Q8_0_F16 = 105,
-    TC_KERNEL_QMM_Q8_0_BF16 = 106,
-    TC_KERNEL_QMM_Q2_K_F16 = 107,
-    TC_KERNEL_QMM_Q2_K_BF16 = 108,
-    TC_KERNEL_QMM_Q3_K_F16 = 109,
-    TC_KERNEL_QMM_Q3_K_BF16 = 110,
-    TC_KERNEL_QMM_Q4_K_F16 = 111,
-    TC_KERNEL_QMM_Q4_K_BF16 = 112,
-    TC_KERNEL_QMM_Q5_K_F16 = 113,
-    TC_KERNEL_QMM_Q5_K_BF16 = 114,
-    TC_KERNEL_QMM_Q6_K_F16 = 115,
-    TC_KERNEL_QMM_Q6_K_BF16 = 116,
-    TC_KERNEL_QMM32_Q4_0_F16 = 117,
-    TC_KERNEL_QMM32_Q4_0_BF16 = 118,
-    TC_KERNEL_QMM32_Q4_1_F16 = 119,
-    TC_KERNEL_QMM32_Q4_1_BF16 = 120,
-    TC_KERNEL_QMM32_Q5_0_F16 = 121,
-    TC_KERNEL_QMM32_Q5_0_BF16 = 122,
-    TC_KERNEL_QMM32_Q5_1_F16 = 123,
-    TC_KERNEL_QMM32_Q5_1_BF16 = 124,
-    TC_KERNEL_QMM32_Q8_0_F16 = 125,
-    TC_KERNEL_QMM32_Q8_0_BF16 = 126,
-    TC_KERNEL_QMM32_Q2_K_F16 = 127,
-    TC_KERNEL_QMM32_Q2_K_BF16 = 128,
-    TC_KERNEL_QMM32_Q3_K_F16 = 129,
-    TC_KERNEL_QMM32_Q3_K_BF16 = 130,
-    TC_KERNEL_QMM32_Q4_K_F16 = 131,
-    TC_KERNEL_QMM32_Q4_K_BF16 = 132,
-    TC_KERNEL_QMM32_Q5_K_F16 = 133,
-    TC_KERNEL_QMM32_Q5_K_BF16 = 134,
-    TC_KERNEL_QMM32_Q6_K_F16 = 135,
-    TC_KERNEL_QMM32_Q6_K_BF16 = 136,
-    TC_KERNEL_FILL_RANDOM_F32 = 137,
-    TC_KERNEL_FILL_RANDOM_F16 = 138,
-    TC_KERNEL_FILL_RANDOM_BF16 = 139,
-    TC_KERNEL_RMSNORM_F32 = 140,
-    TC_KERNEL_RMSNORM_F16 = 141,
-    TC_KERNEL_RMSNORM_BF16 = 142,
-    TC_KERNEL_ROPE_F32 = 143,
-    TC_KERNEL_ROPE_F16 = 144,
-    TC_KERNEL_ROPE_BF16 = 145,
-    TC_KERNEL_ROPE_F16_F8 = 146,
-    TC_KERNEL_ROPE_BF16_F8 = 147,
-    TC_KERNEL_SELFTEST_PARAMS = 148,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 149,
-    TC_KERNEL_SOFTMAX_F32 = 150,
-    TC_KERNEL_SOFTMAX_F16 = 151,
-    TC_KERNEL_SOFTMAX_BF16 = 152,
-    TC_KERNEL_SWIGLU_F32 = 153,
-    TC_KERNEL_SWIGLU_F16 = 154,
-    TC_KERNEL_SWIGLU_BF16 = 155,
-    TC_KERNEL_COUNT = 156
+    TC_KERNEL_QMV_Q4_1_G64_F16 = 72,
+    TC_KERNEL_QMV_Q4_1_BF16 = 73,
+    TC_KERNEL_QMV_Q4_1_G64_BF16 = 74,
+    TC_KERNEL_QMV_Q5_0_F16 = 75,
+    TC_KERNEL_QMV_Q5_0_BF16 = 76,
+    TC_KERNEL_QMV_Q5_1_F16 = 77,
+    TC_KERNEL_QMV_Q5_1_BF16 = 78,
+    TC_KERNEL_QMV_Q8_0_F16 = 79,
+    TC_KERNEL_QMV_Q8_0_BF16 = 80,
+    TC_KERNEL_QMV_Q2_K_F16 = 81,
+    TC_KERNEL_QMV_Q2_K_BF16 = 82,
+    TC_KERNEL_QMV_Q3_K_F16 = 83,
+    TC_KERNEL_QMV_Q3_K_BF16 = 84,
+    TC_KERNEL_QMV_Q4_K_F16 = 85,
+    TC_KERNEL_QMV_Q4_K_BF16 = 86,
+    TC_KERNEL_QMV_Q5_K_F16 = 87,
+    TC_KERNEL_QMV_Q5_K_BF16 = 88,
+    TC_KERNEL_QMV_Q6_K_F16 = 89,
+    TC_KERNEL_QMV_Q6_K_BF16 = 90,
+    TC_KERNEL_QMV1_Q4_0_BF16 = 91,
+    TC_KERNEL_QMV1_Q4_1_BF16 = 92,
+    TC_KERNEL_QMV1_Q4_1_G64_BF16 = 93,
+    TC_KERNEL_QMV1_Q5_0_BF16 = 94,
+    TC_KERNEL_QMV1_Q5_1_BF16 = 95,
+    TC_KERNEL_QMV1_Q5_K_BF16 = 96,
+    TC_KERNEL_QMV1_Q8_0_BF16 = 97,
+    TC_KERNEL_QMV1_Q4_K_BF16 = 98,
+    TC_KERNEL_QMV1_Q6_K_BF16 = 99,
+    TC_KERNEL_QMM_Q4_0_F16 = 100,
+    TC_KERNEL_QMM_Q4_0_BF16 = 101,
+    TC_KERNEL_QMM_Q4_1_F16 = 102,
+    TC_KERNEL_QMM_Q4_1_G64_F16 = 103,
+    TC_KERNEL_QMM_Q4_1_BF16 = 104,
+    TC_KERNEL_QMM_Q4_1_G64_BF16 = 105,
+    TC_KERNEL_QMM_Q5_0_F16 = 106,
+    TC_KERNEL_QMM_Q5_0_BF16 = 107,
+    TC_KERNEL_QMM_Q5_1_F16 = 108,
+    TC_KERNEL_QMM_Q5_1_BF16 = 109,
+    TC_KERNEL_QMM_Q8_0_F16 = 110,
+    TC_KERNEL_QMM_Q8_0_BF16 = 111,
+    TC_KERNEL_QMM_Q2_K_F16 = 112,
+    TC_KERNEL_QMM_Q2_K_BF16 = 113,
+    TC_KERNEL_QMM_Q3_K_F16 = 114,
+    TC_KERNEL_QMM_Q3_K_BF16 = 115,
+    TC_KERNEL_QMM_Q4_K_F16 = 116,
+    TC_KERNEL_QMM_Q4_K_BF16 = 117,
+    TC_KERNEL_QMM_Q5_K_F16 = 118,
+    TC_KERNEL_QMM_Q5_K_BF16 = 119,
+    TC_KERNEL_QMM_Q6_K_F16 = 120,
+    TC_KERNEL_QMM_Q6_K_BF16 = 121,
+    TC_KERNEL_QMM32_Q4_0_F16 = 122,
+    TC_KERNEL_QMM32_Q4_0_BF16 = 123,
+    TC_KERNEL_QMM32_Q4_1_F16 = 124,
+    TC_KERNEL_QMM32_Q4_1_G64_F16 = 125,
+    TC_KERNEL_QMM32_Q4_1_BF16 = 126,
+    TC_KERNEL_QMM32_Q4_1_G64_BF16 = 127,
+    TC_KERNEL_QMM32_Q5_0_F16 = 128,
+    TC_KERNEL_QMM32_Q5_0_BF16 = 129,
+    TC_KERNEL_QMM32_Q5_1_F16 = 130,
+    TC_KERNEL_QMM32_Q5_1_BF16 = 131,
+    TC_KERNEL_QMM32_Q8_0_F16 = 132,
+    TC_KERNEL_QMM32_Q8_0_BF16 = 133,
+    TC_KERNEL_QMM32_Q2_K_F16 = 134,
+    TC_KERNEL_QMM32_Q2_K_BF16 = 135,
+    TC_KERNEL_QMM32_Q3_K_F16 = 136,
+    TC_KERNEL_QMM32_Q3_K_BF16 = 137,
+    TC_KERNEL_QMM32_Q4_K_F16 = 138,
+    TC_KERNEL_QMM32_Q4_K_BF16 = 139,
+    TC_KERNEL_QMM32_Q5_K_F16 = 140,
+    TC_KERNEL_QMM32_Q5_K_BF16 = 141,
+    TC_KERNEL_QMM32_Q6_K_F16 = 142,
+    TC_KERNEL_QMM32_Q6_K_BF16 = 143,
+    TC_KERNEL_FILL_RANDOM_F32 = 144,
+    TC_KERNEL_FILL_RANDOM_F16 = 145,
+    TC_KERNEL_FILL_RANDOM_BF16 = 146,
+    TC_KERNEL_RMSNORM_F32 = 147,
+    TC_KERNEL_RMSNORM_F16 = 148,
+    TC_KERNEL_RMSNORM_BF16 = 149,
+    TC_KERNEL_ROPE_F32 = 150,
+    TC_KERNEL_ROPE_F16 = 151,
+    TC_KERNEL_ROPE_BF16 = 152,
+    TC_KERNEL_ROPE_F16_F8 = 153,
+    TC_KERNEL_ROPE_BF16_F8 = 154,
+    TC_KERNEL_SELFTEST_PARAMS = 155,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 156,
+    TC_KERNEL_SOFTMAX_F32 = 157,
+    TC_KERNEL_SOFTMAX_F16 = 158,
+    TC_KERNEL_SOFTMAX_BF16 = 159,
+    TC_KERNEL_SWIGLU_F32 = 160,
+    TC_KERNEL_SWIGLU_F16 = 161,
+    TC_KERNEL_SWIGLU_BF16 = 162,
+    TC_KERNEL_COUNT = 163
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -806,7 +813,7 @@ static inline tc_status tc_launch_gemm_bf16(tc_launch_config cfg, tc_bf16 *out, 
     tc_launch_gemm_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/hfpack.cu:43 tc_k_hfq_pack: Pack one quantised matrix of `out` rows and nb 32-element blocks a row into GGUF blocks at `blocks` (row j's block kb at (j nb + kb) times the block's bytes): type 0 q4_0 (every zero the midpoint 8: d = s), 1 q4_1 (d = s, m = -s z rounded to f16 once), 2 q8_0 (zero 128: q - 128). Input k of output j is bits `bits` at bit bits ((k % kpack) + n) of word (k / kpack) wk + (j / jpack) wj of qw, n = 0, or AWQ's nibble of j % 8 (awq 1: jpack 8, kpack 1). Zeros (qz NULL: the midpoint) of group g, output j: word g zg + (j / zpack) zj at bits bits (j % zpack), AWQ's nibble order likewise, plus zero_offset. Scales (sc_type 0 f16, 1 bf16, 2 f32) at g sg + j sj. Block kb's group: g_idx[32 kb] where g_idx is given, else 32 kb / group (group <= 0: one group). A thread per block. */
+/* kernels/hfpack.cu:44 tc_k_hfq_pack: Pack one quantised matrix of `out` rows and nb 32-element blocks a row into GGUF blocks at `blocks` (row j's block kb at (j nb + kb) times the block's bytes): type 0 q4_0 (every zero the midpoint 8: d = s), 1 q4_1 (d = s, m = -s z rounded to f16 once), 2 q8_0 (zero 128: q - 128), 3 q4_1_g64 (q4_1's d and m once for each 64 elements, then the two halves' nibble bytes; row j's 64-block kb / 2 at (j nb / 2 + kb / 2) times 36 bytes). Input k of output j is bits `bits` at bit bits ((k % kpack) + n) of word (k / kpack) wk + (j / jpack) wj of qw, n = 0, or AWQ's nibble of j % 8 (awq 1: jpack 8, kpack 1). Zeros (qz NULL: the midpoint) of group g, output j: word g zg + (j / zpack) zj at bits bits (j % zpack), AWQ's nibble order likewise, plus zero_offset. Scales (sc_type 0 f16, 1 bf16, 2 f32) at g sg + j sj. Block kb's group: g_idx[32 kb] where g_idx is given, else 32 kb / group (group <= 0: one group). A thread per block. */
 static inline tc_status tc_launch_hfq_pack(tc_launch_config cfg, uint8_t *blocks, int32_t type, int64_t out, int64_t nb, const uint32_t *qw, int64_t wk, int64_t wj, int32_t kpack, int32_t jpack, int32_t bits, int32_t awq, const uint32_t *qz, int64_t zg, int64_t zj, int32_t zpack, int32_t zero_offset, const void *sc, int32_t sc_type, int64_t sg, int64_t sj, const int32_t *g_idx, int64_t group)
 {
     void *args[] = {&blocks, &type, &out, &nb, &qw, &wk, &wj, &kpack, &jpack, &bits, &awq, &qz, &zg, &zj, &zpack, &zero_offset, &sc, &sc_type, &sg, &sj, &g_idx, &group};
@@ -927,7 +934,7 @@ static inline tc_status tc_launch_matvec_mma_bf16(tc_launch_config cfg, tc_bf16 
     tc_launch_matvec_mma_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1283 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
+/* kernels/quant.cu:1304 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
 static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes, uint8_t *blocks, int32_t dtype, int64_t total, int64_t first, int64_t n, int32_t to_planes)
 {
     void *args[] = {&planes, &blocks, &dtype, &total, &first, &n, &to_planes};
@@ -938,7 +945,7 @@ static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes,
     tc_launch_qrepack((cfg), TC__KARG(uint8_t *, planes), TC__KARG(uint8_t *, blocks), TC__KARG(int32_t, dtype), TC__KARG(int64_t, total), TC__KARG(int64_t, first), TC__KARG(int64_t, n), TC__KARG(int32_t, to_planes))
 #endif
 
-/* kernels/quant.cu:1315 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
+/* kernels/quant.cu:1336 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
 static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -949,7 +956,7 @@ static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out,
     tc_launch_qdequant_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:1321 tc_k_qdequant_f16 */
+/* kernels/quant.cu:1342 tc_k_qdequant_f16 */
 static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -960,7 +967,7 @@ static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qdequant_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:1327 tc_k_qdequant_bf16 */
+/* kernels/quant.cu:1348 tc_k_qdequant_bf16 */
 static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -971,7 +978,7 @@ static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qdequant_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:1338 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
+/* kernels/quant.cu:1359 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
 static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -982,7 +989,7 @@ static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, 
     tc_launch_qmatvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1353 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
+/* kernels/quant.cu:1374 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
 static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -993,7 +1000,7 @@ static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1359 tc_k_qmv_q4_0_bf16 */
+/* kernels/quant.cu:1380 tc_k_qmv_q4_0_bf16 */
 static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1004,7 +1011,7 @@ static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1365 tc_k_qmv_q4_1_f16 */
+/* kernels/quant.cu:1386 tc_k_qmv_q4_1_f16 */
 static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1015,7 +1022,18 @@ static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1371 tc_k_qmv_q4_1_bf16 */
+/* kernels/quant.cu:1392 tc_k_qmv_q4_1_g64_f16 */
+static inline tc_status tc_launch_qmv_q4_1_g64_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMV_Q4_1_G64_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv_q4_1_g64_f16(cfg, out, x, w, m, n, k, x_stride, out_stride, flags) \
+    tc_launch_qmv_q4_1_g64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:1398 tc_k_qmv_q4_1_bf16 */
 static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1026,7 +1044,18 @@ static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1377 tc_k_qmv_q5_0_f16 */
+/* kernels/quant.cu:1404 tc_k_qmv_q4_1_g64_bf16 */
+static inline tc_status tc_launch_qmv_q4_1_g64_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMV_Q4_1_G64_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv_q4_1_g64_bf16(cfg, out, x, w, m, n, k, x_stride, out_stride, flags) \
+    tc_launch_qmv_q4_1_g64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:1410 tc_k_qmv_q5_0_f16 */
 static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1037,7 +1066,7 @@ static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1383 tc_k_qmv_q5_0_bf16 */
+/* kernels/quant.cu:1416 tc_k_qmv_q5_0_bf16 */
 static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1048,7 +1077,7 @@ static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1389 tc_k_qmv_q5_1_f16 */
+/* kernels/quant.cu:1422 tc_k_qmv_q5_1_f16 */
 static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1059,7 +1088,7 @@ static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1395 tc_k_qmv_q5_1_bf16 */
+/* kernels/quant.cu:1428 tc_k_qmv_q5_1_bf16 */
 static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1070,7 +1099,7 @@ static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1401 tc_k_qmv_q8_0_f16 */
+/* kernels/quant.cu:1434 tc_k_qmv_q8_0_f16 */
 static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1081,7 +1110,7 @@ static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q8_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1407 tc_k_qmv_q8_0_bf16 */
+/* kernels/quant.cu:1440 tc_k_qmv_q8_0_bf16 */
 static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1092,7 +1121,7 @@ static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q8_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1413 tc_k_qmv_q2_k_f16 */
+/* kernels/quant.cu:1446 tc_k_qmv_q2_k_f16 */
 static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1103,7 +1132,7 @@ static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q2_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1419 tc_k_qmv_q2_k_bf16 */
+/* kernels/quant.cu:1452 tc_k_qmv_q2_k_bf16 */
 static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1114,7 +1143,7 @@ static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q2_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1425 tc_k_qmv_q3_k_f16 */
+/* kernels/quant.cu:1458 tc_k_qmv_q3_k_f16 */
 static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1125,7 +1154,7 @@ static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q3_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1431 tc_k_qmv_q3_k_bf16 */
+/* kernels/quant.cu:1464 tc_k_qmv_q3_k_bf16 */
 static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1136,7 +1165,7 @@ static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q3_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1437 tc_k_qmv_q4_k_f16 */
+/* kernels/quant.cu:1470 tc_k_qmv_q4_k_f16 */
 static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1147,7 +1176,7 @@ static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1443 tc_k_qmv_q4_k_bf16 */
+/* kernels/quant.cu:1476 tc_k_qmv_q4_k_bf16 */
 static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1158,7 +1187,7 @@ static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1449 tc_k_qmv_q5_k_f16 */
+/* kernels/quant.cu:1482 tc_k_qmv_q5_k_f16 */
 static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1169,7 +1198,7 @@ static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1455 tc_k_qmv_q5_k_bf16 */
+/* kernels/quant.cu:1488 tc_k_qmv_q5_k_bf16 */
 static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1180,7 +1209,7 @@ static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1461 tc_k_qmv_q6_k_f16 */
+/* kernels/quant.cu:1494 tc_k_qmv_q6_k_f16 */
 static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1191,7 +1220,7 @@ static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q6_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1467 tc_k_qmv_q6_k_bf16 */
+/* kernels/quant.cu:1500 tc_k_qmv_q6_k_bf16 */
 static inline tc_status tc_launch_qmv_q6_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1202,7 +1231,7 @@ static inline tc_status tc_launch_qmv_q6_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q6_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1481 tc_k_qmv1_q4_0_bf16: One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but Q2_K and Q3_K (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*, and 4: x RMS-normalised first, x / sqrt(mean(x^2) + eps) times norm [k] when norm is not null; 8: out is f32, else bf16). Blocks of 256 threads; k a multiple of 32, x and norm 16-byte aligned. Dynamic shared memory: 2k + 32 + k / 2 bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
+/* kernels/quant.cu:1514 tc_k_qmv1_q4_0_bf16: One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but Q2_K and Q3_K (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*, and 4: x RMS-normalised first, x / sqrt(mean(x^2) + eps) times norm [k] when norm is not null; 8: out is f32, else bf16). Blocks of 256 threads; k a multiple of 32, x and norm 16-byte aligned. Dynamic shared memory: 2k + 32 + k / 2 bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
 static inline tc_status tc_launch_qmv1_q4_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1213,7 +1242,7 @@ static inline tc_status tc_launch_qmv1_q4_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1487 tc_k_qmv1_q4_1_bf16 */
+/* kernels/quant.cu:1520 tc_k_qmv1_q4_1_bf16 */
 static inline tc_status tc_launch_qmv1_q4_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1224,7 +1253,18 @@ static inline tc_status tc_launch_qmv1_q4_1_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1493 tc_k_qmv1_q5_0_bf16 */
+/* kernels/quant.cu:1526 tc_k_qmv1_q4_1_g64_bf16 */
+static inline tc_status tc_launch_qmv1_q4_1_g64_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
+{
+    void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
+    return tc_launch_kernel(TC_KERNEL_QMV1_Q4_1_G64_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv1_q4_1_g64_bf16(cfg, out, x, w, n, k, out_stride, flags, norm, eps) \
+    tc_launch_qmv1_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
+#endif
+
+/* kernels/quant.cu:1532 tc_k_qmv1_q5_0_bf16 */
 static inline tc_status tc_launch_qmv1_q5_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1235,7 +1275,7 @@ static inline tc_status tc_launch_qmv1_q5_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1499 tc_k_qmv1_q5_1_bf16 */
+/* kernels/quant.cu:1538 tc_k_qmv1_q5_1_bf16 */
 static inline tc_status tc_launch_qmv1_q5_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1246,7 +1286,7 @@ static inline tc_status tc_launch_qmv1_q5_1_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1505 tc_k_qmv1_q5_k_bf16 */
+/* kernels/quant.cu:1544 tc_k_qmv1_q5_k_bf16 */
 static inline tc_status tc_launch_qmv1_q5_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1257,7 +1297,7 @@ static inline tc_status tc_launch_qmv1_q5_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1511 tc_k_qmv1_q8_0_bf16 */
+/* kernels/quant.cu:1550 tc_k_qmv1_q8_0_bf16 */
 static inline tc_status tc_launch_qmv1_q8_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1268,7 +1308,7 @@ static inline tc_status tc_launch_qmv1_q8_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1517 tc_k_qmv1_q4_k_bf16 */
+/* kernels/quant.cu:1556 tc_k_qmv1_q4_k_bf16 */
 static inline tc_status tc_launch_qmv1_q4_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1279,7 +1319,7 @@ static inline tc_status tc_launch_qmv1_q4_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1523 tc_k_qmv1_q6_k_bf16 */
+/* kernels/quant.cu:1562 tc_k_qmv1_q6_k_bf16 */
 static inline tc_status tc_launch_qmv1_q6_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1290,7 +1330,7 @@ static inline tc_status tc_launch_qmv1_q6_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1540 tc_k_qmm_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 64 rows of 16-bit x and w of a block type held as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32 1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each (one block an SM: two, under 128 registers, spilled and were slower at 64 rows on the H100, Q4_K 4096 x 4096 28.3 -> 30.2 us, 4096 x 11008 45.1 -> 59.9 us; tc_k_qmm32_* below take up to 32 rows that way). The first stages' weights are requested before the kernel waits for the one before it. k a multiple of 32, x and its stride 16-byte aligned. */
+/* kernels/quant.cu:1579 tc_k_qmm_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 64 rows of 16-bit x and w of a block type held as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32 1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each (one block an SM: two, under 128 registers, spilled and were slower at 64 rows on the H100, Q4_K 4096 x 4096 28.3 -> 30.2 us, 4096 x 11008 45.1 -> 59.9 us; tc_k_qmm32_* below take up to 32 rows that way). The first stages' weights are requested before the kernel waits for the one before it. k a multiple of 32, x and its stride 16-byte aligned. */
 static inline tc_status tc_launch_qmm_q4_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1301,7 +1341,7 @@ static inline tc_status tc_launch_qmm_q4_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1546 tc_k_qmm_q4_0_bf16 */
+/* kernels/quant.cu:1585 tc_k_qmm_q4_0_bf16 */
 static inline tc_status tc_launch_qmm_q4_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1312,7 +1352,7 @@ static inline tc_status tc_launch_qmm_q4_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1552 tc_k_qmm_q4_1_f16 */
+/* kernels/quant.cu:1591 tc_k_qmm_q4_1_f16 */
 static inline tc_status tc_launch_qmm_q4_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1323,7 +1363,18 @@ static inline tc_status tc_launch_qmm_q4_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1558 tc_k_qmm_q4_1_bf16 */
+/* kernels/quant.cu:1597 tc_k_qmm_q4_1_g64_f16 */
+static inline tc_status tc_launch_qmm_q4_1_g64_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
+    return tc_launch_kernel(TC_KERNEL_QMM_Q4_1_G64_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmm_q4_1_g64_f16(cfg, out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts) \
+    tc_launch_qmm_q4_1_g64_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
+#endif
+
+/* kernels/quant.cu:1603 tc_k_qmm_q4_1_bf16 */
 static inline tc_status tc_launch_qmm_q4_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1334,7 +1385,18 @@ static inline tc_status tc_launch_qmm_q4_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1564 tc_k_qmm_q5_0_f16 */
+/* kernels/quant.cu:1609 tc_k_qmm_q4_1_g64_bf16 */
+static inline tc_status tc_launch_qmm_q4_1_g64_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
+    return tc_launch_kernel(TC_KERNEL_QMM_Q4_1_G64_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmm_q4_1_g64_bf16(cfg, out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts) \
+    tc_launch_qmm_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
+#endif
+
+/* kernels/quant.cu:1615 tc_k_qmm_q5_0_f16 */
 static inline tc_status tc_launch_qmm_q5_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1345,7 +1407,7 @@ static inline tc_status tc_launch_qmm_q5_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1570 tc_k_qmm_q5_0_bf16 */
+/* kernels/quant.cu:1621 tc_k_qmm_q5_0_bf16 */
 static inline tc_status tc_launch_qmm_q5_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1356,7 +1418,7 @@ static inline tc_status tc_launch_qmm_q5_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1576 tc_k_qmm_q5_1_f16 */
+/* kernels/quant.cu:1627 tc_k_qmm_q5_1_f16 */
 static inline tc_status tc_launch_qmm_q5_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1367,7 +1429,7 @@ static inline tc_status tc_launch_qmm_q5_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1582 tc_k_qmm_q5_1_bf16 */
+/* kernels/quant.cu:1633 tc_k_qmm_q5_1_bf16 */
 static inline tc_status tc_launch_qmm_q5_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1378,7 +1440,7 @@ static inline tc_status tc_launch_qmm_q5_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1588 tc_k_qmm_q8_0_f16 */
+/* kernels/quant.cu:1639 tc_k_qmm_q8_0_f16 */
 static inline tc_status tc_launch_qmm_q8_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1389,7 +1451,7 @@ static inline tc_status tc_launch_qmm_q8_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q8_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1594 tc_k_qmm_q8_0_bf16 */
+/* kernels/quant.cu:1645 tc_k_qmm_q8_0_bf16 */
 static inline tc_status tc_launch_qmm_q8_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1400,7 +1462,7 @@ static inline tc_status tc_launch_qmm_q8_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1600 tc_k_qmm_q2_k_f16 */
+/* kernels/quant.cu:1651 tc_k_qmm_q2_k_f16 */
 static inline tc_status tc_launch_qmm_q2_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1411,7 +1473,7 @@ static inline tc_status tc_launch_qmm_q2_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q2_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1606 tc_k_qmm_q2_k_bf16 */
+/* kernels/quant.cu:1657 tc_k_qmm_q2_k_bf16 */
 static inline tc_status tc_launch_qmm_q2_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1422,7 +1484,7 @@ static inline tc_status tc_launch_qmm_q2_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1612 tc_k_qmm_q3_k_f16 */
+/* kernels/quant.cu:1663 tc_k_qmm_q3_k_f16 */
 static inline tc_status tc_launch_qmm_q3_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1433,7 +1495,7 @@ static inline tc_status tc_launch_qmm_q3_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q3_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1618 tc_k_qmm_q3_k_bf16 */
+/* kernels/quant.cu:1669 tc_k_qmm_q3_k_bf16 */
 static inline tc_status tc_launch_qmm_q3_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1444,7 +1506,7 @@ static inline tc_status tc_launch_qmm_q3_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1624 tc_k_qmm_q4_k_f16 */
+/* kernels/quant.cu:1675 tc_k_qmm_q4_k_f16 */
 static inline tc_status tc_launch_qmm_q4_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1455,7 +1517,7 @@ static inline tc_status tc_launch_qmm_q4_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1630 tc_k_qmm_q4_k_bf16 */
+/* kernels/quant.cu:1681 tc_k_qmm_q4_k_bf16 */
 static inline tc_status tc_launch_qmm_q4_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1466,7 +1528,7 @@ static inline tc_status tc_launch_qmm_q4_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1636 tc_k_qmm_q5_k_f16 */
+/* kernels/quant.cu:1687 tc_k_qmm_q5_k_f16 */
 static inline tc_status tc_launch_qmm_q5_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1477,7 +1539,7 @@ static inline tc_status tc_launch_qmm_q5_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1642 tc_k_qmm_q5_k_bf16 */
+/* kernels/quant.cu:1693 tc_k_qmm_q5_k_bf16 */
 static inline tc_status tc_launch_qmm_q5_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1488,7 +1550,7 @@ static inline tc_status tc_launch_qmm_q5_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1648 tc_k_qmm_q6_k_f16 */
+/* kernels/quant.cu:1699 tc_k_qmm_q6_k_f16 */
 static inline tc_status tc_launch_qmm_q6_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1499,7 +1561,7 @@ static inline tc_status tc_launch_qmm_q6_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q6_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1654 tc_k_qmm_q6_k_bf16 */
+/* kernels/quant.cu:1705 tc_k_qmm_q6_k_bf16 */
 static inline tc_status tc_launch_qmm_q6_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1510,7 +1572,7 @@ static inline tc_status tc_launch_qmm_q6_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1667 tc_k_qmm32_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 32 rows, as tc_k_qmm_* (the same arguments, workspace and stages) with room for four 8-row tiles of x instead of eight: under 128 registers a thread, so that two blocks share an SM and hide each other's latency (H100, bench_ops quant, Q4_K 11008 x 4096: 16 rows 37.3 -> 24.2 us, 32 rows 44.0 -> 32.8 us; 7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453). The launch gives each block at most half the SM's shared memory. */
+/* kernels/quant.cu:1718 tc_k_qmm32_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 32 rows, as tc_k_qmm_* (the same arguments, workspace and stages) with room for four 8-row tiles of x instead of eight: under 128 registers a thread, so that two blocks share an SM and hide each other's latency (H100, bench_ops quant, Q4_K 11008 x 4096: 16 rows 37.3 -> 24.2 us, 32 rows 44.0 -> 32.8 us; 7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453). The launch gives each block at most half the SM's shared memory. */
 static inline tc_status tc_launch_qmm32_q4_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1521,7 +1583,7 @@ static inline tc_status tc_launch_qmm32_q4_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1673 tc_k_qmm32_q4_0_bf16 */
+/* kernels/quant.cu:1724 tc_k_qmm32_q4_0_bf16 */
 static inline tc_status tc_launch_qmm32_q4_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1532,7 +1594,7 @@ static inline tc_status tc_launch_qmm32_q4_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1679 tc_k_qmm32_q4_1_f16 */
+/* kernels/quant.cu:1730 tc_k_qmm32_q4_1_f16 */
 static inline tc_status tc_launch_qmm32_q4_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1543,7 +1605,18 @@ static inline tc_status tc_launch_qmm32_q4_1_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1685 tc_k_qmm32_q4_1_bf16 */
+/* kernels/quant.cu:1736 tc_k_qmm32_q4_1_g64_f16 */
+static inline tc_status tc_launch_qmm32_q4_1_g64_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
+    return tc_launch_kernel(TC_KERNEL_QMM32_Q4_1_G64_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmm32_q4_1_g64_f16(cfg, out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts) \
+    tc_launch_qmm32_q4_1_g64_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
+#endif
+
+/* kernels/quant.cu:1742 tc_k_qmm32_q4_1_bf16 */
 static inline tc_status tc_launch_qmm32_q4_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1554,7 +1627,18 @@ static inline tc_status tc_launch_qmm32_q4_1_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1691 tc_k_qmm32_q5_0_f16 */
+/* kernels/quant.cu:1748 tc_k_qmm32_q4_1_g64_bf16 */
+static inline tc_status tc_launch_qmm32_q4_1_g64_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
+    return tc_launch_kernel(TC_KERNEL_QMM32_Q4_1_G64_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmm32_q4_1_g64_bf16(cfg, out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts) \
+    tc_launch_qmm32_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
+#endif
+
+/* kernels/quant.cu:1754 tc_k_qmm32_q5_0_f16 */
 static inline tc_status tc_launch_qmm32_q5_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1565,7 +1649,7 @@ static inline tc_status tc_launch_qmm32_q5_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1697 tc_k_qmm32_q5_0_bf16 */
+/* kernels/quant.cu:1760 tc_k_qmm32_q5_0_bf16 */
 static inline tc_status tc_launch_qmm32_q5_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1576,7 +1660,7 @@ static inline tc_status tc_launch_qmm32_q5_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1703 tc_k_qmm32_q5_1_f16 */
+/* kernels/quant.cu:1766 tc_k_qmm32_q5_1_f16 */
 static inline tc_status tc_launch_qmm32_q5_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1587,7 +1671,7 @@ static inline tc_status tc_launch_qmm32_q5_1_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1709 tc_k_qmm32_q5_1_bf16 */
+/* kernels/quant.cu:1772 tc_k_qmm32_q5_1_bf16 */
 static inline tc_status tc_launch_qmm32_q5_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1598,7 +1682,7 @@ static inline tc_status tc_launch_qmm32_q5_1_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1715 tc_k_qmm32_q8_0_f16 */
+/* kernels/quant.cu:1778 tc_k_qmm32_q8_0_f16 */
 static inline tc_status tc_launch_qmm32_q8_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1609,7 +1693,7 @@ static inline tc_status tc_launch_qmm32_q8_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q8_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1721 tc_k_qmm32_q8_0_bf16 */
+/* kernels/quant.cu:1784 tc_k_qmm32_q8_0_bf16 */
 static inline tc_status tc_launch_qmm32_q8_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1620,7 +1704,7 @@ static inline tc_status tc_launch_qmm32_q8_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1727 tc_k_qmm32_q2_k_f16 */
+/* kernels/quant.cu:1790 tc_k_qmm32_q2_k_f16 */
 static inline tc_status tc_launch_qmm32_q2_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1631,7 +1715,7 @@ static inline tc_status tc_launch_qmm32_q2_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q2_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1733 tc_k_qmm32_q2_k_bf16 */
+/* kernels/quant.cu:1796 tc_k_qmm32_q2_k_bf16 */
 static inline tc_status tc_launch_qmm32_q2_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1642,7 +1726,7 @@ static inline tc_status tc_launch_qmm32_q2_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1739 tc_k_qmm32_q3_k_f16 */
+/* kernels/quant.cu:1802 tc_k_qmm32_q3_k_f16 */
 static inline tc_status tc_launch_qmm32_q3_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1653,7 +1737,7 @@ static inline tc_status tc_launch_qmm32_q3_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q3_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1745 tc_k_qmm32_q3_k_bf16 */
+/* kernels/quant.cu:1808 tc_k_qmm32_q3_k_bf16 */
 static inline tc_status tc_launch_qmm32_q3_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1664,7 +1748,7 @@ static inline tc_status tc_launch_qmm32_q3_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1751 tc_k_qmm32_q4_k_f16 */
+/* kernels/quant.cu:1814 tc_k_qmm32_q4_k_f16 */
 static inline tc_status tc_launch_qmm32_q4_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1675,7 +1759,7 @@ static inline tc_status tc_launch_qmm32_q4_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1757 tc_k_qmm32_q4_k_bf16 */
+/* kernels/quant.cu:1820 tc_k_qmm32_q4_k_bf16 */
 static inline tc_status tc_launch_qmm32_q4_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1686,7 +1770,7 @@ static inline tc_status tc_launch_qmm32_q4_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1763 tc_k_qmm32_q5_k_f16 */
+/* kernels/quant.cu:1826 tc_k_qmm32_q5_k_f16 */
 static inline tc_status tc_launch_qmm32_q5_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1697,7 +1781,7 @@ static inline tc_status tc_launch_qmm32_q5_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1769 tc_k_qmm32_q5_k_bf16 */
+/* kernels/quant.cu:1832 tc_k_qmm32_q5_k_bf16 */
 static inline tc_status tc_launch_qmm32_q5_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1708,7 +1792,7 @@ static inline tc_status tc_launch_qmm32_q5_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1775 tc_k_qmm32_q6_k_f16 */
+/* kernels/quant.cu:1838 tc_k_qmm32_q6_k_f16 */
 static inline tc_status tc_launch_qmm32_q6_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1719,7 +1803,7 @@ static inline tc_status tc_launch_qmm32_q6_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q6_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1781 tc_k_qmm32_q6_k_bf16 */
+/* kernels/quant.cu:1844 tc_k_qmm32_q6_k_bf16 */
 static inline tc_status tc_launch_qmm32_q6_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};

@@ -12,7 +12,19 @@ template <int V> struct Int {
     static constexpr int value = V;
 };
 
-enum : int { Q4_0 = 5, Q8_0 = 6, Q4_1 = 8, Q5_0 = 9, Q5_1 = 10, Q2_K = 11, Q3_K = 12, Q4_K = 13, Q5_K = 14, Q6_K = 15 };
+enum : int {
+    Q4_0 = 5,
+    Q8_0 = 6,
+    Q4_1 = 8,
+    Q5_0 = 9,
+    Q5_1 = 10,
+    Q2_K = 11,
+    Q3_K = 12,
+    Q4_K = 13,
+    Q5_K = 14,
+    Q6_K = 15,
+    Q4_1G = 16 // q4_1_g64: Q4_1's d and m once for 64 elements, then two Q4_1 blocks' nibbles
+};
 
 // A block type's fields: where each sits in the file's block and how many bytes it has. On
 // the GPU a tensor of B blocks keeps each field of all its blocks together, one plane per
@@ -32,6 +44,7 @@ __host__ __device__ constexpr Layout layout(int dt)
     case Q4_0: return { 32, 18, 2, { { 2, 16 }, { 0, 2 } } };
     case Q8_0: return { 32, 34, 2, { { 2, 32 }, { 0, 2 } } };
     case Q4_1: return { 32, 20, 2, { { 4, 16 }, { 0, 4 } } };
+    case Q4_1G: return { 64, 36, 2, { { 4, 32 }, { 0, 4 } } };
     case Q5_0: return { 32, 22, 3, { { 6, 16 }, { 2, 4 }, { 0, 2 } } };
     case Q5_1: return { 32, 24, 3, { { 8, 16 }, { 4, 4 }, { 0, 4 } } };
     case Q2_K: return { 256, 84, 3, { { 16, 64 }, { 0, 16 }, { 80, 4 } } };
@@ -93,6 +106,10 @@ template <int DT, typename I = int64_t> __device__ __forceinline__ Raw fetch(con
     if constexpr (DT == Q4_0 || DT == Q4_1) {
         r.q = ld8(P.p[0] + (uint64_t)blk * 16 + (j & 1) * 8);
         r.e[0] = DT == Q4_0 ? ld2(P.p[1] + (uint64_t)blk * 2) : ld4(P.p[1] + (uint64_t)blk * 4);
+    } else if constexpr (DT == Q4_1G) {
+        // Groups 4h .. 4h + 3 are Q4_1's 0 .. 3 of half h.
+        r.q = ld8(P.p[0] + (uint64_t)blk * 32 + (j >> 2) * 16 + (j & 1) * 8);
+        r.e[0] = ld4(P.p[1] + (uint64_t)blk * 4);
     } else if constexpr (DT == Q5_0 || DT == Q5_1) {
         r.q = ld8(P.p[0] + (uint64_t)blk * 16 + (j & 1) * 8);
         r.e[0] = ld4(P.p[1] + (uint64_t)blk * 4);
@@ -163,8 +180,8 @@ __device__ __forceinline__ uint2 k_scale_min(uint32_t w0, uint32_t w1, uint32_t 
 template <int DT> __device__ __forceinline__ Ints ints(const Raw &r, int j)
 {
     Ints o;
-    if constexpr (DT == Q4_0 || DT == Q4_1 || DT == Q5_0 || DT == Q5_1) {
-        const int shift = (j >> 1) * 4;
+    if constexpr (DT == Q4_0 || DT == Q4_1 || DT == Q4_1G || DT == Q5_0 || DT == Q5_1) {
+        const int shift = ((j >> 1) & 1) * 4;
         const bool q5 = DT == Q5_0 || DT == Q5_1;
         const uint32_t dm = q5 ? r.e[1] : r.e[0];
         o.b = make_uint2((r.q.x >> shift) & 0x0f0f0f0fu, (r.q.y >> shift) & 0x0f0f0f0fu);
@@ -175,7 +192,7 @@ template <int DT> __device__ __forceinline__ Ints ints(const Raw &r, int j)
         }
         o.bias = DT == Q4_0 ? 8 : DT == Q5_0 ? 16 : 0;
         o.s = half_lo(dm);
-        o.off = DT == Q4_1 || DT == Q5_1 ? half_hi(dm) : 0.0f;
+        o.off = DT == Q4_1 || DT == Q4_1G || DT == Q5_1 ? half_hi(dm) : 0.0f;
     } else if constexpr (DT == Q8_0) {
         o.b = make_uint2(r.q.x ^ 0x80808080u, r.q.y ^ 0x80808080u);
         o.bias = 128;
@@ -254,9 +271,9 @@ __device__ __forceinline__ uint32_t pair_of(uint32_t w, uint32_t sel, int bias, 
 // integers go into the products as they are (exact in 16 bits), the scale and offset are
 // applied to each chunk's f32 sums. The others (scales per 16) take kHalfScale's path below in
 // decode, and fold their scales into the weights where dequantised to 16 bits (batched, tiles).
-template <int DT> constexpr bool kChunkScale = DT == Q4_0 || DT == Q4_1 || DT == Q5_0 || DT == Q5_1 || DT == Q8_0 ||
-                                               DT == Q4_K || DT == Q5_K;
-template <int DT> constexpr bool kHasOff = DT == Q4_1 || DT == Q5_1 || DT == Q2_K || DT == Q4_K || DT == Q5_K;
+template <int DT> constexpr bool kChunkScale = DT == Q4_0 || DT == Q4_1 || DT == Q4_1G || DT == Q5_0 || DT == Q5_1 ||
+                                               DT == Q8_0 || DT == Q4_K || DT == Q5_K;
+template <int DT> constexpr bool kHasOff = DT == Q4_1 || DT == Q4_1G || DT == Q5_1 || DT == Q2_K || DT == Q4_K || DT == Q5_K;
 
 
 // Types whose scales cover 16 elements (Q2_K, Q3_K, Q6_K): their integers go into the products
@@ -411,6 +428,7 @@ template <typename F> __device__ __forceinline__ void by_type(int dt, F &&f)
     case Q4_K: f(Int<Q4_K>{}); break;
     case Q5_K: f(Int<Q5_K>{}); break;
     case Q6_K: f(Int<Q6_K>{}); break;
+    case Q4_1G: f(Int<Q4_1G>{}); break;
     }
 }
 
@@ -541,7 +559,8 @@ template <int DT, int SS = 0> struct Step {
     static constexpr Layout L = layout(DT);
     // Steps of 256 elements (Q8_0: 128), whose fixed costs (the copies' addresses, the wait) the
     // chunks share; at most 3584 bytes for 16 rows. SS (> 0) sets the blocks a step instead.
-    static constexpr int S = SS > 0 ? SS : L.block == 32 ? (DT == Q8_0 ? 4 : 8) : 1, CPB = L.block / 32;
+    static constexpr int S = SS > 0 ? SS : L.block == 32 ? (DT == Q8_0 ? 4 : 8) : L.block == 64 ? 4 : 1,
+                         CPB = L.block / 32;
     __host__ __device__ static constexpr int align(int v) { return v % 16 == 0 ? 16 : v % 8 == 0 ? 8 : v % 4 == 0 ? 4 : v % 2 == 0 ? 2 : 1; }
     __host__ __device__ static constexpr int units(int f) { return (16 - align(L.f[f].size) + S * L.f[f].size + 15) / 16; }
     __host__ __device__ static constexpr int first(int f) { return f == 0 ? 0 : first(f - 1) + units(f - 1); }
@@ -692,8 +711,9 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
 {
     constexpr Layout L = layout(DT);
     constexpr int GS = kGS<DT>, PARTS = GS / 4, SETS = Step<DT>::S * L.block / (8 * GS);
-    // A column's block within the step (types of 32-element blocks) and whether the step has it.
-    auto valid = [&](int t, int c) { return L.block == 256 || (uint32_t)(4 * t + (c & 3)) < cnt; };
+    // A column's chunk of 32 within the step (types of 32- and 64-element blocks) and whether the
+    // step has it.
+    auto valid = [&](int t, int c) { return L.block == 256 || (uint32_t)(4 * t + (c & 3)) < cnt * (L.block / 32); };
 #pragma unroll
     for (int t = 0; t < SETS; t++) {
         const uint32_t es = b0 * L.block + t * 8 * GS;
@@ -734,7 +754,8 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
                     wa[r][i] = (w[i] & 0x0f0f0f0fu) | spread_bits(h >> (4 * i)).x;
                     wb[r][i] = ((w[i] >> 4) & 0x0f0f0f0fu) | spread_bits(h >> (16 + 4 * i)).x;
                 }
-            } else if constexpr (DT == Q4_0 || DT == Q4_1) {
+            } else if constexpr (DT == Q4_0 || DT == Q4_1 || DT == Q4_1G) {
+                // (Q4_1G: chunk 4t + p is half (4t + p) % 2 of block (4t + p) / 2, the same bytes.)
                 uint32_t w[4];
                 lds_words(w, Q[r].p[0] + 16 * (4 * t + p));
 #pragma unroll
@@ -795,8 +816,8 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
                 } else if constexpr (DT == Q4_0) {
                     const float db = half_lo(ld2(Q[r].p[1] + 2 * (4 * t + j)));
                     acc[r] += db * (xg.x * isum * (hi ? 0.0625f : 1.0f) - 8.0f * xg.y);
-                } else if constexpr (DT == Q4_1) {
-                    const uint32_t dm = ld4(Q[r].p[1] + 4 * (4 * t + j));
+                } else if constexpr (DT == Q4_1 || DT == Q4_1G) {
+                    const uint32_t dm = ld4(Q[r].p[1] + 4 * ((4 * t + j) >> (DT == Q4_1G ? 1 : 0)));
                     acc[r] += half_lo(dm) * xg.x * isum * (hi ? 0.0625f : 1.0f) + half_hi(dm) * xg.y;
                 } else if constexpr (DT == Q5_0) {
                     acc[r] += half_lo(ld2(Q[r].p[2] + 2 * (4 * t + j))) * (xg.x * isum - 16.0f * xg.y);
@@ -1368,10 +1389,22 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     quant_cu::mma_kernel<__half, quant_cu::Q4_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q4_1_g64_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                         int64_t out_stride, int32_t flags)
+{
+    quant_cu::mma_kernel<__half, quant_cu::Q4_1G>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q4_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q4_1_g64_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                          int64_t out_stride, int32_t flags)
+{
+    quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_1G>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q5_0_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
@@ -1490,6 +1523,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, x, w, n, k, out_stride, flags, norm, eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q4_1_g64_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
+                             const __nv_bfloat16 *norm, float eps)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_1G>(out, x, w, n, k, out_stride, flags, norm, eps);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv1_q5_0_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
                          const __nv_bfloat16 *norm, float eps)
 {
@@ -1555,10 +1594,22 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     quant_cu::batch_kernel<__half, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
+    tc_k_qmm_q4_1_g64_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                          int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q4_1G>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 1)
+    tc_k_qmm_q4_1_g64_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                          int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1G>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
@@ -1682,10 +1733,22 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     quant_cu::batch_kernel<__half, quant_cu::Q4_1, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q4_1_g64_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                          int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q4_1G, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmm32_q4_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q4_1_g64_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                          int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1G, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmm32_q5_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,

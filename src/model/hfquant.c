@@ -20,8 +20,10 @@
  * in the high one} is d (q - 8); q4_1 {f16 d, f16 m; the same nibbles} is d q + m; q8_0
  * {f16 d; 32 int8} is d q. So a group's scale is each of its 32-blocks' d: z = 8 everywhere is
  * q4_0 exactly; other 4-bit zeros are q4_1 with m = -s z rounded to f16 once (|error| at most
- * 2^-11 |s z|, or 2^-25 where it is subnormal); 8-bit with z = 128 is q8_0 (q - 128). Scales
- * that are not f16 become d only where f16 holds them exactly. */
+ * 2^-11 |s z|, or 2^-25 where it is subnormal), or where every 64 inputs share a group our
+ * q4_1_g64 {f16 d, f16 m; the nibble bytes of two q4_1 blocks}, the same values in 4.5 bits a
+ * weight instead of 5; 8-bit with z = 128 is q8_0 (q - 128). Scales that are not f16 become d
+ * only where f16 holds them exactly. */
 #define _GNU_SOURCE
 #include "model/hfquant.h"
 #include <pthread.h>
@@ -365,9 +367,25 @@ static tc_status check(const tc_hf_quant *cfg, tc__hfq_linear *l)
     return TC_OK;
 }
 
+/* Whether every 64 inputs share a group: q4_1_g64 then holds one d and m where q4_1 repeats
+ * them for each 32 (4.5 bits a weight instead of 5: 1.08x a checkpoint of groups of 128, its
+ * zeros and scales 4.16 bits). */
+static bool g64(const reader *r)
+{
+    const tc__hfq_linear *l = r->l;
+    if (l->in % 64)
+        return false;
+    if (!r->gi)
+        return r->cfg->group_size < 0 || r->cfg->group_size % 64 == 0;
+    for (uint64_t k = 0; k < l->in; k += 32)
+        if (group_of(r, k) != group_of(r, k / 64 * 64))
+            return false;
+    return true;
+}
+
 /* The type a checked matrix is held in: blocks when every 32 inputs share a group (q4_0 when
- * every zero is the midpoint, else q4_1 whose m stays finite; q8_0 for 8 bits with midpoint
- * zeros), else f32 with the reason. */
+ * every zero is the midpoint, else q4_1 whose m stays finite, q4_1_g64 where every 64 share
+ * one; q8_0 for 8 bits with midpoint zeros), else f32 with the reason. */
 static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
 {
     reader r = reader_of(cfg, l);
@@ -410,7 +428,7 @@ static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
     else if (!finite)
         l->type = TC_GGML_F32, l->why = "q4_1's minimum -s z overflows f16";
     else
-        l->type = TC_GGML_Q4_1;
+        l->type = g64(&r) ? TC_GGML_Q4_1_G64 : TC_GGML_Q4_1;
     uint64_t be, bb;
     tc_ggml_type_block(l->type, &be, &bb);
     l->bytes = l->in * l->out / be * bb;
@@ -447,6 +465,22 @@ static void group_scales(const reader *r, bool q41, uint64_t g, uint64_t j0, uin
     }
 }
 
+/* Where output j's 32-block kb of inputs goes in a 4-bit type: its block (d, and q4_1's m,
+ * first) and its 16 nibble bytes (q4_1_g64: the two halves of a 64-block share d and m). */
+static uint8_t *block_of(const tc__hfq_linear *l, uint64_t j, uint64_t kb, uint8_t **qs)
+{
+    uint64_t nb = l->in / 32;
+    uint8_t *b;
+    if (l->type == TC_GGML_Q4_1_G64) {
+        b = (uint8_t *)l->data + (j * (nb / 2) + kb / 2) * 36;
+        *qs = b + 4 + 16 * (kb & 1);
+    } else {
+        b = (uint8_t *)l->data + (j * nb + kb) * (l->type == TC_GGML_Q4_1 ? 20 : 18);
+        *qs = b + (l->type == TC_GGML_Q4_1 ? 4 : 2);
+    }
+    return b;
+}
+
 /* GPTQ and compressed-tensors 4-bit, rows j0..j1 (at most ROWS_PER_ITEM): each 32-block of
  * inputs is 4 words of an output, elements 8 r + n at bits 4 n of word r; q4 bytes l and 8 + l
  * pair elements l, 16 + l and 8 + l, 24 + l, so bytes 0..7 interleave the low nibbles of words
@@ -454,8 +488,8 @@ static void group_scales(const reader *r, bool q41, uint64_t g, uint64_t j0, uin
 static void packed4(const reader *r, uint64_t j0, uint64_t j1)
 {
     const tc__hfq_linear *l = r->l;
-    bool q41 = l->type == TC_GGML_Q4_1;
-    uint64_t nb = l->in / 32, bsz = q41 ? 20 : 18, last = UINT64_MAX;
+    bool q41 = l->type != TC_GGML_Q4_0;
+    uint64_t nb = l->in / 32, last = UINT64_MAX;
     uint16_t s[ROWS_PER_ITEM], m[ROWS_PER_ITEM];
     for (uint64_t kb = 0; kb < nb; kb++) {
         uint64_t g = group_of(r, kb * 32);
@@ -463,7 +497,7 @@ static void packed4(const reader *r, uint64_t j0, uint64_t j1)
             group_scales(r, q41, g, j0, j1, s, m);
         last = g;
         for (uint64_t j = j0; j < j1; j++) {
-            uint8_t *b = (uint8_t *)l->data + (j * nb + kb) * bsz, *qs = b + (q41 ? 4 : 2);
+            uint8_t *qs, *b = block_of(l, j, kb, &qs);
             wr16(b, s[j - j0]);
             if (q41)
                 wr16(b + 2, m[j - j0]);
@@ -509,8 +543,8 @@ static const int AWQ_ORDER[8] = { 0, 2, 4, 6, 1, 3, 5, 7 };
 static void awq4(const reader *r, uint64_t j0, uint64_t j1)
 {
     const tc__hfq_linear *l = r->l;
-    bool q41 = l->type == TC_GGML_Q4_1;
-    uint64_t nb = l->in / 32, bsz = q41 ? 20 : 18, words = r->out / 8, last = UINT64_MAX;
+    bool q41 = l->type != TC_GGML_Q4_0;
+    uint64_t nb = l->in / 32, words = r->out / 8, last = UINT64_MAX;
     uint16_t s[ROWS_PER_ITEM], m[ROWS_PER_ITEM];
     for (uint64_t kb = 0; kb < nb; kb++) {
         uint64_t g = group_of(r, kb * 32);
@@ -518,7 +552,7 @@ static void awq4(const reader *r, uint64_t j0, uint64_t j1)
             group_scales(r, q41, g, j0, j1, s, m);
         last = g;
         for (uint64_t j = j0; j < j1; j++) {
-            uint8_t *b = (uint8_t *)l->data + (j * nb + kb) * bsz;
+            uint8_t *qs, *b = block_of(l, j, kb, &qs);
             wr16(b, s[j - j0]);
             if (q41)
                 wr16(b + 2, m[j - j0]);
@@ -527,8 +561,7 @@ static void awq4(const reader *r, uint64_t j0, uint64_t j1)
         for (uint64_t c = j0 / 8; c < j1 / 8; c++) {
             uint8_t *qs[8];
             for (int p = 0; p < 8; p++)
-                qs[p] = (uint8_t *)l->data + ((8 * c + (uint64_t)AWQ_ORDER[p]) * nb + kb) * bsz +
-                        (q41 ? 4 : 2);
+                block_of(l, 8 * c + (uint64_t)AWQ_ORDER[p], kb, &qs[p]);
             for (int n = 0; n < 16; n++) {
                 uint32_t lo = rd32(rows + 4 * ((uint64_t)n * words + c)),
                          hi = rd32(rows + 4 * ((uint64_t)(n + 16) * words + c)),
@@ -619,9 +652,10 @@ tc_status tc__hfq_pack_device(const tc__hfq_linear *l, tc_tensor *t, int64_t row
     bool awq = cfg->method == TC_HF_QUANT_AWQ;
     const tc_safetensor *p = l->part;
     tc__quant_pack_desc d = {
-        .dtype = l->type == TC_GGML_Q4_0   ? TC_DTYPE_Q4_0
-                 : l->type == TC_GGML_Q4_1 ? TC_DTYPE_Q4_1
-                                           : TC_DTYPE_Q8_0,
+        .dtype = l->type == TC_GGML_Q4_0       ? TC_DTYPE_Q4_0
+                 : l->type == TC_GGML_Q4_1     ? TC_DTYPE_Q4_1
+                 : l->type == TC_GGML_Q4_1_G64 ? TC_DTYPE_Q4_1_G64
+                                               : TC_DTYPE_Q8_0,
         .out = (int64_t)l->out,
         .in = (int64_t)l->in,
         .qw = r.qw,

@@ -290,7 +290,7 @@ tc_status tc__check_rows_dense(const char *op, const char *name, const tc_tensor
     (TC__MASK(TC_DTYPE_Q4_0) | TC__MASK(TC_DTYPE_Q8_0) | TC__MASK(TC_DTYPE_Q4_1) | \
      TC__MASK(TC_DTYPE_Q5_0) | TC__MASK(TC_DTYPE_Q5_1) | TC__MASK(TC_DTYPE_Q2_K) | \
      TC__MASK(TC_DTYPE_Q3_K) | TC__MASK(TC_DTYPE_Q4_K) | TC__MASK(TC_DTYPE_Q5_K) | \
-     TC__MASK(TC_DTYPE_Q6_K))
+     TC__MASK(TC_DTYPE_Q6_K) | TC__MASK(TC_DTYPE_Q4_1_G64))
 /* The dtypes a product's or an embedding's weights may have (on both backends). */
 static inline unsigned tc__weight_dtypes(const tc_tensor *t)
 {

@@ -35,6 +35,21 @@ static void q4_1(const uint8_t *b, float *y)
         y[j + 16] = (float)(q[j] >> 4) * d + m;
 }
 
+/* Q4_1_G64 (ours, for GPTQ's and AWQ's groups of 64 and more: src/model/hfquant.c): f16 d,
+ * f16 m, then the 16 nibble bytes of two Q4_1 blocks of 32 elements that share them. */
+static void q4_1_g64(const uint8_t *b, float *y)
+{
+    uint8_t q[32];
+    memcpy(q, b + 4, 32);
+    float d = half(b), m = half(b + 2);
+    for (int h = 0; h < 2; h++) {
+        for (int j = 0; j < 16; j++)
+            y[32 * h + j] = (float)(q[16 * h + j] & 15) * d + m;
+        for (int j = 0; j < 16; j++)
+            y[32 * h + j + 16] = (float)(q[16 * h + j] >> 4) * d + m;
+    }
+}
+
 /* Q5_0: f16 d, 32 high bits (bit j: element j), 16 bytes of nibbles; x = (q - 16) d. */
 static void q5_0(const uint8_t *b, float *y)
 {
@@ -179,6 +194,7 @@ bool tc__dequant_row(tc_dtype dt, const void *row, int64_t n, float *out)
     switch (dt) {
     case TC_DTYPE_Q4_0: ROW(q4_0, 32);
     case TC_DTYPE_Q4_1: ROW(q4_1, 32);
+    case TC_DTYPE_Q4_1_G64: ROW(q4_1_g64, 64);
     case TC_DTYPE_Q5_0: ROW(q5_0, 32);
     case TC_DTYPE_Q5_1: ROW(q5_1, 32);
     case TC_DTYPE_Q8_0: ROW(q8_0, 32);

@@ -69,17 +69,23 @@ tc_status tc__quant_pack(tc_tensor *t, int64_t row0, const tc__quant_pack_desc *
     const char *op = "tc__quant_pack";
     TC_TRY(check_contiguous(op, t));
     int64_t k = t->shape[t->ndim - 1], total = rows_of(t);
-    int type = d->dtype == TC_DTYPE_Q4_0 ? 0 : d->dtype == TC_DTYPE_Q4_1 ? 1 : 2;
-    if ((d->dtype != TC_DTYPE_Q4_0 && d->dtype != TC_DTYPE_Q4_1 && d->dtype != TC_DTYPE_Q8_0) ||
-        t->dtype != d->dtype || k != d->in || d->in % 32 || row0 < 0 || row0 > total - d->out)
+    int type = d->dtype == TC_DTYPE_Q4_0       ? 0
+               : d->dtype == TC_DTYPE_Q4_1     ? 1
+               : d->dtype == TC_DTYPE_Q4_1_G64 ? 3
+                                               : 2;
+    int64_t be = tc_dtype_block(d->dtype);
+    if ((d->dtype != TC_DTYPE_Q4_0 && d->dtype != TC_DTYPE_Q4_1 && d->dtype != TC_DTYPE_Q8_0 &&
+         d->dtype != TC_DTYPE_Q4_1_G64) ||
+        t->dtype != d->dtype || k != d->in || d->in % be || row0 < 0 || row0 > total - d->out)
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
                             "rows [%lld, %lld) of %s [%lld x %lld] from a %s matrix of %lld x %lld",
                             (long long)row0, (long long)(row0 + d->out), tc_dtype_name(t->dtype),
                             (long long)total, (long long)k, tc_dtype_name(d->dtype),
                             (long long)d->out, (long long)d->in);
     tc_backend *b = t->backend;
-    int64_t nb = d->in / 32, blocks = d->out * nb;
-    size_t bsz = type == 0 ? 18 : type == 1 ? 20 : 34, at[5], bytes = 0;
+    /* (The kernel takes a thread per 32 elements; q4_1_g64's blocks are of 64.) */
+    int64_t nb = d->in / be, blocks = d->out * nb;
+    size_t bsz = tc_dtype_bytes(d->dtype, be), at[5], bytes = 0;
     const void *src[4] = { d->qw, d->qz, d->sc, d->g_idx };
     const size_t len[4] = { d->qw_bytes, d->qz ? d->qz_bytes : 0, d->sc_bytes,
                             d->g_idx ? d->g_idx_bytes : 0 };
@@ -101,10 +107,10 @@ tc_status tc__quant_pack(tc_tensor *t, int64_t row0, const tc__quant_pack_desc *
     uint8_t *dev = tmp;
     if (st == TC_OK)
         st = tc_launch_hfq_pack(
-            spread(b, blocks), dev + at[4], type, d->out, nb, (const uint32_t *)(dev + at[0]),
-            d->wk, d->wj, d->kpack, d->jpack, d->bits, d->awq ? 1 : 0,
-            d->qz ? (const uint32_t *)(dev + at[1]) : NULL, d->zg, d->zj, d->zpack, d->zero_offset,
-            (const void *)(dev + at[2]), d->sc_type, d->sg, d->sj,
+            spread(b, blocks * (be / 32)), dev + at[4], type, d->out, d->in / 32,
+            (const uint32_t *)(dev + at[0]), d->wk, d->wj, d->kpack, d->jpack, d->bits,
+            d->awq ? 1 : 0, d->qz ? (const uint32_t *)(dev + at[1]) : NULL, d->zg, d->zj, d->zpack,
+            d->zero_offset, (const void *)(dev + at[2]), d->sc_type, d->sg, d->sj,
             d->g_idx ? (const int32_t *)(dev + at[3]) : NULL, d->group);
     if (st == TC_OK)
         st =
@@ -210,9 +216,9 @@ static const struct {
     qmv_f16_fn f16;
     qmv_bf16_fn bf16;
     tc_kernel_id id_f16, id_bf16;
-} qmv[TC_DTYPE_COUNT] = { QMV(Q4_0, q4_0), QMV(Q4_1, q4_1), QMV(Q5_0, q5_0), QMV(Q5_1, q5_1),
-                          QMV(Q8_0, q8_0), QMV(Q2_K, q2_k), QMV(Q3_K, q3_k), QMV(Q4_K, q4_k),
-                          QMV(Q5_K, q5_k), QMV(Q6_K, q6_k) };
+} qmv[TC_DTYPE_COUNT] = { QMV(Q4_0, q4_0), QMV(Q4_1, q4_1), QMV(Q5_0, q5_0),        QMV(Q5_1, q5_1),
+                          QMV(Q8_0, q8_0), QMV(Q2_K, q2_k), QMV(Q3_K, q3_k),        QMV(Q4_K, q4_k),
+                          QMV(Q5_K, q5_k), QMV(Q6_K, q6_k), QMV(Q4_1_G64, q4_1_g64) };
 #undef QMV
 
 /* The batch-1 kernels on the integer tensor cores (bf16 x written as two 8-bit digits per element
@@ -223,8 +229,9 @@ typedef tc_status (*qmv1_fn)(tc_launch_config, void *, const tc_bf16 *, const vo
 static const struct {
     qmv1_fn bf16;
     tc_kernel_id id;
-} qmv1[TC_DTYPE_COUNT] = { QMV1(Q4_0, q4_0), QMV1(Q4_1, q4_1), QMV1(Q5_0, q5_0), QMV1(Q5_1, q5_1),
-                           QMV1(Q8_0, q8_0), QMV1(Q4_K, q4_k), QMV1(Q5_K, q5_k), QMV1(Q6_K, q6_k) };
+} qmv1[TC_DTYPE_COUNT] = { QMV1(Q4_0, q4_0), QMV1(Q4_1, q4_1), QMV1(Q5_0, q5_0),
+                           QMV1(Q5_1, q5_1), QMV1(Q8_0, q8_0), QMV1(Q4_K, q4_k),
+                           QMV1(Q5_K, q5_k), QMV1(Q6_K, q6_k), QMV1(Q4_1_G64, q4_1_g64) };
 #undef QMV1
 
 /* The tensor-core kernels stream weights through shared memory, as much as two blocks an SM
@@ -357,7 +364,8 @@ static const struct {
     QMM(Q5_0, q5_0, 32, 3, 16, 4, 2),        QMM(Q5_1, q5_1, 32, 3, 16, 4, 4),
     QMM(Q8_0, q8_0, 32, 2, 32, 2),           QMM(Q2_K, q2_k, 256, 3, 64, 16, 4),
     QMM(Q3_K, q3_k, 256, 4, 64, 32, 12, 2),  QMM(Q4_K, q4_k, 256, 3, 128, 12, 4),
-    QMM(Q5_K, q5_k, 256, 4, 128, 32, 12, 4), QMM(Q6_K, q6_k, 256, 4, 128, 64, 16, 2)
+    QMM(Q5_K, q5_k, 256, 4, 128, 32, 12, 4), QMM(Q6_K, q6_k, 256, 4, 128, 64, 16, 2),
+    QMM(Q4_1_G64, q4_1_g64, 64, 2, 32, 4)
 };
 #undef QMM
 

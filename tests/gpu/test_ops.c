@@ -532,12 +532,13 @@ static void quant_widen_case(rng_t *r, tc_dtype q, int64_t m, int64_t n, int64_t
  * coming back unchanged from the GPU. */
 static void quantised(rng_t *r)
 {
-    const tc_dtype qs[] = { TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0, TC_DTYPE_Q5_1,
-                            TC_DTYPE_Q8_0, TC_DTYPE_Q2_K, TC_DTYPE_Q3_K, TC_DTYPE_Q4_K,
-                            TC_DTYPE_Q5_K, TC_DTYPE_Q6_K };
+    const tc_dtype qs[] = { TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0,    TC_DTYPE_Q5_1,
+                            TC_DTYPE_Q8_0, TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,    TC_DTYPE_Q4_K,
+                            TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64 };
     for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) {
         tc_dtype q = qs[i];
-        int64_t k = tc_dtype_block(q) == 256 ? 7 * 256 : 2080;
+        /* (q4_1_g64: 33 blocks, the last step of four a short one) */
+        int64_t k = tc_dtype_block(q) == 256 ? 7 * 256 : tc_dtype_block(q) == 64 ? 2112 : 2080;
         const int64_t ms[] = { 1, 2, 8 };
         for (int mi = 0; mi < 3; mi++) {
             matmul_case(r, TC_DTYPE_BF16, q, ms[mi], 1000, k, TC_GEMM_AUTO, "decode", false);

@@ -30,6 +30,8 @@ from safetensors.numpy import save_file
 
 SHAPES = {  # dim, ffn, heads, kv heads, layers, vocab
     "tiny": (128, 256, 4, 2, 2, 256),
+    # heads of 64 columns: tensor parallelism over 4 ranks in whole q4_1_g64 blocks
+    "tiny-h64": (256, 512, 4, 4, 2, 256),
     "smollm2-135m": (576, 1536, 9, 3, 30, 49152),
     "llama3.2-1b": (2048, 8192, 32, 8, 16, 128256),
     "llama2-7b": (4096, 11008, 32, 32, 32, 32000),
@@ -39,12 +41,12 @@ CASES = {
     "gptq-sym4": ("gptq", 4, 64, True, False, "gptq", "q4_0"),
     "gptq-sym4-col": ("gptq", 4, -1, True, False, "gptq", "q4_0"),
     "gptq-asym4": ("gptq", 4, 32, False, False, "gptq", "q4_1"),
-    "gptq-asym4-v2": ("gptq", 4, 128, False, False, "gptq_v2", "q4_1"),
+    "gptq-asym4-v2": ("gptq", 4, 128, False, False, "gptq_v2", "q4_1_g64"),
     "gptq-sym8": ("gptq", 8, 128, True, False, "gptq", "q8_0"),
     "gptq-asym8": ("gptq", 8, 64, False, False, "gptq", "f32"),
     "gptq-desc": ("gptq", 4, 32, True, True, "gptq", "f32"),
-    "awq": ("awq", 4, 64, False, False, "gemm", "q4_1"),
-    "awq-g128": ("awq", 4, 128, False, False, "gemm", "q4_1"),
+    "awq": ("awq", 4, 64, False, False, "gemm", "q4_1_g64"),
+    "awq-g128": ("awq", 4, 128, False, False, "gemm", "q4_1_g64"),
     # compressed-tensors: the format field is the scales' dtype; group -1 is strategy channel
     "ct-w4a16": ("ct", 4, 128, True, False, "f16", "q4_0"),
     "ct-w4a16-asym": ("ct", 4, 32, False, False, "bf16", "q4_1"),

@@ -1,7 +1,7 @@
 """GPTQ, AWQ and compressed-tensors folders (tests/model/quant_hf.py) on the CPU backend: every
-matrix as loaded (tools/hfweight, our repacking into q4_0 / q4_1 / q8_0 blocks or f32,
-dequantised) equals the reference unpacking of quant_hf.py bit for bit, q4_1 within the f16
-rounding of its m = -s z; compressed-tensors' parts as quant_hf.py packs them equal those the
+matrix as loaded (tools/hfweight, our repacking into q4_0 / q4_1 / q4_1_g64 / q8_0 blocks or
+f32, dequantised) equals the reference unpacking of quant_hf.py bit for bit, q4_1 and q4_1_g64
+within the f16 rounding of their m = -s z; compressed-tensors' parts as quant_hf.py packs them equal those the
 compressed-tensors package packs, and our loading of the package's parts and configuration
 equals its decompression (recorded by make_ct_reference.py in data/ct_reference.*); the logits
 of each folder (tools/logits) equal those of the same model dequantised by the reference into an
@@ -54,7 +54,7 @@ def test_weights_equal_the_reference_unpacking(case, tmp_path):
         assert held == want_type, (module, held)
         assert np.isfinite(got).all() and np.isfinite(ref).all()
         assert np.abs(ref).max() > 0
-        if held != "q4_1":
+        if held not in ("q4_1", "q4_1_g64"):
             assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), module
             continue
         # q4_1 holds d = s and m = -s z in f16: |m + s z| <= 2^-11 |s z| (normal f16) or
@@ -78,9 +78,10 @@ def elements(case, parts):
     return (s[:, g] if method == "ct" else s[g].T), q_minus_z + z, z
 
 
-@pytest.mark.parametrize("case", [c for c in Q.CASES if Q.CASES[c][6] == "q4_1"])
+@pytest.mark.parametrize("case", [c for c in Q.CASES if Q.CASES[c][6] in ("q4_1", "q4_1_g64")])
 def test_q4_1_blocks_hold_the_rounded_minimum(case, tmp_path):
-    """Bit for bit: each q4_1 weight is s q + f16(-(s z)) in f32, s, q and z from the reference."""
+    """Bit for bit: each q4_1 (and q4_1_g64: groups of 64 and more, one d and m for 64 inputs)
+    weight is s q + f16(-(s z)) in f32, s, q and z from the reference."""
     d = str(tmp_path / "q")
     modules = Q.write(d, case, seed=4)
     for module, parts in modules.items():
@@ -319,7 +320,7 @@ def test_info_names_the_quantisation(tmp_path):
     r = subprocess.run([EXE, "info", "--model", d, "--device", "cpu"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "AWQ 4-bit, group 64, zero points, act-order no, format gemm" in r.stdout, r.stdout
-    assert "q4_1 x14" in r.stdout, r.stdout
+    assert "q4_1_g64 x14" in r.stdout, r.stdout
     d = str(tmp_path / "c")
     Q.write(d, "ct-w4a16-asym", seed=7)
     shutil.copy(tok, os.path.join(d, "tokenizer.json"))

@@ -7,6 +7,7 @@ logits of the unsplit model: prompt and decode steps, f32, relative error below 
 whole blocks, 22 + 21 at N = 2 and 11 + 11 + 11 + 10 at N = 4, with the same logits. A split
 whose heads would cut through K-quant blocks is one clear error."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -56,13 +57,21 @@ def test_split_file_gives_the_unsplit_logits(mix, ids, tmp_path):
 
 @pytest.mark.parametrize("case", ["gptq-asym4", "awq", "ct-w8a16"])
 def test_split_quantised_folder_gives_the_unsplit_logits(case, ids, tmp_path):
-    """A GPTQ, AWQ or compressed-tensors folder (tests/model/quant_hf.py's tiny shape), whose
-    matrices the loader packs per tensor on the host when a split cuts them."""
+    """A GPTQ, AWQ or compressed-tensors folder (tests/model/quant_hf.py's tiny shapes), whose
+    matrices the loader packs per tensor on the host when a split cuts them. AWQ's groups of 64
+    are q4_1_g64 blocks of 64 columns: heads of 64 (heads of 32 over 4 ranks are refused, as
+    half a block)."""
     sys.path.insert(0, HERE)
     import quant_hf as H
 
     path = str(tmp_path / case)
-    H.write(path, case, "tiny", vocab=VOCAB)
+    if case == "awq":
+        H.write(path, case, "tiny", vocab=VOCAB)
+        r, _ = logits(path, ids, str(tmp_path), 4)
+        assert r.returncode != 0
+        assert "32 columns of attn_output, not whole q4_1_g64 blocks of 64" in r.stderr, r.stderr
+        shutil.rmtree(path)
+    H.write(path, case, "tiny-h64" if case == "awq" else "tiny", vocab=VOCAB)
     r1, want = logits(path, ids, str(tmp_path), 1)
     assert r1.returncode == 0, r1.stderr
     for ranks in (2, 4):
