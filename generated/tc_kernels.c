@@ -410,7 +410,7 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_gemm_f32", "kernels/gemm.cu", 392, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
     {"tc_k_gemm_f16", "kernels/gemm.cu", 398, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
     {"tc_k_gemm_bf16", "kernels/gemm.cu", 404, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
-    {"tc_k_hfq_pack", "kernels/hfpack.cu", 44, 22, sizes_tc_k_hfq_pack, names_tc_k_hfq_pack},
+    {"tc_k_hfq_pack", "kernels/hfpack.cu", 45, 22, sizes_tc_k_hfq_pack, names_tc_k_hfq_pack},
     {"tc_k_iq_dequant", "kernels/iq.cu", 208, 5, sizes_tc_k_iq_dequant, names_tc_k_iq_dequant},
     {"tc_k_logits_mask_f32", "kernels/logits_mask.cu", 17, 8, sizes_tc_k_logits_mask_f32, names_tc_k_logits_mask_f32},
     {"tc_k_matvec_f32", "kernels/matvec.cu", 435, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},

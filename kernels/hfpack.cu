@@ -1,7 +1,7 @@
-// GPTQ, AWQ and compressed-tensors matrices packed into GGUF q4_0, q4_1 or q8_0 blocks (or our q4_1_g64) on the
-// GPU, from their parts as the safetensors files hold them (src/model/hfquant.c describes the
-// layouts and does the same on the host for the CPU backend; the tests compare the two bit for
-// bit). The blocks then go to the planes through tc_k_qrepack.
+// GPTQ, AWQ and compressed-tensors matrices packed into GGUF q4_0, q4_1 or q8_0 blocks (or our
+// q4_1_g64) on the GPU, from their parts as the safetensors files hold them (src/model/hfquant.c
+// describes the layouts and does the same on the host for the CPU backend; the tests compare the
+// two bit for bit). The blocks then go to the planes through tc_k_qrepack.
 #include "common.cuh"
 
 namespace hfpack_cu {
@@ -35,7 +35,8 @@ __device__ __forceinline__ uint16_t scale_bits(const void *sc, int type, int64_t
  *  `blocks` (row j's block kb at (j nb + kb) times the block's bytes): type 0 q4_0 (every zero
  *  the midpoint 8: d = s), 1 q4_1 (d = s, m = -s z rounded to f16 once), 2 q8_0 (zero 128:
  *  q - 128), 3 q4_1_g64 (q4_1's d and m once for each 64 elements, then the two halves' nibble
- *  bytes; row j's 64-block kb / 2 at (j nb / 2 + kb / 2) times 36 bytes). Input k of output j is bits `bits` at bit bits ((k % kpack) + n) of word
+ *  bytes; row j's 64-block kb / 2 at (j nb / 2 + kb / 2) times 36 bytes). Input k of output j
+ *  is bits `bits` at bit bits ((k % kpack) + n) of word
  *  (k / kpack) wk + (j / jpack) wj of qw, n = 0, or AWQ's nibble of j % 8 (awq 1: jpack 8,
  *  kpack 1). Zeros (qz NULL: the midpoint) of group g, output j: word g zg + (j / zpack) zj at
  *  bits bits (j % zpack), AWQ's nibble order likewise, plus zero_offset. Scales (sc_type 0 f16,
@@ -70,7 +71,7 @@ extern "C" __global__ void tc_k_hfq_pack(uint8_t *blocks, int32_t type, int64_t 
             q[e] = (uint8_t)(w >> (bits * ((int)(k % kpack) + jn)) & mask);
         }
         if (type != 3 || kb % 2 == 0)
-            reinterpret_cast<uint16_t *>(b)[0] = s; // blocks of 18, 20, 34 and 36 bytes: 2-byte aligned
+            reinterpret_cast<uint16_t *>(b)[0] = s; // blocks of 18, 20, 34, 36 bytes: 2-byte aligned
         if (type == 2) {
             for (int e = 0; e < 32; e++)
                 b[2 + e] = q[e] ^ 0x80;
