@@ -690,9 +690,12 @@ int tc_cli_info(int argc, char **argv)
                                               : "compressed-tensors",
                q->bits, group, q->sym ? "symmetric" : "zero points", q->desc_act ? "yes" : "no",
                q->format, q->zero_offset ? " (zeros stored less 1)" : "");
-        printf("quantised        %u matrices, %.1f MiB in the checkpoint; repacked to the types "
-               "above (%u dequantised to f32)\n",
-               q->n_linear, (double)q->checkpoint_bytes / 1048576.0, q->n_dequantised);
+        printf(
+            "quantised        %u matrices, %.1f MiB in the checkpoint, held in %.1f MiB (%.2fx); "
+            "repacked to the types above (%u dequantised to f32)\n",
+            q->n_linear, (double)q->checkpoint_bytes / 1048576.0, (double)q->held_bytes / 1048576.0,
+            q->checkpoint_bytes ? (double)q->held_bytes / (double)q->checkpoint_bytes : 0.0,
+            q->n_dequantised);
     }
     printf("%s %llu bytes (%.1f MiB)\n",
            q && q->method != TC_HF_QUANT_NONE ? "weights repacked" : "weights in file ",

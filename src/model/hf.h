@@ -35,6 +35,8 @@ typedef struct tc_hf_quant {
     uint32_t n_dequantised;    /* of which held as f32 (act-order, asymmetric 8-bit) */
     uint64_t checkpoint_bytes; /* their qweight, qzeros, scales and g_idx (compressed-tensors:
                                   weight_packed, _zero_point, _scale and _shape) */
+    uint64_t held_bytes;       /* the same matrices as the loader holds them (their block types'
+                                  bytes, or f32) */
 } tc_hf_quant;
 
 typedef struct tc_hf {

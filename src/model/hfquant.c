@@ -698,6 +698,7 @@ tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, bool packed, void **buffer
         l->cfg = cfg;
         for (int p = 0; p < TC__HFQ_PARTS; p++)
             cfg->checkpoint_bytes += l->part[p].data ? l->part[p].bytes : 0;
+        cfg->held_bytes += l->bytes;
         if (!packed || l->type == TC_GGML_F32)
             total += (l->bytes + 63) / 64 * 64;
         if (l->type == TC_GGML_F32) {

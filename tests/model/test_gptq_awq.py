@@ -9,6 +9,7 @@ ordinary f32 folder; malformed folders and unsupported configurations are one cl
 thincuda info names the quantisation."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -321,6 +322,11 @@ def test_info_names_the_quantisation(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "AWQ 4-bit, group 64, zero points, act-order no, format gemm" in r.stdout, r.stdout
     assert "q4_1_g64 x14" in r.stdout, r.stdout
+    # Held against the checkpoint's bytes: 36 bytes a 64 weights against 32 of qweight, 2 of
+    # scales and 0.5 of qzeros (1.04x)
+    m = re.search(r"MiB in the checkpoint, held in [\d.]+ MiB \(([\d.]+)x\)", r.stdout)
+    assert m, r.stdout
+    assert abs(float(m.group(1)) - 36 / 34.5) < 0.006, r.stdout
     d = str(tmp_path / "c")
     Q.write(d, "ct-w4a16-asym", seed=7)
     shutil.copy(tok, os.path.join(d, "tokenizer.json"))
