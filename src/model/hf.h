@@ -61,8 +61,8 @@ typedef struct tc_hf {
  * blocks that the kernels read as they are (f32 where blocks cannot express them, e.g. act-order),
  * under the same names. Errors name the file and problem. */
 TC_API tc_status tc_hf_open(tc_hf *hf, const char *dir);
-/* As tc_hf_open, except that the matrices that become q4_0, q4_1 or q8_0 blocks are left as
- * the files hold them: their view tensors have NULL data and `packed` set, and tc_llama_load
+/* As tc_hf_open, except that the matrices that become q4_0, q4_1, q4_1_g64 or q8_0 blocks are left
+ * as the files hold them: their view tensors have NULL data and `packed` set, and tc_llama_load
  * packs each as it places it (on the GPU for CUDA, where the host would spend about a second
  * on a 7B model). For loading a model; readers of the view's bytes use tc_hf_open. */
 TC_API tc_status tc_hf_open_packed(tc_hf *hf, const char *dir);

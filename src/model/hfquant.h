@@ -24,7 +24,7 @@ typedef struct tc__hfq_linear {
     char gguf[64];                     /* its weight's GGUF name ("blk.0.ffn_up.weight") */
     tc_safetensor part[TC__HFQ_PARTS]; /* data NULL where absent; name not kept */
     uint64_t in, out, groups;          /* inputs (k), outputs (rows), scale groups */
-    tc_ggml_type type;                 /* q4_0, q4_1, q8_0 or f32 */
+    tc_ggml_type type;                 /* q4_0, q4_1, q4_1_g64, q8_0 or f32 */
     const char *why;                   /* why it is f32, or NULL */
     void *data;                        /* [out, in] in `type`, inside the repacking buffer;
                                           NULL where left packed for the loader */

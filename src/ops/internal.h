@@ -83,7 +83,7 @@ tc_status tc__quant_upload(tc_tensor *t, int64_t row0, int64_t rows, const void 
  * them, host memory) to be packed into GGUF blocks on the GPU; kernels/hfpack.cu's
  * tc_k_hfq_pack describes each field. */
 typedef struct tc__quant_pack_desc {
-    tc_dtype dtype; /* TC_DTYPE_Q4_0, Q4_1 or Q8_0 */
+    tc_dtype dtype; /* TC_DTYPE_Q4_0, Q4_1, Q4_1_G64 or Q8_0 */
     int64_t out, in;
     const void *qw, *qz, *sc, *g_idx; /* qz and g_idx may be NULL */
     size_t qw_bytes, qz_bytes, sc_bytes, g_idx_bytes;
