@@ -79,9 +79,10 @@ extern "C" __global__ void tc_k_hfq_pack(uint8_t *blocks, int32_t type, int64_t 
         }
         uint8_t *qs = b + 2;
         if (type == 1 || type == 3) {
-            const uint16_t m = hfpack_cu::f16_bits(-(__half2float(__ushort_as_half(s)) * (float)z));
+            // (q4_1_g64's m: once, by the thread of the first half)
             if (type == 1 || kb % 2 == 0)
-                reinterpret_cast<uint16_t *>(b)[1] = m;
+                reinterpret_cast<uint16_t *>(b)[1] =
+                    hfpack_cu::f16_bits(-(__half2float(__ushort_as_half(s)) * (float)z));
             qs = b + 4 + (type == 3 ? 16 * (kb % 2) : 0);
         }
         for (int l = 0; l < 16; l++)

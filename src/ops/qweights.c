@@ -69,14 +69,15 @@ tc_status tc__quant_pack(tc_tensor *t, int64_t row0, const tc__quant_pack_desc *
     const char *op = "tc__quant_pack";
     TC_TRY(check_contiguous(op, t));
     int64_t k = t->shape[t->ndim - 1], total = rows_of(t);
+    /* tc_k_hfq_pack's type code; -1: a type it does not write */
     int type = d->dtype == TC_DTYPE_Q4_0       ? 0
                : d->dtype == TC_DTYPE_Q4_1     ? 1
+               : d->dtype == TC_DTYPE_Q8_0     ? 2
                : d->dtype == TC_DTYPE_Q4_1_G64 ? 3
-                                               : 2;
+                                               : -1;
     int64_t be = tc_dtype_block(d->dtype);
-    if ((d->dtype != TC_DTYPE_Q4_0 && d->dtype != TC_DTYPE_Q4_1 && d->dtype != TC_DTYPE_Q8_0 &&
-         d->dtype != TC_DTYPE_Q4_1_G64) ||
-        t->dtype != d->dtype || k != d->in || d->in % be || row0 < 0 || row0 > total - d->out)
+    if (type < 0 || t->dtype != d->dtype || k != d->in || d->in % be || row0 < 0 ||
+        row0 > total - d->out)
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
                             "rows [%lld, %lld) of %s [%lld x %lld] from a %s matrix of %lld x %lld",
                             (long long)row0, (long long)(row0 + d->out), tc_dtype_name(t->dtype),
