@@ -934,7 +934,7 @@ static inline tc_status tc_launch_matvec_mma_bf16(tc_launch_config cfg, tc_bf16 
     tc_launch_matvec_mma_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1304 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
+/* kernels/quant.cu:1339 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
 static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes, uint8_t *blocks, int32_t dtype, int64_t total, int64_t first, int64_t n, int32_t to_planes)
 {
     void *args[] = {&planes, &blocks, &dtype, &total, &first, &n, &to_planes};
@@ -945,7 +945,7 @@ static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes,
     tc_launch_qrepack((cfg), TC__KARG(uint8_t *, planes), TC__KARG(uint8_t *, blocks), TC__KARG(int32_t, dtype), TC__KARG(int64_t, total), TC__KARG(int64_t, first), TC__KARG(int64_t, n), TC__KARG(int32_t, to_planes))
 #endif
 
-/* kernels/quant.cu:1336 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
+/* kernels/quant.cu:1371 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
 static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -956,7 +956,7 @@ static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out,
     tc_launch_qdequant_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:1342 tc_k_qdequant_f16 */
+/* kernels/quant.cu:1377 tc_k_qdequant_f16 */
 static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -967,7 +967,7 @@ static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qdequant_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:1348 tc_k_qdequant_bf16 */
+/* kernels/quant.cu:1383 tc_k_qdequant_bf16 */
 static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -978,7 +978,7 @@ static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qdequant_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:1359 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
+/* kernels/quant.cu:1394 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
 static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -989,7 +989,7 @@ static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, 
     tc_launch_qmatvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1374 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
+/* kernels/quant.cu:1409 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
 static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1000,7 +1000,7 @@ static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1380 tc_k_qmv_q4_0_bf16 */
+/* kernels/quant.cu:1415 tc_k_qmv_q4_0_bf16 */
 static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1011,7 +1011,7 @@ static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1386 tc_k_qmv_q4_1_f16 */
+/* kernels/quant.cu:1421 tc_k_qmv_q4_1_f16 */
 static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1022,7 +1022,7 @@ static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1392 tc_k_qmv_q4_1_g64_f16 */
+/* kernels/quant.cu:1427 tc_k_qmv_q4_1_g64_f16 */
 static inline tc_status tc_launch_qmv_q4_1_g64_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1033,7 +1033,7 @@ static inline tc_status tc_launch_qmv_q4_1_g64_f16(tc_launch_config cfg, tc_half
     tc_launch_qmv_q4_1_g64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1398 tc_k_qmv_q4_1_bf16 */
+/* kernels/quant.cu:1433 tc_k_qmv_q4_1_bf16 */
 static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1044,7 +1044,7 @@ static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1404 tc_k_qmv_q4_1_g64_bf16 */
+/* kernels/quant.cu:1439 tc_k_qmv_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmv_q4_1_g64_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1055,7 +1055,7 @@ static inline tc_status tc_launch_qmv_q4_1_g64_bf16(tc_launch_config cfg, tc_bf1
     tc_launch_qmv_q4_1_g64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1410 tc_k_qmv_q5_0_f16 */
+/* kernels/quant.cu:1445 tc_k_qmv_q5_0_f16 */
 static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1066,7 +1066,7 @@ static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1416 tc_k_qmv_q5_0_bf16 */
+/* kernels/quant.cu:1451 tc_k_qmv_q5_0_bf16 */
 static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1077,7 +1077,7 @@ static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1422 tc_k_qmv_q5_1_f16 */
+/* kernels/quant.cu:1457 tc_k_qmv_q5_1_f16 */
 static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1088,7 +1088,7 @@ static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1428 tc_k_qmv_q5_1_bf16 */
+/* kernels/quant.cu:1463 tc_k_qmv_q5_1_bf16 */
 static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1099,7 +1099,7 @@ static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1434 tc_k_qmv_q8_0_f16 */
+/* kernels/quant.cu:1469 tc_k_qmv_q8_0_f16 */
 static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1110,7 +1110,7 @@ static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q8_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1440 tc_k_qmv_q8_0_bf16 */
+/* kernels/quant.cu:1475 tc_k_qmv_q8_0_bf16 */
 static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1121,7 +1121,7 @@ static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q8_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1446 tc_k_qmv_q2_k_f16 */
+/* kernels/quant.cu:1481 tc_k_qmv_q2_k_f16 */
 static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1132,7 +1132,7 @@ static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q2_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1452 tc_k_qmv_q2_k_bf16 */
+/* kernels/quant.cu:1487 tc_k_qmv_q2_k_bf16 */
 static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1143,7 +1143,7 @@ static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q2_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1458 tc_k_qmv_q3_k_f16 */
+/* kernels/quant.cu:1493 tc_k_qmv_q3_k_f16 */
 static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1154,7 +1154,7 @@ static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q3_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1464 tc_k_qmv_q3_k_bf16 */
+/* kernels/quant.cu:1499 tc_k_qmv_q3_k_bf16 */
 static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1165,7 +1165,7 @@ static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q3_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1470 tc_k_qmv_q4_k_f16 */
+/* kernels/quant.cu:1505 tc_k_qmv_q4_k_f16 */
 static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1176,7 +1176,7 @@ static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1476 tc_k_qmv_q4_k_bf16 */
+/* kernels/quant.cu:1511 tc_k_qmv_q4_k_bf16 */
 static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1187,7 +1187,7 @@ static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1482 tc_k_qmv_q5_k_f16 */
+/* kernels/quant.cu:1517 tc_k_qmv_q5_k_f16 */
 static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1198,7 +1198,7 @@ static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1488 tc_k_qmv_q5_k_bf16 */
+/* kernels/quant.cu:1523 tc_k_qmv_q5_k_bf16 */
 static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1209,7 +1209,7 @@ static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1494 tc_k_qmv_q6_k_f16 */
+/* kernels/quant.cu:1529 tc_k_qmv_q6_k_f16 */
 static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1220,7 +1220,7 @@ static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q6_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1500 tc_k_qmv_q6_k_bf16 */
+/* kernels/quant.cu:1535 tc_k_qmv_q6_k_bf16 */
 static inline tc_status tc_launch_qmv_q6_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1231,7 +1231,7 @@ static inline tc_status tc_launch_qmv_q6_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q6_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1514 tc_k_qmv1_q4_0_bf16: One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but Q2_K and Q3_K (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*, and 4: x RMS-normalised first, x / sqrt(mean(x^2) + eps) times norm [k] when norm is not null; 8: out is f32, else bf16). Blocks of 256 threads; k a multiple of 32, x and norm 16-byte aligned. Dynamic shared memory: 2k + 32 + k / 2 bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
+/* kernels/quant.cu:1549 tc_k_qmv1_q4_0_bf16: One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but Q2_K and Q3_K (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*, and 4: x RMS-normalised first, x / sqrt(mean(x^2) + eps) times norm [k] when norm is not null; 8: out is f32, else bf16). Blocks of 256 threads; k a multiple of 32, x and norm 16-byte aligned. Dynamic shared memory: 2k + 32 + k / 2 bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
 static inline tc_status tc_launch_qmv1_q4_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1242,7 +1242,7 @@ static inline tc_status tc_launch_qmv1_q4_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1520 tc_k_qmv1_q4_1_bf16 */
+/* kernels/quant.cu:1555 tc_k_qmv1_q4_1_bf16 */
 static inline tc_status tc_launch_qmv1_q4_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1253,7 +1253,7 @@ static inline tc_status tc_launch_qmv1_q4_1_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1526 tc_k_qmv1_q4_1_g64_bf16 */
+/* kernels/quant.cu:1561 tc_k_qmv1_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmv1_q4_1_g64_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1264,7 +1264,7 @@ static inline tc_status tc_launch_qmv1_q4_1_g64_bf16(tc_launch_config cfg, void 
     tc_launch_qmv1_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1532 tc_k_qmv1_q5_0_bf16 */
+/* kernels/quant.cu:1567 tc_k_qmv1_q5_0_bf16 */
 static inline tc_status tc_launch_qmv1_q5_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1275,7 +1275,7 @@ static inline tc_status tc_launch_qmv1_q5_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1538 tc_k_qmv1_q5_1_bf16 */
+/* kernels/quant.cu:1573 tc_k_qmv1_q5_1_bf16 */
 static inline tc_status tc_launch_qmv1_q5_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1286,7 +1286,7 @@ static inline tc_status tc_launch_qmv1_q5_1_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1544 tc_k_qmv1_q5_k_bf16 */
+/* kernels/quant.cu:1579 tc_k_qmv1_q5_k_bf16 */
 static inline tc_status tc_launch_qmv1_q5_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1297,7 +1297,7 @@ static inline tc_status tc_launch_qmv1_q5_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1550 tc_k_qmv1_q8_0_bf16 */
+/* kernels/quant.cu:1585 tc_k_qmv1_q8_0_bf16 */
 static inline tc_status tc_launch_qmv1_q8_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1308,7 +1308,7 @@ static inline tc_status tc_launch_qmv1_q8_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1556 tc_k_qmv1_q4_k_bf16 */
+/* kernels/quant.cu:1591 tc_k_qmv1_q4_k_bf16 */
 static inline tc_status tc_launch_qmv1_q4_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1319,7 +1319,7 @@ static inline tc_status tc_launch_qmv1_q4_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1562 tc_k_qmv1_q6_k_bf16 */
+/* kernels/quant.cu:1597 tc_k_qmv1_q6_k_bf16 */
 static inline tc_status tc_launch_qmv1_q6_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1330,7 +1330,7 @@ static inline tc_status tc_launch_qmv1_q6_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1579 tc_k_qmm_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 64 rows of 16-bit x and w of a block type held as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32 1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each (one block an SM: two, under 128 registers, spilled and were slower at 64 rows on the H100, Q4_K 4096 x 4096 28.3 -> 30.2 us, 4096 x 11008 45.1 -> 59.9 us; tc_k_qmm32_* below take up to 32 rows that way). The first stages' weights are requested before the kernel waits for the one before it. k a multiple of 32, x and its stride 16-byte aligned. */
+/* kernels/quant.cu:1614 tc_k_qmm_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 64 rows of 16-bit x and w of a block type held as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32 1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each (one block an SM: two, under 128 registers, spilled and were slower at 64 rows on the H100, Q4_K 4096 x 4096 28.3 -> 30.2 us, 4096 x 11008 45.1 -> 59.9 us; tc_k_qmm32_* below take up to 32 rows that way). The first stages' weights are requested before the kernel waits for the one before it. k a multiple of 32, x and its stride 16-byte aligned. */
 static inline tc_status tc_launch_qmm_q4_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1341,7 +1341,7 @@ static inline tc_status tc_launch_qmm_q4_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1585 tc_k_qmm_q4_0_bf16 */
+/* kernels/quant.cu:1620 tc_k_qmm_q4_0_bf16 */
 static inline tc_status tc_launch_qmm_q4_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1352,7 +1352,7 @@ static inline tc_status tc_launch_qmm_q4_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1591 tc_k_qmm_q4_1_f16 */
+/* kernels/quant.cu:1626 tc_k_qmm_q4_1_f16 */
 static inline tc_status tc_launch_qmm_q4_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1363,7 +1363,7 @@ static inline tc_status tc_launch_qmm_q4_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1597 tc_k_qmm_q4_1_g64_f16 */
+/* kernels/quant.cu:1632 tc_k_qmm_q4_1_g64_f16 */
 static inline tc_status tc_launch_qmm_q4_1_g64_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1374,7 +1374,7 @@ static inline tc_status tc_launch_qmm_q4_1_g64_f16(tc_launch_config cfg, void *o
     tc_launch_qmm_q4_1_g64_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1603 tc_k_qmm_q4_1_bf16 */
+/* kernels/quant.cu:1638 tc_k_qmm_q4_1_bf16 */
 static inline tc_status tc_launch_qmm_q4_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1385,7 +1385,7 @@ static inline tc_status tc_launch_qmm_q4_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1609 tc_k_qmm_q4_1_g64_bf16 */
+/* kernels/quant.cu:1644 tc_k_qmm_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmm_q4_1_g64_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1396,7 +1396,7 @@ static inline tc_status tc_launch_qmm_q4_1_g64_bf16(tc_launch_config cfg, void *
     tc_launch_qmm_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1615 tc_k_qmm_q5_0_f16 */
+/* kernels/quant.cu:1650 tc_k_qmm_q5_0_f16 */
 static inline tc_status tc_launch_qmm_q5_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1407,7 +1407,7 @@ static inline tc_status tc_launch_qmm_q5_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1621 tc_k_qmm_q5_0_bf16 */
+/* kernels/quant.cu:1656 tc_k_qmm_q5_0_bf16 */
 static inline tc_status tc_launch_qmm_q5_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1418,7 +1418,7 @@ static inline tc_status tc_launch_qmm_q5_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1627 tc_k_qmm_q5_1_f16 */
+/* kernels/quant.cu:1662 tc_k_qmm_q5_1_f16 */
 static inline tc_status tc_launch_qmm_q5_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1429,7 +1429,7 @@ static inline tc_status tc_launch_qmm_q5_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1633 tc_k_qmm_q5_1_bf16 */
+/* kernels/quant.cu:1668 tc_k_qmm_q5_1_bf16 */
 static inline tc_status tc_launch_qmm_q5_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1440,7 +1440,7 @@ static inline tc_status tc_launch_qmm_q5_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1639 tc_k_qmm_q8_0_f16 */
+/* kernels/quant.cu:1674 tc_k_qmm_q8_0_f16 */
 static inline tc_status tc_launch_qmm_q8_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1451,7 +1451,7 @@ static inline tc_status tc_launch_qmm_q8_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q8_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1645 tc_k_qmm_q8_0_bf16 */
+/* kernels/quant.cu:1680 tc_k_qmm_q8_0_bf16 */
 static inline tc_status tc_launch_qmm_q8_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1462,7 +1462,7 @@ static inline tc_status tc_launch_qmm_q8_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1651 tc_k_qmm_q2_k_f16 */
+/* kernels/quant.cu:1686 tc_k_qmm_q2_k_f16 */
 static inline tc_status tc_launch_qmm_q2_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1473,7 +1473,7 @@ static inline tc_status tc_launch_qmm_q2_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q2_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1657 tc_k_qmm_q2_k_bf16 */
+/* kernels/quant.cu:1692 tc_k_qmm_q2_k_bf16 */
 static inline tc_status tc_launch_qmm_q2_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1484,7 +1484,7 @@ static inline tc_status tc_launch_qmm_q2_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1663 tc_k_qmm_q3_k_f16 */
+/* kernels/quant.cu:1698 tc_k_qmm_q3_k_f16 */
 static inline tc_status tc_launch_qmm_q3_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1495,7 +1495,7 @@ static inline tc_status tc_launch_qmm_q3_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q3_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1669 tc_k_qmm_q3_k_bf16 */
+/* kernels/quant.cu:1704 tc_k_qmm_q3_k_bf16 */
 static inline tc_status tc_launch_qmm_q3_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1506,7 +1506,7 @@ static inline tc_status tc_launch_qmm_q3_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1675 tc_k_qmm_q4_k_f16 */
+/* kernels/quant.cu:1710 tc_k_qmm_q4_k_f16 */
 static inline tc_status tc_launch_qmm_q4_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1517,7 +1517,7 @@ static inline tc_status tc_launch_qmm_q4_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1681 tc_k_qmm_q4_k_bf16 */
+/* kernels/quant.cu:1716 tc_k_qmm_q4_k_bf16 */
 static inline tc_status tc_launch_qmm_q4_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1528,7 +1528,7 @@ static inline tc_status tc_launch_qmm_q4_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1687 tc_k_qmm_q5_k_f16 */
+/* kernels/quant.cu:1722 tc_k_qmm_q5_k_f16 */
 static inline tc_status tc_launch_qmm_q5_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1539,7 +1539,7 @@ static inline tc_status tc_launch_qmm_q5_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1693 tc_k_qmm_q5_k_bf16 */
+/* kernels/quant.cu:1728 tc_k_qmm_q5_k_bf16 */
 static inline tc_status tc_launch_qmm_q5_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1550,7 +1550,7 @@ static inline tc_status tc_launch_qmm_q5_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1699 tc_k_qmm_q6_k_f16 */
+/* kernels/quant.cu:1734 tc_k_qmm_q6_k_f16 */
 static inline tc_status tc_launch_qmm_q6_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1561,7 +1561,7 @@ static inline tc_status tc_launch_qmm_q6_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q6_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1705 tc_k_qmm_q6_k_bf16 */
+/* kernels/quant.cu:1740 tc_k_qmm_q6_k_bf16 */
 static inline tc_status tc_launch_qmm_q6_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1572,7 +1572,7 @@ static inline tc_status tc_launch_qmm_q6_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1718 tc_k_qmm32_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 32 rows, as tc_k_qmm_* (the same arguments, workspace and stages) with room for four 8-row tiles of x instead of eight: under 128 registers a thread, so that two blocks share an SM and hide each other's latency (H100, bench_ops quant, Q4_K 11008 x 4096: 16 rows 37.3 -> 24.2 us, 32 rows 44.0 -> 32.8 us; 7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453). The launch gives each block at most half the SM's shared memory. */
+/* kernels/quant.cu:1753 tc_k_qmm32_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 32 rows, as tc_k_qmm_* (the same arguments, workspace and stages) with room for four 8-row tiles of x instead of eight: under 128 registers a thread, so that two blocks share an SM and hide each other's latency (H100, bench_ops quant, Q4_K 11008 x 4096: 16 rows 37.3 -> 24.2 us, 32 rows 44.0 -> 32.8 us; 7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453). The launch gives each block at most half the SM's shared memory. */
 static inline tc_status tc_launch_qmm32_q4_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1583,7 +1583,7 @@ static inline tc_status tc_launch_qmm32_q4_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1724 tc_k_qmm32_q4_0_bf16 */
+/* kernels/quant.cu:1759 tc_k_qmm32_q4_0_bf16 */
 static inline tc_status tc_launch_qmm32_q4_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1594,7 +1594,7 @@ static inline tc_status tc_launch_qmm32_q4_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1730 tc_k_qmm32_q4_1_f16 */
+/* kernels/quant.cu:1765 tc_k_qmm32_q4_1_f16 */
 static inline tc_status tc_launch_qmm32_q4_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1605,7 +1605,7 @@ static inline tc_status tc_launch_qmm32_q4_1_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1736 tc_k_qmm32_q4_1_g64_f16 */
+/* kernels/quant.cu:1771 tc_k_qmm32_q4_1_g64_f16 */
 static inline tc_status tc_launch_qmm32_q4_1_g64_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1616,7 +1616,7 @@ static inline tc_status tc_launch_qmm32_q4_1_g64_f16(tc_launch_config cfg, void 
     tc_launch_qmm32_q4_1_g64_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1742 tc_k_qmm32_q4_1_bf16 */
+/* kernels/quant.cu:1777 tc_k_qmm32_q4_1_bf16 */
 static inline tc_status tc_launch_qmm32_q4_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1627,7 +1627,7 @@ static inline tc_status tc_launch_qmm32_q4_1_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1748 tc_k_qmm32_q4_1_g64_bf16 */
+/* kernels/quant.cu:1783 tc_k_qmm32_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmm32_q4_1_g64_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1638,7 +1638,7 @@ static inline tc_status tc_launch_qmm32_q4_1_g64_bf16(tc_launch_config cfg, void
     tc_launch_qmm32_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1754 tc_k_qmm32_q5_0_f16 */
+/* kernels/quant.cu:1789 tc_k_qmm32_q5_0_f16 */
 static inline tc_status tc_launch_qmm32_q5_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1649,7 +1649,7 @@ static inline tc_status tc_launch_qmm32_q5_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1760 tc_k_qmm32_q5_0_bf16 */
+/* kernels/quant.cu:1795 tc_k_qmm32_q5_0_bf16 */
 static inline tc_status tc_launch_qmm32_q5_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1660,7 +1660,7 @@ static inline tc_status tc_launch_qmm32_q5_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1766 tc_k_qmm32_q5_1_f16 */
+/* kernels/quant.cu:1801 tc_k_qmm32_q5_1_f16 */
 static inline tc_status tc_launch_qmm32_q5_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1671,7 +1671,7 @@ static inline tc_status tc_launch_qmm32_q5_1_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1772 tc_k_qmm32_q5_1_bf16 */
+/* kernels/quant.cu:1807 tc_k_qmm32_q5_1_bf16 */
 static inline tc_status tc_launch_qmm32_q5_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1682,7 +1682,7 @@ static inline tc_status tc_launch_qmm32_q5_1_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1778 tc_k_qmm32_q8_0_f16 */
+/* kernels/quant.cu:1813 tc_k_qmm32_q8_0_f16 */
 static inline tc_status tc_launch_qmm32_q8_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1693,7 +1693,7 @@ static inline tc_status tc_launch_qmm32_q8_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q8_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1784 tc_k_qmm32_q8_0_bf16 */
+/* kernels/quant.cu:1819 tc_k_qmm32_q8_0_bf16 */
 static inline tc_status tc_launch_qmm32_q8_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1704,7 +1704,7 @@ static inline tc_status tc_launch_qmm32_q8_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1790 tc_k_qmm32_q2_k_f16 */
+/* kernels/quant.cu:1825 tc_k_qmm32_q2_k_f16 */
 static inline tc_status tc_launch_qmm32_q2_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1715,7 +1715,7 @@ static inline tc_status tc_launch_qmm32_q2_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q2_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1796 tc_k_qmm32_q2_k_bf16 */
+/* kernels/quant.cu:1831 tc_k_qmm32_q2_k_bf16 */
 static inline tc_status tc_launch_qmm32_q2_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1726,7 +1726,7 @@ static inline tc_status tc_launch_qmm32_q2_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1802 tc_k_qmm32_q3_k_f16 */
+/* kernels/quant.cu:1837 tc_k_qmm32_q3_k_f16 */
 static inline tc_status tc_launch_qmm32_q3_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1737,7 +1737,7 @@ static inline tc_status tc_launch_qmm32_q3_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q3_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1808 tc_k_qmm32_q3_k_bf16 */
+/* kernels/quant.cu:1843 tc_k_qmm32_q3_k_bf16 */
 static inline tc_status tc_launch_qmm32_q3_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1748,7 +1748,7 @@ static inline tc_status tc_launch_qmm32_q3_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1814 tc_k_qmm32_q4_k_f16 */
+/* kernels/quant.cu:1849 tc_k_qmm32_q4_k_f16 */
 static inline tc_status tc_launch_qmm32_q4_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1759,7 +1759,7 @@ static inline tc_status tc_launch_qmm32_q4_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1820 tc_k_qmm32_q4_k_bf16 */
+/* kernels/quant.cu:1855 tc_k_qmm32_q4_k_bf16 */
 static inline tc_status tc_launch_qmm32_q4_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1770,7 +1770,7 @@ static inline tc_status tc_launch_qmm32_q4_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1826 tc_k_qmm32_q5_k_f16 */
+/* kernels/quant.cu:1861 tc_k_qmm32_q5_k_f16 */
 static inline tc_status tc_launch_qmm32_q5_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1781,7 +1781,7 @@ static inline tc_status tc_launch_qmm32_q5_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1832 tc_k_qmm32_q5_k_bf16 */
+/* kernels/quant.cu:1867 tc_k_qmm32_q5_k_bf16 */
 static inline tc_status tc_launch_qmm32_q5_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1792,7 +1792,7 @@ static inline tc_status tc_launch_qmm32_q5_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1838 tc_k_qmm32_q6_k_f16 */
+/* kernels/quant.cu:1873 tc_k_qmm32_q6_k_f16 */
 static inline tc_status tc_launch_qmm32_q6_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1803,7 +1803,7 @@ static inline tc_status tc_launch_qmm32_q6_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q6_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1844 tc_k_qmm32_q6_k_bf16 */
+/* kernels/quant.cu:1879 tc_k_qmm32_q6_k_bf16 */
 static inline tc_status tc_launch_qmm32_q6_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};

@@ -1241,14 +1241,24 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
             for (int e = 0; e < 4; e++)
                 red[(8 * t + 2 * p + (e & 1)) * RP + r_a + 8 * (e >> 1)] = acc[t][e];
     __syncthreads();
-    const int cells = m * kBatchRows;
+    // The cells go four rows of w at a time (16-byte loads and stores of the shares' sums where
+    // n is a multiple of 4), each thread's shares read before they are added, in share order
+    // (the same bits as one at a time: the adds waited on each load in turn).
+    const int quads = m * kBatchRows / 4;
+    const bool vec = (n & 3) == 0;
     if (gridDim.y > 1) {
         __shared__ bool last;
         float *mine = ws + (int64_t)blockIdx.y * m * n;
-        for (int i = threadIdx.x; i < cells; i += blockDim.x) {
-            const int c = i / kBatchRows, r = i % kBatchRows;
-            if (row0 + r < n32)
-                mine[(int64_t)c * n + row0 + r] = red[c * RP + r];
+        for (int q = threadIdx.x; q < quads; q += blockDim.x) {
+            const int c = q / (kBatchRows / 4), r = 4 * (q % (kBatchRows / 4));
+            const float *v = red + c * RP + r;
+            float *to = mine + (int64_t)c * n + row0 + r;
+            if (vec && row0 + r + 3 < n32)
+                *reinterpret_cast<float4 *>(to) = make_float4(v[0], v[1], v[2], v[3]);
+            else
+                for (int e = 0; e < 4; e++)
+                    if (row0 + r + e < n32)
+                        to[e] = v[e];
         }
         // Arrival as decode attention's merge: thread 0's release after the barrier publishes
         // the block's sums, the last block's acquire sees every share's.
@@ -1262,20 +1272,45 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
         if (!last)
             return;
     }
-    for (int i = threadIdx.x; i < cells; i += blockDim.x) {
-        const int c = i / kBatchRows, r = i % kBatchRows;
+    for (int q = threadIdx.x; q < quads; q += blockDim.x) {
+        const int c = q / (kBatchRows / 4), r = 4 * (q % (kBatchRows / 4));
         if (row0 + r >= n32)
             continue;
-        float v = 0.0f;
-        if (gridDim.y > 1)
-            for (uint32_t y = 0; y < gridDim.y; y++)
-                v += y == blockIdx.y ? red[c * RP + r] : __ldcg(ws + ((int64_t)y * m + c) * n + row0 + r);
-        else
-            v = red[c * RP + r];
-        if (out_f32)
-            static_cast<float *>(out)[c * os + row0 + r] = v;
-        else
-            static_cast<T *>(out)[c * os + row0 + r] = tc::from_f32<T>(v);
+        const float *own = red + c * RP + r;
+        float v[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+        if (gridDim.y > 1) {
+            const bool whole = vec && row0 + r + 3 < n32;
+#pragma unroll 4
+            for (uint32_t y = 0; y < gridDim.y; y++) {
+                const float *at = ws + ((int64_t)y * m + c) * n + row0 + r;
+                float t[4];
+                if (y == blockIdx.y) {
+                    t[0] = own[0], t[1] = own[1], t[2] = own[2], t[3] = own[3];
+                } else if (whole) {
+                    const float4 f = __ldcg(reinterpret_cast<const float4 *>(at));
+                    t[0] = f.x, t[1] = f.y, t[2] = f.z, t[3] = f.w;
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        t[e] = row0 + r + e < n32 ? __ldcg(at + e) : 0.0f;
+                }
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    v[e] += t[e];
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                v[e] = own[e];
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (row0 + r + e < n32) {
+                if (out_f32)
+                    static_cast<float *>(out)[c * os + row0 + r + e] = v[e];
+                else
+                    static_cast<T *>(out)[c * os + row0 + r + e] = tc::from_f32<T>(v[e]);
+            }
     }
 }
 
