@@ -573,14 +573,17 @@ static void quantised(rng_t *r)
         matmul_case(r, TC_DTYPE_BF16, q, 65, 300, k, TC_GEMM_OWN, "dequantised tiles, own", false);
         /* Batched decode, 9 to 64 rows (up to 32: the kernels of two blocks an SM): the
          * weights read and dequantised once for all rows, over shares of k that the last block
-         * of each tile adds (1000 rows: 8 tiles, the last partial), or in one share (120 tiles
-         * of one block an SM fill an H100's wave); f32 logits. */
+         * of each tile adds (1000 rows: 8 tiles, the last partial; it adds four rows at a time,
+         * 999 and 702 rows leave a short last four), or in one share (120 tiles of one block an
+         * SM fill an H100's wave); f32 logits. */
         const int64_t bs[] = { 9, 16, 32, 33, 64 };
         for (int bi = 0; bi < 5; bi++)
             matmul_case(r, TC_DTYPE_BF16, q, bs[bi], 1000, k, TC_GEMM_AUTO, "batched", false);
         matmul_case(r, TC_DTYPE_F16, q, 24, 1000, k, TC_GEMM_AUTO, "batched", false);
         matmul_case(r, TC_DTYPE_F16, q, 40, 15360, k, TC_GEMM_AUTO, "batched, one share", false);
+        matmul_case(r, TC_DTYPE_BF16, q, 17, 999, k, TC_GEMM_AUTO, "batched", false);
         quant_widen_case(r, q, 40, 700, k);
+        quant_widen_case(r, q, 12, 702, k);
         for (int mode = 1; mode < 4; mode++) {
             linear_case(r, TC_DTYPE_BF16, q, 1 + 3 * (mode - 1), 600, k, mode, false);
             linear_case(r, TC_DTYPE_F32, q, 3, 200, k, mode, false);
