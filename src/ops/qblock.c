@@ -22,32 +22,31 @@ static void q4_0(const uint8_t *b, float *y)
     }
 }
 
-/* Q4_1: f16 d, f16 m, 16 bytes of nibbles; x = q d + m. The nibbles are copied out first:
- * y cannot alias them, so the loops vectorise (the CPU demo's decode). */
-static void q4_1(const uint8_t *b, float *y)
+/* 32 elements from 16 bytes of nibbles (low: 0-15, high: 16-31), x = q d + m. The nibbles are
+ * copied out first: y cannot alias them, so the loops vectorise (the CPU demo's decode). */
+static void nibbles(const uint8_t *qs, float d, float m, float *y)
 {
-    float d = half(b), m = half(b + 2);
     uint8_t q[16];
-    memcpy(q, b + 4, 16);
+    memcpy(q, qs, 16);
     for (int j = 0; j < 16; j++)
         y[j] = (float)(q[j] & 15) * d + m;
     for (int j = 0; j < 16; j++)
         y[j + 16] = (float)(q[j] >> 4) * d + m;
 }
 
+/* Q4_1: f16 d, f16 m, 16 bytes of nibbles; x = q d + m. */
+static void q4_1(const uint8_t *b, float *y)
+{
+    nibbles(b + 4, half(b), half(b + 2), y);
+}
+
 /* Q4_1_G64 (ours, for GPTQ's and AWQ's groups of 64 and more: src/model/hfquant.c): f16 d,
  * f16 m, then the 16 nibble bytes of two Q4_1 blocks of 32 elements that share them. */
 static void q4_1_g64(const uint8_t *b, float *y)
 {
-    uint8_t q[32];
-    memcpy(q, b + 4, 32);
     float d = half(b), m = half(b + 2);
-    for (int h = 0; h < 2; h++) {
-        for (int j = 0; j < 16; j++)
-            y[32 * h + j] = (float)(q[16 * h + j] & 15) * d + m;
-        for (int j = 0; j < 16; j++)
-            y[32 * h + j + 16] = (float)(q[16 * h + j] >> 4) * d + m;
-    }
+    nibbles(b + 4, d, m, y);
+    nibbles(b + 20, d, m, y + 32);
 }
 
 /* Q5_0: f16 d, 32 high bits (bit j: element j), 16 bytes of nibbles; x = (q - 16) d. */
