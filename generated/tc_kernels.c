@@ -121,6 +121,12 @@ static const uint16_t sizes_tc_k_embedding_f16[] = {8, 8, 4, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_embedding_f16[] = {"out", "table", "table_dtype", "ids", "vocab", "dim", "out_stride", "table_row_bytes"};
 static const uint16_t sizes_tc_k_embedding_bf16[] = {8, 8, 4, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_embedding_bf16[] = {"out", "table", "table_dtype", "ids", "vocab", "dim", "out_stride", "table_row_bytes"};
+static const uint16_t sizes_tc_k_gather_columns_f32[] = {8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_gather_columns_f32[] = {"out", "x", "idx", "n", "k", "out_stride", "x_stride"};
+static const uint16_t sizes_tc_k_gather_columns_f16[] = {8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_gather_columns_f16[] = {"out", "x", "idx", "n", "k", "out_stride", "x_stride"};
+static const uint16_t sizes_tc_k_gather_columns_bf16[] = {8, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_gather_columns_bf16[] = {"out", "x", "idx", "n", "k", "out_stride", "x_stride"};
 static const uint16_t sizes_tc_k_gemm_tc_f16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_gemm_tc_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "stages"};
 static const uint16_t sizes_tc_k_gemm_tc_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
@@ -135,8 +141,8 @@ static const uint16_t sizes_tc_k_gemm_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_gemm_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
 static const uint16_t sizes_tc_k_gemm_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_gemm_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
-static const uint16_t sizes_tc_k_hfq_pack[] = {8, 4, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 8, 4, 4, 8, 4, 8, 8, 8, 8};
-static const char *const names_tc_k_hfq_pack[] = {"blocks", "type", "out", "nb", "qw", "wk", "wj", "kpack", "jpack", "bits", "awq", "qz", "zg", "zj", "zpack", "zero_offset", "sc", "sc_type", "sg", "sj", "g_idx", "group"};
+static const uint16_t sizes_tc_k_hfq_pack[] = {8, 4, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 8, 4, 4, 8, 4, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_hfq_pack[] = {"blocks", "type", "out", "nb", "qw", "wk", "wj", "kpack", "jpack", "bits", "awq", "qz", "zg", "zj", "zpack", "zero_offset", "sc", "sc_type", "sg", "sj", "g_idx", "perm", "group"};
 static const uint16_t sizes_tc_k_iq_dequant[] = {8, 4, 8, 4, 8};
 static const char *const names_tc_k_iq_dequant[] = {"out", "out_dtype", "blocks", "type", "n_blocks"};
 static const uint16_t sizes_tc_k_logits_mask_f32[] = {8, 8, 8, 8, 8, 8, 8, 8};
@@ -403,6 +409,9 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_embedding_f32", "kernels/embedding.cu", 34, 8, sizes_tc_k_embedding_f32, names_tc_k_embedding_f32},
     {"tc_k_embedding_f16", "kernels/embedding.cu", 41, 8, sizes_tc_k_embedding_f16, names_tc_k_embedding_f16},
     {"tc_k_embedding_bf16", "kernels/embedding.cu", 48, 8, sizes_tc_k_embedding_bf16, names_tc_k_embedding_bf16},
+    {"tc_k_gather_columns_f32", "kernels/embedding.cu", 74, 7, sizes_tc_k_gather_columns_f32, names_tc_k_gather_columns_f32},
+    {"tc_k_gather_columns_f16", "kernels/embedding.cu", 80, 7, sizes_tc_k_gather_columns_f16, names_tc_k_gather_columns_f16},
+    {"tc_k_gather_columns_bf16", "kernels/embedding.cu", 86, 7, sizes_tc_k_gather_columns_bf16, names_tc_k_gather_columns_bf16},
     {"tc_k_gemm_tc_f16", "kernels/gemm.cu", 342, 9, sizes_tc_k_gemm_tc_f16, names_tc_k_gemm_tc_f16},
     {"tc_k_gemm_tc_bf16", "kernels/gemm.cu", 352, 9, sizes_tc_k_gemm_tc_bf16, names_tc_k_gemm_tc_bf16},
     {"tc_k_gemm_wg_f16", "kernels/gemm.cu", 363, 9, sizes_tc_k_gemm_wg_f16, names_tc_k_gemm_wg_f16},
@@ -410,7 +419,7 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_gemm_f32", "kernels/gemm.cu", 392, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
     {"tc_k_gemm_f16", "kernels/gemm.cu", 398, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
     {"tc_k_gemm_bf16", "kernels/gemm.cu", 404, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
-    {"tc_k_hfq_pack", "kernels/hfpack.cu", 45, 22, sizes_tc_k_hfq_pack, names_tc_k_hfq_pack},
+    {"tc_k_hfq_pack", "kernels/hfpack.cu", 46, 23, sizes_tc_k_hfq_pack, names_tc_k_hfq_pack},
     {"tc_k_iq_dequant", "kernels/iq.cu", 208, 5, sizes_tc_k_iq_dequant, names_tc_k_iq_dequant},
     {"tc_k_logits_mask_f32", "kernels/logits_mask.cu", 17, 8, sizes_tc_k_logits_mask_f32, names_tc_k_logits_mask_f32},
     {"tc_k_matvec_f32", "kernels/matvec.cu", 435, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},

@@ -88,124 +88,127 @@ typedef enum tc_kernel_id {
     TC_KERNEL_EMBEDDING_F32 = 43,
     TC_KERNEL_EMBEDDING_F16 = 44,
     TC_KERNEL_EMBEDDING_BF16 = 45,
-    TC_KERNEL_GEMM_TC_F16 = 46,
-    TC_KERNEL_GEMM_TC_BF16 = 47,
-    TC_KERNEL_GEMM_WG_F16 = 48,
-    TC_KERNEL_GEMM_WG_BF16 = 49,
-    TC_KERNEL_GEMM_F32 = 50,
-    TC_KERNEL_GEMM_F16 = 51,
-    TC_KERNEL_GEMM_BF16 = 52,
-    TC_KERNEL_HFQ_PACK = 53,
-    TC_KERNEL_IQ_DEQUANT = 54,
-    TC_KERNEL_LOGITS_MASK_F32 = 55,
-    TC_KERNEL_MATVEC_F32 = 56,
-    TC_KERNEL_MATVEC_F16 = 57,
-    TC_KERNEL_MATVEC_BF16 = 58,
-    TC_KERNEL_MATVEC1_F32 = 59,
-    TC_KERNEL_MATVEC1_F16 = 60,
-    TC_KERNEL_MATVEC1_BF16 = 61,
-    TC_KERNEL_MATVEC_MMA_F16 = 62,
-    TC_KERNEL_MATVEC_MMA_BF16 = 63,
-    TC_KERNEL_QREPACK = 64,
-    TC_KERNEL_QDEQUANT_F32 = 65,
-    TC_KERNEL_QDEQUANT_F16 = 66,
-    TC_KERNEL_QDEQUANT_BF16 = 67,
-    TC_KERNEL_QMATVEC_F32 = 68,
-    TC_KERNEL_QMV_Q4_0_F16 = 69,
-    TC_KERNEL_QMV_Q4_0_BF16 = 70,
-    TC_KERNEL_QMV_Q4_1_F16 = 71,
-    TC_KERNEL_QMV_Q4_1_G64_F16 = 72,
-    TC_KERNEL_QMV_Q4_1_BF16 = 73,
-    TC_KERNEL_QMV_Q4_1_G64_BF16 = 74,
-    TC_KERNEL_QMV_Q5_0_F16 = 75,
-    TC_KERNEL_QMV_Q5_0_BF16 = 76,
-    TC_KERNEL_QMV_Q5_1_F16 = 77,
-    TC_KERNEL_QMV_Q5_1_BF16 = 78,
-    TC_KERNEL_QMV_Q8_0_F16 = 79,
-    TC_KERNEL_QMV_Q8_0_BF16 = 80,
-    TC_KERNEL_QMV_Q2_K_F16 = 81,
-    TC_KERNEL_QMV_Q2_K_BF16 = 82,
-    TC_KERNEL_QMV_Q3_K_F16 = 83,
-    TC_KERNEL_QMV_Q3_K_BF16 = 84,
-    TC_KERNEL_QMV_Q4_K_F16 = 85,
-    TC_KERNEL_QMV_Q4_K_BF16 = 86,
-    TC_KERNEL_QMV_Q5_K_F16 = 87,
-    TC_KERNEL_QMV_Q5_K_BF16 = 88,
-    TC_KERNEL_QMV_Q6_K_F16 = 89,
-    TC_KERNEL_QMV_Q6_K_BF16 = 90,
-    TC_KERNEL_QMV1_Q4_0_BF16 = 91,
-    TC_KERNEL_QMV1_Q4_1_BF16 = 92,
-    TC_KERNEL_QMV1_Q4_1_G64_BF16 = 93,
-    TC_KERNEL_QMV1_Q5_0_BF16 = 94,
-    TC_KERNEL_QMV1_Q5_1_BF16 = 95,
-    TC_KERNEL_QMV1_Q5_K_BF16 = 96,
-    TC_KERNEL_QMV1_Q8_0_BF16 = 97,
-    TC_KERNEL_QMV1_Q4_K_BF16 = 98,
-    TC_KERNEL_QMV1_Q6_K_BF16 = 99,
-    TC_KERNEL_QMM_Q4_0_F16 = 100,
-    TC_KERNEL_QMM_Q4_0_BF16 = 101,
-    TC_KERNEL_QMM_Q4_1_F16 = 102,
-    TC_KERNEL_QMM_Q4_1_G64_F16 = 103,
-    TC_KERNEL_QMM_Q4_1_BF16 = 104,
-    TC_KERNEL_QMM_Q4_1_G64_BF16 = 105,
-    TC_KERNEL_QMM_Q5_0_F16 = 106,
-    TC_KERNEL_QMM_Q5_0_BF16 = 107,
-    TC_KERNEL_QMM_Q5_1_F16 = 108,
-    TC_KERNEL_QMM_Q5_1_BF16 = 109,
-    TC_KERNEL_QMM_Q8_0_F16 = 110,
-    TC_KERNEL_QMM_Q8_0_BF16 = 111,
-    TC_KERNEL_QMM_Q2_K_F16 = 112,
-    TC_KERNEL_QMM_Q2_K_BF16 = 113,
-    TC_KERNEL_QMM_Q3_K_F16 = 114,
-    TC_KERNEL_QMM_Q3_K_BF16 = 115,
-    TC_KERNEL_QMM_Q4_K_F16 = 116,
-    TC_KERNEL_QMM_Q4_K_BF16 = 117,
-    TC_KERNEL_QMM_Q5_K_F16 = 118,
-    TC_KERNEL_QMM_Q5_K_BF16 = 119,
-    TC_KERNEL_QMM_Q6_K_F16 = 120,
-    TC_KERNEL_QMM_Q6_K_BF16 = 121,
-    TC_KERNEL_QMM32_Q4_0_F16 = 122,
-    TC_KERNEL_QMM32_Q4_0_BF16 = 123,
-    TC_KERNEL_QMM32_Q4_1_F16 = 124,
-    TC_KERNEL_QMM32_Q4_1_G64_F16 = 125,
-    TC_KERNEL_QMM32_Q4_1_BF16 = 126,
-    TC_KERNEL_QMM32_Q4_1_G64_BF16 = 127,
-    TC_KERNEL_QMM32_Q5_0_F16 = 128,
-    TC_KERNEL_QMM32_Q5_0_BF16 = 129,
-    TC_KERNEL_QMM32_Q5_1_F16 = 130,
-    TC_KERNEL_QMM32_Q5_1_BF16 = 131,
-    TC_KERNEL_QMM32_Q8_0_F16 = 132,
-    TC_KERNEL_QMM32_Q8_0_BF16 = 133,
-    TC_KERNEL_QMM32_Q2_K_F16 = 134,
-    TC_KERNEL_QMM32_Q2_K_BF16 = 135,
-    TC_KERNEL_QMM32_Q3_K_F16 = 136,
-    TC_KERNEL_QMM32_Q3_K_BF16 = 137,
-    TC_KERNEL_QMM32_Q4_K_F16 = 138,
-    TC_KERNEL_QMM32_Q4_K_BF16 = 139,
-    TC_KERNEL_QMM32_Q5_K_F16 = 140,
-    TC_KERNEL_QMM32_Q5_K_BF16 = 141,
-    TC_KERNEL_QMM32_Q6_K_F16 = 142,
-    TC_KERNEL_QMM32_Q6_K_BF16 = 143,
-    TC_KERNEL_FILL_RANDOM_F32 = 144,
-    TC_KERNEL_FILL_RANDOM_F16 = 145,
-    TC_KERNEL_FILL_RANDOM_BF16 = 146,
-    TC_KERNEL_RMSNORM_F32 = 147,
-    TC_KERNEL_RMSNORM_F16 = 148,
-    TC_KERNEL_RMSNORM_BF16 = 149,
-    TC_KERNEL_ROPE_F32 = 150,
-    TC_KERNEL_ROPE_F16 = 151,
-    TC_KERNEL_ROPE_BF16 = 152,
-    TC_KERNEL_ROPE_F16_F8 = 153,
-    TC_KERNEL_ROPE_BF16_F8 = 154,
-    TC_KERNEL_SELFTEST_PARAMS = 155,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 156,
-    TC_KERNEL_SOFTMAX_F32 = 157,
-    TC_KERNEL_SOFTMAX_F16 = 158,
-    TC_KERNEL_SOFTMAX_BF16 = 159,
-    TC_KERNEL_SWIGLU_F32 = 160,
-    TC_KERNEL_SWIGLU_F16 = 161,
-    TC_KERNEL_SWIGLU_BF16 = 162,
-    TC_KERNEL_COUNT = 163
+    TC_KERNEL_GATHER_COLUMNS_F32 = 46,
+    TC_KERNEL_GATHER_COLUMNS_F16 = 47,
+    TC_KERNEL_GATHER_COLUMNS_BF16 = 48,
+    TC_KERNEL_GEMM_TC_F16 = 49,
+    TC_KERNEL_GEMM_TC_BF16 = 50,
+    TC_KERNEL_GEMM_WG_F16 = 51,
+    TC_KERNEL_GEMM_WG_BF16 = 52,
+    TC_KERNEL_GEMM_F32 = 53,
+    TC_KERNEL_GEMM_F16 = 54,
+    TC_KERNEL_GEMM_BF16 = 55,
+    TC_KERNEL_HFQ_PACK = 56,
+    TC_KERNEL_IQ_DEQUANT = 57,
+    TC_KERNEL_LOGITS_MASK_F32 = 58,
+    TC_KERNEL_MATVEC_F32 = 59,
+    TC_KERNEL_MATVEC_F16 = 60,
+    TC_KERNEL_MATVEC_BF16 = 61,
+    TC_KERNEL_MATVEC1_F32 = 62,
+    TC_KERNEL_MATVEC1_F16 = 63,
+    TC_KERNEL_MATVEC1_BF16 = 64,
+    TC_KERNEL_MATVEC_MMA_F16 = 65,
+    TC_KERNEL_MATVEC_MMA_BF16 = 66,
+    TC_KERNEL_QREPACK = 67,
+    TC_KERNEL_QDEQUANT_F32 = 68,
+    TC_KERNEL_QDEQUANT_F16 = 69,
+    TC_KERNEL_QDEQUANT_BF16 = 70,
+    TC_KERNEL_QMATVEC_F32 = 71,
+    TC_KERNEL_QMV_Q4_0_F16 = 72,
+    TC_KERNEL_QMV_Q4_0_BF16 = 73,
+    TC_KERNEL_QMV_Q4_1_F16 = 74,
+    TC_KERNEL_QMV_Q4_1_G64_F16 = 75,
+    TC_KERNEL_QMV_Q4_1_BF16 = 76,
+    TC_KERNEL_QMV_Q4_1_G64_BF16 = 77,
+    TC_KERNEL_QMV_Q5_0_F16 = 78,
+    TC_KERNEL_QMV_Q5_0_BF16 = 79,
+    TC_KERNEL_QMV_Q5_1_F16 = 80,
+    TC_KERNEL_QMV_Q5_1_BF16 = 81,
+    TC_KERNEL_QMV_Q8_0_F16 = 82,
+    TC_KERNEL_QMV_Q8_0_BF16 = 83,
+    TC_KERNEL_QMV_Q2_K_F16 = 84,
+    TC_KERNEL_QMV_Q2_K_BF16 = 85,
+    TC_KERNEL_QMV_Q3_K_F16 = 86,
+    TC_KERNEL_QMV_Q3_K_BF16 = 87,
+    TC_KERNEL_QMV_Q4_K_F16 = 88,
+    TC_KERNEL_QMV_Q4_K_BF16 = 89,
+    TC_KERNEL_QMV_Q5_K_F16 = 90,
+    TC_KERNEL_QMV_Q5_K_BF16 = 91,
+    TC_KERNEL_QMV_Q6_K_F16 = 92,
+    TC_KERNEL_QMV_Q6_K_BF16 = 93,
+    TC_KERNEL_QMV1_Q4_0_BF16 = 94,
+    TC_KERNEL_QMV1_Q4_1_BF16 = 95,
+    TC_KERNEL_QMV1_Q4_1_G64_BF16 = 96,
+    TC_KERNEL_QMV1_Q5_0_BF16 = 97,
+    TC_KERNEL_QMV1_Q5_1_BF16 = 98,
+    TC_KERNEL_QMV1_Q5_K_BF16 = 99,
+    TC_KERNEL_QMV1_Q8_0_BF16 = 100,
+    TC_KERNEL_QMV1_Q4_K_BF16 = 101,
+    TC_KERNEL_QMV1_Q6_K_BF16 = 102,
+    TC_KERNEL_QMM_Q4_0_F16 = 103,
+    TC_KERNEL_QMM_Q4_0_BF16 = 104,
+    TC_KERNEL_QMM_Q4_1_F16 = 105,
+    TC_KERNEL_QMM_Q4_1_G64_F16 = 106,
+    TC_KERNEL_QMM_Q4_1_BF16 = 107,
+    TC_KERNEL_QMM_Q4_1_G64_BF16 = 108,
+    TC_KERNEL_QMM_Q5_0_F16 = 109,
+    TC_KERNEL_QMM_Q5_0_BF16 = 110,
+    TC_KERNEL_QMM_Q5_1_F16 = 111,
+    TC_KERNEL_QMM_Q5_1_BF16 = 112,
+    TC_KERNEL_QMM_Q8_0_F16 = 113,
+    TC_KERNEL_QMM_Q8_0_BF16 = 114,
+    TC_KERNEL_QMM_Q2_K_F16 = 115,
+    TC_KERNEL_QMM_Q2_K_BF16 = 116,
+    TC_KERNEL_QMM_Q3_K_F16 = 117,
+    TC_KERNEL_QMM_Q3_K_BF16 = 118,
+    TC_KERNEL_QMM_Q4_K_F16 = 119,
+    TC_KERNEL_QMM_Q4_K_BF16 = 120,
+    TC_KERNEL_QMM_Q5_K_F16 = 121,
+    TC_KERNEL_QMM_Q5_K_BF16 = 122,
+    TC_KERNEL_QMM_Q6_K_F16 = 123,
+    TC_KERNEL_QMM_Q6_K_BF16 = 124,
+    TC_KERNEL_QMM32_Q4_0_F16 = 125,
+    TC_KERNEL_QMM32_Q4_0_BF16 = 126,
+    TC_KERNEL_QMM32_Q4_1_F16 = 127,
+    TC_KERNEL_QMM32_Q4_1_G64_F16 = 128,
+    TC_KERNEL_QMM32_Q4_1_BF16 = 129,
+    TC_KERNEL_QMM32_Q4_1_G64_BF16 = 130,
+    TC_KERNEL_QMM32_Q5_0_F16 = 131,
+    TC_KERNEL_QMM32_Q5_0_BF16 = 132,
+    TC_KERNEL_QMM32_Q5_1_F16 = 133,
+    TC_KERNEL_QMM32_Q5_1_BF16 = 134,
+    TC_KERNEL_QMM32_Q8_0_F16 = 135,
+    TC_KERNEL_QMM32_Q8_0_BF16 = 136,
+    TC_KERNEL_QMM32_Q2_K_F16 = 137,
+    TC_KERNEL_QMM32_Q2_K_BF16 = 138,
+    TC_KERNEL_QMM32_Q3_K_F16 = 139,
+    TC_KERNEL_QMM32_Q3_K_BF16 = 140,
+    TC_KERNEL_QMM32_Q4_K_F16 = 141,
+    TC_KERNEL_QMM32_Q4_K_BF16 = 142,
+    TC_KERNEL_QMM32_Q5_K_F16 = 143,
+    TC_KERNEL_QMM32_Q5_K_BF16 = 144,
+    TC_KERNEL_QMM32_Q6_K_F16 = 145,
+    TC_KERNEL_QMM32_Q6_K_BF16 = 146,
+    TC_KERNEL_FILL_RANDOM_F32 = 147,
+    TC_KERNEL_FILL_RANDOM_F16 = 148,
+    TC_KERNEL_FILL_RANDOM_BF16 = 149,
+    TC_KERNEL_RMSNORM_F32 = 150,
+    TC_KERNEL_RMSNORM_F16 = 151,
+    TC_KERNEL_RMSNORM_BF16 = 152,
+    TC_KERNEL_ROPE_F32 = 153,
+    TC_KERNEL_ROPE_F16 = 154,
+    TC_KERNEL_ROPE_BF16 = 155,
+    TC_KERNEL_ROPE_F16_F8 = 156,
+    TC_KERNEL_ROPE_BF16_F8 = 157,
+    TC_KERNEL_SELFTEST_PARAMS = 158,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 159,
+    TC_KERNEL_SOFTMAX_F32 = 160,
+    TC_KERNEL_SOFTMAX_F16 = 161,
+    TC_KERNEL_SOFTMAX_BF16 = 162,
+    TC_KERNEL_SWIGLU_F32 = 163,
+    TC_KERNEL_SWIGLU_F16 = 164,
+    TC_KERNEL_SWIGLU_BF16 = 165,
+    TC_KERNEL_COUNT = 166
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -736,6 +739,39 @@ static inline tc_status tc_launch_embedding_bf16(tc_launch_config cfg, tc_bf16 *
     tc_launch_embedding_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const void *, void *, table), TC__KARG(int32_t, table_dtype), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, vocab), TC__KARG(int64_t, dim), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, table_row_bytes))
 #endif
 
+/* kernels/embedding.cu:74 tc_k_gather_columns_f32: out[r, i] = x[r, idx[i]] for i < n and each of gridDim.y rows (x k columns wide): x's columns in another order (a GPTQ act-order matrix's inputs); an index outside [0, k) gives NaN. */
+static inline tc_status tc_launch_gather_columns_f32(tc_launch_config cfg, float *out, const float *x, const int32_t *idx, int64_t n, int64_t k, int64_t out_stride, int64_t x_stride)
+{
+    void *args[] = {&out, &x, &idx, &n, &k, &out_stride, &x_stride};
+    return tc_launch_kernel(TC_KERNEL_GATHER_COLUMNS_F32, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_gather_columns_f32(cfg, out, x, idx, n, k, out_stride, x_stride) \
+    tc_launch_gather_columns_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const int32_t *, int32_t *, idx), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, x_stride))
+#endif
+
+/* kernels/embedding.cu:80 tc_k_gather_columns_f16 */
+static inline tc_status tc_launch_gather_columns_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const int32_t *idx, int64_t n, int64_t k, int64_t out_stride, int64_t x_stride)
+{
+    void *args[] = {&out, &x, &idx, &n, &k, &out_stride, &x_stride};
+    return tc_launch_kernel(TC_KERNEL_GATHER_COLUMNS_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_gather_columns_f16(cfg, out, x, idx, n, k, out_stride, x_stride) \
+    tc_launch_gather_columns_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const int32_t *, int32_t *, idx), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, x_stride))
+#endif
+
+/* kernels/embedding.cu:86 tc_k_gather_columns_bf16 */
+static inline tc_status tc_launch_gather_columns_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const int32_t *idx, int64_t n, int64_t k, int64_t out_stride, int64_t x_stride)
+{
+    void *args[] = {&out, &x, &idx, &n, &k, &out_stride, &x_stride};
+    return tc_launch_kernel(TC_KERNEL_GATHER_COLUMNS_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_gather_columns_bf16(cfg, out, x, idx, n, k, out_stride, x_stride) \
+    tc_launch_gather_columns_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const int32_t *, int32_t *, idx), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int64_t, x_stride))
+#endif
+
 /* kernels/gemm.cu:342 tc_k_gemm_tc_f16: Tensor-core product out[m, n] = x[m, k] w[n, k]^T: grid (ceil(n/128), ceil(m/128)), 256 threads, stages * 36864 bytes of dynamic shared memory (stages of 256 rows x 72 halves; 2 or 3 stages); k and x_stride multiples of 8, x and w 16-byte aligned. */
 static inline tc_status tc_launch_gemm_tc_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int64_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t stages)
 {
@@ -813,15 +849,15 @@ static inline tc_status tc_launch_gemm_bf16(tc_launch_config cfg, tc_bf16 *out, 
     tc_launch_gemm_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/hfpack.cu:45 tc_k_hfq_pack: Pack one quantised matrix of `out` rows and nb 32-element blocks a row into GGUF blocks at `blocks` (row j's block kb at (j nb + kb) times the block's bytes): type 0 q4_0 (every zero the midpoint 8: d = s), 1 q4_1 (d = s, m = -s z rounded to f16 once), 2 q8_0 (zero 128: q - 128), 3 q4_1_g64 (q4_1's d and m once for each 64 elements, then the two halves' nibble bytes; row j's 64-block kb / 2 at (j nb / 2 + kb / 2) times 36 bytes). Input k of output j is bits `bits` at bit bits ((k % kpack) + n) of word (k / kpack) wk + (j / jpack) wj of qw, n = 0, or AWQ's nibble of j % 8 (awq 1: jpack 8, kpack 1). Zeros (qz NULL: the midpoint) of group g, output j: word g zg + (j / zpack) zj at bits bits (j % zpack), AWQ's nibble order likewise, plus zero_offset. Scales (sc_type 0 f16, 1 bf16, 2 f32) at g sg + j sj. Block kb's group: g_idx[32 kb] where g_idx is given, else 32 kb / group (group <= 0: one group). A thread per block. */
-static inline tc_status tc_launch_hfq_pack(tc_launch_config cfg, uint8_t *blocks, int32_t type, int64_t out, int64_t nb, const uint32_t *qw, int64_t wk, int64_t wj, int32_t kpack, int32_t jpack, int32_t bits, int32_t awq, const uint32_t *qz, int64_t zg, int64_t zj, int32_t zpack, int32_t zero_offset, const void *sc, int32_t sc_type, int64_t sg, int64_t sj, const int32_t *g_idx, int64_t group)
+/* kernels/hfpack.cu:46 tc_k_hfq_pack: Pack one quantised matrix of `out` rows and nb 32-element blocks a row into GGUF blocks at `blocks` (row j's block kb at (j nb + kb) times the block's bytes): type 0 q4_0 (every zero the midpoint 8: d = s), 1 q4_1 (d = s, m = -s z rounded to f16 once), 2 q8_0 (zero 128: q - 128), 3 q4_1_g64 (q4_1's d and m once for each 64 elements, then the two halves' nibble bytes; row j's 64-block kb / 2 at (j nb / 2 + kb / 2) times 36 bytes). Input k of output j is bits `bits` at bit bits ((k % kpack) + n) of word (k / kpack) wk + (j / jpack) wj of qw, n = 0, or AWQ's nibble of j % 8 (awq 1: jpack 8, kpack 1). Zeros (qz NULL: the midpoint) of group g, output j: word g zg + (j / zpack) zj at bits bits (j % zpack), AWQ's nibble order likewise, plus zero_offset. Scales (sc_type 0 f16, 1 bf16, 2 f32) at g sg + j sj. Block kb's group: g_idx[32 kb] where g_idx is given, else 32 kb / group (group <= 0: one group). Act-order (perm given, with g_idx): the block's element e is input perm[32 kb + e] instead of 32 kb + e. A thread per block. */
+static inline tc_status tc_launch_hfq_pack(tc_launch_config cfg, uint8_t *blocks, int32_t type, int64_t out, int64_t nb, const uint32_t *qw, int64_t wk, int64_t wj, int32_t kpack, int32_t jpack, int32_t bits, int32_t awq, const uint32_t *qz, int64_t zg, int64_t zj, int32_t zpack, int32_t zero_offset, const void *sc, int32_t sc_type, int64_t sg, int64_t sj, const int32_t *g_idx, const int32_t *perm, int64_t group)
 {
-    void *args[] = {&blocks, &type, &out, &nb, &qw, &wk, &wj, &kpack, &jpack, &bits, &awq, &qz, &zg, &zj, &zpack, &zero_offset, &sc, &sc_type, &sg, &sj, &g_idx, &group};
+    void *args[] = {&blocks, &type, &out, &nb, &qw, &wk, &wj, &kpack, &jpack, &bits, &awq, &qz, &zg, &zj, &zpack, &zero_offset, &sc, &sc_type, &sg, &sj, &g_idx, &perm, &group};
     return tc_launch_kernel(TC_KERNEL_HFQ_PACK, &cfg, args);
 }
 #ifndef __cplusplus
-#define tc_launch_hfq_pack(cfg, blocks, type, out, nb, qw, wk, wj, kpack, jpack, bits, awq, qz, zg, zj, zpack, zero_offset, sc, sc_type, sg, sj, g_idx, group) \
-    tc_launch_hfq_pack((cfg), TC__KARG(uint8_t *, blocks), TC__KARG(int32_t, type), TC__KARG(int64_t, out), TC__KARG(int64_t, nb), TC__KARG_CONST(const uint32_t *, uint32_t *, qw), TC__KARG(int64_t, wk), TC__KARG(int64_t, wj), TC__KARG(int32_t, kpack), TC__KARG(int32_t, jpack), TC__KARG(int32_t, bits), TC__KARG(int32_t, awq), TC__KARG_CONST(const uint32_t *, uint32_t *, qz), TC__KARG(int64_t, zg), TC__KARG(int64_t, zj), TC__KARG(int32_t, zpack), TC__KARG(int32_t, zero_offset), TC__KARG_CONST(const void *, void *, sc), TC__KARG(int32_t, sc_type), TC__KARG(int64_t, sg), TC__KARG(int64_t, sj), TC__KARG_CONST(const int32_t *, int32_t *, g_idx), TC__KARG(int64_t, group))
+#define tc_launch_hfq_pack(cfg, blocks, type, out, nb, qw, wk, wj, kpack, jpack, bits, awq, qz, zg, zj, zpack, zero_offset, sc, sc_type, sg, sj, g_idx, perm, group) \
+    tc_launch_hfq_pack((cfg), TC__KARG(uint8_t *, blocks), TC__KARG(int32_t, type), TC__KARG(int64_t, out), TC__KARG(int64_t, nb), TC__KARG_CONST(const uint32_t *, uint32_t *, qw), TC__KARG(int64_t, wk), TC__KARG(int64_t, wj), TC__KARG(int32_t, kpack), TC__KARG(int32_t, jpack), TC__KARG(int32_t, bits), TC__KARG(int32_t, awq), TC__KARG_CONST(const uint32_t *, uint32_t *, qz), TC__KARG(int64_t, zg), TC__KARG(int64_t, zj), TC__KARG(int32_t, zpack), TC__KARG(int32_t, zero_offset), TC__KARG_CONST(const void *, void *, sc), TC__KARG(int32_t, sc_type), TC__KARG(int64_t, sg), TC__KARG(int64_t, sj), TC__KARG_CONST(const int32_t *, int32_t *, g_idx), TC__KARG_CONST(const int32_t *, int32_t *, perm), TC__KARG(int64_t, group))
 #endif
 
 /* kernels/iq.cu:208 tc_k_iq_dequant: out[i] = element i of n_blocks blocks of ggml type `type` (an IQ or TQ type: ggml type ids) in the file's layout at `blocks`, stored as out_dtype (DT_F32/F16/BF16 codes; rounding to nearest even). A thread per 32 elements, grid-stride (any grid size works). */

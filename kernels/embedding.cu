@@ -52,3 +52,40 @@ extern "C" __global__ void tc_k_embedding_bf16(__nv_bfloat16 *out, const void *t
     tc::await_inputs();
     embedding_cu::gather(out, table, table_dtype, ids, vocab, dim, out_stride, table_row_bytes);
 }
+
+namespace embedding_cu {
+
+template <typename T>
+__device__ void gather_columns(T *out, const T *x, const int32_t *idx, int64_t n, int64_t k, int64_t out_stride,
+                               int64_t x_stride)
+{
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (i >= n)
+        return;
+    const int32_t c = idx[i];
+    out[r * out_stride + i] = c >= 0 && c < k ? x[r * x_stride + c] : tc::from_f32<T>(__int_as_float(0x7fc00000));
+}
+
+} // namespace embedding_cu
+
+/** out[r, i] = x[r, idx[i]] for i < n and each of gridDim.y rows (x k columns wide): x's
+ *  columns in another order (a GPTQ act-order matrix's inputs); an index outside [0, k) gives
+ *  NaN. */
+extern "C" __global__ void tc_k_gather_columns_f32(float *out, const float *x, const int32_t *idx, int64_t n,
+                                                   int64_t k, int64_t out_stride, int64_t x_stride)
+{
+    tc::await_inputs();
+    embedding_cu::gather_columns(out, x, idx, n, k, out_stride, x_stride);
+}
+extern "C" __global__ void tc_k_gather_columns_f16(__half *out, const __half *x, const int32_t *idx, int64_t n,
+                                                   int64_t k, int64_t out_stride, int64_t x_stride)
+{
+    tc::await_inputs();
+    embedding_cu::gather_columns(out, x, idx, n, k, out_stride, x_stride);
+}
+extern "C" __global__ void tc_k_gather_columns_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const int32_t *idx,
+                                                    int64_t n, int64_t k, int64_t out_stride, int64_t x_stride)
+{
+    tc::await_inputs();
+    embedding_cu::gather_columns(out, x, idx, n, k, out_stride, x_stride);
+}

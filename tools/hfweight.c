@@ -42,6 +42,35 @@ static bool gpu_blocks(const tc_gguf_tensor *t, uint8_t **blocks)
     return true;
 }
 
+/* Columns of *w (t's shape) put back in the checkpoint's input order where the view holds the
+ * matrix's order ("blk.N.attn_q.in_perm" for "blk.N.attn_q.weight"); false if that is
+ * malformed. */
+static bool in_input_order(const tc_hf *hf, const char *name, const tc_gguf_tensor *t, float **w)
+{
+    char n[96];
+    size_t stem = strlen(name) > 7 ? strlen(name) - 7 : 0;
+    snprintf(n, sizeof n, "%.*s.in_perm", (int)stem, name);
+    const tc_gguf_tensor *p = tc_gguf_tensor_find(&hf->view, n);
+    if (!p)
+        return true;
+    uint64_t cols = t->dims[0], rows = t->n_elements / cols;
+    const int32_t *perm = p->data;
+    float *back = p->n_elements == cols ? malloc(t->n_elements * sizeof *back) : NULL;
+    if (!back)
+        return false;
+    for (uint64_t j = 0; j < rows; j++)
+        for (uint64_t i = 0; i < cols; i++) {
+            if (perm[i] < 0 || (uint64_t)perm[i] >= cols) {
+                free(back);
+                return false;
+            }
+            back[j * cols + (uint64_t)perm[i]] = (*w)[j * cols + i];
+        }
+    free(*w);
+    *w = back;
+    return true;
+}
+
 int main(int argc, char **argv)
 {
     bool cuda = argc == 5 && !strcmp(argv[4], "cuda");
@@ -82,6 +111,8 @@ int main(int argc, char **argv)
     else if (!out || !tc_dequantize(t->type, data, t->n_elements, out))
         fprintf(stderr, "hfweight: cannot dequantise %s (%s)\n", argv[2],
                 tc_ggml_type_name(t->type));
+    else if (!in_input_order(&hf, argv[2], t, &out))
+        fprintf(stderr, "hfweight: %s's input order is malformed\n", argv[2]);
     else if (!(f = fopen(argv[3], "wb")) ||
              fwrite(out, sizeof(float), t->n_elements, f) != t->n_elements)
         fprintf(stderr, "hfweight: cannot write %s\n", argv[3]);

@@ -243,6 +243,13 @@ static tc_status add_quantised(collect *c, bool packed)
         TC_TRY(view_add(c, l->gguf, 2, dims, l->type, l->data, l->bytes));
         if (!l->data)
             hf->view.tensors[hf->view.n_tensors - 1].packed = l;
+        if (l->perm) {
+            /* act-order: the inputs' order, "blk.N.attn_q.in_perm" beside "...attn_q.weight" */
+            char name[80];
+            size_t stem = strlen(l->gguf) - strlen(".weight");
+            snprintf(name, sizeof name, "%.*s.in_perm", (int)stem, l->gguf);
+            TC_TRY(view_add(c, name, 1, &l->in, TC_GGML_I32, l->perm, l->in * sizeof *l->perm));
+        }
     }
     if (packed) { /* the view points into the list from here on */
         hf->packed = c->quant.lin;
@@ -479,7 +486,7 @@ static tc_status open_dir(tc_hf *hf, const char *dir, bool packed)
         tc_host_free(hf->tokenizer_config);
         hf->tokenizer_config = NULL;
     }
-    c.names_cap = 64 * (size_t)(hf->cfg.n_layers * 12 + 8);
+    c.names_cap = 64 * (size_t)(hf->cfg.n_layers * 19 + 8);
     hf->names = tc_host_alloc(c.names_cap);
     if (!hf->names) {
         st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");

@@ -32,7 +32,10 @@ typedef struct tc_hf_quant {
     char format[24];           /* GPTQ checkpoint_format ("gptq", "gptq_v2"), AWQ version ("gemm")
                                   or compressed-tensors format ("pack-quantized") */
     uint32_t n_linear;         /* quantised matrices found */
-    uint32_t n_dequantised;    /* of which held as f32 (act-order, asymmetric 8-bit) */
+    uint32_t n_dequantised;    /* of which held as f32 (asymmetric 8-bit; act-order whose
+                                  groups are not whole blocks) */
+    uint32_t n_permuted;       /* of which held as blocks over inputs in group order
+                                  (act-order: the model gathers x's columns to match) */
     uint64_t checkpoint_bytes; /* their qweight, qzeros, scales and g_idx (compressed-tensors:
                                   weight_packed, _zero_point, _scale and _shape) */
     uint64_t held_bytes;       /* the same matrices as the loader holds them (their block types'

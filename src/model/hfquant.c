@@ -141,6 +141,7 @@ typedef struct reader {
     const tc__hfq_linear *l;
     const uint8_t *qw, *qz, *sc, *gi; /* gi NULL: groups of group_size inputs in order; qz NULL:
                                          symmetric compressed-tensors, zero 2^(bits - 1) */
+    const uint32_t *perm;             /* l->perm */
     tc_ggml_type sc_type;             /* f16 (GPTQ, AWQ), or bf16 or f32 (compressed-tensors) */
     uint64_t in, out, groups;
     uint64_t wk, wj; /* word w along the inputs of output j is qweight's word w wk + j wj */
@@ -166,6 +167,7 @@ static reader reader_of(const tc_hf_quant *cfg, const tc__hfq_linear *l)
     r.sc = l->part[TC__HFQ_SCALES].data;
     r.sc_type = l->part[TC__HFQ_SCALES].type;
     r.gi = cfg->method == TC_HF_QUANT_GPTQ ? l->part[TC__HFQ_G_IDX].data : NULL;
+    r.perm = l->perm;
     r.in = l->in;
     r.out = l->out;
     r.groups = l->groups;
@@ -186,6 +188,12 @@ static inline uint64_t group_of(const reader *r, uint64_t k)
     if (r->gi)
         return rd32(r->gi + 4 * k);
     return r->cfg->group_size < 0 ? 0 : k / (uint64_t)r->cfg->group_size;
+}
+
+/* The group of the blocks' input i (the checkpoint's input perm[i] under act-order). */
+static inline uint64_t block_group(const reader *r, uint64_t i)
+{
+    return group_of(r, r->perm ? r->perm[i] : i);
 }
 
 /* The zero point of output j in group g, the v1 offset added. compressed-tensors stores signed
@@ -378,9 +386,44 @@ static bool g64(const reader *r)
     if (!r->gi)
         return r->cfg->group_size < 0 || r->cfg->group_size % 64 == 0;
     for (uint64_t k = 0; k < l->in; k += 32)
-        if (group_of(r, k) != group_of(r, k / 64 * 64))
+        if (block_group(r, k) != block_group(r, k / 64 * 64))
             return false;
     return true;
+}
+
+/* Act-order (GPTQ's desc_act): g_idx gives each input a group that does not follow the input
+ * order. Sorted by group (stably: a counting sort), the inputs make whole 32-element blocks of
+ * one group when every group holds a multiple of 32 of them, as GPTQ's groups of group_size do:
+ * then l->perm takes that order (the blocks hold the weights of inputs perm[0], perm[1], ...,
+ * and the model gathers x's columns in the same order) and this returns NULL, else the reason
+ * the matrix stays f32. */
+static const char *group_order(tc__hfq_linear *l, reader *r)
+{
+    uint32_t *count = tc_host_calloc(l->groups + 1, sizeof *count);
+    uint32_t *perm = tc_host_alloc(l->in * sizeof *perm);
+    if (!count || !perm) {
+        tc_host_free(count);
+        tc_host_free(perm);
+        return "no host memory to order an act-order matrix's inputs";
+    }
+    for (uint64_t k = 0; k < l->in; k++)
+        count[group_of(r, k) + 1]++;
+    const char *why = NULL;
+    for (uint64_t g = 0; g < l->groups && !why; g++) {
+        if (count[g + 1] % 32)
+            why = "act-order: g_idx groups that are not whole 32-element blocks";
+        count[g + 1] += count[g];
+    }
+    for (uint64_t k = 0; k < l->in && !why; k++)
+        perm[count[group_of(r, k)]++] = (uint32_t)k;
+    tc_host_free(count);
+    if (why) {
+        tc_host_free(perm);
+        return why;
+    }
+    l->perm = perm;
+    r->perm = perm;
+    return NULL;
 }
 
 /* The type a checked matrix is held in: blocks when every 32 inputs share a group (q4_0 when
@@ -393,9 +436,11 @@ static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
     if (l->in % 32) {
         l->why = "rows that are not whole 32-element blocks";
     } else if (r.gi) {
-        for (uint64_t k = 0; k < l->in && !l->why; k++)
-            if (group_of(&r, k) != group_of(&r, k / 32 * 32))
-                l->why = "act-order: g_idx groups that are not whole 32-element blocks";
+        bool in_order = true;
+        for (uint64_t k = 0; k < l->in && in_order; k++)
+            in_order = group_of(&r, k) == group_of(&r, k / 32 * 32);
+        if (!in_order)
+            l->why = group_order(l, &r);
     }
     /* bf16 and f32 scales become q4/q8 blocks' f16 d only where that is exact. */
     if (r.sc_type != TC_GGML_F16)
@@ -429,6 +474,10 @@ static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
         l->type = TC_GGML_F32, l->why = "q4_1's minimum -s z overflows f16";
     else
         l->type = g64(&r) ? TC_GGML_Q4_1_G64 : TC_GGML_Q4_1;
+    if (l->type == TC_GGML_F32) {
+        tc_host_free(l->perm);
+        l->perm = NULL;
+    }
     uint64_t be, bb;
     tc_ggml_type_block(l->type, &be, &bb);
     l->bytes = l->in * l->out / be * bb;
@@ -576,6 +625,41 @@ static void awq4(const reader *r, uint64_t j0, uint64_t j1)
     }
 }
 
+/* Act-order matrices (l->perm), any block type, rows j0..j1: block kb's 32 values are the
+ * checkpoint's inputs perm[32 kb ..], read one at a time; the nibbles and bytes as above. */
+static void permuted(const reader *r, uint64_t j0, uint64_t j1)
+{
+    const tc__hfq_linear *l = r->l;
+    bool q8 = l->type == TC_GGML_Q8_0, q41 = l->type == TC_GGML_Q4_1 || l->type == TC_GGML_Q4_1_G64;
+    uint64_t nb = l->in / 32, last = UINT64_MAX;
+    uint16_t s[ROWS_PER_ITEM], m[ROWS_PER_ITEM];
+    for (uint64_t kb = 0; kb < nb; kb++) {
+        const uint32_t *src = r->perm + 32 * kb;
+        uint64_t g = group_of(r, src[0]);
+        if (g != last)
+            group_scales(r, q41, g, j0, j1, s, m);
+        last = g;
+        for (uint64_t j = j0; j < j1; j++) {
+            uint8_t q[32];
+            for (int e = 0; e < 32; e++)
+                q[e] = (uint8_t)q_of(r, src[e], j);
+            if (q8) {
+                uint8_t *b = (uint8_t *)l->data + (j * nb + kb) * 34;
+                wr16(b, s[j - j0]);
+                for (int e = 0; e < 32; e++)
+                    b[2 + e] = q[e] ^ 0x80;
+                continue;
+            }
+            uint8_t *qs, *b = block_of(l, j, kb, &qs);
+            wr16(b, s[j - j0]);
+            if (q41)
+                wr16(b + 2, m[j - j0]);
+            for (int e = 0; e < 16; e++)
+                qs[e] = (uint8_t)(q[e] | q[e + 16] << 4);
+        }
+    }
+}
+
 /* Any layout to f32 [out, in]: s (q - z), exact in f32 for f16 and bf16 scales (11 or 8 by at
  * most 9 significant bits), rounded once for f32 ones. */
 static void to_f32(const reader *r, uint64_t j0, uint64_t j1)
@@ -611,6 +695,8 @@ static void *worker(void *arg)
                  j1 = j0 + ROWS_PER_ITEM < l->out ? j0 + ROWS_PER_ITEM : l->out;
         if (l->type == TC_GGML_F32)
             to_f32(&r, j0, j1);
+        else if (l->perm)
+            permuted(&r, j0, j1);
         else if (l->type == TC_GGML_Q8_0)
             packed8(&r, j0, j1);
         else if (w->cfg->method == TC_HF_QUANT_AWQ)
@@ -666,6 +752,7 @@ tc_status tc__hfq_pack_device(const tc__hfq_linear *l, tc_tensor *t, int64_t row
         .sc_bytes = p[TC__HFQ_SCALES].bytes,
         .g_idx = r.gi,
         .g_idx_bytes = r.gi ? p[TC__HFQ_G_IDX].bytes : 0,
+        .perm = l->perm,
         .wk = awq ? (int64_t)(l->out / 8) : (int64_t)r.wk,
         .wj = (int64_t)r.wj,
         .zg = awq ? (int64_t)p[TC__HFQ_QZEROS].dims[1] : (int64_t)r.zg,
@@ -686,6 +773,15 @@ tc_status tc__hfq_pack_device(const tc__hfq_linear *l, tc_tensor *t, int64_t row
     return tc__quant_pack(t, row0, &d);
 }
 
+/* The act-order matrices' input orders (choose's allocations) freed. */
+static void free_orders(tc__hfq *q)
+{
+    for (size_t i = 0; i < q->n; i++) {
+        tc_host_free(q->lin[i].perm);
+        q->lin[i].perm = NULL;
+    }
+}
+
 tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, bool packed, void **buffer)
 {
     *buffer = NULL;
@@ -693,7 +789,11 @@ tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, bool packed, void **buffer
     const char *why = NULL;
     for (size_t i = 0; i < q->n; i++) {
         tc__hfq_linear *l = &q->lin[i];
-        TC_TRY(check(cfg, l));
+        tc_status st = check(cfg, l);
+        if (st != TC_OK) {
+            free_orders(q);
+            return st;
+        }
         choose(cfg, l);
         l->cfg = cfg;
         for (int p = 0; p < TC__HFQ_PARTS; p++)
@@ -701,6 +801,12 @@ tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, bool packed, void **buffer
         cfg->held_bytes += l->bytes;
         if (!packed || l->type == TC_GGML_F32)
             total += (l->bytes + 63) / 64 * 64;
+        /* (the input order lives in the buffer beside the blocks: the view points at it) */
+        if (l->perm) {
+            total += (l->in * sizeof *l->perm + 63) / 64 * 64;
+            cfg->held_bytes += l->in * sizeof *l->perm;
+            cfg->n_permuted++;
+        }
         if (l->type == TC_GGML_F32) {
             cfg->n_dequantised++;
             f32_bytes += l->bytes;
@@ -715,6 +821,7 @@ tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, bool packed, void **buffer
     if (!buf || !first) {
         tc_host_free(buf);
         tc_host_free(first);
+        free_orders(q);
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, OP,
                             "no host memory to repack %llu bytes of quantised weights",
                             (unsigned long long)total);
@@ -722,14 +829,25 @@ tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, bool packed, void **buffer
     uint64_t off = 0;
     first[0] = 0;
     for (size_t i = 0; i < q->n; i++) {
-        bool skip = packed && q->lin[i].type != TC_GGML_F32;
-        q->lin[i].data = skip ? NULL : buf + off;
-        off += skip ? 0 : (q->lin[i].bytes + 63) / 64 * 64;
-        first[i + 1] = first[i] + (skip ? 0 : (q->lin[i].out + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM);
+        tc__hfq_linear *l = &q->lin[i];
+        bool skip = packed && l->type != TC_GGML_F32;
+        l->data = skip ? NULL : buf + off;
+        off += skip ? 0 : (l->bytes + 63) / 64 * 64;
+        first[i + 1] = first[i] + (skip ? 0 : (l->out + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM);
+        if (l->perm) {
+            memcpy(buf + off, l->perm, l->in * sizeof *l->perm);
+            tc_host_free(l->perm);
+            l->perm = (uint32_t *)(void *)(buf + off);
+            off += (l->in * sizeof *l->perm + 63) / 64 * 64;
+        }
     }
     run_workers(cfg, q, first);
     tc_host_free(first);
     *buffer = buf;
+    if (cfg->n_permuted)
+        TC_INFO("%s: %u of %u quantised matrices in activation order (desc_act): held as blocks "
+                "over their inputs sorted by group, x's columns gathered to match",
+                method_name(cfg), cfg->n_permuted, cfg->n_linear);
     if (cfg->n_dequantised)
         TC_INFO("%s: %u of %u quantised matrices dequantised to f32 on the host at load (%s; "
                 "%.1f MiB) and placed as float weights",

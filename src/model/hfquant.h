@@ -26,6 +26,8 @@ typedef struct tc__hfq_linear {
     uint64_t in, out, groups;          /* inputs (k), outputs (rows), scale groups */
     tc_ggml_type type;                 /* q4_0, q4_1, q4_1_g64, q8_0 or f32 */
     const char *why;                   /* why it is f32, or NULL */
+    uint32_t *perm;                    /* act-order: block input i is the checkpoint's input
+                                          perm[i] (its groups in order); NULL: in order */
     void *data;                        /* [out, in] in `type`, inside the repacking buffer;
                                           NULL where left packed for the loader */
     uint64_t bytes;

@@ -462,6 +462,17 @@ static tc_status alloc_scratch(tc_llama *m)
         TC_TRY(tc_tensor_init(&s->qkv, b, m->act, TC_SHAPE(T, qd + 2 * kvd)));
     if (fused_gu)
         TC_TRY(tc_tensor_init(&s->gu, b, m->act, TC_SHAPE(T, 2 * (int64_t)c->ffn_dim)));
+    bool ordered = false;
+    for (int l = 0; l < c->n_layers; l++) {
+        const tc_llama_layer *y = &m->layers[l];
+        ordered |= y->in_q.data || y->in_k.data || y->in_v.data || y->in_o.data ||
+                   y->in_gate.data || y->in_up.data || y->in_down.data;
+    }
+    if (ordered) {
+        int64_t w = c->dim > qd ? c->dim : qd;
+        w = w > c->ffn_dim ? w : c->ffn_dim;
+        TC_TRY(tc_tensor_init(&s->xp, b, m->act, TC_SHAPE(T, w)));
+    }
     if (tc_backend_get_kind(b) == TC_BACKEND_CUDA) {
         /* Decode attention keeps partial results in the ops' workspace; sizing it now for the
          * largest batch keeps it from moving under captured graphs. The split count never
@@ -540,6 +551,50 @@ static int held_dtype(const loader *L, const char *name)
 
 /* On CUDA, make `whole` [sum rows, cols] and parts[i] its row blocks when the n tensors
  * names[i] are held in one dtype; otherwise leave everything unset (placed one by one). */
+/* GPTQ act-order: the order of weight `name`'s inputs ("blk.N.attn_q.in_perm" beside
+ * "blk.N.attn_q.weight"), or NULL where they are in order. */
+static const tc_gguf_tensor *input_order(const loader *L, const char *name)
+{
+    char n[80];
+    size_t stem = strlen(name) - strlen(".weight"); /* (every weight's name ends so) */
+    snprintf(n, sizeof n, "%.*s.in_perm", (int)stem, name);
+    return L->g ? tc_gguf_tensor_find(L->g, n) : NULL;
+}
+
+/* Whether weights a and b take x's columns in the same order. */
+static bool same_order(const loader *L, const char *a, const char *b)
+{
+    const tc_gguf_tensor *oa = input_order(L, a), *ob = input_order(L, b);
+    if (!oa || !ob)
+        return !oa && !ob;
+    return oa->bytes == ob->bytes && !memcmp(oa->data, ob->data, oa->bytes);
+}
+
+/* Place weight `name`'s input order (k inputs) in t, where it has one (t->data stays NULL
+ * otherwise). */
+static tc_status place_order(loader *L, const char *name, int64_t k, tc_tensor *t)
+{
+    const char *op = "tc_llama_load";
+    const tc_gguf_tensor *gt = input_order(L, name);
+    if (!gt)
+        return TC_OK;
+    if (L->plan)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "%s holds its inputs in GPTQ's activation order (desc_act), which "
+                            "tensor parallelism does not split",
+                            name);
+    if (gt->type != TC_GGML_I32 || gt->n_elements != (uint64_t)k || gt->bytes != 4 * (uint64_t)k)
+        return tc_set_error(TC_ERR_PARSE, op, "%s's input order is not I32 [%lld]", name,
+                            (long long)k);
+    const int32_t *v = gt->data;
+    for (int64_t i = 0; i < k; i++)
+        if (v[i] < 0 || v[i] >= k)
+            return tc_set_error(TC_ERR_PARSE, op, "%s's input order holds %d, outside 0..%lld",
+                                name, v[i], (long long)(k - 1));
+    return tc_tensor_init_from_host(t, L->m->backend, TC_DTYPE_I32, TC_SHAPE(k), gt->data,
+                                    gt->bytes);
+}
+
 static tc_status fuse(loader *L, int n, const char *const *names, const int64_t *rows, int64_t cols,
                       tc_tensor *whole, tc_tensor *const *parts)
 {
@@ -549,7 +604,7 @@ static tc_status fuse(loader *L, int n, const char *const *names, const int64_t 
     int dt = held_dtype(L, names[0]);
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
-        if (dt < 0 || held_dtype(L, names[i]) != dt)
+        if (dt < 0 || held_dtype(L, names[i]) != dt || !same_order(L, names[0], names[i]))
             return TC_OK;
         total += rows[i];
     }
@@ -669,6 +724,17 @@ static tc_status load(loader *L)
         PLACE(w_up, "ffn_up", FFN_OUT, G->ffn_dim, c->dim);
         PLACE(w_down, "ffn_down", FFN_IN, c->dim, G->ffn_dim);
 #undef PLACE
+#define ORDER(field, gname, k)                           \
+    snprintf(n, sizeof n, "blk.%d." gname ".weight", l); \
+    TC_TRY(place_order(L, n, k, &y->field))
+        ORDER(in_q, "attn_q", c->dim);
+        ORDER(in_k, "attn_k", c->dim);
+        ORDER(in_v, "attn_v", c->dim);
+        ORDER(in_o, "attn_output", gqd);
+        ORDER(in_gate, "ffn_gate", c->dim);
+        ORDER(in_up, "ffn_up", c->dim);
+        ORDER(in_down, "ffn_down", G->ffn_dim);
+#undef ORDER
     }
     TC_TRY(place(L, "output_norm.weight", TC__SHARD_WHOLE, 0, c->dim, &m->out_norm));
     TC_TRY(fold_norms(m));
@@ -880,10 +946,11 @@ void tc_llama_destroy(tc_llama *m)
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layers; l++) {
             tc_llama_layer *y = &m->layers[l];
-            tc_tensor *ts[] = { &y->attn_norm, &y->wq,       &y->wk,     &y->wv,
-                                &y->wo,        &y->ffn_norm, &y->w_gate, &y->w_up,
-                                &y->w_down,    &y->wqkv,     &y->w_gu,   &y->bqkv,
-                                &y->bq,        &y->bk,       &y->bv,     &y->wqk };
+            tc_tensor *ts[] = { &y->attn_norm, &y->wq,     &y->wk,     &y->wv,     &y->wo,
+                                &y->ffn_norm,  &y->w_gate, &y->w_up,   &y->w_down, &y->wqkv,
+                                &y->w_gu,      &y->bqkv,   &y->bq,     &y->bk,     &y->bv,
+                                &y->wqk,       &y->in_q,   &y->in_k,   &y->in_v,   &y->in_o,
+                                &y->in_gate,   &y->in_up,  &y->in_down };
             for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
                 tc_tensor_deinit(ts[i]);
         }
@@ -896,7 +963,7 @@ void tc_llama_destroy(tc_llama *m)
                         &s->v,       &s->o,        &s->gate,      &s->up,          &s->last,
                         &s->lastf,   &s->logits,   &s->ids,       &s->pos,         &s->slots,
                         &s->q_start, &s->seq_lens, &s->last_rows, &s->block_table, &s->index,
-                        &s->qkv,     &s->gu };
+                        &s->qkv,     &s->gu,       &s->xp };
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
         tc_tensor_deinit(ts[i]);
     drop_graphs(m);
@@ -1112,6 +1179,19 @@ static tc_status upload_batch(tc_llama *m, const tc_llama_batch *b, int64_t S, i
     return tc_tensor_copy_from_host(&v, h, n * sizeof(int32_t));
 }
 
+/* A product's input: x itself, or, for a GPTQ act-order matrix (order: its in_ tensor), x's
+ * columns in the order of the matrix's inputs, gathered into the scratch xp. */
+static tc_status ordered(tc_llama *m, const tc_tensor *x, const tc_tensor *order, tc_tensor *xp)
+{
+    if (!order->data) {
+        *xp = *x;
+        return TC_OK;
+    }
+    TC_TRY(
+        tc_tensor_wrap(xp, m->backend, x->dtype, TC_SHAPE(x->shape[0], x->shape[1]), m->s.xp.data));
+    return tc_gather_columns(xp, x, order);
+}
+
 /* The ops of one forward pass over T rows of S sequences whose block table is W wide, on the
  * index arrays already uploaded: nothing here touches the host, so a CUDA graph can hold it.
  * With comm (a rank of a tensor-parallel model: tc__llama_pass), m holds the rank's shard and
@@ -1132,7 +1212,7 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
               qs = rows(&s->q_start, S + 1), lens = rows(&s->seq_lens, S),
               last_rows = rows(&s->last_rows, S);
     tc_tensor q3, k3, v3, att3, fq3, fk3, fv3, gq3, gk3, qkv = { 0 }, qk = { 0 }, gu = { 0 }, fg,
-                                                         fu;
+                                                         fu, xp;
     tc_status st;
     TC_CHECK(st, tc_tensor_reshape(&q, TC_SHAPE(T, c->n_heads, c->head_dim), &q3));
     TC_CHECK(st, tc_tensor_reshape(&k, TC_SHAPE(T, c->n_kv_heads, c->head_dim), &k3));
@@ -1220,7 +1300,10 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             (y->wqkv.data ? tc_dtype_is_block(y->wqkv.dtype)
                           : tc_dtype_is_block(y->wq.dtype) && tc_dtype_is_block(y->wk.dtype) &&
                                 tc_dtype_is_block(y->wv.dtype));
-        bool in_product = fused && (y->norms_folded || quant_in);
+        /* (GPTQ act-order matrices take x's columns gathered after the norm) */
+        bool ordered_in =
+            y->in_q.data || y->in_k.data || y->in_v.data || y->in_gate.data || y->in_up.data;
+        bool in_product = fused && (y->norms_folded || quant_in) && !ordered_in;
         const tc_tensor *attn_norm = y->norms_folded ? NULL : &y->attn_norm,
                         *ffn_norm = y->norms_folded ? NULL : &y->ffn_norm;
         tc_linear_opts normed_l = normed, normed_swiglu_l = normed_swiglu;
@@ -1243,10 +1326,12 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             lk = &fk3;
             lv = &fv3;
         } else if (y->wqkv.data) {
-            if (in_product)
+            if (in_product) {
                 TC_CHECK(st, tc_linear(&qkv, &x, &y->wqkv, &normed_l));
-            else
-                TC_CHECK(st, tc_matmul(&qkv, &h, &y->wqkv));
+            } else {
+                TC_CHECK(st, ordered(m, &h, &y->in_q, &xp));
+                TC_CHECK(st, tc_matmul(&qkv, &xp, &y->wqkv));
+            }
             if (c->qkv_bias)
                 TC_CHECK(st, tc_add_bias(&qkv, &y->bqkv));
             lq = &fq3;
@@ -1256,23 +1341,29 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             /* (q, k and v of different types: in a decode step each product normalises x; q
              * and k in one where they share a type) */
             if (y->wqk.data) {
-                if (in_product)
+                if (in_product) {
                     TC_CHECK(st, tc_linear(&qk, &x, &y->wqk, &normed_l));
-                else
-                    TC_CHECK(st, tc_matmul(&qk, &h, &y->wqk));
+                } else {
+                    TC_CHECK(st, ordered(m, &h, &y->in_q, &xp));
+                    TC_CHECK(st, tc_matmul(&qk, &xp, &y->wqk));
+                }
                 lq = &gq3;
                 lk = &gk3;
             } else if (in_product) {
                 TC_CHECK(st, tc_linear(&q, &x, &y->wq, &normed_l));
                 TC_CHECK(st, tc_linear(&k, &x, &y->wk, &normed_l));
             } else {
-                TC_CHECK(st, tc_matmul(&q, &h, &y->wq));
-                TC_CHECK(st, tc_matmul(&k, &h, &y->wk));
+                TC_CHECK(st, ordered(m, &h, &y->in_q, &xp));
+                TC_CHECK(st, tc_matmul(&q, &xp, &y->wq));
+                TC_CHECK(st, ordered(m, &h, &y->in_k, &xp));
+                TC_CHECK(st, tc_matmul(&k, &xp, &y->wk));
             }
-            if (in_product)
+            if (in_product) {
                 TC_CHECK(st, tc_linear(&v, &x, &y->wv, &normed_l));
-            else
-                TC_CHECK(st, tc_matmul(&v, &h, &y->wv));
+            } else {
+                TC_CHECK(st, ordered(m, &h, &y->in_v, &xp));
+                TC_CHECK(st, tc_matmul(&v, &xp, &y->wv));
+            }
             if (c->qkv_bias) {
                 TC_CHECK(st, tc_add_bias(&q, &y->bq));
                 TC_CHECK(st, tc_add_bias(&k, &y->bk));
@@ -1304,7 +1395,8 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
                                                  &pqs, scale, &kvo));
         }
         if (fused) {
-            TC_CHECK(st, tc_linear(&x, &att, &y->wo, part));
+            TC_CHECK(st, ordered(m, &att, &y->in_o, &xp));
+            TC_CHECK(st, tc_linear(&x, &xp, &y->wo, part));
             if (comm)
                 TC_CHECK(st, tc_comm_all_reduce_sum(comm, &x));
             if (in_product) {
@@ -1312,31 +1404,40 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             } else {
                 TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, ffn_norm, c->norm_eps));
                 if (y->w_gu.data) {
-                    TC_CHECK(st, tc_linear(&gate, &h, &y->w_gu, &swiglu));
+                    TC_CHECK(st, ordered(m, &h, &y->in_gate, &xp));
+                    TC_CHECK(st, tc_linear(&gate, &xp, &y->w_gu, &swiglu));
                 } else {
-                    TC_CHECK(st, tc_matmul(&gate, &h, &y->w_gate));
-                    TC_CHECK(st, tc_matmul(&up, &h, &y->w_up));
+                    TC_CHECK(st, ordered(m, &h, &y->in_gate, &xp));
+                    TC_CHECK(st, tc_matmul(&gate, &xp, &y->w_gate));
+                    TC_CHECK(st, ordered(m, &h, &y->in_up, &xp));
+                    TC_CHECK(st, tc_matmul(&up, &xp, &y->w_up));
                     TC_CHECK(st, tc_swiglu(&gate, &gate, &up));
                 }
             }
-            TC_CHECK(st, tc_linear(&x, &gate, &y->w_down, part));
+            TC_CHECK(st, ordered(m, &gate, &y->in_down, &xp));
+            TC_CHECK(st, tc_linear(&x, &xp, &y->w_down, part));
             if (comm)
                 TC_CHECK(st, tc_comm_all_reduce_sum(comm, &x));
             continue;
         }
-        TC_CHECK(st, tc_matmul(&o, &att, &y->wo));
+        TC_CHECK(st, ordered(m, &att, &y->in_o, &xp));
+        TC_CHECK(st, tc_matmul(&o, &xp, &y->wo));
         if (comm)
             TC_CHECK(st, tc_comm_all_reduce_sum(comm, &o));
         TC_CHECK(st, tc_rmsnorm(&h, &x, &o, ffn_norm, c->norm_eps));
         if (y->w_gu.data) {
-            TC_CHECK(st, tc_matmul(&gu, &h, &y->w_gu));
+            TC_CHECK(st, ordered(m, &h, &y->in_gate, &xp));
+            TC_CHECK(st, tc_matmul(&gu, &xp, &y->w_gu));
             TC_CHECK(st, tc_swiglu(&gate, &fg, &fu));
         } else {
-            TC_CHECK(st, tc_matmul(&gate, &h, &y->w_gate));
-            TC_CHECK(st, tc_matmul(&up, &h, &y->w_up));
+            TC_CHECK(st, ordered(m, &h, &y->in_gate, &xp));
+            TC_CHECK(st, tc_matmul(&gate, &xp, &y->w_gate));
+            TC_CHECK(st, ordered(m, &h, &y->in_up, &xp));
+            TC_CHECK(st, tc_matmul(&up, &xp, &y->w_up));
             TC_CHECK(st, tc_swiglu(&gate, &gate, &up));
         }
-        TC_CHECK(st, tc_matmul(&o, &gate, &y->w_down));
+        TC_CHECK(st, ordered(m, &gate, &y->in_down, &xp));
+        TC_CHECK(st, tc_matmul(&o, &xp, &y->w_down));
         if (comm)
             TC_CHECK(st, tc_comm_all_reduce_sum(comm, &o));
     }

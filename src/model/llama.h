@@ -50,6 +50,10 @@ typedef struct tc_llama_layer {
      * decode step normalises inside those products (tc_linear_opts.rms_norm) and longer
      * passes norm without a weight. */
     bool norms_folded;
+    /* GPTQ act-order matrices hold their inputs sorted by group: the order (I32 [k]) in which
+     * each one's product takes x's columns (data NULL: x as it is). Fused matrices (wqkv, wqk,
+     * w_gu) are made only of parts with the same order, their first part's. */
+    tc_tensor in_q, in_k, in_v, in_o, in_gate, in_up, in_down;
 } tc_llama_layer;
 
 /* Scratch of one forward pass, sized for max_tokens rows and max_seqs sequences. */
@@ -62,6 +66,8 @@ typedef struct tc_llama_scratch {
     tc_tensor o;                   /* [T, dim] projection outputs */
     tc_tensor gate, up;            /* [T, ffn_dim] */
     tc_tensor qkv, gu;             /* [T, ...] outputs of the fused products (when fused) */
+    tc_tensor xp;                  /* [T, widest input]: x's columns in an act-order matrix's
+                                      order (when a layer has one) */
     tc_tensor last;                /* [S, dim] each sequence's last row (activation dtype) */
     tc_tensor lastf;               /* [S, dim] f32 */
     tc_tensor logits;              /* [S, vocab] f32 */

@@ -80,3 +80,59 @@ tc_status tc_embedding(tc_tensor *out, const tc_tensor *table, const tc_tensor *
 #undef LAUNCH
     return st;
 }
+
+tc_status tc_gather_columns(tc_tensor *out, const tc_tensor *x, const tc_tensor *idx)
+{
+    const char *op = "tc_gather_columns";
+    TC_TRY(tc__check_dtype(op, "out", out, TC__FLOATS));
+    TC_TRY(tc__check_dtype(op, "x", x, TC__MASK(out->dtype)));
+    TC_TRY(tc__check_dtype(op, "idx", idx, TC__MASK(TC_DTYPE_I32)));
+    TC_TRY(tc__check_ndim(op, "out", out, 2));
+    TC_TRY(tc__check_ndim(op, "x", x, 2));
+    TC_TRY(tc__check_ndim(op, "idx", idx, 1));
+    TC_TRY(tc__check_dim(op, "out", out, 0, x->shape[0], "x's rows"));
+    TC_TRY(tc__check_dim(op, "out", out, 1, idx->shape[0], "one column per index"));
+    TC_TRY(tc__check_same_backend(op, out, x));
+    TC_TRY(tc__check_same_backend(op, out, idx));
+    TC_TRY(tc__check_rows_dense(op, "out", out));
+    TC_TRY(tc__check_rows_dense(op, "x", x));
+    if (!tc_tensor_is_contiguous(idx))
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "idx must be contiguous");
+    int64_t m = x->shape[0], n = idx->shape[0], k = x->shape[1];
+    size_t es = tc_dtype_bytes(x->dtype, 1);
+    const char *o0 = out->data, *o1 = o0 + (size_t)(m ? (m - 1) * out->stride[0] + n : 0) * es,
+               *x0 = x->data, *x1 = x0 + (size_t)(m ? (m - 1) * x->stride[0] + k : 0) * es;
+    if (m && n && k && o0 < x1 && x0 < o1)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "out overlaps x");
+    if (m == 0 || n == 0)
+        return TC_OK;
+    tc_backend *b = out->backend;
+    if (b->kind == TC_BACKEND_CPU) {
+        const int32_t *id = idx->data;
+        for (int64_t i = 0; i < n; i++)
+            if (id[i] < 0 || id[i] >= k)
+                return tc_set_error(TC_ERR_INVALID_ARGUMENT, op,
+                                    "idx[%lld] = %d is outside x's columns [0, %lld)", (long long)i,
+                                    id[i], (long long)k);
+        for (int64_t r = 0; r < m; r++) {
+            const char *src = tc__row(x, r);
+            char *dst = tc__row(out, r);
+            for (int64_t i = 0; i < n; i++)
+                memcpy(dst + (size_t)i * es, src + (size_t)id[i] * es, es);
+        }
+        return TC_OK;
+    }
+    if (m > 65535)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, op, "%lld rows: at most 65535 at a time",
+                            (long long)m);
+    tc_status st;
+    tc_launch_config cfg = tc__cfg(b, (unsigned)((n + 255) / 256), 256, 0);
+    cfg.grid.y = (unsigned)m;
+#define LAUNCH(sfx)                                                                   \
+    tc_launch_gather_columns_##sfx(cfg, TC__DEV(T, out), TC__DEV(const T, x),         \
+                                   TC__DEV(const int32_t, idx), n, k, out->stride[0], \
+                                   x->stride[0])
+    TC__BY_DTYPE(st, out->dtype, LAUNCH);
+#undef LAUNCH
+    return st;
+}

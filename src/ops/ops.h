@@ -20,6 +20,11 @@ struct tc_attention_opts; /* options of the attention ops, below */
  * q4_0; ids [n] i32. An id outside [0, vocab) is an error on the CPU; on CUDA (where ids are
  * not read by the host) its row is filled with NaN so that it cannot pass unnoticed. */
 TC_API tc_status tc_embedding(tc_tensor *out, const tc_tensor *table, const tc_tensor *ids);
+/* out [m, n] = x [m, k] with its columns in idx's order: out[r, i] = x[r, idx[i]] (idx I32 [n],
+ * each in [0, k); out and x of one float dtype, dense rows, not overlapping). The inputs of a
+ * GPTQ act-order matrix, held in group order, are x's columns gathered so. On the CPU an index
+ * outside x is an error; on CUDA its column is NaN. */
+TC_API tc_status tc_gather_columns(tc_tensor *out, const tc_tensor *x, const tc_tensor *idx);
 
 /* RMSNorm (Zhang & Sennrich, 2019), fused with the residual add of a transformer block: with
  * `residual`, first residual += x, then out = residual / sqrt(mean(residual^2) + eps) * weight;

@@ -130,6 +130,51 @@ static void embedding(rng_t *r)
         }
 }
 
+/* x's columns in a random order (a GPTQ act-order matrix's inputs), one row to 70 of rows
+ * strided or not. */
+static void gather_columns(rng_t *r)
+{
+    const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F32, TC_DTYPE_F16 };
+    const struct {
+        int64_t m, k, width;
+    } shapes[] = { { 1, 4096, 4096 }, { 7, 11008, 11008 }, { 70, 4096, 4160 } };
+    for (int di = 0; di < 3; di++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int64_t m = shapes[si].m, k = shapes[si].k, w = shapes[si].width;
+            tc_tensor gw, cw, gx, cx, gi, ci, go, co;
+            double *xv = twin(r, dts[di], TC_SHAPE(m, w), -1, 1, &gw, &cw);
+            CHECK(tc_tensor_slice(&gw, 1, 0, k, &gx));
+            CHECK(tc_tensor_slice(&cw, 1, 0, k, &cx));
+            int32_t *order = malloc(sizeof(int32_t) * (size_t)k);
+            for (int64_t i = 0; i < k; i++)
+                order[i] = (int32_t)i;
+            for (int64_t i = k - 1; i > 0; i--) {
+                int64_t j = rng_int(r, i + 1);
+                int32_t t = order[i];
+                order[i] = order[j], order[j] = t;
+            }
+            CHECK(tc_tensor_init_from_host(&gi, gpu, TC_DTYPE_I32, TC_SHAPE(k), order,
+                                           sizeof(int32_t) * (size_t)k));
+            CHECK(tc_tensor_init_from_host(&ci, cpu, TC_DTYPE_I32, TC_SHAPE(k), order,
+                                           sizeof(int32_t) * (size_t)k));
+            poisoned(&go, gpu, dts[di], TC_SHAPE(m, k));
+            poisoned(&co, cpu, dts[di], TC_SHAPE(m, k));
+            CHECK(tc_gather_columns(&go, &gx, &gi));
+            CHECK(tc_gather_columns(&co, &cx, &ci));
+            double *want = malloc(sizeof(double) * (size_t)(m * k));
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < k; j++)
+                    want[i * k + j] = xv[i * w + order[j]];
+            char what[96];
+            snprintf(what, sizeof what, "gather_columns %s [%lld x %lld of %lld]",
+                     tc_dtype_name(dts[di]), (long long)m, (long long)k, (long long)w);
+            expect_close(what, &go, want, &co, 0.0);
+            free(xv), free(order), free(want);
+            tc_tensor_deinit(&gw), tc_tensor_deinit(&cw), tc_tensor_deinit(&gi),
+                tc_tensor_deinit(&ci), tc_tensor_deinit(&go), tc_tensor_deinit(&co);
+        }
+}
+
 static void rmsnorm(rng_t *r)
 {
     const tc_dtype dts[] = { TC_DTYPE_BF16, TC_DTYPE_F32, TC_DTYPE_F16 };
@@ -1744,6 +1789,7 @@ int main(void)
     const char *only = getenv("TC_OPS_ONLY");
     if (only && (!strcmp(only, "quantised") || !strcmp(only, "attention"))) {
         if (!strcmp(only, "quantised")) {
+            gather_columns(&r);
             quantised(&r);
         } else { /* TC_OPS_ONLY=attention: the attention kernels' checks */
             attention(&r);
@@ -1756,6 +1802,7 @@ int main(void)
         return failures ? 1 : 0;
     }
     embedding(&r);
+    gather_columns(&r);
     rmsnorm(&r);
     rope(&r);
     rope_store(&r, false);

@@ -44,7 +44,9 @@ CASES = {
     "gptq-asym4-v2": ("gptq", 4, 128, False, False, "gptq_v2", "q4_1_g64"),
     "gptq-sym8": ("gptq", 8, 128, True, False, "gptq", "q8_0"),
     "gptq-asym8": ("gptq", 8, 64, False, False, "gptq", "f32"),
-    "gptq-desc": ("gptq", 4, 32, True, True, "gptq", "f32"),
+    "gptq-desc": ("gptq", 4, 32, True, True, "gptq", "q4_0"),
+    "gptq-desc-asym4": ("gptq", 4, 64, False, True, "gptq", "q4_1_g64"),
+    "gptq-desc8": ("gptq", 8, 64, True, True, "gptq_v2", "q8_0"),
     "awq": ("awq", 4, 64, False, False, "gemm", "q4_1_g64"),
     "awq-g128": ("awq", 4, 128, False, False, "gemm", "q4_1_g64"),
     # compressed-tensors: the format field is the scales' dtype; group -1 is strategy channel
@@ -265,7 +267,7 @@ def random_parts(rng, case, rows, cols):
     weights' standard deviation near 1/sqrt(cols). For benchmarks at real shapes, where
     quantising random weights to nearest would take minutes; no reference unpacking."""
     method, bits, group, sym, desc_act, fmt, _ = CASES[case]
-    assert method in ("gptq", "awq") and not desc_act, case
+    assert method in ("gptq", "awq"), case
     per = 32 // bits
     gs = cols if group == -1 else group
     groups = -(-cols // gs)
@@ -280,8 +282,9 @@ def random_parts(rng, case, rows, cols):
                         np.uint32).view(np.int32)
     else:
         zeros = words(groups, rows // per)
-    return {"qweight": words(cols // per, rows), "qzeros": zeros, "scales": s,
-            "g_idx": (np.arange(cols) // gs).astype(np.int32)}
+    g_idx = np.empty(cols, np.int32)
+    g_idx[rng.permutation(cols) if desc_act else np.arange(cols)] = np.arange(cols) // gs
+    return {"qweight": words(cols // per, rows), "qzeros": zeros, "scales": s, "g_idx": g_idx}
 
 
 def write(out_dir, case, shape="tiny", layers=None, coarse=False, reference=None, seed=0,

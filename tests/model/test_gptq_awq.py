@@ -119,10 +119,46 @@ def test_folder_runs_as_its_dequantised_f32_copy(case, ids, tmp_path):
     assert rf.returncode == 0, rf.stderr
     lines = [x for x in rq.stderr.splitlines() if "dequantised to f32 on the host at load" in x]
     assert len(lines) == (1 if Q.CASES[case][6] == "f32" else 0), rq.stderr
+    ordered = [x for x in rq.stderr.splitlines() if "in activation order (desc_act)" in x]
+    assert len(ordered) == (1 if Q.CASES[case][4] else 0), rq.stderr
     assert np.isfinite(lq).all() and np.isfinite(lf).all()
     rel = np.linalg.norm(lq - lf) / np.linalg.norm(lf)
     assert rel < 1e-5, rel
     assert (lq.argmax(1) == lf.argmax(1)).all()
+
+
+def test_act_order_groups_of_other_sizes_stay_f32(ids, tmp_path):
+    """A g_idx whose groups do not each hold a multiple of 32 inputs cannot be sorted into whole
+    blocks: that matrix is dequantised to f32 (the others keep their blocks in group order),
+    still equal to the reference unpacking bit for bit, and the folder still runs as its
+    dequantised copy."""
+    d, f = str(tmp_path / "q"), str(tmp_path / "f")
+    modules = Q.write(d, "gptq-desc", coarse=True, seed=7)
+    g = modules["model.layers.0.self_attn.q_proj"]["g_idx"].copy()
+    g[int(np.flatnonzero(g == 1)[0])] = 0  # group 0 takes 33 inputs, group 1 keeps 31
+    edit(d, lambda t: t.update({L0 + "g_idx": g}))
+    held, got = loaded(d, "blk.0.attn_q.weight", str(tmp_path))
+    assert held == "f32"
+    ref = Q.unpack("gptq-desc", {**modules["model.layers.0.self_attn.q_proj"], "g_idx": g})
+    assert np.array_equal(got.view(np.uint32), ref.reshape(-1).view(np.uint32))
+    assert loaded(d, "blk.0.attn_k.weight", str(tmp_path))[0] == "q4_0"
+    r, lq = logits(d, ids, str(tmp_path), env={"THINCUDA_LOG": "info"})
+    assert r.returncode == 0, r.stderr
+    assert "1 of" in r.stderr and "act-order: g_idx groups that are not whole 32-element blocks" in r.stderr
+    os.makedirs(f)
+    plain = {k: v for k, v in load_file(os.path.join(d, "model.safetensors")).items()
+             if not any(k.endswith("." + p) for p in ("qweight", "qzeros", "scales", "g_idx"))}
+    for module, parts in modules.items():
+        parts = {**parts, "g_idx": g} if module.endswith("0.self_attn.q_proj") else parts
+        plain[module + ".weight"] = Q.unpack("gptq-desc", parts)
+    save_file({k: v.astype(np.float32) for k, v in plain.items()}, os.path.join(f, "model.safetensors"))
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    cfg.pop("quantization_config")
+    json.dump(cfg, open(os.path.join(f, "config.json"), "w"))
+    rf, lf = logits(f, ids, str(tmp_path))
+    assert rf.returncode == 0, rf.stderr
+    assert np.isfinite(lq).all()
+    assert np.linalg.norm(lq - lf) / np.linalg.norm(lf) < 1e-5
 
 
 CT_CASES = [c for c in Q.CASES if Q.CASES[c][0] == "ct"]

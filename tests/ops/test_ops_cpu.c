@@ -262,6 +262,61 @@ static void embedding_gathers_rows_of_every_dtype(void **state)
         }
 }
 
+/* A random permutation of 0..k-1 in a new I32 tensor on b. */
+static void random_order(rng_t *r, tc_backend *b, int64_t k, tc_tensor *t)
+{
+    assert_int_equal(tc_tensor_init(t, b, TC_DTYPE_I32, TC_SHAPE(k)), TC_OK);
+    int32_t *v = t->data;
+    for (int64_t i = 0; i < k; i++)
+        v[i] = (int32_t)i;
+    for (int64_t i = k - 1; i > 0; i--) {
+        int64_t j = rng_int(r, i + 1);
+        int32_t x = v[i];
+        v[i] = v[j], v[j] = x;
+    }
+}
+
+static void gather_columns_in_any_order(void **state)
+{
+    (void)state;
+    rng_t r = { 5 };
+    for (size_t di = 0; di < 3; di++) {
+        /* x: the first 300 of 333 columns of each row (strided rows) */
+        int64_t m = 7, k = 300;
+        double *xv;
+        tc_tensor wide, x, idx, out;
+        assert_int_equal(random_tensor(&r, cpu, &wide, floats[di], TC_SHAPE(m, 333), -1, 1, &xv),
+                         TC_OK);
+        assert_int_equal(tc_tensor_slice(&wide, 1, 0, k, &x), TC_OK);
+        random_order(&r, cpu, k, &idx);
+        assert_int_equal(tc_tensor_init(&out, cpu, floats[di], TC_SHAPE(m, k)), TC_OK);
+        assert_int_equal(tc_gather_columns(&out, &x, &idx), TC_OK);
+        const int32_t *iv = idx.data;
+        double *got = tensor_values(&out), *want = malloc(sizeof(double) * (size_t)(m * k));
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < k; j++)
+                want[i * k + j] = xv[i * 333 + iv[j]];
+        /* (a copy: exact) */
+        EXPECT_CLOSE(got, want, m * k, 0.0, "gather_columns %s", tc_dtype_name(floats[di]));
+        bool moved = false;
+        for (int64_t j = 0; j < k; j++)
+            moved |= iv[j] != j;
+        assert_true(moved);
+        ((int32_t *)idx.data)[9] = (int32_t)k;
+        assert_int_equal(tc_gather_columns(&out, &x, &idx), TC_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(tc_last_error(), "idx[9]"));
+        ((int32_t *)idx.data)[9] = 0;
+        assert_int_equal(tc_gather_columns(&wide, &x, &idx), TC_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(tc_last_error(), "one column per index"));
+        tc_tensor over;
+        assert_int_equal(tc_tensor_slice(&wide, 1, 33, k, &over), TC_OK);
+        assert_int_equal(tc_gather_columns(&over, &x, &idx), TC_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(tc_last_error(), "overlaps"));
+        free(got), free(want), free(xv);
+        tc_tensor_deinit(&wide), tc_tensor_deinit(&idx), tc_tensor_deinit(&out);
+    }
+}
+
 static void rmsnorm_with_and_without_residual(void **state)
 {
     (void)state;
@@ -1540,6 +1595,7 @@ int main(void)
         cmocka_unit_test(host_tensors_beyond_available_memory_are_refused),
         cmocka_unit_test(q4_1_g64_is_two_q4_1_blocks_sharing_d_and_m),
         cmocka_unit_test(embedding_gathers_rows_of_every_dtype),
+        cmocka_unit_test(gather_columns_in_any_order),
         cmocka_unit_test(rmsnorm_with_and_without_residual),
         cmocka_unit_test(rope_plain_llama3_and_interleaved),
         cmocka_unit_test(matmul_every_weight_dtype_and_odd_shapes),
