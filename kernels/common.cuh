@@ -283,6 +283,18 @@ __device__ __forceinline__ void await_inputs()
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+// await_inputs() that first lets the next kernel's blocks be scheduled, for a small kernel
+// between two products (the act-order gather): the next product then asks for its weights
+// while the one before this kernel ends, as it would with no kernel between them. Safe where
+// await_inputs() is: the next kernel still waits for this grid to finish, which it does only
+// after this wait, and every block of the grids before has started by then.
+__device__ __forceinline__ void launch_next_then_await()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 // atomicAdd with acquire and release semantics at GPU scope: the caller's earlier writes (and
 // those a barrier ordered before it) are visible to whoever reads the new value, and the writes
 // before the values it reads are visible to the caller.

@@ -74,18 +74,18 @@ __device__ void gather_columns(T *out, const T *x, const int32_t *idx, int64_t n
 extern "C" __global__ void tc_k_gather_columns_f32(float *out, const float *x, const int32_t *idx, int64_t n,
                                                    int64_t k, int64_t out_stride, int64_t x_stride)
 {
-    tc::await_inputs();
+    tc::launch_next_then_await();
     embedding_cu::gather_columns(out, x, idx, n, k, out_stride, x_stride);
 }
 extern "C" __global__ void tc_k_gather_columns_f16(__half *out, const __half *x, const int32_t *idx, int64_t n,
                                                    int64_t k, int64_t out_stride, int64_t x_stride)
 {
-    tc::await_inputs();
+    tc::launch_next_then_await();
     embedding_cu::gather_columns(out, x, idx, n, k, out_stride, x_stride);
 }
 extern "C" __global__ void tc_k_gather_columns_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const int32_t *idx,
                                                     int64_t n, int64_t k, int64_t out_stride, int64_t x_stride)
 {
-    tc::await_inputs();
+    tc::launch_next_then_await();
     embedding_cu::gather_columns(out, x, idx, n, k, out_stride, x_stride);
 }

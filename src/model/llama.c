@@ -595,6 +595,21 @@ static tc_status place_order(loader *L, const char *name, int64_t k, tc_tensor *
                                     gt->bytes);
 }
 
+/* On CUDA, a norm's weight in the order of the fused act-order matrix after it (its parts share
+ * that order), so that the product normalises x gathered in that order itself. */
+static tc_status norm_in_order(tc_llama *m, const tc_tensor *norm, const tc_tensor *fused,
+                               const tc_tensor *order, tc_tensor *out)
+{
+    if (!fused->data || !order->data)
+        return TC_OK;
+    int64_t k = norm->shape[0];
+    tc_tensor row, to;
+    TC_TRY(tc_tensor_init(out, m->backend, norm->dtype, TC_SHAPE(k)));
+    TC_TRY(tc_tensor_reshape(norm, TC_SHAPE(1, k), &row));
+    TC_TRY(tc_tensor_reshape(out, TC_SHAPE(1, k), &to));
+    return tc_gather_columns(&to, &row, order);
+}
+
 static tc_status fuse(loader *L, int n, const char *const *names, const int64_t *rows, int64_t cols,
                       tc_tensor *whole, tc_tensor *const *parts)
 {
@@ -735,6 +750,8 @@ static tc_status load(loader *L)
         ORDER(in_up, "ffn_up", c->dim);
         ORDER(in_down, "ffn_down", G->ffn_dim);
 #undef ORDER
+        TC_TRY(norm_in_order(m, &y->attn_norm, &y->wqkv, &y->in_q, &y->attn_norm_in));
+        TC_TRY(norm_in_order(m, &y->ffn_norm, &y->w_gu, &y->in_gate, &y->ffn_norm_in));
     }
     TC_TRY(place(L, "output_norm.weight", TC__SHARD_WHOLE, 0, c->dim, &m->out_norm));
     TC_TRY(fold_norms(m));
@@ -946,11 +963,13 @@ void tc_llama_destroy(tc_llama *m)
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layers; l++) {
             tc_llama_layer *y = &m->layers[l];
-            tc_tensor *ts[] = { &y->attn_norm, &y->wq,     &y->wk,     &y->wv,     &y->wo,
-                                &y->ffn_norm,  &y->w_gate, &y->w_up,   &y->w_down, &y->wqkv,
-                                &y->w_gu,      &y->bqkv,   &y->bq,     &y->bk,     &y->bv,
-                                &y->wqk,       &y->in_q,   &y->in_k,   &y->in_v,   &y->in_o,
-                                &y->in_gate,   &y->in_up,  &y->in_down };
+            tc_tensor *ts[] = { &y->attn_norm,  &y->wq,       &y->wk,      &y->wv,
+                                &y->wo,         &y->ffn_norm, &y->w_gate,  &y->w_up,
+                                &y->w_down,     &y->wqkv,     &y->w_gu,    &y->bqkv,
+                                &y->bq,         &y->bk,       &y->bv,      &y->wqk,
+                                &y->in_q,       &y->in_k,     &y->in_v,    &y->in_o,
+                                &y->in_gate,    &y->in_up,    &y->in_down, &y->attn_norm_in,
+                                &y->ffn_norm_in };
             for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
                 tc_tensor_deinit(ts[i]);
         }
@@ -1300,15 +1319,21 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             (y->wqkv.data ? tc_dtype_is_block(y->wqkv.dtype)
                           : tc_dtype_is_block(y->wq.dtype) && tc_dtype_is_block(y->wk.dtype) &&
                                 tc_dtype_is_block(y->wv.dtype));
-        /* (GPTQ act-order matrices take x's columns gathered after the norm) */
+        /* GPTQ act-order matrices take x's columns in their order: the fused ones gathered
+         * from x, normalising in the product with the norm's weight in the same order; parts
+         * of other orders after a norm into h. */
         bool ordered_in =
             y->in_q.data || y->in_k.data || y->in_v.data || y->in_gate.data || y->in_up.data;
-        bool in_product = fused && (y->norms_folded || quant_in) && !ordered_in;
+        bool ordered_fused = y->wqkv.data && y->w_gu.data &&
+                             (!y->in_q.data || y->attn_norm_in.data) &&
+                             (!y->in_gate.data || y->ffn_norm_in.data);
+        bool in_product = fused && (y->norms_folded || quant_in) && (!ordered_in || ordered_fused);
         const tc_tensor *attn_norm = y->norms_folded ? NULL : &y->attn_norm,
                         *ffn_norm = y->norms_folded ? NULL : &y->ffn_norm;
         tc_linear_opts normed_l = normed, normed_swiglu_l = normed_swiglu;
-        normed_l.norm_weight = attn_norm;
-        normed_swiglu_l.norm_weight = ffn_norm;
+        normed_l.norm_weight = y->in_q.data ? &y->attn_norm_in : attn_norm;
+        normed_swiglu_l.norm_weight = y->in_gate.data ? &y->ffn_norm_in : ffn_norm;
+        tc_tensor xq = x, xg = x; /* (x of the fused products, in their inputs' order) */
         if (!in_product && (fused || l == 0))
             TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, attn_norm, c->norm_eps));
         else if (!in_product)
@@ -1317,9 +1342,13 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         bool stored = false;
         /* q, k and v biases (Qwen2) are added after the product, before the rotation; an FP8
          * cache's first pass sets its scales between the rotation and the store. */
+        if (in_product && y->in_q.data) {
+            TC_CHECK(st, ordered(m, &x, &y->in_q, &xp));
+            xq = xp;
+        }
         if (in_product && y->wqkv.data && !c->qkv_bias && !calibrate) {
             /* Rotated and stored by the product itself where it can (one row on CUDA). */
-            TC_CHECK(st, tc_linear_rope_store_ex(&qkv, &x, &y->wqkv, &normed_l, &pos, &c->rope,
+            TC_CHECK(st, tc_linear_rope_store_ex(&qkv, &xq, &y->wqkv, &normed_l, &pos, &c->rope,
                                                  &kv->k[l], &kv->v[l], &slots, &kvo));
             stored = true;
             lq = &fq3;
@@ -1327,7 +1356,7 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             lv = &fv3;
         } else if (y->wqkv.data) {
             if (in_product) {
-                TC_CHECK(st, tc_linear(&qkv, &x, &y->wqkv, &normed_l));
+                TC_CHECK(st, tc_linear(&qkv, &xq, &y->wqkv, &normed_l));
             } else {
                 TC_CHECK(st, ordered(m, &h, &y->in_q, &xp));
                 TC_CHECK(st, tc_matmul(&qkv, &xp, &y->wqkv));
@@ -1400,7 +1429,11 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             if (comm)
                 TC_CHECK(st, tc_comm_all_reduce_sum(comm, &x));
             if (in_product) {
-                TC_CHECK(st, tc_linear(&gate, &x, &y->w_gu, &normed_swiglu_l));
+                if (y->in_gate.data) {
+                    TC_CHECK(st, ordered(m, &x, &y->in_gate, &xp));
+                    xg = xp;
+                }
+                TC_CHECK(st, tc_linear(&gate, &xg, &y->w_gu, &normed_swiglu_l));
             } else {
                 TC_CHECK(st, tc_rmsnorm(&h, NULL, &x, ffn_norm, c->norm_eps));
                 if (y->w_gu.data) {

@@ -54,6 +54,9 @@ typedef struct tc_llama_layer {
      * each one's product takes x's columns (data NULL: x as it is). Fused matrices (wqkv, wqk,
      * w_gu) are made only of parts with the same order, their first part's. */
     tc_tensor in_q, in_k, in_v, in_o, in_gate, in_up, in_down;
+    /* On CUDA, attn_norm in in_q's order where wqkv has one, ffn_norm in in_gate's where w_gu
+     * has one (the fused products normalise x gathered in their order themselves). */
+    tc_tensor attn_norm_in, ffn_norm_in;
 } tc_llama_layer;
 
 /* Scratch of one forward pass, sized for max_tokens rows and max_seqs sequences. */

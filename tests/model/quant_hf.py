@@ -6,7 +6,9 @@ GPTQ (AutoGPTQ / GPTQModel / optimum): qweight int32 [in * bits / 32, out], inpu
 at bits bits * (k % (32 / bits)) of word (k // (32 / bits), j); qzeros int32 [groups,
 out * bits / 32] packed the same way along the outputs, storing z - 1 in checkpoint_format
 "gptq" (v1, AutoGPTQ's packer subtracts one) and z in "gptq_v2"; scales f16 [groups, out];
-g_idx int32 [in]. With desc_act the inputs are grouped in a random order (act-order).
+g_idx int32 [in]. With desc_act the inputs are grouped in a random order (act-order): one order
+for the matrices that share an input (q, k and v; gate and up), as GPTQ's order follows the
+input's Hessian, or ("apart") one for each matrix.
 AWQ (AutoAWQ GEMM): qweight int32 [in, out / 8], output 8 c + [0, 2, 4, 6, 1, 3, 5, 7][p] of
 input k in nibble p of word (k, c); qzeros int32 [groups, out / 8] likewise; scales f16
 [groups, out]. Weight w[j, k] = s (q - z) of k's group.
@@ -46,7 +48,7 @@ CASES = {
     "gptq-asym8": ("gptq", 8, 64, False, False, "gptq", "f32"),
     "gptq-desc": ("gptq", 4, 32, True, True, "gptq", "q4_0"),
     "gptq-desc-asym4": ("gptq", 4, 64, False, True, "gptq", "q4_1_g64"),
-    "gptq-desc8": ("gptq", 8, 64, True, True, "gptq_v2", "q8_0"),
+    "gptq-desc8": ("gptq", 8, 64, True, "apart", "gptq_v2", "q8_0"),
     "awq": ("awq", 4, 64, False, False, "gemm", "q4_1_g64"),
     "awq-g128": ("awq", 4, 128, False, False, "gemm", "q4_1_g64"),
     # compressed-tensors: the format field is the scales' dtype; group -1 is strategy channel
@@ -65,7 +67,7 @@ GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v
         "mlp.down_proj": "ffn_down"}
 
 
-def quantise(rng, w, bits, group, sym, desc_act, coarse, scale_dtype="f16"):
+def quantise(rng, w, bits, group, sym, desc_act, coarse, scale_dtype="f16", order=None):
     """Round-to-nearest quantisation of w [out, in]: q [in, out], zeros and scales [groups,
     out], g_idx [in]. coarse keeps 7 significant bits in each scale, so that s z is exact in f16
     (then q4_1's m = -s z carries no rounding). Scales are f16, or f16 values of 8 significant
@@ -73,7 +75,8 @@ def quantise(rng, w, bits, group, sym, desc_act, coarse, scale_dtype="f16"):
     out, k = w.shape
     gs = k if group == -1 else group
     groups = (k + gs - 1) // gs
-    order = rng.permutation(k) if desc_act else np.arange(k)
+    if order is None:
+        order = rng.permutation(k) if desc_act else np.arange(k)
     g_idx = np.empty(k, np.int32)
     g_idx[order] = np.arange(k) // gs
     maxq = (1 << bits) - 1
@@ -246,7 +249,7 @@ def quant_config(case):
         return {"quant_method": "awq", "bits": bits, "group_size": group, "zero_point": True,
                 "version": "gemm"}
     return {"quant_method": "gptq", "bits": bits, "group_size": group, "sym": sym,
-            "desc_act": desc_act, "checkpoint_format": fmt, "damp_percent": 0.01,
+            "desc_act": bool(desc_act), "checkpoint_format": fmt, "damp_percent": 0.01,
             "true_sequential": True}
 
 
@@ -261,7 +264,7 @@ def reference_matrix(case, seed=11):
     return q, z, s
 
 
-def random_parts(rng, case, rows, cols):
+def random_parts(rng, case, rows, cols, order=None):
     """GPTQ or AWQ parts of a [rows, cols] matrix drawn directly: random packed words (every bit
     pattern is a valid packing), symmetric zeros where the case has them, scales that keep the
     weights' standard deviation near 1/sqrt(cols). For benchmarks at real shapes, where
@@ -283,7 +286,9 @@ def random_parts(rng, case, rows, cols):
     else:
         zeros = words(groups, rows // per)
     g_idx = np.empty(cols, np.int32)
-    g_idx[rng.permutation(cols) if desc_act else np.arange(cols)] = np.arange(cols) // gs
+    if order is None:
+        order = rng.permutation(cols) if desc_act else np.arange(cols)
+    g_idx[order] = np.arange(cols) // gs
     return {"qweight": words(cols // per, rows), "qzeros": zeros, "scales": s, "g_idx": g_idx}
 
 
@@ -311,20 +316,25 @@ def write(out_dir, case, shape="tiny", layers=None, coarse=False, reference=None
               "self_attn.v_proj": (kv * hd, dim), "self_attn.o_proj": (dim, dim),
               "mlp.gate_proj": (ffn, dim), "mlp.up_proj": (ffn, dim), "mlp.down_proj": (dim, ffn)}
     quant = {}
+    inputs = {"self_attn.k_proj": "self_attn.q_proj", "self_attn.v_proj": "self_attn.q_proj",
+              "mlp.up_proj": "mlp.gate_proj"}
     for i in range(n):
+        orders = {}  # act-order: one for each input (desc_act "apart": for each matrix)
         p = f"model.layers.{i}."
         plain[p + "input_layernorm.weight"] = f16(dim, scale=0.1, base=1.0)
         plain[p + "post_attention_layernorm.weight"] = f16(dim, scale=0.1, base=1.0)
         for lin in LINEARS:
             rows, cols = shapes[lin]
+            key = lin if desc_act == "apart" else inputs.get(lin, lin)
+            order = orders.setdefault(key, rng.permutation(cols)) if desc_act else None
             if fast:
-                parts = random_parts(rng, case, rows, cols)
+                parts = random_parts(rng, case, rows, cols, order)
                 for k, v in parts.items():
                     quant[p + lin + "." + k] = v
                 continue
             w = (rng.standard_normal((rows, cols)) * cols ** -0.5).astype(np.float32)
             q, z, s, g_idx = quantise(rng, w, bits, group, sym, desc_act, coarse,
-                                      fmt if method == "ct" else "f16")
+                                      fmt if method == "ct" else "f16", order)
             if replace and p + lin in replace:
                 parts = replace[p + lin]
             elif method == "ct":
