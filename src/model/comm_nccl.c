@@ -69,6 +69,7 @@ static void nccl_abort(tc_comm *c)
 /* A tensor that this rank's collectives take: its own backend's, contiguous, a type NCCL sums. */
 static tc_status usable(nccl_comm *nc, const tc_tensor *t, ncclDataType_t *type, const char *op)
 {
+    *type = ncclFloat32; /* (set on every path: gcc -O3 cannot follow the error returns) */
     bool aborted;
     pthread_mutex_lock(&nc->g->lock);
     aborted = nc->g->aborted;

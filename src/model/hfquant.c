@@ -166,7 +166,7 @@ static reader reader_of(const tc_hf_quant *cfg, const tc__hfq_linear *l)
     r.qz = l->part[TC__HFQ_QZEROS].data;
     r.sc = l->part[TC__HFQ_SCALES].data;
     r.sc_type = l->part[TC__HFQ_SCALES].type;
-    r.gi = cfg->method == TC_HF_QUANT_GPTQ ? l->part[TC__HFQ_G_IDX].data : NULL;
+    r.gi = cfg->method != TC_HF_QUANT_AWQ ? l->part[TC__HFQ_G_IDX].data : NULL;
     r.perm = l->perm;
     r.in = l->in;
     r.out = l->out;
@@ -279,6 +279,30 @@ static tc_status bad_shape(const tc_hf_quant *cfg, const tc__hfq_linear *l, int 
                         (unsigned long long)l->out);
 }
 
+/* GPTQ's g_idx or compressed-tensors' weight_g_idx (I32 [in], each input's group), which
+ * desc_act (actorder group) needs. */
+static tc_status check_g_idx(const tc_hf_quant *cfg, const tc__hfq_linear *l)
+{
+    const tc_safetensor *g = &l->part[TC__HFQ_G_IDX];
+    const char *name = part_name(cfg, TC__HFQ_G_IDX);
+    if (!g->data) {
+        if (cfg->desc_act)
+            return tc_set_error(TC_ERR_PARSE, OP, "%s has no %s, which %s needs", l->hf, name,
+                                cfg->method == TC_HF_QUANT_CT ? "actorder group" : "desc_act");
+        return TC_OK;
+    }
+    if (g->type != TC_GGML_I32 || g->n_dims != 1 || g->dims[0] != l->in)
+        return tc_set_error(TC_ERR_PARSE, OP, "%s.%s is not I32 [%llu]", l->hf, name,
+                            (unsigned long long)l->in);
+    const uint8_t *p = g->data;
+    for (uint64_t k = 0; k < l->in; k++)
+        if (rd32(p + 4 * k) >= l->groups)
+            return tc_set_error(TC_ERR_PARSE, OP, "%s.%s[%llu] is %d, outside 0..%llu", l->hf, name,
+                                (unsigned long long)k, (int32_t)rd32(p + 4 * k),
+                                (unsigned long long)l->groups - 1);
+    return TC_OK;
+}
+
 /* compressed-tensors: the matrix's [out, in] from weight_shape (int64 [2]; in need not fill the
  * last word), then the other parts' shapes against it. */
 static tc_status check_ct(const tc_hf_quant *cfg, tc__hfq_linear *l)
@@ -286,11 +310,6 @@ static tc_status check_ct(const tc_hf_quant *cfg, tc__hfq_linear *l)
     TC_TRY(want_part(cfg, l, TC__HFQ_QWEIGHT, TC_GGML_I32, 2));
     TC_TRY(want_part(cfg, l, TC__HFQ_SCALES, TC_GGML_F16, 2));
     TC_TRY(want_part(cfg, l, TC__HFQ_SHAPE, TC_GGML_I64, 1));
-    if (l->part[TC__HFQ_G_IDX].data)
-        return tc_set_error(TC_ERR_UNSUPPORTED, OP,
-                            "%s has a weight_g_idx (activation order by group), which is not "
-                            "supported",
-                            l->hf);
     if (cfg->sym && l->part[TC__HFQ_QZEROS].data)
         return tc_set_error(TC_ERR_PARSE, OP,
                             "%s has a weight_zero_point, but the scheme is symmetric", l->hf);
@@ -318,7 +337,7 @@ static tc_status check_ct(const tc_hf_quant *cfg, tc__hfq_linear *l)
     const uint64_t *qz = l->part[TC__HFQ_QZEROS].dims;
     if (!cfg->sym && (qz[0] != (l->out + pack - 1) / pack || qz[1] != l->groups))
         return bad_shape(cfg, l, TC__HFQ_QZEROS, (l->out + pack - 1) / pack, l->groups);
-    return TC_OK;
+    return check_g_idx(cfg, l);
 }
 
 /* Check the parts' dtypes and shapes (setting in, out, groups) and the g_idx values. */
@@ -357,22 +376,7 @@ static tc_status check(const tc_hf_quant *cfg, tc__hfq_linear *l)
         return bad_shape(cfg, l, TC__HFQ_QZEROS, l->groups, l->out / (uint64_t)pack);
     if (cfg->method == TC_HF_QUANT_AWQ)
         return TC_OK;
-    const tc_safetensor *g = &l->part[TC__HFQ_G_IDX];
-    if (!g->data) {
-        if (cfg->desc_act)
-            return tc_set_error(TC_ERR_PARSE, OP, "%s has no g_idx, which desc_act needs", l->hf);
-        return TC_OK;
-    }
-    if (g->type != TC_GGML_I32 || g->n_dims != 1 || g->dims[0] != l->in)
-        return tc_set_error(TC_ERR_PARSE, OP, "%s.g_idx is not I32 [%llu]", l->hf,
-                            (unsigned long long)l->in);
-    const uint8_t *p = g->data;
-    for (uint64_t k = 0; k < l->in; k++)
-        if (rd32(p + 4 * k) >= l->groups)
-            return tc_set_error(TC_ERR_PARSE, OP, "%s.g_idx[%llu] is %d, outside 0..%llu", l->hf,
-                                (unsigned long long)k, (int32_t)rd32(p + 4 * k),
-                                (unsigned long long)l->groups - 1);
-    return TC_OK;
+    return check_g_idx(cfg, l);
 }
 
 /* Whether every 64 inputs share a group: q4_1_g64 then holds one d and m where q4_1 repeats

@@ -131,12 +131,15 @@ static tc_status ct_weights(json_t *w, const char *path, const char *at, tc_hf_q
         return bad_field(path, path_of(at, "strategy", f, sizeof f), v, "group or channel");
     }
     /* Activation order "weight" (alias "static") only changes the order GPTQ visits the
-     * columns in, and the file is laid out as without it; "group" adds weight_g_idx. */
+     * columns in, and the file is laid out as without it; "group" adds weight_g_idx, each
+     * input's group, as GPTQ's desc_act does g_idx. */
     v = json_object_get(w, "actorder");
     const char *ao = json_string_value(v);
     if (v && !json_is_null(v) && !json_is_false(v) &&
-        !(ao && (!strcmp(ao, "weight") || !strcmp(ao, "static"))))
-        return bad_field(path, path_of(at, "actorder", f, sizeof f), v, "null, weight or static");
+        !(ao && (!strcmp(ao, "weight") || !strcmp(ao, "static") || !strcmp(ao, "group"))))
+        return bad_field(path, path_of(at, "actorder", f, sizeof f), v,
+                         "null, weight, static or group");
+    q->desc_act = ao && !strcmp(ao, "group");
     TC_TRY(want_none(w, path, at, "dynamic", "false"));
     return want_none(w, path, at, "block_structure", "null");
 }

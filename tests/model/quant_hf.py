@@ -58,6 +58,7 @@ CASES = {
     "ct-w8a16": ("ct", 8, 64, True, False, "bf16", "q8_0"),
     "ct-w8a16-asym": ("ct", 8, -1, False, False, "f16", "f32"),
     "ct-w4a16-f32-scales": ("ct", 4, 64, True, False, "f32", "f32"),
+    "ct-w4a16-group-order": ("ct", 4, 64, False, True, "f16", "q4_1_g64"),  # actorder group
 }
 AWQ_ORDER = np.array([0, 2, 4, 6, 1, 3, 5, 7])
 LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
@@ -121,9 +122,9 @@ def pack_awq(q, z):
     return pack_columns(q[:, perm], 4), pack_columns(z[:, perm], 4)
 
 
-def pack_ct(q, z, s, bits, sym, scale_dtype):
+def pack_ct(q, z, s, bits, sym, scale_dtype, g_idx=None):
     """compressed-tensors pack-quantized parts of q [in, out] (stored values: signed plus
-    2^(bits - 1)), z and s [groups, out]."""
+    2^(bits - 1)), z and s [groups, out]; with g_idx (actorder group), weight_g_idx."""
     out, k = q.shape[1], q.shape[0]
     per = 32 // bits
     rows = np.zeros((out, -(-k // per) * per), np.int64)  # the last word padded with zeros
@@ -136,6 +137,8 @@ def pack_ct(q, z, s, bits, sym, scale_dtype):
         cols = np.zeros((z.shape[0], -(-out // per) * per), np.int64)
         cols[:, :out] = z
         parts["weight_zero_point"] = np.ascontiguousarray(pack_columns(cols, bits).T)
+    if g_idx is not None:
+        parts["weight_g_idx"] = g_idx.astype(np.int32)
     return parts
 
 
@@ -153,6 +156,8 @@ def unpack_ct(parts, bits, group):
     else:
         z = np.full(s.shape, 1 << (bits - 1))
     g = np.zeros(k, np.int64) if group == -1 else np.arange(k) // group
+    if "weight_g_idx" in parts:
+        g = parts["weight_g_idx"].astype(np.int64)
     return (s[:, g] * (q - z.astype(np.int64)[:, g]).astype(np.float32)).astype(np.float32)
 
 
@@ -236,7 +241,8 @@ def quant_config(case):
         weights = {"num_bits": bits, "type": "int", "symmetric": sym,
                    "strategy": "channel" if group == -1 else "group",
                    "group_size": None if group == -1 else group, "dynamic": False,
-                   "actorder": None, "block_structure": None, "observer": "minmax",
+                   "actorder": "group" if desc_act else None, "block_structure": None,
+                   "observer": "minmax",
                    "observer_kwargs": {}}
         return {"quant_method": "compressed-tensors", "format": "pack-quantized",
                 "quantization_status": "compressed", "global_compression_ratio": None,
@@ -338,7 +344,7 @@ def write(out_dir, case, shape="tiny", layers=None, coarse=False, reference=None
             if replace and p + lin in replace:
                 parts = replace[p + lin]
             elif method == "ct":
-                parts = pack_ct(q, z, s, bits, sym, fmt)
+                parts = pack_ct(q, z, s, bits, sym, fmt, g_idx if desc_act else None)
             elif method == "awq":
                 qweight, qzeros = pack_awq(q, z)
                 parts = {"qweight": qweight, "qzeros": qzeros, "scales": s}
