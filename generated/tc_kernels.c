@@ -141,8 +141,8 @@ static const uint16_t sizes_tc_k_gemm_f16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_gemm_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
 static const uint16_t sizes_tc_k_gemm_bf16[] = {8, 8, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_gemm_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride"};
-static const uint16_t sizes_tc_k_hfq_pack[] = {8, 4, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 8, 4, 4, 8, 4, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_hfq_pack[] = {"blocks", "type", "out", "nb", "qw", "wk", "wj", "kpack", "jpack", "bits", "awq", "qz", "zg", "zj", "zpack", "zero_offset", "sc", "sc_type", "sg", "sj", "g_idx", "perm", "group"};
+static const uint16_t sizes_tc_k_hfq_pack[] = {8, 4, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 8, 4, 4, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_hfq_pack[] = {"blocks", "type", "out", "nb", "qw", "wk", "wj", "kpack", "jpack", "bits", "awq", "qz", "zg", "zj", "zpack", "zero_offset", "sc", "sc_type", "sg", "sj", "g_idx", "perm", "rows", "group"};
 static const uint16_t sizes_tc_k_iq_dequant[] = {8, 4, 8, 4, 8};
 static const char *const names_tc_k_iq_dequant[] = {"out", "out_dtype", "blocks", "type", "n_blocks"};
 static const uint16_t sizes_tc_k_logits_mask_f32[] = {8, 8, 8, 8, 8, 8, 8, 8};
@@ -419,7 +419,7 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_gemm_f32", "kernels/gemm.cu", 392, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
     {"tc_k_gemm_f16", "kernels/gemm.cu", 398, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
     {"tc_k_gemm_bf16", "kernels/gemm.cu", 404, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
-    {"tc_k_hfq_pack", "kernels/hfpack.cu", 46, 23, sizes_tc_k_hfq_pack, names_tc_k_hfq_pack},
+    {"tc_k_hfq_pack", "kernels/hfpack.cu", 47, 24, sizes_tc_k_hfq_pack, names_tc_k_hfq_pack},
     {"tc_k_iq_dequant", "kernels/iq.cu", 208, 5, sizes_tc_k_iq_dequant, names_tc_k_iq_dequant},
     {"tc_k_logits_mask_f32", "kernels/logits_mask.cu", 17, 8, sizes_tc_k_logits_mask_f32, names_tc_k_logits_mask_f32},
     {"tc_k_matvec_f32", "kernels/matvec.cu", 435, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},

@@ -42,34 +42,36 @@ __device__ __forceinline__ uint16_t scale_bits(const void *sc, int type, int64_t
  *  bits bits (j % zpack), AWQ's nibble order likewise, plus zero_offset. Scales (sc_type 0 f16,
  *  1 bf16, 2 f32) at g sg + j sj. Block kb's group: g_idx[32 kb] where g_idx is given, else
  *  32 kb / group (group <= 0: one group). Act-order (perm given, with g_idx): the block's
- *  element e is input perm[32 kb + e] instead of 32 kb + e. A thread per block. */
+ *  element e is input perm[32 kb + e] instead of 32 kb + e; with rows, block row j is the parts'
+ *  output rows[j]. A thread per block. */
 extern "C" __global__ void tc_k_hfq_pack(uint8_t *blocks, int32_t type, int64_t out, int64_t nb, const uint32_t *qw,
                                          int64_t wk, int64_t wj, int32_t kpack, int32_t jpack, int32_t bits,
                                          int32_t awq, const uint32_t *qz, int64_t zg, int64_t zj, int32_t zpack,
                                          int32_t zero_offset, const void *sc, int32_t sc_type, int64_t sg, int64_t sj,
-                                         const int32_t *g_idx, const int32_t *perm, int64_t group)
+                                         const int32_t *g_idx, const int32_t *perm, const int32_t *rows,
+                                         int64_t group)
 {
     tc::await_inputs();
     const int bsz = type == 0 ? 18 : type == 1 ? 20 : type == 2 ? 34 : 36;
     const uint32_t mask = (1u << bits) - 1;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < out * nb;
          t += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t j = t / nb, kb = t % nb;
+        const int64_t j = t / nb, kb = t % nb, o = rows ? rows[j] : j;
         const int64_t k0 = perm ? perm[32 * kb] : 32 * kb;
         const int64_t g = g_idx ? g_idx[k0] : group > 0 ? 32 * kb / group : 0;
-        const int jn = awq ? hfpack_cu::awq_nibble((int)(j % 8)) : 0;
+        const int jn = awq ? hfpack_cu::awq_nibble((int)(o % 8)) : 0;
         int z = 1 << (bits - 1);
         if (qz) {
-            const int zs = awq ? jn : (int)(j % zpack);
-            z = (int)(qz[g * zg + (j / zpack) * zj] >> (bits * zs) & mask) + zero_offset;
+            const int zs = awq ? jn : (int)(o % zpack);
+            z = (int)(qz[g * zg + (o / zpack) * zj] >> (bits * zs) & mask) + zero_offset;
         }
-        const uint16_t s = hfpack_cu::scale_bits(sc, sc_type, g * sg + j * sj);
+        const uint16_t s = hfpack_cu::scale_bits(sc, sc_type, g * sg + o * sj);
         uint8_t *b = type == 3 ? blocks + (j * (nb / 2) + kb / 2) * bsz : blocks + (j * nb + kb) * bsz;
         uint8_t q[32];
 #pragma unroll 4
         for (int e = 0; e < 32; e++) {
             const int64_t k = perm ? perm[32 * kb + e] : 32 * kb + e;
-            const uint32_t w = qw[(k / kpack) * wk + (j / jpack) * wj];
+            const uint32_t w = qw[(k / kpack) * wk + (o / jpack) * wj];
             q[e] = (uint8_t)(w >> (bits * ((int)(k % kpack) + jn)) & mask);
         }
         if (type != 3 || kb % 2 == 0)

@@ -42,32 +42,42 @@ static bool gpu_blocks(const tc_gguf_tensor *t, uint8_t **blocks)
     return true;
 }
 
-/* Columns of *w (t's shape) put back in the checkpoint's input order where the view holds the
- * matrix's order ("blk.N.attn_q.in_perm" for "blk.N.attn_q.weight"); false if that is
+/* *w (t's shape) put back in the checkpoint's order where the view holds the matrix's orders:
+ * its columns where it has an input order ("blk.N.attn_q.in_perm" for "blk.N.attn_q.weight",
+ * or "in_order"), its rows where it has an output order ("...out_perm"); false if one is
  * malformed. */
-static bool in_input_order(const tc_hf *hf, const char *name, const tc_gguf_tensor *t, float **w)
+static bool in_checkpoint_order(const tc_hf *hf, const char *name, const tc_gguf_tensor *t,
+                                float **w)
 {
-    char n[96];
-    size_t stem = strlen(name) > 7 ? strlen(name) - 7 : 0;
-    snprintf(n, sizeof n, "%.*s.in_perm", (int)stem, name);
-    const tc_gguf_tensor *p = tc_gguf_tensor_find(&hf->view, n);
-    if (!p)
-        return true;
     uint64_t cols = t->dims[0], rows = t->n_elements / cols;
-    const int32_t *perm = p->data;
-    float *back = p->n_elements == cols ? malloc(t->n_elements * sizeof *back) : NULL;
-    if (!back)
-        return false;
-    for (uint64_t j = 0; j < rows; j++)
-        for (uint64_t i = 0; i < cols; i++) {
-            if (perm[i] < 0 || (uint64_t)perm[i] >= cols) {
+    for (int which = 0; which < 3; which++) {
+        char n[96];
+        size_t stem = strlen(name) > 7 ? strlen(name) - 7 : 0;
+        static const char *const kind[3] = { "in_perm", "in_order", "out_perm" };
+        snprintf(n, sizeof n, "%.*s.%s", (int)stem, name, kind[which]);
+        const tc_gguf_tensor *p = tc_gguf_tensor_find(&hf->view, n);
+        if (!p)
+            continue;
+        const int32_t *perm = p->data;
+        bool by_rows = which == 2;
+        uint64_t len = by_rows ? rows : cols;
+        float *back = p->n_elements == len ? malloc(t->n_elements * sizeof *back) : NULL;
+        if (!back)
+            return false;
+        for (uint64_t i = 0; i < len; i++)
+            if (perm[i] < 0 || (uint64_t)perm[i] >= len) {
                 free(back);
                 return false;
             }
-            back[j * cols + (uint64_t)perm[i]] = (*w)[j * cols + i];
-        }
-    free(*w);
-    *w = back;
+        for (uint64_t j = 0; j < rows; j++)
+            for (uint64_t i = 0; i < cols; i++)
+                if (by_rows)
+                    back[(uint64_t)perm[j] * cols + i] = (*w)[j * cols + i];
+                else
+                    back[j * cols + (uint64_t)perm[i]] = (*w)[j * cols + i];
+        free(*w);
+        *w = back;
+    }
     return true;
 }
 
@@ -111,8 +121,8 @@ int main(int argc, char **argv)
     else if (!out || !tc_dequantize(t->type, data, t->n_elements, out))
         fprintf(stderr, "hfweight: cannot dequantise %s (%s)\n", argv[2],
                 tc_ggml_type_name(t->type));
-    else if (!in_input_order(&hf, argv[2], t, &out))
-        fprintf(stderr, "hfweight: %s's input order is malformed\n", argv[2]);
+    else if (!in_checkpoint_order(&hf, argv[2], t, &out))
+        fprintf(stderr, "hfweight: %s's input or output order is malformed\n", argv[2]);
     else if (!(f = fopen(argv[3], "wb")) ||
              fwrite(out, sizeof(float), t->n_elements, f) != t->n_elements)
         fprintf(stderr, "hfweight: cannot write %s\n", argv[3]);

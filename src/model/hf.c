@@ -244,11 +244,22 @@ static tc_status add_quantised(collect *c, bool packed)
         if (!l->data)
             hf->view.tensors[hf->view.n_tensors - 1].packed = l;
         if (l->perm) {
-            /* act-order: the inputs' order, "blk.N.attn_q.in_perm" beside "...attn_q.weight" */
+            /* act-order: the inputs' order, "blk.N.attn_q.in_perm" beside "...attn_q.weight",
+             * which the model gathers x's columns by; "in_order" where the matrices before
+             * it already give x in that order (for tools that compare with the checkpoint) */
             char name[80];
             size_t stem = strlen(l->gguf) - strlen(".weight");
-            snprintf(name, sizeof name, "%.*s.in_perm", (int)stem, l->gguf);
+            snprintf(name, sizeof name, "%.*s.%s", (int)stem, l->gguf,
+                     l->fed_in_order ? "in_order" : "in_perm");
             TC_TRY(view_add(c, name, 1, &l->in, TC_GGML_I32, l->perm, l->in * sizeof *l->perm));
+        }
+        if (l->rows) {
+            /* (rows in another order: for tools that compare with the checkpoint; the model
+             * needs nothing, the matrix after it taking its inputs in that order) */
+            char name[80];
+            size_t stem = strlen(l->gguf) - strlen(".weight");
+            snprintf(name, sizeof name, "%.*s.out_perm", (int)stem, l->gguf);
+            TC_TRY(view_add(c, name, 1, &l->out, TC_GGML_I32, l->rows, l->out * sizeof *l->rows));
         }
     }
     if (packed) { /* the view points into the list from here on */
@@ -486,7 +497,7 @@ static tc_status open_dir(tc_hf *hf, const char *dir, bool packed)
         tc_host_free(hf->tokenizer_config);
         hf->tokenizer_config = NULL;
     }
-    c.names_cap = 64 * (size_t)(hf->cfg.n_layers * 19 + 8);
+    c.names_cap = 64 * (size_t)(hf->cfg.n_layers * 22 + 8);
     hf->names = tc_host_alloc(c.names_cap);
     if (!hf->names) {
         st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");

@@ -141,7 +141,7 @@ typedef struct reader {
     const tc__hfq_linear *l;
     const uint8_t *qw, *qz, *sc, *gi; /* gi NULL: groups of group_size inputs in order; qz NULL:
                                          symmetric compressed-tensors, zero 2^(bits - 1) */
-    const uint32_t *perm;             /* l->perm */
+    const uint32_t *perm, *rows;      /* l->perm, l->rows */
     tc_ggml_type sc_type;             /* f16 (GPTQ, AWQ), or bf16 or f32 (compressed-tensors) */
     uint64_t in, out, groups;
     uint64_t wk, wj; /* word w along the inputs of output j is qweight's word w wk + j wj */
@@ -168,6 +168,7 @@ static reader reader_of(const tc_hf_quant *cfg, const tc__hfq_linear *l)
     r.sc_type = l->part[TC__HFQ_SCALES].type;
     r.gi = cfg->method != TC_HF_QUANT_AWQ ? l->part[TC__HFQ_G_IDX].data : NULL;
     r.perm = l->perm;
+    r.rows = l->rows;
     r.in = l->in;
     r.out = l->out;
     r.groups = l->groups;
@@ -188,6 +189,12 @@ static inline uint64_t group_of(const reader *r, uint64_t k)
     if (r->gi)
         return rd32(r->gi + 4 * k);
     return r->cfg->group_size < 0 ? 0 : k / (uint64_t)r->cfg->group_size;
+}
+
+/* The checkpoint's output of held row j. */
+static inline uint64_t out_of(const reader *r, uint64_t j)
+{
+    return r->rows ? r->rows[j] : j;
 }
 
 /* The group of the blocks' input i (the checkpoint's input perm[i] under act-order). */
@@ -512,9 +519,9 @@ static void group_scales(const reader *r, bool q41, uint64_t g, uint64_t j0, uin
                          uint16_t *s, uint16_t *m)
 {
     for (uint64_t j = j0; j < j1; j++) {
-        s[j - j0] = scale_of(r, g, j);
+        s[j - j0] = scale_of(r, g, out_of(r, j));
         if (q41)
-            m[j - j0] = q4_1_min(s[j - j0], zero_of(r, g, j));
+            m[j - j0] = q4_1_min(s[j - j0], zero_of(r, g, out_of(r, j)));
     }
 }
 
@@ -629,8 +636,9 @@ static void awq4(const reader *r, uint64_t j0, uint64_t j1)
     }
 }
 
-/* Act-order matrices (l->perm), any block type, rows j0..j1: block kb's 32 values are the
- * checkpoint's inputs perm[32 kb ..], read one at a time; the nibbles and bytes as above. */
+/* Act-order matrices (l->perm), any block type, rows j0..j1 (the checkpoint's outputs
+ * l->rows[j] where set): block kb's 32 values are the checkpoint's inputs perm[32 kb ..], read
+ * one at a time; the nibbles and bytes as above. */
 static void permuted(const reader *r, uint64_t j0, uint64_t j1)
 {
     const tc__hfq_linear *l = r->l;
@@ -646,7 +654,7 @@ static void permuted(const reader *r, uint64_t j0, uint64_t j1)
         for (uint64_t j = j0; j < j1; j++) {
             uint8_t q[32];
             for (int e = 0; e < 32; e++)
-                q[e] = (uint8_t)q_of(r, src[e], j);
+                q[e] = (uint8_t)q_of(r, src[e], out_of(r, j));
             if (q8) {
                 uint8_t *b = (uint8_t *)l->data + (j * nb + kb) * 34;
                 wr16(b, s[j - j0]);
@@ -757,6 +765,7 @@ tc_status tc__hfq_pack_device(const tc__hfq_linear *l, tc_tensor *t, int64_t row
         .g_idx = r.gi,
         .g_idx_bytes = r.gi ? p[TC__HFQ_G_IDX].bytes : 0,
         .perm = l->perm,
+        .rows = l->rows,
         .wk = awq ? (int64_t)(l->out / 8) : (int64_t)r.wk,
         .wj = (int64_t)r.wj,
         .zg = awq ? (int64_t)p[TC__HFQ_QZEROS].dims[1] : (int64_t)r.zg,
@@ -777,12 +786,53 @@ tc_status tc__hfq_pack_device(const tc__hfq_linear *l, tc_tensor *t, int64_t row
     return tc__quant_pack(t, row0, &d);
 }
 
+/* The matrix whose GGUF name is blk.<layer>.<role>.weight, or NULL. */
+static tc__hfq_linear *find_role(tc__hfq *q, const char *layer, size_t len, const char *role)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%.*s%s.weight", (int)len, layer, role);
+    for (size_t i = 0; i < q->n; i++)
+        if (!strcmp(q->lin[i].gguf, name))
+            return &q->lin[i];
+    return NULL;
+}
+
+/* Where an act-order ffn_down's gate and up are act-order blocks too, their rows are held in
+ * down's input order (each output is one row of both, so SwiGLU pairs them as before): down
+ * then takes their product as it comes, with no gather before it (fed_in_order). Adds the row
+ * orders' room in the buffer to *total; false without host memory. */
+static bool order_ffn(tc__hfq *q, uint64_t *total)
+{
+    for (size_t i = 0; i < q->n; i++) {
+        tc__hfq_linear *d = &q->lin[i];
+        const char *dot = strstr(d->gguf, ".ffn_down.weight");
+        if (!d->perm || !dot || strncmp(d->gguf, "blk.", 4))
+            continue;
+        size_t len = (size_t)(dot - d->gguf) + 1; /* "blk.N." */
+        tc__hfq_linear *g = find_role(q, d->gguf, len, "ffn_gate"),
+                       *u = find_role(q, d->gguf, len, "ffn_up");
+        if (!g || !u || !g->perm || !u->perm || g->out != d->in || u->out != d->in)
+            continue;
+        g->rows = tc_host_alloc(d->in * sizeof *g->rows);
+        u->rows = tc_host_alloc(d->in * sizeof *u->rows);
+        if (!g->rows || !u->rows)
+            return false;
+        memcpy(g->rows, d->perm, d->in * sizeof *g->rows);
+        memcpy(u->rows, d->perm, d->in * sizeof *u->rows);
+        d->fed_in_order = true;
+        *total += 2 * ((d->in * sizeof *u->rows + 63) / 64 * 64);
+    }
+    return true;
+}
+
 /* The act-order matrices' input orders (choose's allocations) freed. */
 static void free_orders(tc__hfq *q)
 {
     for (size_t i = 0; i < q->n; i++) {
         tc_host_free(q->lin[i].perm);
+        tc_host_free(q->lin[i].rows);
         q->lin[i].perm = NULL;
+        q->lin[i].rows = NULL;
     }
 }
 
@@ -818,6 +868,10 @@ tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, bool packed, void **buffer
         }
     }
     cfg->n_linear = (uint32_t)q->n;
+    if (!order_ffn(q, &total)) {
+        free_orders(q);
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, OP, "no host memory to order a feed-forward");
+    }
     if (!total)
         return TC_OK;
     uint8_t *buf = tc_host_alloc(total);
@@ -843,6 +897,12 @@ tc_status tc__hfq_build(tc_hf_quant *cfg, tc__hfq *q, bool packed, void **buffer
             tc_host_free(l->perm);
             l->perm = (uint32_t *)(void *)(buf + off);
             off += (l->in * sizeof *l->perm + 63) / 64 * 64;
+        }
+        if (l->rows) {
+            memcpy(buf + off, l->rows, l->out * sizeof *l->rows);
+            tc_host_free(l->rows);
+            l->rows = (uint32_t *)(void *)(buf + off);
+            off += (l->out * sizeof *l->rows + 63) / 64 * 64;
         }
     }
     run_workers(cfg, q, first);

@@ -28,6 +28,11 @@ typedef struct tc__hfq_linear {
     const char *why;                   /* why it is f32, or NULL */
     uint32_t *perm;                    /* act-order: block input i is the checkpoint's input
                                           perm[i] (its groups in order); NULL: in order */
+    uint32_t *rows;                    /* held row j is the checkpoint's output rows[j] (an
+                                          act-order ffn_down's gate and up: its input order,
+                                          so that down takes their product as it comes) */
+    bool fed_in_order;                 /* with perm: the matrices before it hold their rows in
+                                          that order, so x needs no gather */
     void *data;                        /* [out, in] in `type`, inside the repacking buffer;
                                           NULL where left packed for the loader */
     uint64_t bytes;

@@ -87,6 +87,7 @@ typedef struct tc__quant_pack_desc {
     int64_t out, in;
     const void *qw, *qz, *sc, *g_idx; /* qz and g_idx may be NULL */
     const uint32_t *perm; /* act-order: block input i is input perm[i] ([in]; NULL: in order) */
+    const uint32_t *rows; /* row j is the parts' output rows[j] ([out]; NULL: in order) */
     size_t qw_bytes, qz_bytes, sc_bytes, g_idx_bytes;
     int64_t wk, wj, zg, zj, sg, sj, group;
     int kpack, jpack, bits, zpack, zero_offset, sc_type; /* sc_type: 0 f16, 1 bf16, 2 f32 */

@@ -86,16 +86,19 @@ tc_status tc__quant_pack(tc_tensor *t, int64_t row0, const tc__quant_pack_desc *
     tc_backend *b = t->backend;
     /* (The kernel takes a thread per 32 elements; q4_1_g64's blocks are of 64.) */
     int64_t nb = d->in / be, blocks = d->out * nb;
-    size_t bsz = tc_dtype_bytes(d->dtype, be), at[6], bytes = 0;
-    const void *src[5] = { d->qw, d->qz, d->sc, d->g_idx, d->perm };
-    const size_t len[5] = { d->qw_bytes, d->qz ? d->qz_bytes : 0, d->sc_bytes,
+    size_t bsz = tc_dtype_bytes(d->dtype, be), at[7], bytes = 0;
+    const void *src[6] = { d->qw, d->qz, d->sc, d->g_idx, d->perm, d->rows };
+    const size_t len[6] = { d->qw_bytes,
+                            d->qz ? d->qz_bytes : 0,
+                            d->sc_bytes,
                             d->g_idx ? d->g_idx_bytes : 0,
-                            d->perm ? (size_t)d->in * sizeof *d->perm : 0 };
-    for (int i = 0; i < 5; i++) {
+                            d->perm ? (size_t)d->in * sizeof *d->perm : 0,
+                            d->rows ? (size_t)d->out * sizeof *d->rows : 0 };
+    for (int i = 0; i < 6; i++) {
         at[i] = bytes;
         bytes += (len[i] + 255) / 256 * 256;
     }
-    at[5] = bytes;
+    at[6] = bytes;
     bytes += (size_t)blocks * bsz;
     if (blocks == 0)
         return TC_OK;
@@ -103,21 +106,22 @@ tc_status tc__quant_pack(tc_tensor *t, int64_t row0, const tc__quant_pack_desc *
     TC_TRY(tc_backend_alloc(b, bytes, &tmp));
     CUdeviceptr base = (CUdeviceptr)(uintptr_t)tmp;
     tc_status st = TC_OK;
-    for (int i = 0; i < 5 && st == TC_OK; i++)
+    for (int i = 0; i < 6 && st == TC_OK; i++)
         if (len[i])
             st = tc__backend_upload(b, base + at[i], src[i], len[i]);
     uint8_t *dev = tmp;
     if (st == TC_OK)
-        st = tc_launch_hfq_pack(spread(b, blocks * (be / 32)), dev + at[5], type, d->out,
+        st = tc_launch_hfq_pack(spread(b, blocks * (be / 32)), dev + at[6], type, d->out,
                                 d->in / 32, (const uint32_t *)(dev + at[0]), d->wk, d->wj, d->kpack,
                                 d->jpack, d->bits, d->awq ? 1 : 0,
                                 d->qz ? (const uint32_t *)(dev + at[1]) : NULL, d->zg, d->zj,
                                 d->zpack, d->zero_offset, (const void *)(dev + at[2]), d->sc_type,
                                 d->sg, d->sj, d->g_idx ? (const int32_t *)(dev + at[3]) : NULL,
-                                d->perm ? (const int32_t *)(dev + at[4]) : NULL, d->group);
+                                d->perm ? (const int32_t *)(dev + at[4]) : NULL,
+                                d->rows ? (const int32_t *)(dev + at[5]) : NULL, d->group);
     if (st == TC_OK)
         st =
-            tc_launch_qrepack(spread(b, blocks * (int64_t)bsz / 2), (uint8_t *)t->data, dev + at[5],
+            tc_launch_qrepack(spread(b, blocks * (int64_t)bsz / 2), (uint8_t *)t->data, dev + at[6],
                               (int32_t)t->dtype, total * nb, row0 * nb, blocks, (int32_t)1);
     tc_backend_free(b, tmp); /* in stream order: the kernels have it until they finish */
     return st;
