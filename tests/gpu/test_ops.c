@@ -146,13 +146,7 @@ static void gather_columns(rng_t *r)
             CHECK(tc_tensor_slice(&gw, 1, 0, k, &gx));
             CHECK(tc_tensor_slice(&cw, 1, 0, k, &cx));
             int32_t *order = malloc(sizeof(int32_t) * (size_t)k);
-            for (int64_t i = 0; i < k; i++)
-                order[i] = (int32_t)i;
-            for (int64_t i = k - 1; i > 0; i--) {
-                int64_t j = rng_int(r, i + 1);
-                int32_t t = order[i];
-                order[i] = order[j], order[j] = t;
-            }
+            rng_permutation(r, order, k);
             CHECK(tc_tensor_init_from_host(&gi, gpu, TC_DTYPE_I32, TC_SHAPE(k), order,
                                            sizeof(int32_t) * (size_t)k));
             CHECK(tc_tensor_init_from_host(&ci, cpu, TC_DTYPE_I32, TC_SHAPE(k), order,

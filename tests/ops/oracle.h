@@ -29,6 +29,18 @@ static inline int64_t rng_int(rng_t *r, int64_t n)
     return (int64_t)(rng_next(r) % (uint64_t)n);
 }
 
+/* v[0..k) = a random permutation of 0..k-1 (Fisher-Yates). */
+static inline void rng_permutation(rng_t *r, int32_t *v, int64_t k)
+{
+    for (int64_t i = 0; i < k; i++)
+        v[i] = (int32_t)i;
+    for (int64_t i = k - 1; i > 0; i--) {
+        int64_t j = rng_int(r, i + 1);
+        int32_t x = v[i];
+        v[i] = v[j], v[j] = x;
+    }
+}
+
 /* Fill a host buffer of n elements of dtype dt with uniform values in [lo, hi) and return
  * the values actually stored (after rounding to dt) as doubles in *vals (malloc'ed). Block
  * types get random scales and quants, their values computed here from the integers. */

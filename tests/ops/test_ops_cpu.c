@@ -266,14 +266,7 @@ static void embedding_gathers_rows_of_every_dtype(void **state)
 static void random_order(rng_t *r, tc_backend *b, int64_t k, tc_tensor *t)
 {
     assert_int_equal(tc_tensor_init(t, b, TC_DTYPE_I32, TC_SHAPE(k)), TC_OK);
-    int32_t *v = t->data;
-    for (int64_t i = 0; i < k; i++)
-        v[i] = (int32_t)i;
-    for (int64_t i = k - 1; i > 0; i--) {
-        int64_t j = rng_int(r, i + 1);
-        int32_t x = v[i];
-        v[i] = v[j], v[j] = x;
-    }
+    rng_permutation(r, t->data, k);
 }
 
 static void gather_columns_in_any_order(void **state)
