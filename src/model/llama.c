@@ -549,8 +549,6 @@ static int held_dtype(const loader *L, const char *name)
     return (int)target(gt->type, false, false, L->m->act, &native);
 }
 
-/* On CUDA, make `whole` [sum rows, cols] and parts[i] its row blocks when the n tensors
- * names[i] are held in one dtype; otherwise leave everything unset (placed one by one). */
 /* GPTQ act-order: the order of weight `name`'s inputs ("blk.N.attn_q.in_perm" beside
  * "blk.N.attn_q.weight"), or NULL where they are in order. */
 static const tc_gguf_tensor *input_order(const loader *L, const char *name)
@@ -610,6 +608,9 @@ static tc_status norm_in_order(tc_llama *m, const tc_tensor *norm, const tc_tens
     return tc_gather_columns(&to, &row, order);
 }
 
+/* On CUDA, make `whole` [sum rows, cols] and parts[i] its row blocks when the n tensors
+ * names[i] are held in one dtype and take x in one order; otherwise leave everything unset
+ * (placed one by one). */
 static tc_status fuse(loader *L, int n, const char *const *names, const int64_t *rows, int64_t cols,
                       tc_tensor *whole, tc_tensor *const *parts)
 {
