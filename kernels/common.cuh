@@ -284,10 +284,11 @@ __device__ __forceinline__ void await_inputs()
 #endif
 }
 // await_inputs() that first lets the next kernel's blocks be scheduled, for a small kernel
-// between two products (the act-order gather): the next product then asks for its weights
-// while the one before this kernel ends, as it would with no kernel between them. Safe where
-// await_inputs() is: the next kernel still waits for this grid to finish, which it does only
-// after this wait, and every block of the grids before has started by then.
+// between two large ones (the act-order gather between products, the rotary kernel between
+// the q/k/v product and decode attention): the next one then asks for its weights (or older
+// cache rows) while the one before this kernel ends, as it would with no kernel between them.
+// Safe where await_inputs() is: the next kernel still waits for this grid to finish, which it
+// does only after this wait, and every block of the grids before has started by then.
 __device__ __forceinline__ void launch_next_then_await()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

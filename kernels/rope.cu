@@ -154,7 +154,7 @@ extern "C" __global__ void tc_k_rope_f32(float *q, float *k, const float *v, flo
                                        int32_t scaling, double factor, double low_freq_factor,
                                        double high_freq_factor, double original_max_position)
 {
-    tc::await_inputs();
+    tc::launch_next_then_await();
     rope_cu::run(q, k, v, k_cache, v_cache, pos, slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride,
                  v_stride, interleaved, theta,
                  scaling, factor, low_freq_factor, high_freq_factor, original_max_position);
@@ -170,7 +170,7 @@ extern "C" __global__ void tc_k_rope_f16(__half *q, __half *k, const __half *v, 
                                        int32_t scaling, double factor, double low_freq_factor,
                                        double high_freq_factor, double original_max_position)
 {
-    tc::await_inputs();
+    tc::launch_next_then_await();
     rope_cu::run(q, k, v, k_cache, v_cache, pos, slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride,
                  v_stride, interleaved, theta,
                  scaling, factor, low_freq_factor, high_freq_factor, original_max_position);
@@ -186,7 +186,7 @@ extern "C" __global__ void tc_k_rope_bf16(__nv_bfloat16 *q, __nv_bfloat16 *k, co
                                        int32_t scaling, double factor, double low_freq_factor,
                                        double high_freq_factor, double original_max_position)
 {
-    tc::await_inputs();
+    tc::launch_next_then_await();
     rope_cu::run(q, k, v, k_cache, v_cache, pos, slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride,
                  v_stride, interleaved, theta,
                  scaling, factor, low_freq_factor, high_freq_factor, original_max_position);
@@ -204,7 +204,7 @@ extern "C" __global__ void tc_k_rope_f16_f8(__half *q, __half *k, const __half *
                                           double high_freq_factor, double original_max_position,
                                           const float *k_scale, const float *v_scale)
 {
-    tc::await_inputs();
+    tc::launch_next_then_await();
     rope_cu::run(q, k, v, reinterpret_cast<tc::f8e4m3 *>(k_cache), reinterpret_cast<tc::f8e4m3 *>(v_cache), pos,
                  slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride, v_stride, interleaved, theta, scaling,
                  factor, low_freq_factor, high_freq_factor, original_max_position, k_scale, v_scale);
@@ -222,7 +222,7 @@ extern "C" __global__ void tc_k_rope_bf16_f8(__nv_bfloat16 *q, __nv_bfloat16 *k,
                                           double high_freq_factor, double original_max_position,
                                           const float *k_scale, const float *v_scale)
 {
-    tc::await_inputs();
+    tc::launch_next_then_await();
     rope_cu::run(q, k, v, reinterpret_cast<tc::f8e4m3 *>(k_cache), reinterpret_cast<tc::f8e4m3 *>(v_cache), pos,
                  slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride, v_stride, interleaved, theta, scaling,
                  factor, low_freq_factor, high_freq_factor, original_max_position, k_scale, v_scale);

@@ -89,8 +89,9 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     weights before calling it, and the decode attention kernels, whose body
     (attention_cu::decode) waits at once unless the
     caller allows early reads (fresh_rows), and then reads only the lengths, the table and the
-    cache before waiting: never q, and it writes nothing. The column gather begins with
-    tc::launch_next_then_await(), which waits the same way after letting the next kernel start."""
+    cache before waiting: never q, and it writes nothing. The column gather and the rotary
+    kernels begin with tc::launch_next_then_await(), which waits the same way after letting the
+    next kernel start."""
     missing = []
     for f in sorted(os.listdir(os.path.join(ROOT, "kernels"))):
         if not f.endswith(".cu"):
@@ -116,7 +117,7 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
             if name.startswith("tc_k_attn_decode"):
                 assert first.startswith("attention_cu::decode<"), name
                 continue
-            if name.startswith("tc_k_gather_columns"):
+            if name.startswith("tc_k_gather_columns") or name.startswith("tc_k_rope"):
                 assert first.strip() == "tc::launch_next_then_await();", name
                 continue
             if first.strip() != "tc::await_inputs();":
