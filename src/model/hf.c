@@ -232,6 +232,16 @@ static tc_status add_tensor(void *ctx, const tc_safetensor *t)
     return tc__hfq_add(&c->hf->quant, &c->quant, module, name, which, ct, t);
 }
 
+/* An order of l's inputs or rows (n I32) under "<l's name less .weight>.<suffix>". */
+static tc_status add_order(collect *c, const tc__hfq_linear *l, const char *suffix, uint64_t n,
+                           const uint32_t *order)
+{
+    char name[80];
+    size_t stem = strlen(l->gguf) - strlen(".weight");
+    snprintf(name, sizeof name, "%.*s.%s", (int)stem, l->gguf, suffix);
+    return view_add(c, name, 1, &n, TC_GGML_I32, order, n * sizeof *order);
+}
+
 /* Repack the quantised matrices collected while mapping and add them to the view. */
 static tc_status add_quantised(collect *c, bool packed)
 {
@@ -243,24 +253,14 @@ static tc_status add_quantised(collect *c, bool packed)
         TC_TRY(view_add(c, l->gguf, 2, dims, l->type, l->data, l->bytes));
         if (!l->data)
             hf->view.tensors[hf->view.n_tensors - 1].packed = l;
-        if (l->perm) {
-            /* act-order: the inputs' order, "blk.N.attn_q.in_perm" beside "...attn_q.weight",
-             * which the model gathers x's columns by; "in_order" where the matrices before
-             * it already give x in that order (for tools that compare with the checkpoint) */
-            char name[80];
-            size_t stem = strlen(l->gguf) - strlen(".weight");
-            snprintf(name, sizeof name, "%.*s.%s", (int)stem, l->gguf,
-                     l->fed_in_order ? "in_order" : "in_perm");
-            TC_TRY(view_add(c, name, 1, &l->in, TC_GGML_I32, l->perm, l->in * sizeof *l->perm));
-        }
-        if (l->rows) {
-            /* (rows in another order: for tools that compare with the checkpoint; the model
-             * needs nothing, the matrix after it taking its inputs in that order) */
-            char name[80];
-            size_t stem = strlen(l->gguf) - strlen(".weight");
-            snprintf(name, sizeof name, "%.*s.out_perm", (int)stem, l->gguf);
-            TC_TRY(view_add(c, name, 1, &l->out, TC_GGML_I32, l->rows, l->out * sizeof *l->rows));
-        }
+        /* act-order: the inputs' order, "blk.N.attn_q.in_perm" beside "...attn_q.weight",
+         * which the model gathers x's columns by; "in_order" where the matrices before it
+         * already give x in that order, and "out_perm" for rows held in another order (those
+         * two for tools that compare with the checkpoint: the model needs nothing for them) */
+        if (l->perm)
+            TC_TRY(add_order(c, l, l->fed_in_order ? "in_order" : "in_perm", l->in, l->perm));
+        if (l->rows)
+            TC_TRY(add_order(c, l, "out_perm", l->out, l->rows));
     }
     if (packed) { /* the view points into the list from here on */
         hf->packed = c->quant.lin;
