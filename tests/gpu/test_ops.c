@@ -906,12 +906,15 @@ static void linear(rng_t *r)
                 tc_tensor_deinit(&co);
         }
     /* to and from FP8 E4M3 (the KV caches' 8-bit type): rounding at most half its step of 1/16
-     * below 1, 1/4 below 4 */
+     * below 1, 1/4 below 4, so at most 0.125 off for |x| < 4: against the largest |x| drawn
+     * (the error measure's denominator; 0.125 / 3 failed where that was just under 3) */
     for (int si = 0; si < 3; si++)
         for (int back = 0; back < 2; back++) {
             tc_dtype from = back ? TC_DTYPE_F8E4M3 : cvt[si], to = back ? cvt[si] : TC_DTYPE_F8E4M3;
             tc_tensor gx, cx, go, co;
-            double *xv = twin(r, from, TC_SHAPE(37, 1001), -3, 3, &gx, &cx);
+            double *xv = twin(r, from, TC_SHAPE(37, 1001), -3, 3, &gx, &cx), top = 0.0;
+            for (int64_t i = 0; i < 37 * 1001; i++)
+                top = fmax(top, fabs(xv[i]));
             poisoned(&go, gpu, to, TC_SHAPE(37, 1001));
             poisoned(&co, cpu, to, TC_SHAPE(37, 1001));
             CHECK(tc_convert(&go, &gx));
@@ -919,7 +922,7 @@ static void linear(rng_t *r)
             char what[64];
             snprintf(what, sizeof what, "convert %s to %s [37 x 1001]", tc_dtype_name(from),
                      tc_dtype_name(to));
-            expect_close(what, &go, xv, &co, back ? tolerance(to) : 0.125 / 3);
+            expect_close(what, &go, xv, &co, back ? tolerance(to) : 0.125 / top);
             free(xv);
             tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&go),
                 tc_tensor_deinit(&co);
