@@ -40,7 +40,7 @@ def scheme(case):
 
 def record(case):
     _, bits, group, sym, _, fmt, _ = Q.CASES[case]
-    q, z, s = Q.reference_matrix(case)  # q [in, out], z and s [groups, out]
+    q, z, s, _ = Q.reference_matrix(case)  # q [in, out], z and s [groups, out]
     k = q.shape[0]
     g = np.zeros(k, np.int64) if group == -1 else np.arange(k) // group
     half = 1 << (bits - 1)
@@ -67,8 +67,8 @@ def record(case):
 
 def main(out_dir):
     tensors, configs = {}, {}
-    for case in Q.CASES:
-        if Q.CASES[case][0] == "ct":
+    for case in Q.CASES:  # not actorder group: this release's compressor carries no g_idx
+        if Q.CASES[case][0] == "ct" and not Q.CASES[case][4]:
             t, configs[case] = record(case)
             tensors.update(t)
     save_file(tensors, os.path.join(out_dir, "ct_reference.safetensors"))

@@ -260,14 +260,13 @@ def quant_config(case):
 
 
 def reference_matrix(case, seed=11):
-    """The k_proj-shaped matrix (tiny: [64 out, 128 in]) of `case` that make_ct_reference.py records
-    compressed-tensors' packing of: q [in, out], z and s [groups, out], coarse scales (so that
-    q4_1 holds it exactly)."""
-    _, bits, group, sym, desc_act, fmt, _ = CASES[case]
+    """The k_proj-shaped matrix (tiny: [64 out, 128 in]) of `case` whose packing by the formats'
+    own packers make_ct_reference.py and make_gptq_awq_reference.py record: q [in, out], z and
+    s [groups, out], g_idx [in], coarse scales (so that q4_1 holds it exactly)."""
+    method, bits, group, sym, desc_act, fmt, _ = CASES[case]
     rng = np.random.default_rng(seed)
     w = (rng.standard_normal((64, 128)) * 128 ** -0.5).astype(np.float32)
-    q, z, s, _ = quantise(rng, w, bits, group, sym, desc_act, True, fmt)
-    return q, z, s
+    return quantise(rng, w, bits, group, sym, desc_act, True, fmt if method == "ct" else "f16")
 
 
 def random_parts(rng, case, rows, cols, order=None):

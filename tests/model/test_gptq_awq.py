@@ -3,7 +3,8 @@ matrix as loaded (tools/hfweight, our repacking into q4_0 / q4_1 / q4_1_g64 / q8
 f32, dequantised) equals the reference unpacking of quant_hf.py bit for bit, q4_1 and q4_1_g64
 within the f16 rounding of their m = -s z; compressed-tensors' parts as quant_hf.py packs them equal those the
 compressed-tensors package packs, and our loading of the package's parts and configuration
-equals its decompression (recorded by make_ct_reference.py in data/ct_reference.*); the logits
+equals its decompression (recorded by make_ct_reference.py in data/ct_reference.*), and GPTQ's
+and AWQ's as AutoGPTQ and AutoAWQ pack and unpack them (make_gptq_awq_reference.py); the logits
 of each folder (tools/logits) equal those of the same model dequantised by the reference into an
 ordinary f32 folder; malformed folders and unsupported configurations are one clear error each;
 thincuda info names the quantisation."""
@@ -162,8 +163,10 @@ def test_act_order_groups_of_other_sizes_stay_f32(ids, tmp_path):
     assert np.linalg.norm(lq - lf) / np.linalg.norm(lf) < 1e-5
 
 
-# (the package's recorded reference has no weight_g_idx case: recording needs PyTorch, and
-# actorder group's unpacking is checked against quant_hf.py's reference like GPTQ's g_idx)
+# (the package's recorded reference has no weight_g_idx case: compressed-tensors 0.20.0's
+# compressor carries no g_idx, its compress and decompress ignore weight_g_idx; actorder group's
+# unpacking is checked against quant_hf.py's reference like GPTQ's g_idx, and GPTQ's g_idx
+# against AutoGPTQ's below)
 CT_CASES = [c for c in Q.CASES if Q.CASES[c][0] == "ct" and not Q.CASES[c][4]]
 CT_REF = os.path.join(HERE, "data", "ct_reference")
 
@@ -173,7 +176,7 @@ def test_ct_packing_equals_the_compressed_tensors_package(case):
     """Our packer (which writes the test folders) against the package's compress, bit for bit."""
     ref = load_file(CT_REF + ".safetensors")
     _, bits, _, sym, _, fmt, _ = Q.CASES[case]
-    q, z, s = Q.reference_matrix(case)
+    q, z, s, _ = Q.reference_matrix(case)
     parts = Q.pack_ct(q, z, s, bits, sym, fmt)
     names = {k.split(".", 1)[1] for k in ref if k.startswith(case + ".")} - {"weight"}
     assert names == set(parts), (names, set(parts))
@@ -203,6 +206,52 @@ def test_ct_loading_equals_the_compressed_tensors_decompression(case, tmp_path):
     held, got = loaded(d, "blk.0.attn_k.weight", str(tmp_path))
     assert held == Q.CASES[case][6], held
     assert np.abs(want).max() > 0
+    assert np.array_equal(got.view(np.uint32), want.reshape(-1).view(np.uint32))
+
+
+# GPTQ (v1) and AWQ matrices as AutoGPTQ 0.7.1 and AutoAWQ 0.2.9 pack and unpack them, recorded
+# by make_gptq_awq_reference.py (neither package writes gptq_v2: those cases are not recorded)
+PKG_REF = os.path.join(HERE, "data", "gptq_awq_reference")
+PKG_CASES = sorted(json.load(open(PKG_REF + ".json"))["packer"])
+
+
+def package_parts(case):
+    """The package's parts of `case`'s reference matrix, and the weight it unpacks from them."""
+    parts = {k.split(".", 1)[1]: v for k, v in load_file(PKG_REF + ".safetensors").items()
+             if k.startswith(case + ".")}
+    return parts, parts.pop("weight")
+
+
+@pytest.mark.parametrize("case", PKG_CASES)
+def test_gptq_awq_packing_equals_the_packages(case):
+    """Our packer (which writes the test folders) against the package's, and our reference
+    unpacking of the package's parts against the package's own, bit for bit."""
+    parts, weight = package_parts(case)
+    method, bits = Q.CASES[case][:2]
+    q, z, s, g_idx = Q.reference_matrix(case)
+    qweight, qzeros = Q.pack_awq(q, z) if method == "awq" else Q.pack_gptq(q, z, bits, True)
+    ours = {"qweight": qweight, "qzeros": qzeros, "scales": s.astype(np.float16)}
+    if method == "gptq":
+        ours["g_idx"] = g_idx
+    assert set(ours) == set(parts)
+    for name, got in ours.items():
+        want = parts[name]
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        assert np.array_equal(got, want), name
+    assert np.abs(weight).max() > 0
+    assert np.array_equal(Q.unpack(case, parts).view(np.uint32), weight.view(np.uint32))
+
+
+@pytest.mark.parametrize("case", PKG_CASES)
+def test_gptq_awq_loading_equals_the_packages_unpacking(case, tmp_path):
+    """A folder whose layer-0 k_proj holds the parts the package packed: loaded (into its block
+    type, act-order blocks in group order) and dequantised, it is the package's unpacking bit
+    for bit."""
+    parts, want = package_parts(case)
+    d = str(tmp_path / "q")
+    Q.write(d, case, seed=8, replace={"model.layers.0.self_attn.k_proj": parts})
+    held, got = loaded(d, "blk.0.attn_k.weight", str(tmp_path))
+    assert held == Q.CASES[case][6], held
     assert np.array_equal(got.view(np.uint32), want.reshape(-1).view(np.uint32))
 
 

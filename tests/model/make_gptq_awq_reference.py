@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Record what two independent packers make of the matrices tests/model/quant_hf.py quantises,
+as the reference that tests/model/test_gptq_awq.py checks our GPTQ and AWQ packing (which
+writes the test folders) and our loading against without PyTorch:
+- GPTQ (checkpoint_format "gptq", v1): PyPI's auto-gptq 0.7.1, the packer optimum and
+  transformers used for GPTQ checkpoints: QuantLinear.pack (nn_modules/qlinear/qlinear_cuda.py)
+  of the weight s (q - z) with its scales, zeros and g_idx, and the weight its forward pass
+  (the PyTorch path, taken on the CPU) unpacks from those parts: its product with the identity.
+- AWQ (GEMM): PyPI's autoawq 0.2.9 (AutoAWQ's last release): WQLinear_GEMM.from_linear of the
+  same weight, scales and zeros, and utils.packing_utils.dequantize_gemm of its parts (f32
+  scales: the weight exactly).
+The v2 cases (gptq_v2: zeros stored without AutoGPTQ's minus one) have no packer here; neither
+package writes them. Each package's __init__ imports its model classes and their
+dependencies, so the modules are imported without it.
+Both need PyTorch (a 5 GB virtual environment with its CUDA wheels), which CI does not install;
+to re-record, from the repository root with a virtual environment outside it:
+    python3 -m venv --system-site-packages ../refvenv
+    ../refvenv/bin/pip install torch transformers accelerate
+    ../refvenv/bin/pip install --no-deps auto-gptq==0.7.1 autoawq==0.2.9
+    ../refvenv/bin/python tests/model/make_gptq_awq_reference.py tests/model/data
+which writes gptq_awq_reference.safetensors and gptq_awq_reference.json there (the JSON names
+the versions)."""
+import importlib.metadata
+import importlib.util
+import json
+import os
+import sys
+import types
+
+import numpy as np
+import torch
+from safetensors.numpy import save_file
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import quant_hf as Q  # noqa: E402
+
+
+def without_init(*packages):
+    """Make each package importable as a bare namespace, its __init__ not run."""
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        mod = types.ModuleType(name)
+        mod.__path__ = list(spec.submodule_search_locations)
+        sys.modules[name] = mod
+
+
+without_init("auto_gptq", "auto_gptq.nn_modules", "awq", "awq.modules", "awq.modules.linear")
+from auto_gptq.nn_modules.qlinear.qlinear_cuda import QuantLinear  # noqa: E402
+from awq.modules.linear.gemm import WQLinear_GEMM  # noqa: E402
+from awq.utils.packing_utils import dequantize_gemm  # noqa: E402
+
+
+def linear_of(q, z, s, g_idx):
+    """An nn.Linear holding s (q - z) in f32 (exact: f16 scales times small integers)."""
+    w = s.astype(np.float32)[g_idx] * (q - z[g_idx]).astype(np.float32)  # [in, out]
+    lin = torch.nn.Linear(q.shape[0], q.shape[1], bias=False)
+    lin.weight.data = torch.from_numpy(np.ascontiguousarray(w.T))
+    return lin
+
+
+def record(case):
+    method, bits, group, _, _, _, _ = Q.CASES[case]
+    q, z, s, g_idx = Q.reference_matrix(case)  # q [in, out], z and s [groups, out], g_idx [in]
+    k, n = q.shape
+    assert (z >= 1).all(), "AutoGPTQ's v1 packing cannot hold a zero point of 0"
+    lin = linear_of(q, z, s, g_idx)
+    s16 = s.astype(np.float16)
+    if method == "gptq":
+        ql = QuantLinear(bits, group, k, n, False, weight_dtype=torch.float32)
+        ql.pack(lin, torch.from_numpy(np.ascontiguousarray(s.T.astype(np.float32))),
+                torch.from_numpy(np.ascontiguousarray(z.T.astype(np.float32))),
+                torch.from_numpy(g_idx.astype(np.int32)))
+        ql.eval()
+        with torch.no_grad():
+            weight = ql(torch.eye(k, dtype=torch.float32)).T
+        parts = {"qweight": ql.qweight.numpy(), "qzeros": ql.qzeros.numpy(), "scales": s16,
+                 "g_idx": ql.g_idx.numpy().astype(np.int32)}
+        assert np.array_equal(ql.scales.numpy(), s.astype(np.float32))
+    else:
+        gl = WQLinear_GEMM.from_linear(lin, bits, group, scales=torch.from_numpy(s.astype(np.float32)),
+                                       zeros=torch.from_numpy(z.astype(np.float32)))
+        parts = {"qweight": gl.qweight.numpy(), "qzeros": gl.qzeros.numpy(),
+                 "scales": gl.scales.numpy()}
+        assert np.array_equal(parts["scales"], s16)
+        weight = dequantize_gemm(gl.qweight, gl.qzeros, torch.from_numpy(s.astype(np.float32)), bits,
+                                 group).T
+    out = {f"{case}.{name}": v for name, v in parts.items()}
+    out[f"{case}.weight"] = np.ascontiguousarray(weight.to(torch.float32).numpy())
+    return out
+
+
+def main(out_dir):
+    tensors, packers = {}, {}
+    for case, (method, _, _, _, _, fmt, _) in Q.CASES.items():
+        if method == "awq" or (method == "gptq" and fmt == "gptq"):
+            tensors.update(record(case))
+            packers[case] = "auto-gptq" if method == "gptq" else "autoawq"
+    save_file(tensors, os.path.join(out_dir, "gptq_awq_reference.safetensors"))
+    versions = {p: importlib.metadata.version(p) for p in ("auto-gptq", "autoawq", "torch")}
+    with open(os.path.join(out_dir, "gptq_awq_reference.json"), "w") as f:
+        json.dump({"versions": versions, "packer": packers}, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
