@@ -1,22 +1,26 @@
 #!/usr/bin/env python3
-"""Record what two independent packers make of the matrices tests/model/quant_hf.py quantises,
+"""Record what the formats' own packers make of the matrices tests/model/quant_hf.py quantises,
 as the reference that tests/model/test_gptq_awq.py checks our GPTQ and AWQ packing (which
 writes the test folders) and our loading against without PyTorch:
-- GPTQ (checkpoint_format "gptq", v1): PyPI's auto-gptq 0.7.1, the packer optimum and
+- GPTQ v1 (checkpoint_format "gptq"): PyPI's auto-gptq 0.7.1, the packer optimum and
   transformers used for GPTQ checkpoints: QuantLinear.pack (nn_modules/qlinear/qlinear_cuda.py)
   of the weight s (q - z) with its scales, zeros and g_idx, and the weight its forward pass
   (the PyTorch path, taken on the CPU) unpacks from those parts: its product with the identity.
+- GPTQ v2 ("gptq_v2": zero points stored as they are, not less one): PyPI's gptqmodel 7.7.0,
+  AutoGPTQ's successor, whose TorchLinear.pack writes v2 (its v1 export lowers the zeros by
+  one afterwards), and its dequantize_weight (f32 scales: the weight exactly).
 - AWQ (GEMM): PyPI's autoawq 0.2.9 (AutoAWQ's last release): WQLinear_GEMM.from_linear of the
   same weight, scales and zeros, and utils.packing_utils.dequantize_gemm of its parts (f32
   scales: the weight exactly).
-The v2 cases (gptq_v2: zeros stored without AutoGPTQ's minus one) have no packer here; neither
-package writes them. Each package's __init__ imports its model classes and their
-dependencies, so the modules are imported without it.
+AutoGPTQ's and AutoAWQ's __init__ import their model classes and those classes' dependencies,
+so their modules are imported without it.
 Both need PyTorch (a 5 GB virtual environment with its CUDA wheels), which CI does not install;
 to re-record, from the repository root with a virtual environment outside it:
     python3 -m venv --system-site-packages ../refvenv
-    ../refvenv/bin/pip install torch transformers accelerate
+    ../refvenv/bin/pip install torch transformers accelerate pillow protobuf datasets torchao \
+        pypcre tokenicer logbar device-smi threadpoolctl defuser dill
     ../refvenv/bin/pip install --no-deps auto-gptq==0.7.1 autoawq==0.2.9
+    BUILD_CUDA_EXT=0 ../refvenv/bin/pip install --no-deps --no-build-isolation gptqmodel==7.7.0
     ../refvenv/bin/python tests/model/make_gptq_awq_reference.py tests/model/data
 which writes gptq_awq_reference.safetensors and gptq_awq_reference.json there (the JSON names
 the versions)."""
@@ -48,6 +52,7 @@ without_init("auto_gptq", "auto_gptq.nn_modules", "awq", "awq.modules", "awq.mod
 from auto_gptq.nn_modules.qlinear.qlinear_cuda import QuantLinear  # noqa: E402
 from awq.modules.linear.gemm import WQLinear_GEMM  # noqa: E402
 from awq.utils.packing_utils import dequantize_gemm  # noqa: E402
+from gptqmodel.nn_modules.qlinear.torch import TorchLinear  # noqa: E402
 
 
 def linear_of(q, z, s, g_idx):
@@ -59,17 +64,24 @@ def linear_of(q, z, s, g_idx):
 
 
 def record(case):
-    method, bits, group, _, _, _, _ = Q.CASES[case]
+    method, bits, group, sym, desc_act, fmt, _ = Q.CASES[case]
     q, z, s, g_idx = Q.reference_matrix(case)  # q [in, out], z and s [groups, out], g_idx [in]
     k, n = q.shape
     assert (z >= 1).all(), "AutoGPTQ's v1 packing cannot hold a zero point of 0"
     lin = linear_of(q, z, s, g_idx)
     s16 = s.astype(np.float16)
-    if method == "gptq":
+    st, zt = (torch.from_numpy(np.ascontiguousarray(v.T.astype(np.float32))) for v in (s, z))
+    if method == "gptq" and fmt == "gptq_v2":
+        tl = TorchLinear(bits, group, sym, bool(desc_act), k, n, bias=False)
+        tl.pack(lin, st, zt, torch.from_numpy(g_idx.astype(np.int32)))
+        parts = {"qweight": tl.qweight.numpy(), "qzeros": tl.qzeros.numpy(),
+                 "scales": tl.scales.numpy(), "g_idx": tl.g_idx.numpy().astype(np.int32)}
+        assert np.array_equal(parts["scales"], s16)
+        tl.scales = tl.scales.to(torch.float32)
+        weight = tl.dequantize_weight().T
+    elif method == "gptq":
         ql = QuantLinear(bits, group, k, n, False, weight_dtype=torch.float32)
-        ql.pack(lin, torch.from_numpy(np.ascontiguousarray(s.T.astype(np.float32))),
-                torch.from_numpy(np.ascontiguousarray(z.T.astype(np.float32))),
-                torch.from_numpy(g_idx.astype(np.int32)))
+        ql.pack(lin, st, zt, torch.from_numpy(g_idx.astype(np.int32)))
         ql.eval()
         with torch.no_grad():
             weight = ql(torch.eye(k, dtype=torch.float32)).T
@@ -92,11 +104,12 @@ def record(case):
 def main(out_dir):
     tensors, packers = {}, {}
     for case, (method, _, _, _, _, fmt, _) in Q.CASES.items():
-        if method == "awq" or (method == "gptq" and fmt == "gptq"):
+        if method in ("gptq", "awq"):
             tensors.update(record(case))
-            packers[case] = "auto-gptq" if method == "gptq" else "autoawq"
+            packers[case] = {"gptq": "auto-gptq", "gptq_v2": "gptqmodel", "gemm": "autoawq"}[fmt]
     save_file(tensors, os.path.join(out_dir, "gptq_awq_reference.safetensors"))
-    versions = {p: importlib.metadata.version(p) for p in ("auto-gptq", "autoawq", "torch")}
+    versions = {p: importlib.metadata.version(p)
+                for p in ("auto-gptq", "autoawq", "gptqmodel", "torch")}
     with open(os.path.join(out_dir, "gptq_awq_reference.json"), "w") as f:
         json.dump({"versions": versions, "packer": packers}, f, indent=1, sort_keys=True)
         f.write("\n")

@@ -4,7 +4,7 @@ f32, dequantised) equals the reference unpacking of quant_hf.py bit for bit, q4_
 within the f16 rounding of their m = -s z; compressed-tensors' parts as quant_hf.py packs them equal those the
 compressed-tensors package packs, and our loading of the package's parts and configuration
 equals its decompression (recorded by make_ct_reference.py in data/ct_reference.*), and GPTQ's
-and AWQ's as AutoGPTQ and AutoAWQ pack and unpack them (make_gptq_awq_reference.py); the logits
+and AWQ's as AutoGPTQ, GPTQModel and AutoAWQ pack and unpack them (make_gptq_awq_reference.py); the logits
 of each folder (tools/logits) equal those of the same model dequantised by the reference into an
 ordinary f32 folder; malformed folders and unsupported configurations are one clear error each;
 thincuda info names the quantisation."""
@@ -209,8 +209,8 @@ def test_ct_loading_equals_the_compressed_tensors_decompression(case, tmp_path):
     assert np.array_equal(got.view(np.uint32), want.reshape(-1).view(np.uint32))
 
 
-# GPTQ (v1) and AWQ matrices as AutoGPTQ 0.7.1 and AutoAWQ 0.2.9 pack and unpack them, recorded
-# by make_gptq_awq_reference.py (neither package writes gptq_v2: those cases are not recorded)
+# GPTQ and AWQ matrices as AutoGPTQ 0.7.1 (v1), GPTQModel 7.7.0 (gptq_v2) and AutoAWQ 0.2.9 pack
+# and unpack them, recorded by make_gptq_awq_reference.py
 PKG_REF = os.path.join(HERE, "data", "gptq_awq_reference")
 PKG_CASES = sorted(json.load(open(PKG_REF + ".json"))["packer"])
 
@@ -227,9 +227,9 @@ def test_gptq_awq_packing_equals_the_packages(case):
     """Our packer (which writes the test folders) against the package's, and our reference
     unpacking of the package's parts against the package's own, bit for bit."""
     parts, weight = package_parts(case)
-    method, bits = Q.CASES[case][:2]
+    method, bits, fmt = Q.CASES[case][0], Q.CASES[case][1], Q.CASES[case][5]
     q, z, s, g_idx = Q.reference_matrix(case)
-    qweight, qzeros = Q.pack_awq(q, z) if method == "awq" else Q.pack_gptq(q, z, bits, True)
+    qweight, qzeros = Q.pack_awq(q, z) if method == "awq" else Q.pack_gptq(q, z, bits, fmt == "gptq")
     ours = {"qweight": qweight, "qzeros": qzeros, "scales": s.astype(np.float16)}
     if method == "gptq":
         ours["g_idx"] = g_idx
