@@ -294,6 +294,8 @@ def ctg(c):
 
 def ctw(c):
     return ctg(c)["weights"]
+
+
 BAD = {
     "missing qzeros": ("gptq-sym4", lambda t: t.pop(L0 + "qzeros"), None,
                        "model.layers.0.self_attn.q_proj has no qzeros"),
