@@ -14,7 +14,7 @@ writes the test folders) and our loading against without PyTorch:
   scales: the weight exactly).
 AutoGPTQ's and AutoAWQ's __init__ import their model classes and those classes' dependencies,
 so their modules are imported without it.
-Both need PyTorch (a 5 GB virtual environment with its CUDA wheels), which CI does not install;
+All three need PyTorch (a 5 GB virtual environment with its CUDA wheels), which CI does not install;
 to re-record, from the repository root with a virtual environment outside it:
     python3 -m venv --system-site-packages ../refvenv
     ../refvenv/bin/pip install torch transformers accelerate pillow protobuf datasets torchao \
@@ -67,10 +67,10 @@ def record(case):
     method, bits, group, sym, desc_act, fmt, _ = Q.CASES[case]
     q, z, s, g_idx = Q.reference_matrix(case)  # q [in, out], z and s [groups, out], g_idx [in]
     k, n = q.shape
-    assert (z >= 1).all(), "AutoGPTQ's v1 packing cannot hold a zero point of 0"
     lin = linear_of(q, z, s, g_idx)
     s16 = s.astype(np.float16)
-    st, zt = (torch.from_numpy(np.ascontiguousarray(v.T.astype(np.float32))) for v in (s, z))
+    s32, z32 = (torch.from_numpy(v.astype(np.float32)) for v in (s, z))  # [groups, out]
+    st, zt = s32.T.contiguous(), z32.T.contiguous()
     if method == "gptq" and fmt == "gptq_v2":
         tl = TorchLinear(bits, group, sym, bool(desc_act), k, n, bias=False)
         tl.pack(lin, st, zt, torch.from_numpy(g_idx.astype(np.int32)))
@@ -80,6 +80,7 @@ def record(case):
         tl.scales = tl.scales.to(torch.float32)
         weight = tl.dequantize_weight().T
     elif method == "gptq":
+        assert (z >= 1).all(), "AutoGPTQ's v1 packing cannot hold a zero point of 0"
         ql = QuantLinear(bits, group, k, n, False, weight_dtype=torch.float32)
         ql.pack(lin, st, zt, torch.from_numpy(g_idx.astype(np.int32)))
         ql.eval()
@@ -89,13 +90,11 @@ def record(case):
                  "g_idx": ql.g_idx.numpy().astype(np.int32)}
         assert np.array_equal(ql.scales.numpy(), s.astype(np.float32))
     else:
-        gl = WQLinear_GEMM.from_linear(lin, bits, group, scales=torch.from_numpy(s.astype(np.float32)),
-                                       zeros=torch.from_numpy(z.astype(np.float32)))
+        gl = WQLinear_GEMM.from_linear(lin, bits, group, scales=s32, zeros=z32)
         parts = {"qweight": gl.qweight.numpy(), "qzeros": gl.qzeros.numpy(),
                  "scales": gl.scales.numpy()}
         assert np.array_equal(parts["scales"], s16)
-        weight = dequantize_gemm(gl.qweight, gl.qzeros, torch.from_numpy(s.astype(np.float32)), bits,
-                                 group).T
+        weight = dequantize_gemm(gl.qweight, gl.qzeros, s32, bits, group).T
     out = {f"{case}.{name}": v for name, v in parts.items()}
     out[f"{case}.weight"] = np.ascontiguousarray(weight.to(torch.float32).numpy())
     return out

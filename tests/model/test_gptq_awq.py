@@ -200,12 +200,19 @@ def test_ct_loading_equals_the_compressed_tensors_decompression(case, tmp_path):
     want = parts.pop("weight")
     if fmt == "f16":
         parts["weight_scale"] = parts["weight_scale"].astype(np.float16)
+    assert np.abs(want).max() > 0
+    assert_k_proj_loads_to(case, parts, want, tmp_path, config)
+
+
+def assert_k_proj_loads_to(case, parts, want, tmp_path, config=None):
+    """A folder of `case` whose layer-0 k_proj holds `parts` (under quantization_config
+    `config`, or the case's) holds it in the case's type and dequantises it to `want`, bit for
+    bit."""
     d = str(tmp_path / "q")
     Q.write(d, case, seed=8, replace={"model.layers.0.self_attn.k_proj": parts},
             quant_config_=config)
     held, got = loaded(d, "blk.0.attn_k.weight", str(tmp_path))
     assert held == Q.CASES[case][6], held
-    assert np.abs(want).max() > 0
     assert np.array_equal(got.view(np.uint32), want.reshape(-1).view(np.uint32))
 
 
@@ -248,11 +255,7 @@ def test_gptq_awq_loading_equals_the_packages_unpacking(case, tmp_path):
     type, act-order blocks in group order) and dequantised, it is the package's unpacking bit
     for bit."""
     parts, want = package_parts(case)
-    d = str(tmp_path / "q")
-    Q.write(d, case, seed=8, replace={"model.layers.0.self_attn.k_proj": parts})
-    held, got = loaded(d, "blk.0.attn_k.weight", str(tmp_path))
-    assert held == Q.CASES[case][6], held
-    assert np.array_equal(got.view(np.uint32), want.reshape(-1).view(np.uint32))
+    assert_k_proj_loads_to(case, parts, want, tmp_path)
 
 
 @pytest.mark.parametrize("actorder", ["weight", "static"])
