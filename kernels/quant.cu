@@ -1121,6 +1121,42 @@ __device__ __forceinline__ void q8_kernel(void *out, const T *x, const void *w, 
 // every run) and writes out, leaving its counter at zero.
 constexpr int kBatchRows = 8 * 16, kBatchXRow = 256 * 2;
 
+// Q4_K's and Q5_K's scale and offset of sub-blocks p and p + 4 of a block of a row, as pairs of
+// T: what frag folds into the weights, decoded by one lane of a quad for the four (each
+// chunk's sub-block is then read from the lane that holds it) instead of by all four at every
+// chunk.
+template <typename T, int DT> __device__ __forceinline__ void k_scales(const Planes &P, uint32_t blk, int p,
+                                                                      uint32_t (&s2)[2], uint32_t (&o2)[2])
+{
+    constexpr int f = DT == Q4_K ? 1 : 2;
+    const uint8_t *sc = P.p[f] + blk * 12;
+    const uint32_t w0 = ld4(sc), w1 = ld4(sc + 4), w2 = ld4(sc + 8), dm = ld4(P.p[f + 1] + blk * 4);
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const uint2 sm = k_scale_min(w0, w1, w2, p + 4 * i);
+        const float s = half_lo(dm) * small_float(sm.x), off = -half_hi(dm) * small_float(sm.y);
+        s2[i] = tc::pack2<T>(s, s);
+        o2[i] = tc::pack2<T>(off, off);
+    }
+}
+
+// Group j of a Q4_K or Q5_K block as frag makes it, with its sub-block's scale and offset pairs
+// given (k_scales).
+template <typename T, int DT>
+__device__ __forceinline__ uint4 k_frag(const Planes &P, uint32_t blk, int j, uint32_t s2, uint32_t o2)
+{
+    const int sb = j >> 2, shift = (sb & 1) * 4;
+    const uint2 q = ld8(P.p[0] + blk * 128 + (sb >> 1) * 32 + (j & 3) * 8);
+    uint2 b = make_uint2((q.x >> shift) & 0x0f0f0f0fu, (q.y >> shift) & 0x0f0f0f0fu);
+    if constexpr (DT == Q5_K) {
+        const uint2 h = ld8(P.p[1] + blk * 32 + (j & 3) * 8);
+        b.x |= ((h.x >> sb) & 0x01010101u) << 4;
+        b.y |= ((h.y >> sb) & 0x01010101u) << 4;
+    }
+    return { pair_of<T>(b.x, 0x4140, 0, s2, o2, true), pair_of<T>(b.x, 0x4342, 0, s2, o2, true),
+             pair_of<T>(b.y, 0x4140, 0, s2, o2, true), pair_of<T>(b.y, 0x4342, 0, s2, o2, true) };
+}
+
 template <int DT> using BatchStep = Step<DT, 256 / layout(DT).block>;
 
 template <typename T, int DT, int NT>
@@ -1205,15 +1241,30 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
             });
         const uint8_t *xst = st + wbytes + g * kBatchXRow + p * 16;
         const int xo = (g & 1) * 64; // chunk c of this row is at chunk c ^ (g & 1)
+        constexpr bool KS = DT == Q4_K || DT == Q5_K;
 #pragma unroll
         for (int bl = 0; bl < S; bl++) {
             if (bl >= cnt)
                 break;
+            uint32_t s2[2][2], o2[2][2];
+            if constexpr (KS) {
+                k_scales<T, DT>(Q[0], bl, p, s2[0], o2[0]);
+                k_scales<T, DT>(Q[1], bl, p, s2[1], o2[1]);
+            }
 #pragma unroll
             for (int cc = 0; cc < CPB; cc++) {
                 const int j = cc * 4 + p;
-                const uint4 a = frag<T, DT>(fetch<DT, uint32_t>(Q[0], bl, j), j),
-                            b = frag<T, DT>(fetch<DT, uint32_t>(Q[1], bl, j), j);
+                uint4 a, b;
+                if constexpr (KS) {
+                    const int from = (lane & ~3) | (cc & 3), i = cc >> 2;
+                    a = k_frag<T, DT>(Q[0], bl, j, __shfl_sync(0xffffffffu, s2[0][i], from),
+                                      __shfl_sync(0xffffffffu, o2[0][i], from));
+                    b = k_frag<T, DT>(Q[1], bl, j, __shfl_sync(0xffffffffu, s2[1][i], from),
+                                      __shfl_sync(0xffffffffu, o2[1][i], from));
+                } else {
+                    a = frag<T, DT>(fetch<DT, uint32_t>(Q[0], bl, j), j);
+                    b = frag<T, DT>(fetch<DT, uint32_t>(Q[1], bl, j), j);
+                }
                 const int c = bl * CPB + cc;
                 const uint8_t *xc = xst + c * 64 + (c & 1 ? -xo : xo);
 #pragma unroll
