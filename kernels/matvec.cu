@@ -83,14 +83,17 @@ __device__ __forceinline__ void finish(float (&acc)[M], float (&up)[M], float (&
 // The lane's partial dot products of one float weight row with the m rows of x, and with SS
 // (one row only) the partial sum of squares of x beside them. One row of x uses each weight
 // once: the weights stay as stored until used, and twice as many loads are in flight (a
-// 4096-wide bf16 row in one go). More rows reuse each weight: converted once.
+// 4096-wide bf16 row in one go). More rows reuse each weight: converted once. With f32 x (the
+// reference activations, not a speed target) one row keeps 4 vectors in flight, not 16, and
+// several rows 2, not 8: the same sums in the same order, a quarter of the unrolled code (the
+// binary is held under 5 MB).
 template <typename TX, typename TW, int M, int N, bool SS>
 __device__ __forceinline__ void dot_float_row(float (&acc)[M], float (&ss)[M], const TX *x, const TW *wr, int m,
                                               int64_t k, int64_t xs)
 {
     int lane = threadIdx.x & 31;
     constexpr int64_t step = 32 * N;
-    constexpr int U = M == 1 ? 2 * kUnroll : kUnroll;
+    constexpr int U = (M == 1 ? 2 * kUnroll : kUnroll) / (sizeof(TX) == 4 ? 4 : 1);
     int64_t kk = lane * N;
     for (; kk + (U - 1) * step < k; kk += U * step) {
         tc::Vec<TW, N> raw[U];
@@ -157,17 +160,18 @@ __device__ __forceinline__ void dot_pair_row1(float &a, float &b, float &ss, con
 {
     int lane = threadIdx.x & 31;
     constexpr int64_t step = 32 * N;
+    constexpr int U = kUnroll / (sizeof(TX) == 4 ? 4 : 1); // (f32 x: as dot_float_row)
     int64_t kk = lane * N;
-    for (; kk + (kUnroll - 1) * step < k; kk += kUnroll * step) {
-        tc::Vec<TW, N> rg[kUnroll], ru[kUnroll];
+    for (; kk + (U - 1) * step < k; kk += U * step) {
+        tc::Vec<TW, N> rg[U], ru[U];
 #pragma unroll
-        for (int u = 0; u < kUnroll; u++)
+        for (int u = 0; u < U; u++)
             rg[u] = load_w<TW, N>(wg + kk + u * step);
 #pragma unroll
-        for (int u = 0; u < kUnroll; u++)
+        for (int u = 0; u < U; u++)
             ru[u] = load_w<TW, N>(wu + kk + u * step);
 #pragma unroll
-        for (int u = 0; u < kUnroll; u++) {
+        for (int u = 0; u < U; u++) {
             float xv[N];
             load_x<TX, N>(x + kk + u * step, xv);
 #pragma unroll
