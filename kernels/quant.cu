@@ -251,13 +251,13 @@ __device__ __forceinline__ uint32_t pair_of(uint32_t w, uint32_t sel, int bias, 
 {
     uint32_t r;
     if constexpr (tc::is_half<T>) {
-        uint32_t v = __byte_perm(w, 0x64, sel);
+        uint32_t v = __byte_perm(0x64, w, sel ^ 0x4444);
         __half2 t = __hsub2(*reinterpret_cast<__half2 *>(&v), __half2half2(__int2half_rn(1024 + bias)));
         __half2 s = *reinterpret_cast<__half2 *>(&s2), o = *reinterpret_cast<__half2 *>(&off2);
         __half2 a = !Scaled ? t : has_off ? __hfma2(t, s, o) : __hmul2(t, s);
         r = *reinterpret_cast<uint32_t *>(&a);
     } else {
-        uint32_t v = __byte_perm(w, 0x43, sel);
+        uint32_t v = __byte_perm(0x43, w, sel ^ 0x4444);
         __nv_bfloat162 t = __hsub2(*reinterpret_cast<__nv_bfloat162 *>(&v),
                                    __bfloat162bfloat162(__int2bfloat16_rn(128 + bias)));
         __nv_bfloat162 s = *reinterpret_cast<__nv_bfloat162 *>(&s2), o = *reinterpret_cast<__nv_bfloat162 *>(&off2);
@@ -868,20 +868,46 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
             const uint32_t b0 = (uint32_t)(s0 + ls) * S, cnt = min((uint32_t)S, nb - b0);
             each<0, L.nf>([&](auto F) {
                 constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
+                if constexpr (32 % U == 0) {
+                    // The lane's unit is the same in every round and its row 32 / U rows
+                    // further: one address for the first round, constant steps after it (rows
+                    // past n are not copied: a row's sums take none of another's, and these
+                    // are never stored).
+                    constexpr int RS = 32 / U;
+                    const uint32_t r = lane / U, u = lane % U;
+                    const uint64_t at = (uint64_t)((row0 + r + hoff) * nb + b0) * size;
+                    const uint8_t *src = P.p[f] + (size % 16 == 0 ? at + 16 * u : at);
 #pragma unroll
-                for (int i = 0; i < (16 * U + 31) / 32; i++) {
-                    const int slot = lane + 32 * i, r = slot / U, u = slot % U;
-                    if (16 * U % 32 == 0 || slot < 16 * U) {
-                        const uint32_t row = (row0 + r < n32 ? row0 + r : 0) + hoff, blk = row * nb + b0;
-                        const uint32_t to = dst + r * RB + 16 * (G::first(f) + u);
-                        if constexpr (size % 16 == 0) {
-                            // Whole units from the first: only a row's last, short step has fewer.
-                            if (S == 1 || u < cnt * (size / 16))
-                                cp_async16_s(to, P.p[f] + (uint64_t)blk * size + 16 * u);
-                        } else {
-                            const uint64_t at = (uint64_t)blk * size, start = (at & ~(uint64_t)15) + 16 * u;
-                            if (start < at + cnt * size)
-                                cp_async16_s(to, P.p[f] + start);
+                    for (int i = 0; i < (16 * U + 31) / 32; i++)
+                        if ((16 * U % 32 == 0 || lane + 32 * i < 16 * U) && row0 + r + i * RS < n32) {
+                            const uint8_t *from = src + (uint64_t)(i * RS) * nb * size;
+                            const uint32_t to = dst + (r + i * RS) * RB + 16 * (G::first(f) + u);
+                            if constexpr (size % 16 == 0) {
+                                // Whole units from the first: only a row's last, short step has fewer.
+                                if (S == 1 || u < cnt * (size / 16))
+                                    cp_async16_s(to, from);
+                            } else {
+                                const uintptr_t a = reinterpret_cast<uintptr_t>(from),
+                                                start = (a & ~(uintptr_t)15) + 16 * u;
+                                if (start < a + cnt * size)
+                                    cp_async16_s(to, reinterpret_cast<const void *>(start));
+                            }
+                        }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < (16 * U + 31) / 32; i++) {
+                        const int slot = lane + 32 * i, r = slot / U, u = slot % U;
+                        if (16 * U % 32 == 0 || slot < 16 * U) {
+                            const uint32_t row = (row0 + r < n32 ? row0 + r : 0) + hoff, blk = row * nb + b0;
+                            const uint32_t to = dst + r * RB + 16 * (G::first(f) + u);
+                            if constexpr (size % 16 == 0) {
+                                if (S == 1 || u < cnt * (size / 16))
+                                    cp_async16_s(to, P.p[f] + (uint64_t)blk * size + 16 * u);
+                            } else {
+                                const uint64_t at = (uint64_t)blk * size, start = (at & ~(uint64_t)15) + 16 * u;
+                                if (start < at + cnt * size)
+                                    cp_async16_s(to, P.p[f] + start);
+                            }
                         }
                     }
                 }
@@ -1177,38 +1203,83 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                    s0 = min(steps, blockIdx.y * per), my = min(steps, s0 + per) - s0, n32 = (uint32_t)n;
     const uint32_t row0 = blockIdx.x * kBatchRows, sm_s = (uint32_t)__cvta_generic_to_shared(sm);
 
-    // A stage's copies: its weights (wq), and its rows of x then the commit (wx).
-    auto issue = [&](uint32_t i, bool wq, bool wx) {
+    // Each thread's copies of a stage, fixed but for the stage's place in k: field f's units go
+    // 256 a round, slot threadIdx.x + 256 it being unit slot % U of the tile's row slot / U.
+    // Where U divides 256 the thread's unit is the same in every round and its row 256 / U rows
+    // further, so its source and place follow from the first round's by constant steps (rows
+    // past n are not copied: a row's sums take none of another's, and these are never stored).
+    // x: row warp + 8 it, unit lane, its 16-byte units of odd rows in swapped pairs.
+    const uint8_t *fsrc[4];
+    uint32_t fto[4];
+    int frows[4];
+    each<0, L.nf>([&](auto F) {
+        constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
+        if constexpr (256 % U == 0) {
+            const int r = threadIdx.x / U, u = threadIdx.x % U;
+            frows[f] = (int)min(n32 - row0, (uint32_t)kBatchRows) - r;
+            const uint64_t at = (uint64_t)((row0 + r) * nb + s0 * S) * size;
+            fsrc[f] = P.p[f] + (size % 16 == 0 ? at + 16 * u : at);
+            fto[f] = r * RB + 16 * (G::first(f) + u);
+        }
+    });
+    const T *xsrc = x + warp * xs + 8 * lane;
+    const uint32_t xto = wbytes + warp * kBatchXRow + 16 * (lane ^ (warp & 1) << 2);
+
+    // A stage's copies into the stage at base: its weights (wq), and its rows of x then the
+    // commit (wx).
+    auto issue = [&](uint32_t i, uint32_t base, bool wq, bool wx) {
         if (i < my) {
-            const uint32_t base = sm_s + (i % nst) * sbytes, b0 = (s0 + i) * S, cnt = min((uint32_t)S, nb - b0);
+            const uint32_t b0 = (s0 + i) * S, cnt = min((uint32_t)S, nb - b0);
             if (wq) {
                 each<0, L.nf>([&](auto F) {
                     constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
+                    if constexpr (256 % U == 0) {
+                        constexpr int R = (kBatchRows * U + 255) / 256, RS = 256 / U;
+                        const uint8_t *src = fsrc[f] + (uint64_t)i * (S * size);
 #pragma unroll
-                    for (int it = 0; it < (kBatchRows * U + 255) / 256; it++) {
-                        const int slot = threadIdx.x + 256 * it, r = slot / U, u = slot % U;
-                        if (kBatchRows * U % 256 == 0 || slot < kBatchRows * U) {
-                            const uint32_t row = row0 + r < n32 ? row0 + r : 0, blk = row * nb + b0;
-                            const uint32_t to = base + r * RB + 16 * (G::first(f) + u);
-                            if constexpr (size % 16 == 0) {
-                                if (u < cnt * (size / 16))
-                                    cp_async16_s(to, P.p[f] + (uint64_t)blk * size + 16 * u);
-                            } else {
-                                const uint64_t at = (uint64_t)blk * size, start = (at & ~(uint64_t)15) + 16 * u;
-                                if (start < at + cnt * size)
-                                    cp_async16_s(to, P.p[f] + start);
+                        for (int it = 0; it < R; it++) {
+                            if (kBatchRows * U % 256 == 0 || threadIdx.x + 256 * it < kBatchRows * U)
+                                if (it * RS < frows[f]) {
+                                    const uint8_t *at = src + (uint64_t)it * RS * nb * size;
+                                    const uint32_t to = base + fto[f] + it * RS * RB;
+                                    if constexpr (size % 16 == 0) {
+                                        if (S == 1 || (threadIdx.x % U) < cnt * (size / 16))
+                                            cp_async16_s(to, at);
+                                    } else {
+                                        const uintptr_t a = reinterpret_cast<uintptr_t>(at),
+                                                        start = (a & ~(uintptr_t)15) + 16 * (threadIdx.x % U);
+                                        if (start < a + cnt * size)
+                                            cp_async16_s(to, reinterpret_cast<const void *>(start));
+                                    }
+                                }
+                        }
+                    } else {
+#pragma unroll
+                        for (int it = 0; it < (kBatchRows * U + 255) / 256; it++) {
+                            const int slot = threadIdx.x + 256 * it, r = slot / U, u = slot % U;
+                            if (kBatchRows * U % 256 == 0 || slot < kBatchRows * U) {
+                                const uint32_t row = row0 + r < n32 ? row0 + r : 0, blk = row * nb + b0;
+                                const uint32_t to = base + r * RB + 16 * (G::first(f) + u);
+                                if constexpr (size % 16 == 0) {
+                                    if (u < cnt * (size / 16))
+                                        cp_async16_s(to, P.p[f] + (uint64_t)blk * size + 16 * u);
+                                } else {
+                                    const uint64_t at = (uint64_t)blk * size, start = (at & ~(uint64_t)15) + 16 * u;
+                                    if (start < at + cnt * size)
+                                        cp_async16_s(to, P.p[f] + start);
+                                }
                             }
                         }
                     }
                 });
             }
-            const uint32_t e0 = b0 * L.block;
-            if (wx)
-                for (int t = threadIdx.x; t < nt * 8 * 32; t += 256) {
-                    const int r = t >> 5, u = t & 31;
-                    if (r < m && e0 + 8 * u < k)
-                        cp_async16_s(base + wbytes + r * kBatchXRow + 16 * (u ^ (r & 1) << 2), x + r * xs + e0 + 8 * u);
-                }
+            if (wx && b0 * L.block + 8 * lane < k) {
+                const T *src = xsrc + b0 * L.block;
+#pragma unroll
+                for (int it = 0; it < NT; it++)
+                    if (warp + 8 * it < m)
+                        cp_async16_s(base + xto + it * 8 * kBatchXRow, src + it * 8 * xs);
+            }
         }
         if (wx)
             tc::cp_commit();
@@ -1217,19 +1288,24 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     // (weights are written by no kernel), their rows of x after; stage q's group then holds
     // at least its own copies.
     for (int q = 0; q < nst - 1; q++)
-        issue(q, true, false);
+        issue(q, sm_s + q * sbytes, true, false);
     tc::await_inputs();
     for (int q = 0; q < nst - 1; q++)
-        issue(q, false, true);
+        issue(q, sm_s + q * sbytes, false, true);
 
     const int r_a = warp * 16 + g;
     const uint32_t rblk[2] = { (row0 + r_a < n32 ? row0 + r_a : 0) * nb, (row0 + r_a + 8 < n32 ? row0 + r_a + 8 : 0) * nb };
     float acc[NT][4] = {};
+    // The stage computed (cs) and the one the step's copies fill (is): the stage before cs.
+    uint32_t cs = 0, is = (nst - 1) * sbytes;
+    const uint32_t last = (nst - 1) * sbytes;
     for (uint32_t i = 0; i < my; i++) {
         wait_copies(nst - 2);
         __syncthreads();
-        issue(i + nst - 1, true, true);
-        const uint8_t *st = sm + (i % nst) * sbytes;
+        issue(i + nst - 1, sm_s + is, true, true);
+        is = is == last ? 0 : is + sbytes;
+        const uint8_t *st = sm + cs;
+        cs = cs == last ? 0 : cs + sbytes;
         const uint32_t b0 = (s0 + i) * S, cnt = min((uint32_t)S, nb - b0);
         Planes Q[2];
 #pragma unroll
@@ -1267,9 +1343,11 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                 }
                 const int c = bl * CPB + cc;
                 const uint8_t *xc = xst + c * 64 + (c & 1 ? -xo : xo);
+                // (Tiles 0 and 1 unconditionally: the kernels take 9 rows and more, and with
+                // fewer a tile past them multiplies stale rows whose sums are never stored.)
 #pragma unroll
                 for (int t = 0; t < NT; t++)
-                    if (t < nt) {
+                    if (t < 2 || t < nt) {
                         const uint4 xx = *reinterpret_cast<const uint4 *>(xc + t * 8 * kBatchXRow);
                         tc::mma16816<T>(acc[t], a.x, b.x, a.y, b.y, xx.x, xx.y);
                         tc::mma16816<T>(acc[t], a.z, b.z, a.w, b.w, xx.z, xx.w);
