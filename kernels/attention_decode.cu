@@ -499,13 +499,12 @@ __device__ void decode_any_warp(const DecodeWork &w, const AnyRing &ring, T *wid
 }
 
 // The cached tokens a split covers: the host sizes `chunk` for the table's whole width; a
-// shorter sequence spreads over the splits by its own length (at least one tile per warp), so
+// shorter sequence spreads over the splits by its own length (whole tiles, at least one), so
 // that it is not left to the first split alone.
 __device__ __forceinline__ int split_chunk(int len, int splits, int chunk)
 {
-    constexpr int kMin = kWarps * kTile;
     int even = (int)(((uint32_t)len + splits - 1) / (uint32_t)splits);
-    return min(chunk, max(kMin, (even + kMin - 1) / kMin * kMin));
+    return min(chunk, max(kTile, (even + kTile - 1) / kTile * kTile));
 }
 
 // HD 0: the generic kernel (C uint8_t: the cache as bytes), head_dim hd_arg (see kMaxHD), an
@@ -714,7 +713,7 @@ __device__ void decode(T *out, float *part, int32_t *counters, const T *q, const
 
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
  *  threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at
- *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
+ *  most `chunk` cached tokens (a multiple of 16; less where the sequence is shorter), at most
  *  256 splits. With several splits in use, partials holds
  *  [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
  *  zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous
@@ -729,7 +728,7 @@ extern "C" __global__ void tc_k_attn_decode64_f16(__half *out, float *partials, 
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
  *  threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at
- *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
+ *  most `chunk` cached tokens (a multiple of 16; less where the sequence is shorter), at most
  *  256 splits. With several splits in use, partials holds
  *  [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
  *  zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous
@@ -744,7 +743,7 @@ extern "C" __global__ void tc_k_attn_decode128_f16(__half *out, float *partials,
 }
 /** Decode attention, head_dim 64: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
  *  threads, stages * 18432 bytes of dynamic shared memory (stages 1 to 3); a split covers at
- *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
+ *  most `chunk` cached tokens (a multiple of 16; less where the sequence is shorter), at most
  *  256 splits. With several splits in use, partials holds
  *  [n_seqs, n_heads, splits, 64 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
  *  zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous
@@ -759,7 +758,7 @@ extern "C" __global__ void tc_k_attn_decode64_bf16(__nv_bfloat16 *out, float *pa
 }
 /** Decode attention, head_dim 128: grid (n_seqs, n_kv_heads * ceil(group / 8), splits), 128
  *  threads, stages * 34816 bytes of dynamic shared memory (stages 1 to 3); a split covers at
- *  most `chunk` cached tokens (a multiple of 64; less where the sequence is shorter), at most
+ *  most `chunk` cached tokens (a multiple of 16; less where the sequence is shorter), at most
  *  256 splits. With several splits in use, partials holds
  *  [n_seqs, n_heads, splits, 128 + 4] floats and counters n_seqs * gridDim.y zeroed int32 (left
  *  zeroed). fresh >= 0: only each sequence's newest `fresh` rows may come from the previous

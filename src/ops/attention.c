@@ -524,10 +524,13 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
      * end). Measured on the H100 at batch 1 over 4,096 tokens: with 8 KV heads one block per SM
      * (4 tiles a warp) reads at 53% of the bandwidth against 47% with two (2 tiles a warp, and
      * twice the splits to merge); with 32 KV heads two blocks per SM (8 tiles a warp) 87%
-     * against 71% with one. Splits are multiples of 64 tokens (a tile for each warp) and at
-     * most 256 (bounding the partials). The chunk is sized for the table's width (a captured
-     * graph serves any length up to it), or with a window for the window and a tile; the
-     * kernel shrinks it for a shorter sequence so that all splits share its cache. */
+     * against 71% with one; with 32 KV heads and 544 tokens (H200, 7B Q4_K_M decode) two
+     * blocks per SM made 434.7-439.5 tokens/s against 428.7-430.7 with one, so 32 head blocks
+     * a sequence and more take two (where two fit) at any length. Splits are multiples of 16
+     * tokens (a tile; with 64, the 544 tokens' 8 splits were 5) and at most 256 (bounding the
+     * partials). The chunk is sized for the table's width (a captured graph serves any length
+     * up to it), or with a window for the window and a tile; the kernel shrinks it for a
+     * shorter sequence so that all splits share its cache. */
     int64_t group = n_heads / n_kv, chunks = (group + 7) / 8;
     int64_t capacity = block_table->shape[1] * k_cache->shape[1];
     if (window > 0 && window + 16 < capacity)
@@ -539,15 +542,17 @@ tc_status tc_attention_decode_ex(tc_tensor *out, const tc_tensor *q, const tc_te
     int64_t want = b->ctx->sm_count / base_blocks;
     if (want < 1 || (capacity + want - 1) / want > 4 * 64)
         want = (int64_t)resident * b->ctx->sm_count / base_blocks;
-    int64_t max_splits = (capacity + 63) / 64;
+    else if (n_kv * chunks >= 32)
+        want = (int64_t)(resident < 2 ? resident : 2) * b->ctx->sm_count / base_blocks;
+    int64_t max_splits = (capacity + 15) / 16;
     int64_t splits = want < max_splits ? want : max_splits;
     if (splits > 256)
         splits = 256;
     if (splits < 1)
         splits = 1;
-    int64_t chunk = ((capacity + splits - 1) / splits + 63) / 64 * 64;
-    if (chunk < 64)
-        chunk = 64; /* an empty block table: one split, nothing to read */
+    int64_t chunk = ((capacity + splits - 1) / splits + 15) / 16 * 16;
+    if (chunk < 16)
+        chunk = 16; /* an empty block table: one split, nothing to read */
     splits = (capacity + chunk - 1) / chunk;
     if (splits < 1)
         splits = 1;
