@@ -267,6 +267,17 @@ __device__ __forceinline__ uint32_t pair_of(uint32_t w, uint32_t sel, int bias, 
     return r;
 }
 
+// The 8 bytes of b as four pairs of T (bytes 0-1 and 2-3 of b.x, then of b.y), each as pair_of
+// makes it: the A fragment registers of one row's group of 8.
+template <typename T, bool Scaled = true>
+__device__ __forceinline__ uint4 pairs_of(uint2 b, int bias, uint32_t s2, uint32_t off2, bool has_off)
+{
+    return { pair_of<T, Scaled>(b.x, 0x4140, bias, s2, off2, has_off),
+             pair_of<T, Scaled>(b.x, 0x4342, bias, s2, off2, has_off),
+             pair_of<T, Scaled>(b.y, 0x4140, bias, s2, off2, has_off),
+             pair_of<T, Scaled>(b.y, 0x4342, bias, s2, off2, has_off) };
+}
+
 // Types whose scale covers each chunk of 32 elements that a tensor-core step takes: their
 // integers go into the products as they are (exact in 16 bits), the scale and offset are
 // applied to each chunk's f32 sums. The others (scales per 16) take kHalfScale's path below in
@@ -374,10 +385,7 @@ template <typename T, int DT> __device__ __forceinline__ uint4 frag_int(const In
         return { tc::pack2<T>(v[0], v[1]), tc::pack2<T>(v[2], v[3]), tc::pack2<T>(v[4], v[5]),
                  tc::pack2<T>(v[6], v[7]) };
     } else {
-        return { pair_of<T, false>(q.b.x, 0x4140, q.bias, 0, 0, false),
-                 pair_of<T, false>(q.b.x, 0x4342, q.bias, 0, 0, false),
-                 pair_of<T, false>(q.b.y, 0x4140, q.bias, 0, 0, false),
-                 pair_of<T, false>(q.b.y, 0x4342, q.bias, 0, 0, false) };
+        return pairs_of<T, false>(q.b, q.bias, 0, 0, false);
     }
 }
 
@@ -395,10 +403,7 @@ template <typename T, int DT> __device__ __forceinline__ uint4 frag(const Raw &r
         return { tc::pack2<T>(v[0], v[1]), tc::pack2<T>(v[2], v[3]), tc::pack2<T>(v[4], v[5]),
                  tc::pack2<T>(v[6], v[7]) };
     } else {
-        const uint32_t s2 = tc::pack2<T>(q.s, q.s), o2 = tc::pack2<T>(q.off, q.off);
-        const bool has_off = kHasOff<DT>;
-        return { pair_of<T>(q.b.x, 0x4140, q.bias, s2, o2, has_off), pair_of<T>(q.b.x, 0x4342, q.bias, s2, o2, has_off),
-                 pair_of<T>(q.b.y, 0x4140, q.bias, s2, o2, has_off), pair_of<T>(q.b.y, 0x4342, q.bias, s2, o2, has_off) };
+        return pairs_of<T>(q.b, q.bias, tc::pack2<T>(q.s, q.s), tc::pack2<T>(q.off, q.off), kHasOff<DT>);
     }
 }
 
@@ -1179,8 +1184,7 @@ __device__ __forceinline__ uint4 k_frag(const Planes &P, uint32_t blk, int j, ui
         b.x |= ((h.x >> sb) & 0x01010101u) << 4;
         b.y |= ((h.y >> sb) & 0x01010101u) << 4;
     }
-    return { pair_of<T>(b.x, 0x4140, 0, s2, o2, true), pair_of<T>(b.x, 0x4342, 0, s2, o2, true),
-             pair_of<T>(b.y, 0x4140, 0, s2, o2, true), pair_of<T>(b.y, 0x4342, 0, s2, o2, true) };
+    return pairs_of<T>(b, 0, s2, o2, true);
 }
 
 template <int DT> using BatchStep = Step<DT, 256 / layout(DT).block>;
