@@ -17,6 +17,13 @@ def main():
     if missing:
         sys.exit(f"{path}: no column {', '.join(missing)}")
     at = {c: j for j, c in enumerate(cols)}
+
+    def num(text):
+        try:
+            return float(text.replace(",", ""))
+        except ValueError:
+            return None
+
     groups = {}
     for r in rows[head + 1:]:
         if len(r) == len(cols) and r[0].isdigit():
@@ -27,7 +34,7 @@ def main():
     for (name, grid), rs in groups.items():
         vals = []
         for m in metrics:
-            got = sorted(float(x[at[m]].replace(",", "")) for x in rs if x[at[m]].replace(",", "").replace(".", "", 1).isdigit())
+            got = sorted(v for v in (num(x[at[m]]) for x in rs) if v is not None)
             vals.append("%.4g" % got[len(got) // 2] if got else "-")
         print(name[:34].ljust(34), grid.rjust(6), str(len(rs)).rjust(4), *(v.rjust(22) for v in vals))
 
