@@ -867,6 +867,26 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
     int64_t li = 0;
     uint32_t ltile = blockIdx.x;
     int lslot = 0, lh = 0, ls = 0;
+    // The lane's copies of the fields whose unit count U divides 32: its unit is the same in
+    // every round and its row 32 / U rows further, so a pointer to its first round's bytes
+    // moves on by a step's bytes from one step to the next and is set anew only where a half or
+    // a tile starts (rows past n are not copied: a row's sums take none of another's, and these
+    // are never stored). vr: the rows of the tile from its first on that exist.
+    const uint8_t *fp[4] = {};
+    int vr = 0;
+    auto start_half = [&]() {
+        const uint32_t row0 = ltile * 16, hoff = lh ? n32 : 0;
+        vr = (int)(n32 - row0);
+        each<0, L.nf>([&](auto F) {
+            constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
+            if constexpr (32 % U == 0) {
+                const uint32_t r = lane / U, u = lane % U;
+                const uint64_t at = (uint64_t)((row0 + r + hoff) * nb + (uint32_t)s0 * S) * size;
+                fp[f] = P.p[f] + (size % 16 == 0 ? at + 16 * u : at);
+            }
+        });
+    };
+    start_half();
     auto issue = [&]() {
         if (li < total) {
             const uint32_t dst = ring_s + lslot * G::bytes, row0 = ltile * 16, hoff = lh ? n32 : 0;
@@ -874,28 +894,25 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
             each<0, L.nf>([&](auto F) {
                 constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
                 if constexpr (32 % U == 0) {
-                    // The lane's unit is the same in every round and its row 32 / U rows
-                    // further: one address for the first round, constant steps after it (rows
-                    // past n are not copied: a row's sums take none of another's, and these
-                    // are never stored).
                     constexpr int RS = 32 / U;
                     const uint32_t r = lane / U, u = lane % U;
-                    const uint64_t at = (uint64_t)((row0 + r + hoff) * nb + b0) * size;
-                    const uint8_t *src = P.p[f] + (size % 16 == 0 ? at + 16 * u : at);
+                    const uint64_t rstride = (uint64_t)(RS * size) * nb;
+                    const uint8_t *from = fp[f];
+                    fp[f] += S * size;
 #pragma unroll
-                    for (int i = 0; i < (16 * U + 31) / 32; i++)
-                        if ((16 * U % 32 == 0 || lane + 32 * i < 16 * U) && row0 + r + i * RS < n32) {
-                            const uint8_t *from = src + (uint64_t)(i * RS) * nb * size;
+                    for (int i = 0; i < (16 * U + 31) / 32; i++, from += rstride)
+                        if ((16 * U % 32 == 0 || lane + 32 * i < 16 * U) && (int)(r + i * RS) < vr) {
                             const uint32_t to = dst + (r + i * RS) * RB + 16 * (G::first(f) + u);
                             if constexpr (size % 16 == 0) {
                                 // Whole units from the first: only a row's last, short step has fewer.
                                 if (S == 1 || u < cnt * (size / 16))
                                     cp_async16_s(to, from);
                             } else {
-                                const uintptr_t a = reinterpret_cast<uintptr_t>(from),
-                                                start = (a & ~(uintptr_t)15) + 16 * u;
-                                if (start < a + cnt * size)
-                                    cp_async16_s(to, reinterpret_cast<const void *>(start));
+                                // The unit starts 16 u - (a & 15) bytes after the field: copied
+                                // where that is before the step's last byte.
+                                const uintptr_t a = reinterpret_cast<uintptr_t>(from);
+                                if (16 * u < (S == 1 ? (uint32_t)size : cnt * size) + ((uint32_t)a & 15))
+                                    cp_async16_s(to, reinterpret_cast<const void *>((a & ~(uintptr_t)15) + 16 * u));
                             }
                         }
                 } else {
@@ -925,6 +942,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                     lh = 0;
                     ltile += gridDim.x;
                 }
+                start_half();
             }
         }
         tc::cp_commit();
