@@ -1257,21 +1257,23 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                     constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
                     if constexpr (256 % U == 0) {
                         constexpr int R = (kBatchRows * U + 255) / 256, RS = 256 / U;
-                        const uint8_t *src = fsrc[f] + (uint64_t)i * (S * size);
+                        // (Stages are issued in order: the pointer moves on by a stage's bytes.)
+                        const uint8_t *at = fsrc[f];
+                        fsrc[f] += S * size;
+                        const uint64_t rstride = (uint64_t)(RS * size) * nb;
+                        const uint32_t u = threadIdx.x % U;
 #pragma unroll
-                        for (int it = 0; it < R; it++) {
+                        for (int it = 0; it < R; it++, at += rstride) {
                             if (kBatchRows * U % 256 == 0 || threadIdx.x + 256 * it < kBatchRows * U)
                                 if (it * RS < frows[f]) {
-                                    const uint8_t *at = src + (uint64_t)it * RS * nb * size;
                                     const uint32_t to = base + fto[f] + it * RS * RB;
                                     if constexpr (size % 16 == 0) {
-                                        if (S == 1 || (threadIdx.x % U) < cnt * (size / 16))
+                                        if (S == 1 || u < cnt * (size / 16))
                                             cp_async16_s(to, at);
                                     } else {
-                                        const uintptr_t a = reinterpret_cast<uintptr_t>(at),
-                                                        start = (a & ~(uintptr_t)15) + 16 * (threadIdx.x % U);
-                                        if (start < a + cnt * size)
-                                            cp_async16_s(to, reinterpret_cast<const void *>(start));
+                                        const uintptr_t a = reinterpret_cast<uintptr_t>(at);
+                                        if (16 * u < (S == 1 ? (uint32_t)size : cnt * size) + ((uint32_t)a & 15))
+                                            cp_async16_s(to, reinterpret_cast<const void *>((a & ~(uintptr_t)15) + 16 * u));
                                     }
                                 }
                         }
