@@ -578,6 +578,25 @@ __device__ __forceinline__ void cp_async16_s(uint32_t to, const void *from)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(from));
 }
 
+// Unit u of a row's copy of one field (`size` bytes a block) for a step of S blocks, cnt of them
+// there, whose bytes start at `at`: a field of whole 16-byte units copies its unit u (only a
+// row's last, short step has fewer); another copies the units that cover its bytes from the
+// 16-byte boundary at or before `at` (planes start 256-byte aligned).
+template <int S, int size>
+__device__ __forceinline__ void copy_unit(uint32_t to, const uint8_t *at, uint32_t u, uint32_t cnt)
+{
+    if constexpr (size % 16 == 0) {
+        if (S == 1 || u < cnt * (size / 16))
+            cp_async16_s(to, at + 16 * u);
+    } else {
+        // The unit starts 16 u - (a & 15) bytes after the field: copied where that is before
+        // the step's last byte (tested in 32 bits).
+        const uintptr_t a = reinterpret_cast<uintptr_t>(at);
+        if (16 * u < (S == 1 ? (uint32_t)size : cnt * size) + ((uint32_t)a & 15))
+            cp_async16_s(to, reinterpret_cast<const void *>((a & ~(uintptr_t)15) + 16 * u));
+    }
+}
+
 // cp.async.wait_group for a run-time n (0 to 5; more waits as for 5, which waits for more).
 __device__ __forceinline__ void wait_copies(int n)
 {
@@ -882,7 +901,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
             if constexpr (32 % U == 0) {
                 const uint32_t r = lane / U, u = lane % U;
                 const uint64_t at = (uint64_t)((row0 + r + hoff) * nb + (uint32_t)s0 * S) * size;
-                fp[f] = P.p[f] + (size % 16 == 0 ? at + 16 * u : at);
+                fp[f] = P.p[f] + at;
             }
         });
     };
@@ -901,35 +920,16 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                     fp[f] += S * size;
 #pragma unroll
                     for (int i = 0; i < (16 * U + 31) / 32; i++, from += rstride)
-                        if ((16 * U % 32 == 0 || lane + 32 * i < 16 * U) && (int)(r + i * RS) < vr) {
-                            const uint32_t to = dst + (r + i * RS) * RB + 16 * (G::first(f) + u);
-                            if constexpr (size % 16 == 0) {
-                                // Whole units from the first: only a row's last, short step has fewer.
-                                if (S == 1 || u < cnt * (size / 16))
-                                    cp_async16_s(to, from);
-                            } else {
-                                // The unit starts 16 u - (a & 15) bytes after the field: copied
-                                // where that is before the step's last byte.
-                                const uintptr_t a = reinterpret_cast<uintptr_t>(from);
-                                if (16 * u < (S == 1 ? (uint32_t)size : cnt * size) + ((uint32_t)a & 15))
-                                    cp_async16_s(to, reinterpret_cast<const void *>((a & ~(uintptr_t)15) + 16 * u));
-                            }
-                        }
+                        if ((16 * U % 32 == 0 || lane + 32 * i < 16 * U) && (int)(r + i * RS) < vr)
+                            copy_unit<S, size>(dst + (r + i * RS) * RB + 16 * (G::first(f) + u), from, u, cnt);
                 } else {
 #pragma unroll
                     for (int i = 0; i < (16 * U + 31) / 32; i++) {
                         const int slot = lane + 32 * i, r = slot / U, u = slot % U;
                         if (16 * U % 32 == 0 || slot < 16 * U) {
-                            const uint32_t row = (row0 + r < n32 ? row0 + r : 0) + hoff, blk = row * nb + b0;
-                            const uint32_t to = dst + r * RB + 16 * (G::first(f) + u);
-                            if constexpr (size % 16 == 0) {
-                                if (S == 1 || u < cnt * (size / 16))
-                                    cp_async16_s(to, P.p[f] + (uint64_t)blk * size + 16 * u);
-                            } else {
-                                const uint64_t at = (uint64_t)blk * size, start = (at & ~(uint64_t)15) + 16 * u;
-                                if (start < at + cnt * size)
-                                    cp_async16_s(to, P.p[f] + start);
-                            }
+                            const uint32_t row = (row0 + r < n32 ? row0 + r : 0) + hoff;
+                            copy_unit<S, size>(dst + r * RB + 16 * (G::first(f) + u),
+                                               P.p[f] + (uint64_t)(row * nb + b0) * size, u, cnt);
                         }
                     }
                 }
@@ -1238,9 +1238,8 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
         constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
         if constexpr (256 % U == 0) {
             const int r = threadIdx.x / U, u = threadIdx.x % U;
-            frows[f] = (int)min(n32 - row0, (uint32_t)kBatchRows) - r;
-            const uint64_t at = (uint64_t)((row0 + r) * nb + s0 * S) * size;
-            fsrc[f] = P.p[f] + (size % 16 == 0 ? at + 16 * u : at);
+            frows[f] = (int)(n32 - row0) - r;
+            fsrc[f] = P.p[f] + (uint64_t)((row0 + r) * nb + s0 * S) * size;
             fto[f] = r * RB + 16 * (G::first(f) + u);
         }
     });
@@ -1263,35 +1262,18 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                         const uint64_t rstride = (uint64_t)(RS * size) * nb;
                         const uint32_t u = threadIdx.x % U;
 #pragma unroll
-                        for (int it = 0; it < R; it++, at += rstride) {
-                            if (kBatchRows * U % 256 == 0 || threadIdx.x + 256 * it < kBatchRows * U)
-                                if (it * RS < frows[f]) {
-                                    const uint32_t to = base + fto[f] + it * RS * RB;
-                                    if constexpr (size % 16 == 0) {
-                                        if (S == 1 || u < cnt * (size / 16))
-                                            cp_async16_s(to, at);
-                                    } else {
-                                        const uintptr_t a = reinterpret_cast<uintptr_t>(at);
-                                        if (16 * u < (S == 1 ? (uint32_t)size : cnt * size) + ((uint32_t)a & 15))
-                                            cp_async16_s(to, reinterpret_cast<const void *>((a & ~(uintptr_t)15) + 16 * u));
-                                    }
-                                }
-                        }
+                        for (int it = 0; it < R; it++, at += rstride)
+                            if ((kBatchRows * U % 256 == 0 || threadIdx.x + 256 * it < kBatchRows * U) &&
+                                it * RS < frows[f])
+                                copy_unit<S, size>(base + fto[f] + it * RS * RB, at, u, cnt);
                     } else {
 #pragma unroll
                         for (int it = 0; it < (kBatchRows * U + 255) / 256; it++) {
                             const int slot = threadIdx.x + 256 * it, r = slot / U, u = slot % U;
                             if (kBatchRows * U % 256 == 0 || slot < kBatchRows * U) {
-                                const uint32_t row = row0 + r < n32 ? row0 + r : 0, blk = row * nb + b0;
-                                const uint32_t to = base + r * RB + 16 * (G::first(f) + u);
-                                if constexpr (size % 16 == 0) {
-                                    if (u < cnt * (size / 16))
-                                        cp_async16_s(to, P.p[f] + (uint64_t)blk * size + 16 * u);
-                                } else {
-                                    const uint64_t at = (uint64_t)blk * size, start = (at & ~(uint64_t)15) + 16 * u;
-                                    if (start < at + cnt * size)
-                                        cp_async16_s(to, P.p[f] + start);
-                                }
+                                const uint32_t row = row0 + r < n32 ? row0 + r : 0;
+                                copy_unit<S, size>(base + r * RB + 16 * (G::first(f) + u),
+                                                   P.p[f] + (uint64_t)(row * nb + b0) * size, u, cnt);
                             }
                         }
                     }
