@@ -289,12 +289,22 @@ __device__ __forceinline__ void await_inputs()
 // cache rows) while the one before this kernel ends, as it would with no kernel between them.
 // Safe where await_inputs() is: the next kernel still waits for this grid to finish, which it
 // does only after this wait, and every block of the grids before has started by then.
-__device__ __forceinline__ void launch_next_then_await()
+__device__ __forceinline__ void launch_next()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void await_grids()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void launch_next_then_await()
+{
+    launch_next();
+    await_grids();
 }
 // atomicAdd with acquire and release semantics at GPU scope: the caller's earlier writes (and
 // those a barrier ordered before it) are visible to whoever reads the new value, and the writes

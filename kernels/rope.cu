@@ -106,6 +106,10 @@ __device__ void run(T *q, T *k, const T *v, C *k_cache, C *v_cache, const int32_
     int64_t row = blockIdx.x;
     int half = head_dim / 2;
     bool store = k && k_cache;
+    // pos and slots are index arrays that no kernel writes (tc_stream_set_overlap): the angles'
+    // long double-precision chain runs while the kernel before this one ends, and the next
+    // kernel's blocks may be scheduled from the start.
+    tc::launch_next();
     int64_t slot = store ? slots[row] : -1;
     double p = (double)pos[row];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -114,6 +118,7 @@ __device__ void run(T *q, T *k, const T *v, C *k_cache, C *v_cache, const int32_
         cs[i] = (float)c;
         sn[i] = (float)s;
     }
+    tc::await_grids();
     __syncthreads();
     Heads hs = { n_heads, k ? n_kv_heads : 0, store ? n_kv_heads : 0, n_kv_heads, head_dim };
     // Several pairs per thread, moved as 16-byte vectors (8 or 4 pairs for 16-bit types), when
@@ -154,7 +159,6 @@ extern "C" __global__ void tc_k_rope_f32(float *q, float *k, const float *v, flo
                                        int32_t scaling, double factor, double low_freq_factor,
                                        double high_freq_factor, double original_max_position)
 {
-    tc::launch_next_then_await();
     rope_cu::run(q, k, v, k_cache, v_cache, pos, slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride,
                  v_stride, interleaved, theta,
                  scaling, factor, low_freq_factor, high_freq_factor, original_max_position);
@@ -170,7 +174,6 @@ extern "C" __global__ void tc_k_rope_f16(__half *q, __half *k, const __half *v, 
                                        int32_t scaling, double factor, double low_freq_factor,
                                        double high_freq_factor, double original_max_position)
 {
-    tc::launch_next_then_await();
     rope_cu::run(q, k, v, k_cache, v_cache, pos, slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride,
                  v_stride, interleaved, theta,
                  scaling, factor, low_freq_factor, high_freq_factor, original_max_position);
@@ -186,7 +189,6 @@ extern "C" __global__ void tc_k_rope_bf16(__nv_bfloat16 *q, __nv_bfloat16 *k, co
                                        int32_t scaling, double factor, double low_freq_factor,
                                        double high_freq_factor, double original_max_position)
 {
-    tc::launch_next_then_await();
     rope_cu::run(q, k, v, k_cache, v_cache, pos, slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride,
                  v_stride, interleaved, theta,
                  scaling, factor, low_freq_factor, high_freq_factor, original_max_position);
@@ -204,7 +206,6 @@ extern "C" __global__ void tc_k_rope_f16_f8(__half *q, __half *k, const __half *
                                           double high_freq_factor, double original_max_position,
                                           const float *k_scale, const float *v_scale)
 {
-    tc::launch_next_then_await();
     rope_cu::run(q, k, v, reinterpret_cast<tc::f8e4m3 *>(k_cache), reinterpret_cast<tc::f8e4m3 *>(v_cache), pos,
                  slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride, v_stride, interleaved, theta, scaling,
                  factor, low_freq_factor, high_freq_factor, original_max_position, k_scale, v_scale);
@@ -222,7 +223,6 @@ extern "C" __global__ void tc_k_rope_bf16_f8(__nv_bfloat16 *q, __nv_bfloat16 *k,
                                           double high_freq_factor, double original_max_position,
                                           const float *k_scale, const float *v_scale)
 {
-    tc::launch_next_then_await();
     rope_cu::run(q, k, v, reinterpret_cast<tc::f8e4m3 *>(k_cache), reinterpret_cast<tc::f8e4m3 *>(v_cache), pos,
                  slots, n_heads, n_kv_heads, head_dim, q_stride, k_stride, v_stride, interleaved, theta, scaling,
                  factor, low_freq_factor, high_freq_factor, original_max_position, k_scale, v_scale);

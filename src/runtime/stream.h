@@ -49,8 +49,11 @@ TC_API tc_status tc_stream_memset(tc_stream *s, CUdeviceptr dst, unsigned char v
 /* Overlapped launches (programmatic dependent launch, compute capability 9.0 and up): when on,
  * each kernel launched on s may start while the previous one finishes; our kernels wait for
  * their predecessor (tc::await_inputs in kernels/common.cuh) before reading anything it wrote
- * or writing anything it reads, so results are unchanged. Returns TC_ERR_UNSUPPORTED on older
- * devices when on is true. Off by default. */
+ * or writing anything it reads, so results are unchanged. Two exceptions, read before the wait:
+ * weights, and the rotary kernels' pos and slots (tc_rope_store, tc_linear_rope_store): on an
+ * overlapped stream those must come from the host or a copy (as the engine's index upload
+ * does), not from a kernel. Returns TC_ERR_UNSUPPORTED on older devices when on is true. Off
+ * by default. */
 TC_API tc_status tc_stream_set_overlap(tc_stream *s, bool on);
 TC_API bool tc_stream_overlap(const tc_stream *s);
 

@@ -1781,13 +1781,19 @@ int main(void)
         }
     }
     rng_t r = { 2024 };
-    /* TC_OPS_ONLY=quantised or attention: only those kernels' checks (a quicker run while
-     * working on them). */
+    /* TC_OPS_ONLY=quantised, rope or attention: only those kernels' checks (a quicker run
+     * while working on them). */
     const char *only = getenv("TC_OPS_ONLY");
-    if (only && (!strcmp(only, "quantised") || !strcmp(only, "attention"))) {
+    if (only && (!strcmp(only, "quantised") || !strcmp(only, "rope") || !strcmp(only, "attention"))) {
         if (!strcmp(only, "quantised")) {
             gather_columns(&r);
             quantised(&r);
+        } else if (!strcmp(only, "rope")) {
+            rope(&r);
+            rope_store(&r, false);
+            rope_store(&r, true);
+            linear_rope_store(&r);
+            kv_scales_and_scaled_stores(&r);
         } else { /* TC_OPS_ONLY=attention: the attention kernels' checks */
             attention(&r);
             attention_fp8(&r);
