@@ -1784,7 +1784,8 @@ int main(void)
     /* TC_OPS_ONLY=quantised, rope or attention: only those kernels' checks (a quicker run
      * while working on them). */
     const char *only = getenv("TC_OPS_ONLY");
-    if (only && (!strcmp(only, "quantised") || !strcmp(only, "rope") || !strcmp(only, "attention"))) {
+    if (only &&
+        (!strcmp(only, "quantised") || !strcmp(only, "rope") || !strcmp(only, "attention"))) {
         if (!strcmp(only, "quantised")) {
             gather_columns(&r);
             quantised(&r);
