@@ -899,7 +899,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
         each<0, L.nf>([&](auto F) {
             constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
             if constexpr (32 % U == 0) {
-                const uint32_t r = lane / U, u = lane % U;
+                const uint32_t r = lane / U;
                 const uint64_t at = (uint64_t)((row0 + r + hoff) * nb + (uint32_t)s0 * S) * size;
                 fp[f] = P.p[f] + at;
             }
@@ -1216,7 +1216,8 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     constexpr int S = G::S, CPB = G::CPB, RB = G::row_bytes;
     const int lane = threadIdx.x & 31, g = lane >> 2, p = lane & 3, warp = threadIdx.x >> 5;
     const int nt = (m + 7) >> 3;
-    const uint32_t wbytes = kBatchRows * RB, sbytes = wbytes + nt * 8 * kBatchXRow;
+    // (A stage has room for two tiles of x at least: the loop multiplies tiles 0 and 1 always.)
+    const uint32_t wbytes = kBatchRows * RB, sbytes = wbytes + max(nt, 2) * 8 * kBatchXRow;
     const int nst = min(4, (int)(smem / sbytes));
     if (nst < 2)
         __trap();
@@ -1349,8 +1350,8 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                 }
                 const int c = bl * CPB + cc;
                 const uint8_t *xc = xst + c * 64 + (c & 1 ? -xo : xo);
-                // (Tiles 0 and 1 unconditionally: the kernels take 9 rows and more, and with
-                // fewer a tile past them multiplies stale rows whose sums are never stored.)
+                // (Tiles 0 and 1 unconditionally: with fewer rows than 9 tile 1 multiplies stale
+                // rows whose sums are never stored.)
 #pragma unroll
                 for (int t = 0; t < NT; t++)
                     if (t < 2 || t < nt) {

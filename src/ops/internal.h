@@ -105,12 +105,17 @@ tc_status tc__quant_embedding(tc_tensor *out, const tc_tensor *table, const tc_t
 bool tc__quant_one_row(const tc_tensor *x, const tc_tensor *w, int64_t rows);
 tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, int64_t r0,
                            int64_t rows, int32_t flags, const tc_tensor *norm, float eps);
-/* Products of more than TC_MATVEC_MAX_ROWS and at most TC__QUANT_BATCH_ROWS rows of 16-bit x
+/* Products of tc__quant_batch_from(w's type) to TC__QUANT_BATCH_ROWS rows of 16-bit x
  * (batched decode) read and dequantise the weights once, on the tensor cores: out of x's dtype
  * or f32. tc__quant_batch_fits says whether the kernel takes x and w (on this GPU's shared
  * memory); tc__quant_batch is TC_ERR_UNSUPPORTED where it does not. */
 #define TC__QUANT_BATCH_ROWS 64
 bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w);
+/* The rows of x from which products of weights of block type dt take the batched kernels: 5
+ * for the K-quants, whose 2-8 row kernels are the slower from there (H200, bench_ops quant, 8
+ * rows: Q4_K 11008 x 4096 23.4 -> 17.2 us, Q6_K 31.3 -> 18.1), 9 for the others (Q4_0, Q8_0,
+ * q4_1_g64 equal or slower in the batched kernels at 8 rows). */
+int tc__quant_batch_from(tc_dtype dt);
 tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w);
 /* Dequantise `bytes` of GGUF blocks of ggml type `ggml_type` (an IQ type, TQ1_0 or TQ2_0:
  * kernels/iq.cu) at src (host) into the contiguous CUDA tensor out (f32, f16 or bf16), whose

@@ -421,11 +421,12 @@ tc_status tc__matmul_widen(tc_tensor *out, const tc_tensor *x, const tc_tensor *
     if (tc_dtype_is_block(w->dtype)) {
         if (tc__quant_one_row(x, w, x->shape[0]))
             return w->shape[0] == 0 ? TC_OK : tc__quant_matvec(out, x, w, 0, 1, 8, NULL, 0.0f);
-        if (x->shape[0] <= TC_MATVEC_MAX_ROWS || !tc__quant_batch_fits(x, w))
+        if (!tc__quant_batch_fits(x, w))
             return tc_set_error(TC_ERR_UNSUPPORTED, op,
-                                "a product of quantised weights widens to f32 for one row of "
-                                "bf16 x or %d to %d rows of 16-bit x on CUDA only",
-                                TC_MATVEC_MAX_ROWS + 1, TC__QUANT_BATCH_ROWS);
+                                "a product of %s weights widens to f32 for one row of bf16 x or "
+                                "%d to %d rows of 16-bit x on CUDA only",
+                                tc_dtype_name(w->dtype), tc__quant_batch_from(w->dtype),
+                                TC__QUANT_BATCH_ROWS);
         return w->shape[0] == 0 ? TC_OK : tc__quant_batch(out, x, w);
     }
     void *handle = NULL;
@@ -466,9 +467,9 @@ tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
     if (b->kind == TC_BACKEND_CPU)
         return linear_cpu(out, x, w, &(tc_linear_opts){ 0 });
     if (tc_dtype_is_block(w->dtype))
-        return m <= TC_MATVEC_MAX_ROWS      ? tc__quant_matvec(out, x, w, 0, m, 0, NULL, 0.0f)
-               : tc__quant_batch_fits(x, w) ? tc__quant_batch(out, x, w)
-                                            : tc__quant_gemm(out, x, w, gemm_any);
+        return tc__quant_batch_fits(x, w) ? tc__quant_batch(out, x, w)
+               : m <= TC_MATVEC_MAX_ROWS  ? tc__quant_matvec(out, x, w, 0, m, 0, NULL, 0.0f)
+                                          : tc__quant_gemm(out, x, w, gemm_any);
     if (m <= TC_MATVEC_MAX_ROWS || w->dtype != x->dtype) {
         /* Float weights of another dtype have only the matrix-vector kernel, which then runs
          * once per TC_MATVEC_MAX_ROWS rows. */

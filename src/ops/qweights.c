@@ -378,7 +378,7 @@ static const struct {
 
 /* Shared memory one stage of a batched product takes (kernels/quant.cu's mma_batch): 128
  * weight rows of 256 elements, each field's bytes in the 16-byte units that cover them from
- * an aligned start, and x's rows (m rounded up to 8) of 256 elements. */
+ * an aligned start, and x's rows (m rounded up to 8, at least 16) of 256 elements. */
 static size_t batch_stage_bytes(tc_dtype dt, int64_t m)
 {
     int s = 256 / qmm[dt].block, units = 0;
@@ -390,14 +390,26 @@ static size_t batch_stage_bytes(tc_dtype dt, int64_t m)
                                                         : 1;
         units += (16 - a + s * size + 15) / 16;
     }
-    return (size_t)128 * 16 * (size_t)units + (size_t)((m + 7) / 8 * 8) * 512;
+    return (size_t)128 * 16 * (size_t)units + (size_t)(m > 16 ? (m + 7) / 8 * 8 : 16) * 512;
+}
+
+int tc__quant_batch_from(tc_dtype dt)
+{
+    switch (dt) {
+    case TC_DTYPE_Q2_K:
+    case TC_DTYPE_Q3_K:
+    case TC_DTYPE_Q4_K:
+    case TC_DTYPE_Q5_K:
+    case TC_DTYPE_Q6_K: return 5;
+    default: return TC_MATVEC_MAX_ROWS + 1;
+    }
 }
 
 bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w)
 {
     int64_t m = x->shape[0];
     return x->backend->kind == TC_BACKEND_CUDA && tc_dtype_is_block(w->dtype) &&
-           qmm[w->dtype].f16 && m > TC_MATVEC_MAX_ROWS && m <= TC__QUANT_BATCH_ROWS &&
+           qmm[w->dtype].f16 && m >= tc__quant_batch_from(w->dtype) && m <= TC__QUANT_BATCH_ROWS &&
            (x->dtype == TC_DTYPE_F16 || x->dtype == TC_DTYPE_BF16) &&
            2 * batch_stage_bytes(w->dtype, m) <= tc__backend_shared_room(x->backend);
 }
