@@ -236,93 +236,93 @@ static const char *const names_tc_k_qmv1_q4_k_bf16[] = {"out", "x", "w", "n", "k
 static const uint16_t sizes_tc_k_qmv1_q6_k_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
 static const char *const names_tc_k_qmv1_q6_k_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
 static const uint16_t sizes_tc_k_qmm_q4_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q4_0_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q4_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q4_0_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q4_0_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_1_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q4_1_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q4_1_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_1_g64_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q4_1_g64_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q4_1_g64_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_1_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q4_1_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q4_1_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_1_g64_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q4_1_g64_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q4_1_g64_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q5_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q5_0_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q5_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q5_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q5_0_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q5_0_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q5_1_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q5_1_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q5_1_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q5_1_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q5_1_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q5_1_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q8_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q8_0_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q8_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q8_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q8_0_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q8_0_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q2_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q2_k_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q2_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q2_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q2_k_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q2_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q3_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q3_k_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q3_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q3_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q3_k_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q3_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q4_k_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q4_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q4_k_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q4_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q5_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q5_k_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q5_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q5_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q5_k_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q5_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q6_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q6_k_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q6_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q6_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm_q6_k_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm_q6_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q4_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q4_0_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q4_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q4_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q4_0_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q4_0_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q4_1_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q4_1_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q4_1_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q4_1_g64_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q4_1_g64_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q4_1_g64_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q4_1_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q4_1_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q4_1_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q4_1_g64_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q4_1_g64_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q4_1_g64_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q5_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q5_0_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q5_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q5_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q5_0_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q5_0_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q5_1_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q5_1_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q5_1_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q5_1_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q5_1_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q5_1_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q8_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q8_0_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q8_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q8_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q8_0_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q8_0_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q2_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q2_k_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q2_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q2_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q2_k_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q2_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q3_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q3_k_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q3_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q3_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q3_k_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q3_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q4_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q4_k_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q4_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q4_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q4_k_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q4_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q5_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q5_k_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q5_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q5_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q5_k_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q5_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q6_k_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q6_k_f16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q6_k_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q6_k_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
-static const char *const names_tc_k_qmm32_q6_k_bf16[] = {"out", "flags", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const char *const names_tc_k_qmm32_q6_k_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_fill_random_f32[] = {8, 8, 8, 4, 4};
 static const char *const names_tc_k_fill_random_f32[] = {"out", "n", "seed", "offset", "scale"};
 static const uint16_t sizes_tc_k_fill_random_f16[] = {8, 8, 8, 4, 4};
@@ -430,86 +430,86 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_matvec1_bf16", "kernels/matvec.cu", 487, 25, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
     {"tc_k_matvec_mma_f16", "kernels/matvec.cu", 504, 9, sizes_tc_k_matvec_mma_f16, names_tc_k_matvec_mma_f16},
     {"tc_k_matvec_mma_bf16", "kernels/matvec.cu", 513, 9, sizes_tc_k_matvec_mma_bf16, names_tc_k_matvec_mma_bf16},
-    {"tc_k_qrepack", "kernels/quant.cu", 1509, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
-    {"tc_k_qdequant_f32", "kernels/quant.cu", 1541, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
-    {"tc_k_qdequant_f16", "kernels/quant.cu", 1547, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
-    {"tc_k_qdequant_bf16", "kernels/quant.cu", 1553, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
-    {"tc_k_qmatvec_f32", "kernels/quant.cu", 1564, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
-    {"tc_k_qmv_q4_0_f16", "kernels/quant.cu", 1579, 9, sizes_tc_k_qmv_q4_0_f16, names_tc_k_qmv_q4_0_f16},
-    {"tc_k_qmv_q4_0_bf16", "kernels/quant.cu", 1585, 9, sizes_tc_k_qmv_q4_0_bf16, names_tc_k_qmv_q4_0_bf16},
-    {"tc_k_qmv_q4_1_f16", "kernels/quant.cu", 1591, 9, sizes_tc_k_qmv_q4_1_f16, names_tc_k_qmv_q4_1_f16},
-    {"tc_k_qmv_q4_1_g64_f16", "kernels/quant.cu", 1597, 9, sizes_tc_k_qmv_q4_1_g64_f16, names_tc_k_qmv_q4_1_g64_f16},
-    {"tc_k_qmv_q4_1_bf16", "kernels/quant.cu", 1603, 9, sizes_tc_k_qmv_q4_1_bf16, names_tc_k_qmv_q4_1_bf16},
-    {"tc_k_qmv_q4_1_g64_bf16", "kernels/quant.cu", 1609, 9, sizes_tc_k_qmv_q4_1_g64_bf16, names_tc_k_qmv_q4_1_g64_bf16},
-    {"tc_k_qmv_q5_0_f16", "kernels/quant.cu", 1615, 9, sizes_tc_k_qmv_q5_0_f16, names_tc_k_qmv_q5_0_f16},
-    {"tc_k_qmv_q5_0_bf16", "kernels/quant.cu", 1621, 9, sizes_tc_k_qmv_q5_0_bf16, names_tc_k_qmv_q5_0_bf16},
-    {"tc_k_qmv_q5_1_f16", "kernels/quant.cu", 1627, 9, sizes_tc_k_qmv_q5_1_f16, names_tc_k_qmv_q5_1_f16},
-    {"tc_k_qmv_q5_1_bf16", "kernels/quant.cu", 1633, 9, sizes_tc_k_qmv_q5_1_bf16, names_tc_k_qmv_q5_1_bf16},
-    {"tc_k_qmv_q8_0_f16", "kernels/quant.cu", 1639, 9, sizes_tc_k_qmv_q8_0_f16, names_tc_k_qmv_q8_0_f16},
-    {"tc_k_qmv_q8_0_bf16", "kernels/quant.cu", 1645, 9, sizes_tc_k_qmv_q8_0_bf16, names_tc_k_qmv_q8_0_bf16},
-    {"tc_k_qmv_q2_k_f16", "kernels/quant.cu", 1651, 9, sizes_tc_k_qmv_q2_k_f16, names_tc_k_qmv_q2_k_f16},
-    {"tc_k_qmv_q2_k_bf16", "kernels/quant.cu", 1657, 9, sizes_tc_k_qmv_q2_k_bf16, names_tc_k_qmv_q2_k_bf16},
-    {"tc_k_qmv_q3_k_f16", "kernels/quant.cu", 1663, 9, sizes_tc_k_qmv_q3_k_f16, names_tc_k_qmv_q3_k_f16},
-    {"tc_k_qmv_q3_k_bf16", "kernels/quant.cu", 1669, 9, sizes_tc_k_qmv_q3_k_bf16, names_tc_k_qmv_q3_k_bf16},
-    {"tc_k_qmv_q4_k_f16", "kernels/quant.cu", 1675, 9, sizes_tc_k_qmv_q4_k_f16, names_tc_k_qmv_q4_k_f16},
-    {"tc_k_qmv_q4_k_bf16", "kernels/quant.cu", 1681, 9, sizes_tc_k_qmv_q4_k_bf16, names_tc_k_qmv_q4_k_bf16},
-    {"tc_k_qmv_q5_k_f16", "kernels/quant.cu", 1687, 9, sizes_tc_k_qmv_q5_k_f16, names_tc_k_qmv_q5_k_f16},
-    {"tc_k_qmv_q5_k_bf16", "kernels/quant.cu", 1693, 9, sizes_tc_k_qmv_q5_k_bf16, names_tc_k_qmv_q5_k_bf16},
-    {"tc_k_qmv_q6_k_f16", "kernels/quant.cu", 1699, 9, sizes_tc_k_qmv_q6_k_f16, names_tc_k_qmv_q6_k_f16},
-    {"tc_k_qmv_q6_k_bf16", "kernels/quant.cu", 1705, 9, sizes_tc_k_qmv_q6_k_bf16, names_tc_k_qmv_q6_k_bf16},
-    {"tc_k_qmv1_q4_0_bf16", "kernels/quant.cu", 1719, 9, sizes_tc_k_qmv1_q4_0_bf16, names_tc_k_qmv1_q4_0_bf16},
-    {"tc_k_qmv1_q4_1_bf16", "kernels/quant.cu", 1725, 9, sizes_tc_k_qmv1_q4_1_bf16, names_tc_k_qmv1_q4_1_bf16},
-    {"tc_k_qmv1_q4_1_g64_bf16", "kernels/quant.cu", 1731, 9, sizes_tc_k_qmv1_q4_1_g64_bf16, names_tc_k_qmv1_q4_1_g64_bf16},
-    {"tc_k_qmv1_q5_0_bf16", "kernels/quant.cu", 1737, 9, sizes_tc_k_qmv1_q5_0_bf16, names_tc_k_qmv1_q5_0_bf16},
-    {"tc_k_qmv1_q5_1_bf16", "kernels/quant.cu", 1743, 9, sizes_tc_k_qmv1_q5_1_bf16, names_tc_k_qmv1_q5_1_bf16},
-    {"tc_k_qmv1_q5_k_bf16", "kernels/quant.cu", 1749, 9, sizes_tc_k_qmv1_q5_k_bf16, names_tc_k_qmv1_q5_k_bf16},
-    {"tc_k_qmv1_q8_0_bf16", "kernels/quant.cu", 1755, 9, sizes_tc_k_qmv1_q8_0_bf16, names_tc_k_qmv1_q8_0_bf16},
-    {"tc_k_qmv1_q4_k_bf16", "kernels/quant.cu", 1761, 9, sizes_tc_k_qmv1_q4_k_bf16, names_tc_k_qmv1_q4_k_bf16},
-    {"tc_k_qmv1_q6_k_bf16", "kernels/quant.cu", 1767, 9, sizes_tc_k_qmv1_q6_k_bf16, names_tc_k_qmv1_q6_k_bf16},
-    {"tc_k_qmm_q4_0_f16", "kernels/quant.cu", 1786, 11, sizes_tc_k_qmm_q4_0_f16, names_tc_k_qmm_q4_0_f16},
-    {"tc_k_qmm_q4_0_bf16", "kernels/quant.cu", 1792, 11, sizes_tc_k_qmm_q4_0_bf16, names_tc_k_qmm_q4_0_bf16},
-    {"tc_k_qmm_q4_1_f16", "kernels/quant.cu", 1798, 11, sizes_tc_k_qmm_q4_1_f16, names_tc_k_qmm_q4_1_f16},
-    {"tc_k_qmm_q4_1_g64_f16", "kernels/quant.cu", 1804, 11, sizes_tc_k_qmm_q4_1_g64_f16, names_tc_k_qmm_q4_1_g64_f16},
-    {"tc_k_qmm_q4_1_bf16", "kernels/quant.cu", 1810, 11, sizes_tc_k_qmm_q4_1_bf16, names_tc_k_qmm_q4_1_bf16},
-    {"tc_k_qmm_q4_1_g64_bf16", "kernels/quant.cu", 1816, 11, sizes_tc_k_qmm_q4_1_g64_bf16, names_tc_k_qmm_q4_1_g64_bf16},
-    {"tc_k_qmm_q5_0_f16", "kernels/quant.cu", 1822, 11, sizes_tc_k_qmm_q5_0_f16, names_tc_k_qmm_q5_0_f16},
-    {"tc_k_qmm_q5_0_bf16", "kernels/quant.cu", 1828, 11, sizes_tc_k_qmm_q5_0_bf16, names_tc_k_qmm_q5_0_bf16},
-    {"tc_k_qmm_q5_1_f16", "kernels/quant.cu", 1834, 11, sizes_tc_k_qmm_q5_1_f16, names_tc_k_qmm_q5_1_f16},
-    {"tc_k_qmm_q5_1_bf16", "kernels/quant.cu", 1840, 11, sizes_tc_k_qmm_q5_1_bf16, names_tc_k_qmm_q5_1_bf16},
-    {"tc_k_qmm_q8_0_f16", "kernels/quant.cu", 1846, 11, sizes_tc_k_qmm_q8_0_f16, names_tc_k_qmm_q8_0_f16},
-    {"tc_k_qmm_q8_0_bf16", "kernels/quant.cu", 1852, 11, sizes_tc_k_qmm_q8_0_bf16, names_tc_k_qmm_q8_0_bf16},
-    {"tc_k_qmm_q2_k_f16", "kernels/quant.cu", 1858, 11, sizes_tc_k_qmm_q2_k_f16, names_tc_k_qmm_q2_k_f16},
-    {"tc_k_qmm_q2_k_bf16", "kernels/quant.cu", 1864, 11, sizes_tc_k_qmm_q2_k_bf16, names_tc_k_qmm_q2_k_bf16},
-    {"tc_k_qmm_q3_k_f16", "kernels/quant.cu", 1870, 11, sizes_tc_k_qmm_q3_k_f16, names_tc_k_qmm_q3_k_f16},
-    {"tc_k_qmm_q3_k_bf16", "kernels/quant.cu", 1876, 11, sizes_tc_k_qmm_q3_k_bf16, names_tc_k_qmm_q3_k_bf16},
-    {"tc_k_qmm_q4_k_f16", "kernels/quant.cu", 1882, 11, sizes_tc_k_qmm_q4_k_f16, names_tc_k_qmm_q4_k_f16},
-    {"tc_k_qmm_q4_k_bf16", "kernels/quant.cu", 1888, 11, sizes_tc_k_qmm_q4_k_bf16, names_tc_k_qmm_q4_k_bf16},
-    {"tc_k_qmm_q5_k_f16", "kernels/quant.cu", 1894, 11, sizes_tc_k_qmm_q5_k_f16, names_tc_k_qmm_q5_k_f16},
-    {"tc_k_qmm_q5_k_bf16", "kernels/quant.cu", 1900, 11, sizes_tc_k_qmm_q5_k_bf16, names_tc_k_qmm_q5_k_bf16},
-    {"tc_k_qmm_q6_k_f16", "kernels/quant.cu", 1906, 11, sizes_tc_k_qmm_q6_k_f16, names_tc_k_qmm_q6_k_f16},
-    {"tc_k_qmm_q6_k_bf16", "kernels/quant.cu", 1912, 11, sizes_tc_k_qmm_q6_k_bf16, names_tc_k_qmm_q6_k_bf16},
-    {"tc_k_qmm32_q4_0_f16", "kernels/quant.cu", 1925, 11, sizes_tc_k_qmm32_q4_0_f16, names_tc_k_qmm32_q4_0_f16},
-    {"tc_k_qmm32_q4_0_bf16", "kernels/quant.cu", 1931, 11, sizes_tc_k_qmm32_q4_0_bf16, names_tc_k_qmm32_q4_0_bf16},
-    {"tc_k_qmm32_q4_1_f16", "kernels/quant.cu", 1937, 11, sizes_tc_k_qmm32_q4_1_f16, names_tc_k_qmm32_q4_1_f16},
-    {"tc_k_qmm32_q4_1_g64_f16", "kernels/quant.cu", 1943, 11, sizes_tc_k_qmm32_q4_1_g64_f16, names_tc_k_qmm32_q4_1_g64_f16},
-    {"tc_k_qmm32_q4_1_bf16", "kernels/quant.cu", 1949, 11, sizes_tc_k_qmm32_q4_1_bf16, names_tc_k_qmm32_q4_1_bf16},
-    {"tc_k_qmm32_q4_1_g64_bf16", "kernels/quant.cu", 1955, 11, sizes_tc_k_qmm32_q4_1_g64_bf16, names_tc_k_qmm32_q4_1_g64_bf16},
-    {"tc_k_qmm32_q5_0_f16", "kernels/quant.cu", 1961, 11, sizes_tc_k_qmm32_q5_0_f16, names_tc_k_qmm32_q5_0_f16},
-    {"tc_k_qmm32_q5_0_bf16", "kernels/quant.cu", 1967, 11, sizes_tc_k_qmm32_q5_0_bf16, names_tc_k_qmm32_q5_0_bf16},
-    {"tc_k_qmm32_q5_1_f16", "kernels/quant.cu", 1973, 11, sizes_tc_k_qmm32_q5_1_f16, names_tc_k_qmm32_q5_1_f16},
-    {"tc_k_qmm32_q5_1_bf16", "kernels/quant.cu", 1979, 11, sizes_tc_k_qmm32_q5_1_bf16, names_tc_k_qmm32_q5_1_bf16},
-    {"tc_k_qmm32_q8_0_f16", "kernels/quant.cu", 1985, 11, sizes_tc_k_qmm32_q8_0_f16, names_tc_k_qmm32_q8_0_f16},
-    {"tc_k_qmm32_q8_0_bf16", "kernels/quant.cu", 1991, 11, sizes_tc_k_qmm32_q8_0_bf16, names_tc_k_qmm32_q8_0_bf16},
-    {"tc_k_qmm32_q2_k_f16", "kernels/quant.cu", 1997, 11, sizes_tc_k_qmm32_q2_k_f16, names_tc_k_qmm32_q2_k_f16},
-    {"tc_k_qmm32_q2_k_bf16", "kernels/quant.cu", 2003, 11, sizes_tc_k_qmm32_q2_k_bf16, names_tc_k_qmm32_q2_k_bf16},
-    {"tc_k_qmm32_q3_k_f16", "kernels/quant.cu", 2009, 11, sizes_tc_k_qmm32_q3_k_f16, names_tc_k_qmm32_q3_k_f16},
-    {"tc_k_qmm32_q3_k_bf16", "kernels/quant.cu", 2015, 11, sizes_tc_k_qmm32_q3_k_bf16, names_tc_k_qmm32_q3_k_bf16},
-    {"tc_k_qmm32_q4_k_f16", "kernels/quant.cu", 2021, 11, sizes_tc_k_qmm32_q4_k_f16, names_tc_k_qmm32_q4_k_f16},
-    {"tc_k_qmm32_q4_k_bf16", "kernels/quant.cu", 2027, 11, sizes_tc_k_qmm32_q4_k_bf16, names_tc_k_qmm32_q4_k_bf16},
-    {"tc_k_qmm32_q5_k_f16", "kernels/quant.cu", 2033, 11, sizes_tc_k_qmm32_q5_k_f16, names_tc_k_qmm32_q5_k_f16},
-    {"tc_k_qmm32_q5_k_bf16", "kernels/quant.cu", 2039, 11, sizes_tc_k_qmm32_q5_k_bf16, names_tc_k_qmm32_q5_k_bf16},
-    {"tc_k_qmm32_q6_k_f16", "kernels/quant.cu", 2045, 11, sizes_tc_k_qmm32_q6_k_f16, names_tc_k_qmm32_q6_k_f16},
-    {"tc_k_qmm32_q6_k_bf16", "kernels/quant.cu", 2051, 11, sizes_tc_k_qmm32_q6_k_bf16, names_tc_k_qmm32_q6_k_bf16},
+    {"tc_k_qrepack", "kernels/quant.cu", 1475, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
+    {"tc_k_qdequant_f32", "kernels/quant.cu", 1507, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
+    {"tc_k_qdequant_f16", "kernels/quant.cu", 1513, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
+    {"tc_k_qdequant_bf16", "kernels/quant.cu", 1519, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
+    {"tc_k_qmatvec_f32", "kernels/quant.cu", 1530, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
+    {"tc_k_qmv_q4_0_f16", "kernels/quant.cu", 1545, 9, sizes_tc_k_qmv_q4_0_f16, names_tc_k_qmv_q4_0_f16},
+    {"tc_k_qmv_q4_0_bf16", "kernels/quant.cu", 1551, 9, sizes_tc_k_qmv_q4_0_bf16, names_tc_k_qmv_q4_0_bf16},
+    {"tc_k_qmv_q4_1_f16", "kernels/quant.cu", 1557, 9, sizes_tc_k_qmv_q4_1_f16, names_tc_k_qmv_q4_1_f16},
+    {"tc_k_qmv_q4_1_g64_f16", "kernels/quant.cu", 1563, 9, sizes_tc_k_qmv_q4_1_g64_f16, names_tc_k_qmv_q4_1_g64_f16},
+    {"tc_k_qmv_q4_1_bf16", "kernels/quant.cu", 1569, 9, sizes_tc_k_qmv_q4_1_bf16, names_tc_k_qmv_q4_1_bf16},
+    {"tc_k_qmv_q4_1_g64_bf16", "kernels/quant.cu", 1575, 9, sizes_tc_k_qmv_q4_1_g64_bf16, names_tc_k_qmv_q4_1_g64_bf16},
+    {"tc_k_qmv_q5_0_f16", "kernels/quant.cu", 1581, 9, sizes_tc_k_qmv_q5_0_f16, names_tc_k_qmv_q5_0_f16},
+    {"tc_k_qmv_q5_0_bf16", "kernels/quant.cu", 1587, 9, sizes_tc_k_qmv_q5_0_bf16, names_tc_k_qmv_q5_0_bf16},
+    {"tc_k_qmv_q5_1_f16", "kernels/quant.cu", 1593, 9, sizes_tc_k_qmv_q5_1_f16, names_tc_k_qmv_q5_1_f16},
+    {"tc_k_qmv_q5_1_bf16", "kernels/quant.cu", 1599, 9, sizes_tc_k_qmv_q5_1_bf16, names_tc_k_qmv_q5_1_bf16},
+    {"tc_k_qmv_q8_0_f16", "kernels/quant.cu", 1605, 9, sizes_tc_k_qmv_q8_0_f16, names_tc_k_qmv_q8_0_f16},
+    {"tc_k_qmv_q8_0_bf16", "kernels/quant.cu", 1611, 9, sizes_tc_k_qmv_q8_0_bf16, names_tc_k_qmv_q8_0_bf16},
+    {"tc_k_qmv_q2_k_f16", "kernels/quant.cu", 1617, 9, sizes_tc_k_qmv_q2_k_f16, names_tc_k_qmv_q2_k_f16},
+    {"tc_k_qmv_q2_k_bf16", "kernels/quant.cu", 1623, 9, sizes_tc_k_qmv_q2_k_bf16, names_tc_k_qmv_q2_k_bf16},
+    {"tc_k_qmv_q3_k_f16", "kernels/quant.cu", 1629, 9, sizes_tc_k_qmv_q3_k_f16, names_tc_k_qmv_q3_k_f16},
+    {"tc_k_qmv_q3_k_bf16", "kernels/quant.cu", 1635, 9, sizes_tc_k_qmv_q3_k_bf16, names_tc_k_qmv_q3_k_bf16},
+    {"tc_k_qmv_q4_k_f16", "kernels/quant.cu", 1641, 9, sizes_tc_k_qmv_q4_k_f16, names_tc_k_qmv_q4_k_f16},
+    {"tc_k_qmv_q4_k_bf16", "kernels/quant.cu", 1647, 9, sizes_tc_k_qmv_q4_k_bf16, names_tc_k_qmv_q4_k_bf16},
+    {"tc_k_qmv_q5_k_f16", "kernels/quant.cu", 1653, 9, sizes_tc_k_qmv_q5_k_f16, names_tc_k_qmv_q5_k_f16},
+    {"tc_k_qmv_q5_k_bf16", "kernels/quant.cu", 1659, 9, sizes_tc_k_qmv_q5_k_bf16, names_tc_k_qmv_q5_k_bf16},
+    {"tc_k_qmv_q6_k_f16", "kernels/quant.cu", 1665, 9, sizes_tc_k_qmv_q6_k_f16, names_tc_k_qmv_q6_k_f16},
+    {"tc_k_qmv_q6_k_bf16", "kernels/quant.cu", 1671, 9, sizes_tc_k_qmv_q6_k_bf16, names_tc_k_qmv_q6_k_bf16},
+    {"tc_k_qmv1_q4_0_bf16", "kernels/quant.cu", 1685, 9, sizes_tc_k_qmv1_q4_0_bf16, names_tc_k_qmv1_q4_0_bf16},
+    {"tc_k_qmv1_q4_1_bf16", "kernels/quant.cu", 1691, 9, sizes_tc_k_qmv1_q4_1_bf16, names_tc_k_qmv1_q4_1_bf16},
+    {"tc_k_qmv1_q4_1_g64_bf16", "kernels/quant.cu", 1697, 9, sizes_tc_k_qmv1_q4_1_g64_bf16, names_tc_k_qmv1_q4_1_g64_bf16},
+    {"tc_k_qmv1_q5_0_bf16", "kernels/quant.cu", 1703, 9, sizes_tc_k_qmv1_q5_0_bf16, names_tc_k_qmv1_q5_0_bf16},
+    {"tc_k_qmv1_q5_1_bf16", "kernels/quant.cu", 1709, 9, sizes_tc_k_qmv1_q5_1_bf16, names_tc_k_qmv1_q5_1_bf16},
+    {"tc_k_qmv1_q5_k_bf16", "kernels/quant.cu", 1715, 9, sizes_tc_k_qmv1_q5_k_bf16, names_tc_k_qmv1_q5_k_bf16},
+    {"tc_k_qmv1_q8_0_bf16", "kernels/quant.cu", 1721, 9, sizes_tc_k_qmv1_q8_0_bf16, names_tc_k_qmv1_q8_0_bf16},
+    {"tc_k_qmv1_q4_k_bf16", "kernels/quant.cu", 1727, 9, sizes_tc_k_qmv1_q4_k_bf16, names_tc_k_qmv1_q4_k_bf16},
+    {"tc_k_qmv1_q6_k_bf16", "kernels/quant.cu", 1733, 9, sizes_tc_k_qmv1_q6_k_bf16, names_tc_k_qmv1_q6_k_bf16},
+    {"tc_k_qmm_q4_0_f16", "kernels/quant.cu", 1750, 11, sizes_tc_k_qmm_q4_0_f16, names_tc_k_qmm_q4_0_f16},
+    {"tc_k_qmm_q4_0_bf16", "kernels/quant.cu", 1756, 11, sizes_tc_k_qmm_q4_0_bf16, names_tc_k_qmm_q4_0_bf16},
+    {"tc_k_qmm_q4_1_f16", "kernels/quant.cu", 1762, 11, sizes_tc_k_qmm_q4_1_f16, names_tc_k_qmm_q4_1_f16},
+    {"tc_k_qmm_q4_1_g64_f16", "kernels/quant.cu", 1768, 11, sizes_tc_k_qmm_q4_1_g64_f16, names_tc_k_qmm_q4_1_g64_f16},
+    {"tc_k_qmm_q4_1_bf16", "kernels/quant.cu", 1774, 11, sizes_tc_k_qmm_q4_1_bf16, names_tc_k_qmm_q4_1_bf16},
+    {"tc_k_qmm_q4_1_g64_bf16", "kernels/quant.cu", 1780, 11, sizes_tc_k_qmm_q4_1_g64_bf16, names_tc_k_qmm_q4_1_g64_bf16},
+    {"tc_k_qmm_q5_0_f16", "kernels/quant.cu", 1786, 11, sizes_tc_k_qmm_q5_0_f16, names_tc_k_qmm_q5_0_f16},
+    {"tc_k_qmm_q5_0_bf16", "kernels/quant.cu", 1792, 11, sizes_tc_k_qmm_q5_0_bf16, names_tc_k_qmm_q5_0_bf16},
+    {"tc_k_qmm_q5_1_f16", "kernels/quant.cu", 1798, 11, sizes_tc_k_qmm_q5_1_f16, names_tc_k_qmm_q5_1_f16},
+    {"tc_k_qmm_q5_1_bf16", "kernels/quant.cu", 1804, 11, sizes_tc_k_qmm_q5_1_bf16, names_tc_k_qmm_q5_1_bf16},
+    {"tc_k_qmm_q8_0_f16", "kernels/quant.cu", 1810, 11, sizes_tc_k_qmm_q8_0_f16, names_tc_k_qmm_q8_0_f16},
+    {"tc_k_qmm_q8_0_bf16", "kernels/quant.cu", 1816, 11, sizes_tc_k_qmm_q8_0_bf16, names_tc_k_qmm_q8_0_bf16},
+    {"tc_k_qmm_q2_k_f16", "kernels/quant.cu", 1822, 11, sizes_tc_k_qmm_q2_k_f16, names_tc_k_qmm_q2_k_f16},
+    {"tc_k_qmm_q2_k_bf16", "kernels/quant.cu", 1828, 11, sizes_tc_k_qmm_q2_k_bf16, names_tc_k_qmm_q2_k_bf16},
+    {"tc_k_qmm_q3_k_f16", "kernels/quant.cu", 1834, 11, sizes_tc_k_qmm_q3_k_f16, names_tc_k_qmm_q3_k_f16},
+    {"tc_k_qmm_q3_k_bf16", "kernels/quant.cu", 1840, 11, sizes_tc_k_qmm_q3_k_bf16, names_tc_k_qmm_q3_k_bf16},
+    {"tc_k_qmm_q4_k_f16", "kernels/quant.cu", 1846, 11, sizes_tc_k_qmm_q4_k_f16, names_tc_k_qmm_q4_k_f16},
+    {"tc_k_qmm_q4_k_bf16", "kernels/quant.cu", 1852, 11, sizes_tc_k_qmm_q4_k_bf16, names_tc_k_qmm_q4_k_bf16},
+    {"tc_k_qmm_q5_k_f16", "kernels/quant.cu", 1858, 11, sizes_tc_k_qmm_q5_k_f16, names_tc_k_qmm_q5_k_f16},
+    {"tc_k_qmm_q5_k_bf16", "kernels/quant.cu", 1864, 11, sizes_tc_k_qmm_q5_k_bf16, names_tc_k_qmm_q5_k_bf16},
+    {"tc_k_qmm_q6_k_f16", "kernels/quant.cu", 1870, 11, sizes_tc_k_qmm_q6_k_f16, names_tc_k_qmm_q6_k_f16},
+    {"tc_k_qmm_q6_k_bf16", "kernels/quant.cu", 1876, 11, sizes_tc_k_qmm_q6_k_bf16, names_tc_k_qmm_q6_k_bf16},
+    {"tc_k_qmm32_q4_0_f16", "kernels/quant.cu", 1889, 11, sizes_tc_k_qmm32_q4_0_f16, names_tc_k_qmm32_q4_0_f16},
+    {"tc_k_qmm32_q4_0_bf16", "kernels/quant.cu", 1895, 11, sizes_tc_k_qmm32_q4_0_bf16, names_tc_k_qmm32_q4_0_bf16},
+    {"tc_k_qmm32_q4_1_f16", "kernels/quant.cu", 1901, 11, sizes_tc_k_qmm32_q4_1_f16, names_tc_k_qmm32_q4_1_f16},
+    {"tc_k_qmm32_q4_1_g64_f16", "kernels/quant.cu", 1907, 11, sizes_tc_k_qmm32_q4_1_g64_f16, names_tc_k_qmm32_q4_1_g64_f16},
+    {"tc_k_qmm32_q4_1_bf16", "kernels/quant.cu", 1913, 11, sizes_tc_k_qmm32_q4_1_bf16, names_tc_k_qmm32_q4_1_bf16},
+    {"tc_k_qmm32_q4_1_g64_bf16", "kernels/quant.cu", 1919, 11, sizes_tc_k_qmm32_q4_1_g64_bf16, names_tc_k_qmm32_q4_1_g64_bf16},
+    {"tc_k_qmm32_q5_0_f16", "kernels/quant.cu", 1925, 11, sizes_tc_k_qmm32_q5_0_f16, names_tc_k_qmm32_q5_0_f16},
+    {"tc_k_qmm32_q5_0_bf16", "kernels/quant.cu", 1931, 11, sizes_tc_k_qmm32_q5_0_bf16, names_tc_k_qmm32_q5_0_bf16},
+    {"tc_k_qmm32_q5_1_f16", "kernels/quant.cu", 1937, 11, sizes_tc_k_qmm32_q5_1_f16, names_tc_k_qmm32_q5_1_f16},
+    {"tc_k_qmm32_q5_1_bf16", "kernels/quant.cu", 1943, 11, sizes_tc_k_qmm32_q5_1_bf16, names_tc_k_qmm32_q5_1_bf16},
+    {"tc_k_qmm32_q8_0_f16", "kernels/quant.cu", 1949, 11, sizes_tc_k_qmm32_q8_0_f16, names_tc_k_qmm32_q8_0_f16},
+    {"tc_k_qmm32_q8_0_bf16", "kernels/quant.cu", 1955, 11, sizes_tc_k_qmm32_q8_0_bf16, names_tc_k_qmm32_q8_0_bf16},
+    {"tc_k_qmm32_q2_k_f16", "kernels/quant.cu", 1961, 11, sizes_tc_k_qmm32_q2_k_f16, names_tc_k_qmm32_q2_k_f16},
+    {"tc_k_qmm32_q2_k_bf16", "kernels/quant.cu", 1967, 11, sizes_tc_k_qmm32_q2_k_bf16, names_tc_k_qmm32_q2_k_bf16},
+    {"tc_k_qmm32_q3_k_f16", "kernels/quant.cu", 1973, 11, sizes_tc_k_qmm32_q3_k_f16, names_tc_k_qmm32_q3_k_f16},
+    {"tc_k_qmm32_q3_k_bf16", "kernels/quant.cu", 1979, 11, sizes_tc_k_qmm32_q3_k_bf16, names_tc_k_qmm32_q3_k_bf16},
+    {"tc_k_qmm32_q4_k_f16", "kernels/quant.cu", 1985, 11, sizes_tc_k_qmm32_q4_k_f16, names_tc_k_qmm32_q4_k_f16},
+    {"tc_k_qmm32_q4_k_bf16", "kernels/quant.cu", 1991, 11, sizes_tc_k_qmm32_q4_k_bf16, names_tc_k_qmm32_q4_k_bf16},
+    {"tc_k_qmm32_q5_k_f16", "kernels/quant.cu", 1997, 11, sizes_tc_k_qmm32_q5_k_f16, names_tc_k_qmm32_q5_k_f16},
+    {"tc_k_qmm32_q5_k_bf16", "kernels/quant.cu", 2003, 11, sizes_tc_k_qmm32_q5_k_bf16, names_tc_k_qmm32_q5_k_bf16},
+    {"tc_k_qmm32_q6_k_f16", "kernels/quant.cu", 2009, 11, sizes_tc_k_qmm32_q6_k_f16, names_tc_k_qmm32_q6_k_f16},
+    {"tc_k_qmm32_q6_k_bf16", "kernels/quant.cu", 2015, 11, sizes_tc_k_qmm32_q6_k_bf16, names_tc_k_qmm32_q6_k_bf16},
     {"tc_k_fill_random_f32", "kernels/random.cu", 31, 5, sizes_tc_k_fill_random_f32, names_tc_k_fill_random_f32},
     {"tc_k_fill_random_f16", "kernels/random.cu", 38, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
     {"tc_k_fill_random_bf16", "kernels/random.cu", 45, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},

@@ -1208,7 +1208,7 @@ __device__ __forceinline__ uint4 k_frag(const Planes &P, uint32_t blk, int j, ui
 template <int DT> using BatchStep = Step<DT, 256 / layout(DT).block>;
 
 template <typename T, int DT, int NT>
-__device__ void mma_batch(void *out, int flags, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs,
+__device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs,
                           int64_t os, float *ws, int32_t *counts, uint8_t *sm, uint32_t smem)
 {
     using G = BatchStep<DT>;
@@ -1221,20 +1221,10 @@ __device__ void mma_batch(void *out, int flags, const T *x, const void *w, int m
     const int nst = min(4, (int)(smem / sbytes));
     if (nst < 2)
         __trap();
-    // flags: bit 0 SwiGLU (w holds 2n rows, gate then up: the block's 128 rows are gate rows
-    // [64 b, 64 b + 64) and up rows n + 64 b on, out = silu(gate) * up), bit 1 out += the
-    // result, bit 2 f32 out.
-    const bool swiglu = flags & 1, accumulate = flags & 2, out_f32 = flags & 4;
-    const Planes P = planes<DT>(w, (swiglu ? 2 * n : n) * (k / L.block));
+    const Planes P = planes<DT>(w, n * (k / L.block));
     const uint32_t nb = (uint32_t)(k / L.block), steps = (nb + S - 1) / S, per = (steps + gridDim.y - 1) / gridDim.y,
                    s0 = min(steps, blockIdx.y * per), my = min(steps, s0 + per) - s0, n32 = (uint32_t)n;
-    const uint32_t row0 = blockIdx.x * (swiglu ? kBatchRows / 2 : kBatchRows),
-                   sm_s = (uint32_t)__cvta_generic_to_shared(sm);
-    // Local row r's output row (below n where it exists), its weight row, and the rows from
-    // the gate half's to the up half's (hop, in rows of w; 0 without SwiGLU).
-    auto orow = [&](uint32_t r) { return row0 + (swiglu ? r & 63 : r); };
-    auto wrow = [&](uint32_t r) { return swiglu && r >= 64 ? n32 + row0 + r - 64 : row0 + r; };
-    const uint32_t hop = swiglu ? (n32 - 64) * nb : 0, hsub = swiglu ? 64 : 0;
+    const uint32_t row0 = blockIdx.x * kBatchRows, sm_s = (uint32_t)__cvta_generic_to_shared(sm);
 
     // Each thread's copies of a stage, fixed but for the stage's place in k: field f's units go
     // 256 a round, slot threadIdx.x + 256 it being unit slot % U of the tile's row slot / U.
@@ -1249,8 +1239,8 @@ __device__ void mma_batch(void *out, int flags, const T *x, const void *w, int m
         constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
         if constexpr (256 % U == 0) {
             const int r = threadIdx.x / U, u = threadIdx.x % U;
-            frows[f] = (int)n32 - (int)orow(r);
-            fsrc[f] = P.p[f] + (uint64_t)(wrow(r) * nb + s0 * S) * size;
+            frows[f] = (int)(n32 - row0) - r;
+            fsrc[f] = P.p[f] + (uint64_t)((row0 + r) * nb + s0 * S) * size;
             fto[f] = r * RB + 16 * (G::first(f) + u);
         }
     });
@@ -1273,21 +1263,16 @@ __device__ void mma_batch(void *out, int flags, const T *x, const void *w, int m
                         const uint64_t rstride = (uint64_t)(RS * size) * nb;
                         const uint32_t u = threadIdx.x % U;
 #pragma unroll
-                        for (int it = 0; it < R; it++, at += rstride) {
-                            // (Rounds past the tile's first 64 rows, with more than one round,
-                            // are the up half's under SwiGLU: hop rows further.)
-                            const bool up = R > 1 && it * RS >= 64;
+                        for (int it = 0; it < R; it++, at += rstride)
                             if ((kBatchRows * U % 256 == 0 || threadIdx.x + 256 * it < kBatchRows * U) &&
-                                (up ? it * RS - (int)hsub : it * RS) < frows[f])
-                                copy_unit<S, size>(base + fto[f] + it * RS * RB, up ? at + (uint64_t)hop * size : at,
-                                                   u, cnt);
-                        }
+                                it * RS < frows[f])
+                                copy_unit<S, size>(base + fto[f] + it * RS * RB, at, u, cnt);
                     } else {
 #pragma unroll
                         for (int it = 0; it < (kBatchRows * U + 255) / 256; it++) {
                             const int slot = threadIdx.x + 256 * it, r = slot / U, u = slot % U;
                             if (kBatchRows * U % 256 == 0 || slot < kBatchRows * U) {
-                                const uint32_t row = orow(r) < n32 ? wrow(r) : 0;
+                                const uint32_t row = row0 + r < n32 ? row0 + r : 0;
                                 copy_unit<S, size>(base + r * RB + 16 * (G::first(f) + u),
                                                    P.p[f] + (uint64_t)(row * nb + b0) * size, u, cnt);
                             }
@@ -1316,7 +1301,7 @@ __device__ void mma_batch(void *out, int flags, const T *x, const void *w, int m
         issue(q, sm_s + q * sbytes, false, true);
 
     const int r_a = warp * 16 + g;
-    const uint32_t rblk[2] = { (orow(r_a) < n32 ? wrow(r_a) : 0) * nb, (orow(r_a + 8) < n32 ? wrow(r_a + 8) : 0) * nb };
+    const uint32_t rblk[2] = { (row0 + r_a < n32 ? row0 + r_a : 0) * nb, (row0 + r_a + 8 < n32 ? row0 + r_a + 8 : 0) * nb };
     float acc[NT][4] = {};
     // The stage computed (cs) and the one the step's copies fill (is): the stage before cs.
     uint32_t cs = 0, is = (nst - 1) * sbytes;
@@ -1395,22 +1380,20 @@ __device__ void mma_batch(void *out, int flags, const T *x, const void *w, int m
     // The cells go four rows of w at a time (16-byte loads and stores of the shares' sums where
     // n is a multiple of 4), each thread's shares read before they are added, in share order
     // (the same bits as one at a time: the adds waited on each load in turn).
-    // (Shares' sums go to ws by weight row: [share][column][2n rows under SwiGLU, else n].)
     const int quads = m * kBatchRows / 4;
     const bool vec = (n & 3) == 0;
-    const int64_t wn = swiglu ? 2 * n : n;
     if (gridDim.y > 1) {
         __shared__ bool last;
-        float *mine = ws + (int64_t)blockIdx.y * m * wn;
+        float *mine = ws + (int64_t)blockIdx.y * m * n;
         for (int q = threadIdx.x; q < quads; q += blockDim.x) {
             const int c = q / (kBatchRows / 4), r = 4 * (q % (kBatchRows / 4));
             const float *v = red + c * RP + r;
-            float *to = mine + (int64_t)c * wn + wrow(r);
-            if (vec && orow(r) + 3 < n32)
+            float *to = mine + (int64_t)c * n + row0 + r;
+            if (vec && row0 + r + 3 < n32)
                 *reinterpret_cast<float4 *>(to) = make_float4(v[0], v[1], v[2], v[3]);
             else
                 for (int e = 0; e < 4; e++)
-                    if (orow(r) + e < n32)
+                    if (row0 + r + e < n32)
                         to[e] = v[e];
         }
         // Arrival as decode attention's merge: thread 0's release after the barrier publishes
@@ -1425,15 +1408,17 @@ __device__ void mma_batch(void *out, int flags, const T *x, const void *w, int m
         if (!last)
             return;
     }
-    // Local rows r to r + 3 of column c summed over the shares (rows of one half).
-    auto sums = [&](int c, int r, float (&v)[4]) {
+    for (int q = threadIdx.x; q < quads; q += blockDim.x) {
+        const int c = q / (kBatchRows / 4), r = 4 * (q % (kBatchRows / 4));
+        if (row0 + r >= n32)
+            continue;
         const float *own = red + c * RP + r;
+        float v[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
         if (gridDim.y > 1) {
-            const bool whole = vec && orow(r) + 3 < n32;
-            v[0] = v[1] = v[2] = v[3] = 0.0f;
+            const bool whole = vec && row0 + r + 3 < n32;
 #pragma unroll 4
             for (uint32_t y = 0; y < gridDim.y; y++) {
-                const float *at = ws + ((int64_t)y * m + c) * wn + wrow(r);
+                const float *at = ws + ((int64_t)y * m + c) * n + row0 + r;
                 float t[4];
                 if (y == blockIdx.y) {
                     t[0] = own[0], t[1] = own[1], t[2] = own[2], t[3] = own[3];
@@ -1443,7 +1428,7 @@ __device__ void mma_batch(void *out, int flags, const T *x, const void *w, int m
                 } else {
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        t[e] = orow(r) + e < n32 ? __ldcg(at + e) : 0.0f;
+                        t[e] = row0 + r + e < n32 ? __ldcg(at + e) : 0.0f;
                 }
 #pragma unroll
                 for (int e = 0; e < 4; e++)
@@ -1454,44 +1439,25 @@ __device__ void mma_batch(void *out, int flags, const T *x, const void *w, int m
             for (int e = 0; e < 4; e++)
                 v[e] = own[e];
         }
-    };
-    // The output: four rows of a column at a time (under SwiGLU the gate half's rows, each
-    // with its up row 64 further), as store_tile does.
-    const int oq = swiglu ? kBatchRows / 8 : kBatchRows / 4;
-    for (int q = threadIdx.x; q < m * oq; q += blockDim.x) {
-        const int c = q / oq, r = 4 * (q % oq);
-        if (orow(r) >= n32)
-            continue;
-        float v[4], u[4];
-        sums(c, r, v);
-        if (swiglu) {
-            sums(c, r + 64, u);
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                v[e] = v[e] / (1.0f + expf(-v[e])) * u[e];
-        }
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            if (orow(r) + e < n32) {
-                if (out_f32) {
-                    float *o = static_cast<float *>(out) + c * os + orow(r) + e;
-                    *o = accumulate ? *o + v[e] : v[e];
-                } else {
-                    T *o = static_cast<T *>(out) + c * os + orow(r) + e;
-                    *o = tc::from_f32<T>(accumulate ? v[e] + tc::to_f32(*o) : v[e]);
-                }
+            if (row0 + r + e < n32) {
+                if (out_f32)
+                    static_cast<float *>(out)[c * os + row0 + r + e] = v[e];
+                else
+                    static_cast<T *>(out)[c * os + row0 + r + e] = tc::from_f32<T>(v[e]);
             }
     }
 }
 
 template <typename T, int DT, int NT = 8>
-__device__ __forceinline__ void batch_kernel(void *out, int flags, const T *x, const void *w, int m, int64_t n,
+__device__ __forceinline__ void batch_kernel(void *out, int out_f32, const T *x, const void *w, int m, int64_t n,
                                              int64_t k, int64_t xs, int64_t os, float *ws, int32_t *counts)
 {
     extern __shared__ __align__(16) uint8_t stages[];
     uint32_t bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
-    mma_batch<T, DT, NT>(out, flags, x, w, m, n, k, xs, os, ws, counts, stages, bytes);
+    mma_batch<T, DT, NT>(out, out_f32 != 0, x, w, m, n, k, xs, os, ws, counts, stages, bytes);
 }
 
 template <typename T>
@@ -1770,149 +1736,147 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, n, k, out_stride, flags, norm, eps);
 }
 
-/** out[m, n] = x[m, k] w[n, k]^T for up to 64 rows of 16-bit x and w of a block type held as
- *  planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>); batched decode. flags: bit 0
- *  SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up), bit 1 out += the result,
- *  bit 2 out f32 (else x's dtype). Blocks of 256 threads take 128 rows of w each (grid.x; 64
- *  gate rows and their 64 up rows under SwiGLU) over one of grid.y equal shares of k; with
- *  more than one share, ws holds grid.y x m x (rows of w) floats and counts grid.x zeroed
- *  counters (left at zero). Dynamic shared memory: 2 to 4 stages of
+/** out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 64 rows of 16-bit x and w of a block type held
+ *  as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32
+ *  1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of
+ *  grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and
+ *  counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of
  *  128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each (one block an SM:
  *  two, under 128 registers, spilled and were slower at 64 rows on the H100, Q4_K 4096 x 4096
  *  28.3 -> 30.2 us, 4096 x 11008 45.1 -> 59.9 us; tc_k_qmm32_* below take up to 32 rows
  *  that way). The first stages' weights are requested before the kernel waits for the one
  *  before it. k a multiple of 32, x and its stride 16-byte aligned. */
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q4_0_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q4_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q4_0>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q4_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q4_0_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q4_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q4_1_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q4_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q4_1>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q4_1_g64_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q4_1_g64_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                           int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q4_1G>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q4_1G>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q4_1_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q4_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q4_1_g64_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q4_1_g64_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                           int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1G>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1G>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q5_0_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q5_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q5_0>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q5_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q5_0_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q5_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q5_1_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q5_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q5_1>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q5_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q5_1_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q5_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q8_0_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q8_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q8_0>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q8_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q8_0_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q8_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q8_0>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q8_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q2_k_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q2_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q2_K>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q2_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q2_k_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q2_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q2_K>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q2_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q3_k_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q3_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q3_K>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q3_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q3_k_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q3_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q3_K>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q3_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q4_k_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q4_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q4_K>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q4_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q4_k_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q4_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_K>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q5_k_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q5_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q5_K>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q5_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q5_k_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q5_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q6_k_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q6_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q6_K>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q6_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
-    tc_k_qmm_q6_k_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm_q6_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 
 /** out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 32 rows, as tc_k_qmm_* (the same arguments,
@@ -1922,134 +1886,134 @@ extern "C" __global__ void __launch_bounds__(256, 1)
  *  7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453).
  *  The launch gives each block at most half the SM's shared memory. */
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q4_0_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q4_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q4_0, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q4_0, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q4_0_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q4_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_0, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_0, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q4_1_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q4_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q4_1, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q4_1, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q4_1_g64_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q4_1_g64_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                           int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q4_1G, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q4_1G, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q4_1_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q4_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q4_1_g64_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q4_1_g64_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                           int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1G, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1G, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q5_0_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q5_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q5_0, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q5_0, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q5_0_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q5_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_0, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_0, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q5_1_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q5_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q5_1, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q5_1, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q5_1_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q5_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_1, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_1, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q8_0_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q8_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q8_0, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q8_0, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q8_0_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q8_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q8_0, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q8_0, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q2_k_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q2_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q2_K, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q2_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q2_k_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q2_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q2_K, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q2_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q3_k_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q3_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q3_K, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q3_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q3_k_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q3_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q3_K, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q3_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q4_k_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q4_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q4_K, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q4_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q4_k_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q4_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_K, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q5_k_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q5_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q5_K, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q5_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q5_k_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q5_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_K, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q6_k_f16(void *out, int32_t flags, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q6_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__half, quant_cu::Q6_K, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__half, quant_cu::Q6_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmm32_q6_k_bf16(void *out, int32_t flags, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+    tc_k_qmm32_q6_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
-    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q6_K, 4>(out, flags, x, w, m, n, k, x_stride, out_stride, ws, counts);
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q6_K, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }

@@ -1469,13 +1469,8 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         TC_CHECK(st, tc_rmsnorm(&h, &x, &o, ffn_norm, c->norm_eps));
         if (y->w_gu.data) {
             TC_CHECK(st, ordered(m, &h, &y->in_gate, &xp));
-            /* (Quantised, in the batched kernels: SwiGLU in the product's end.) */
-            if (tc_dtype_is_block(y->w_gu.dtype) && tc__quant_batch_fits(&xp, &y->w_gu)) {
-                TC_CHECK(st, tc_linear(&gate, &xp, &y->w_gu, &swiglu));
-            } else {
-                TC_CHECK(st, tc_matmul(&gu, &xp, &y->w_gu));
-                TC_CHECK(st, tc_swiglu(&gate, &fg, &fu));
-            }
+            TC_CHECK(st, tc_matmul(&gu, &xp, &y->w_gu));
+            TC_CHECK(st, tc_swiglu(&gate, &fg, &fu));
         } else {
             TC_CHECK(st, ordered(m, &h, &y->in_gate, &xp));
             TC_CHECK(st, tc_matmul(&gate, &xp, &y->w_gate));

@@ -116,7 +116,7 @@ bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w);
  * rows: Q4_K 11008 x 4096 23.4 -> 17.2 us, Q6_K 31.3 -> 18.1), 9 for the others (Q4_0, Q8_0,
  * q4_1_g64 equal or slower in the batched kernels at 8 rows). */
 int tc__quant_batch_from(tc_dtype dt);
-tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, int32_t flags);
+tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w);
 /* Dequantise `bytes` of GGUF blocks of ggml type `ggml_type` (an IQ type, TQ1_0 or TQ2_0:
  * kernels/iq.cu) at src (host) into the contiguous CUDA tensor out (f32, f16 or bf16), whose
  * elements they must be exactly: the bytes go up as they are through the pinned staging and

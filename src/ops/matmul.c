@@ -427,7 +427,7 @@ tc_status tc__matmul_widen(tc_tensor *out, const tc_tensor *x, const tc_tensor *
                                 "%d to %d rows of 16-bit x on CUDA only",
                                 tc_dtype_name(w->dtype), tc__quant_batch_from(w->dtype),
                                 TC__QUANT_BATCH_ROWS);
-        return w->shape[0] == 0 ? TC_OK : tc__quant_batch(out, x, w, 0);
+        return w->shape[0] == 0 ? TC_OK : tc__quant_batch(out, x, w);
     }
     void *handle = NULL;
     if (b->kind != TC_BACKEND_CUDA || x->shape[0] <= TC_MATVEC_MAX_ROWS || b->gemm == TC_GEMM_OWN ||
@@ -467,7 +467,7 @@ tc_status tc_matmul(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
     if (b->kind == TC_BACKEND_CPU)
         return linear_cpu(out, x, w, &(tc_linear_opts){ 0 });
     if (tc_dtype_is_block(w->dtype))
-        return tc__quant_batch_fits(x, w) ? tc__quant_batch(out, x, w, 0)
+        return tc__quant_batch_fits(x, w) ? tc__quant_batch(out, x, w)
                : m <= TC_MATVEC_MAX_ROWS  ? tc__quant_matvec(out, x, w, 0, m, 0, NULL, 0.0f)
                                           : tc__quant_gemm(out, x, w, gemm_any);
     if (m <= TC_MATVEC_MAX_ROWS || w->dtype != x->dtype) {
@@ -541,10 +541,6 @@ tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
         plain.rms_norm = false;
         plain.norm_weight = NULL;
     }
-    /* Quantised weights over rows that the batched kernels take: one product, SwiGLU and the
-     * accumulation in its end. */
-    if (tc_dtype_is_block(w->dtype) && tc__quant_batch_fits(src, w))
-        return tc__quant_batch(out, src, w, (plain.swiglu ? 1 : 0) | (plain.accumulate ? 2 : 0));
     for (int64_t r = 0; r < m; r += TC_MATVEC_MAX_ROWS) {
         int64_t rows = m - r < TC_MATVEC_MAX_ROWS ? m - r : TC_MATVEC_MAX_ROWS;
         if (tc_dtype_is_block(w->dtype))

@@ -91,9 +91,7 @@ typedef struct tc_linear_opts {
 /* The fused linear layer of a decode step: out [m, n] = x [m, k] w^T with the options above,
  * so that a transformer block's RMSNorms, SwiGLU and residual adds cost no kernels of their
  * own. Dtypes as tc_matmul. On CUDA it runs the matrix-vector kernel, which reads the weights
- * once per TC_MATVEC_MAX_ROWS rows of x: meant for decode steps; block-quantised weights over
- * 16-bit x of the rows their batched kernels take (5 to 64 for the K-quants, 9 to 64 for the
- * others) run in one product, SwiGLU and the add in its end. out must not overlap x. (The
+ * once per TC_MATVEC_MAX_ROWS rows of x: meant for decode steps. out must not overlap x. (The
  * norm's weight is folded into w rather than read beside x: a first fused RMSNorm loaded it in
  * the kernel's inner loop, and the registers that took cost more resident warps than the
  * separate norm kernel cost.) */

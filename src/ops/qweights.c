@@ -414,21 +414,18 @@ bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w)
            2 * batch_stage_bytes(w->dtype, m) <= tc__backend_shared_room(x->backend);
 }
 
-tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, int32_t flags)
+tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
 {
     const char *op = "tc_matmul";
     tc_backend *b = out->backend;
     if (!tc__quant_batch_fits(x, w))
         return tc_set_error(TC_ERR_UNSUPPORTED, op, "no batched quantised kernel for this product");
-    /* (Under SwiGLU, flags bit 0, w holds out's gate rows then its up rows.) */
-    bool swiglu = flags & 1;
-    int64_t m = x->shape[0], n = swiglu ? w->shape[0] / 2 : w->shape[0], k = w->shape[1];
+    int64_t m = x->shape[0], n = w->shape[0], k = w->shape[1];
     size_t es = tc_dtype_bytes(x->dtype, 1);
     if ((uintptr_t)x->data % 16 || ((size_t)x->stride[0] * es) % 16)
         return tc_set_error(TC_ERR_UNSUPPORTED, op,
                             "quantised weights take 16-byte aligned rows of x");
-    bool f16 = x->dtype == TC_DTYPE_F16;
-    int32_t kflags = (flags & 3) | (out->dtype == TC_DTYPE_F32 ? 4 : 0);
+    bool f16 = x->dtype == TC_DTYPE_F16, f32_out = out->dtype == TC_DTYPE_F32;
     /* As many stages as fit, up to 4; up to 32 rows, two blocks an SM where two stages of
      * each fit. */
     size_t stage = batch_stage_bytes(w->dtype, m), room = tc__backend_shared_room(b);
@@ -450,8 +447,8 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
      * at least four stages long (shorter ones spend more on filling the pipeline and adding
      * the shares than they gain): a 4096-row product is 32 tiles, which alone would leave
      * three quarters of an H100 idle. */
-    int64_t tiles = swiglu ? (n + 63) / 64 : (n + 127) / 128,
-            wave = (int64_t)per_sm * b->ctx->sm_count, steps = (k + 255) / 256,
+    int64_t tiles = (n + 127) / 128, wave = (int64_t)per_sm * b->ctx->sm_count,
+            steps = (k + 255) / 256,
             most = steps / 4 < 1    ? 1
                    : steps / 4 > 16 ? 16
                                     : steps / 4;
@@ -469,18 +466,17 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
     }
     CUdeviceptr ws = 0, counters = 0;
     if (shares > 1) {
-        TC_TRY(tc__backend_workspace(b, (size_t)shares * (size_t)(m * w->shape[0]) * sizeof(float),
-                                     &ws));
+        TC_TRY(tc__backend_workspace(b, (size_t)shares * (size_t)(m * n) * sizeof(float), &ws));
         TC_TRY(tc__backend_counters(b, (size_t)tiles, &counters));
     }
     tc_launch_config cfg = tc__cfg(b, (unsigned)tiles, 256, smem);
     cfg.grid.y = (uint32_t)shares;
     if (f16)
         return (two ? qmm[w->dtype].f16_32 : qmm[w->dtype].f16)(
-            cfg, out->data, kflags, TC__DEV(const tc_half, x), w->data, (int32_t)m, n, k,
+            cfg, out->data, f32_out, TC__DEV(const tc_half, x), w->data, (int32_t)m, n, k,
             x->stride[0], out->stride[0], (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
     return (two ? qmm[w->dtype].bf16_32 : qmm[w->dtype].bf16)(
-        cfg, out->data, kflags, TC__DEV(const tc_bf16, x), w->data, (int32_t)m, n, k, x->stride[0],
+        cfg, out->data, f32_out, TC__DEV(const tc_bf16, x), w->data, (int32_t)m, n, k, x->stride[0],
         out->stride[0], (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
 }
 
