@@ -117,12 +117,27 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
             if name.startswith("tc_k_attn_decode"):
                 assert first.startswith("attention_cu::decode<"), name
                 continue
-            if name.startswith("tc_k_gather_columns") or name.startswith("tc_k_rope"):
+            if name.startswith("tc_k_gather_columns"):
                 assert first.strip() == "tc::launch_next_then_await();", name
+                continue
+            if name.startswith("tc_k_rope"):
+                assert first.startswith("rope_cu::run("), name
                 continue
             if first.strip() != "tc::await_inputs();":
                 missing.append(f"{f}: {name}")
     assert not missing, "kernels that do not begin with tc::await_inputs(): " + ", ".join(missing)
+    # The rotary kernels' body lets the next kernel start, then reads only pos and slots (index
+    # arrays that no kernel writes) and works out the angles into shared memory before it
+    # waits: never q, k, v or the caches.
+    rope = open(os.path.join(ROOT, "kernels", "rope.cu")).read()
+    run = rope[rope.index("__device__ void run("):]
+    run = run[run.index("{"):]
+    before_wait = run[:run.index("tc::await_grids();")]
+    assert before_wait.index("tc::launch_next();") < before_wait.index("pos[row]")
+    for touched in ("q[", "k[", "v[", "q +", "k +", "v +", "k_cache[", "v_cache[", "each_head", "move<"):
+        assert touched not in before_wait, f"rope_cu::run touches {touched!r} before it waits"
+    assert re.findall(r"\b(\w+)\[", before_wait) and set(re.findall(r"\b(\w+)\[", before_wait)) <= {
+        "cs", "sn", "slots", "pos"}, "rope_cu::run reads or writes other arrays before it waits"
     body = open(os.path.join(ROOT, "kernels", "matvec.cu")).read()
     by_rows = body[body.index("__device__ void by_rows"):]
     before_wait = by_rows[:by_rows.index("tc::await_inputs();")]
@@ -149,7 +164,11 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     code = "\n".join(line.split("//")[0] for line in mma[:mma.index("tc::await_inputs();")].splitlines())
     for touched in (r"\bout\b", r"(?<![.\w])x\b", r"\bxr\b", r"\bred\b\["):
         assert not re.search(touched, code), f"quant mma_rows touches {touched!r} before it waits"
-    assert "cp_async16_s(" in code
+    # (the weight copies go through copy_unit, a cp.async of one 16-byte unit of a field)
+    assert "copy_unit<" in code
+    unit = body[body.index("void copy_unit("):]
+    unit = unit[:unit.index("\n}\n")]
+    assert "cp_async16_s(" in unit and not re.search(r"\bx\b|\bout\b", unit)
     body = open(os.path.join(ROOT, "kernels", "attention_decode.cu")).read()
     decode = body[body.index("__device__ void decode("):]
     head = decode[:decode.index("{") + 1]
