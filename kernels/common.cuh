@@ -283,12 +283,8 @@ __device__ __forceinline__ void await_inputs()
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
-// await_inputs() that first lets the next kernel's blocks be scheduled, for a small kernel
-// between two large ones (the act-order gather between products, the rotary kernel between
-// the q/k/v product and decode attention): the next one then asks for its weights (or older
-// cache rows) while the one before this kernel ends, as it would with no kernel between them.
-// Safe where await_inputs() is: the next kernel still waits for this grid to finish, which it
-// does only after this wait, and every block of the grids before has started by then.
+// The two halves of await_inputs(), in the other order: let the next kernel's blocks be
+// scheduled, and wait for the grids before (and their writes) to finish.
 __device__ __forceinline__ void launch_next()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -301,6 +297,13 @@ __device__ __forceinline__ void await_grids()
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
+// await_inputs() that first lets the next kernel's blocks be scheduled, for a small kernel
+// between two large ones (the act-order gather between products; the rotary kernel between
+// the q/k/v product and decode attention calls the halves itself, working out its angles
+// between them): the next one then asks for its weights (or older cache rows) while the one
+// before this kernel ends, as it would with no kernel between them. Safe where await_inputs()
+// is: the next kernel still waits for this grid to finish, which it does only after this
+// wait, and every block of the grids before has started by then.
 __device__ __forceinline__ void launch_next_then_await()
 {
     launch_next();
