@@ -534,7 +534,8 @@ static void linear_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n
 /* A batched product of quantised weights with f32 out (the logits of 9 to 64 rows:
  * tc__matmul_widen) against the reference and the CPU's product of x widened to f32. */
 static void linear_rope_case(rng_t *r, tc_dtype dt, tc_dtype wt, int64_t m, int64_t H, int64_t KV,
-                             int hd, bool interleaved, bool norm, bool nwt, int32_t first_slot);
+                             int hd, bool interleaved, bool norm, bool nwt, int32_t first_slot,
+                             bool plain);
 
 static void quant_widen_case(rng_t *r, tc_dtype q, int64_t m, int64_t n, int64_t k)
 {
@@ -600,7 +601,7 @@ static void quantised(rng_t *r)
          * rotation and store (both orders of pairs). */
         for (int mode = 0; q != TC_DTYPE_Q2_K && q != TC_DTYPE_Q3_K && mode < 2; mode++)
             linear_rope_case(r, TC_DTYPE_BF16, q, 1, 8, 2, mode ? 64 : 128, !mode, true, true,
-                             mode ? 3 : -1);
+                             mode ? -1 : 3, false);
         if (q != TC_DTYPE_Q2_K && q != TC_DTYPE_Q3_K) /* (no integer kernel) */
             quant_widen_case(r, q, 1, 700, k);
         /* More 16-row tiles than blocks (264 on the H100): blocks that take several, their
@@ -786,10 +787,13 @@ static void iq_dequant(rng_t *r)
  * tc_rope_store; both against the double reference and the CPU op, with poisoned outputs and
  * a cache whose other rows must stay as they were. */
 static void linear_rope_case(rng_t *r, tc_dtype dt, tc_dtype wt, int64_t m, int64_t H, int64_t KV,
-                             int hd, bool interleaved, bool norm, bool nwt, int32_t first_slot)
+                             int hd, bool interleaved, bool norm, bool nwt, int32_t first_slot,
+                             bool plain)
 {
     const float eps = 1e-5f;
     tc_rope_config c = llama3_rope(hd, interleaved);
+    if (plain)
+        c.scaling = TC_ROPE_PLAIN, c.theta = 10000.0;
     int64_t U = H + 2 * KV, n = U * hd, k = 1024, bs = 16, nb = 3, row = KV * hd;
     tc_tensor gx, cx, gw, cw, go, co, gkc, ckc, gvc, cvc, gp, cp, gs, cs;
     double *xv = twin(r, dt, TC_SHAPE(m, k), -1, 1, &gx, &cx);
@@ -826,9 +830,10 @@ static void linear_rope_case(rng_t *r, tc_dtype dt, tc_dtype wt, int64_t m, int6
     }
     char what[112];
     snprintf(
-        what, sizeof what, "linear_rope_store %s x %s m %lld %lld/%lld heads of %d%s%s%s slot %d",
+        what, sizeof what, "linear_rope_store %s x %s m %lld %lld/%lld heads of %d%s%s%s%s slot %d",
         tc_dtype_name(dt), tc_dtype_name(wt), (long long)m, (long long)H, (long long)KV, hd,
-        interleaved ? " interleaved" : "", norm ? " norm" : "", nwt ? " weight" : "", first_slot);
+        interleaved ? " interleaved" : "", norm ? " norm" : "", nwt ? " weight" : "",
+        plain ? " plain" : "", first_slot);
     expect_close(what, &go, want, &co, tolerance(dt));
     expect_close("  the k cache", &gkc, kcv, &ckc, tolerance(dt));
     expect_close("  the v cache", &gvc, vcv, &cvc, tolerance(dt));
@@ -847,16 +852,28 @@ static void linear_rope_store(rng_t *r)
     for (int di = 0; di < 3; di++)
         for (int mode = 0; mode < 4; mode++) {
             bool il = mode & 1, norm = mode & 2;
-            linear_rope_case(r, dts[di], dts[di], 1, 32, 8, 128, il, norm, false, 21);
-            linear_rope_case(r, dts[di], dts[di], 1, 9, 3, 64, il, norm, false, mode == 3 ? -1 : 5);
-            linear_rope_case(r, dts[di], dts[di], 3, 4, 2, 32, il, norm, false, 2);
+            linear_rope_case(r, dts[di], dts[di], 1, 32, 8, 128, il, norm, false, 21, false);
+            linear_rope_case(r, dts[di], dts[di], 1, 9, 3, 64, il, norm, false, mode == 3 ? -1 : 5, false);
+            linear_rope_case(r, dts[di], dts[di], 3, 4, 2, 32, il, norm, false, 2, false);
         }
+    /* Quantised weights (the product, then tc_rope_store): one row of bf16 x (the integer
+     * kernel, with the norm and its weight) and three; both orders of pairs, heads of 64 to
+     * 256, plain frequencies and Llama 3's, no slot. */
+    const tc_dtype qs[] = { TC_DTYPE_Q8_0, TC_DTYPE_Q4_0, TC_DTYPE_Q4_1 };
+    for (int qi = 0; qi < 3; qi++) {
+        linear_rope_case(r, TC_DTYPE_BF16, qs[qi], 1, 32, 8, 128, true, true, qi == 1, 21, false);
+        linear_rope_case(r, TC_DTYPE_BF16, qs[qi], 1, 9, 3, 64, true, qi != 2, false, qi ? 5 : -1, true);
+        linear_rope_case(r, TC_DTYPE_BF16, qs[qi], 1, 32, 8, 80, true, true, qi == 2, 7, false);
+        linear_rope_case(r, TC_DTYPE_BF16, qs[qi], 1, 8, 1, 256, true, true, true, 11, qi == 0);
+        linear_rope_case(r, TC_DTYPE_BF16, qs[qi], 1, 32, 8, 128, false, true, false, 3, false);
+        linear_rope_case(r, TC_DTYPE_BF16, qs[qi], 3, 4, 2, 32, true, true, false, 2, false);
+    }
     /* head sizes of the generic attention kernels */
     for (int mode = 0; mode < 2; mode++) {
-        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 32, 8, 80, mode, mode, false, 7);
-        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 32, 32, 96, mode, !mode, false, 3);
-        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 8, 1, 256, mode, mode, false, 11);
-        linear_rope_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 1, 6, 2, 34, mode, mode, false, 1);
+        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 32, 8, 80, mode, mode, false, 7, false);
+        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 32, 32, 96, mode, !mode, false, 3, false);
+        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 8, 1, 256, mode, mode, false, 11, false);
+        linear_rope_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 1, 6, 2, 34, mode, mode, false, 1, false);
     }
 }
 
