@@ -829,11 +829,11 @@ static void linear_rope_case(rng_t *r, tc_dtype dt, tc_dtype wt, int64_t m, int6
         memcpy(vcv + sl[i] * row, want + i * n + (H + KV) * hd, sizeof(double) * (size_t)row);
     }
     char what[112];
-    snprintf(
-        what, sizeof what, "linear_rope_store %s x %s m %lld %lld/%lld heads of %d%s%s%s%s slot %d",
-        tc_dtype_name(dt), tc_dtype_name(wt), (long long)m, (long long)H, (long long)KV, hd,
-        interleaved ? " interleaved" : "", norm ? " norm" : "", nwt ? " weight" : "",
-        plain ? " plain" : "", first_slot);
+    snprintf(what, sizeof what,
+             "linear_rope_store %s x %s m %lld %lld/%lld heads of %d%s%s%s%s slot %d",
+             tc_dtype_name(dt), tc_dtype_name(wt), (long long)m, (long long)H, (long long)KV, hd,
+             interleaved ? " interleaved" : "", norm ? " norm" : "", nwt ? " weight" : "",
+             plain ? " plain" : "", first_slot);
     expect_close(what, &go, want, &co, tolerance(dt));
     expect_close("  the k cache", &gkc, kcv, &ckc, tolerance(dt));
     expect_close("  the v cache", &gvc, vcv, &cvc, tolerance(dt));
@@ -853,7 +853,8 @@ static void linear_rope_store(rng_t *r)
         for (int mode = 0; mode < 4; mode++) {
             bool il = mode & 1, norm = mode & 2;
             linear_rope_case(r, dts[di], dts[di], 1, 32, 8, 128, il, norm, false, 21, false);
-            linear_rope_case(r, dts[di], dts[di], 1, 9, 3, 64, il, norm, false, mode == 3 ? -1 : 5, false);
+            linear_rope_case(r, dts[di], dts[di], 1, 9, 3, 64, il, norm, false, mode == 3 ? -1 : 5,
+                             false);
             linear_rope_case(r, dts[di], dts[di], 3, 4, 2, 32, il, norm, false, 2, false);
         }
     /* Quantised weights (the product, then tc_rope_store): one row of bf16 x (the integer
@@ -862,7 +863,8 @@ static void linear_rope_store(rng_t *r)
     const tc_dtype qs[] = { TC_DTYPE_Q8_0, TC_DTYPE_Q4_0, TC_DTYPE_Q4_1 };
     for (int qi = 0; qi < 3; qi++) {
         linear_rope_case(r, TC_DTYPE_BF16, qs[qi], 1, 32, 8, 128, true, true, qi == 1, 21, false);
-        linear_rope_case(r, TC_DTYPE_BF16, qs[qi], 1, 9, 3, 64, true, qi != 2, false, qi ? 5 : -1, true);
+        linear_rope_case(r, TC_DTYPE_BF16, qs[qi], 1, 9, 3, 64, true, qi != 2, false, qi ? 5 : -1,
+                         true);
         linear_rope_case(r, TC_DTYPE_BF16, qs[qi], 1, 32, 8, 80, true, true, qi == 2, 7, false);
         linear_rope_case(r, TC_DTYPE_BF16, qs[qi], 1, 8, 1, 256, true, true, true, 11, qi == 0);
         linear_rope_case(r, TC_DTYPE_BF16, qs[qi], 1, 32, 8, 128, false, true, false, 3, false);
@@ -870,9 +872,12 @@ static void linear_rope_store(rng_t *r)
     }
     /* head sizes of the generic attention kernels */
     for (int mode = 0; mode < 2; mode++) {
-        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 32, 8, 80, mode, mode, false, 7, false);
-        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 32, 32, 96, mode, !mode, false, 3, false);
-        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 8, 1, 256, mode, mode, false, 11, false);
+        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 32, 8, 80, mode, mode, false, 7,
+                         false);
+        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 32, 32, 96, mode, !mode, false, 3,
+                         false);
+        linear_rope_case(r, TC_DTYPE_BF16, TC_DTYPE_BF16, 1, 8, 1, 256, mode, mode, false, 11,
+                         false);
         linear_rope_case(r, TC_DTYPE_F16, TC_DTYPE_F16, 1, 6, 2, 34, mode, mode, false, 1, false);
     }
 }
