@@ -862,8 +862,8 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
 
 template <typename T, int DT, bool Q8 = false>
 __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs, int64_t os,
-                         int flags, float (*red)[kWarps][16][8], uint8_t *sm, int nst, int8_t *xq = nullptr,
-                         float2 *xq_s = nullptr, const T *nw = nullptr, float eps = 0.0f, float *nss = nullptr)
+                         int flags, float (*red)[kWarps][16][8], uint8_t *sm, int nst, int8_t *xq,
+                         float2 *xq_s, const T *nw, float eps, float *nss, uint32_t bid, uint32_t nblk)
 {
     using G = Step<DT>;
     constexpr Layout L = G::L;
@@ -876,7 +876,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
     const int steps = (int)((nb + S - 1) / S), per = (steps + kWarps - 1) / kWarps, s0 = min(steps, warp * per),
               my = min(steps, s0 + per) - s0;
     const int64_t tiles = (n + 15) / 16,
-                  mine = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0, total = mine * H * my;
+                  mine = bid < tiles ? (tiles - 1 - bid) / nblk + 1 : 0, total = mine * H * my;
     uint8_t *ring = sm + warp * nst * G::bytes;
     // The ring's shared-memory address (32 bits: cp.async takes no generic address), and n in
     // 32 bits (rows fit: a tensor has fewer than 2^32 blocks).
@@ -884,7 +884,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
 
     // The next step to copy: its number, ring slot, tile, half (gate or up) and step.
     int64_t li = 0;
-    uint32_t ltile = blockIdx.x;
+    uint32_t ltile = bid;
     int lslot = 0, lh = 0, ls = 0;
     // The lane's copies of the fields whose unit count U divides 32: its unit is the same in
     // every round and its row 32 / U rows further, so a pointer to its first round's bytes
@@ -940,7 +940,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                 ls = 0;
                 if (++lh == H) {
                     lh = 0;
-                    ltile += gridDim.x;
+                    ltile += nblk;
                 }
                 start_half();
             }
@@ -991,7 +991,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
     if constexpr (!Q8)
         load_x(0, xa);
     int cslot = 0;
-    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int64_t tile = bid; tile < tiles; tile += nblk) {
         const int64_t ra = tile * 16 + g, rb = ra + 8;
         for (int h = 0; h < H; h++) {
             // The rows' first blocks (rows past n read row 0 and are never written).
@@ -1129,7 +1129,8 @@ __device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, in
     const int nst = min(6, (int)(bytes / (kWarps * Step<DT>::bytes)));
     if (nst < 1)
         __trap();
-    mma_rows<T, DT>(out, x, w, m, n, k, xs, os, flags, red, ring, nst);
+    mma_rows<T, DT>(out, x, w, m, n, k, xs, os, flags, red, ring, nst, nullptr, nullptr, nullptr, 0.0f, nullptr,
+                    blockIdx.x, gridDim.x);
 }
 
 // The batch-1 kernel of the integer products: x's row in two 8-bit digits takes the start of
@@ -1143,9 +1144,10 @@ __device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, in
 // blocks start only as this kernel's end; the separate rotary kernel, small, lets decode
 // attention's blocks start beside it and fetch the older keys and values while it runs.)
 template <int DT> __host__ __device__ constexpr uint32_t q8_x_bytes(int64_t k) { return (uint32_t)(2 * k + 32 + k / 2); }
+// (Blocks bid of nblk taking the tiles.)
 template <typename T, int DT>
-__device__ __forceinline__ void q8_kernel(void *out, const T *x, const void *w, int64_t n, int64_t k, int64_t os,
-                                          int flags, const T *nw, float eps)
+__device__ __forceinline__ void q8_rows(void *out, const T *x, const void *w, int64_t n, int64_t k, int64_t os,
+                                        int flags, const T *nw, float eps, uint32_t bid, uint32_t nblk)
 {
     __shared__ float red[2][kWarps][16][8], nss[kWarps];
     extern __shared__ __align__(16) uint8_t ring[];
@@ -1156,7 +1158,28 @@ __device__ __forceinline__ void q8_kernel(void *out, const T *x, const void *w, 
     if (nst < 1)
         __trap();
     mma_rows<T, DT, true>(static_cast<T *>(out), x, w, 1, n, k, 0, os, flags, red, ring + xb, nst,
-                          reinterpret_cast<int8_t *>(ring), reinterpret_cast<float2 *>(ring + 2 * k + 32), nw, eps, nss);
+                          reinterpret_cast<int8_t *>(ring), reinterpret_cast<float2 *>(ring + 2 * k + 32), nw, eps, nss,
+                          bid, nblk);
+}
+template <typename T, int DT>
+__device__ __forceinline__ void q8_kernel(void *out, const T *x, const void *w, int64_t n, int64_t k, int64_t os,
+                                          int flags, const T *nw, float eps)
+{
+    q8_rows<T, DT>(out, x, w, n, k, os, flags, nw, eps, blockIdx.x, gridDim.x);
+}
+
+// Two products of one row of x in one launch (a layer's q and k of one block type, v of
+// another: Q4_K_M's Q4_K and Q6_K): blocks [0, split) take out_a = x w_a^T, the rest out_b =
+// x w_b^T, so that the second's weights stream while the first's last tiles finish instead of
+// after the whole first kernel has ended.
+template <typename T, int DA, int DB>
+__device__ __forceinline__ void q8_pair(T *out_a, T *out_b, const T *x, const void *w_a, const void *w_b, int64_t n_a,
+                                        int64_t n_b, int64_t k, int flags, const T *nw, float eps, uint32_t split)
+{
+    if (blockIdx.x < split)
+        q8_rows<T, DA>(out_a, x, w_a, n_a, k, 0, flags, nw, eps, blockIdx.x, split);
+    else
+        q8_rows<T, DB>(out_b, x, w_b, n_b, k, 0, flags, nw, eps, blockIdx.x - split, gridDim.x - split);
 }
 
 // 9 to 64 rows of 16-bit x (batched decode) on the tensor cores, reading and dequantising each
@@ -1738,6 +1761,19 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                          const __nv_bfloat16 *norm, float eps)
 {
     quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, n, k, out_stride, flags, norm, eps);
+}
+/** Two one-row products in one launch (tc_k_qmv1_<a>_<b>_bf16): blocks [0, split) take
+ *  out_a[1, n_a] = x w_a^T (w_a of the first type), blocks [split, grid) out_b[1, n_b] = x w_b^T
+ *  (the second type), each as tc_k_qmv1_* does with flags 4 (the same x, norm and eps; flags 1,
+ *  2 and 8 are not taken). Dynamic shared memory as tc_k_qmv1_*, at least the larger type's
+ *  least. */
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q4_k_q6_k_bf16(__nv_bfloat16 *out_a, __nv_bfloat16 *out_b, const __nv_bfloat16 *x, const void *w_a,
+                             const void *w_b, int64_t n_a, int64_t n_b, int64_t k, int32_t flags,
+                             const __nv_bfloat16 *norm, float eps, int32_t split)
+{
+    quant_cu::q8_pair<__nv_bfloat16, quant_cu::Q4_K, quant_cu::Q6_K>(out_a, out_b, x, w_a, w_b, n_a, n_b, k,
+                                                                     flags & 4, norm, eps, (uint32_t)split);
 }
 
 /** out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 64 rows of 16-bit x and w of a block type held

@@ -1376,6 +1376,13 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             lq = &fq3;
             lk = &fk3;
             lv = &fv3;
+        } else if (y->wqk.data && in_product) {
+            /* q and k of one type beside v of another (Q4_K_M's Q4_K and Q6_K): both normalise
+             * x, in one launch where the types have a kernel for it (no biases: wqk is fused
+             * only without them). */
+            TC_CHECK(st, tc_linear_pair(&qk, &v, &x, &y->wqk, &y->wv, &normed_l));
+            lq = &gq3;
+            lk = &gk3;
         } else {
             /* (q, k and v of different types: in a decode step each product normalises x; q
              * and k in one where they share a type) */

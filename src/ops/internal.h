@@ -62,6 +62,7 @@ struct tc_backend {
     int64_t qwave[1]; /* the same for the quantised f32 kernel (qweights.c; 0: not yet known) */
     int64_t qwave_mma[TC_DTYPE_COUNT][2]; /* and its tensor-core ones, f16 and bf16 x */
     int64_t qwave_q8[TC_DTYPE_COUNT];     /* and the integer batch-1 ones' (bf16 x; 0: none) */
+    int64_t qwave_pair[4];                /* and the two-product ones' (tc__quant_pair) */
     unsigned qmv_shared; /* the tensor-core ones' dynamic shared memory (their weight pipeline) */
     /* Blocks an SM of the batched quantised kernels (qweights.c), by type, f16/bf16 x and x's
      * 8-row tiles (their shared memory grows with them); 0: not yet known. */
@@ -103,6 +104,13 @@ tc_status tc__quant_embedding(tc_tensor *out, const tc_tensor *table, const tc_t
  * (x RMS-normalised first, times norm [k] of x's dtype where norm is not NULL, with eps) and 8
  * (out f32 for 16-bit x); tc__quant_matvec refuses those flags elsewhere. */
 bool tc__quant_one_row(const tc_tensor *x, const tc_tensor *w, int64_t rows);
+/* Two one-row products of the same x (flags 0 or 4, norm and eps as tc__quant_matvec) in one
+ * launch, where the two weights' types have a kernel for it: tc__quant_pair gives its index
+ * (-1: none, or x is not one row of bf16 for both). */
+int tc__quant_pair(const tc_tensor *x, const tc_tensor *w_a, const tc_tensor *w_b);
+tc_status tc__quant_matvec_pair(tc_tensor *out_a, tc_tensor *out_b, const tc_tensor *x,
+                                const tc_tensor *w_a, const tc_tensor *w_b, int32_t flags,
+                                const tc_tensor *norm, float eps);
 tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, int64_t r0,
                            int64_t rows, int32_t flags, const tc_tensor *norm, float eps);
 /* Products of tc__quant_batch_from(w's type) to TC__QUANT_BATCH_ROWS rows of 16-bit x

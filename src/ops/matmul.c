@@ -554,6 +554,23 @@ tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
     return TC_OK;
 }
 
+tc_status tc_linear_pair(tc_tensor *out_a, tc_tensor *out_b, const tc_tensor *x,
+                         const tc_tensor *w_a, const tc_tensor *w_b, const tc_linear_opts *opts)
+{
+    static const tc_linear_opts none;
+    const tc_linear_opts *o = opts ? opts : &none;
+    TC_TRY(check_linear("tc_linear_pair", out_a, x, w_a, o));
+    TC_TRY(check_linear("tc_linear_pair", out_b, x, w_b, o));
+    const tc_tensor *nw = o->norm_weight;
+    if (out_a->backend->kind == TC_BACKEND_CUDA && !o->swiglu && !o->accumulate &&
+        tc__quant_pair(x, w_a, w_b) >= 0 && out_a->dtype == x->dtype && out_b->dtype == x->dtype &&
+        (!nw || (nw->dtype == x->dtype && (uintptr_t)nw->data % 16 == 0)))
+        return tc__quant_matvec_pair(out_a, out_b, x, w_a, w_b, o->rms_norm ? 4 : 0, nw,
+                                     o->norm_eps);
+    TC_TRY(tc_linear(out_a, x, w_a, o));
+    return tc_linear(out_b, x, w_b, o);
+}
+
 tc_status tc_linear_rope_store(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
                                const tc_linear_opts *opts, const tc_tensor *pos,
                                const tc_rope_config *rope, tc_tensor *k_cache, tc_tensor *v_cache,

@@ -241,6 +241,21 @@ static const struct {
                            QMV1(Q5_K, q5_k), QMV1(Q6_K, q6_k), QMV1(Q4_1_G64, q4_1_g64) };
 #undef QMV1
 
+/* The pairs of types with a two-product kernel of their own (tc_k_qmv1_<a>_<b>_bf16): Q4_K_M's
+ * q and k (Q4_K) beside its v (Q6_K) in half its layers. */
+typedef tc_status (*qmv1_pair_fn)(tc_launch_config, tc_bf16 *, tc_bf16 *, const tc_bf16 *,
+                                  const void *, const void *, int64_t, int64_t, int64_t, int32_t,
+                                  const tc_bf16 *, float, int32_t);
+static const struct {
+    tc_dtype a, b;
+    qmv1_pair_fn fn;
+    tc_kernel_id id;
+} qmv1_pairs[] = { { TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, tc_launch_qmv1_q4_k_q6_k_bf16,
+                     TC_KERNEL_QMV1_Q4_K_Q6_K_BF16 } };
+#define N_QMV1_PAIRS (sizeof qmv1_pairs / sizeof qmv1_pairs[0])
+_Static_assert(N_QMV1_PAIRS <= sizeof((tc_backend *)0)->qwave_pair / sizeof(int64_t),
+               "tc_backend.qwave_pair holds every pair kernel");
+
 /* The tensor-core kernels stream weights through shared memory, as much as two blocks an SM
  * leave each (less 8 KiB of their own and 1 KiB the driver keeps a block), at most 96 KiB: six
  * steps of the lighter types for each warp, three of Q6_K; one of Q6_K (28 KiB) is the least
@@ -284,6 +299,13 @@ static tc_status prepare(tc_backend *b)
                 per_sm = 1;
             b->qwave_q8[dt] = (int64_t)per_sm * b->ctx->sm_count;
         }
+    for (size_t i = 0; i < N_QMV1_PAIRS; i++) {
+        TC_TRY(tc_launch_set_carveout(b->ctx, qmv1_pairs[i].id, 100));
+        if (tc_launch_blocks_per_sm(b->ctx, qmv1_pairs[i].id, 256, shared, &per_sm) != TC_OK ||
+            per_sm < 1)
+            per_sm = 1;
+        b->qwave_pair[i] = (int64_t)per_sm * b->ctx->sm_count;
+    }
     return TC_OK;
 }
 
@@ -297,6 +319,46 @@ bool tc__quant_one_row(const tc_tensor *x, const tc_tensor *w, int64_t rows)
     return b->kind == TC_BACKEND_CUDA && tc_dtype_is_block(w->dtype) && x->dtype == TC_DTYPE_BF16 &&
            rows == 1 && qmv1[w->dtype].bf16 && prepare(b) == TC_OK && b->qwave_q8[w->dtype] &&
            2 * k + 32 + k / 2 + 2 * QMV_SHARED_MIN <= b->qmv_shared;
+}
+
+int tc__quant_pair(const tc_tensor *x, const tc_tensor *w_a, const tc_tensor *w_b)
+{
+    if (!tc__quant_one_row(x, w_a, x->shape[0]) || !tc__quant_one_row(x, w_b, x->shape[0]))
+        return -1;
+    for (size_t i = 0; i < N_QMV1_PAIRS; i++)
+        if (qmv1_pairs[i].a == w_a->dtype && qmv1_pairs[i].b == w_b->dtype)
+            return (int)i;
+    return -1;
+}
+
+tc_status tc__quant_matvec_pair(tc_tensor *out_a, tc_tensor *out_b, const tc_tensor *x,
+                                const tc_tensor *w_a, const tc_tensor *w_b, int32_t flags,
+                                const tc_tensor *norm, float eps)
+{
+    int i = tc__quant_pair(x, w_a, w_b);
+    if (i < 0 || (flags & ~4))
+        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_linear_pair",
+                            "no one-launch kernel for these weight types or options");
+    tc_backend *b = out_a->backend;
+    int64_t n_a = out_a->shape[1], n_b = out_b->shape[1], k = w_a->shape[1];
+    int64_t ta = (n_a + 15) / 16, tb = (n_b + 15) / 16, wave = b->qwave_pair[i];
+    int64_t grid = ta + tb < wave ? ta + tb : wave;
+    /* The blocks split as the two matrices' bytes do, each side at least one block and at most
+     * its tiles. */
+    double bytes_a = (double)tc_tensor_bytes(w_a), bytes_b = (double)tc_tensor_bytes(w_b);
+    int64_t split = (int64_t)((double)grid * bytes_a / (bytes_a + bytes_b) + 0.5);
+    if (split > ta)
+        split = ta;
+    if (grid - split > tb)
+        split = grid - tb;
+    if (split < 1)
+        split = 1;
+    if (split > grid - 1)
+        split = grid - 1;
+    return qmv1_pairs[i].fn(tc__cfg(b, (unsigned)grid, 256, b->qmv_shared), TC__DEV(tc_bf16, out_a),
+                            TC__DEV(tc_bf16, out_b), TC__DEV(const tc_bf16, x), w_a->data,
+                            w_b->data, n_a, n_b, k, flags,
+                            norm ? TC__DEV(const tc_bf16, norm) : NULL, eps, (int32_t)split);
 }
 
 tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *w, int64_t r0,

@@ -531,6 +531,59 @@ static void linear_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n
         tc_tensor_deinit(&old);
 }
 
+/* tc_linear_pair: two products of one x (a layer's q/k beside its v), in one launch where the
+ * weights' types have a kernel for it (one row of bf16 x over Q4_K and Q6_K), else as two
+ * tc_linear; each output against the reference and the CPU op, both poisoned first. */
+static void linear_pair_case(rng_t *r, tc_dtype wa, tc_dtype wb, int64_t m, int64_t na, int64_t nb,
+                             int64_t k, bool norm, bool nwt)
+{
+    const float eps = 1e-5f;
+    tc_tensor gx, cx, gwa, cwa, gwb, cwb, goa, coa, gob, cob, gg, cg;
+    double *xv = twin(r, TC_DTYPE_BF16, TC_SHAPE(m, k), -1, 1, &gx, &cx);
+    double *wav = twin(r, wa, TC_SHAPE(na, k), -0.05, 0.05, &gwa, &cwa);
+    double *wbv = twin(r, wb, TC_SHAPE(nb, k), -0.05, 0.05, &gwb, &cwb);
+    double *gv = nwt ? twin(r, TC_DTYPE_BF16, TC_SHAPE(k), 0.5, 1.5, &gg, &cg) : NULL;
+    poisoned(&goa, gpu, TC_DTYPE_BF16, TC_SHAPE(m, na));
+    poisoned(&coa, cpu, TC_DTYPE_BF16, TC_SHAPE(m, na));
+    poisoned(&gob, gpu, TC_DTYPE_BF16, TC_SHAPE(m, nb));
+    poisoned(&cob, cpu, TC_DTYPE_BF16, TC_SHAPE(m, nb));
+    tc_linear_opts o = { .rms_norm = norm, .norm_eps = eps, .norm_weight = nwt ? &gg : NULL };
+    CHECK(tc_linear_pair(&goa, &gob, &gx, &gwa, &gwb, &o));
+    o.norm_weight = nwt ? &cg : NULL;
+    CHECK(tc_linear_pair(&coa, &cob, &cx, &cwa, &cwb, &o));
+    double *xn = norm ? ref_rms_rows(xv, m, k, eps) : NULL;
+    for (int64_t i = 0; nwt && i < m * k; i++)
+        xn[i] *= gv[i % k];
+    double *wanta = calloc((size_t)(m * na), sizeof(double)),
+           *wantb = calloc((size_t)(m * nb), sizeof(double));
+    ref_linear(wanta, norm ? xn : xv, wav, false, NULL, m, na, k);
+    ref_linear(wantb, norm ? xn : xv, wbv, false, NULL, m, nb, k);
+    char what[112];
+    snprintf(what, sizeof what, "linear_pair bf16 x %s, %s [%lld x %lld, %lld x %lld] norm %d%s",
+             tc_dtype_name(wa), tc_dtype_name(wb), (long long)m, (long long)na, (long long)nb,
+             (long long)k, norm, nwt ? " weight" : "");
+    expect_close(what, &goa, wanta, &coa, tolerance(TC_DTYPE_BF16));
+    expect_close("  the second product", &gob, wantb, &cob, tolerance(TC_DTYPE_BF16));
+    free(xv), free(wav), free(wbv), free(gv), free(xn), free(wanta), free(wantb);
+    if (nwt)
+        tc_tensor_deinit(&gg), tc_tensor_deinit(&cg);
+    tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&gwa), tc_tensor_deinit(&cwa);
+    tc_tensor_deinit(&gwb), tc_tensor_deinit(&cwb), tc_tensor_deinit(&goa), tc_tensor_deinit(&coa);
+    tc_tensor_deinit(&gob), tc_tensor_deinit(&cob);
+}
+
+static void linear_pair(rng_t *r)
+{
+    /* The kernel: tiles not a multiple of 16 rows, several tiles a block (more tiles than the
+     * GPU's blocks), a block a side; then pairs without one (other types, two rows). */
+    linear_pair_case(r, TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, 1, 1000, 600, 7 * 256, true, true);
+    linear_pair_case(r, TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, 1, 8192, 4096, 4096, true, true);
+    linear_pair_case(r, TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, 1, 5000, 3000, 2048, true, false);
+    linear_pair_case(r, TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, 1, 16, 8, 256, false, false);
+    linear_pair_case(r, TC_DTYPE_Q4_0, TC_DTYPE_Q8_0, 1, 500, 300, 1024, true, true);
+    linear_pair_case(r, TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, 2, 500, 300, 1024, true, true);
+}
+
 /* A batched product of quantised weights with f32 out (the logits of 9 to 64 rows:
  * tc__matmul_widen) against the reference and the CPU's product of x widened to f32. */
 static void linear_rope_case(rng_t *r, tc_dtype dt, tc_dtype wt, int64_t m, int64_t H, int64_t KV,
@@ -1812,6 +1865,7 @@ int main(void)
         if (!strcmp(only, "quantised")) {
             gather_columns(&r);
             quantised(&r);
+            linear_pair(&r);
         } else if (!strcmp(only, "rope")) {
             rope(&r);
             rope_store(&r, false);
@@ -1847,6 +1901,7 @@ int main(void)
     logits_mask(&r);
     linear(&r);
     quantised(&r);
+    linear_pair(&r);
     iq_dequant(&r);
     linear_rope_store(&r);
     attention(&r);

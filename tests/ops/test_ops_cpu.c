@@ -1173,6 +1173,54 @@ static void rope_store_is_rope_then_store(void **state)
     tc_tensor_deinit(&pos);
 }
 
+/* tc_linear_pair is tc_linear of each weight on the same x (Q4_K and Q6_K, one row and three,
+ * the RMSNorm and its weight): bit for bit; a bad second output is rejected before the first
+ * is written. */
+static void linear_pair_is_two_linears(void **state)
+{
+    (void)state;
+    rng_t r = { 17 };
+    int64_t k = 512;
+    tc_tensor x, wa, wb, g, oa[2], ob[2];
+    double *ig;
+    assert_int_equal(random_tensor(&r, cpu, &wa, TC_DTYPE_Q4_K, TC_SHAPE(40, k), -1, 1, &ig),
+                     TC_OK);
+    free(ig);
+    assert_int_equal(random_tensor(&r, cpu, &wb, TC_DTYPE_Q6_K, TC_SHAPE(24, k), -1, 1, &ig),
+                     TC_OK);
+    free(ig);
+    assert_int_equal(random_tensor(&r, cpu, &g, TC_DTYPE_BF16, TC_SHAPE(k), 0.5, 1.5, &ig), TC_OK);
+    free(ig);
+    for (int64_t m = 1; m <= 3; m += 2) {
+        assert_int_equal(random_tensor(&r, cpu, &x, TC_DTYPE_BF16, TC_SHAPE(m, k), -1, 1, &ig),
+                         TC_OK);
+        free(ig);
+        for (int set = 0; set < 2; set++) {
+            assert_int_equal(tc_tensor_init(&oa[set], cpu, TC_DTYPE_BF16, TC_SHAPE(m, 40)), TC_OK);
+            assert_int_equal(tc_tensor_init(&ob[set], cpu, TC_DTYPE_BF16, TC_SHAPE(m, 24)), TC_OK);
+        }
+        tc_linear_opts o = { .rms_norm = true, .norm_eps = 1e-5f, .norm_weight = &g };
+        assert_int_equal(tc_linear_pair(&oa[0], &ob[0], &x, &wa, &wb, &o), TC_OK);
+        assert_int_equal(tc_linear(&oa[1], &x, &wa, &o), TC_OK);
+        assert_int_equal(tc_linear(&ob[1], &x, &wb, &o), TC_OK);
+        assert_memory_equal(oa[0].data, oa[1].data, tc_tensor_bytes(&oa[0]));
+        assert_memory_equal(ob[0].data, ob[1].data, tc_tensor_bytes(&ob[0]));
+        /* The second output one column short: an error naming the op, the first untouched. */
+        memset(oa[0].data, 0x5a, tc_tensor_bytes(&oa[0]));
+        memcpy(oa[1].data, oa[0].data, tc_tensor_bytes(&oa[0]));
+        tc_tensor short_b;
+        assert_int_equal(tc_tensor_slice(&ob[0], 1, 0, 23, &short_b), TC_OK);
+        assert_int_equal(tc_linear_pair(&oa[0], &short_b, &x, &wa, &wb, &o),
+                         TC_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(tc_last_error(), "tc_linear_pair"));
+        assert_memory_equal(oa[0].data, oa[1].data, tc_tensor_bytes(&oa[0]));
+        for (int set = 0; set < 2; set++)
+            tc_tensor_deinit(&oa[set]), tc_tensor_deinit(&ob[set]);
+        tc_tensor_deinit(&x);
+    }
+    tc_tensor_deinit(&wa), tc_tensor_deinit(&wb), tc_tensor_deinit(&g);
+}
+
 /* tc_linear_rope_store is tc_linear followed by tc_rope_store on the product's q, k and v
  * heads: bit for bit, and it rejects what neither takes (before writing anything). */
 static void linear_rope_store_is_linear_then_rope_store(void **state)
@@ -1605,6 +1653,7 @@ int main(void)
         cmocka_unit_test(attention_window_and_scales),
         cmocka_unit_test(kv_scales_and_scaled_stores),
         cmocka_unit_test(rope_store_is_rope_then_store),
+        cmocka_unit_test(linear_pair_is_two_linears),
         cmocka_unit_test(linear_rope_store_is_linear_then_rope_store),
         cmocka_unit_test(argmax_prefers_lowest_index_and_skips_nan),
         cmocka_unit_test(logits_mask_matches_a_plain_loop),
