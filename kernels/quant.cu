@@ -1169,7 +1169,7 @@ __device__ __forceinline__ void q8_kernel(void *out, const T *x, const void *w, 
 }
 
 // Two products of one row of x in one launch (a layer's q and k of one block type, v of
-// another: Q4_K_M's Q4_K and Q6_K): blocks [0, split) take out_a = x w_a^T, the rest out_b =
+// another: Q4_K_M's Q4_K and Q6_K, Q5_K_M's Q5_K and Q6_K): blocks [0, split) take out_a = x w_a^T, the rest out_b =
 // x w_b^T, so that the second's weights stream while the first's last tiles finish instead of
 // after the whole first kernel has ended.
 template <typename T, int DA, int DB>
@@ -1773,6 +1773,14 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                              const __nv_bfloat16 *norm, float eps, int32_t split)
 {
     quant_cu::q8_pair<__nv_bfloat16, quant_cu::Q4_K, quant_cu::Q6_K>(out_a, out_b, x, w_a, w_b, n_a, n_b, k,
+                                                                     flags & 4, norm, eps, (uint32_t)split);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q5_k_q6_k_bf16(__nv_bfloat16 *out_a, __nv_bfloat16 *out_b, const __nv_bfloat16 *x, const void *w_a,
+                             const void *w_b, int64_t n_a, int64_t n_b, int64_t k, int32_t flags,
+                             const __nv_bfloat16 *norm, float eps, int32_t split)
+{
+    quant_cu::q8_pair<__nv_bfloat16, quant_cu::Q5_K, quant_cu::Q6_K>(out_a, out_b, x, w_a, w_b, n_a, n_b, k,
                                                                      flags & 4, norm, eps, (uint32_t)split);
 }
 

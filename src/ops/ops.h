@@ -99,7 +99,7 @@ TC_API tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *
                            const tc_linear_opts *opts);
 /* tc_linear(out_a, x, w_a, opts) and tc_linear(out_b, x, w_b, opts): two products of the same x
  * (a layer's q and k beside its v where their weights differ in type, as in Q4_K_M files). On
- * CUDA one row of bf16 x over a pair of block types with a kernel for it (Q4_K then Q6_K),
+ * CUDA one row of bf16 x over a pair of block types with a kernel for it (Q4_K or Q5_K, then Q6_K),
  * under no options but the RMSNorm, runs both in one launch. */
 TC_API tc_status tc_linear_pair(tc_tensor *out_a, tc_tensor *out_b, const tc_tensor *x,
                                 const tc_tensor *w_a, const tc_tensor *w_b,

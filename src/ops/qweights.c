@@ -242,7 +242,7 @@ static const struct {
 #undef QMV1
 
 /* The pairs of types with a two-product kernel of their own (tc_k_qmv1_<a>_<b>_bf16): Q4_K_M's
- * q and k (Q4_K) beside its v (Q6_K) in half its layers. */
+ * q and k (Q4_K) beside its v (Q6_K) in half its layers, Q5_K_M's (Q5_K, Q6_K). */
 typedef tc_status (*qmv1_pair_fn)(tc_launch_config, tc_bf16 *, tc_bf16 *, const tc_bf16 *,
                                   const void *, const void *, int64_t, int64_t, int64_t, int32_t,
                                   const tc_bf16 *, float, int32_t);
@@ -250,8 +250,10 @@ static const struct {
     tc_dtype a, b;
     qmv1_pair_fn fn;
     tc_kernel_id id;
-} qmv1_pairs[] = { { TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, tc_launch_qmv1_q4_k_q6_k_bf16,
-                     TC_KERNEL_QMV1_Q4_K_Q6_K_BF16 } };
+} qmv1_pairs[] = {
+    { TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, tc_launch_qmv1_q4_k_q6_k_bf16, TC_KERNEL_QMV1_Q4_K_Q6_K_BF16 },
+    { TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, tc_launch_qmv1_q5_k_q6_k_bf16, TC_KERNEL_QMV1_Q5_K_Q6_K_BF16 }
+};
 #define N_QMV1_PAIRS (sizeof qmv1_pairs / sizeof qmv1_pairs[0])
 _Static_assert(N_QMV1_PAIRS <= sizeof((tc_backend *)0)->qwave_pair / sizeof(int64_t),
                "tc_backend.qwave_pair holds every pair kernel");

@@ -580,6 +580,8 @@ static void linear_pair(rng_t *r)
     linear_pair_case(r, TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, 1, 8192, 4096, 4096, true, true);
     linear_pair_case(r, TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, 1, 5000, 3000, 2048, true, false);
     linear_pair_case(r, TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, 1, 16, 8, 256, false, false);
+    linear_pair_case(r, TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, 1, 1000, 600, 7 * 256, true, true);
+    linear_pair_case(r, TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, 1, 8192, 4096, 4096, true, false);
     linear_pair_case(r, TC_DTYPE_Q4_0, TC_DTYPE_Q8_0, 1, 500, 300, 1024, true, true);
     linear_pair_case(r, TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, 2, 500, 300, 1024, true, true);
 }
