@@ -84,7 +84,8 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     kernel runs: each kernel's body must begin with tc::await_inputs(), except the matrix-vector
     kernels, whose shared bodies (matvec_cu::by_rows and, on the tensor cores, mma_rows; the
     quantised ones' quant_cu::mma_rows, which requests its first weight steps, and the batch-1
-    ones' quant_cu::q8_kernel, which also zeroes 32 bytes of its shared memory; the batched
+    ones' quant_cu::q8_kernel, which also zeroes 32 bytes of its shared memory, or q8_pair, which
+    hands each block to the body of q8_kernel (q8_rows) for one of its two products; the batched
     ones' quant_cu::batch_kernel, which requests its first stages' weights) read only
     weights before calling it, and the decode attention kernels, whose body
     (attention_cu::decode) waits at once unless the
@@ -109,7 +110,7 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
                 assert first.startswith("quant_cu::mma_kernel<"), name
                 continue
             if name.startswith("tc_k_qmv1_"):
-                assert first.startswith("quant_cu::q8_kernel<"), name
+                assert first.startswith(("quant_cu::q8_kernel<", "quant_cu::q8_pair<")), name
                 continue
             if name.startswith("tc_k_qmm"):
                 assert first.startswith("quant_cu::batch_kernel<"), name
@@ -126,6 +127,15 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
             if first.strip() != "tc::await_inputs();":
                 missing.append(f"{f}: {name}")
     assert not missing, "kernels that do not begin with tc::await_inputs(): " + ", ".join(missing)
+    # q8_pair touches nothing itself: each block goes straight to q8_rows for one product.
+    quant = open(os.path.join(ROOT, "kernels", "quant.cu")).read()
+    pair = quant[quant.index("__device__ __forceinline__ void q8_pair("):]
+    body = pair[pair.index("{") + 1:pair.index("\n}")]
+    statements = [t.strip() for t in re.split(r"[;{}]", re.sub(r"//[^\n]*", "", body)) if t.strip()]
+    calls = [re.sub(r"^(if \(blockIdx\.x < split\)|else)\s*", "", t) for t in statements]
+    assert len(statements) == 2 and statements[0].startswith("if (blockIdx.x < split)"), statements
+    assert statements[1].startswith("else") and all(
+        c.startswith("q8_rows<") and "=" not in c and c.count("(") == c.count(")") for c in calls), statements
     # The rotary kernels' body lets the next kernel start, then reads only pos and slots (index
     # arrays that no kernel writes) and works out the angles into shared memory before it
     # waits: never q, k, v or the caches.
