@@ -563,7 +563,8 @@ tc_status tc_linear_pair(tc_tensor *out_a, tc_tensor *out_b, const tc_tensor *x,
     TC_TRY(check_linear("tc_linear_pair", out_b, x, w_b, o));
     const tc_tensor *nw = o->norm_weight;
     if (out_a->backend->kind == TC_BACKEND_CUDA && !o->swiglu && !o->accumulate &&
-        tc__quant_pair(x, w_a, w_b) >= 0 && out_a->dtype == x->dtype && out_b->dtype == x->dtype &&
+        out_a->shape[1] > 0 && out_b->shape[1] > 0 && tc__quant_pair(x, w_a, w_b) >= 0 &&
+        out_a->dtype == x->dtype && out_b->dtype == x->dtype &&
         (!nw || (nw->dtype == x->dtype && (uintptr_t)nw->data % 16 == 0)))
         return tc__quant_matvec_pair(out_a, out_b, x, w_a, w_b, o->rms_norm ? 4 : 0, nw,
                                      o->norm_eps);
