@@ -9,6 +9,8 @@
 #include "tc_kernels.h"
 
 enum { TC__MODULE_NONE = 0, TC__MODULE_READY = 1, TC__MODULE_FAILED = 2 };
+/* The fatbins the build embeds (kernels/meson.build: quant.cu's apart from the rest). */
+#define TC__FATBIN_PARTS 2
 
 struct tc_context {
     int ordinal;
@@ -29,7 +31,7 @@ struct tc_context {
     _Atomic int module_state; /* TC__MODULE_* */
     tc_status module_status;  /* why loading failed, when it did */
     char module_error[512];
-    CUmodule module;
+    CUmodule modules[TC__FATBIN_PARTS]; /* one a fatbin part (kernels/meson.build) */
     CUfunction funcs[TC_KERNEL_COUNT > 0 ? TC_KERNEL_COUNT : 1];
     int func_max_threads[TC_KERNEL_COUNT > 0 ? TC_KERNEL_COUNT : 1];
     int func_static_shared[TC_KERNEL_COUNT > 0 ? TC_KERNEL_COUNT : 1];      /* bytes */

@@ -1,4 +1,4 @@
-/* Loading the embedded fatbin into a context, once, and checking each kernel against the
+/* Loading the embedded fatbins into a context, once, and checking each kernel against the
  * launcher the generator wrote for it. */
 #include "runtime/module.h"
 
@@ -9,14 +9,42 @@
 #include "runtime/error.h"
 #include "runtime/internal.h"
 
-/* Written by the build (kernels/meson.build) from nvcc's fatbin. */
-extern const unsigned char tc__fatbin[];
-extern const size_t tc__fatbin_size;
+/* Written by the build (kernels/meson.build, tools/build/embed.py) from nvcc's fatbins: the
+ * parts' images, sizes and targets, the kernels/ files each holds (comma-separated; empty:
+ * every file no other part names), and all targets in one line. */
+extern const int tc__fatbin_count;
+extern const unsigned char *const tc__fatbin_images[];
+extern const size_t tc__fatbin_sizes[];
+extern const char *const tc__fatbin_part_targets[];
+extern const char *const tc__fatbin_part_files[];
 extern const char tc__fatbin_targets[];
 
 size_t tc_module_fatbin_size(void)
 {
-    return tc__fatbin_size;
+    size_t n = 0;
+    for (int p = 0; p < tc__fatbin_count; p++)
+        n += tc__fatbin_sizes[p];
+    return n;
+}
+
+/* The part holding kernel file `file`: the one that names it, else the one that names none. */
+static int part_of(const char *file)
+{
+    int rest = 0;
+    size_t len = strlen(file);
+    for (int p = 0; p < tc__fatbin_count; p++) {
+        const char *f = tc__fatbin_part_files[p];
+        if (!*f)
+            rest = p;
+        for (const char *at = f; *at;) {
+            const char *end = strchr(at, ',');
+            size_t n = end ? (size_t)(end - at) : strlen(at);
+            if (n == len && strncmp(at, file, n) == 0)
+                return p;
+            at += n + (end != NULL);
+        }
+    }
+    return rest;
 }
 
 const char *tc_module_targets(void)
@@ -83,22 +111,29 @@ static tc_status load(tc_context *c)
 {
     char arch[16];
     snprintf(arch, sizeof arch, "sm_%d%d", c->cc_major, c->cc_minor);
-    if (tc__fatbin_size == 0)
+    if (tc_module_fatbin_size() == 0)
         return fail_load(c, TC_ERR_NO_KERNEL_IMAGE,
                          "thincuda was built without nvcc, so it has no kernels (%s)", arch);
+    if (tc__fatbin_count > TC__FATBIN_PARTS)
+        return fail_load(c, TC_ERR_INTERNAL, "%d fatbin parts, room for %d", tc__fatbin_count,
+                         TC__FATBIN_PARTS);
     TC_TRY(tc__context_enter(c));
-    tc_status st = tc_cuModuleLoadData(&c->module, tc__fatbin);
-    if (st == TC_CUDA_ERROR_NO_BINARY_FOR_GPU || st == TC_CUDA_ERROR_INVALID_PTX ||
-        st == TC_CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
-        return fail_load(c, TC_ERR_NO_KERNEL_IMAGE,
-                         "the embedded kernels have no code this GPU (%s) can run: built for %s",
-                         arch, tc__fatbin_targets);
-    if (st != TC_OK)
-        return fail_load(c, st, "cuModuleLoadData: %s", tc_last_error());
+    tc_status st = TC_OK;
+    for (int p = 0; p < tc__fatbin_count; p++) {
+        st = tc_cuModuleLoadData(&c->modules[p], tc__fatbin_images[p]);
+        if (st == TC_CUDA_ERROR_NO_BINARY_FOR_GPU || st == TC_CUDA_ERROR_INVALID_PTX ||
+            st == TC_CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+            return fail_load(
+                c, TC_ERR_NO_KERNEL_IMAGE,
+                "the embedded kernels have no code this GPU (%s) can run: built for %s", arch,
+                tc__fatbin_targets);
+        if (st != TC_OK)
+            return fail_load(c, st, "cuModuleLoadData: %s", tc_last_error());
+    }
     bool param_info = tc_available("cuFuncGetParamInfo");
     for (int i = 0; i < TC_KERNEL_COUNT; i++) {
         const tc_kernel_info *k = &tc_kernel_table[i];
-        st = tc_cuModuleGetFunction(&c->funcs[i], c->module, k->name);
+        st = tc_cuModuleGetFunction(&c->funcs[i], c->modules[part_of(k->file)], k->name);
         if (st == TC_CUDA_ERROR_NOT_FOUND)
             return fail_load(c, TC_ERR_KERNEL_MISMATCH,
                              "kernel %s is missing from the embedded fatbin (%s): run tools/regen "
@@ -122,8 +157,8 @@ static tc_status load(tc_context *c)
             return fail_load(c, st, "%s: %s", k->name, tc_last_error());
         atomic_store(&c->func_dyn_shared[i], dyn);
     }
-    TC_DEBUG("device %d: %d kernels loaded from a %zu-byte fatbin (%s)%s", c->ordinal,
-             TC_KERNEL_COUNT, tc__fatbin_size, tc__fatbin_targets,
+    TC_DEBUG("device %d: %d kernels loaded from %d fatbins of %zu bytes (%s)%s", c->ordinal,
+             TC_KERNEL_COUNT, tc__fatbin_count, tc_module_fatbin_size(), tc__fatbin_targets,
              param_info ? ", parameters checked" : "; driver lacks cuFuncGetParamInfo");
     return TC_OK;
 }
@@ -136,10 +171,11 @@ tc_status tc__module_ensure(tc_context *c)
         state = atomic_load(&c->module_state);
         if (state == TC__MODULE_NONE) {
             tc_status st = load(c);
-            if (st != TC_OK && c->module != NULL) {
-                tc_cuModuleUnload(c->module);
-                c->module = NULL;
-            }
+            for (int p = 0; st != TC_OK && p < TC__FATBIN_PARTS; p++)
+                if (c->modules[p] != NULL) {
+                    tc_cuModuleUnload(c->modules[p]);
+                    c->modules[p] = NULL;
+                }
             state = st == TC_OK ? TC__MODULE_READY : TC__MODULE_FAILED;
             if (st != TC_OK && c->module_status == TC_OK)
                 c->module_status = st;
@@ -170,10 +206,16 @@ tc_status tc_module_function(tc_context *ctx, tc_kernel_id id, CUfunction *out)
 
 void tc__module_unload(tc_context *c)
 {
-    if (c->module == NULL)
+    bool any = false;
+    for (int p = 0; p < TC__FATBIN_PARTS; p++)
+        any |= c->modules[p] != NULL;
+    if (!any)
         return;
-    if (tc__context_enter(c) != TC_OK || tc_cuModuleUnload(c->module) != TC_OK)
-        TC_WARN("unloading device %d's kernels: %s", c->ordinal, tc_last_error());
-    c->module = NULL;
+    bool entered = tc__context_enter(c) == TC_OK;
+    for (int p = 0; p < TC__FATBIN_PARTS; p++) {
+        if (c->modules[p] != NULL && (!entered || tc_cuModuleUnload(c->modules[p]) != TC_OK))
+            TC_WARN("unloading device %d's kernels: %s", c->ordinal, tc_last_error());
+        c->modules[p] = NULL;
+    }
     atomic_store(&c->module_state, TC__MODULE_NONE);
 }

@@ -1,12 +1,15 @@
 /* A stand-in libcuda for runtime tests without a GPU: one sm_90 device, a primary context,
- * a module holding thincuda's kernels (from generated/tc_kernels.c), and a cuLaunchKernel that
- * records what it was given. Environment switches make it misbehave on purpose:
+ * modules holding thincuda's kernels (from generated/tc_kernels.c) as the build splits them
+ * (kernels/quant.cu's in an image of their own: a module that gave out a kernel of one side
+ * does not have those of the other), and a cuLaunchKernel that records what it was given.
+ * Environment switches make it misbehave on purpose:
  *   FAKE_CUDA_SKEW=<kernel>   cuFuncGetParamInfo reports that kernel's last parameter 4 bytes
  *                             wider (a stale fatbin)
  *   FAKE_CUDA_DROP=<kernel>   the module lacks that kernel
  *   FAKE_CUDA_NO_BINARY=1     cuModuleLoadData finds no code for the GPU
  *   FAKE_CUDA_MEM=<bytes>     device memory size (default 1 GiB)
  * Events time nothing: every pair is 0.25 ms apart. Streams are never being captured. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,6 +216,11 @@ static CUresult f_stream_wait_event(CUstream s, CUevent e, unsigned flags)
     return need_ctx();
 }
 
+/* Each module handed out, and which side of the build's split it has given kernels of (0
+ * none yet, 1 kernels/quant.cu's, 2 the others'). */
+static unsigned n_modules;
+static unsigned char module_side[4096];
+
 static CUresult f_module_load(CUmodule *m, const void *image)
 {
     if (image == NULL)
@@ -220,7 +228,7 @@ static CUresult f_module_load(CUmodule *m, const void *image)
     const char *nb = getenv("FAKE_CUDA_NO_BINARY");
     if (nb && *nb == '1')
         return CUDA_ERROR_NO_BINARY_FOR_GPU;
-    *m = (CUmodule)(uintptr_t)0xA0;
+    *m = (CUmodule)(uintptr_t)(0xA0 + n_modules++);
     return need_ctx();
 }
 
@@ -238,12 +246,18 @@ static int kernel_of(CUfunction f)
 
 static CUresult f_module_get_function(CUfunction *f, CUmodule m, const char *name)
 {
-    (void)m;
     const char *drop = getenv("FAKE_CUDA_DROP");
     if (drop && strcmp(drop, name) == 0)
         return CUDA_ERROR_NOT_FOUND;
+    uintptr_t mi = (uintptr_t)m - 0xA0;
     for (int i = 0; i < TC_KERNEL_COUNT; i++) {
         if (strcmp(tc_kernel_table[i].name, name) == 0) {
+            unsigned char side = strcmp(tc_kernel_table[i].file, "kernels/quant.cu") == 0 ? 1 : 2;
+            if (mi < sizeof module_side) {
+                if (module_side[mi] && module_side[mi] != side)
+                    return CUDA_ERROR_NOT_FOUND;
+                module_side[mi] = side;
+            }
             *f = (CUfunction)(intptr_t)(i + 1);
             return CUDA_SUCCESS;
         }
