@@ -1118,14 +1118,15 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
 // One kernel per type and activation dtype (below): in one kernel the ten types' code shared
 // one register allocation and spilled (1.2 KB of spill code), each alone spills little or none.
 // The ring takes the dynamic shared memory the launch gives: as many stages as fit, up to 6.
+// (This file's dynamic shared memory is declared 128-byte aligned, as it was when these kernels
+// shared a module with gemm.cu's, whose declaration set every kernel's: at 16 bytes, in a
+// fatbin of their own, the same SASS but for the region's start ran 7B Q4_K_M decode 3-4%
+// slower on the H200.)
 template <typename T, int DT>
 __device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, int m, int64_t n, int64_t k,
                                            int64_t xs, int64_t os, int flags)
 {
     __shared__ float red[2][kWarps][16][8];
-    // (128-byte aligned, as when these kernels shared a module with gemm.cu's, whose declaration
-    // set every kernel's: at 16 bytes, in a fatbin of their own, the same SASS but for the
-    // dynamic region's start ran 7B Q4_K_M decode 3-4% slower on the H200.)
     extern __shared__ __align__(128) uint8_t ring[];
     uint32_t bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));

@@ -10,12 +10,11 @@
 #include "runtime/internal.h"
 
 /* Written by the build (kernels/meson.build, tools/build/embed.py) from nvcc's fatbins: the
- * parts' images, sizes and targets, the kernels/ files each holds (comma-separated; empty:
- * every file no other part names), and all targets in one line. */
+ * parts' images and sizes, the kernels/ files each holds (comma-separated; empty: every file
+ * no other part names), and all parts' targets in one line. */
 extern const int tc__fatbin_count;
 extern const unsigned char *const tc__fatbin_images[];
 extern const size_t tc__fatbin_sizes[];
-extern const char *const tc__fatbin_part_targets[];
 extern const char *const tc__fatbin_part_files[];
 extern const char tc__fatbin_targets[];
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Embed nvcc's fatbins in C: each part's image, size, targets and the kernel files it holds,
-and the targets of all in one line.
+"""Embed nvcc's fatbins in C: each part's image, size and the kernel files it holds, and the
+parts' targets in one line.
 
 Usage: embed.py OUTPUT.c [--part FATBIN TARGETS FILES]...
 FILES names the kernels/ files a part holds, comma-separated; empty: every file no other part
@@ -46,7 +46,6 @@ def table(ctype, name, items):
 lines += ["%s const int tc__fatbin_count = %d;" % (hidden, n),
           table("unsigned char *const", "images", ["part%d" % i for i in range(n)]),
           table("size_t", "sizes", [str(s) for s in sizes]),
-          table("char *const", "part_targets", [c_string(t) for _, t, _ in a.part]),
           table("char *const", "part_files", [c_string(f) for _, _, f in a.part]),
           "%s const char tc__fatbin_targets[] = %s;" % (hidden, c_string(summary)), ""]
 with open(a.output, "w") as fh:
