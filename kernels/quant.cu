@@ -1788,7 +1788,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                                                                      flags & 4, norm, eps, (uint32_t)split);
 }
 
-/** out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 64 rows of 16-bit x and w of a block type held
+/** out[m, n] = x[m, k] w[n, k]^T for 9 (5 for the K-quants) <= m <= 64 rows of 16-bit x and w of a block type held
  *  as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32
  *  1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of
  *  grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and

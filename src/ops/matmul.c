@@ -509,6 +509,13 @@ static bool one_row_vectors(const tc_tensor *x, const tc_tensor *w)
            ((uintptr_t)x->data | (uintptr_t)w->data) % 16 == 0;
 }
 
+/* Whether the one-row integer kernel can take the norm weight nw (none, or x's dtype in
+ * 16-byte rows) for x. */
+static bool quant_norm_fits(const tc_tensor *nw, const tc_tensor *x)
+{
+    return !nw || (nw->dtype == x->dtype && (uintptr_t)nw->data % 16 == 0);
+}
+
 tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
                     const tc_linear_opts *opts)
 {
@@ -528,8 +535,8 @@ tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
     const tc_tensor *src = x;
     tc_linear_opts plain = *o;
     const tc_tensor *nw = o->norm_weight;
-    bool in_quant = tc_dtype_is_block(w->dtype) && tc__quant_one_row(x, w, m) &&
-                    (!nw || (nw->dtype == x->dtype && (uintptr_t)nw->data % 16 == 0));
+    bool in_quant =
+        tc_dtype_is_block(w->dtype) && tc__quant_one_row(x, w, m) && quant_norm_fits(nw, x);
     if (o->rms_norm && !in_quant && (nw || !one_row_vectors(x, w))) {
         CUdeviceptr scratch;
         TC_TRY(tc__backend_workspace(out->backend, tc_dtype_bytes(x->dtype, m * x->shape[1]),
@@ -564,8 +571,7 @@ tc_status tc_linear_pair(tc_tensor *out_a, tc_tensor *out_b, const tc_tensor *x,
     const tc_tensor *nw = o->norm_weight;
     if (out_a->backend->kind == TC_BACKEND_CUDA && !o->swiglu && !o->accumulate &&
         out_a->shape[1] > 0 && out_b->shape[1] > 0 && tc__quant_pair(x, w_a, w_b) >= 0 &&
-        out_a->dtype == x->dtype && out_b->dtype == x->dtype &&
-        (!nw || (nw->dtype == x->dtype && (uintptr_t)nw->data % 16 == 0)))
+        out_a->dtype == x->dtype && out_b->dtype == x->dtype && quant_norm_fits(nw, x))
         return tc__quant_matvec_pair(out_a, out_b, x, w_a, w_b, o->rms_norm ? 4 : 0, nw,
                                      o->norm_eps);
     TC_TRY(tc_linear(out_a, x, w_a, o));
