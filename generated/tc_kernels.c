@@ -181,10 +181,14 @@ static const uint16_t sizes_tc_k_qmv_q4_1_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmv_q4_1_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_qmv_q4_1_g64_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmv_q4_1_g64_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q4_1_g128_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q4_1_g128_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_qmv_q4_1_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmv_q4_1_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_qmv_q4_1_g64_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmv_q4_1_g64_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
+static const uint16_t sizes_tc_k_qmv_q4_1_g128_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
+static const char *const names_tc_k_qmv_q4_1_g128_bf16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_qmv_q5_0_f16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
 static const char *const names_tc_k_qmv_q5_0_f16[] = {"out", "x", "w", "m", "n", "k", "x_stride", "out_stride", "flags"};
 static const uint16_t sizes_tc_k_qmv_q5_0_bf16[] = {8, 8, 8, 4, 8, 8, 8, 8, 4};
@@ -223,6 +227,8 @@ static const uint16_t sizes_tc_k_qmv1_q4_1_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
 static const char *const names_tc_k_qmv1_q4_1_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
 static const uint16_t sizes_tc_k_qmv1_q4_1_g64_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
 static const char *const names_tc_k_qmv1_q4_1_g64_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
+static const uint16_t sizes_tc_k_qmv1_q4_1_g128_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
+static const char *const names_tc_k_qmv1_q4_1_g128_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
 static const uint16_t sizes_tc_k_qmv1_q5_0_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
 static const char *const names_tc_k_qmv1_q5_0_bf16[] = {"out", "x", "w", "n", "k", "out_stride", "flags", "norm", "eps"};
 static const uint16_t sizes_tc_k_qmv1_q5_1_bf16[] = {8, 8, 8, 8, 8, 8, 4, 8, 4};
@@ -247,10 +253,14 @@ static const uint16_t sizes_tc_k_qmm_q4_1_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8,
 static const char *const names_tc_k_qmm_q4_1_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_1_g64_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm_q4_1_g64_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm_q4_1_g128_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm_q4_1_g128_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_1_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm_q4_1_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q4_1_g64_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm_q4_1_g64_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm_q4_1_g128_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm_q4_1_g128_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q5_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm_q5_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm_q5_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
@@ -291,10 +301,14 @@ static const uint16_t sizes_tc_k_qmm32_q4_1_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 
 static const char *const names_tc_k_qmm32_q4_1_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q4_1_g64_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm32_q4_1_g64_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q4_1_g128_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q4_1_g128_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q4_1_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm32_q4_1_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q4_1_g64_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm32_q4_1_g64_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
+static const uint16_t sizes_tc_k_qmm32_q4_1_g128_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
+static const char *const names_tc_k_qmm32_q4_1_g128_bf16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q5_0_f16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
 static const char *const names_tc_k_qmm32_q5_0_f16[] = {"out", "out_f32", "x", "w", "m", "n", "k", "x_stride", "out_stride", "ws", "counts"};
 static const uint16_t sizes_tc_k_qmm32_q5_0_bf16[] = {8, 4, 8, 8, 4, 8, 8, 8, 8, 8, 8};
@@ -423,7 +437,7 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_gemm_f32", "kernels/gemm.cu", 392, 8, sizes_tc_k_gemm_f32, names_tc_k_gemm_f32},
     {"tc_k_gemm_f16", "kernels/gemm.cu", 398, 8, sizes_tc_k_gemm_f16, names_tc_k_gemm_f16},
     {"tc_k_gemm_bf16", "kernels/gemm.cu", 404, 8, sizes_tc_k_gemm_bf16, names_tc_k_gemm_bf16},
-    {"tc_k_hfq_pack", "kernels/hfpack.cu", 47, 24, sizes_tc_k_hfq_pack, names_tc_k_hfq_pack},
+    {"tc_k_hfq_pack", "kernels/hfpack.cu", 48, 24, sizes_tc_k_hfq_pack, names_tc_k_hfq_pack},
     {"tc_k_iq_dequant", "kernels/iq.cu", 208, 5, sizes_tc_k_iq_dequant, names_tc_k_iq_dequant},
     {"tc_k_logits_mask_f32", "kernels/logits_mask.cu", 17, 8, sizes_tc_k_logits_mask_f32, names_tc_k_logits_mask_f32},
     {"tc_k_matvec_f32", "kernels/matvec.cu", 439, 11, sizes_tc_k_matvec_f32, names_tc_k_matvec_f32},
@@ -434,88 +448,95 @@ const tc_kernel_info tc_kernel_table[TC_KERNEL_COUNT] = {
     {"tc_k_matvec1_bf16", "kernels/matvec.cu", 487, 25, sizes_tc_k_matvec1_bf16, names_tc_k_matvec1_bf16},
     {"tc_k_matvec_mma_f16", "kernels/matvec.cu", 504, 9, sizes_tc_k_matvec_mma_f16, names_tc_k_matvec_mma_f16},
     {"tc_k_matvec_mma_bf16", "kernels/matvec.cu", 513, 9, sizes_tc_k_matvec_mma_bf16, names_tc_k_matvec_mma_bf16},
-    {"tc_k_qrepack", "kernels/quant.cu", 1506, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
-    {"tc_k_qdequant_f32", "kernels/quant.cu", 1538, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
-    {"tc_k_qdequant_f16", "kernels/quant.cu", 1544, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
-    {"tc_k_qdequant_bf16", "kernels/quant.cu", 1550, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
-    {"tc_k_qmatvec_f32", "kernels/quant.cu", 1561, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
-    {"tc_k_qmv_q4_0_f16", "kernels/quant.cu", 1576, 9, sizes_tc_k_qmv_q4_0_f16, names_tc_k_qmv_q4_0_f16},
-    {"tc_k_qmv_q4_0_bf16", "kernels/quant.cu", 1582, 9, sizes_tc_k_qmv_q4_0_bf16, names_tc_k_qmv_q4_0_bf16},
-    {"tc_k_qmv_q4_1_f16", "kernels/quant.cu", 1588, 9, sizes_tc_k_qmv_q4_1_f16, names_tc_k_qmv_q4_1_f16},
-    {"tc_k_qmv_q4_1_g64_f16", "kernels/quant.cu", 1594, 9, sizes_tc_k_qmv_q4_1_g64_f16, names_tc_k_qmv_q4_1_g64_f16},
-    {"tc_k_qmv_q4_1_bf16", "kernels/quant.cu", 1600, 9, sizes_tc_k_qmv_q4_1_bf16, names_tc_k_qmv_q4_1_bf16},
-    {"tc_k_qmv_q4_1_g64_bf16", "kernels/quant.cu", 1606, 9, sizes_tc_k_qmv_q4_1_g64_bf16, names_tc_k_qmv_q4_1_g64_bf16},
-    {"tc_k_qmv_q5_0_f16", "kernels/quant.cu", 1612, 9, sizes_tc_k_qmv_q5_0_f16, names_tc_k_qmv_q5_0_f16},
-    {"tc_k_qmv_q5_0_bf16", "kernels/quant.cu", 1618, 9, sizes_tc_k_qmv_q5_0_bf16, names_tc_k_qmv_q5_0_bf16},
-    {"tc_k_qmv_q5_1_f16", "kernels/quant.cu", 1624, 9, sizes_tc_k_qmv_q5_1_f16, names_tc_k_qmv_q5_1_f16},
-    {"tc_k_qmv_q5_1_bf16", "kernels/quant.cu", 1630, 9, sizes_tc_k_qmv_q5_1_bf16, names_tc_k_qmv_q5_1_bf16},
-    {"tc_k_qmv_q8_0_f16", "kernels/quant.cu", 1636, 9, sizes_tc_k_qmv_q8_0_f16, names_tc_k_qmv_q8_0_f16},
-    {"tc_k_qmv_q8_0_bf16", "kernels/quant.cu", 1642, 9, sizes_tc_k_qmv_q8_0_bf16, names_tc_k_qmv_q8_0_bf16},
-    {"tc_k_qmv_q2_k_f16", "kernels/quant.cu", 1648, 9, sizes_tc_k_qmv_q2_k_f16, names_tc_k_qmv_q2_k_f16},
-    {"tc_k_qmv_q2_k_bf16", "kernels/quant.cu", 1654, 9, sizes_tc_k_qmv_q2_k_bf16, names_tc_k_qmv_q2_k_bf16},
-    {"tc_k_qmv_q3_k_f16", "kernels/quant.cu", 1660, 9, sizes_tc_k_qmv_q3_k_f16, names_tc_k_qmv_q3_k_f16},
-    {"tc_k_qmv_q3_k_bf16", "kernels/quant.cu", 1666, 9, sizes_tc_k_qmv_q3_k_bf16, names_tc_k_qmv_q3_k_bf16},
-    {"tc_k_qmv_q4_k_f16", "kernels/quant.cu", 1672, 9, sizes_tc_k_qmv_q4_k_f16, names_tc_k_qmv_q4_k_f16},
-    {"tc_k_qmv_q4_k_bf16", "kernels/quant.cu", 1678, 9, sizes_tc_k_qmv_q4_k_bf16, names_tc_k_qmv_q4_k_bf16},
-    {"tc_k_qmv_q5_k_f16", "kernels/quant.cu", 1684, 9, sizes_tc_k_qmv_q5_k_f16, names_tc_k_qmv_q5_k_f16},
-    {"tc_k_qmv_q5_k_bf16", "kernels/quant.cu", 1690, 9, sizes_tc_k_qmv_q5_k_bf16, names_tc_k_qmv_q5_k_bf16},
-    {"tc_k_qmv_q6_k_f16", "kernels/quant.cu", 1696, 9, sizes_tc_k_qmv_q6_k_f16, names_tc_k_qmv_q6_k_f16},
-    {"tc_k_qmv_q6_k_bf16", "kernels/quant.cu", 1702, 9, sizes_tc_k_qmv_q6_k_bf16, names_tc_k_qmv_q6_k_bf16},
-    {"tc_k_qmv1_q4_0_bf16", "kernels/quant.cu", 1716, 9, sizes_tc_k_qmv1_q4_0_bf16, names_tc_k_qmv1_q4_0_bf16},
-    {"tc_k_qmv1_q4_1_bf16", "kernels/quant.cu", 1722, 9, sizes_tc_k_qmv1_q4_1_bf16, names_tc_k_qmv1_q4_1_bf16},
-    {"tc_k_qmv1_q4_1_g64_bf16", "kernels/quant.cu", 1728, 9, sizes_tc_k_qmv1_q4_1_g64_bf16, names_tc_k_qmv1_q4_1_g64_bf16},
-    {"tc_k_qmv1_q5_0_bf16", "kernels/quant.cu", 1734, 9, sizes_tc_k_qmv1_q5_0_bf16, names_tc_k_qmv1_q5_0_bf16},
-    {"tc_k_qmv1_q5_1_bf16", "kernels/quant.cu", 1740, 9, sizes_tc_k_qmv1_q5_1_bf16, names_tc_k_qmv1_q5_1_bf16},
-    {"tc_k_qmv1_q5_k_bf16", "kernels/quant.cu", 1746, 9, sizes_tc_k_qmv1_q5_k_bf16, names_tc_k_qmv1_q5_k_bf16},
-    {"tc_k_qmv1_q8_0_bf16", "kernels/quant.cu", 1752, 9, sizes_tc_k_qmv1_q8_0_bf16, names_tc_k_qmv1_q8_0_bf16},
-    {"tc_k_qmv1_q4_k_bf16", "kernels/quant.cu", 1758, 9, sizes_tc_k_qmv1_q4_k_bf16, names_tc_k_qmv1_q4_k_bf16},
-    {"tc_k_qmv1_q6_k_bf16", "kernels/quant.cu", 1764, 9, sizes_tc_k_qmv1_q6_k_bf16, names_tc_k_qmv1_q6_k_bf16},
-    {"tc_k_qmv1_q4_k_q6_k_bf16", "kernels/quant.cu", 1775, 12, sizes_tc_k_qmv1_q4_k_q6_k_bf16, names_tc_k_qmv1_q4_k_q6_k_bf16},
-    {"tc_k_qmv1_q5_k_q6_k_bf16", "kernels/quant.cu", 1783, 12, sizes_tc_k_qmv1_q5_k_q6_k_bf16, names_tc_k_qmv1_q5_k_q6_k_bf16},
-    {"tc_k_qmm_q4_0_f16", "kernels/quant.cu", 1802, 11, sizes_tc_k_qmm_q4_0_f16, names_tc_k_qmm_q4_0_f16},
-    {"tc_k_qmm_q4_0_bf16", "kernels/quant.cu", 1808, 11, sizes_tc_k_qmm_q4_0_bf16, names_tc_k_qmm_q4_0_bf16},
-    {"tc_k_qmm_q4_1_f16", "kernels/quant.cu", 1814, 11, sizes_tc_k_qmm_q4_1_f16, names_tc_k_qmm_q4_1_f16},
-    {"tc_k_qmm_q4_1_g64_f16", "kernels/quant.cu", 1820, 11, sizes_tc_k_qmm_q4_1_g64_f16, names_tc_k_qmm_q4_1_g64_f16},
-    {"tc_k_qmm_q4_1_bf16", "kernels/quant.cu", 1826, 11, sizes_tc_k_qmm_q4_1_bf16, names_tc_k_qmm_q4_1_bf16},
-    {"tc_k_qmm_q4_1_g64_bf16", "kernels/quant.cu", 1832, 11, sizes_tc_k_qmm_q4_1_g64_bf16, names_tc_k_qmm_q4_1_g64_bf16},
-    {"tc_k_qmm_q5_0_f16", "kernels/quant.cu", 1838, 11, sizes_tc_k_qmm_q5_0_f16, names_tc_k_qmm_q5_0_f16},
-    {"tc_k_qmm_q5_0_bf16", "kernels/quant.cu", 1844, 11, sizes_tc_k_qmm_q5_0_bf16, names_tc_k_qmm_q5_0_bf16},
-    {"tc_k_qmm_q5_1_f16", "kernels/quant.cu", 1850, 11, sizes_tc_k_qmm_q5_1_f16, names_tc_k_qmm_q5_1_f16},
-    {"tc_k_qmm_q5_1_bf16", "kernels/quant.cu", 1856, 11, sizes_tc_k_qmm_q5_1_bf16, names_tc_k_qmm_q5_1_bf16},
-    {"tc_k_qmm_q8_0_f16", "kernels/quant.cu", 1862, 11, sizes_tc_k_qmm_q8_0_f16, names_tc_k_qmm_q8_0_f16},
-    {"tc_k_qmm_q8_0_bf16", "kernels/quant.cu", 1868, 11, sizes_tc_k_qmm_q8_0_bf16, names_tc_k_qmm_q8_0_bf16},
-    {"tc_k_qmm_q2_k_f16", "kernels/quant.cu", 1874, 11, sizes_tc_k_qmm_q2_k_f16, names_tc_k_qmm_q2_k_f16},
-    {"tc_k_qmm_q2_k_bf16", "kernels/quant.cu", 1880, 11, sizes_tc_k_qmm_q2_k_bf16, names_tc_k_qmm_q2_k_bf16},
-    {"tc_k_qmm_q3_k_f16", "kernels/quant.cu", 1886, 11, sizes_tc_k_qmm_q3_k_f16, names_tc_k_qmm_q3_k_f16},
-    {"tc_k_qmm_q3_k_bf16", "kernels/quant.cu", 1892, 11, sizes_tc_k_qmm_q3_k_bf16, names_tc_k_qmm_q3_k_bf16},
-    {"tc_k_qmm_q4_k_f16", "kernels/quant.cu", 1898, 11, sizes_tc_k_qmm_q4_k_f16, names_tc_k_qmm_q4_k_f16},
-    {"tc_k_qmm_q4_k_bf16", "kernels/quant.cu", 1904, 11, sizes_tc_k_qmm_q4_k_bf16, names_tc_k_qmm_q4_k_bf16},
-    {"tc_k_qmm_q5_k_f16", "kernels/quant.cu", 1910, 11, sizes_tc_k_qmm_q5_k_f16, names_tc_k_qmm_q5_k_f16},
-    {"tc_k_qmm_q5_k_bf16", "kernels/quant.cu", 1916, 11, sizes_tc_k_qmm_q5_k_bf16, names_tc_k_qmm_q5_k_bf16},
-    {"tc_k_qmm_q6_k_f16", "kernels/quant.cu", 1922, 11, sizes_tc_k_qmm_q6_k_f16, names_tc_k_qmm_q6_k_f16},
-    {"tc_k_qmm_q6_k_bf16", "kernels/quant.cu", 1928, 11, sizes_tc_k_qmm_q6_k_bf16, names_tc_k_qmm_q6_k_bf16},
-    {"tc_k_qmm32_q4_0_f16", "kernels/quant.cu", 1941, 11, sizes_tc_k_qmm32_q4_0_f16, names_tc_k_qmm32_q4_0_f16},
-    {"tc_k_qmm32_q4_0_bf16", "kernels/quant.cu", 1947, 11, sizes_tc_k_qmm32_q4_0_bf16, names_tc_k_qmm32_q4_0_bf16},
-    {"tc_k_qmm32_q4_1_f16", "kernels/quant.cu", 1953, 11, sizes_tc_k_qmm32_q4_1_f16, names_tc_k_qmm32_q4_1_f16},
-    {"tc_k_qmm32_q4_1_g64_f16", "kernels/quant.cu", 1959, 11, sizes_tc_k_qmm32_q4_1_g64_f16, names_tc_k_qmm32_q4_1_g64_f16},
-    {"tc_k_qmm32_q4_1_bf16", "kernels/quant.cu", 1965, 11, sizes_tc_k_qmm32_q4_1_bf16, names_tc_k_qmm32_q4_1_bf16},
-    {"tc_k_qmm32_q4_1_g64_bf16", "kernels/quant.cu", 1971, 11, sizes_tc_k_qmm32_q4_1_g64_bf16, names_tc_k_qmm32_q4_1_g64_bf16},
-    {"tc_k_qmm32_q5_0_f16", "kernels/quant.cu", 1977, 11, sizes_tc_k_qmm32_q5_0_f16, names_tc_k_qmm32_q5_0_f16},
-    {"tc_k_qmm32_q5_0_bf16", "kernels/quant.cu", 1983, 11, sizes_tc_k_qmm32_q5_0_bf16, names_tc_k_qmm32_q5_0_bf16},
-    {"tc_k_qmm32_q5_1_f16", "kernels/quant.cu", 1989, 11, sizes_tc_k_qmm32_q5_1_f16, names_tc_k_qmm32_q5_1_f16},
-    {"tc_k_qmm32_q5_1_bf16", "kernels/quant.cu", 1995, 11, sizes_tc_k_qmm32_q5_1_bf16, names_tc_k_qmm32_q5_1_bf16},
-    {"tc_k_qmm32_q8_0_f16", "kernels/quant.cu", 2001, 11, sizes_tc_k_qmm32_q8_0_f16, names_tc_k_qmm32_q8_0_f16},
-    {"tc_k_qmm32_q8_0_bf16", "kernels/quant.cu", 2007, 11, sizes_tc_k_qmm32_q8_0_bf16, names_tc_k_qmm32_q8_0_bf16},
-    {"tc_k_qmm32_q2_k_f16", "kernels/quant.cu", 2013, 11, sizes_tc_k_qmm32_q2_k_f16, names_tc_k_qmm32_q2_k_f16},
-    {"tc_k_qmm32_q2_k_bf16", "kernels/quant.cu", 2019, 11, sizes_tc_k_qmm32_q2_k_bf16, names_tc_k_qmm32_q2_k_bf16},
-    {"tc_k_qmm32_q3_k_f16", "kernels/quant.cu", 2025, 11, sizes_tc_k_qmm32_q3_k_f16, names_tc_k_qmm32_q3_k_f16},
-    {"tc_k_qmm32_q3_k_bf16", "kernels/quant.cu", 2031, 11, sizes_tc_k_qmm32_q3_k_bf16, names_tc_k_qmm32_q3_k_bf16},
-    {"tc_k_qmm32_q4_k_f16", "kernels/quant.cu", 2037, 11, sizes_tc_k_qmm32_q4_k_f16, names_tc_k_qmm32_q4_k_f16},
-    {"tc_k_qmm32_q4_k_bf16", "kernels/quant.cu", 2043, 11, sizes_tc_k_qmm32_q4_k_bf16, names_tc_k_qmm32_q4_k_bf16},
-    {"tc_k_qmm32_q5_k_f16", "kernels/quant.cu", 2049, 11, sizes_tc_k_qmm32_q5_k_f16, names_tc_k_qmm32_q5_k_f16},
-    {"tc_k_qmm32_q5_k_bf16", "kernels/quant.cu", 2055, 11, sizes_tc_k_qmm32_q5_k_bf16, names_tc_k_qmm32_q5_k_bf16},
-    {"tc_k_qmm32_q6_k_f16", "kernels/quant.cu", 2061, 11, sizes_tc_k_qmm32_q6_k_f16, names_tc_k_qmm32_q6_k_f16},
-    {"tc_k_qmm32_q6_k_bf16", "kernels/quant.cu", 2067, 11, sizes_tc_k_qmm32_q6_k_bf16, names_tc_k_qmm32_q6_k_bf16},
+    {"tc_k_qrepack", "kernels/quant.cu", 1512, 7, sizes_tc_k_qrepack, names_tc_k_qrepack},
+    {"tc_k_qdequant_f32", "kernels/quant.cu", 1544, 9, sizes_tc_k_qdequant_f32, names_tc_k_qdequant_f32},
+    {"tc_k_qdequant_f16", "kernels/quant.cu", 1550, 9, sizes_tc_k_qdequant_f16, names_tc_k_qdequant_f16},
+    {"tc_k_qdequant_bf16", "kernels/quant.cu", 1556, 9, sizes_tc_k_qdequant_bf16, names_tc_k_qdequant_bf16},
+    {"tc_k_qmatvec_f32", "kernels/quant.cu", 1567, 10, sizes_tc_k_qmatvec_f32, names_tc_k_qmatvec_f32},
+    {"tc_k_qmv_q4_0_f16", "kernels/quant.cu", 1582, 9, sizes_tc_k_qmv_q4_0_f16, names_tc_k_qmv_q4_0_f16},
+    {"tc_k_qmv_q4_0_bf16", "kernels/quant.cu", 1588, 9, sizes_tc_k_qmv_q4_0_bf16, names_tc_k_qmv_q4_0_bf16},
+    {"tc_k_qmv_q4_1_f16", "kernels/quant.cu", 1594, 9, sizes_tc_k_qmv_q4_1_f16, names_tc_k_qmv_q4_1_f16},
+    {"tc_k_qmv_q4_1_g64_f16", "kernels/quant.cu", 1600, 9, sizes_tc_k_qmv_q4_1_g64_f16, names_tc_k_qmv_q4_1_g64_f16},
+    {"tc_k_qmv_q4_1_g128_f16", "kernels/quant.cu", 1606, 9, sizes_tc_k_qmv_q4_1_g128_f16, names_tc_k_qmv_q4_1_g128_f16},
+    {"tc_k_qmv_q4_1_bf16", "kernels/quant.cu", 1612, 9, sizes_tc_k_qmv_q4_1_bf16, names_tc_k_qmv_q4_1_bf16},
+    {"tc_k_qmv_q4_1_g64_bf16", "kernels/quant.cu", 1618, 9, sizes_tc_k_qmv_q4_1_g64_bf16, names_tc_k_qmv_q4_1_g64_bf16},
+    {"tc_k_qmv_q4_1_g128_bf16", "kernels/quant.cu", 1624, 9, sizes_tc_k_qmv_q4_1_g128_bf16, names_tc_k_qmv_q4_1_g128_bf16},
+    {"tc_k_qmv_q5_0_f16", "kernels/quant.cu", 1630, 9, sizes_tc_k_qmv_q5_0_f16, names_tc_k_qmv_q5_0_f16},
+    {"tc_k_qmv_q5_0_bf16", "kernels/quant.cu", 1636, 9, sizes_tc_k_qmv_q5_0_bf16, names_tc_k_qmv_q5_0_bf16},
+    {"tc_k_qmv_q5_1_f16", "kernels/quant.cu", 1642, 9, sizes_tc_k_qmv_q5_1_f16, names_tc_k_qmv_q5_1_f16},
+    {"tc_k_qmv_q5_1_bf16", "kernels/quant.cu", 1648, 9, sizes_tc_k_qmv_q5_1_bf16, names_tc_k_qmv_q5_1_bf16},
+    {"tc_k_qmv_q8_0_f16", "kernels/quant.cu", 1654, 9, sizes_tc_k_qmv_q8_0_f16, names_tc_k_qmv_q8_0_f16},
+    {"tc_k_qmv_q8_0_bf16", "kernels/quant.cu", 1660, 9, sizes_tc_k_qmv_q8_0_bf16, names_tc_k_qmv_q8_0_bf16},
+    {"tc_k_qmv_q2_k_f16", "kernels/quant.cu", 1666, 9, sizes_tc_k_qmv_q2_k_f16, names_tc_k_qmv_q2_k_f16},
+    {"tc_k_qmv_q2_k_bf16", "kernels/quant.cu", 1672, 9, sizes_tc_k_qmv_q2_k_bf16, names_tc_k_qmv_q2_k_bf16},
+    {"tc_k_qmv_q3_k_f16", "kernels/quant.cu", 1678, 9, sizes_tc_k_qmv_q3_k_f16, names_tc_k_qmv_q3_k_f16},
+    {"tc_k_qmv_q3_k_bf16", "kernels/quant.cu", 1684, 9, sizes_tc_k_qmv_q3_k_bf16, names_tc_k_qmv_q3_k_bf16},
+    {"tc_k_qmv_q4_k_f16", "kernels/quant.cu", 1690, 9, sizes_tc_k_qmv_q4_k_f16, names_tc_k_qmv_q4_k_f16},
+    {"tc_k_qmv_q4_k_bf16", "kernels/quant.cu", 1696, 9, sizes_tc_k_qmv_q4_k_bf16, names_tc_k_qmv_q4_k_bf16},
+    {"tc_k_qmv_q5_k_f16", "kernels/quant.cu", 1702, 9, sizes_tc_k_qmv_q5_k_f16, names_tc_k_qmv_q5_k_f16},
+    {"tc_k_qmv_q5_k_bf16", "kernels/quant.cu", 1708, 9, sizes_tc_k_qmv_q5_k_bf16, names_tc_k_qmv_q5_k_bf16},
+    {"tc_k_qmv_q6_k_f16", "kernels/quant.cu", 1714, 9, sizes_tc_k_qmv_q6_k_f16, names_tc_k_qmv_q6_k_f16},
+    {"tc_k_qmv_q6_k_bf16", "kernels/quant.cu", 1720, 9, sizes_tc_k_qmv_q6_k_bf16, names_tc_k_qmv_q6_k_bf16},
+    {"tc_k_qmv1_q4_0_bf16", "kernels/quant.cu", 1734, 9, sizes_tc_k_qmv1_q4_0_bf16, names_tc_k_qmv1_q4_0_bf16},
+    {"tc_k_qmv1_q4_1_bf16", "kernels/quant.cu", 1740, 9, sizes_tc_k_qmv1_q4_1_bf16, names_tc_k_qmv1_q4_1_bf16},
+    {"tc_k_qmv1_q4_1_g64_bf16", "kernels/quant.cu", 1746, 9, sizes_tc_k_qmv1_q4_1_g64_bf16, names_tc_k_qmv1_q4_1_g64_bf16},
+    {"tc_k_qmv1_q4_1_g128_bf16", "kernels/quant.cu", 1752, 9, sizes_tc_k_qmv1_q4_1_g128_bf16, names_tc_k_qmv1_q4_1_g128_bf16},
+    {"tc_k_qmv1_q5_0_bf16", "kernels/quant.cu", 1758, 9, sizes_tc_k_qmv1_q5_0_bf16, names_tc_k_qmv1_q5_0_bf16},
+    {"tc_k_qmv1_q5_1_bf16", "kernels/quant.cu", 1764, 9, sizes_tc_k_qmv1_q5_1_bf16, names_tc_k_qmv1_q5_1_bf16},
+    {"tc_k_qmv1_q5_k_bf16", "kernels/quant.cu", 1770, 9, sizes_tc_k_qmv1_q5_k_bf16, names_tc_k_qmv1_q5_k_bf16},
+    {"tc_k_qmv1_q8_0_bf16", "kernels/quant.cu", 1776, 9, sizes_tc_k_qmv1_q8_0_bf16, names_tc_k_qmv1_q8_0_bf16},
+    {"tc_k_qmv1_q4_k_bf16", "kernels/quant.cu", 1782, 9, sizes_tc_k_qmv1_q4_k_bf16, names_tc_k_qmv1_q4_k_bf16},
+    {"tc_k_qmv1_q6_k_bf16", "kernels/quant.cu", 1788, 9, sizes_tc_k_qmv1_q6_k_bf16, names_tc_k_qmv1_q6_k_bf16},
+    {"tc_k_qmv1_q4_k_q6_k_bf16", "kernels/quant.cu", 1799, 12, sizes_tc_k_qmv1_q4_k_q6_k_bf16, names_tc_k_qmv1_q4_k_q6_k_bf16},
+    {"tc_k_qmv1_q5_k_q6_k_bf16", "kernels/quant.cu", 1807, 12, sizes_tc_k_qmv1_q5_k_q6_k_bf16, names_tc_k_qmv1_q5_k_q6_k_bf16},
+    {"tc_k_qmm_q4_0_f16", "kernels/quant.cu", 1826, 11, sizes_tc_k_qmm_q4_0_f16, names_tc_k_qmm_q4_0_f16},
+    {"tc_k_qmm_q4_0_bf16", "kernels/quant.cu", 1832, 11, sizes_tc_k_qmm_q4_0_bf16, names_tc_k_qmm_q4_0_bf16},
+    {"tc_k_qmm_q4_1_f16", "kernels/quant.cu", 1838, 11, sizes_tc_k_qmm_q4_1_f16, names_tc_k_qmm_q4_1_f16},
+    {"tc_k_qmm_q4_1_g64_f16", "kernels/quant.cu", 1844, 11, sizes_tc_k_qmm_q4_1_g64_f16, names_tc_k_qmm_q4_1_g64_f16},
+    {"tc_k_qmm_q4_1_g128_f16", "kernels/quant.cu", 1850, 11, sizes_tc_k_qmm_q4_1_g128_f16, names_tc_k_qmm_q4_1_g128_f16},
+    {"tc_k_qmm_q4_1_bf16", "kernels/quant.cu", 1856, 11, sizes_tc_k_qmm_q4_1_bf16, names_tc_k_qmm_q4_1_bf16},
+    {"tc_k_qmm_q4_1_g64_bf16", "kernels/quant.cu", 1862, 11, sizes_tc_k_qmm_q4_1_g64_bf16, names_tc_k_qmm_q4_1_g64_bf16},
+    {"tc_k_qmm_q4_1_g128_bf16", "kernels/quant.cu", 1868, 11, sizes_tc_k_qmm_q4_1_g128_bf16, names_tc_k_qmm_q4_1_g128_bf16},
+    {"tc_k_qmm_q5_0_f16", "kernels/quant.cu", 1874, 11, sizes_tc_k_qmm_q5_0_f16, names_tc_k_qmm_q5_0_f16},
+    {"tc_k_qmm_q5_0_bf16", "kernels/quant.cu", 1880, 11, sizes_tc_k_qmm_q5_0_bf16, names_tc_k_qmm_q5_0_bf16},
+    {"tc_k_qmm_q5_1_f16", "kernels/quant.cu", 1886, 11, sizes_tc_k_qmm_q5_1_f16, names_tc_k_qmm_q5_1_f16},
+    {"tc_k_qmm_q5_1_bf16", "kernels/quant.cu", 1892, 11, sizes_tc_k_qmm_q5_1_bf16, names_tc_k_qmm_q5_1_bf16},
+    {"tc_k_qmm_q8_0_f16", "kernels/quant.cu", 1898, 11, sizes_tc_k_qmm_q8_0_f16, names_tc_k_qmm_q8_0_f16},
+    {"tc_k_qmm_q8_0_bf16", "kernels/quant.cu", 1904, 11, sizes_tc_k_qmm_q8_0_bf16, names_tc_k_qmm_q8_0_bf16},
+    {"tc_k_qmm_q2_k_f16", "kernels/quant.cu", 1910, 11, sizes_tc_k_qmm_q2_k_f16, names_tc_k_qmm_q2_k_f16},
+    {"tc_k_qmm_q2_k_bf16", "kernels/quant.cu", 1916, 11, sizes_tc_k_qmm_q2_k_bf16, names_tc_k_qmm_q2_k_bf16},
+    {"tc_k_qmm_q3_k_f16", "kernels/quant.cu", 1922, 11, sizes_tc_k_qmm_q3_k_f16, names_tc_k_qmm_q3_k_f16},
+    {"tc_k_qmm_q3_k_bf16", "kernels/quant.cu", 1928, 11, sizes_tc_k_qmm_q3_k_bf16, names_tc_k_qmm_q3_k_bf16},
+    {"tc_k_qmm_q4_k_f16", "kernels/quant.cu", 1934, 11, sizes_tc_k_qmm_q4_k_f16, names_tc_k_qmm_q4_k_f16},
+    {"tc_k_qmm_q4_k_bf16", "kernels/quant.cu", 1940, 11, sizes_tc_k_qmm_q4_k_bf16, names_tc_k_qmm_q4_k_bf16},
+    {"tc_k_qmm_q5_k_f16", "kernels/quant.cu", 1946, 11, sizes_tc_k_qmm_q5_k_f16, names_tc_k_qmm_q5_k_f16},
+    {"tc_k_qmm_q5_k_bf16", "kernels/quant.cu", 1952, 11, sizes_tc_k_qmm_q5_k_bf16, names_tc_k_qmm_q5_k_bf16},
+    {"tc_k_qmm_q6_k_f16", "kernels/quant.cu", 1958, 11, sizes_tc_k_qmm_q6_k_f16, names_tc_k_qmm_q6_k_f16},
+    {"tc_k_qmm_q6_k_bf16", "kernels/quant.cu", 1964, 11, sizes_tc_k_qmm_q6_k_bf16, names_tc_k_qmm_q6_k_bf16},
+    {"tc_k_qmm32_q4_0_f16", "kernels/quant.cu", 1977, 11, sizes_tc_k_qmm32_q4_0_f16, names_tc_k_qmm32_q4_0_f16},
+    {"tc_k_qmm32_q4_0_bf16", "kernels/quant.cu", 1983, 11, sizes_tc_k_qmm32_q4_0_bf16, names_tc_k_qmm32_q4_0_bf16},
+    {"tc_k_qmm32_q4_1_f16", "kernels/quant.cu", 1989, 11, sizes_tc_k_qmm32_q4_1_f16, names_tc_k_qmm32_q4_1_f16},
+    {"tc_k_qmm32_q4_1_g64_f16", "kernels/quant.cu", 1995, 11, sizes_tc_k_qmm32_q4_1_g64_f16, names_tc_k_qmm32_q4_1_g64_f16},
+    {"tc_k_qmm32_q4_1_g128_f16", "kernels/quant.cu", 2001, 11, sizes_tc_k_qmm32_q4_1_g128_f16, names_tc_k_qmm32_q4_1_g128_f16},
+    {"tc_k_qmm32_q4_1_bf16", "kernels/quant.cu", 2007, 11, sizes_tc_k_qmm32_q4_1_bf16, names_tc_k_qmm32_q4_1_bf16},
+    {"tc_k_qmm32_q4_1_g64_bf16", "kernels/quant.cu", 2013, 11, sizes_tc_k_qmm32_q4_1_g64_bf16, names_tc_k_qmm32_q4_1_g64_bf16},
+    {"tc_k_qmm32_q4_1_g128_bf16", "kernels/quant.cu", 2019, 11, sizes_tc_k_qmm32_q4_1_g128_bf16, names_tc_k_qmm32_q4_1_g128_bf16},
+    {"tc_k_qmm32_q5_0_f16", "kernels/quant.cu", 2025, 11, sizes_tc_k_qmm32_q5_0_f16, names_tc_k_qmm32_q5_0_f16},
+    {"tc_k_qmm32_q5_0_bf16", "kernels/quant.cu", 2031, 11, sizes_tc_k_qmm32_q5_0_bf16, names_tc_k_qmm32_q5_0_bf16},
+    {"tc_k_qmm32_q5_1_f16", "kernels/quant.cu", 2037, 11, sizes_tc_k_qmm32_q5_1_f16, names_tc_k_qmm32_q5_1_f16},
+    {"tc_k_qmm32_q5_1_bf16", "kernels/quant.cu", 2043, 11, sizes_tc_k_qmm32_q5_1_bf16, names_tc_k_qmm32_q5_1_bf16},
+    {"tc_k_qmm32_q8_0_f16", "kernels/quant.cu", 2049, 11, sizes_tc_k_qmm32_q8_0_f16, names_tc_k_qmm32_q8_0_f16},
+    {"tc_k_qmm32_q8_0_bf16", "kernels/quant.cu", 2055, 11, sizes_tc_k_qmm32_q8_0_bf16, names_tc_k_qmm32_q8_0_bf16},
+    {"tc_k_qmm32_q2_k_f16", "kernels/quant.cu", 2061, 11, sizes_tc_k_qmm32_q2_k_f16, names_tc_k_qmm32_q2_k_f16},
+    {"tc_k_qmm32_q2_k_bf16", "kernels/quant.cu", 2067, 11, sizes_tc_k_qmm32_q2_k_bf16, names_tc_k_qmm32_q2_k_bf16},
+    {"tc_k_qmm32_q3_k_f16", "kernels/quant.cu", 2073, 11, sizes_tc_k_qmm32_q3_k_f16, names_tc_k_qmm32_q3_k_f16},
+    {"tc_k_qmm32_q3_k_bf16", "kernels/quant.cu", 2079, 11, sizes_tc_k_qmm32_q3_k_bf16, names_tc_k_qmm32_q3_k_bf16},
+    {"tc_k_qmm32_q4_k_f16", "kernels/quant.cu", 2085, 11, sizes_tc_k_qmm32_q4_k_f16, names_tc_k_qmm32_q4_k_f16},
+    {"tc_k_qmm32_q4_k_bf16", "kernels/quant.cu", 2091, 11, sizes_tc_k_qmm32_q4_k_bf16, names_tc_k_qmm32_q4_k_bf16},
+    {"tc_k_qmm32_q5_k_f16", "kernels/quant.cu", 2097, 11, sizes_tc_k_qmm32_q5_k_f16, names_tc_k_qmm32_q5_k_f16},
+    {"tc_k_qmm32_q5_k_bf16", "kernels/quant.cu", 2103, 11, sizes_tc_k_qmm32_q5_k_bf16, names_tc_k_qmm32_q5_k_bf16},
+    {"tc_k_qmm32_q6_k_f16", "kernels/quant.cu", 2109, 11, sizes_tc_k_qmm32_q6_k_f16, names_tc_k_qmm32_q6_k_f16},
+    {"tc_k_qmm32_q6_k_bf16", "kernels/quant.cu", 2115, 11, sizes_tc_k_qmm32_q6_k_bf16, names_tc_k_qmm32_q6_k_bf16},
     {"tc_k_fill_random_f32", "kernels/random.cu", 31, 5, sizes_tc_k_fill_random_f32, names_tc_k_fill_random_f32},
     {"tc_k_fill_random_f16", "kernels/random.cu", 38, 5, sizes_tc_k_fill_random_f16, names_tc_k_fill_random_f16},
     {"tc_k_fill_random_bf16", "kernels/random.cu", 45, 5, sizes_tc_k_fill_random_bf16, names_tc_k_fill_random_bf16},

@@ -118,99 +118,106 @@ typedef enum tc_kernel_id {
     TC_KERNEL_QMV_Q4_0_BF16 = 73,
     TC_KERNEL_QMV_Q4_1_F16 = 74,
     TC_KERNEL_QMV_Q4_1_G64_F16 = 75,
-    TC_KERNEL_QMV_Q4_1_BF16 = 76,
-    TC_KERNEL_QMV_Q4_1_G64_BF16 = 77,
-    TC_KERNEL_QMV_Q5_0_F16 = 78,
-    TC_KERNEL_QMV_Q5_0_BF16 = 79,
-    TC_KERNEL_QMV_Q5_1_F16 = 80,
-    TC_KERNEL_QMV_Q5_1_BF16 = 81,
-    TC_KERNEL_QMV_Q8_0_F16 = 82,
-    TC_KERNEL_QMV_Q8_0_BF16 = 83,
-    TC_KERNEL_QMV_Q2_K_F16 = 84,
-    TC_KERNEL_QMV_Q2_K_BF16 = 85,
-    TC_KERNEL_QMV_Q3_K_F16 = 86,
-    TC_KERNEL_QMV_Q3_K_BF16 = 87,
-    TC_KERNEL_QMV_Q4_K_F16 = 88,
-    TC_KERNEL_QMV_Q4_K_BF16 = 89,
-    TC_KERNEL_QMV_Q5_K_F16 = 90,
-    TC_KERNEL_QMV_Q5_K_BF16 = 91,
-    TC_KERNEL_QMV_Q6_K_F16 = 92,
-    TC_KERNEL_QMV_Q6_K_BF16 = 93,
-    TC_KERNEL_QMV1_Q4_0_BF16 = 94,
-    TC_KERNEL_QMV1_Q4_1_BF16 = 95,
-    TC_KERNEL_QMV1_Q4_1_G64_BF16 = 96,
-    TC_KERNEL_QMV1_Q5_0_BF16 = 97,
-    TC_KERNEL_QMV1_Q5_1_BF16 = 98,
-    TC_KERNEL_QMV1_Q5_K_BF16 = 99,
-    TC_KERNEL_QMV1_Q8_0_BF16 = 100,
-    TC_KERNEL_QMV1_Q4_K_BF16 = 101,
-    TC_KERNEL_QMV1_Q6_K_BF16 = 102,
-    TC_KERNEL_QMV1_Q4_K_Q6_K_BF16 = 103,
-    TC_KERNEL_QMV1_Q5_K_Q6_K_BF16 = 104,
-    TC_KERNEL_QMM_Q4_0_F16 = 105,
-    TC_KERNEL_QMM_Q4_0_BF16 = 106,
-    TC_KERNEL_QMM_Q4_1_F16 = 107,
-    TC_KERNEL_QMM_Q4_1_G64_F16 = 108,
-    TC_KERNEL_QMM_Q4_1_BF16 = 109,
-    TC_KERNEL_QMM_Q4_1_G64_BF16 = 110,
-    TC_KERNEL_QMM_Q5_0_F16 = 111,
-    TC_KERNEL_QMM_Q5_0_BF16 = 112,
-    TC_KERNEL_QMM_Q5_1_F16 = 113,
-    TC_KERNEL_QMM_Q5_1_BF16 = 114,
-    TC_KERNEL_QMM_Q8_0_F16 = 115,
-    TC_KERNEL_QMM_Q8_0_BF16 = 116,
-    TC_KERNEL_QMM_Q2_K_F16 = 117,
-    TC_KERNEL_QMM_Q2_K_BF16 = 118,
-    TC_KERNEL_QMM_Q3_K_F16 = 119,
-    TC_KERNEL_QMM_Q3_K_BF16 = 120,
-    TC_KERNEL_QMM_Q4_K_F16 = 121,
-    TC_KERNEL_QMM_Q4_K_BF16 = 122,
-    TC_KERNEL_QMM_Q5_K_F16 = 123,
-    TC_KERNEL_QMM_Q5_K_BF16 = 124,
-    TC_KERNEL_QMM_Q6_K_F16 = 125,
-    TC_KERNEL_QMM_Q6_K_BF16 = 126,
-    TC_KERNEL_QMM32_Q4_0_F16 = 127,
-    TC_KERNEL_QMM32_Q4_0_BF16 = 128,
-    TC_KERNEL_QMM32_Q4_1_F16 = 129,
-    TC_KERNEL_QMM32_Q4_1_G64_F16 = 130,
-    TC_KERNEL_QMM32_Q4_1_BF16 = 131,
-    TC_KERNEL_QMM32_Q4_1_G64_BF16 = 132,
-    TC_KERNEL_QMM32_Q5_0_F16 = 133,
-    TC_KERNEL_QMM32_Q5_0_BF16 = 134,
-    TC_KERNEL_QMM32_Q5_1_F16 = 135,
-    TC_KERNEL_QMM32_Q5_1_BF16 = 136,
-    TC_KERNEL_QMM32_Q8_0_F16 = 137,
-    TC_KERNEL_QMM32_Q8_0_BF16 = 138,
-    TC_KERNEL_QMM32_Q2_K_F16 = 139,
-    TC_KERNEL_QMM32_Q2_K_BF16 = 140,
-    TC_KERNEL_QMM32_Q3_K_F16 = 141,
-    TC_KERNEL_QMM32_Q3_K_BF16 = 142,
-    TC_KERNEL_QMM32_Q4_K_F16 = 143,
-    TC_KERNEL_QMM32_Q4_K_BF16 = 144,
-    TC_KERNEL_QMM32_Q5_K_F16 = 145,
-    TC_KERNEL_QMM32_Q5_K_BF16 = 146,
-    TC_KERNEL_QMM32_Q6_K_F16 = 147,
-    TC_KERNEL_QMM32_Q6_K_BF16 = 148,
-    TC_KERNEL_FILL_RANDOM_F32 = 149,
-    TC_KERNEL_FILL_RANDOM_F16 = 150,
-    TC_KERNEL_FILL_RANDOM_BF16 = 151,
-    TC_KERNEL_RMSNORM_F32 = 152,
-    TC_KERNEL_RMSNORM_F16 = 153,
-    TC_KERNEL_RMSNORM_BF16 = 154,
-    TC_KERNEL_ROPE_F32 = 155,
-    TC_KERNEL_ROPE_F16 = 156,
-    TC_KERNEL_ROPE_BF16 = 157,
-    TC_KERNEL_ROPE_F16_F8 = 158,
-    TC_KERNEL_ROPE_BF16_F8 = 159,
-    TC_KERNEL_SELFTEST_PARAMS = 160,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 161,
-    TC_KERNEL_SOFTMAX_F32 = 162,
-    TC_KERNEL_SOFTMAX_F16 = 163,
-    TC_KERNEL_SOFTMAX_BF16 = 164,
-    TC_KERNEL_SWIGLU_F32 = 165,
-    TC_KERNEL_SWIGLU_F16 = 166,
-    TC_KERNEL_SWIGLU_BF16 = 167,
-    TC_KERNEL_COUNT = 168
+    TC_KERNEL_QMV_Q4_1_G128_F16 = 76,
+    TC_KERNEL_QMV_Q4_1_BF16 = 77,
+    TC_KERNEL_QMV_Q4_1_G64_BF16 = 78,
+    TC_KERNEL_QMV_Q4_1_G128_BF16 = 79,
+    TC_KERNEL_QMV_Q5_0_F16 = 80,
+    TC_KERNEL_QMV_Q5_0_BF16 = 81,
+    TC_KERNEL_QMV_Q5_1_F16 = 82,
+    TC_KERNEL_QMV_Q5_1_BF16 = 83,
+    TC_KERNEL_QMV_Q8_0_F16 = 84,
+    TC_KERNEL_QMV_Q8_0_BF16 = 85,
+    TC_KERNEL_QMV_Q2_K_F16 = 86,
+    TC_KERNEL_QMV_Q2_K_BF16 = 87,
+    TC_KERNEL_QMV_Q3_K_F16 = 88,
+    TC_KERNEL_QMV_Q3_K_BF16 = 89,
+    TC_KERNEL_QMV_Q4_K_F16 = 90,
+    TC_KERNEL_QMV_Q4_K_BF16 = 91,
+    TC_KERNEL_QMV_Q5_K_F16 = 92,
+    TC_KERNEL_QMV_Q5_K_BF16 = 93,
+    TC_KERNEL_QMV_Q6_K_F16 = 94,
+    TC_KERNEL_QMV_Q6_K_BF16 = 95,
+    TC_KERNEL_QMV1_Q4_0_BF16 = 96,
+    TC_KERNEL_QMV1_Q4_1_BF16 = 97,
+    TC_KERNEL_QMV1_Q4_1_G64_BF16 = 98,
+    TC_KERNEL_QMV1_Q4_1_G128_BF16 = 99,
+    TC_KERNEL_QMV1_Q5_0_BF16 = 100,
+    TC_KERNEL_QMV1_Q5_1_BF16 = 101,
+    TC_KERNEL_QMV1_Q5_K_BF16 = 102,
+    TC_KERNEL_QMV1_Q8_0_BF16 = 103,
+    TC_KERNEL_QMV1_Q4_K_BF16 = 104,
+    TC_KERNEL_QMV1_Q6_K_BF16 = 105,
+    TC_KERNEL_QMV1_Q4_K_Q6_K_BF16 = 106,
+    TC_KERNEL_QMV1_Q5_K_Q6_K_BF16 = 107,
+    TC_KERNEL_QMM_Q4_0_F16 = 108,
+    TC_KERNEL_QMM_Q4_0_BF16 = 109,
+    TC_KERNEL_QMM_Q4_1_F16 = 110,
+    TC_KERNEL_QMM_Q4_1_G64_F16 = 111,
+    TC_KERNEL_QMM_Q4_1_G128_F16 = 112,
+    TC_KERNEL_QMM_Q4_1_BF16 = 113,
+    TC_KERNEL_QMM_Q4_1_G64_BF16 = 114,
+    TC_KERNEL_QMM_Q4_1_G128_BF16 = 115,
+    TC_KERNEL_QMM_Q5_0_F16 = 116,
+    TC_KERNEL_QMM_Q5_0_BF16 = 117,
+    TC_KERNEL_QMM_Q5_1_F16 = 118,
+    TC_KERNEL_QMM_Q5_1_BF16 = 119,
+    TC_KERNEL_QMM_Q8_0_F16 = 120,
+    TC_KERNEL_QMM_Q8_0_BF16 = 121,
+    TC_KERNEL_QMM_Q2_K_F16 = 122,
+    TC_KERNEL_QMM_Q2_K_BF16 = 123,
+    TC_KERNEL_QMM_Q3_K_F16 = 124,
+    TC_KERNEL_QMM_Q3_K_BF16 = 125,
+    TC_KERNEL_QMM_Q4_K_F16 = 126,
+    TC_KERNEL_QMM_Q4_K_BF16 = 127,
+    TC_KERNEL_QMM_Q5_K_F16 = 128,
+    TC_KERNEL_QMM_Q5_K_BF16 = 129,
+    TC_KERNEL_QMM_Q6_K_F16 = 130,
+    TC_KERNEL_QMM_Q6_K_BF16 = 131,
+    TC_KERNEL_QMM32_Q4_0_F16 = 132,
+    TC_KERNEL_QMM32_Q4_0_BF16 = 133,
+    TC_KERNEL_QMM32_Q4_1_F16 = 134,
+    TC_KERNEL_QMM32_Q4_1_G64_F16 = 135,
+    TC_KERNEL_QMM32_Q4_1_G128_F16 = 136,
+    TC_KERNEL_QMM32_Q4_1_BF16 = 137,
+    TC_KERNEL_QMM32_Q4_1_G64_BF16 = 138,
+    TC_KERNEL_QMM32_Q4_1_G128_BF16 = 139,
+    TC_KERNEL_QMM32_Q5_0_F16 = 140,
+    TC_KERNEL_QMM32_Q5_0_BF16 = 141,
+    TC_KERNEL_QMM32_Q5_1_F16 = 142,
+    TC_KERNEL_QMM32_Q5_1_BF16 = 143,
+    TC_KERNEL_QMM32_Q8_0_F16 = 144,
+    TC_KERNEL_QMM32_Q8_0_BF16 = 145,
+    TC_KERNEL_QMM32_Q2_K_F16 = 146,
+    TC_KERNEL_QMM32_Q2_K_BF16 = 147,
+    TC_KERNEL_QMM32_Q3_K_F16 = 148,
+    TC_KERNEL_QMM32_Q3_K_BF16 = 149,
+    TC_KERNEL_QMM32_Q4_K_F16 = 150,
+    TC_KERNEL_QMM32_Q4_K_BF16 = 151,
+    TC_KERNEL_QMM32_Q5_K_F16 = 152,
+    TC_KERNEL_QMM32_Q5_K_BF16 = 153,
+    TC_KERNEL_QMM32_Q6_K_F16 = 154,
+    TC_KERNEL_QMM32_Q6_K_BF16 = 155,
+    TC_KERNEL_FILL_RANDOM_F32 = 156,
+    TC_KERNEL_FILL_RANDOM_F16 = 157,
+    TC_KERNEL_FILL_RANDOM_BF16 = 158,
+    TC_KERNEL_RMSNORM_F32 = 159,
+    TC_KERNEL_RMSNORM_F16 = 160,
+    TC_KERNEL_RMSNORM_BF16 = 161,
+    TC_KERNEL_ROPE_F32 = 162,
+    TC_KERNEL_ROPE_F16 = 163,
+    TC_KERNEL_ROPE_BF16 = 164,
+    TC_KERNEL_ROPE_F16_F8 = 165,
+    TC_KERNEL_ROPE_BF16_F8 = 166,
+    TC_KERNEL_SELFTEST_PARAMS = 167,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 168,
+    TC_KERNEL_SOFTMAX_F32 = 169,
+    TC_KERNEL_SOFTMAX_F16 = 170,
+    TC_KERNEL_SOFTMAX_BF16 = 171,
+    TC_KERNEL_SWIGLU_F32 = 172,
+    TC_KERNEL_SWIGLU_F16 = 173,
+    TC_KERNEL_SWIGLU_BF16 = 174,
+    TC_KERNEL_COUNT = 175
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -851,7 +858,7 @@ static inline tc_status tc_launch_gemm_bf16(tc_launch_config cfg, tc_bf16 *out, 
     tc_launch_gemm_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int64_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/hfpack.cu:47 tc_k_hfq_pack: Pack one quantised matrix of `out` rows and nb 32-element blocks a row into GGUF blocks at `blocks` (row j's block kb at (j nb + kb) times the block's bytes): type 0 q4_0 (every zero the midpoint 8: d = s), 1 q4_1 (d = s, m = -s z rounded to f16 once), 2 q8_0 (zero 128: q - 128), 3 q4_1_g64 (q4_1's d and m once for each 64 elements, then the two halves' nibble bytes; row j's 64-block kb / 2 at (j nb / 2 + kb / 2) times 36 bytes). Input k of output j is bits `bits` at bit bits ((k % kpack) + n) of word (k / kpack) wk + (j / jpack) wj of qw, n = 0, or AWQ's nibble of j % 8 (awq 1: jpack 8, kpack 1). Zeros (qz NULL: the midpoint) of group g, output j: word g zg + (j / zpack) zj at bits bits (j % zpack), AWQ's nibble order likewise, plus zero_offset. Scales (sc_type 0 f16, 1 bf16, 2 f32) at g sg + j sj. Block kb's group: g_idx[32 kb] where g_idx is given, else 32 kb / group (group <= 0: one group). Act-order (perm given, with g_idx): the block's element e is input perm[32 kb + e] instead of 32 kb + e; with rows, block row j is the parts' output rows[j]. A thread per block. */
+/* kernels/hfpack.cu:48 tc_k_hfq_pack: Pack one quantised matrix of `out` rows and nb 32-element blocks a row into GGUF blocks at `blocks` (row j's block kb at (j nb + kb) times the block's bytes): type 0 q4_0 (every zero the midpoint 8: d = s), 1 q4_1 (d = s, m = -s z rounded to f16 once), 2 q8_0 (zero 128: q - 128), 3 q4_1_g64 (q4_1's d and m once for each 64 elements, then the two halves' nibble bytes; row j's 64-block kb / 2 at (j nb / 2 + kb / 2) times 36 bytes), 4 q4_1_g128 (the same for 128 elements: four quarters, (j nb / 4 + kb / 4) times 68 bytes). Input k of output j is bits `bits` at bit bits ((k % kpack) + n) of word (k / kpack) wk + (j / jpack) wj of qw, n = 0, or AWQ's nibble of j % 8 (awq 1: jpack 8, kpack 1). Zeros (qz NULL: the midpoint) of group g, output j: word g zg + (j / zpack) zj at bits bits (j % zpack), AWQ's nibble order likewise, plus zero_offset. Scales (sc_type 0 f16, 1 bf16, 2 f32) at g sg + j sj. Block kb's group: g_idx[32 kb] where g_idx is given, else 32 kb / group (group <= 0: one group). Act-order (perm given, with g_idx): the block's element e is input perm[32 kb + e] instead of 32 kb + e; with rows, block row j is the parts' output rows[j]. A thread per block. */
 static inline tc_status tc_launch_hfq_pack(tc_launch_config cfg, uint8_t *blocks, int32_t type, int64_t out, int64_t nb, const uint32_t *qw, int64_t wk, int64_t wj, int32_t kpack, int32_t jpack, int32_t bits, int32_t awq, const uint32_t *qz, int64_t zg, int64_t zj, int32_t zpack, int32_t zero_offset, const void *sc, int32_t sc_type, int64_t sg, int64_t sj, const int32_t *g_idx, const int32_t *perm, const int32_t *rows, int64_t group)
 {
     void *args[] = {&blocks, &type, &out, &nb, &qw, &wk, &wj, &kpack, &jpack, &bits, &awq, &qz, &zg, &zj, &zpack, &zero_offset, &sc, &sc_type, &sg, &sj, &g_idx, &perm, &rows, &group};
@@ -972,7 +979,7 @@ static inline tc_status tc_launch_matvec_mma_bf16(tc_launch_config cfg, tc_bf16 
     tc_launch_matvec_mma_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1506 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
+/* kernels/quant.cu:1512 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
 static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes, uint8_t *blocks, int32_t dtype, int64_t total, int64_t first, int64_t n, int32_t to_planes)
 {
     void *args[] = {&planes, &blocks, &dtype, &total, &first, &n, &to_planes};
@@ -983,7 +990,7 @@ static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes,
     tc_launch_qrepack((cfg), TC__KARG(uint8_t *, planes), TC__KARG(uint8_t *, blocks), TC__KARG(int32_t, dtype), TC__KARG(int64_t, total), TC__KARG(int64_t, first), TC__KARG(int64_t, n), TC__KARG(int32_t, to_planes))
 #endif
 
-/* kernels/quant.cu:1538 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
+/* kernels/quant.cu:1544 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
 static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -994,7 +1001,7 @@ static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out,
     tc_launch_qdequant_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:1544 tc_k_qdequant_f16 */
+/* kernels/quant.cu:1550 tc_k_qdequant_f16 */
 static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -1005,7 +1012,7 @@ static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qdequant_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:1550 tc_k_qdequant_bf16 */
+/* kernels/quant.cu:1556 tc_k_qdequant_bf16 */
 static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -1016,7 +1023,7 @@ static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qdequant_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:1561 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
+/* kernels/quant.cu:1567 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
 static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1027,7 +1034,7 @@ static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, 
     tc_launch_qmatvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1576 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
+/* kernels/quant.cu:1582 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
 static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1038,7 +1045,7 @@ static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1582 tc_k_qmv_q4_0_bf16 */
+/* kernels/quant.cu:1588 tc_k_qmv_q4_0_bf16 */
 static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1049,7 +1056,7 @@ static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1588 tc_k_qmv_q4_1_f16 */
+/* kernels/quant.cu:1594 tc_k_qmv_q4_1_f16 */
 static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1060,7 +1067,7 @@ static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1594 tc_k_qmv_q4_1_g64_f16 */
+/* kernels/quant.cu:1600 tc_k_qmv_q4_1_g64_f16 */
 static inline tc_status tc_launch_qmv_q4_1_g64_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1071,7 +1078,18 @@ static inline tc_status tc_launch_qmv_q4_1_g64_f16(tc_launch_config cfg, tc_half
     tc_launch_qmv_q4_1_g64_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1600 tc_k_qmv_q4_1_bf16 */
+/* kernels/quant.cu:1606 tc_k_qmv_q4_1_g128_f16 */
+static inline tc_status tc_launch_qmv_q4_1_g128_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMV_Q4_1_G128_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv_q4_1_g128_f16(cfg, out, x, w, m, n, k, x_stride, out_stride, flags) \
+    tc_launch_qmv_q4_1_g128_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:1612 tc_k_qmv_q4_1_bf16 */
 static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1082,7 +1100,7 @@ static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1606 tc_k_qmv_q4_1_g64_bf16 */
+/* kernels/quant.cu:1618 tc_k_qmv_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmv_q4_1_g64_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1093,7 +1111,18 @@ static inline tc_status tc_launch_qmv_q4_1_g64_bf16(tc_launch_config cfg, tc_bf1
     tc_launch_qmv_q4_1_g64_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1612 tc_k_qmv_q5_0_f16 */
+/* kernels/quant.cu:1624 tc_k_qmv_q4_1_g128_bf16 */
+static inline tc_status tc_launch_qmv_q4_1_g128_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+{
+    void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
+    return tc_launch_kernel(TC_KERNEL_QMV_Q4_1_G128_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv_q4_1_g128_bf16(cfg, out, x, w, m, n, k, x_stride, out_stride, flags) \
+    tc_launch_qmv_q4_1_g128_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+#endif
+
+/* kernels/quant.cu:1630 tc_k_qmv_q5_0_f16 */
 static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1104,7 +1133,7 @@ static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1618 tc_k_qmv_q5_0_bf16 */
+/* kernels/quant.cu:1636 tc_k_qmv_q5_0_bf16 */
 static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1115,7 +1144,7 @@ static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1624 tc_k_qmv_q5_1_f16 */
+/* kernels/quant.cu:1642 tc_k_qmv_q5_1_f16 */
 static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1126,7 +1155,7 @@ static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1630 tc_k_qmv_q5_1_bf16 */
+/* kernels/quant.cu:1648 tc_k_qmv_q5_1_bf16 */
 static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1137,7 +1166,7 @@ static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1636 tc_k_qmv_q8_0_f16 */
+/* kernels/quant.cu:1654 tc_k_qmv_q8_0_f16 */
 static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1148,7 +1177,7 @@ static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q8_0_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1642 tc_k_qmv_q8_0_bf16 */
+/* kernels/quant.cu:1660 tc_k_qmv_q8_0_bf16 */
 static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1159,7 +1188,7 @@ static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q8_0_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1648 tc_k_qmv_q2_k_f16 */
+/* kernels/quant.cu:1666 tc_k_qmv_q2_k_f16 */
 static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1170,7 +1199,7 @@ static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q2_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1654 tc_k_qmv_q2_k_bf16 */
+/* kernels/quant.cu:1672 tc_k_qmv_q2_k_bf16 */
 static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1181,7 +1210,7 @@ static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q2_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1660 tc_k_qmv_q3_k_f16 */
+/* kernels/quant.cu:1678 tc_k_qmv_q3_k_f16 */
 static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1192,7 +1221,7 @@ static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q3_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1666 tc_k_qmv_q3_k_bf16 */
+/* kernels/quant.cu:1684 tc_k_qmv_q3_k_bf16 */
 static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1203,7 +1232,7 @@ static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q3_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1672 tc_k_qmv_q4_k_f16 */
+/* kernels/quant.cu:1690 tc_k_qmv_q4_k_f16 */
 static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1214,7 +1243,7 @@ static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q4_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1678 tc_k_qmv_q4_k_bf16 */
+/* kernels/quant.cu:1696 tc_k_qmv_q4_k_bf16 */
 static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1225,7 +1254,7 @@ static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q4_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1684 tc_k_qmv_q5_k_f16 */
+/* kernels/quant.cu:1702 tc_k_qmv_q5_k_f16 */
 static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1236,7 +1265,7 @@ static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q5_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1690 tc_k_qmv_q5_k_bf16 */
+/* kernels/quant.cu:1708 tc_k_qmv_q5_k_bf16 */
 static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1247,7 +1276,7 @@ static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q5_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1696 tc_k_qmv_q6_k_f16 */
+/* kernels/quant.cu:1714 tc_k_qmv_q6_k_f16 */
 static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1258,7 +1287,7 @@ static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qmv_q6_k_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1702 tc_k_qmv_q6_k_bf16 */
+/* kernels/quant.cu:1720 tc_k_qmv_q6_k_bf16 */
 static inline tc_status tc_launch_qmv_q6_k_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1269,7 +1298,7 @@ static inline tc_status tc_launch_qmv_q6_k_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qmv_q6_k_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1716 tc_k_qmv1_q4_0_bf16: One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but Q2_K and Q3_K (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*, and 4: x RMS-normalised first, x / sqrt(mean(x^2) + eps) times norm [k] when norm is not null; 8: out is f32, else bf16). Blocks of 256 threads; k a multiple of 32, x and norm 16-byte aligned. Dynamic shared memory: 2k + 32 + k / 2 bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
+/* kernels/quant.cu:1734 tc_k_qmv1_q4_0_bf16: One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but Q2_K and Q3_K (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*, and 4: x RMS-normalised first, x / sqrt(mean(x^2) + eps) times norm [k] when norm is not null; 8: out is f32, else bf16). Blocks of 256 threads; k a multiple of 32, x and norm 16-byte aligned. Dynamic shared memory: 2k + 32 + k / 2 bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
 static inline tc_status tc_launch_qmv1_q4_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1280,7 +1309,7 @@ static inline tc_status tc_launch_qmv1_q4_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1722 tc_k_qmv1_q4_1_bf16 */
+/* kernels/quant.cu:1740 tc_k_qmv1_q4_1_bf16 */
 static inline tc_status tc_launch_qmv1_q4_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1291,7 +1320,7 @@ static inline tc_status tc_launch_qmv1_q4_1_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1728 tc_k_qmv1_q4_1_g64_bf16 */
+/* kernels/quant.cu:1746 tc_k_qmv1_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmv1_q4_1_g64_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1302,7 +1331,18 @@ static inline tc_status tc_launch_qmv1_q4_1_g64_bf16(tc_launch_config cfg, void 
     tc_launch_qmv1_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1734 tc_k_qmv1_q5_0_bf16 */
+/* kernels/quant.cu:1752 tc_k_qmv1_q4_1_g128_bf16 */
+static inline tc_status tc_launch_qmv1_q4_1_g128_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
+{
+    void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
+    return tc_launch_kernel(TC_KERNEL_QMV1_Q4_1_G128_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv1_q4_1_g128_bf16(cfg, out, x, w, n, k, out_stride, flags, norm, eps) \
+    tc_launch_qmv1_q4_1_g128_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
+#endif
+
+/* kernels/quant.cu:1758 tc_k_qmv1_q5_0_bf16 */
 static inline tc_status tc_launch_qmv1_q5_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1313,7 +1353,7 @@ static inline tc_status tc_launch_qmv1_q5_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1740 tc_k_qmv1_q5_1_bf16 */
+/* kernels/quant.cu:1764 tc_k_qmv1_q5_1_bf16 */
 static inline tc_status tc_launch_qmv1_q5_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1324,7 +1364,7 @@ static inline tc_status tc_launch_qmv1_q5_1_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1746 tc_k_qmv1_q5_k_bf16 */
+/* kernels/quant.cu:1770 tc_k_qmv1_q5_k_bf16 */
 static inline tc_status tc_launch_qmv1_q5_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1335,7 +1375,7 @@ static inline tc_status tc_launch_qmv1_q5_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1752 tc_k_qmv1_q8_0_bf16 */
+/* kernels/quant.cu:1776 tc_k_qmv1_q8_0_bf16 */
 static inline tc_status tc_launch_qmv1_q8_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1346,7 +1386,7 @@ static inline tc_status tc_launch_qmv1_q8_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1758 tc_k_qmv1_q4_k_bf16 */
+/* kernels/quant.cu:1782 tc_k_qmv1_q4_k_bf16 */
 static inline tc_status tc_launch_qmv1_q4_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1357,7 +1397,7 @@ static inline tc_status tc_launch_qmv1_q4_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1764 tc_k_qmv1_q6_k_bf16 */
+/* kernels/quant.cu:1788 tc_k_qmv1_q6_k_bf16 */
 static inline tc_status tc_launch_qmv1_q6_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1368,7 +1408,7 @@ static inline tc_status tc_launch_qmv1_q6_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:1775 tc_k_qmv1_q4_k_q6_k_bf16: Two one-row products in one launch (tc_k_qmv1_<a>_<b>_bf16): blocks [0, split) take out_a[1, n_a] = x w_a^T (w_a of the first type), blocks [split, grid) out_b[1, n_b] = x w_b^T (the second type), each as tc_k_qmv1_* does with flags 4 (the same x, norm and eps; flags 1, 2 and 8 are not taken). Dynamic shared memory as tc_k_qmv1_*, at least the larger type's least. */
+/* kernels/quant.cu:1799 tc_k_qmv1_q4_k_q6_k_bf16: Two one-row products in one launch (tc_k_qmv1_<a>_<b>_bf16): blocks [0, split) take out_a[1, n_a] = x w_a^T (w_a of the first type), blocks [split, grid) out_b[1, n_b] = x w_b^T (the second type), each as tc_k_qmv1_* does with flags 4 (the same x, norm and eps; flags 1, 2 and 8 are not taken). Dynamic shared memory as tc_k_qmv1_*, at least the larger type's least. */
 static inline tc_status tc_launch_qmv1_q4_k_q6_k_bf16(tc_launch_config cfg, tc_bf16 *out_a, tc_bf16 *out_b, const tc_bf16 *x, const void *w_a, const void *w_b, int64_t n_a, int64_t n_b, int64_t k, int32_t flags, const tc_bf16 *norm, float eps, int32_t split)
 {
     void *args[] = {&out_a, &out_b, &x, &w_a, &w_b, &n_a, &n_b, &k, &flags, &norm, &eps, &split};
@@ -1379,7 +1419,7 @@ static inline tc_status tc_launch_qmv1_q4_k_q6_k_bf16(tc_launch_config cfg, tc_b
     tc_launch_qmv1_q4_k_q6_k_bf16((cfg), TC__KARG(tc_bf16 *, out_a), TC__KARG(tc_bf16 *, out_b), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w_a), TC__KARG_CONST(const void *, void *, w_b), TC__KARG(int64_t, n_a), TC__KARG(int64_t, n_b), TC__KARG(int64_t, k), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps), TC__KARG(int32_t, split))
 #endif
 
-/* kernels/quant.cu:1783 tc_k_qmv1_q5_k_q6_k_bf16 */
+/* kernels/quant.cu:1807 tc_k_qmv1_q5_k_q6_k_bf16 */
 static inline tc_status tc_launch_qmv1_q5_k_q6_k_bf16(tc_launch_config cfg, tc_bf16 *out_a, tc_bf16 *out_b, const tc_bf16 *x, const void *w_a, const void *w_b, int64_t n_a, int64_t n_b, int64_t k, int32_t flags, const tc_bf16 *norm, float eps, int32_t split)
 {
     void *args[] = {&out_a, &out_b, &x, &w_a, &w_b, &n_a, &n_b, &k, &flags, &norm, &eps, &split};
@@ -1390,7 +1430,7 @@ static inline tc_status tc_launch_qmv1_q5_k_q6_k_bf16(tc_launch_config cfg, tc_b
     tc_launch_qmv1_q5_k_q6_k_bf16((cfg), TC__KARG(tc_bf16 *, out_a), TC__KARG(tc_bf16 *, out_b), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w_a), TC__KARG_CONST(const void *, void *, w_b), TC__KARG(int64_t, n_a), TC__KARG(int64_t, n_b), TC__KARG(int64_t, k), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps), TC__KARG(int32_t, split))
 #endif
 
-/* kernels/quant.cu:1802 tc_k_qmm_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 (5 for the K-quants) <= m <= 64 rows of 16-bit x and w of a block type held as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32 1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each (one block an SM: two, under 128 registers, spilled and were slower at 64 rows on the H100, Q4_K 4096 x 4096 28.3 -> 30.2 us, 4096 x 11008 45.1 -> 59.9 us; tc_k_qmm32_* below take up to 32 rows that way). The first stages' weights are requested before the kernel waits for the one before it. k a multiple of 32, x and its stride 16-byte aligned. */
+/* kernels/quant.cu:1826 tc_k_qmm_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 (5 for the K-quants) <= m <= 64 rows of 16-bit x and w of a block type held as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32 1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each (one block an SM: two, under 128 registers, spilled and were slower at 64 rows on the H100, Q4_K 4096 x 4096 28.3 -> 30.2 us, 4096 x 11008 45.1 -> 59.9 us; tc_k_qmm32_* below take up to 32 rows that way). The first stages' weights are requested before the kernel waits for the one before it. k a multiple of 32, x and its stride 16-byte aligned. */
 static inline tc_status tc_launch_qmm_q4_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1401,7 +1441,7 @@ static inline tc_status tc_launch_qmm_q4_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1808 tc_k_qmm_q4_0_bf16 */
+/* kernels/quant.cu:1832 tc_k_qmm_q4_0_bf16 */
 static inline tc_status tc_launch_qmm_q4_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1412,7 +1452,7 @@ static inline tc_status tc_launch_qmm_q4_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1814 tc_k_qmm_q4_1_f16 */
+/* kernels/quant.cu:1838 tc_k_qmm_q4_1_f16 */
 static inline tc_status tc_launch_qmm_q4_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1423,7 +1463,7 @@ static inline tc_status tc_launch_qmm_q4_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1820 tc_k_qmm_q4_1_g64_f16 */
+/* kernels/quant.cu:1844 tc_k_qmm_q4_1_g64_f16 */
 static inline tc_status tc_launch_qmm_q4_1_g64_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1434,7 +1474,18 @@ static inline tc_status tc_launch_qmm_q4_1_g64_f16(tc_launch_config cfg, void *o
     tc_launch_qmm_q4_1_g64_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1826 tc_k_qmm_q4_1_bf16 */
+/* kernels/quant.cu:1850 tc_k_qmm_q4_1_g128_f16 */
+static inline tc_status tc_launch_qmm_q4_1_g128_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
+    return tc_launch_kernel(TC_KERNEL_QMM_Q4_1_G128_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmm_q4_1_g128_f16(cfg, out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts) \
+    tc_launch_qmm_q4_1_g128_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
+#endif
+
+/* kernels/quant.cu:1856 tc_k_qmm_q4_1_bf16 */
 static inline tc_status tc_launch_qmm_q4_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1445,7 +1496,7 @@ static inline tc_status tc_launch_qmm_q4_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1832 tc_k_qmm_q4_1_g64_bf16 */
+/* kernels/quant.cu:1862 tc_k_qmm_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmm_q4_1_g64_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1456,7 +1507,18 @@ static inline tc_status tc_launch_qmm_q4_1_g64_bf16(tc_launch_config cfg, void *
     tc_launch_qmm_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1838 tc_k_qmm_q5_0_f16 */
+/* kernels/quant.cu:1868 tc_k_qmm_q4_1_g128_bf16 */
+static inline tc_status tc_launch_qmm_q4_1_g128_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
+    return tc_launch_kernel(TC_KERNEL_QMM_Q4_1_G128_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmm_q4_1_g128_bf16(cfg, out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts) \
+    tc_launch_qmm_q4_1_g128_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
+#endif
+
+/* kernels/quant.cu:1874 tc_k_qmm_q5_0_f16 */
 static inline tc_status tc_launch_qmm_q5_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1467,7 +1529,7 @@ static inline tc_status tc_launch_qmm_q5_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1844 tc_k_qmm_q5_0_bf16 */
+/* kernels/quant.cu:1880 tc_k_qmm_q5_0_bf16 */
 static inline tc_status tc_launch_qmm_q5_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1478,7 +1540,7 @@ static inline tc_status tc_launch_qmm_q5_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1850 tc_k_qmm_q5_1_f16 */
+/* kernels/quant.cu:1886 tc_k_qmm_q5_1_f16 */
 static inline tc_status tc_launch_qmm_q5_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1489,7 +1551,7 @@ static inline tc_status tc_launch_qmm_q5_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1856 tc_k_qmm_q5_1_bf16 */
+/* kernels/quant.cu:1892 tc_k_qmm_q5_1_bf16 */
 static inline tc_status tc_launch_qmm_q5_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1500,7 +1562,7 @@ static inline tc_status tc_launch_qmm_q5_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1862 tc_k_qmm_q8_0_f16 */
+/* kernels/quant.cu:1898 tc_k_qmm_q8_0_f16 */
 static inline tc_status tc_launch_qmm_q8_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1511,7 +1573,7 @@ static inline tc_status tc_launch_qmm_q8_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q8_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1868 tc_k_qmm_q8_0_bf16 */
+/* kernels/quant.cu:1904 tc_k_qmm_q8_0_bf16 */
 static inline tc_status tc_launch_qmm_q8_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1522,7 +1584,7 @@ static inline tc_status tc_launch_qmm_q8_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1874 tc_k_qmm_q2_k_f16 */
+/* kernels/quant.cu:1910 tc_k_qmm_q2_k_f16 */
 static inline tc_status tc_launch_qmm_q2_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1533,7 +1595,7 @@ static inline tc_status tc_launch_qmm_q2_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q2_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1880 tc_k_qmm_q2_k_bf16 */
+/* kernels/quant.cu:1916 tc_k_qmm_q2_k_bf16 */
 static inline tc_status tc_launch_qmm_q2_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1544,7 +1606,7 @@ static inline tc_status tc_launch_qmm_q2_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1886 tc_k_qmm_q3_k_f16 */
+/* kernels/quant.cu:1922 tc_k_qmm_q3_k_f16 */
 static inline tc_status tc_launch_qmm_q3_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1555,7 +1617,7 @@ static inline tc_status tc_launch_qmm_q3_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q3_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1892 tc_k_qmm_q3_k_bf16 */
+/* kernels/quant.cu:1928 tc_k_qmm_q3_k_bf16 */
 static inline tc_status tc_launch_qmm_q3_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1566,7 +1628,7 @@ static inline tc_status tc_launch_qmm_q3_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1898 tc_k_qmm_q4_k_f16 */
+/* kernels/quant.cu:1934 tc_k_qmm_q4_k_f16 */
 static inline tc_status tc_launch_qmm_q4_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1577,7 +1639,7 @@ static inline tc_status tc_launch_qmm_q4_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1904 tc_k_qmm_q4_k_bf16 */
+/* kernels/quant.cu:1940 tc_k_qmm_q4_k_bf16 */
 static inline tc_status tc_launch_qmm_q4_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1588,7 +1650,7 @@ static inline tc_status tc_launch_qmm_q4_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1910 tc_k_qmm_q5_k_f16 */
+/* kernels/quant.cu:1946 tc_k_qmm_q5_k_f16 */
 static inline tc_status tc_launch_qmm_q5_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1599,7 +1661,7 @@ static inline tc_status tc_launch_qmm_q5_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1916 tc_k_qmm_q5_k_bf16 */
+/* kernels/quant.cu:1952 tc_k_qmm_q5_k_bf16 */
 static inline tc_status tc_launch_qmm_q5_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1610,7 +1672,7 @@ static inline tc_status tc_launch_qmm_q5_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1922 tc_k_qmm_q6_k_f16 */
+/* kernels/quant.cu:1958 tc_k_qmm_q6_k_f16 */
 static inline tc_status tc_launch_qmm_q6_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1621,7 +1683,7 @@ static inline tc_status tc_launch_qmm_q6_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q6_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1928 tc_k_qmm_q6_k_bf16 */
+/* kernels/quant.cu:1964 tc_k_qmm_q6_k_bf16 */
 static inline tc_status tc_launch_qmm_q6_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1632,7 +1694,7 @@ static inline tc_status tc_launch_qmm_q6_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1941 tc_k_qmm32_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 32 rows, as tc_k_qmm_* (the same arguments, workspace and stages) with room for four 8-row tiles of x instead of eight: under 128 registers a thread, so that two blocks share an SM and hide each other's latency (H100, bench_ops quant, Q4_K 11008 x 4096: 16 rows 37.3 -> 24.2 us, 32 rows 44.0 -> 32.8 us; 7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453). The launch gives each block at most half the SM's shared memory. */
+/* kernels/quant.cu:1977 tc_k_qmm32_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 32 rows, as tc_k_qmm_* (the same arguments, workspace and stages) with room for four 8-row tiles of x instead of eight: under 128 registers a thread, so that two blocks share an SM and hide each other's latency (H100, bench_ops quant, Q4_K 11008 x 4096: 16 rows 37.3 -> 24.2 us, 32 rows 44.0 -> 32.8 us; 7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453). The launch gives each block at most half the SM's shared memory. */
 static inline tc_status tc_launch_qmm32_q4_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1643,7 +1705,7 @@ static inline tc_status tc_launch_qmm32_q4_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1947 tc_k_qmm32_q4_0_bf16 */
+/* kernels/quant.cu:1983 tc_k_qmm32_q4_0_bf16 */
 static inline tc_status tc_launch_qmm32_q4_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1654,7 +1716,7 @@ static inline tc_status tc_launch_qmm32_q4_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1953 tc_k_qmm32_q4_1_f16 */
+/* kernels/quant.cu:1989 tc_k_qmm32_q4_1_f16 */
 static inline tc_status tc_launch_qmm32_q4_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1665,7 +1727,7 @@ static inline tc_status tc_launch_qmm32_q4_1_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1959 tc_k_qmm32_q4_1_g64_f16 */
+/* kernels/quant.cu:1995 tc_k_qmm32_q4_1_g64_f16 */
 static inline tc_status tc_launch_qmm32_q4_1_g64_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1676,7 +1738,18 @@ static inline tc_status tc_launch_qmm32_q4_1_g64_f16(tc_launch_config cfg, void 
     tc_launch_qmm32_q4_1_g64_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1965 tc_k_qmm32_q4_1_bf16 */
+/* kernels/quant.cu:2001 tc_k_qmm32_q4_1_g128_f16 */
+static inline tc_status tc_launch_qmm32_q4_1_g128_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
+    return tc_launch_kernel(TC_KERNEL_QMM32_Q4_1_G128_F16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmm32_q4_1_g128_f16(cfg, out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts) \
+    tc_launch_qmm32_q4_1_g128_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
+#endif
+
+/* kernels/quant.cu:2007 tc_k_qmm32_q4_1_bf16 */
 static inline tc_status tc_launch_qmm32_q4_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1687,7 +1760,7 @@ static inline tc_status tc_launch_qmm32_q4_1_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1971 tc_k_qmm32_q4_1_g64_bf16 */
+/* kernels/quant.cu:2013 tc_k_qmm32_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmm32_q4_1_g64_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1698,7 +1771,18 @@ static inline tc_status tc_launch_qmm32_q4_1_g64_bf16(tc_launch_config cfg, void
     tc_launch_qmm32_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1977 tc_k_qmm32_q5_0_f16 */
+/* kernels/quant.cu:2019 tc_k_qmm32_q4_1_g128_bf16 */
+static inline tc_status tc_launch_qmm32_q4_1_g128_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
+    return tc_launch_kernel(TC_KERNEL_QMM32_Q4_1_G128_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmm32_q4_1_g128_bf16(cfg, out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts) \
+    tc_launch_qmm32_q4_1_g128_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
+#endif
+
+/* kernels/quant.cu:2025 tc_k_qmm32_q5_0_f16 */
 static inline tc_status tc_launch_qmm32_q5_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1709,7 +1793,7 @@ static inline tc_status tc_launch_qmm32_q5_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1983 tc_k_qmm32_q5_0_bf16 */
+/* kernels/quant.cu:2031 tc_k_qmm32_q5_0_bf16 */
 static inline tc_status tc_launch_qmm32_q5_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1720,7 +1804,7 @@ static inline tc_status tc_launch_qmm32_q5_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1989 tc_k_qmm32_q5_1_f16 */
+/* kernels/quant.cu:2037 tc_k_qmm32_q5_1_f16 */
 static inline tc_status tc_launch_qmm32_q5_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1731,7 +1815,7 @@ static inline tc_status tc_launch_qmm32_q5_1_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:1995 tc_k_qmm32_q5_1_bf16 */
+/* kernels/quant.cu:2043 tc_k_qmm32_q5_1_bf16 */
 static inline tc_status tc_launch_qmm32_q5_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1742,7 +1826,7 @@ static inline tc_status tc_launch_qmm32_q5_1_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2001 tc_k_qmm32_q8_0_f16 */
+/* kernels/quant.cu:2049 tc_k_qmm32_q8_0_f16 */
 static inline tc_status tc_launch_qmm32_q8_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1753,7 +1837,7 @@ static inline tc_status tc_launch_qmm32_q8_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q8_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2007 tc_k_qmm32_q8_0_bf16 */
+/* kernels/quant.cu:2055 tc_k_qmm32_q8_0_bf16 */
 static inline tc_status tc_launch_qmm32_q8_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1764,7 +1848,7 @@ static inline tc_status tc_launch_qmm32_q8_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2013 tc_k_qmm32_q2_k_f16 */
+/* kernels/quant.cu:2061 tc_k_qmm32_q2_k_f16 */
 static inline tc_status tc_launch_qmm32_q2_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1775,7 +1859,7 @@ static inline tc_status tc_launch_qmm32_q2_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q2_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2019 tc_k_qmm32_q2_k_bf16 */
+/* kernels/quant.cu:2067 tc_k_qmm32_q2_k_bf16 */
 static inline tc_status tc_launch_qmm32_q2_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1786,7 +1870,7 @@ static inline tc_status tc_launch_qmm32_q2_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2025 tc_k_qmm32_q3_k_f16 */
+/* kernels/quant.cu:2073 tc_k_qmm32_q3_k_f16 */
 static inline tc_status tc_launch_qmm32_q3_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1797,7 +1881,7 @@ static inline tc_status tc_launch_qmm32_q3_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q3_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2031 tc_k_qmm32_q3_k_bf16 */
+/* kernels/quant.cu:2079 tc_k_qmm32_q3_k_bf16 */
 static inline tc_status tc_launch_qmm32_q3_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1808,7 +1892,7 @@ static inline tc_status tc_launch_qmm32_q3_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2037 tc_k_qmm32_q4_k_f16 */
+/* kernels/quant.cu:2085 tc_k_qmm32_q4_k_f16 */
 static inline tc_status tc_launch_qmm32_q4_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1819,7 +1903,7 @@ static inline tc_status tc_launch_qmm32_q4_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2043 tc_k_qmm32_q4_k_bf16 */
+/* kernels/quant.cu:2091 tc_k_qmm32_q4_k_bf16 */
 static inline tc_status tc_launch_qmm32_q4_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1830,7 +1914,7 @@ static inline tc_status tc_launch_qmm32_q4_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2049 tc_k_qmm32_q5_k_f16 */
+/* kernels/quant.cu:2097 tc_k_qmm32_q5_k_f16 */
 static inline tc_status tc_launch_qmm32_q5_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1841,7 +1925,7 @@ static inline tc_status tc_launch_qmm32_q5_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2055 tc_k_qmm32_q5_k_bf16 */
+/* kernels/quant.cu:2103 tc_k_qmm32_q5_k_bf16 */
 static inline tc_status tc_launch_qmm32_q5_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1852,7 +1936,7 @@ static inline tc_status tc_launch_qmm32_q5_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2061 tc_k_qmm32_q6_k_f16 */
+/* kernels/quant.cu:2109 tc_k_qmm32_q6_k_f16 */
 static inline tc_status tc_launch_qmm32_q6_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1863,7 +1947,7 @@ static inline tc_status tc_launch_qmm32_q6_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q6_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2067 tc_k_qmm32_q6_k_bf16 */
+/* kernels/quant.cu:2115 tc_k_qmm32_q6_k_bf16 */
 static inline tc_status tc_launch_qmm32_q6_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};

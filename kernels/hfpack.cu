@@ -1,5 +1,5 @@
 // GPTQ, AWQ and compressed-tensors matrices packed into GGUF q4_0, q4_1 or q8_0 blocks (or our
-// q4_1_g64) on the GPU, from their parts as the safetensors files hold them (src/model/hfquant.c
+// q4_1_g64 and q4_1_g128) on the GPU, from their parts as the safetensors files hold them (src/model/hfquant.c
 // describes the layouts and does the same on the host for the CPU backend; the tests compare the
 // two bit for bit). The blocks then go to the planes through tc_k_qrepack.
 #include "common.cuh"
@@ -35,7 +35,8 @@ __device__ __forceinline__ uint16_t scale_bits(const void *sc, int type, int64_t
  *  `blocks` (row j's block kb at (j nb + kb) times the block's bytes): type 0 q4_0 (every zero
  *  the midpoint 8: d = s), 1 q4_1 (d = s, m = -s z rounded to f16 once), 2 q8_0 (zero 128:
  *  q - 128), 3 q4_1_g64 (q4_1's d and m once for each 64 elements, then the two halves' nibble
- *  bytes; row j's 64-block kb / 2 at (j nb / 2 + kb / 2) times 36 bytes). Input k of output j
+ *  bytes; row j's 64-block kb / 2 at (j nb / 2 + kb / 2) times 36 bytes), 4 q4_1_g128 (the same
+ *  for 128 elements: four quarters, (j nb / 4 + kb / 4) times 68 bytes). Input k of output j
  *  is bits `bits` at bit bits ((k % kpack) + n) of word
  *  (k / kpack) wk + (j / jpack) wj of qw, n = 0, or AWQ's nibble of j % 8 (awq 1: jpack 8,
  *  kpack 1). Zeros (qz NULL: the midpoint) of group g, output j: word g zg + (j / zpack) zj at
@@ -52,7 +53,8 @@ extern "C" __global__ void tc_k_hfq_pack(uint8_t *blocks, int32_t type, int64_t 
                                          int64_t group)
 {
     tc::await_inputs();
-    const int bsz = type == 0 ? 18 : type == 1 ? 20 : type == 2 ? 34 : 36;
+    const int bsz = type == 0 ? 18 : type == 1 ? 20 : type == 2 ? 34 : type == 3 ? 36 : 68;
+    const int share = type == 3 ? 2 : type == 4 ? 4 : 1; // 32-blocks under one d and m
     const uint32_t mask = (1u << bits) - 1;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < out * nb;
          t += (int64_t)gridDim.x * blockDim.x) {
@@ -66,7 +68,7 @@ extern "C" __global__ void tc_k_hfq_pack(uint8_t *blocks, int32_t type, int64_t 
             z = (int)(qz[g * zg + (o / zpack) * zj] >> (bits * zs) & mask) + zero_offset;
         }
         const uint16_t s = hfpack_cu::scale_bits(sc, sc_type, g * sg + o * sj);
-        uint8_t *b = type == 3 ? blocks + (j * (nb / 2) + kb / 2) * bsz : blocks + (j * nb + kb) * bsz;
+        uint8_t *b = blocks + (j * (nb / share) + kb / share) * bsz;
         uint8_t q[32];
 #pragma unroll 4
         for (int e = 0; e < 32; e++) {
@@ -74,20 +76,20 @@ extern "C" __global__ void tc_k_hfq_pack(uint8_t *blocks, int32_t type, int64_t 
             const uint32_t w = qw[(k / kpack) * wk + (o / jpack) * wj];
             q[e] = (uint8_t)(w >> (bits * ((int)(k % kpack) + jn)) & mask);
         }
-        if (type != 3 || kb % 2 == 0)
-            reinterpret_cast<uint16_t *>(b)[0] = s; // blocks of 18, 20, 34, 36 bytes: 2-byte aligned
+        if (kb % share == 0)
+            reinterpret_cast<uint16_t *>(b)[0] = s; // blocks of 18, 20, 34, 36, 68 bytes: 2-byte aligned
         if (type == 2) {
             for (int e = 0; e < 32; e++)
                 b[2 + e] = q[e] ^ 0x80;
             continue;
         }
         uint8_t *qs = b + 2;
-        if (type == 1 || type == 3) {
-            // (q4_1_g64's m: once, by the thread of the first half)
-            if (type == 1 || kb % 2 == 0)
+        if (type != 0) {
+            // (q4_1_g64's and q4_1_g128's m: once, by the thread of the first 32-block)
+            if (kb % share == 0)
                 reinterpret_cast<uint16_t *>(b)[1] =
                     hfpack_cu::f16_bits(-(__half2float(__ushort_as_half(s)) * (float)z));
-            qs = b + 4 + (type == 3 ? 16 * (kb % 2) : 0);
+            qs = b + 4 + 16 * (kb % share);
         }
         for (int l = 0; l < 16; l++)
             qs[l] = (uint8_t)(q[l] | q[l + 16] << 4);

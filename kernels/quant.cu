@@ -23,8 +23,11 @@ enum : int {
     Q4_K = 13,
     Q5_K = 14,
     Q6_K = 15,
-    Q4_1G = 16 // q4_1_g64: Q4_1's d and m once for 64 elements, then two Q4_1 blocks' nibbles
+    Q4_1G = 16,   // q4_1_g64: Q4_1's d and m once for 64 elements, then two Q4_1 blocks' nibbles
+    Q4_1G128 = 17 // q4_1_g128: the same for 128 elements, four Q4_1 blocks' nibbles
 };
+// Q4_1's nibbles under one d and m for 64 or 128 elements.
+template <int DT> constexpr bool kQ41G = DT == Q4_1G || DT == Q4_1G128;
 
 // A block type's fields: where each sits in the file's block and how many bytes it has. On
 // the GPU a tensor of B blocks keeps each field of all its blocks together, one plane per
@@ -45,6 +48,7 @@ __host__ __device__ constexpr Layout layout(int dt)
     case Q8_0: return { 32, 34, 2, { { 2, 32 }, { 0, 2 } } };
     case Q4_1: return { 32, 20, 2, { { 4, 16 }, { 0, 4 } } };
     case Q4_1G: return { 64, 36, 2, { { 4, 32 }, { 0, 4 } } };
+    case Q4_1G128: return { 128, 68, 2, { { 4, 64 }, { 0, 4 } } };
     case Q5_0: return { 32, 22, 3, { { 6, 16 }, { 2, 4 }, { 0, 2 } } };
     case Q5_1: return { 32, 24, 3, { { 8, 16 }, { 4, 4 }, { 0, 4 } } };
     case Q2_K: return { 256, 84, 3, { { 16, 64 }, { 0, 16 }, { 80, 4 } } };
@@ -106,9 +110,9 @@ template <int DT, typename I = int64_t> __device__ __forceinline__ Raw fetch(con
     if constexpr (DT == Q4_0 || DT == Q4_1) {
         r.q = ld8(P.p[0] + (uint64_t)blk * 16 + (j & 1) * 8);
         r.e[0] = DT == Q4_0 ? ld2(P.p[1] + (uint64_t)blk * 2) : ld4(P.p[1] + (uint64_t)blk * 4);
-    } else if constexpr (DT == Q4_1G) {
-        // Groups 4h .. 4h + 3 are Q4_1's 0 .. 3 of half h.
-        r.q = ld8(P.p[0] + (uint64_t)blk * 32 + (j >> 2) * 16 + (j & 1) * 8);
+    } else if constexpr (kQ41G<DT>) {
+        // Groups 4h .. 4h + 3 are Q4_1's 0 .. 3 of 32-block h.
+        r.q = ld8(P.p[0] + (uint64_t)blk * (DT == Q4_1G ? 32 : 64) + (j >> 2) * 16 + (j & 1) * 8);
         r.e[0] = ld4(P.p[1] + (uint64_t)blk * 4);
     } else if constexpr (DT == Q5_0 || DT == Q5_1) {
         r.q = ld8(P.p[0] + (uint64_t)blk * 16 + (j & 1) * 8);
@@ -180,7 +184,7 @@ __device__ __forceinline__ uint2 k_scale_min(uint32_t w0, uint32_t w1, uint32_t 
 template <int DT> __device__ __forceinline__ Ints ints(const Raw &r, int j)
 {
     Ints o;
-    if constexpr (DT == Q4_0 || DT == Q4_1 || DT == Q4_1G || DT == Q5_0 || DT == Q5_1) {
+    if constexpr (DT == Q4_0 || DT == Q4_1 || kQ41G<DT> || DT == Q5_0 || DT == Q5_1) {
         const int shift = ((j >> 1) & 1) * 4;
         const bool q5 = DT == Q5_0 || DT == Q5_1;
         const uint32_t dm = q5 ? r.e[1] : r.e[0];
@@ -192,7 +196,7 @@ template <int DT> __device__ __forceinline__ Ints ints(const Raw &r, int j)
         }
         o.bias = DT == Q4_0 ? 8 : DT == Q5_0 ? 16 : 0;
         o.s = half_lo(dm);
-        o.off = DT == Q4_1 || DT == Q4_1G || DT == Q5_1 ? half_hi(dm) : 0.0f;
+        o.off = DT == Q4_1 || kQ41G<DT> || DT == Q5_1 ? half_hi(dm) : 0.0f;
     } else if constexpr (DT == Q8_0) {
         o.b = make_uint2(r.q.x ^ 0x80808080u, r.q.y ^ 0x80808080u);
         o.bias = 128;
@@ -282,9 +286,9 @@ __device__ __forceinline__ uint4 pairs_of(uint2 b, int bias, uint32_t s2, uint32
 // integers go into the products as they are (exact in 16 bits), the scale and offset are
 // applied to each chunk's f32 sums. The others (scales per 16) take kHalfScale's path below in
 // decode, and fold their scales into the weights where dequantised to 16 bits (batched, tiles).
-template <int DT> constexpr bool kChunkScale = DT == Q4_0 || DT == Q4_1 || DT == Q4_1G || DT == Q5_0 || DT == Q5_1 ||
+template <int DT> constexpr bool kChunkScale = DT == Q4_0 || DT == Q4_1 || kQ41G<DT> || DT == Q5_0 || DT == Q5_1 ||
                                                DT == Q8_0 || DT == Q4_K || DT == Q5_K;
-template <int DT> constexpr bool kHasOff = DT == Q4_1 || DT == Q4_1G || DT == Q5_1 || DT == Q2_K || DT == Q4_K || DT == Q5_K;
+template <int DT> constexpr bool kHasOff = DT == Q4_1 || kQ41G<DT> || DT == Q5_1 || DT == Q2_K || DT == Q4_K || DT == Q5_K;
 
 
 // Types whose scales cover 16 elements (Q2_K, Q3_K, Q6_K): their integers go into the products
@@ -434,6 +438,7 @@ template <typename F> __device__ __forceinline__ void by_type(int dt, F &&f)
     case Q5_K: f(Int<Q5_K>{}); break;
     case Q6_K: f(Int<Q6_K>{}); break;
     case Q4_1G: f(Int<Q4_1G>{}); break;
+    case Q4_1G128: f(Int<Q4_1G128>{}); break;
     }
 }
 
@@ -564,7 +569,7 @@ template <int DT, int SS = 0> struct Step {
     static constexpr Layout L = layout(DT);
     // Steps of 256 elements (Q8_0: 128), whose fixed costs (the copies' addresses, the wait) the
     // chunks share; at most 3584 bytes for 16 rows. SS (> 0) sets the blocks a step instead.
-    static constexpr int S = SS > 0 ? SS : L.block == 32 ? (DT == Q8_0 ? 4 : 8) : L.block == 64 ? 4 : 1,
+    static constexpr int S = SS > 0 ? SS : L.block == 32 ? (DT == Q8_0 ? 4 : 8) : L.block == 64 ? 4 : L.block == 128 ? 2 : 1,
                          CPB = L.block / 32;
     __host__ __device__ static constexpr int align(int v) { return v % 16 == 0 ? 16 : v % 8 == 0 ? 8 : v % 4 == 0 ? 4 : v % 2 == 0 ? 2 : 1; }
     __host__ __device__ static constexpr int units(int f) { return (16 - align(L.f[f].size) + S * L.f[f].size + 15) / 16; }
@@ -778,8 +783,9 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
                     wa[r][i] = (w[i] & 0x0f0f0f0fu) | spread_bits(h >> (4 * i)).x;
                     wb[r][i] = ((w[i] >> 4) & 0x0f0f0f0fu) | spread_bits(h >> (16 + 4 * i)).x;
                 }
-            } else if constexpr (DT == Q4_0 || DT == Q4_1 || DT == Q4_1G) {
-                // (Q4_1G: chunk 4t + p is half (4t + p) % 2 of block (4t + p) / 2, the same bytes.)
+            } else if constexpr (DT == Q4_0 || DT == Q4_1 || kQ41G<DT>) {
+                // (Q4_1G: chunk 4t + p is half (4t + p) % 2 of block (4t + p) / 2, the same bytes;
+                // Q4_1G128: quarter (4t + p) % 4 of block (4t + p) / 4.)
                 uint32_t w[4];
                 lds_words(w, Q[r].p[0] + 16 * (4 * t + p));
 #pragma unroll
@@ -840,8 +846,8 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
                 } else if constexpr (DT == Q4_0) {
                     const float db = half_lo(ld2(Q[r].p[1] + 2 * (4 * t + j)));
                     acc[r] += db * (xg.x * isum * (hi ? 0.0625f : 1.0f) - 8.0f * xg.y);
-                } else if constexpr (DT == Q4_1 || DT == Q4_1G) {
-                    const uint32_t dm = ld4(Q[r].p[1] + 4 * ((4 * t + j) >> (DT == Q4_1G ? 1 : 0)));
+                } else if constexpr (DT == Q4_1 || kQ41G<DT>) {
+                    const uint32_t dm = ld4(Q[r].p[1] + 4 * ((4 * t + j) >> (DT == Q4_1G ? 1 : DT == Q4_1G128 ? 2 : 0)));
                     acc[r] += half_lo(dm) * xg.x * isum * (hi ? 0.0625f : 1.0f) + half_hi(dm) * xg.y;
                 } else if constexpr (DT == Q5_0) {
                     acc[r] += half_lo(ld2(Q[r].p[2] + 2 * (4 * t + j))) * (xg.x * isum - 16.0f * xg.y);
@@ -1597,6 +1603,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     quant_cu::mma_kernel<__half, quant_cu::Q4_1G>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q4_1_g128_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                         int64_t out_stride, int32_t flags)
+{
+    quant_cu::mma_kernel<__half, quant_cu::Q4_1G128>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q4_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
@@ -1607,6 +1619,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                           int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_1G>(out, x, w, m, n, k, x_stride, out_stride, flags);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv_q4_1_g128_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+                          int64_t out_stride, int32_t flags)
+{
+    quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_1G128>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv_q5_0_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
@@ -1731,6 +1749,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_1G>(out, x, w, n, k, out_stride, flags, norm, eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q4_1_g128_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
+                             const __nv_bfloat16 *norm, float eps)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q4_1G128>(out, x, w, n, k, out_stride, flags, norm, eps);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv1_q5_0_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
                          const __nv_bfloat16 *norm, float eps)
 {
@@ -1823,6 +1847,12 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     quant_cu::batch_kernel<__half, quant_cu::Q4_1G>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
+    tc_k_qmm_q4_1_g128_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                          int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q4_1G128>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q4_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
@@ -1833,6 +1863,12 @@ extern "C" __global__ void __launch_bounds__(256, 1)
                           int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1G>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 1)
+    tc_k_qmm_q4_1_g128_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                          int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1G128>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 1)
     tc_k_qmm_q5_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
@@ -1962,6 +1998,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     quant_cu::batch_kernel<__half, quant_cu::Q4_1G, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q4_1_g128_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
+                          int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__half, quant_cu::Q4_1G128, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmm32_q4_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
@@ -1972,6 +2014,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                           int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1G, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmm32_q4_1_g128_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
+                          int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
+{
+    quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1G128, 4>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmm32_q5_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,

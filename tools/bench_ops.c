@@ -262,9 +262,9 @@ static tc_status run_qmm(void *c, int s)
  * 512-row prefill product (dequantised tiles and cuBLAS) in TFLOP/s. `bench_ops quant [type]`. */
 static void bench_quant(rng_t *r, const char *only)
 {
-    const tc_dtype qs[] = { TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0,    TC_DTYPE_Q5_1,
-                            TC_DTYPE_Q8_0, TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,    TC_DTYPE_Q4_K,
-                            TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64 };
+    const tc_dtype qs[] = { TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
+                            TC_DTYPE_Q8_0, TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,     TC_DTYPE_Q4_K,
+                            TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
     const int64_t shapes[][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 } };
     for (size_t qi = 0; qi < sizeof qs / sizeof qs[0]; qi++) {
         if (only && strcmp(only, tc_dtype_name(qs[qi])))

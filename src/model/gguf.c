@@ -54,6 +54,7 @@ static const struct {
     [TC_GGML_TQ1_0] = { "tq1_0", 256, 54 },
     [TC_GGML_TQ2_0] = { "tq2_0", 256, 66 },
     [TC_GGML_Q4_1_G64] = { "q4_1_g64", 64, 36 },
+    [TC_GGML_Q4_1_G128] = { "q4_1_g128", 128, 68 },
 };
 
 const char *tc_ggml_type_name(tc_ggml_type t)
@@ -262,7 +263,8 @@ static tc_status parse(tc_gguf *g, reader *r)
             return fail(r, "tensor '%s' entry runs past the end", name);
         t->type = (tc_ggml_type)type;
         uint64_t be, bb;
-        if (t->type == TC_GGML_Q4_1_G64 || !tc_ggml_type_block(t->type, &be, &bb))
+        if (t->type == TC_GGML_Q4_1_G64 || t->type == TC_GGML_Q4_1_G128 ||
+            !tc_ggml_type_block(t->type, &be, &bb))
             return fail(r, "tensor '%s' has unknown ggml type %llu", name,
                         (unsigned long long)type);
         if (t->dims[0] % be)

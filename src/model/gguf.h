@@ -60,13 +60,14 @@ typedef enum tc_ggml_type {
     TC_GGML_BF16 = 30,
     TC_GGML_TQ1_0 = 34,
     TC_GGML_TQ2_0 = 35,
-    /* Not a ggml type and never read from a file: thincuda's q4_1 with one d and m for 64
-     * elements (tc_dtype TC_DTYPE_Q4_1_G64), what GPTQ and AWQ groups of 64 and more are
-     * packed into. */
+    /* Not ggml types and never read from a file: thincuda's q4_1 with one d and m for 64 or
+     * 128 elements (tc_dtype TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128), what GPTQ and AWQ groups
+     * of 64 and of 128 and more are packed into. */
     TC_GGML_Q4_1_G64 = 36,
+    TC_GGML_Q4_1_G128 = 37,
 } tc_ggml_type;
 /* One more than the largest type id the tables know (a bound for tables by type). */
-#define TC_GGML_TYPE_LIMIT 37
+#define TC_GGML_TYPE_LIMIT 38
 
 /* A string inside the mapped file: not NUL-terminated. */
 typedef struct tc_gguf_str {

@@ -20,10 +20,11 @@
  * in the high one} is d (q - 8); q4_1 {f16 d, f16 m; the same nibbles} is d q + m; q8_0
  * {f16 d; 32 int8} is d q. So a group's scale is each of its 32-blocks' d: z = 8 everywhere is
  * q4_0 exactly; other 4-bit zeros are q4_1 with m = -s z rounded to f16 once (|error| at most
- * 2^-11 |s z|, or 2^-25 where it is subnormal), or where every 64 inputs share a group our
- * q4_1_g64 {f16 d, f16 m; the nibble bytes of two q4_1 blocks}, the same values in 4.5 bits a
- * weight instead of 5; 8-bit with z = 128 is q8_0 (q - 128). Scales that are not f16 become d
- * only where f16 holds them exactly. */
+ * 2^-11 |s z|, or 2^-25 where it is subnormal), or where every 64 (128) inputs share a group
+ * our q4_1_g64 (q4_1_g128) {f16 d, f16 m; the nibble bytes of two (four) q4_1 blocks}, the same
+ * values in 4.5 (4.25) bits a weight instead of 5; q4_1_g128 holds symmetric ones too (m = -8 s
+ * exactly), in fewer bytes than q4_0; 8-bit with z = 128 is q8_0 (q - 128). Scales that are not
+ * f16 become d only where f16 holds them exactly. */
 #define _GNU_SOURCE
 #include "model/hfquant.h"
 #include <pthread.h>
@@ -386,18 +387,19 @@ static tc_status check(const tc_hf_quant *cfg, tc__hfq_linear *l)
     return check_g_idx(cfg, l);
 }
 
-/* Whether every 64 inputs share a group: q4_1_g64 then holds one d and m where q4_1 repeats
- * them for each 32 (4.5 bits a weight instead of 5: 1.08x a checkpoint of groups of 128, its
- * zeros and scales 4.16 bits). */
-static bool g64(const reader *r)
+/* Whether every n (64 or 128) inputs share a group: q4_1_g64 and q4_1_g128 then hold one d
+ * and m where q4_1 repeats them for each 32 (4.5 and 4.25 bits a weight instead of 5: 1.08x
+ * and 1.02x a checkpoint of groups of 128, its zeros and scales 4.16 bits; 1.06x one of a
+ * group per channel as q4_1_g128). */
+static bool shared_by(const reader *r, uint64_t n)
 {
     const tc__hfq_linear *l = r->l;
-    if (l->in % 64)
+    if (l->in % n)
         return false;
     if (!r->gi)
-        return r->cfg->group_size < 0 || r->cfg->group_size % 64 == 0;
+        return r->cfg->group_size < 0 || r->cfg->group_size % (int)n == 0;
     for (uint64_t k = 0; k < l->in; k += 32)
-        if (block_group(r, k) != block_group(r, k / 64 * 64))
+        if (block_group(r, k) != block_group(r, k / n * n))
             return false;
     return true;
 }
@@ -437,9 +439,11 @@ static const char *group_order(tc__hfq_linear *l, reader *r)
     return NULL;
 }
 
-/* The type a checked matrix is held in: blocks when every 32 inputs share a group (q4_0 when
- * every zero is the midpoint, else q4_1 whose m stays finite, q4_1_g64 where every 64 share
- * one; q8_0 for 8 bits with midpoint zeros), else f32 with the reason. */
+/* The type a checked matrix is held in: blocks when every 32 inputs share a group, the type of
+ * the fewest bytes that holds the values exactly: for 4 bits q4_1_g128 where every 128 share a
+ * group and its m = -s z stays finite (symmetric ones too: -8 s is exact), else q4_0 when
+ * every zero is the midpoint, else q4_1_g64 where every 64 share one, else q4_1 (m finite);
+ * q8_0 for 8 bits with midpoint zeros. Else f32 with the reason. */
 static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
 {
     reader r = reader_of(cfg, l);
@@ -469,7 +473,7 @@ static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
             mid &= z == half;
             /* -s z reaches f16's infinity only for |s| of 2^12 and more (z < 16), an
              * exponent field of 27: the exact test runs for those alone. */
-            if (cfg->bits == 4 && !mid) {
+            if (cfg->bits == 4) {
                 uint16_t sb = scale_of(&r, g, j);
                 if ((sb & 0x7c00) >= (27 << 10))
                     finite &= (q4_1_min(sb, z) & 0x7c00) != 0x7c00 || (sb & 0x7c00) == 0x7c00;
@@ -477,14 +481,18 @@ static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
         }
     if (l->why)
         l->type = TC_GGML_F32;
-    else if (mid)
-        l->type = cfg->bits == 4 ? TC_GGML_Q4_0 : TC_GGML_Q8_0;
+    else if (cfg->bits == 8 && mid)
+        l->type = TC_GGML_Q8_0;
     else if (cfg->bits == 8)
         l->type = TC_GGML_F32, l->why = "asymmetric 8-bit: q - z does not fit q8_0's int8";
+    else if (finite && shared_by(&r, 128))
+        l->type = TC_GGML_Q4_1_G128;
+    else if (mid)
+        l->type = TC_GGML_Q4_0;
     else if (!finite)
         l->type = TC_GGML_F32, l->why = "q4_1's minimum -s z overflows f16";
     else
-        l->type = g64(&r) ? TC_GGML_Q4_1_G64 : TC_GGML_Q4_1;
+        l->type = shared_by(&r, 64) ? TC_GGML_Q4_1_G64 : TC_GGML_Q4_1;
     if (l->type == TC_GGML_F32) {
         tc_host_free(l->perm);
         l->perm = NULL;
@@ -525,15 +533,23 @@ static void group_scales(const reader *r, bool q41, uint64_t g, uint64_t j0, uin
     }
 }
 
+/* The 32-element blocks of a 4-bit type that share one d (and m): q4_1_g64's two, q4_1_g128's
+ * four, one for q4_0 and q4_1. */
+static uint64_t share_of(tc_ggml_type t)
+{
+    return t == TC_GGML_Q4_1_G64 ? 2 : t == TC_GGML_Q4_1_G128 ? 4 : 1;
+}
+
 /* Where output j's 32-block kb of inputs goes in a 4-bit type: its block (d, and q4_1's m,
- * first) and its 16 nibble bytes (q4_1_g64: the two halves of a 64-block share d and m). */
+ * first) and its 16 nibble bytes (q4_1_g64, q4_1_g128: the 32-blocks of a block share d and
+ * m). */
 static uint8_t *block_of(const tc__hfq_linear *l, uint64_t j, uint64_t kb, uint8_t **qs)
 {
-    uint64_t nb = l->in / 32;
+    uint64_t nb = l->in / 32, sh = share_of(l->type);
     uint8_t *b;
-    if (l->type == TC_GGML_Q4_1_G64) {
-        b = (uint8_t *)l->data + (j * (nb / 2) + kb / 2) * 36;
-        *qs = b + 4 + 16 * (kb & 1);
+    if (sh > 1) {
+        b = (uint8_t *)l->data + (j * (nb / sh) + kb / sh) * (4 + 16 * sh);
+        *qs = b + 4 + 16 * (kb % sh);
     } else {
         b = (uint8_t *)l->data + (j * nb + kb) * (l->type == TC_GGML_Q4_1 ? 20 : 18);
         *qs = b + (l->type == TC_GGML_Q4_1 ? 4 : 2);
@@ -642,7 +658,7 @@ static void awq4(const reader *r, uint64_t j0, uint64_t j1)
 static void permuted(const reader *r, uint64_t j0, uint64_t j1)
 {
     const tc__hfq_linear *l = r->l;
-    bool q8 = l->type == TC_GGML_Q8_0, q41 = l->type == TC_GGML_Q4_1 || l->type == TC_GGML_Q4_1_G64;
+    bool q8 = l->type == TC_GGML_Q8_0, q41 = !q8 && l->type != TC_GGML_Q4_0;
     uint64_t nb = l->in / 32, last = UINT64_MAX;
     uint16_t s[ROWS_PER_ITEM], m[ROWS_PER_ITEM];
     for (uint64_t kb = 0; kb < nb; kb++) {
@@ -750,10 +766,11 @@ tc_status tc__hfq_pack_device(const tc__hfq_linear *l, tc_tensor *t, int64_t row
     bool awq = cfg->method == TC_HF_QUANT_AWQ;
     const tc_safetensor *p = l->part;
     tc__quant_pack_desc d = {
-        .dtype = l->type == TC_GGML_Q4_0       ? TC_DTYPE_Q4_0
-                 : l->type == TC_GGML_Q4_1     ? TC_DTYPE_Q4_1
-                 : l->type == TC_GGML_Q4_1_G64 ? TC_DTYPE_Q4_1_G64
-                                               : TC_DTYPE_Q8_0,
+        .dtype = l->type == TC_GGML_Q4_0        ? TC_DTYPE_Q4_0
+                 : l->type == TC_GGML_Q4_1      ? TC_DTYPE_Q4_1
+                 : l->type == TC_GGML_Q4_1_G64  ? TC_DTYPE_Q4_1_G64
+                 : l->type == TC_GGML_Q4_1_G128 ? TC_DTYPE_Q4_1_G128
+                                                : TC_DTYPE_Q8_0,
         .out = (int64_t)l->out,
         .in = (int64_t)l->in,
         .qw = r.qw,

@@ -12,13 +12,21 @@ bool tc_ggml_dtype(tc_ggml_type type, tc_dtype *dt)
         tc_ggml_type g;
         tc_dtype d;
     } map[] = {
-        { TC_GGML_F32, TC_DTYPE_F32 },   { TC_GGML_F16, TC_DTYPE_F16 },
-        { TC_GGML_BF16, TC_DTYPE_BF16 }, { TC_GGML_Q4_0, TC_DTYPE_Q4_0 },
-        { TC_GGML_Q4_1, TC_DTYPE_Q4_1 }, { TC_GGML_Q5_0, TC_DTYPE_Q5_0 },
-        { TC_GGML_Q5_1, TC_DTYPE_Q5_1 }, { TC_GGML_Q8_0, TC_DTYPE_Q8_0 },
-        { TC_GGML_Q2_K, TC_DTYPE_Q2_K }, { TC_GGML_Q3_K, TC_DTYPE_Q3_K },
-        { TC_GGML_Q4_K, TC_DTYPE_Q4_K }, { TC_GGML_Q5_K, TC_DTYPE_Q5_K },
-        { TC_GGML_Q6_K, TC_DTYPE_Q6_K }, { TC_GGML_Q4_1_G64, TC_DTYPE_Q4_1_G64 },
+        { TC_GGML_F32, TC_DTYPE_F32 },
+        { TC_GGML_F16, TC_DTYPE_F16 },
+        { TC_GGML_BF16, TC_DTYPE_BF16 },
+        { TC_GGML_Q4_0, TC_DTYPE_Q4_0 },
+        { TC_GGML_Q4_1, TC_DTYPE_Q4_1 },
+        { TC_GGML_Q5_0, TC_DTYPE_Q5_0 },
+        { TC_GGML_Q5_1, TC_DTYPE_Q5_1 },
+        { TC_GGML_Q8_0, TC_DTYPE_Q8_0 },
+        { TC_GGML_Q2_K, TC_DTYPE_Q2_K },
+        { TC_GGML_Q3_K, TC_DTYPE_Q3_K },
+        { TC_GGML_Q4_K, TC_DTYPE_Q4_K },
+        { TC_GGML_Q5_K, TC_DTYPE_Q5_K },
+        { TC_GGML_Q6_K, TC_DTYPE_Q6_K },
+        { TC_GGML_Q4_1_G64, TC_DTYPE_Q4_1_G64 },
+        { TC_GGML_Q4_1_G128, TC_DTYPE_Q4_1_G128 },
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (map[i].g == type) {

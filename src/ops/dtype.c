@@ -24,6 +24,7 @@ static const struct {
     [TC_DTYPE_Q5_K] = { "q5_k", 176, 256 },
     [TC_DTYPE_Q6_K] = { "q6_k", 210, 256 },
     [TC_DTYPE_Q4_1_G64] = { "q4_1_g64", 36, 64 },
+    [TC_DTYPE_Q4_1_G128] = { "q4_1_g128", 68, 128 },
 };
 
 const char *tc_dtype_name(tc_dtype dt)

@@ -84,7 +84,7 @@ tc_status tc__quant_upload(tc_tensor *t, int64_t row0, int64_t rows, const void 
  * them, host memory) to be packed into GGUF blocks on the GPU; kernels/hfpack.cu's
  * tc_k_hfq_pack describes each field. */
 typedef struct tc__quant_pack_desc {
-    tc_dtype dtype; /* TC_DTYPE_Q4_0, Q4_1, Q4_1_G64 or Q8_0 */
+    tc_dtype dtype; /* TC_DTYPE_Q4_0, Q4_1, Q4_1_G64, Q4_1_G128 or Q8_0 */
     int64_t out, in;
     const void *qw, *qz, *sc, *g_idx; /* qz and g_idx may be NULL */
     const uint32_t *perm; /* act-order: block input i is input perm[i] ([in]; NULL: in order) */
@@ -305,7 +305,7 @@ tc_status tc__check_rows_dense(const char *op, const char *name, const tc_tensor
     (TC__MASK(TC_DTYPE_Q4_0) | TC__MASK(TC_DTYPE_Q8_0) | TC__MASK(TC_DTYPE_Q4_1) | \
      TC__MASK(TC_DTYPE_Q5_0) | TC__MASK(TC_DTYPE_Q5_1) | TC__MASK(TC_DTYPE_Q2_K) | \
      TC__MASK(TC_DTYPE_Q3_K) | TC__MASK(TC_DTYPE_Q4_K) | TC__MASK(TC_DTYPE_Q5_K) | \
-     TC__MASK(TC_DTYPE_Q6_K) | TC__MASK(TC_DTYPE_Q4_1_G64))
+     TC__MASK(TC_DTYPE_Q6_K) | TC__MASK(TC_DTYPE_Q4_1_G64) | TC__MASK(TC_DTYPE_Q4_1_G128))
 /* The dtypes a product's or an embedding's weights may have (on both backends). */
 static inline unsigned tc__weight_dtypes(const tc_tensor *t)
 {

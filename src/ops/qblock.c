@@ -40,13 +40,21 @@ static void q4_1(const uint8_t *b, float *y)
     nibbles(b + 4, half(b), half(b + 2), y);
 }
 
-/* Q4_1_G64 (ours, for GPTQ's and AWQ's groups of 64 and more: src/model/hfquant.c): f16 d,
- * f16 m, then the 16 nibble bytes of two Q4_1 blocks of 32 elements that share them. */
+/* Q4_1_G64 and Q4_1_G128 (ours, for GPTQ's and AWQ's groups of 64 and of 128 and more:
+ * src/model/hfquant.c): f16 d, f16 m, then the 16 nibble bytes of two (four) Q4_1 blocks of 32
+ * elements that share them. */
 static void q4_1_g64(const uint8_t *b, float *y)
 {
     float d = half(b), m = half(b + 2);
     nibbles(b + 4, d, m, y);
     nibbles(b + 20, d, m, y + 32);
+}
+
+static void q4_1_g128(const uint8_t *b, float *y)
+{
+    float d = half(b), m = half(b + 2);
+    for (int i = 0; i < 4; i++)
+        nibbles(b + 4 + 16 * i, d, m, y + 32 * i);
 }
 
 /* Q5_0: f16 d, 32 high bits (bit j: element j), 16 bytes of nibbles; x = (q - 16) d. */
@@ -194,6 +202,7 @@ bool tc__dequant_row(tc_dtype dt, const void *row, int64_t n, float *out)
     case TC_DTYPE_Q4_0: ROW(q4_0, 32);
     case TC_DTYPE_Q4_1: ROW(q4_1, 32);
     case TC_DTYPE_Q4_1_G64: ROW(q4_1_g64, 64);
+    case TC_DTYPE_Q4_1_G128: ROW(q4_1_g128, 128);
     case TC_DTYPE_Q5_0: ROW(q5_0, 32);
     case TC_DTYPE_Q5_1: ROW(q5_1, 32);
     case TC_DTYPE_Q8_0: ROW(q8_0, 32);

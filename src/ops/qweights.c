@@ -70,11 +70,12 @@ tc_status tc__quant_pack(tc_tensor *t, int64_t row0, const tc__quant_pack_desc *
     TC_TRY(check_contiguous(op, t));
     int64_t k = t->shape[t->ndim - 1], total = rows_of(t);
     /* tc_k_hfq_pack's type code; -1: a type it does not write */
-    int type = d->dtype == TC_DTYPE_Q4_0       ? 0
-               : d->dtype == TC_DTYPE_Q4_1     ? 1
-               : d->dtype == TC_DTYPE_Q8_0     ? 2
-               : d->dtype == TC_DTYPE_Q4_1_G64 ? 3
-                                               : -1;
+    int type = d->dtype == TC_DTYPE_Q4_0        ? 0
+               : d->dtype == TC_DTYPE_Q4_1      ? 1
+               : d->dtype == TC_DTYPE_Q8_0      ? 2
+               : d->dtype == TC_DTYPE_Q4_1_G64  ? 3
+               : d->dtype == TC_DTYPE_Q4_1_G128 ? 4
+                                                : -1;
     int64_t be = tc_dtype_block(d->dtype);
     if (type < 0 || t->dtype != d->dtype || k != d->in || d->in % be || row0 < 0 ||
         row0 > total - d->out)
@@ -84,7 +85,8 @@ tc_status tc__quant_pack(tc_tensor *t, int64_t row0, const tc__quant_pack_desc *
                             (long long)total, (long long)k, tc_dtype_name(d->dtype),
                             (long long)d->out, (long long)d->in);
     tc_backend *b = t->backend;
-    /* (The kernel takes a thread per 32 elements; q4_1_g64's blocks are of 64.) */
+    /* (The kernel takes a thread per 32 elements; q4_1_g64's blocks are of 64, q4_1_g128's of
+     * 128.) */
     int64_t nb = d->in / be, blocks = d->out * nb;
     size_t bsz = tc_dtype_bytes(d->dtype, be), at[7], bytes = 0;
     const void *src[6] = { d->qw, d->qz, d->sc, d->g_idx, d->perm, d->rows };
@@ -223,9 +225,10 @@ static const struct {
     qmv_f16_fn f16;
     qmv_bf16_fn bf16;
     tc_kernel_id id_f16, id_bf16;
-} qmv[TC_DTYPE_COUNT] = { QMV(Q4_0, q4_0), QMV(Q4_1, q4_1), QMV(Q5_0, q5_0),        QMV(Q5_1, q5_1),
-                          QMV(Q8_0, q8_0), QMV(Q2_K, q2_k), QMV(Q3_K, q3_k),        QMV(Q4_K, q4_k),
-                          QMV(Q5_K, q5_k), QMV(Q6_K, q6_k), QMV(Q4_1_G64, q4_1_g64) };
+} qmv[TC_DTYPE_COUNT] = { QMV(Q4_0, q4_0), QMV(Q4_1, q4_1),         QMV(Q5_0, q5_0),
+                          QMV(Q5_1, q5_1), QMV(Q8_0, q8_0),         QMV(Q2_K, q2_k),
+                          QMV(Q3_K, q3_k), QMV(Q4_K, q4_k),         QMV(Q5_K, q5_k),
+                          QMV(Q6_K, q6_k), QMV(Q4_1_G64, q4_1_g64), QMV(Q4_1_G128, q4_1_g128) };
 #undef QMV
 
 /* The batch-1 kernels on the integer tensor cores (bf16 x written as two 8-bit digits per element
@@ -236,9 +239,10 @@ typedef tc_status (*qmv1_fn)(tc_launch_config, void *, const tc_bf16 *, const vo
 static const struct {
     qmv1_fn bf16;
     tc_kernel_id id;
-} qmv1[TC_DTYPE_COUNT] = { QMV1(Q4_0, q4_0), QMV1(Q4_1, q4_1), QMV1(Q5_0, q5_0),
-                           QMV1(Q5_1, q5_1), QMV1(Q8_0, q8_0), QMV1(Q4_K, q4_k),
-                           QMV1(Q5_K, q5_k), QMV1(Q6_K, q6_k), QMV1(Q4_1_G64, q4_1_g64) };
+} qmv1[TC_DTYPE_COUNT] = { QMV1(Q4_0, q4_0),          QMV1(Q4_1, q4_1), QMV1(Q5_0, q5_0),
+                           QMV1(Q5_1, q5_1),          QMV1(Q8_0, q8_0), QMV1(Q4_K, q4_k),
+                           QMV1(Q5_K, q5_k),          QMV1(Q6_K, q6_k), QMV1(Q4_1_G64, q4_1_g64),
+                           QMV1(Q4_1_G128, q4_1_g128) };
 #undef QMV1
 
 /* The pairs of types with a two-product kernel of their own (tc_k_qmv1_<a>_<b>_bf16): Q4_K_M's
@@ -436,7 +440,7 @@ static const struct {
     QMM(Q8_0, q8_0, 32, 2, 32, 2),           QMM(Q2_K, q2_k, 256, 3, 64, 16, 4),
     QMM(Q3_K, q3_k, 256, 4, 64, 32, 12, 2),  QMM(Q4_K, q4_k, 256, 3, 128, 12, 4),
     QMM(Q5_K, q5_k, 256, 4, 128, 32, 12, 4), QMM(Q6_K, q6_k, 256, 4, 128, 64, 16, 2),
-    QMM(Q4_1_G64, q4_1_g64, 64, 2, 32, 4)
+    QMM(Q4_1_G64, q4_1_g64, 64, 2, 32, 4),   QMM(Q4_1_G128, q4_1_g128, 128, 2, 64, 4)
 };
 #undef QMM
 

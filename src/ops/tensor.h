@@ -17,13 +17,14 @@ extern "C" {
  * pack 256 elements in sub-blocks of 32 (Q4_K, Q5_K: 6-bit scales and minima under f16 d and
  * dmin, value d sc q - dmin mn) or of 16 (Q2_K: 4-bit scales and minima; Q3_K: 6-bit signed
  * scales, value d sc (q - 4 when the high bit is clear); Q6_K: int8 scales, value d sc (q -
- * 32)). Q4_1_G64 is ours, no GGUF type: Q4_1's d and m once for 64 elements, then the 16
- * nibble bytes of each half as Q4_1 holds them (36 bytes; what GPTQ and AWQ groups of 64 and
- * more are packed into). src/ops/qblock.c dequantises each. On CUDA a block tensor is held in the
- * same bytes split into planes (each field of every block together; kernels/quant.cu), converted by
- * the host copies. F8E4M3 is the OCP 8-bit float E4M3 ("e4m3fn": 4 exponent bits of bias 7, 3
- * mantissa bits, no infinities, 0x7f and 0xff NaN, largest finite 448), held by KV caches;
- * conversions round to nearest even and saturate finite values beyond 448 to +-448. */
+ * 32)). Q4_1_G64 and Q4_1_G128 are ours, no GGUF types: Q4_1's d and m once for 64 (128)
+ * elements, then the 16 nibble bytes of each 32 as Q4_1 holds them (36 and 68 bytes; what
+ * GPTQ and AWQ groups of 64 and of 128 and more are packed into). src/ops/qblock.c dequantises
+ * each. On CUDA a block tensor is held in the same bytes split into planes (each field of every
+ * block together; kernels/quant.cu), converted by the host copies. F8E4M3 is the OCP 8-bit float
+ * E4M3 ("e4m3fn": 4 exponent bits of bias 7, 3 mantissa bits, no infinities, 0x7f and 0xff NaN,
+ * largest finite 448), held by KV caches; conversions round to nearest even and saturate finite
+ * values beyond 448 to +-448. */
 typedef enum tc_dtype {
     TC_DTYPE_F32 = 0,
     TC_DTYPE_F16 = 1,
@@ -42,6 +43,7 @@ typedef enum tc_dtype {
     TC_DTYPE_Q5_K = 14,
     TC_DTYPE_Q6_K = 15,
     TC_DTYPE_Q4_1_G64 = 16,
+    TC_DTYPE_Q4_1_G128 = 17,
     TC_DTYPE_COUNT
 } tc_dtype;
 

@@ -627,13 +627,16 @@ static void quant_widen_case(rng_t *r, tc_dtype q, int64_t m, int64_t n, int64_t
  * coming back unchanged from the GPU. */
 static void quantised(rng_t *r)
 {
-    const tc_dtype qs[] = { TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0,    TC_DTYPE_Q5_1,
-                            TC_DTYPE_Q8_0, TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,    TC_DTYPE_Q4_K,
-                            TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64 };
+    const tc_dtype qs[] = { TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
+                            TC_DTYPE_Q8_0, TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,     TC_DTYPE_Q4_K,
+                            TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
     for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) {
         tc_dtype q = qs[i];
-        /* (q4_1_g64: 33 blocks, the last step of four a short one) */
-        int64_t k = tc_dtype_block(q) == 256 ? 7 * 256 : tc_dtype_block(q) == 64 ? 2112 : 2080;
+        /* (q4_1_g64: 33 blocks, the last step of four a short one; q4_1_g128: 17, of two) */
+        int64_t be = tc_dtype_block(q), k = be == 256   ? 7 * 256
+                                            : be == 128 ? 2176
+                                            : be == 64  ? 2112
+                                                        : 2080;
         /* (8 rows of 16-bit x over a K-quant: the batched kernel, tc__quant_batch_from) */
         const int64_t ms[] = { 1, 2, 8 };
         for (int mi = 0; mi < 3; mi++) {

@@ -1,7 +1,7 @@
 """GPTQ, AWQ and compressed-tensors folders (tests/model/quant_hf.py) on the CPU backend: every
-matrix as loaded (tools/hfweight, our repacking into q4_0 / q4_1 / q4_1_g64 / q8_0 blocks or
-f32, dequantised) equals the reference unpacking of quant_hf.py bit for bit, q4_1 and q4_1_g64
-within the f16 rounding of their m = -s z; compressed-tensors' parts as quant_hf.py packs them equal those the
+matrix as loaded (tools/hfweight, our repacking into q4_0 / q4_1 / q4_1_g64 / q4_1_g128 / q8_0
+blocks or f32, dequantised) equals the reference unpacking of quant_hf.py bit for bit, the q4_1
+types with zero points within the f16 rounding of their m = -s z; compressed-tensors' parts as quant_hf.py packs them equal those the
 compressed-tensors package packs, and our loading of the package's parts and configuration
 equals its decompression (recorded by make_ct_reference.py in data/ct_reference.*), and GPTQ's
 and AWQ's as AutoGPTQ, GPTQModel and AutoAWQ pack and unpack them (make_gptq_awq_reference.py); the logits
@@ -56,7 +56,8 @@ def test_weights_equal_the_reference_unpacking(case, tmp_path):
         assert held == want_type, (module, held)
         assert np.isfinite(got).all() and np.isfinite(ref).all()
         assert np.abs(ref).max() > 0
-        if held not in ("q4_1", "q4_1_g64"):
+        # (Symmetric groups held as q4_1_g128 too: m = -8 s, exact.)
+        if held not in Q41 or Q.CASES[case][3]:
             assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), module
             continue
         # q4_1 holds d = s and m = -s z in f16: |m + s z| <= 2^-11 |s z| (normal f16) or
@@ -65,6 +66,9 @@ def test_weights_equal_the_reference_unpacking(case, tmp_path):
         sz = np.abs(sc * z).reshape(-1)
         bound = np.maximum(sz * 2.0 ** -11, 2.0 ** -25) + np.abs(ref) * 2.0 ** -23
         assert (np.abs(got - ref) <= bound).all(), module
+
+
+Q41 = ("q4_1", "q4_1_g64", "q4_1_g128")
 
 
 def elements(case, parts):
@@ -81,10 +85,10 @@ def elements(case, parts):
     return (s[:, g] if method == "ct" else s[g].T), q_minus_z + z, z
 
 
-@pytest.mark.parametrize("case", [c for c in Q.CASES if Q.CASES[c][6] in ("q4_1", "q4_1_g64")])
+@pytest.mark.parametrize("case", [c for c in Q.CASES if Q.CASES[c][6] in Q41])
 def test_q4_1_blocks_hold_the_rounded_minimum(case, tmp_path):
-    """Bit for bit: each q4_1 (and q4_1_g64: groups of 64 and more, one d and m for 64 inputs)
-    weight is s q + f16(-(s z)) in f32, s, q and z from the reference."""
+    """Bit for bit: each q4_1 (and q4_1_g64, q4_1_g128: groups of 64, of 128 and more, one d and
+    m for 64 or 128 inputs) weight is s q + f16(-(s z)) in f32, s, q and z from the reference."""
     d = str(tmp_path / "q")
     modules = Q.write(d, case, seed=4)
     for module, parts in modules.items():
@@ -266,7 +270,7 @@ def test_ct_actorder_weight_loads_as_without_it(actorder, tmp_path):
     edit(d, quant=lambda c: ctw(c).update(actorder=actorder))
     held, got = loaded(d, "blk.1.ffn_up.weight", str(tmp_path))
     want = Q.unpack("ct-w4a16", modules["model.layers.1.mlp.up_proj"]).reshape(-1)
-    assert held == "q4_0" and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert held == "q4_1_g128" and np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 def edit(folder, fn=None, quant=None):
@@ -434,3 +438,17 @@ def test_info_names_the_quantisation(tmp_path):
     assert ("compressed-tensors 4-bit, group 32, zero points, act-order no, format pack-quantized"
             in r.stdout), r.stdout
     assert "q4_1 x14" in r.stdout, r.stdout
+    # A group per column as q4_1_g128: 68 bytes a 128 weights against 64 of qweight and a row's
+    # scale, zero and its inputs' g_idx (0.96x at these 128 x 128 matrices; 7B's: 1.06x)
+    d = str(tmp_path / "col")
+    modules = Q.write(d, "gptq-asym4-col", seed=7)
+    ckpt = sum(p.nbytes for parts in modules.values() for p in parts.values())
+    held = sum(parts["qweight"].size * 8 // 128 * 68 for parts in modules.values())
+    shutil.copy(tok, os.path.join(d, "tokenizer.json"))
+    r = subprocess.run([EXE, "info", "--model", d, "--device", "cpu"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "GPTQ 4-bit, per column, zero points" in r.stdout, r.stdout
+    assert "q4_1_g128 x14" in r.stdout, r.stdout
+    m = re.search(r"MiB in the checkpoint, held in [\d.]+ MiB \(([\d.]+)x\)", r.stdout)
+    assert m, r.stdout
+    assert abs(float(m.group(1)) - held / ckpt) < 0.006, r.stdout

@@ -190,49 +190,56 @@ static void host_tensors_beyond_available_memory_are_refused(void **state)
     }
 }
 
-/* q4_1_g64 (ours, src/ops/qblock.c) is two q4_1 blocks (whose dequantisation
- * tests/model/test_dequant.py checks against gguf-py) sharing d and m: random blocks, with
- * random d and m too, give the same bits both ways; a row of odd count of them, and rows that
- * are not whole blocks refused. */
-static void q4_1_g64_is_two_q4_1_blocks_sharing_d_and_m(void **state)
+/* q4_1_g64 and q4_1_g128 (ours, src/ops/qblock.c) are two and four q4_1 blocks (whose
+ * dequantisation tests/model/test_dequant.py checks against gguf-py) sharing d and m: random
+ * blocks, with random d and m too, give the same bits both ways; a row of odd count of them,
+ * and rows that are not whole blocks refused. */
+static void grouped_q4_1_is_q4_1_blocks(tc_dtype dt, int share, uint64_t seed)
 {
-    (void)state;
-    rng_t r = { 41 };
+    rng_t r = { seed };
     enum { BLOCKS = 7 };
-    uint8_t g64[BLOCKS * 36], q41[BLOCKS * 2 * 20];
-    for (int i = 0; i < (int)sizeof g64; i++)
-        g64[i] = (uint8_t)rng_next(&r);
+    const int be = 32 * share, bb = 4 + 16 * share;
+    uint8_t g[BLOCKS * 68], q41[BLOCKS * 4 * 20];
+    for (int i = 0; i < BLOCKS * bb; i++)
+        g[i] = (uint8_t)rng_next(&r);
     for (int b = 0; b < BLOCKS; b++) {
         uint16_t d = tc__f32_to_f16((float)rng_uniform(&r, 0.001, 0.2)),
                  m = tc__f32_to_f16((float)rng_uniform(&r, -2.0, 2.0));
-        memcpy(g64 + 36 * b, &d, 2), memcpy(g64 + 36 * b + 2, &m, 2);
-        for (int h = 0; h < 2; h++) {
-            uint8_t *o = q41 + 20 * (2 * b + h);
-            memcpy(o, g64 + 36 * b, 4);
-            memcpy(o + 4, g64 + 36 * b + 4 + 16 * h, 16);
+        memcpy(g + bb * b, &d, 2), memcpy(g + bb * b + 2, &m, 2);
+        for (int h = 0; h < share; h++) {
+            uint8_t *o = q41 + 20 * (share * b + h);
+            memcpy(o, g + bb * b, 4);
+            memcpy(o + 4, g + bb * b + 4 + 16 * h, 16);
         }
     }
-    float got[BLOCKS * 64], want[BLOCKS * 64];
-    assert_true(tc__dequant_row(TC_DTYPE_Q4_1_G64, g64, BLOCKS * 64, got));
-    assert_true(tc__dequant_row(TC_DTYPE_Q4_1, q41, BLOCKS * 64, want));
-    assert_memory_equal(got, want, sizeof got);
+    float got[BLOCKS * 128], want[BLOCKS * 128];
+    assert_true(tc__dequant_row(dt, g, BLOCKS * be, got));
+    assert_true(tc__dequant_row(TC_DTYPE_Q4_1, q41, BLOCKS * be, want));
+    assert_memory_equal(got, want, sizeof(float) * BLOCKS * be);
     bool varied = false;
-    for (int i = 1; i < BLOCKS * 64; i++)
+    for (int i = 1; i < BLOCKS * be; i++)
         varied |= got[i] != got[0];
     assert_true(varied);
-    assert_int_equal(tc_dtype_block(TC_DTYPE_Q4_1_G64), 64);
-    assert_int_equal(tc_dtype_bytes(TC_DTYPE_Q4_1_G64, 128), 72);
-    assert_false(tc__dequant_row(TC_DTYPE_Q4_1_G64, g64, 96, got));
+    assert_int_equal(tc_dtype_block(dt), be);
+    assert_int_equal(tc_dtype_bytes(dt, 2 * be), 2 * bb);
+    assert_false(tc__dequant_row(dt, g, be + 32, got));
+}
+
+static void q4_1_g64_and_g128_are_q4_1_blocks_sharing_d_and_m(void **state)
+{
+    (void)state;
+    grouped_q4_1_is_q4_1_blocks(TC_DTYPE_Q4_1_G64, 2, 41);
+    grouped_q4_1_is_q4_1_blocks(TC_DTYPE_Q4_1_G128, 4, 43);
 }
 
 static void embedding_gathers_rows_of_every_dtype(void **state)
 {
     (void)state;
     rng_t r = { 3 };
-    const tc_dtype tables[] = { TC_DTYPE_F32,  TC_DTYPE_BF16,    TC_DTYPE_F16,  TC_DTYPE_Q8_0,
-                                TC_DTYPE_Q4_0, TC_DTYPE_Q4_1,    TC_DTYPE_Q5_0, TC_DTYPE_Q5_1,
-                                TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,    TC_DTYPE_Q4_K, TC_DTYPE_Q5_K,
-                                TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64 };
+    const tc_dtype tables[] = { TC_DTYPE_F32,  TC_DTYPE_BF16,     TC_DTYPE_F16,      TC_DTYPE_Q8_0,
+                                TC_DTYPE_Q4_0, TC_DTYPE_Q4_1,     TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
+                                TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,     TC_DTYPE_Q4_K,     TC_DTYPE_Q5_K,
+                                TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
     for (size_t ti = 0; ti < sizeof tables / sizeof tables[0]; ti++)
         for (size_t oi = 0; oi < 3; oi++) {
             int64_t vocab = 131,
@@ -385,10 +392,10 @@ static void matmul_every_weight_dtype_and_odd_shapes(void **state)
 {
     (void)state;
     rng_t r = { 6 };
-    const tc_dtype ws[] = { TC_DTYPE_F32,  TC_DTYPE_BF16,    TC_DTYPE_F16,  TC_DTYPE_Q8_0,
-                            TC_DTYPE_Q4_0, TC_DTYPE_Q4_1,    TC_DTYPE_Q5_0, TC_DTYPE_Q5_1,
-                            TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,    TC_DTYPE_Q4_K, TC_DTYPE_Q5_K,
-                            TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64 };
+    const tc_dtype ws[] = { TC_DTYPE_F32,  TC_DTYPE_BF16,     TC_DTYPE_F16,      TC_DTYPE_Q8_0,
+                            TC_DTYPE_Q4_0, TC_DTYPE_Q4_1,     TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
+                            TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,     TC_DTYPE_Q4_K,     TC_DTYPE_Q5_K,
+                            TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
     const int64_t shapes[][3] = {
         { 1, 1, 1 }, { 3, 5, 3 }, { 127, 33, 127 }, { 2, 3, 4097 }, { 9, 127, 96 }
     };
@@ -442,9 +449,9 @@ static void linear_fuses_norm_swiglu_and_residual(void **state)
 {
     (void)state;
     rng_t r = { 61 };
-    const tc_dtype ws[] = { TC_DTYPE_F32,  TC_DTYPE_BF16, TC_DTYPE_Q8_0,
-                            TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_1,
-                            TC_DTYPE_Q3_K, TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64 };
+    const tc_dtype ws[] = { TC_DTYPE_F32,      TC_DTYPE_BF16,     TC_DTYPE_Q8_0, TC_DTYPE_Q4_0,
+                            TC_DTYPE_Q4_1,     TC_DTYPE_Q5_1,     TC_DTYPE_Q3_K, TC_DTYPE_Q6_K,
+                            TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
     const int64_t shapes[][3] = { { 1, 1, 32 }, { 3, 5, 96 }, { 9, 33, 4097 }, { 2, 127, 64 } };
     for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
         for (size_t xi = 0; xi < 3; xi++)
@@ -1634,7 +1641,7 @@ int main(void)
         cmocka_unit_test(fp8_e4m3_matches_its_definition),
         cmocka_unit_test(tensors_copy_slice_and_reshape),
         cmocka_unit_test(host_tensors_beyond_available_memory_are_refused),
-        cmocka_unit_test(q4_1_g64_is_two_q4_1_blocks_sharing_d_and_m),
+        cmocka_unit_test(q4_1_g64_and_g128_are_q4_1_blocks_sharing_d_and_m),
         cmocka_unit_test(embedding_gathers_rows_of_every_dtype),
         cmocka_unit_test(gather_columns_in_any_order),
         cmocka_unit_test(rmsnorm_with_and_without_residual),
