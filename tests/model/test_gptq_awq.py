@@ -406,49 +406,45 @@ def test_malformed_folder_is_one_clear_error(what, ids, tmp_path):
     assert words in lines[0], lines[0]
 
 
-def test_info_names_the_quantisation(tmp_path):
-    if not os.path.exists(EXE):
-        pytest.skip(f"{EXE} is not built")
-    d = str(tmp_path / "q")
-    Q.write(d, "gptq-sym4", seed=7)
+def info_of(tmp_path, case):
+    """thincuda info's output on a folder of the case (CPU), and the folder's modules."""
+    d = str(tmp_path / case)
+    modules = Q.write(d, case, seed=7)
     tok = os.path.join(HERE, "data", "mistral-v1.tokenizer.json")  # info opens the tokenizer
     shutil.copy(tok, os.path.join(d, "tokenizer.json"))
     r = subprocess.run([EXE, "info", "--model", d, "--device", "cpu"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "GPTQ 4-bit, group 64, symmetric, act-order no, format gptq (zeros stored less 1)" in r.stdout, r.stdout
-    assert "q4_0 x14" in r.stdout, r.stdout
-    assert "14 matrices" in r.stdout, r.stdout
-    d = str(tmp_path / "a")
-    Q.write(d, "awq", seed=7)
-    shutil.copy(tok, os.path.join(d, "tokenizer.json"))
-    r = subprocess.run([EXE, "info", "--model", d, "--device", "cpu"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "AWQ 4-bit, group 64, zero points, act-order no, format gemm" in r.stdout, r.stdout
-    assert "q4_1_g64 x14" in r.stdout, r.stdout
+    return r.stdout, modules
+
+
+def held_ratio(out):
+    """The matrices' bytes as held against the checkpoint's, as info prints it."""
+    m = re.search(r"MiB in the checkpoint, held in [\d.]+ MiB \(([\d.]+)x\)", out)
+    assert m, out
+    return float(m.group(1))
+
+
+def test_info_names_the_quantisation(tmp_path):
+    if not os.path.exists(EXE):
+        pytest.skip(f"{EXE} is not built")
+    out, _ = info_of(tmp_path, "gptq-sym4")
+    assert "GPTQ 4-bit, group 64, symmetric, act-order no, format gptq (zeros stored less 1)" in out, out
+    assert "q4_0 x14" in out, out
+    assert "14 matrices" in out, out
+    out, _ = info_of(tmp_path, "awq")
+    assert "AWQ 4-bit, group 64, zero points, act-order no, format gemm" in out, out
+    assert "q4_1_g64 x14" in out, out
     # Held against the checkpoint's bytes: 36 bytes a 64 weights against 32 of qweight, 2 of
     # scales and 0.5 of qzeros (1.04x)
-    m = re.search(r"MiB in the checkpoint, held in [\d.]+ MiB \(([\d.]+)x\)", r.stdout)
-    assert m, r.stdout
-    assert abs(float(m.group(1)) - 36 / 34.5) < 0.006, r.stdout
-    d = str(tmp_path / "c")
-    Q.write(d, "ct-w4a16-asym", seed=7)
-    shutil.copy(tok, os.path.join(d, "tokenizer.json"))
-    r = subprocess.run([EXE, "info", "--model", d, "--device", "cpu"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert ("compressed-tensors 4-bit, group 32, zero points, act-order no, format pack-quantized"
-            in r.stdout), r.stdout
-    assert "q4_1 x14" in r.stdout, r.stdout
+    assert abs(held_ratio(out) - 36 / 34.5) < 0.006, out
+    out, _ = info_of(tmp_path, "ct-w4a16-asym")
+    assert "compressed-tensors 4-bit, group 32, zero points, act-order no, format pack-quantized" in out, out
+    assert "q4_1 x14" in out, out
     # A group per column as q4_1_g128: 68 bytes a 128 weights against 64 of qweight and a row's
     # scale, zero and its inputs' g_idx (0.96x at these 128 x 128 matrices; 7B's: 1.06x)
-    d = str(tmp_path / "col")
-    modules = Q.write(d, "gptq-asym4-col", seed=7)
+    out, modules = info_of(tmp_path, "gptq-asym4-col")
     ckpt = sum(p.nbytes for parts in modules.values() for p in parts.values())
     held = sum(parts["qweight"].size * 8 // 128 * 68 for parts in modules.values())
-    shutil.copy(tok, os.path.join(d, "tokenizer.json"))
-    r = subprocess.run([EXE, "info", "--model", d, "--device", "cpu"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "GPTQ 4-bit, per column, zero points" in r.stdout, r.stdout
-    assert "q4_1_g128 x14" in r.stdout, r.stdout
-    m = re.search(r"MiB in the checkpoint, held in [\d.]+ MiB \(([\d.]+)x\)", r.stdout)
-    assert m, r.stdout
-    assert abs(float(m.group(1)) - held / ckpt) < 0.006, r.stdout
+    assert "GPTQ 4-bit, per column, zero points" in out, out
+    assert "q4_1_g128 x14" in out, out
+    assert abs(held_ratio(out) - held / ckpt) < 0.006, out
