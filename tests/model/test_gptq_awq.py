@@ -291,6 +291,30 @@ L0 = "model.layers.0.self_attn.q_proj."
 K0 = "model.layers.0.self_attn.k_proj."
 
 
+@pytest.mark.parametrize("case,want", [("gptq-asym4-v2", "f32"), ("gptq-sym4-col", "q4_0")])
+def test_a_minimum_beyond_f16_takes_another_type(case, want, tmp_path):
+    """q4_1's m = -s z must stay finite in f16: layer 0's q_proj with one scale of 8192 (and
+    that output's zero 15 where it has zero points) is held as f32 with zero points and as q4_0
+    without (z = 8: -8 s = -65536, beyond f16's 65504), equal to the reference unpacking bit for
+    bit either way; k_proj keeps q4_1_g128."""
+    d = str(tmp_path / "q")
+    modules = Q.write(d, case, seed=5)
+    parts = dict(modules["model.layers.0.self_attn.q_proj"])
+    parts["scales"] = parts["scales"].copy()
+    parts["scales"][0, 0] = 8192
+    if not Q.CASES[case][3]:
+        qz = parts["qzeros"].view(np.uint32).copy()
+        qz[0, 0] = (qz[0, 0] & ~np.uint32(15)) | np.uint32(15)  # gptq_v2: z as stored
+        parts["qzeros"] = qz.view(np.int32)
+    edit(d, lambda t: t.update({L0 + "scales": parts["scales"], L0 + "qzeros": parts["qzeros"]}))
+    held, got = loaded(d, "blk.0.attn_q.weight", str(tmp_path))
+    assert held == want
+    ref = Q.unpack(case, parts).reshape(-1)
+    assert np.isfinite(ref).all() and np.abs(ref).max() >= 8192  # the edited output is there
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+    assert loaded(d, "blk.0.attn_k.weight", str(tmp_path))[0] == "q4_1_g128"
+
+
 def ct(c):
     return c["quantization_config"]
 
