@@ -740,7 +740,7 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
 {
     constexpr Layout L = layout(DT);
     constexpr int GS = kGS<DT>, PARTS = GS / 4, SETS = Step<DT>::S * L.block / (8 * GS);
-    // A column's chunk of 32 within the step (types of 32- and 64-element blocks) and whether the
+    // A column's chunk of 32 within the step (types of 32-, 64- and 128-element blocks) and whether the
     // step has it.
     auto valid = [&](int t, int c) { return L.block == 256 || (uint32_t)(4 * t + (c & 3)) < cnt * (L.block / 32); };
 #pragma unroll

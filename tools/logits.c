@@ -56,7 +56,8 @@ int main(int argc, char **argv)
     const tc_gguf *src = &g;
     struct stat sb;
     if (stat(argv[1], &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        if (tc_hf_open_packed(&hf, argv[1]) != TC_OK)
+        /* (split: whole blocks of at most 64 for the ranks, as thincuda holds them) */
+        if (tc_hf_open_packed_ex(&hf, argv[1], ranks > 1 ? 64 : 0) != TC_OK)
             return die("open");
         src = &hf.view;
         cfg = hf.cfg;

@@ -506,13 +506,14 @@ int tc_cli_bench(int argc, char **argv)
             json_decref(schema);
             return 2;
         }
-        if (o.tokenizer && !tc_cli_model_open(&f, o.tokenizer, false, true, "thincuda bench")) {
+        if (o.tokenizer && !tc_cli_model_open(&f, o.tokenizer, false, true, 1, "thincuda bench")) {
             tc_cli_model_close(&f);
             json_decref(schema);
             return 1;
         }
     } else {
-        if (!tc_cli_model_open(&f, o.model, true, constrained, "thincuda bench")) {
+        if (!tc_cli_model_open(&f, o.model, true, constrained, o.tensor_parallel,
+                               "thincuda bench")) {
             tc_cli_model_close(&f);
             json_decref(schema);
             return 1;

@@ -56,9 +56,11 @@ typedef struct tc_cli_model {
     tc_tokenizer *tok;
 } tc_cli_model;
 /* Open path; without `config` a GGUF's configuration is not read (its tensors may be absent),
- * without `tokenizer` none is built. False after one sentence on stderr; close either way. */
+ * without `tokenizer` none is built. tensor_parallel: the ranks asked for (1: none), which hold
+ * a folder's 4-bit matrices in blocks of at most 64 (tc_hf_open_packed_ex). False after one
+ * sentence on stderr; close either way. */
 bool tc_cli_model_open(tc_cli_model *f, const char *path, bool config, bool tokenizer,
-                       const char *who);
+                       int tensor_parallel, const char *who);
 /* The chat template's source the model carries; ptr NULL when none. */
 tc_gguf_str tc_cli_model_template(const tc_cli_model *f);
 void tc_cli_model_close(tc_cli_model *f);

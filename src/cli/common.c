@@ -77,13 +77,14 @@ static bool model_fail(const char *who, const char *what)
 }
 
 bool tc_cli_model_open(tc_cli_model *f, const char *path, bool config, bool tokenizer,
-                       const char *who)
+                       int tensor_parallel, const char *who)
 {
     memset(f, 0, sizeof *f);
     struct stat sb;
     f->is_hf = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
     if (f->is_hf) {
-        if (tc_hf_open_packed(&f->hf, path) != TC_OK)
+        int max_block = tc_cli_tp_wanted(tensor_parallel) ? 64 : 0;
+        if (tc_hf_open_packed_ex(&f->hf, path, max_block) != TC_OK)
             return model_fail(who, "cannot load the model");
         f->src = &f->hf.view;
         f->cfg = f->hf.cfg;

@@ -261,7 +261,8 @@ static int open_files(session *s)
 {
     if (s->t_start == 0)
         s->t_start = tc_host_seconds();
-    return tc_cli_model_open(&s->f, s->o.model, true, true, "thincuda") ? 0 : 1;
+    return tc_cli_model_open(&s->f, s->o.model, true, true, s->o.tensor_parallel, "thincuda") ? 0
+                                                                                              : 1;
 }
 
 /* Pick the backend, place the weights and allocate a KV cache of ctx tokens. */

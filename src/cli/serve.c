@@ -263,7 +263,8 @@ static bool fail(served *s, const char *what)
 static bool open_model(served *s)
 {
     /* With --shape only the tokenizer is read: a GGUF may have no tensors. */
-    if (!tc_cli_model_open(&s->f, s->o.model, !s->o.shape, true, "thincuda serve")) {
+    if (!tc_cli_model_open(&s->f, s->o.model, !s->o.shape, true, s->o.tensor_parallel,
+                           "thincuda serve")) {
         s->failed = true;
         return false;
     }

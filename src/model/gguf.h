@@ -62,7 +62,7 @@ typedef enum tc_ggml_type {
     TC_GGML_TQ2_0 = 35,
     /* Not ggml types and never read from a file: thincuda's q4_1 with one d and m for 64 or
      * 128 elements (tc_dtype TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128), what GPTQ and AWQ groups
-     * of 64 and of 128 and more are packed into. */
+     * of 64 and of multiples of 128 are packed into. */
     TC_GGML_Q4_1_G64 = 36,
     TC_GGML_Q4_1_G128 = 37,
 } tc_ggml_type;

@@ -469,7 +469,7 @@ static void read_template(tc_hf *hf, const char *dir)
     json_decref(j);
 }
 
-static tc_status open_dir(tc_hf *hf, const char *dir, bool packed)
+static tc_status open_dir(tc_hf *hf, const char *dir, bool packed, int max_block)
 {
     const char *op = "tc_hf_open";
     memset(hf, 0, sizeof *hf);
@@ -489,6 +489,7 @@ static tc_status open_dir(tc_hf *hf, const char *dir, bool packed)
         goto done;
     }
     TC_CHECK(st, read_config(hf, cfg));
+    hf->quant.max_block = max_block;
     if (!exists(hf->tokenizer_json)) {
         tc_host_free(hf->tokenizer_json);
         hf->tokenizer_json = NULL;
@@ -555,12 +556,20 @@ fail:
 
 tc_status tc_hf_open(tc_hf *hf, const char *dir)
 {
-    return open_dir(hf, dir, false);
+    return open_dir(hf, dir, false, 0);
 }
 
 tc_status tc_hf_open_packed(tc_hf *hf, const char *dir)
 {
-    return open_dir(hf, dir, true);
+    return open_dir(hf, dir, true, 0);
+}
+
+tc_status tc_hf_open_packed_ex(tc_hf *hf, const char *dir, int max_block)
+{
+    if (max_block < 0)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_hf_open",
+                            "max_block is %d; want 0 or more", max_block);
+    return open_dir(hf, dir, true, max_block);
 }
 
 void tc_hf_close(tc_hf *hf)

@@ -40,6 +40,8 @@ typedef struct tc_hf_quant {
                                   weight_packed, _zero_point, _scale and _shape) */
     uint64_t held_bytes;       /* the same matrices as the loader holds them (their block types'
                                   bytes, or f32) */
+    int max_block;             /* the loader's: the largest block it holds them in (0: any; 64:
+                                  no q4_1_g128, tc_hf_open_packed_ex) */
 } tc_hf_quant;
 
 typedef struct tc_hf {
@@ -61,14 +63,19 @@ typedef struct tc_hf {
  * architecture X"), map every safetensors file and check each header (dtype F32/F16/BF16, I32
  * and I64 for quantised parts; shape, offsets inside the file and matching the shape). A GPTQ, AWQ
  * or compressed-tensors folder's matrices are repacked on the host into GGUF q4_0, q4_1 or q8_0
- * blocks that the kernels read as they are (f32 where blocks cannot express them, e.g. act-order),
- * under the same names. Errors name the file and problem. */
+ * blocks, or our q4_1_g64 and q4_1_g128 (src/model/hfquant.c), that the kernels read as they are
+ * (f32 where blocks cannot express them, e.g. act-order groups that are not whole 32-element
+ * blocks), under the same names. Errors name the file and problem. */
 TC_API tc_status tc_hf_open(tc_hf *hf, const char *dir);
-/* As tc_hf_open, except that the matrices that become q4_0, q4_1, q4_1_g64 or q8_0 blocks are left
- * as the files hold them: their view tensors have NULL data and `packed` set, and tc_llama_load
- * packs each as it places it (on the GPU for CUDA, where the host would spend about a second
- * on a 7B model). For loading a model; readers of the view's bytes use tc_hf_open. */
+/* As tc_hf_open, except that the matrices that become q4_0, q4_1, q4_1_g64, q4_1_g128 or q8_0
+ * blocks are left as the files hold them: their view tensors have NULL data and `packed` set, and
+ * tc_llama_load packs each as it places it (on the GPU for CUDA, where the host would spend about a
+ * second on a 7B model). For loading a model; readers of the view's bytes use tc_hf_open. */
 TC_API tc_status tc_hf_open_packed(tc_hf *hf, const char *dir);
+/* As tc_hf_open_packed, holding 4-bit matrices in blocks of at most max_block elements (0: any;
+ * 64: q4_1_g64 or q4_0 where q4_1_g128 would be smaller). Tensor parallelism gives each rank
+ * whole blocks of attn_output's columns: heads of 64 columns split one by one only under 64. */
+TC_API tc_status tc_hf_open_packed_ex(tc_hf *hf, const char *dir, int max_block);
 /* Unmap and free; closing a zeroed hf is a no-op. */
 TC_API void tc_hf_close(tc_hf *hf);
 

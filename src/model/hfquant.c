@@ -440,10 +440,11 @@ static const char *group_order(tc__hfq_linear *l, reader *r)
 }
 
 /* The type a checked matrix is held in: blocks when every 32 inputs share a group, the type of
- * the fewest bytes that holds the values exactly: for 4 bits q4_1_g128 where every 128 share a
- * group and its m = -s z stays finite (symmetric ones too: -8 s is exact), else q4_0 when
- * every zero is the midpoint, else q4_1_g64 where every 64 share one, else q4_1 (m finite);
- * q8_0 for 8 bits with midpoint zeros. Else f32 with the reason. */
+ * the fewest bytes that holds its values (zero points' m = -s z rounded to f16 once): for 4 bits
+ * q4_1_g128 where every 128 share a group, its m stays finite and the loader allows blocks of
+ * 128 (cfg->max_block; symmetric ones too, -8 s being exact, unless a scale is infinite or
+ * NaN), else q4_0 when every zero is the midpoint, else q4_1_g64 where every 64 share one, else
+ * q4_1 (m finite); q8_0 for 8 bits with midpoint zeros. Else f32 with the reason. */
 static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
 {
     reader r = reader_of(cfg, l);
@@ -465,7 +466,8 @@ static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
                 if (tc__f16_to_f32(tc__f32_to_f16(v)) != v)
                     l->why = "scales that f16 does not hold exactly";
             }
-    bool mid = true, finite = true;
+    /* special: a scale of infinity or NaN, whose q4_1 m is not -s z's value in s (q - z) */
+    bool mid = true, finite = true, special = false;
     int half = 1 << (cfg->bits - 1);
     for (uint64_t g = 0; g < l->groups && !l->why; g++)
         for (uint64_t j = 0; j < l->out; j++) {
@@ -475,6 +477,7 @@ static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
              * exponent field of 27: the exact test runs for those alone. */
             if (cfg->bits == 4) {
                 uint16_t sb = scale_of(&r, g, j);
+                special |= (sb & 0x7c00) == 0x7c00;
                 if ((sb & 0x7c00) >= (27 << 10))
                     finite &= (q4_1_min(sb, z) & 0x7c00) != 0x7c00 || (sb & 0x7c00) == 0x7c00;
             }
@@ -485,7 +488,8 @@ static void choose(const tc_hf_quant *cfg, tc__hfq_linear *l)
         l->type = TC_GGML_Q8_0;
     else if (cfg->bits == 8)
         l->type = TC_GGML_F32, l->why = "asymmetric 8-bit: q - z does not fit q8_0's int8";
-    else if (finite && shared_by(&r, 128))
+    else if (finite && !(mid && special) && (!cfg->max_block || cfg->max_block >= 128) &&
+             shared_by(&r, 128))
         l->type = TC_GGML_Q4_1_G128;
     else if (mid)
         l->type = TC_GGML_Q4_0;

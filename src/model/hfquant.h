@@ -24,7 +24,7 @@ typedef struct tc__hfq_linear {
     char gguf[64];                     /* its weight's GGUF name ("blk.0.ffn_up.weight") */
     tc_safetensor part[TC__HFQ_PARTS]; /* data NULL where absent; name not kept */
     uint64_t in, out, groups;          /* inputs (k), outputs (rows), scale groups */
-    tc_ggml_type type;                 /* q4_0, q4_1, q4_1_g64, q8_0 or f32 */
+    tc_ggml_type type;                 /* q4_0, q4_1, q4_1_g64, q4_1_g128, q8_0 or f32 */
     const char *why;                   /* why it is f32, or NULL */
     uint32_t *perm;                    /* act-order: block input i is the checkpoint's input
                                           perm[i] (its groups in order); NULL: in order */

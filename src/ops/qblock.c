@@ -40,7 +40,7 @@ static void q4_1(const uint8_t *b, float *y)
     nibbles(b + 4, half(b), half(b + 2), y);
 }
 
-/* Q4_1_G64 and Q4_1_G128 (ours, for GPTQ's and AWQ's groups of 64 and of 128 and more:
+/* Q4_1_G64 and Q4_1_G128 (ours, for GPTQ's and AWQ's groups of 64 and of multiples of 128:
  * src/model/hfquant.c): f16 d, f16 m, then the 16 nibble bytes of two (four) Q4_1 blocks of 32
  * elements that share them. */
 static void q4_1_g64(const uint8_t *b, float *y)

@@ -19,7 +19,7 @@ extern "C" {
  * scales, value d sc (q - 4 when the high bit is clear); Q6_K: int8 scales, value d sc (q -
  * 32)). Q4_1_G64 and Q4_1_G128 are ours, no GGUF types: Q4_1's d and m once for 64 (128)
  * elements, then the 16 nibble bytes of each 32 as Q4_1 holds them (36 and 68 bytes; what
- * GPTQ and AWQ groups of 64 and of 128 and more are packed into). src/ops/qblock.c dequantises
+ * GPTQ and AWQ groups of 64 and of multiples of 128 are packed into). src/ops/qblock.c dequantises
  * each. On CUDA a block tensor is held in the same bytes split into planes (each field of every
  * block together; kernels/quant.cu), converted by the host copies. F8E4M3 is the OCP 8-bit float
  * E4M3 ("e4m3fn": 4 exponent bits of bias 7, 3 mantissa bits, no infinities, 0x7f and 0xff NaN,

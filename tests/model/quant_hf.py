@@ -34,6 +34,8 @@ SHAPES = {  # dim, ffn, heads, kv heads, layers, vocab
     "tiny": (128, 256, 4, 2, 2, 256),
     # heads of 64 columns: tensor parallelism over 4 ranks in whole q4_1_g64 blocks
     "tiny-h64": (256, 512, 4, 4, 2, 256),
+    # odd counts of 128-element blocks in a row (3 and 5)
+    "tiny-odd": (384, 640, 6, 2, 2, 256),
     "smollm2-135m": (576, 1536, 9, 3, 30, 49152),
     "llama3.2-1b": (2048, 8192, 32, 8, 16, 128256),
     "llama2-7b": (4096, 11008, 32, 32, 32, 32000),
@@ -49,6 +51,8 @@ CASES = {
     "gptq-asym8": ("gptq", 8, 64, False, False, "gptq", "f32"),
     "gptq-desc": ("gptq", 4, 32, True, True, "gptq", "q4_0"),
     "gptq-desc-asym4": ("gptq", 4, 64, False, True, "gptq", "q4_1_g64"),
+    "gptq-desc-g128": ("gptq", 4, 128, False, True, "gptq", "q4_1_g128"),
+    "gptq-desc-sym-g128": ("gptq", 4, 128, True, True, "gptq_v2", "q4_1_g128"),
     "gptq-desc8": ("gptq", 8, 64, True, "apart", "gptq_v2", "q8_0"),
     "awq": ("awq", 4, 64, False, False, "gemm", "q4_1_g64"),
     "awq-g128": ("awq", 4, 128, False, False, "gemm", "q4_1_g128"),

@@ -249,10 +249,14 @@ static void broken_gguf_headers_are_parse_errors(void **state)
     b = gguf_image("llama", -1, 3, t);
     EXPECT_ERROR(tc_gguf_parse(&g, b.p, b.n), TC_ERR_PARSE, "unknown ggml type 99");
     free(b.p);
-    /* Our own q4_1_g64 (its id in our tables) is not a type a GGUF file holds. */
+    /* Our own q4_1_g64 and q4_1_g128 (their ids in our tables) are not types a GGUF file holds. */
     t.type = TC_GGML_Q4_1_G64;
     b = gguf_image("llama", -1, 3, t);
     EXPECT_ERROR(tc_gguf_parse(&g, b.p, b.n), TC_ERR_PARSE, "unknown ggml type 36");
+    free(b.p);
+    t.type = TC_GGML_Q4_1_G128;
+    b = gguf_image("llama", -1, 3, t);
+    EXPECT_ERROR(tc_gguf_parse(&g, b.p, b.n), TC_ERR_PARSE, "unknown ggml type 37");
     free(b.p);
     free(good.p);
 }

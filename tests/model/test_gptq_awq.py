@@ -46,8 +46,18 @@ def loaded(folder, name, tmp):
 
 @pytest.mark.parametrize("case", list(Q.CASES))
 def test_weights_equal_the_reference_unpacking(case, tmp_path):
+    weights_equal_the_reference(case, "tiny", tmp_path)
+
+
+@pytest.mark.parametrize("case", ["gptq-asym4-col", "gptq-sym4-col", "awq-g128", "gptq-desc-g128"])
+def test_odd_counts_of_128_blocks_equal_the_reference(case, tmp_path):
+    """Rows of 3 and 5 q4_1_g128 blocks (384 and 640 inputs)."""
+    weights_equal_the_reference(case, "tiny-odd", tmp_path)
+
+
+def weights_equal_the_reference(case, shape, tmp_path):
     d = str(tmp_path / "q")
-    modules = Q.write(d, case, seed=3)
+    modules = Q.write(d, case, shape, seed=3)
     want_type = Q.CASES[case][6]
     for module, parts in modules.items():
         layer = module.split(".")[2]
@@ -291,17 +301,18 @@ L0 = "model.layers.0.self_attn.q_proj."
 K0 = "model.layers.0.self_attn.k_proj."
 
 
-@pytest.mark.parametrize("case,want", [("gptq-asym4-v2", "f32"), ("gptq-sym4-col", "q4_0")])
-def test_a_minimum_beyond_f16_takes_another_type(case, want, tmp_path):
+@pytest.mark.parametrize("case,scale,want", [("gptq-asym4-v2", 8192, "f32"), ("gptq-sym4-col", 8192, "q4_0"),
+                                            ("gptq-sym4-col", 8188, "q4_1_g128")])
+def test_a_minimum_beyond_f16_takes_another_type(case, scale, want, tmp_path):
     """q4_1's m = -s z must stay finite in f16: layer 0's q_proj with one scale of 8192 (and
     that output's zero 15 where it has zero points) is held as f32 with zero points and as q4_0
-    without (z = 8: -8 s = -65536, beyond f16's 65504), equal to the reference unpacking bit for
-    bit either way; k_proj keeps q4_1_g128."""
+    without (z = 8: -8 s = -65536, beyond f16's 65504), with 8188 (-65504) as q4_1_g128, equal
+    to the reference unpacking bit for bit; k_proj keeps q4_1_g128."""
     d = str(tmp_path / "q")
     modules = Q.write(d, case, seed=5)
     parts = dict(modules["model.layers.0.self_attn.q_proj"])
     parts["scales"] = parts["scales"].copy()
-    parts["scales"][0, 0] = 8192
+    parts["scales"][0, 0] = scale
     if not Q.CASES[case][3]:
         qz = parts["qzeros"].view(np.uint32).copy()
         qz[0, 0] = (qz[0, 0] & ~np.uint32(15)) | np.uint32(15)  # gptq_v2: z as stored

@@ -55,12 +55,13 @@ def test_split_file_gives_the_unsplit_logits(mix, ids, tmp_path):
         assert (got.argmax(1) == want.argmax(1)).all()
 
 
-@pytest.mark.parametrize("case", ["gptq-asym4", "awq", "ct-w8a16"])
+@pytest.mark.parametrize("case", ["gptq-asym4", "awq", "ct-w8a16", "awq-g128", "gptq-sym4-col"])
 def test_split_quantised_folder_gives_the_unsplit_logits(case, ids, tmp_path):
     """A GPTQ, AWQ or compressed-tensors folder (tests/model/quant_hf.py's tiny shapes), whose
     matrices the loader packs per tensor on the host when a split cuts them. AWQ's groups of 64
     are q4_1_g64 blocks of 64 columns: heads of 64 (heads of 32 over 4 ranks are refused, as
-    half a block)."""
+    half a block). Groups of 128 and per column, q4_1_g128 on one rank, are held in blocks of
+    64 when split (tc_hf_open_packed_ex), so heads of 64 split one by one too."""
     sys.path.insert(0, HERE)
     import quant_hf as H
 
@@ -71,7 +72,7 @@ def test_split_quantised_folder_gives_the_unsplit_logits(case, ids, tmp_path):
         assert r.returncode != 0
         assert "32 columns of attn_output, not whole q4_1_g64 blocks of 64" in r.stderr, r.stderr
         shutil.rmtree(path)
-    H.write(path, case, "tiny-h64" if case == "awq" else "tiny", vocab=VOCAB)
+    H.write(path, case, "tiny-h64" if case in ("awq", "awq-g128", "gptq-sym4-col") else "tiny", vocab=VOCAB)
     r1, want = logits(path, ids, str(tmp_path), 1)
     assert r1.returncode == 0, r1.stderr
     for ranks in (2, 4):
