@@ -566,9 +566,11 @@ tc_status tc_hf_open_packed(tc_hf *hf, const char *dir)
 
 tc_status tc_hf_open_packed_ex(tc_hf *hf, const char *dir, int max_block)
 {
-    if (max_block < 0)
+    if (max_block < 0) {
+        memset(hf, 0, sizeof *hf); /* (closing it stays a no-op) */
         return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_hf_open",
                             "max_block is %d; want 0 or more", max_block);
+    }
     return open_dir(hf, dir, true, max_block);
 }
 

@@ -356,6 +356,9 @@ static void broken_hf_folders_name_the_problem(void **state)
     char path[256];
     tc_hf hf;
     EXPECT_ERROR(tc_hf_open(&hf, dir), TC_ERR_NOT_FOUND, "has no config.json");
+    EXPECT_ERROR(tc_hf_open_packed_ex(&hf, dir, -1), TC_ERR_INVALID_ARGUMENT,
+                 "max_block is -1; want 0 or more");
+    tc_hf_close(&hf); /* a no-op after that error */
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
     fputs("{\"model_type\": \"gpt2\", \"hidden_size\": 8}", f);
