@@ -561,7 +561,7 @@ tc_status tc_hf_open(tc_hf *hf, const char *dir)
 
 tc_status tc_hf_open_packed(tc_hf *hf, const char *dir)
 {
-    return open_dir(hf, dir, true, 0);
+    return tc_hf_open_packed_ex(hf, dir, 0);
 }
 
 tc_status tc_hf_open_packed_ex(tc_hf *hf, const char *dir, int max_block)
