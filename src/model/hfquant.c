@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include "model/quant.h"
 #include "ops/internal.h"
 #include "runtime/error.h"
 #include "runtime/host.h"
@@ -769,12 +770,12 @@ tc_status tc__hfq_pack_device(const tc__hfq_linear *l, tc_tensor *t, int64_t row
     reader r = reader_of(cfg, l);
     bool awq = cfg->method == TC_HF_QUANT_AWQ;
     const tc_safetensor *p = l->part;
+    tc_dtype dt;
+    if (!tc_ggml_dtype(l->type, &dt) || !tc_dtype_is_block(dt))
+        return tc_set_error(TC_ERR_INTERNAL, "tc__hfq_pack_device",
+                            "%s is held as %s, not in blocks", l->gguf, tc_ggml_type_name(l->type));
     tc__quant_pack_desc d = {
-        .dtype = l->type == TC_GGML_Q4_0        ? TC_DTYPE_Q4_0
-                 : l->type == TC_GGML_Q4_1      ? TC_DTYPE_Q4_1
-                 : l->type == TC_GGML_Q4_1_G64  ? TC_DTYPE_Q4_1_G64
-                 : l->type == TC_GGML_Q4_1_G128 ? TC_DTYPE_Q4_1_G128
-                                                : TC_DTYPE_Q8_0,
+        .dtype = dt,
         .out = (int64_t)l->out,
         .in = (int64_t)l->in,
         .qw = r.qw,
