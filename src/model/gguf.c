@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "model/gguf.h"
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include "model/internal.h"
@@ -179,6 +180,53 @@ static bool str_eq(tc_gguf_str s, const char *c)
     return s.len == n && memcmp(s.ptr, c, n) == 0;
 }
 
+/* Orders of the tensor entries: by name (length first), and by where their data starts. */
+static int by_name(const void *a, const void *b)
+{
+    const tc_gguf_tensor *x = *(const tc_gguf_tensor *const *)a,
+                         *y = *(const tc_gguf_tensor *const *)b;
+    if (x->name.len != y->name.len)
+        return x->name.len < y->name.len ? -1 : 1;
+    return memcmp(x->name.ptr, y->name.ptr, x->name.len);
+}
+static int by_start(const void *a, const void *b)
+{
+    const tc_gguf_tensor *x = *(const tc_gguf_tensor *const *)a,
+                         *y = *(const tc_gguf_tensor *const *)b;
+    uintptr_t p = (uintptr_t)x->data, q = (uintptr_t)y->data;
+    return p < q ? -1 : p > q;
+}
+
+/* Every tensor name once, and no two tensors' data sharing a byte (the same bytes under
+ * several names would let a small file fill memory with a copy each): checked on the
+ * entries sorted by name, then by start, so that a file of many tensors costs n log n. */
+static tc_status check_tensors(tc_gguf *g, const reader *r)
+{
+    if (g->n_tensors < 2)
+        return TC_OK;
+    const tc_gguf_tensor **v = tc_host_alloc(sizeof *v * (size_t)g->n_tensors);
+    if (!v)
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_gguf", "%s: %llu tensor entries", r->what,
+                            (unsigned long long)g->n_tensors);
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        v[i] = &g->tensors[i];
+    tc_status st = TC_OK;
+    qsort(v, (size_t)g->n_tensors, sizeof *v, by_name);
+    for (uint64_t i = 1; i < g->n_tensors && st == TC_OK; i++)
+        if (!by_name(&v[i - 1], &v[i]))
+            st = fail(r, "tensor '%.*s' appears twice",
+                      (int)(v[i]->name.len < 80 ? v[i]->name.len : 80), v[i]->name.ptr);
+    if (st == TC_OK)
+        qsort(v, (size_t)g->n_tensors, sizeof *v, by_start);
+    for (uint64_t i = 1; i < g->n_tensors && st == TC_OK; i++)
+        if ((const uint8_t *)v[i - 1]->data + v[i - 1]->bytes > (const uint8_t *)v[i]->data)
+            st = fail(r, "tensors '%.*s' and '%.*s' share bytes of the data section",
+                      (int)(v[i - 1]->name.len < 80 ? v[i - 1]->name.len : 80), v[i - 1]->name.ptr,
+                      (int)(v[i]->name.len < 80 ? v[i]->name.len : 80), v[i]->name.ptr);
+    tc_host_free(v);
+    return st;
+}
+
 static tc_status parse(tc_gguf *g, reader *r)
 {
     uint32_t magic;
@@ -270,12 +318,11 @@ static tc_status parse(tc_gguf *g, reader *r)
         if (t->dims[0] % be)
             return fail(r, "tensor '%s': a row of %llu elements is not whole blocks", name,
                         (unsigned long long)t->dims[0]);
+        if (t->n_elements / be > UINT64_MAX / bb)
+            return fail(r, "tensor '%s' of %llu elements has more bytes than 64 bits count", name,
+                        (unsigned long long)t->n_elements);
         t->bytes = t->n_elements / be * bb;
         t->data = (const void *)(uintptr_t)offset; /* relative until the data section is known */
-        for (uint64_t j = 0; j < i; j++)
-            if (g->tensors[j].name.len == t->name.len &&
-                memcmp(g->tensors[j].name.ptr, t->name.ptr, t->name.len) == 0)
-                return fail(r, "tensor '%s' appears twice", name);
     }
     uint64_t pos = (uint64_t)(r->p - r->base);
     uint64_t data_start = (pos + g->alignment - 1) / g->alignment * g->alignment;
@@ -296,7 +343,7 @@ static tc_status parse(tc_gguf *g, reader *r)
                         (unsigned long long)t->bytes);
         t->data = r->base + data_start + off;
     }
-    return TC_OK;
+    return check_tensors(g, r);
 }
 
 tc_status tc_gguf_parse(tc_gguf *g, const void *buf, size_t bytes)

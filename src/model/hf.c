@@ -5,14 +5,27 @@
 #include "model/hf.h"
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "model/hfquant.h"
 #include "model/internal.h"
 #include "runtime/error.h"
 #include "runtime/host.h"
+#include "runtime/log.h"
 
 #define MAX_HEADER (100u << 20)
+
+typedef struct range {
+    uint64_t begin, end;
+    const char *name;
+} range;
+
+static int by_begin(const void *a, const void *b)
+{
+    const range *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
 
 tc_status tc_safetensors_parse(const void *buf, size_t bytes, const char *what,
                                tc_status (*fn)(void *ctx, const tc_safetensor *t), void *ctx)
@@ -39,6 +52,15 @@ tc_status tc_safetensors_parse(const void *buf, size_t bytes, const char *what,
     const char *key;
     json_t *v;
     tc_status st = TC_OK;
+    /* Each tensor's [begin, end), to check that no two share a byte: the format has them
+     * cover the data one after another, and the same bytes under several names would let a
+     * small file fill memory with a copy each. */
+    size_t n_ranges = 0;
+    range *ranges = tc_host_alloc(sizeof *ranges * (json_object_size(h) + 1));
+    if (!ranges) {
+        json_decref(h);
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "%s: no host memory", what);
+    }
     json_object_foreach(h, key, v)
     {
         if (!strcmp(key, "__metadata__"))
@@ -102,9 +124,20 @@ tc_status tc_safetensors_parse(const void *buf, size_t bytes, const char *what,
         }
         t.data = data + begin;
         t.bytes = (uint64_t)(end - begin);
+        if (end > begin)
+            ranges[n_ranges++] = (range){ (uint64_t)begin, (uint64_t)end, key };
         if ((st = fn(ctx, &t)) != TC_OK)
             break;
     }
+    if (st == TC_OK && n_ranges > 1) {
+        qsort(ranges, n_ranges, sizeof *ranges, by_begin);
+        for (size_t i = 1; i < n_ranges && st == TC_OK; i++)
+            if (ranges[i].begin < ranges[i - 1].end)
+                st = tc_set_error(TC_ERR_PARSE, op,
+                                  "%s: tensors '%.80s' and '%.80s' share bytes of the data", what,
+                                  ranges[i - 1].name, ranges[i].name);
+    }
+    tc_host_free(ranges);
     json_decref(h);
     return st;
 }
@@ -125,8 +158,11 @@ static bool exists(const char *path)
     return access(path, R_OK) == 0;
 }
 
-/* GGUF's name for a Hugging Face Llama tensor, or false for one the model does not use. */
-static bool gguf_name(const char *hf, char *out, size_t cap)
+/* GGUF's name for a Hugging Face Llama tensor: 1; 0 for one the model does not use; -1 for
+ * one of a layer from n_layers on (a checkpoint that config.json cuts short). Layer numbers
+ * are plain decimals ("model.layers.7.", not "07." or "+7."), so that no two names map to
+ * one. */
+static int gguf_name(const char *hf, int64_t n_layers, char *out, size_t cap)
 {
     static const struct {
         const char *hf, *gguf;
@@ -148,24 +184,37 @@ static bool gguf_name(const char *hf, char *out, size_t cap)
     for (size_t i = 0; i < sizeof top / sizeof *top; i++)
         if (!strcmp(hf, top[i].hf)) {
             snprintf(out, cap, "%s", top[i].gguf);
-            return true;
+            return 1;
         }
-    unsigned l;
-    int pos = 0;
-    if (sscanf(hf, "model.layers.%u.%n", &l, &pos) == 1 && pos > 0)
-        for (size_t i = 0; i < sizeof layer / sizeof *layer; i++)
-            if (!strcmp(hf + pos, layer[i].hf)) {
-                snprintf(out, cap, "blk.%u.%s", l, layer[i].gguf);
-                return true;
-            }
-    return false;
+    static const char prefix[] = "model.layers.";
+    if (strncmp(hf, prefix, sizeof prefix - 1))
+        return 0;
+    const char *p = hf + sizeof prefix - 1, *digits = p;
+    int64_t l = 0;
+    bool beyond = false;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        beyond |= l >= n_layers;
+        l = beyond ? l : 10 * l + (*p - '0');
+    }
+    beyond |= l >= n_layers;
+    if (p == digits || *p != '.' || (*digits == '0' && p - digits > 1))
+        return 0;
+    for (size_t i = 0; i < sizeof layer / sizeof *layer; i++)
+        if (!strcmp(p + 1, layer[i].hf)) {
+            if (beyond)
+                return -1;
+            snprintf(out, cap, "blk.%lld.%s", (long long)l, layer[i].gguf);
+            return 1;
+        }
+    return 0;
 }
 
 typedef struct collect {
     tc_hf *hf;
     uint64_t cap_tensors;
     size_t names_used, names_cap;
-    tc__hfq quant; /* the parts of quantised matrices, until they are repacked */
+    tc__hfq quant;   /* the parts of quantised matrices, until they are repacked */
+    uint64_t beyond; /* tensors of layers past config.json's count, left unread */
 } collect;
 
 /* Add a tensor to the view under GGUF name `name`; dims outermost first. */
@@ -214,13 +263,18 @@ static tc_status add_tensor(void *ctx, const tc_safetensor *t)
     char name[160], module[128], weight[160];
     int which;
     bool ct;
-    if (gguf_name(t->name, name, sizeof name))
+    int64_t n_layers = c->hf->cfg.n_layers;
+    int known = gguf_name(t->name, n_layers, name, sizeof name);
+    if (known > 0)
         return view_add(c, name, t->n_dims, t->dims, t->type, t->data, t->bytes);
-    if (!tc__hfq_part(t->name, module, sizeof module, &which, &ct))
-        return TC_OK; /* e.g. rotary_emb.inv_freq: recomputed, not read */
-    snprintf(weight, sizeof weight, "%s.weight", module);
-    if (!gguf_name(weight, name, sizeof name))
-        return TC_OK; /* a module the model does not use */
+    if (known == 0 && tc__hfq_part(t->name, module, sizeof module, &which, &ct)) {
+        snprintf(weight, sizeof weight, "%s.weight", module);
+        known = gguf_name(weight, n_layers, name, sizeof name);
+    }
+    if (known < 0)
+        c->beyond++;
+    if (known <= 0)
+        return TC_OK; /* a module the model does not use (or rotary_emb.inv_freq: recomputed) */
     if (c->hf->quant.method == TC_HF_QUANT_NONE) {
         if (which != TC__HFQ_QWEIGHT)
             return TC_OK;
@@ -479,7 +533,7 @@ static tc_status open_dir(tc_hf *hf, const char *dir, bool packed, int max_block
     hf->tokenizer_json = join(dir, "tokenizer.json");
     hf->tokenizer_config = join(dir, "tokenizer_config.json");
     json_t *ij = NULL;
-    collect c = { hf, 0, 0, 0, { 0 } };
+    collect c = { hf, 0, 0, 0, { 0 }, 0 };
     if (!cfg || !single || !index || !hf->tokenizer_json || !hf->tokenizer_config) {
         st = tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "no host memory");
         goto done;
@@ -538,6 +592,9 @@ static tc_status open_dir(tc_hf *hf, const char *dir, bool packed, int max_block
                           "%s has neither model.safetensors nor model.safetensors.index.json", dir);
         goto done;
     }
+    if (c.beyond)
+        TC_WARN("%s: %llu tensors of layers from num_hidden_layers (%d) on are not read", dir,
+                (unsigned long long)c.beyond, hf->cfg.n_layers);
     if (hf->quant.method != TC_HF_QUANT_NONE)
         TC_CHECK(st, add_quantised(&c, packed));
     /* The loader checks each tensor's presence and shape by name. */

@@ -833,7 +833,8 @@ static bool order_ffn(tc__hfq *q, uint64_t *total)
         size_t len = (size_t)(dot - d->gguf) + 1; /* "blk.N." */
         tc__hfq_linear *g = find_role(q, d->gguf, len, "ffn_gate"),
                        *u = find_role(q, d->gguf, len, "ffn_up");
-        if (!g || !u || !g->perm || !u->perm || g->out != d->in || u->out != d->in)
+        if (!g || !u || !g->perm || !u->perm || g->out != d->in || u->out != d->in || g->rows ||
+            u->rows)
             continue;
         g->rows = tc_host_alloc(d->in * sizeof *g->rows);
         u->rows = tc_host_alloc(d->in * sizeof *u->rows);

@@ -47,7 +47,10 @@ static tc_status rope_factors(const tc_gguf *g, tc_llama_config *c)
     int half = c->head_dim / 2;
     if (t->type != TC_GGML_F32 || t->n_elements != (uint64_t)half)
         return tc_set_error(TC_ERR_PARSE, "tc_llama", "rope_freqs.weight is not f32 [%d]", half);
-    const float *f = t->data;
+    float f[256]; /* (a file's tensor data may sit at any address: general.alignment 1) */
+    if (half > 256)
+        return tc_set_error(TC_ERR_PARSE, "tc_llama", "rope_freqs.weight has %d factors", half);
+    memcpy(f, t->data, sizeof *f * (size_t)half);
     double mx = 1;
     for (int i = 0; i < half; i++)
         mx = f[i] > mx ? f[i] : mx;
@@ -584,11 +587,14 @@ static tc_status place_order(loader *L, const char *name, int64_t k, tc_tensor *
     if (gt->type != TC_GGML_I32 || gt->n_elements != (uint64_t)k || gt->bytes != 4 * (uint64_t)k)
         return tc_set_error(TC_ERR_PARSE, op, "%s's input order is not I32 [%lld]", name,
                             (long long)k);
-    const int32_t *v = gt->data;
-    for (int64_t i = 0; i < k; i++)
-        if (v[i] < 0 || v[i] >= k)
+    const uint8_t *v = gt->data; /* (at any address: general.alignment may be 1) */
+    for (int64_t i = 0; i < k; i++) {
+        int32_t e;
+        memcpy(&e, v + 4 * i, 4);
+        if (e < 0 || e >= k)
             return tc_set_error(TC_ERR_PARSE, op, "%s's input order holds %d, outside 0..%lld",
-                                name, v[i], (long long)(k - 1));
+                                name, e, (long long)(k - 1));
+    }
     return tc_tensor_init_from_host(t, L->m->backend, TC_DTYPE_I32, TC_SHAPE(k), gt->data,
                                     gt->bytes);
 }

@@ -51,27 +51,29 @@ typedef struct tensor {
     const char *name;
     uint64_t rows, cols; /* rows 0: a vector */
     uint32_t type;       /* ggml type: f32 (0) unless a case changes it */
+    const void *data;    /* (extra tensors: their bytes) */
 } tensor;
 static const tensor llama[] = {
-    { "token_embd.weight", 4, 8, 0 },        { "output_norm.weight", 0, 8, 0 },
-    { "blk.0.attn_norm.weight", 0, 8, 0 },   { "blk.0.attn_q.weight", 8, 8, 0 },
-    { "blk.0.attn_k.weight", 4, 8, 0 },      { "blk.0.attn_v.weight", 4, 8, 0 },
-    { "blk.0.attn_output.weight", 8, 8, 0 }, { "blk.0.ffn_norm.weight", 0, 8, 0 },
-    { "blk.0.ffn_gate.weight", 16, 8, 0 },   { "blk.0.ffn_up.weight", 16, 8, 0 },
-    { "blk.0.ffn_down.weight", 8, 16, 0 },
+    { "token_embd.weight", 4, 8, 0, NULL },        { "output_norm.weight", 0, 8, 0, NULL },
+    { "blk.0.attn_norm.weight", 0, 8, 0, NULL },   { "blk.0.attn_q.weight", 8, 8, 0, NULL },
+    { "blk.0.attn_k.weight", 4, 8, 0, NULL },      { "blk.0.attn_v.weight", 4, 8, 0, NULL },
+    { "blk.0.attn_output.weight", 8, 8, 0, NULL }, { "blk.0.ffn_norm.weight", 0, 8, 0, NULL },
+    { "blk.0.ffn_gate.weight", 16, 8, 0, NULL },   { "blk.0.ffn_up.weight", 16, 8, 0, NULL },
+    { "blk.0.ffn_down.weight", 8, 16, 0, NULL },
 };
 #define N_TENSORS (sizeof llama / sizeof *llama)
 
 /* Build a GGUF of the tiny model; `skip` drops a tensor, `edit` changes one (by index).
  * `align` (0: none, the default of 32) is written as general.alignment, after a string of
- * `filler` bytes that moves where the tensor data begins. */
+ * `filler` bytes that moves where the tensor data begins. The n_extra vectors of `extra`
+ * follow the model's tensors, with their own bytes. */
 static buf gguf_build(const char *arch, int skip, int edit, tensor edited, uint32_t align,
-                      size_t filler)
+                      size_t filler, const tensor *extra, int n_extra)
 {
     buf b = { 0 };
     u32(&b, 0x46554747u);
     u32(&b, 3);
-    u64(&b, N_TENSORS - (skip >= 0));
+    u64(&b, N_TENSORS - (skip >= 0) + (uint64_t)n_extra);
     u64(&b, align ? 8 : 6);
     if (align) {
         str(&b, "general.alignment");
@@ -113,6 +115,14 @@ static buf gguf_build(const char *arch, int skip, int edit, tensor edited, uint3
         u64(&b, offset);
         offset += (sizes[i] + 31) / 32 * 32;
     }
+    for (int i = 0; i < n_extra; i++) {
+        str(&b, extra[i].name);
+        u32(&b, 1);
+        u64(&b, extra[i].cols);
+        u32(&b, extra[i].type);
+        u64(&b, offset);
+        offset += (4 * extra[i].cols + 31) / 32 * 32; /* (4-byte elements) */
+    }
     while (b.n % (align ? align : 32))
         put(&b, "", 1);
     for (size_t i = 0; i < N_TENSORS; i++) {
@@ -123,12 +133,17 @@ static buf gguf_build(const char *arch, int skip, int edit, tensor edited, uint3
             put(&b, &v, 4);
         }
     }
+    for (int i = 0; i < n_extra; i++) {
+        put(&b, extra[i].data, 4 * extra[i].cols);
+        for (uint64_t k = 4 * extra[i].cols; k % 32; k++)
+            put(&b, "", 1);
+    }
     return b;
 }
 
 static buf gguf_image(const char *arch, int skip, int edit, tensor edited)
 {
-    return gguf_build(arch, skip, edit, edited, 0, 0);
+    return gguf_build(arch, skip, edit, edited, 0, 0, NULL, 0);
 }
 
 /* Load the image as a model on the CPU; returns the status and leaves tc_last_error(). */
@@ -191,14 +206,20 @@ static void tiny_logits(buf *b, float out[4])
 }
 
 /* general.alignment 2 with the data starting 2 bytes past a multiple of 4: every f32 tensor is
- * misaligned in the file. The CPU then holds copies (the sanitizer build fails on a misaligned
- * read), and the logits are those of the same model aligned as usual. */
+ * misaligned in the file, and so are an act-order input order (I32, the identity) and Llama 3's
+ * rope factors (f32, all 1 at this head size: plain rotation). The CPU then holds copies and the
+ * loader reads the two vectors by bytes (the sanitizer build fails on a misaligned read), and
+ * the logits are those of the same model aligned as usual without them. */
 static void misaligned_tensors_give_the_same_logits(void **state)
 {
     (void)state;
+    static const int32_t order[8] = { 0, 1, 2, 3, 4, 5, 6, 7 };
+    static const float factors[2] = { 1.0f, 1.0f };
+    const tensor extra[] = { { "blk.0.attn_q.in_perm", 0, 8, 26, order },
+                             { "rope_freqs.weight", 0, 2, 0, factors } };
     buf good = gguf_image("llama", -1, -1, llama[0]), odd = { 0 };
     for (size_t filler = 0; filler < 4 && !odd.p; filler++) {
-        buf b = gguf_build("llama", -1, -1, llama[0], 2, filler);
+        buf b = gguf_build("llama", -1, -1, llama[0], 2, filler, extra, 2);
         tc_gguf g;
         assert_int_equal(tc_gguf_parse(&g, b.p, b.n), TC_OK);
         bool misaligned = ((const uint8_t *)g.tensors[0].data - b.p) % 4 == 2;
@@ -259,6 +280,48 @@ static void broken_gguf_headers_are_parse_errors(void **state)
     EXPECT_ERROR(tc_gguf_parse(&g, b.p, b.n), TC_ERR_PARSE, "unknown ggml type 37");
     free(b.p);
     free(good.p);
+}
+
+/* Where tensor `name`'s directory entry writes its first dimension (its name's bytes, then the
+ * dimension count, then the dimensions). */
+static uint8_t *entry_dims(buf *b, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 8; i + n + 4 <= b->n; i++)
+        if (!memcmp(b->p + i, name, n) && !memcmp(b->p + i - 8, &(uint64_t){ n }, 8))
+            return b->p + i + n + 4;
+    fail_msg("no entry for %s", name);
+    return NULL;
+}
+
+/* Directory entries that break the file's rules in ways a parser could let through: a name
+ * twice, two tensors over the same bytes (a small file claiming one copy each), and a size
+ * in bytes past 64 bits (elements times 8 wrapping to a few bytes). */
+static void gguf_directories_are_checked_whole(void **state)
+{
+    (void)state;
+    tc_gguf g;
+    tensor t = llama[4];
+    t.name = llama[3].name;
+    buf b = gguf_image("llama", -1, 4, t);
+    EXPECT_ERROR(tc_gguf_parse(&g, b.p, b.n), TC_ERR_PARSE,
+                 "tensor 'blk.0.attn_q.weight' appears twice");
+    free(b.p);
+    /* attn_k's data where attn_q's starts (both [8, 8] and [4, 8] f32: its offset field is
+     * after its two dimensions and type). */
+    b = gguf_image("llama", -1, -1, llama[0]);
+    uint64_t q_offset;
+    memcpy(&q_offset, entry_dims(&b, llama[3].name) + 16 + 4, 8);
+    memcpy(entry_dims(&b, llama[4].name) + 16 + 4, &q_offset, 8);
+    EXPECT_ERROR(tc_gguf_parse(&g, b.p, b.n), TC_ERR_PARSE, "share bytes of the data section");
+    free(b.p);
+    /* output_norm (a vector) as f64 of 2^61 + 1 elements: 8 (2^61 + 1) bytes wrap to 8. */
+    t = llama[1];
+    t.type = 28;
+    b = gguf_image("llama", -1, 1, t);
+    memcpy(entry_dims(&b, llama[1].name), &(uint64_t){ (1ull << 61) + 1 }, 8);
+    EXPECT_ERROR(tc_gguf_parse(&g, b.p, b.n), TC_ERR_PARSE, "more bytes than 64 bits count");
+    free(b.p);
 }
 
 static void broken_gguf_models_name_the_problem(void **state)
@@ -343,6 +406,17 @@ static void broken_safetensors_are_errors(void **state)
     b = safetensors_image("F32", "[2]", "[8,16]", 8);
     EXPECT_ERROR(tc_safetensors_parse(b.p, b.n, "x", count, &k), TC_ERR_PARSE, "outside the data");
     free(b.p);
+    /* Two tensors over shared bytes (each alone in bounds and of its size). */
+    const char *two = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}";
+    b = (buf){ 0 };
+    u64(&b, strlen(two));
+    put(&b, two, strlen(two));
+    for (int i = 0; i < 12; i++)
+        put(&b, "\1", 1);
+    EXPECT_ERROR(tc_safetensors_parse(b.p, b.n, "x", count, &k), TC_ERR_PARSE,
+                 "tensors 'a' and 'b' share bytes of the data");
+    free(b.p);
     const char not_json[] = "\x05\0\0\0\0\0\0\0{oops";
     EXPECT_ERROR(tc_safetensors_parse(not_json, sizeof not_json - 1, "x", count, &k), TC_ERR_PARSE,
                  "not a JSON object");
@@ -393,6 +467,30 @@ static void broken_hf_folders_name_the_problem(void **state)
                  "missing tensor blk.0.attn_norm.weight");
     tc_backend_destroy(cpu);
     tc_hf_close(&hf);
+    /* Layer numbers as plain decimals below num_hidden_layers: "00" is not layer 0 (two names
+     * for one tensor), layer 5 of a one-layer config is not read (a checkpoint cut short). */
+    json = "{\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[4,8],\"data_offsets\":"
+           "[0,128]},\"model.layers.00.input_layernorm.weight\":{\"dtype\":\"F32\",\"shape\":[8],"
+           "\"data_offsets\":[128,160]},\"model.layers.5.input_layernorm.weight\":{\"dtype\":"
+           "\"F32\",\"shape\":[8],\"data_offsets\":[160,192]},\"model.layers.0.input_"
+           "layernorm.weight\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[192,224]}}";
+    s = (buf){ 0 };
+    u64(&s, strlen(json));
+    put(&s, json, strlen(json));
+    for (int i = 0; i < 224; i++)
+        put(&s, "\0", 1);
+    f = fopen(path, "wb");
+    fwrite(s.p, 1, s.n, f);
+    fclose(f);
+    assert_int_equal(tc_hf_open(&hf, dir), TC_OK);
+    assert_int_equal(hf.view.n_tensors, 2);
+    const tc_gguf_tensor *norm = tc_gguf_tensor_find(&hf.view, "blk.0.attn_norm.weight"),
+                         *embd = tc_gguf_tensor_find(&hf.view, "token_embd.weight");
+    assert_non_null(norm);
+    assert_non_null(embd);
+    assert_int_equal((const uint8_t *)norm->data - (const uint8_t *)embd->data, 192);
+    tc_hf_close(&hf);
+    free(s.p);
     unlink(path);
     snprintf(path, sizeof path, "%s/config.json", dir);
     unlink(path);
@@ -405,6 +503,7 @@ int main(void)
         cmocka_unit_test(valid_tiny_gguf_loads),
         cmocka_unit_test(misaligned_tensors_give_the_same_logits),
         cmocka_unit_test(broken_gguf_headers_are_parse_errors),
+        cmocka_unit_test(gguf_directories_are_checked_whole),
         cmocka_unit_test(broken_gguf_models_name_the_problem),
         cmocka_unit_test(broken_safetensors_are_errors),
         cmocka_unit_test(broken_hf_folders_name_the_problem),
