@@ -735,7 +735,7 @@ template <int N> __device__ __forceinline__ void lds_words(uint32_t (&w)[N], con
 // its two rows scaled into acc. b0: the step's first block; cnt: its blocks.
 template <int DT>
 __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint32_t cnt, const int8_t *xq,
-                                        uint32_t k, const float2 *xs, const int8_t *zero, int g, int p,
+                                        uint32_t k, const float2 *xs, int g, int p,
                                         float (&acc)[2])
 {
     constexpr Layout L = layout(DT);
@@ -746,14 +746,25 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
 #pragma unroll
     for (int t = 0; t < SETS; t++) {
         const uint32_t es = b0 * L.block + t * 8 * GS;
-        // x's digits for the column this lane supplies (b0 or b1), zeros for the other.
-        uint32_t x0[PARTS], x1[PARTS], y0[PARTS], y1[PARTS];
-        const bool in = valid(t, g);
-        const int8_t *xa = g == p && in ? xq + es + xoff<DT>(g) : zero, *xb = g == p + 4 && in ? xq + es + xoff<DT>(g) : zero;
-        lds_words(x0, reinterpret_cast<const uint8_t *>(xa));
-        lds_words(x1, reinterpret_cast<const uint8_t *>(xb));
-        lds_words(y0, reinterpret_cast<const uint8_t *>(xa == zero ? zero : xa + k));
-        lds_words(y1, reinterpret_cast<const uint8_t *>(xb == zero ? zero : xb + k));
+        // x's digits for the column this lane supplies (b0 or b1), zeros for the other. Every
+        // lane loads its column g's digits (a quarter-warp's lanes read two addresses, in
+        // different banks) and keeps them where it supplies them (past a row's end, in its
+        // last step, the bytes read lie in the scales or the ring and none is kept): zeros
+        // loaded from one place by the other lanes had shared banks with the real columns'
+        // (H200 ncu: 42% more shared-memory wavefronts than the accesses needed; 7B Q4_0
+        // decode 497 -> 526 tokens/s, AWQ 481-487 -> 503-505).
+        uint32_t x0[PARTS], x1[PARTS], y0[PARTS], y1[PARTS], xw[PARTS], yw[PARTS];
+        const bool in = valid(t, g), ina = in && g == p, inb = in && g == p + 4;
+        const uint8_t *xc = reinterpret_cast<const uint8_t *>(xq + es + xoff<DT>(g));
+        lds_words(xw, xc);
+        lds_words(yw, xc + k);
+#pragma unroll
+        for (int i = 0; i < PARTS; i++) {
+            x0[i] = ina ? xw[i] : 0u;
+            x1[i] = inb ? xw[i] : 0u;
+            y0[i] = ina ? yw[i] : 0u;
+            y1[i] = inb ? yw[i] : 0u;
+        }
         uint32_t wa[2][PARTS], wb[2][PARTS];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -953,17 +964,11 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
         }
         tc::cp_commit();
     };
-    if constexpr (Q8) {
-        if (threadIdx.x < 8)
-            reinterpret_cast<uint32_t *>(xq + 2 * k)[threadIdx.x] = 0;
-        __syncthreads();
-    }
     for (int q = 0; q < nst - 1; q++)
         issue();
     tc::await_inputs();
     if constexpr (Q8) {
-        // x's row in two 8-bit digits, each warp its share (the 32 zero bytes after them, for
-        // the lanes that supply no column, written above).
+        // x's row in two 8-bit digits, each warp its share.
         float ss = quantise_x(xq, xq_s, x, k, s0 * S * CPB, min((s0 + my) * S * CPB, (int)(nb * CPB)), nw);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
@@ -1025,7 +1030,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                         Q[i].p[f] = st + (g + 8 * i) * RB + 16 * G::first(f) + skip;
                     });
                 if constexpr (Q8) {
-                    q8_step<DT>(Q, b0, cnt, xq, (uint32_t)k, xq_s, xq + 2 * k, g, p, acc1);
+                    q8_step<DT>(Q, b0, cnt, xq, (uint32_t)k, xq_s, g, p, acc1);
                 } else {
 #pragma unroll
                     for (int bl = 0; bl < S; bl++) {
@@ -1144,7 +1149,7 @@ __device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, in
 }
 
 // The batch-1 kernel of the integer products: x's row in two 8-bit digits takes the start of
-// the dynamic shared memory (2k bytes, 32 zero bytes, then a float2 per 16 elements), the ring
+// the dynamic shared memory (2k bytes, then a float2 per 16 elements), the ring
 // the rest. (Rotating q and k and storing k and v to the cache in its epilogue, a thread per
 // row of a tile with tc_rope's double-precision angle, made 7B decode slower, not faster: Q4_0
 // 440 -> 407 tokens/s, Q8_0 293 -> 277 on the H100; each tile ended on that long chain of
@@ -1153,7 +1158,7 @@ __device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, in
 // 446.8-447.6 -> 441.1-443.3. Two of these blocks fill an SM's registers, so the next kernel's
 // blocks start only as this kernel's end; the separate rotary kernel, small, lets decode
 // attention's blocks start beside it and fetch the older keys and values while it runs.)
-template <int DT> __host__ __device__ constexpr uint32_t q8_x_bytes(int64_t k) { return (uint32_t)(2 * k + 32 + k / 2); }
+template <int DT> __host__ __device__ constexpr uint32_t q8_x_bytes(int64_t k) { return (uint32_t)(2 * k + k / 2); }
 // (Blocks bid of nblk taking the tiles.)
 template <typename T, int DT>
 __device__ __forceinline__ void q8_rows(void *out, const T *x, const void *w, int64_t n, int64_t k, int64_t os,
@@ -1168,7 +1173,7 @@ __device__ __forceinline__ void q8_rows(void *out, const T *x, const void *w, in
     if (nst < 1)
         __trap();
     mma_rows<T, DT, true>(static_cast<T *>(out), x, w, 1, n, k, 0, os, flags, red, ring + xb, nst,
-                          reinterpret_cast<int8_t *>(ring), reinterpret_cast<float2 *>(ring + 2 * k + 32), nw, eps, nss,
+                          reinterpret_cast<int8_t *>(ring), reinterpret_cast<float2 *>(ring + 2 * k), nw, eps, nss,
                           bid, nblk);
 }
 template <typename T, int DT>
@@ -1728,7 +1733,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
  *  as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*, and 4: x
  *  RMS-normalised first, x / sqrt(mean(x^2) + eps) times norm [k] when norm is not null; 8: out is
  *  f32, else bf16). Blocks of 256 threads;
- *  k a multiple of 32, x and norm 16-byte aligned. Dynamic shared memory: 2k + 32 + k / 2 bytes for x,
+ *  k a multiple of 32, x and norm 16-byte aligned. Dynamic shared memory: 2k + k / 2 bytes for x,
  *  then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmv1_q4_0_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,

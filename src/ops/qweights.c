@@ -324,7 +324,7 @@ bool tc__quant_one_row(const tc_tensor *x, const tc_tensor *w, int64_t rows)
     int64_t k = w->shape[1];
     return b->kind == TC_BACKEND_CUDA && tc_dtype_is_block(w->dtype) && x->dtype == TC_DTYPE_BF16 &&
            rows == 1 && qmv1[w->dtype].bf16 && prepare(b) == TC_OK && b->qwave_q8[w->dtype] &&
-           2 * k + 32 + k / 2 + 2 * QMV_SHARED_MIN <= b->qmv_shared;
+           2 * k + k / 2 + 2 * QMV_SHARED_MIN <= b->qmv_shared;
 }
 
 int tc__quant_pair(const tc_tensor *x, const tc_tensor *w_a, const tc_tensor *w_b)
