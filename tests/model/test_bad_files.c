@@ -353,19 +353,24 @@ static tc_status count(void *ctx, const tc_safetensor *t)
     return TC_OK;
 }
 
+/* A safetensors image: the header `json`, then `data` bytes of `byte`. */
+static buf safetensors_raw(const char *json, size_t data, char byte)
+{
+    buf b = { 0 };
+    u64(&b, strlen(json));
+    put(&b, json, strlen(json));
+    for (size_t i = 0; i < data; i++)
+        put(&b, &byte, 1);
+    return b;
+}
+
 /* A safetensors image with one tensor of the given header fields. */
 static buf safetensors_image(const char *dtype, const char *shape, const char *offsets, size_t data)
 {
     char json[256];
-    int n =
-        snprintf(json, sizeof json, "{\"w\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":%s}}",
-                 dtype, shape, offsets);
-    buf b = { 0 };
-    u64(&b, (uint64_t)n);
-    put(&b, json, (size_t)n);
-    for (size_t i = 0; i < data; i++)
-        put(&b, "\x01", 1);
-    return b;
+    snprintf(json, sizeof json, "{\"w\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":%s}}",
+             dtype, shape, offsets);
+    return safetensors_raw(json, data, 1);
 }
 
 static void broken_safetensors_are_errors(void **state)
@@ -409,11 +414,7 @@ static void broken_safetensors_are_errors(void **state)
     /* Two tensors over shared bytes (each alone in bounds and of its size). */
     const char *two = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                       "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}";
-    b = (buf){ 0 };
-    u64(&b, strlen(two));
-    put(&b, two, strlen(two));
-    for (int i = 0; i < 12; i++)
-        put(&b, "\1", 1);
+    b = safetensors_raw(two, 12, 1);
     EXPECT_ERROR(tc_safetensors_parse(b.p, b.n, "x", count, &k), TC_ERR_PARSE,
                  "tensors 'a' and 'b' share bytes of the data");
     free(b.p);
@@ -448,11 +449,7 @@ static void broken_hf_folders_name_the_problem(void **state)
     /* A safetensors file with only the embedding: the loader names the first missing tensor. */
     const char *json = "{\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[4,8],\"data_"
                        "offsets\":[0,128]}}";
-    buf s = { 0 };
-    u64(&s, strlen(json));
-    put(&s, json, strlen(json));
-    for (int i = 0; i < 128; i++)
-        put(&s, "\0", 1);
+    buf s = safetensors_raw(json, 128, 0);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     f = fopen(path, "wb");
     fwrite(s.p, 1, s.n, f);
@@ -474,11 +471,7 @@ static void broken_hf_folders_name_the_problem(void **state)
            "\"data_offsets\":[128,160]},\"model.layers.5.input_layernorm.weight\":{\"dtype\":"
            "\"F32\",\"shape\":[8],\"data_offsets\":[160,192]},\"model.layers.0.input_"
            "layernorm.weight\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[192,224]}}";
-    s = (buf){ 0 };
-    u64(&s, strlen(json));
-    put(&s, json, strlen(json));
-    for (int i = 0; i < 224; i++)
-        put(&s, "\0", 1);
+    s = safetensors_raw(json, 224, 0);
     f = fopen(path, "wb");
     fwrite(s.p, 1, s.n, f);
     fclose(f);
