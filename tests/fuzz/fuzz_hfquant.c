@@ -53,8 +53,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     put(cfg_path, data + 4, n);
     put(st_path, data + 4 + n, size - 4 - n);
     tc_hf hf;
-    tc_status st = word >> 30 & 1 ? tc_hf_open(&hf, dir)
-                                  : tc_hf_open_packed_ex(&hf, dir, word >> 31 ? 64 : 0);
+    tc_status st =
+        word >> 30 & 1 ? tc_hf_open(&hf, dir) : tc_hf_open_packed_ex(&hf, dir, word >> 31 ? 64 : 0);
     fuzz_say("open", st);
     if (st != TC_OK)
         return 0;
