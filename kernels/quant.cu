@@ -112,7 +112,7 @@ template <int DT, typename I = int64_t> __device__ __forceinline__ Raw fetch(con
         r.e[0] = DT == Q4_0 ? ld2(P.p[1] + (uint64_t)blk * 2) : ld4(P.p[1] + (uint64_t)blk * 4);
     } else if constexpr (kQ41G<DT>) {
         // Groups 4h .. 4h + 3 are Q4_1's 0 .. 3 of 32-block h.
-        r.q = ld8(P.p[0] + (uint64_t)blk * (DT == Q4_1G ? 32 : 64) + (j >> 2) * 16 + (j & 1) * 8);
+        r.q = ld8(P.p[0] + (uint64_t)blk * layout(DT).f[0].size + (j >> 2) * 16 + (j & 1) * 8);
         r.e[0] = ld4(P.p[1] + (uint64_t)blk * 4);
     } else if constexpr (DT == Q5_0 || DT == Q5_1) {
         r.q = ld8(P.p[0] + (uint64_t)blk * 16 + (j & 1) * 8);
@@ -858,7 +858,7 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
                     const float db = half_lo(ld2(Q[r].p[1] + 2 * (4 * t + j)));
                     acc[r] += db * (xg.x * isum * (hi ? 0.0625f : 1.0f) - 8.0f * xg.y);
                 } else if constexpr (DT == Q4_1 || kQ41G<DT>) {
-                    const uint32_t dm = ld4(Q[r].p[1] + 4 * ((4 * t + j) >> (DT == Q4_1G ? 1 : DT == Q4_1G128 ? 2 : 0)));
+                    const uint32_t dm = ld4(Q[r].p[1] + 4 * ((uint32_t)(4 * t + j) / (L.block / 32)));
                     acc[r] += half_lo(dm) * xg.x * isum * (hi ? 0.0625f : 1.0f) + half_hi(dm) * xg.y;
                 } else if constexpr (DT == Q5_0) {
                     acc[r] += half_lo(ld2(Q[r].p[2] + 2 * (4 * t + j))) * (xg.x * isum - 16.0f * xg.y);

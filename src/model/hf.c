@@ -190,18 +190,15 @@ static int gguf_name(const char *hf, int64_t n_layers, char *out, size_t cap)
     if (strncmp(hf, prefix, sizeof prefix - 1))
         return 0;
     const char *p = hf + sizeof prefix - 1, *digits = p;
-    int64_t l = 0;
-    bool beyond = false;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        beyond |= l >= n_layers;
-        l = beyond ? l : 10 * l + (*p - '0');
-    }
-    beyond |= l >= n_layers;
+    int64_t l = 0; /* (it stops growing once past the layers) */
+    for (; *p >= '0' && *p <= '9'; p++)
+        if (l < n_layers)
+            l = 10 * l + (*p - '0');
     if (p == digits || *p != '.' || (*digits == '0' && p - digits > 1))
         return 0;
     for (size_t i = 0; i < sizeof layer / sizeof *layer; i++)
         if (!strcmp(p + 1, layer[i].hf)) {
-            if (beyond)
+            if (l >= n_layers)
                 return -1;
             snprintf(out, cap, "blk.%lld.%s", (long long)l, layer[i].gguf);
             return 1;
