@@ -1249,6 +1249,75 @@ __device__ __forceinline__ uint4 k_frag(const Planes &P, uint32_t blk, int j, ui
 
 template <int DT> using BatchStep = Step<DT, 256 / layout(DT).block>;
 
+// On Hopper (sm_90a builds) x's rows go to the tensor cores straight from shared memory: one
+// wgmma.mma_async a chunk's 16 of k for each warpgroup's 64 weight rows (A from registers: the
+// warps' dequantised fragments, as mma16816 takes them) against all 8 NT rows of x (B: a
+// descriptor), instead of every warp loading each row tile of x and multiplying it alone. x lies
+// in the 128-byte swizzle (as kernels/gemm.cu's tiles): 64 of k a 1024-byte-aligned atom of 8
+// rows, 128 bytes a row, 16-byte unit c of row r at c ^ (r % 8); the stage's 256 of k are four
+// such regions of 8 NT rows one after another. The fragments hold lane p's group p of each chunk
+// (elements 8p .. 8p + 3 in the chunk's first product, 8p + 4 .. 8p + 7 in its second), so x is
+// stored in that order: word (element pair) 4p + b of a chunk at place 8 (b / 2) + 4 (b % 2) + p,
+// copied 4 bytes at a time.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr bool kBatchWg = true;
+#else
+constexpr bool kBatchWg = false;
+#endif
+
+// Descriptor of a K-major tile of 8-row atoms 1024 bytes apart in the 128-byte swizzle at
+// shared address a (the leading offset is unused in this layout: 16 bytes by convention).
+__device__ __forceinline__ uint64_t wg_desc_at(uint32_t a)
+{
+    return ((uint64_t)(a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+#define TC_WGQ(N, TY, OUTS, A0, D, ONE)                                                          \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #ONE ", 0;\n"                              \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" OUTS "}, {" A0 \
+                 "}, %" #D ", p, 1, 1, 0;\n}\n"                                                  \
+                 : ACC                                                                            \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(bd), "r"(1))
+// acc (8 NT columns: rows of x) += a (this warp's 16 weight rows by 16 of k) b (the descriptor's
+// 16 of k by 8 NT rows of x), for the warpgroup's 64 rows; acc as mma16816's C for tile t.
+template <typename T, int NT>
+__device__ __forceinline__ void wg_mma(float (&acc)[NT][4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t bd)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr bool bf = std::is_same<T, __nv_bfloat16>::value;
+    if constexpr (NT == 8) {
+#define ACC "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3]), "+f"(acc[1][0]), "+f"(acc[1][1]), "+f"(acc[1][2]), "+f"(acc[1][3]), "+f"(acc[2][0]), "+f"(acc[2][1]), "+f"(acc[2][2]), "+f"(acc[2][3]), "+f"(acc[3][0]), "+f"(acc[3][1]), "+f"(acc[3][2]), "+f"(acc[3][3]), "+f"(acc[4][0]), "+f"(acc[4][1]), "+f"(acc[4][2]), "+f"(acc[4][3]), "+f"(acc[5][0]), "+f"(acc[5][1]), "+f"(acc[5][2]), "+f"(acc[5][3]), "+f"(acc[6][0]), "+f"(acc[6][1]), "+f"(acc[6][2]), "+f"(acc[6][3]), "+f"(acc[7][0]), "+f"(acc[7][1]), "+f"(acc[7][2]), "+f"(acc[7][3])
+        if constexpr (bf)
+            TC_WGQ(64, "bf16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31", "%32, %33, %34, %35", 36, 37);
+        else
+            TC_WGQ(64, "f16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31", "%32, %33, %34, %35", 36, 37);
+#undef ACC
+    } else if constexpr (NT == 2) {
+#define ACC "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3]), "+f"(acc[1][0]), "+f"(acc[1][1]), "+f"(acc[1][2]), "+f"(acc[1][3])
+        if constexpr (bf)
+            TC_WGQ(16, "bf16", "%0, %1, %2, %3, %4, %5, %6, %7", "%8, %9, %10, %11", 12, 13);
+        else
+            TC_WGQ(16, "f16", "%0, %1, %2, %3, %4, %5, %6, %7", "%8, %9, %10, %11", 12, 13);
+#undef ACC
+    } else {
+        static_assert(NT == 4, "wgmma products of 16, 32 or 64 rows of x");
+#define ACC "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3]), "+f"(acc[1][0]), "+f"(acc[1][1]), "+f"(acc[1][2]), "+f"(acc[1][3]), "+f"(acc[2][0]), "+f"(acc[2][1]), "+f"(acc[2][2]), "+f"(acc[2][3]), "+f"(acc[3][0]), "+f"(acc[3][1]), "+f"(acc[3][2]), "+f"(acc[3][3])
+        if constexpr (bf)
+            TC_WGQ(32, "bf16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15", "%16, %17, %18, %19", 20, 21);
+        else
+            TC_WGQ(32, "f16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15", "%16, %17, %18, %19", 20, 21);
+#undef ACC
+    }
+#endif
+}
+#undef TC_WGQ
+
+// A 4-byte cp.async to a shared-memory address.
+__device__ __forceinline__ void cp_async4_s(uint32_t to, const void *from)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to), "l"(from));
+}
+
 template <typename T, int DT, int NT>
 __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs,
                           int64_t os, float *ws, int32_t *counts, uint8_t *sm, uint32_t smem)
@@ -1258,8 +1327,18 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     constexpr int S = G::S, CPB = G::CPB, RB = G::row_bytes;
     const int lane = threadIdx.x & 31, g = lane >> 2, p = lane & 3, warp = threadIdx.x >> 5;
     const int nt = (m + 7) >> 3;
-    // (A stage has room for two tiles of x at least: the loop multiplies tiles 0 and 1 always.)
-    const uint32_t wbytes = kBatchRows * RB, sbytes = wbytes + max(nt, 2) * 8 * kBatchXRow;
+    // A stage: the weights, then x's rows (room for two tiles at least: the loop multiplies
+    // tiles 0 and 1 always); with wgmma x's 8 NT rows first, in whole 1024-byte atoms, from a
+    // 1024-byte-aligned start.
+    constexpr uint32_t XR = 8 * NT;
+    if constexpr (kBatchWg) {
+        const uint32_t pad = (1024 - ((uint32_t)__cvta_generic_to_shared(sm) & 1023)) & 1023;
+        sm += pad;
+        smem = smem > pad ? smem - pad : 0;
+    }
+    const uint32_t wbytes = kBatchRows * RB, xbytes = kBatchWg ? XR * kBatchXRow : max(nt, 2) * 8 * kBatchXRow,
+                   sbytes = kBatchWg ? (wbytes + xbytes + 1023) & ~1023u : wbytes + xbytes,
+                   wat = kBatchWg ? xbytes : 0, xat = kBatchWg ? 0 : wbytes;
     const int nst = min(4, (int)(smem / sbytes));
     if (nst < 2)
         __trap();
@@ -1283,11 +1362,24 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
             const int r = threadIdx.x / U, u = threadIdx.x % U;
             frows[f] = (int)(n32 - row0) - r;
             fsrc[f] = P.p[f] + (uint64_t)((row0 + r) * nb + s0 * S) * size;
-            fto[f] = r * RB + 16 * (G::first(f) + u);
+            fto[f] = wat + r * RB + 16 * (G::first(f) + u);
         }
     });
     const T *xsrc = x + warp * xs + 8 * lane;
-    const uint32_t xto = wbytes + warp * kBatchXRow + 16 * (lane ^ (warp & 1) << 2);
+    const uint32_t xto = xat + warp * kBatchXRow + 16 * (lane ^ (warp & 1) << 2);
+    // (wgmma) x's words: rows 2 it + warp / 4, word q of the 128 a stage row, at its place in
+    // the row's 16-byte unit of atom q / 32 (chunk q / 16, word 4p + b of it; see wg_mma). The
+    // rows' swizzle repeats every 8: xwto[j] is row 2 j + warp / 4's place, rows 8 further 1024
+    // bytes on; the source moves on by two rows of x a copy.
+    const int xq = 32 * (warp & 3) + lane, xw = xq & 15, xh = warp >> 2,
+              xplace = 64 * ((xq >> 4) & 1) + 4 * (8 * ((xw & 3) >> 1) + 4 * (xw & 1) + (xw >> 2));
+    uint32_t xwto[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        xwto[j] = xat + (xq >> 5) * XR * 128 + (2 * j + xh) * 128 + ((((xplace >> 4) ^ (2 * j + xh)) << 4) | (xplace & 15));
+    const char *xwsrc = reinterpret_cast<const char *>(x + xh * xs + 2 * xq);
+    const uint64_t xwstep = 2 * (uint64_t)xs * sizeof(T);
+    const int xrows = (min(m, (int)XR) - xh + 1) >> 1; // this thread's rows of x
 
     // A stage's copies into the stage at base: its weights (wq), and its rows of x then the
     // commit (wx).
@@ -1315,14 +1407,22 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                             const int slot = threadIdx.x + 256 * it, r = slot / U, u = slot % U;
                             if (kBatchRows * U % 256 == 0 || slot < kBatchRows * U) {
                                 const uint32_t row = row0 + r < n32 ? row0 + r : 0;
-                                copy_unit<S, size>(base + r * RB + 16 * (G::first(f) + u),
+                                copy_unit<S, size>(base + wat + r * RB + 16 * (G::first(f) + u),
                                                    P.p[f] + (uint64_t)(row * nb + b0) * size, u, cnt);
                             }
                         }
                     }
                 });
             }
-            if (wx && b0 * L.block + 8 * lane < k) {
+            if constexpr (kBatchWg) {
+                if (wx && b0 * L.block + 2 * xq < k) {
+                    const char *src = xwsrc + (size_t)b0 * L.block * sizeof(T);
+#pragma unroll
+                    for (int it = 0; it < (int)XR / 2; it++, src += xwstep)
+                        if (it < xrows)
+                            cp_async4_s(base + xwto[it & 3] + (it >> 2) * 1024, src);
+                }
+            } else if (wx && b0 * L.block + 8 * lane < k) {
                 const T *src = xsrc + b0 * L.block;
 #pragma unroll
                 for (int it = 0; it < NT; it++)
@@ -1350,10 +1450,17 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     const uint32_t last = (nst - 1) * sbytes;
     for (uint32_t i = 0; i < my; i++) {
         wait_copies(nst - 2);
+        if constexpr (kBatchWg) {
+            // The step before's products have read their stage, which this step refills; this
+            // thread's copies are made visible to wgmma (the async proxy) before the barrier.
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        }
         __syncthreads();
         issue(i + nst - 1, sm_s + is, true, true);
         is = is == last ? 0 : is + sbytes;
         const uint8_t *st = sm + cs;
+        const uint64_t xd = wg_desc_at(sm_s + cs + xat);
         cs = cs == last ? 0 : cs + sbytes;
         const uint32_t b0 = (s0 + i) * S, cnt = min((uint32_t)S, nb - b0);
         Planes Q[2];
@@ -1362,9 +1469,9 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
             each<0, L.nf>([&](auto F) {
                 constexpr int f = decltype(F)::value, size = L.f[f].size;
                 const uint32_t skip = size % 16 ? ((rblk[h] + b0) * size) & 15 : 0;
-                Q[h].p[f] = st + (r_a + 8 * h) * RB + 16 * G::first(f) + skip;
+                Q[h].p[f] = st + wat + (r_a + 8 * h) * RB + 16 * G::first(f) + skip;
             });
-        const uint8_t *xst = st + wbytes + g * kBatchXRow + p * 16;
+        const uint8_t *xst = st + xat + g * kBatchXRow + p * 16;
         const int xo = (g & 1) * 64; // chunk c of this row is at chunk c ^ (g & 1)
         constexpr bool KS = DT == Q4_K || DT == Q5_K;
 #pragma unroll
@@ -1379,6 +1486,10 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
 #pragma unroll
             for (int cc = 0; cc < CPB; cc++) {
                 const int j = cc * 4 + p;
+                // (wgmma: the products of the chunk two back, whose fragments this one's may
+                // take the place of, are done; the loads below may go ahead of the wait.)
+                if constexpr (kBatchWg)
+                    asm volatile("wgmma.wait_group.sync.aligned 1;\n");
                 uint4 a, b;
                 if constexpr (KS) {
                     const int from = (lane & ~3) | (cc & 3), i = cc >> 2;
@@ -1391,18 +1502,42 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                     b = frag<T, DT>(fetch<DT, uint32_t>(Q[1], bl, j), j);
                 }
                 const int c = bl * CPB + cc;
-                const uint8_t *xc = xst + c * 64 + (c & 1 ? -xo : xo);
-                // (Tiles 0 and 1 unconditionally: with fewer rows than 9 tile 1 multiplies stale
-                // rows whose sums are never stored.)
-#pragma unroll
-                for (int t = 0; t < NT; t++)
-                    if (t < 2 || t < nt) {
-                        const uint4 xx = *reinterpret_cast<const uint4 *>(xc + t * 8 * kBatchXRow);
-                        tc::mma16816<T>(acc[t], a.x, b.x, a.y, b.y, xx.x, xx.y);
-                        tc::mma16816<T>(acc[t], a.z, b.z, a.w, b.w, xx.z, xx.w);
+                if constexpr (kBatchWg) {
+                    // (Every row of x: those past m are stale and their sums never stored.)
+                    const uint64_t bd = xd + (c >> 1) * (XR * 128 >> 4) + (c & 1) * 4;
+                    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+                    if (NT == 4 && nt <= 2) {
+                        // (Up to 16 rows of x: the first two tiles.)
+                        auto &a2 = *reinterpret_cast<float(*)[2][4]>(&acc[0][0]);
+                        wg_mma<T, 2>(a2, a.x, b.x, a.y, b.y, bd);
+                        wg_mma<T, 2>(a2, a.z, b.z, a.w, b.w, bd + 2);
+                    } else {
+                        wg_mma<T, NT>(acc, a.x, b.x, a.y, b.y, bd);
+                        wg_mma<T, NT>(acc, a.z, b.z, a.w, b.w, bd + 2);
                     }
+                    asm volatile("wgmma.commit_group.sync.aligned;\n");
+                } else {
+                    const uint8_t *xc = xst + c * 64 + (c & 1 ? -xo : xo);
+                    // (Tiles 0 and 1 unconditionally: with fewer rows than 9 tile 1 multiplies
+                    // stale rows whose sums are never stored.)
+#pragma unroll
+                    for (int t = 0; t < NT; t++)
+                        if (t < 2 || t < nt) {
+                            const uint4 xx = *reinterpret_cast<const uint4 *>(xc + t * 8 * kBatchXRow);
+                            tc::mma16816<T>(acc[t], a.x, b.x, a.y, b.y, xx.x, xx.y);
+                            tc::mma16816<T>(acc[t], a.z, b.z, a.w, b.w, xx.z, xx.w);
+                        }
+                }
             }
         }
+    }
+    if constexpr (kBatchWg) {
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                asm volatile("" : "+f"(acc[t][e])::"memory"); // the sums are final only now
     }
 
     // The warps' sums meet in shared memory (column c of x's rows, then the tile's row; rows
@@ -1450,45 +1585,49 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
         if (!last)
             return;
     }
-    for (int q = threadIdx.x; q < quads; q += blockDim.x) {
-        const int c = q / (kBatchRows / 4), r = 4 * (q % (kBatchRows / 4));
-        if (row0 + r >= n32)
-            continue;
-        const float *own = red + c * RP + r;
-        float v[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-        if (gridDim.y > 1) {
-            const bool whole = vec && row0 + r + 3 < n32;
-#pragma unroll 4
-            for (uint32_t y = 0; y < gridDim.y; y++) {
-                const float *at = ws + ((int64_t)y * m + c) * n + row0 + r;
-                float t[4];
-                if (y == blockIdx.y) {
-                    t[0] = own[0], t[1] = own[1], t[2] = own[2], t[3] = own[3];
-                } else if (whole) {
-                    const float4 f = __ldcg(reinterpret_cast<const float4 *>(at));
-                    t[0] = f.x, t[1] = f.y, t[2] = f.z, t[3] = f.w;
-                } else {
+    // The thread's quads (q = threadIdx.x + 256 i: at most NT of them), every share's sums of
+    // all of them loaded before any is added (in share order), so that the last block waits on
+    // L2 once a share rather than once a quad and share.
+    float v[NT][4] = {};
+#pragma unroll 2
+    for (uint32_t y = 0; y < gridDim.y; y++) {
+        float t[NT][4];
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        t[e] = row0 + r + e < n32 ? __ldcg(at + e) : 0.0f;
-                }
+        for (int i = 0; i < NT; i++) {
+            const int q = threadIdx.x + 256 * i, c = q / (kBatchRows / 4), r = 4 * (q % (kBatchRows / 4));
+            const float *at = ws + ((int64_t)y * m + c) * n + row0 + r;
+            t[i][0] = t[i][1] = t[i][2] = t[i][3] = 0.0f;
+            if (q >= quads || row0 + r >= n32) {
+            } else if (y == blockIdx.y) {
+                const float *own = red + c * RP + r;
+                t[i][0] = own[0], t[i][1] = own[1], t[i][2] = own[2], t[i][3] = own[3];
+            } else if (vec && row0 + r + 3 < n32) {
+                const float4 f = __ldcg(reinterpret_cast<const float4 *>(at));
+                t[i][0] = f.x, t[i][1] = f.y, t[i][2] = f.z, t[i][3] = f.w;
+            } else {
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    v[e] += t[e];
+                    t[i][e] = row0 + r + e < n32 ? __ldcg(at + e) : 0.0f;
             }
-        } else {
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                v[e] = own[e];
         }
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            if (row0 + r + e < n32) {
-                if (out_f32)
-                    static_cast<float *>(out)[c * os + row0 + r + e] = v[e];
-                else
-                    static_cast<T *>(out)[c * os + row0 + r + e] = tc::from_f32<T>(v[e]);
-            }
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                v[i][e] += t[i][e];
+    }
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        const int q = threadIdx.x + 256 * i, c = q / (kBatchRows / 4), r = 4 * (q % (kBatchRows / 4));
+        if (q < quads)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (row0 + r + e < n32) {
+                    if (out_f32)
+                        static_cast<float *>(out)[c * os + row0 + r + e] = v[i][e];
+                    else
+                        static_cast<T *>(out)[c * os + row0 + r + e] = tc::from_f32<T>(v[i][e]);
+                }
     }
 }
 

@@ -446,8 +446,10 @@ static const struct {
 
 /* Shared memory one stage of a batched product takes (kernels/quant.cu's mma_batch): 128
  * weight rows of 256 elements, each field's bytes in the 16-byte units that cover them from
- * an aligned start, and x's rows (m rounded up to 8, at least 16) of 256 elements. */
-static size_t batch_stage_bytes(tc_dtype dt, int64_t m)
+ * an aligned start, and the kernel's rows of x (32 or 64) of 256 elements, in whole KiB (the
+ * Hopper kernels' x lies in 1024-byte-aligned atoms; BATCH_ALIGN more aligns the first). */
+#define BATCH_ALIGN 1024u
+static size_t batch_stage_bytes(tc_dtype dt, int64_t x_rows)
 {
     int s = 256 / qmm[dt].block, units = 0;
     for (int f = 0; f < qmm[dt].nf; f++) {
@@ -458,7 +460,8 @@ static size_t batch_stage_bytes(tc_dtype dt, int64_t m)
                                                         : 1;
         units += (16 - a + s * size + 15) / 16;
     }
-    return (size_t)128 * 16 * (size_t)units + (size_t)(m > 16 ? (m + 7) / 8 * 8 : 16) * 512;
+    size_t bytes = (size_t)128 * 16 * (size_t)units + (size_t)x_rows * 512;
+    return (bytes + BATCH_ALIGN - 1) / BATCH_ALIGN * BATCH_ALIGN;
 }
 
 int tc__quant_batch_from(tc_dtype dt)
@@ -479,7 +482,8 @@ bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w)
     return x->backend->kind == TC_BACKEND_CUDA && tc_dtype_is_block(w->dtype) &&
            qmm[w->dtype].f16 && m >= tc__quant_batch_from(w->dtype) && m <= TC__QUANT_BATCH_ROWS &&
            (x->dtype == TC_DTYPE_F16 || x->dtype == TC_DTYPE_BF16) &&
-           2 * batch_stage_bytes(w->dtype, m) <= tc__backend_shared_room(x->backend);
+           2 * batch_stage_bytes(w->dtype, m <= 32 ? 32 : 64) + BATCH_ALIGN <=
+               tc__backend_shared_room(x->backend);
 }
 
 tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
@@ -494,18 +498,19 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
         return tc_set_error(TC_ERR_UNSUPPORTED, op,
                             "quantised weights take 16-byte aligned rows of x");
     bool f16 = x->dtype == TC_DTYPE_F16, f32_out = out->dtype == TC_DTYPE_F32;
-    /* As many stages as fit, up to 4; up to 32 rows, two blocks an SM where two stages of
-     * each fit. */
-    size_t stage = batch_stage_bytes(w->dtype, m), room = tc__backend_shared_room(b);
-    bool two = m <= 32 && 4 * stage <= room;
-    room /= two ? 2 : 1;
+    /* As many stages as fit, up to 4; up to 32 rows tc_k_qmm32_*, two blocks an SM where two
+     * stages of each fit. */
+    bool narrow = m <= 32;
+    size_t room = tc__backend_shared_room(b), stage = batch_stage_bytes(w->dtype, narrow ? 32 : 64);
+    bool two = narrow && 2 * (2 * stage + BATCH_ALIGN) <= room;
+    room = room / (two ? 2 : 1) - BATCH_ALIGN;
     size_t stages = room / stage > 4 ? 4 : room / stage;
-    unsigned smem = (unsigned)(stages * stage);
+    unsigned smem = (unsigned)(stages * stage + BATCH_ALIGN);
     /* The carveout and occupancy once for each kernel and size of x, not at every product. */
     int *known = &b->qmm_per_sm[w->dtype][f16 ? 0 : 1][(m + 7) / 8 - 1], per_sm = *known;
     if (!per_sm) {
-        tc_kernel_id id = f16 ? (two ? qmm[w->dtype].id_f16_32 : qmm[w->dtype].id_f16)
-                              : (two ? qmm[w->dtype].id_bf16_32 : qmm[w->dtype].id_bf16);
+        tc_kernel_id id = f16 ? (narrow ? qmm[w->dtype].id_f16_32 : qmm[w->dtype].id_f16)
+                              : (narrow ? qmm[w->dtype].id_bf16_32 : qmm[w->dtype].id_bf16);
         TC_TRY(tc_launch_set_carveout(b->ctx, id, 100));
         if (tc_launch_blocks_per_sm(b->ctx, id, 256, smem, &per_sm) != TC_OK || per_sm < 1)
             per_sm = 1;
@@ -540,10 +545,10 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
     tc_launch_config cfg = tc__cfg(b, (unsigned)tiles, 256, smem);
     cfg.grid.y = (uint32_t)shares;
     if (f16)
-        return (two ? qmm[w->dtype].f16_32 : qmm[w->dtype].f16)(
+        return (narrow ? qmm[w->dtype].f16_32 : qmm[w->dtype].f16)(
             cfg, out->data, f32_out, TC__DEV(const tc_half, x), w->data, (int32_t)m, n, k,
             x->stride[0], out->stride[0], (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
-    return (two ? qmm[w->dtype].bf16_32 : qmm[w->dtype].bf16)(
+    return (narrow ? qmm[w->dtype].bf16_32 : qmm[w->dtype].bf16)(
         cfg, out->data, f32_out, TC__DEV(const tc_bf16, x), w->data, (int32_t)m, n, k, x->stride[0],
         out->stride[0], (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
 }
