@@ -1292,15 +1292,8 @@ __device__ __forceinline__ void wg_mma(float (&acc)[NT][4], uint32_t a0, uint32_
         else
             TC_WGQ(64, "f16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31", "%32, %33, %34, %35", 36, 37);
 #undef ACC
-    } else if constexpr (NT == 2) {
-#define ACC "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3]), "+f"(acc[1][0]), "+f"(acc[1][1]), "+f"(acc[1][2]), "+f"(acc[1][3])
-        if constexpr (bf)
-            TC_WGQ(16, "bf16", "%0, %1, %2, %3, %4, %5, %6, %7", "%8, %9, %10, %11", 12, 13);
-        else
-            TC_WGQ(16, "f16", "%0, %1, %2, %3, %4, %5, %6, %7", "%8, %9, %10, %11", 12, 13);
-#undef ACC
     } else {
-        static_assert(NT == 4, "wgmma products of 16, 32 or 64 rows of x");
+        static_assert(NT == 4, "wgmma products of 32 or 64 rows of x");
 #define ACC "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3]), "+f"(acc[1][0]), "+f"(acc[1][1]), "+f"(acc[1][2]), "+f"(acc[1][3]), "+f"(acc[2][0]), "+f"(acc[2][1]), "+f"(acc[2][2]), "+f"(acc[2][3]), "+f"(acc[3][0]), "+f"(acc[3][1]), "+f"(acc[3][2]), "+f"(acc[3][3])
         if constexpr (bf)
             TC_WGQ(32, "bf16", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15", "%16, %17, %18, %19", 20, 21);
@@ -1506,15 +1499,8 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                     // (Every row of x: those past m are stale and their sums never stored.)
                     const uint64_t bd = xd + (c >> 1) * (XR * 128 >> 4) + (c & 1) * 4;
                     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-                    if (NT == 4 && nt <= 2) {
-                        // (Up to 16 rows of x: the first two tiles.)
-                        auto &a2 = *reinterpret_cast<float(*)[2][4]>(&acc[0][0]);
-                        wg_mma<T, 2>(a2, a.x, b.x, a.y, b.y, bd);
-                        wg_mma<T, 2>(a2, a.z, b.z, a.w, b.w, bd + 2);
-                    } else {
-                        wg_mma<T, NT>(acc, a.x, b.x, a.y, b.y, bd);
-                        wg_mma<T, NT>(acc, a.z, b.z, a.w, b.w, bd + 2);
-                    }
+                    wg_mma<T, NT>(acc, a.x, b.x, a.y, b.y, bd);
+                    wg_mma<T, NT>(acc, a.z, b.z, a.w, b.w, bd + 2);
                     asm volatile("wgmma.commit_group.sync.aligned;\n");
                 } else {
                     const uint8_t *xc = xst + c * 64 + (c & 1 ? -xo : xo);
