@@ -396,9 +396,8 @@ template <typename T, int DT> __device__ __forceinline__ uint4 frag_int(const In
 // The 8 weights of group j as four pairs of T, the A fragment registers of the batched
 // kernel (the decode kernel multiplies integers, frag_int). Q8_0's bytes do not fit bf16's 7 mantissa bits: those go through f32 (an exact
 // float from each byte by the same trick, one multiply, then a rounding pack).
-template <typename T, int DT> __device__ __forceinline__ uint4 frag(const Raw &r, int j)
+template <typename T, int DT> __device__ __forceinline__ uint4 frag_ints(const Ints &q)
 {
-    const Ints q = ints<DT>(r, j);
     if constexpr (DT == Q8_0 && !tc::is_half<T>) {
         float v[8];
 #pragma unroll
@@ -409,6 +408,29 @@ template <typename T, int DT> __device__ __forceinline__ uint4 frag(const Raw &r
     } else {
         return pairs_of<T>(q.b, q.bias, tc::pack2<T>(q.s, q.s), tc::pack2<T>(q.off, q.off), kHasOff<DT>);
     }
+}
+template <typename T, int DT> __device__ __forceinline__ uint4 frag(const Raw &r, int j)
+{
+    return frag_ints<T, DT>(ints<DT>(r, j));
+}
+
+// Lane p's weights of a chunk in x's own order, for the batched kernel's wgmma (kBatchNat):
+// elements 2p, 2p + 1, 2p + 8, 2p + 9 (a fragment's first product), then those plus 16 (its
+// second), where the other kernels take 8p .. 8p + 7. nat8: the bytes of a 32-byte run whose
+// byte e holds element e (Q4_K's and Q5_K's quants and fifth bits, Q8_0's quants), in that
+// order; nat_nibbles: a 16-byte run whose byte i holds elements i and i + 16 in its nibbles
+// (Q4_0's and Q4_1's quants), the first four elements' in b.x, the second's in b.y.
+__device__ __forceinline__ uint2 nat8(const uint8_t *run, int p)
+{
+    const uint8_t *w = run + 4 * (p >> 1);
+    const uint32_t sel = p & 1 ? 0x7632 : 0x5410;
+    return make_uint2(__byte_perm(ld4(w), ld4(w + 8), sel), __byte_perm(ld4(w + 16), ld4(w + 24), sel));
+}
+__device__ __forceinline__ uint2 nat_nibbles(const uint8_t *run, int p)
+{
+    const uint8_t *w = run + 4 * (p >> 1);
+    const uint32_t v = __byte_perm(ld4(w), ld4(w + 8), p & 1 ? 0x7632 : 0x5410);
+    return make_uint2(v & 0x0f0f0f0fu, (v >> 4) & 0x0f0f0f0fu);
 }
 
 // Group j of block blk, loaded and decoded to f32: each byte made an exact float by the
@@ -1233,14 +1255,15 @@ template <typename T, int DT> __device__ __forceinline__ void k_scales(const Pla
 
 // Group j of a Q4_K or Q5_K block as frag makes it, with its sub-block's scale and offset pairs
 // given (k_scales).
-template <typename T, int DT>
+template <typename T, int DT, bool NAT = false>
 __device__ __forceinline__ uint4 k_frag(const Planes &P, uint32_t blk, int j, uint32_t s2, uint32_t o2)
 {
     const int sb = j >> 2, shift = (sb & 1) * 4;
-    const uint2 q = ld8(P.p[0] + blk * 128 + (sb >> 1) * 32 + (j & 3) * 8);
+    const uint8_t *run = P.p[0] + blk * 128 + (sb >> 1) * 32;
+    const uint2 q = NAT ? nat8(run, j & 3) : ld8(run + (j & 3) * 8);
     uint2 b = make_uint2((q.x >> shift) & 0x0f0f0f0fu, (q.y >> shift) & 0x0f0f0f0fu);
     if constexpr (DT == Q5_K) {
-        const uint2 h = ld8(P.p[1] + blk * 32 + (j & 3) * 8);
+        const uint2 h = NAT ? nat8(P.p[1] + blk * 32, j & 3) : ld8(P.p[1] + blk * 32 + (j & 3) * 8);
         b.x |= ((h.x >> sb) & 0x01010101u) << 4;
         b.y |= ((h.y >> sb) & 0x01010101u) << 4;
     }
@@ -1255,15 +1278,19 @@ template <int DT> using BatchStep = Step<DT, 256 / layout(DT).block>;
 // descriptor), instead of every warp loading each row tile of x and multiplying it alone. x lies
 // in the 128-byte swizzle (as kernels/gemm.cu's tiles): 64 of k a 1024-byte-aligned atom of 8
 // rows, 128 bytes a row, 16-byte unit c of row r at c ^ (r % 8); the stage's 256 of k are four
-// such regions of 8 NT rows one after another. The fragments hold lane p's group p of each chunk
-// (elements 8p .. 8p + 3 in the chunk's first product, 8p + 4 .. 8p + 7 in its second), so x is
-// stored in that order: word (element pair) 4p + b of a chunk at place 8 (b / 2) + 4 (b % 2) + p,
-// copied 4 bytes at a time.
+// such regions of 8 NT rows one after another. Where the fragments hold lane p's group p of
+// each chunk (elements 8p .. 8p + 3 in the chunk's first product, 8p + 4 .. 8p + 7 in its
+// second), x is stored in that order: word (element pair) 4p + b of a chunk at place
+// 8 (b / 2) + 4 (b % 2) + p, copied 4 bytes at a time. The types of kBatchNat take their lane's
+// weights in x's own order instead (nat8, nat_nibbles), and x is copied 16 bytes at a time as
+// it is.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr bool kBatchWg = true;
 #else
 constexpr bool kBatchWg = false;
 #endif
+template <int DT>
+constexpr bool kBatchNat = kBatchWg && (DT == Q4_K || DT == Q5_K || DT == Q8_0 || DT == Q4_0 || DT == Q4_1 || kQ41G<DT>);
 
 // Descriptor of a K-major tile of 8-row atoms 1024 bytes apart in the 128-byte swizzle at
 // shared address a (the leading offset is unused in this layout: 16 bytes by convention).
@@ -1407,7 +1434,17 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                     }
                 });
             }
-            if constexpr (kBatchWg) {
+            if constexpr (kBatchNat<DT>) {
+                // Row warp + 8 it, unit lane: at unit lane % 8 ^ warp of atom lane / 8.
+                if (wx && b0 * L.block + 8 * lane < k) {
+                    const T *src = xsrc + b0 * L.block;
+                    const uint32_t to = base + xat + (lane >> 3) * XR * 128 + warp * 128 + (((lane & 7) ^ warp) << 4);
+#pragma unroll
+                    for (int it = 0; it < NT; it++)
+                        if (warp + 8 * it < m)
+                            cp_async16_s(to + it * 1024, src + it * 8 * xs);
+                }
+            } else if constexpr (kBatchWg) {
                 if (wx && b0 * L.block + 2 * xq < k) {
                     const char *src = xwsrc + (size_t)b0 * L.block * sizeof(T);
 #pragma unroll
@@ -1486,10 +1523,26 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                 uint4 a, b;
                 if constexpr (KS) {
                     const int from = (lane & ~3) | (cc & 3), i = cc >> 2;
-                    a = k_frag<T, DT>(Q[0], bl, j, __shfl_sync(0xffffffffu, s2[0][i], from),
-                                      __shfl_sync(0xffffffffu, o2[0][i], from));
-                    b = k_frag<T, DT>(Q[1], bl, j, __shfl_sync(0xffffffffu, s2[1][i], from),
-                                      __shfl_sync(0xffffffffu, o2[1][i], from));
+                    a = k_frag<T, DT, kBatchNat<DT>>(Q[0], bl, j, __shfl_sync(0xffffffffu, s2[0][i], from),
+                                                     __shfl_sync(0xffffffffu, o2[0][i], from));
+                    b = k_frag<T, DT, kBatchNat<DT>>(Q[1], bl, j, __shfl_sync(0xffffffffu, s2[1][i], from),
+                                                     __shfl_sync(0xffffffffu, o2[1][i], from));
+                } else if constexpr (kBatchNat<DT>) {
+                    Raw r[2] = { fetch<DT, uint32_t>(Q[0], bl, j), fetch<DT, uint32_t>(Q[1], bl, j) };
+                    uint4 f[2];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        if constexpr (DT == Q8_0) {
+                            r[h].q = nat8(Q[h].p[0] + bl * 32, p);
+                            f[h] = frag<T, DT>(r[h], j);
+                        } else {
+                            // (Q4_1G: chunk cc of the block is 16 bytes of Q4_1's layout.)
+                            Ints q = ints<DT>(r[h], j);
+                            q.b = nat_nibbles(Q[h].p[0] + bl * layout(DT).f[0].size + cc * 16, p);
+                            f[h] = frag_ints<T, DT>(q);
+                        }
+                    }
+                    a = f[0], b = f[1];
                 } else {
                     a = frag<T, DT>(fetch<DT, uint32_t>(Q[0], bl, j), j);
                     b = frag<T, DT>(fetch<DT, uint32_t>(Q[1], bl, j), j);
