@@ -180,7 +180,7 @@ static bool str_eq(tc_gguf_str s, const char *c)
     return s.len == n && memcmp(s.ptr, c, n) == 0;
 }
 
-/* Orders of the tensor entries: by name (length first), and by where their data starts. */
+/* Tensor entries ordered by name (length first). */
 static int by_name(const void *a, const void *b)
 {
     const tc_gguf_tensor *x = *(const tc_gguf_tensor *const *)a,
@@ -189,43 +189,41 @@ static int by_name(const void *a, const void *b)
         return x->name.len < y->name.len ? -1 : 1;
     return memcmp(x->name.ptr, y->name.ptr, x->name.len);
 }
-static int by_start(const void *a, const void *b)
-{
-    const tc_gguf_tensor *x = *(const tc_gguf_tensor *const *)a,
-                         *y = *(const tc_gguf_tensor *const *)b;
-    uintptr_t p = (uintptr_t)x->data, q = (uintptr_t)y->data;
-    return p < q ? -1 : p > q;
-}
+/* Up to 80 bytes of a tensor's name, for messages. */
+#define SHORT_NAME(t) (int)((t)->name.len < 80 ? (t)->name.len : 80), (t)->name.ptr
 
-/* Every tensor name once, and no two tensors' data sharing a byte (the same bytes under
- * several names would let a small file fill memory with a copy each): checked on the
- * entries sorted by name, then by start, so that a file of many tensors costs n log n. */
+/* Every tensor name once (checked on the entries sorted by name, so that a file of many
+ * tensors costs n log n), and no two tensors' data sharing a byte (tc__spans_overlap). */
 static tc_status check_tensors(tc_gguf *g, const reader *r)
 {
     if (g->n_tensors < 2)
         return TC_OK;
-    const tc_gguf_tensor **v = tc_host_alloc(sizeof *v * (size_t)g->n_tensors);
-    if (!v)
+    size_t n = (size_t)g->n_tensors;
+    const tc_gguf_tensor **v = tc_host_alloc(sizeof *v * n);
+    tc__span *spans = tc_host_alloc(sizeof *spans * n);
+    if (!v || !spans) {
+        tc_host_free(v), tc_host_free(spans);
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_gguf", "%s: %llu tensor entries", r->what,
                             (unsigned long long)g->n_tensors);
-    for (uint64_t i = 0; i < g->n_tensors; i++)
-        v[i] = &g->tensors[i];
+    }
+    for (size_t i = 0; i < n; i++) {
+        const tc_gguf_tensor *t = &g->tensors[i];
+        v[i] = t;
+        spans[i] = (tc__span){ (uintptr_t)t->data, (uintptr_t)t->data + t->bytes, i };
+    }
     tc_status st = TC_OK;
-    qsort(v, (size_t)g->n_tensors, sizeof *v, by_name);
-    for (uint64_t i = 1; i < g->n_tensors && st == TC_OK; i++)
+    qsort(v, n, sizeof *v, by_name);
+    for (size_t i = 1; i < n && st == TC_OK; i++)
         if (!by_name(&v[i - 1], &v[i]))
-            st = fail(r, "tensor '%.*s' appears twice",
-                      (int)(v[i]->name.len < 80 ? v[i]->name.len : 80), v[i]->name.ptr);
-    if (st == TC_OK)
-        qsort(v, (size_t)g->n_tensors, sizeof *v, by_start);
-    for (uint64_t i = 1; i < g->n_tensors && st == TC_OK; i++)
-        if ((const uint8_t *)v[i - 1]->data + v[i - 1]->bytes > (const uint8_t *)v[i]->data)
-            st = fail(r, "tensors '%.*s' and '%.*s' share bytes of the data section",
-                      (int)(v[i - 1]->name.len < 80 ? v[i - 1]->name.len : 80), v[i - 1]->name.ptr,
-                      (int)(v[i]->name.len < 80 ? v[i]->name.len : 80), v[i]->name.ptr);
-    tc_host_free(v);
+            st = fail(r, "tensor '%.*s' appears twice", SHORT_NAME(v[i]));
+    size_t i = st == TC_OK ? tc__spans_overlap(spans, n) : 0;
+    if (i)
+        st = fail(r, "tensors '%.*s' and '%.*s' share bytes of the data section",
+                  SHORT_NAME(&g->tensors[spans[i - 1].ref]), SHORT_NAME(&g->tensors[spans[i].ref]));
+    tc_host_free(v), tc_host_free(spans);
     return st;
 }
+#undef SHORT_NAME
 
 static tc_status parse(tc_gguf *g, reader *r)
 {

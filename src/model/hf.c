@@ -5,7 +5,6 @@
 #include "model/hf.h"
 #include <jansson.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "model/hfquant.h"
@@ -15,17 +14,6 @@
 #include "runtime/log.h"
 
 #define MAX_HEADER (100u << 20)
-
-typedef struct range {
-    uint64_t begin, end;
-    const char *name;
-} range;
-
-static int by_begin(const void *a, const void *b)
-{
-    const range *x = a, *y = b;
-    return x->begin < y->begin ? -1 : x->begin > y->begin;
-}
 
 tc_status tc_safetensors_parse(const void *buf, size_t bytes, const char *what,
                                tc_status (*fn)(void *ctx, const tc_safetensor *t), void *ctx)
@@ -52,12 +40,12 @@ tc_status tc_safetensors_parse(const void *buf, size_t bytes, const char *what,
     const char *key;
     json_t *v;
     tc_status st = TC_OK;
-    /* Each tensor's [begin, end), to check that no two share a byte: the format has them
-     * cover the data one after another, and the same bytes under several names would let a
-     * small file fill memory with a copy each. */
-    size_t n_ranges = 0;
-    range *ranges = tc_host_alloc(sizeof *ranges * (json_object_size(h) + 1));
-    if (!ranges) {
+    /* Each tensor's bytes and name, to check that no two share a byte (tc__spans_overlap). */
+    size_t n_spans = 0;
+    tc__span *spans = tc_host_alloc(sizeof *spans * (json_object_size(h) + 1));
+    const char **names = tc_host_alloc(sizeof *names * (json_object_size(h) + 1));
+    if (!spans || !names) {
+        tc_host_free(spans), tc_host_free(names);
         json_decref(h);
         return tc_set_error(TC_ERR_OUT_OF_MEMORY, op, "%s: no host memory", what);
     }
@@ -124,20 +112,20 @@ tc_status tc_safetensors_parse(const void *buf, size_t bytes, const char *what,
         }
         t.data = data + begin;
         t.bytes = (uint64_t)(end - begin);
-        if (end > begin)
-            ranges[n_ranges++] = (range){ (uint64_t)begin, (uint64_t)end, key };
+        if (end > begin) {
+            names[n_spans] = key;
+            spans[n_spans] = (tc__span){ (uint64_t)begin, (uint64_t)end, n_spans };
+            n_spans++;
+        }
         if ((st = fn(ctx, &t)) != TC_OK)
             break;
     }
-    if (st == TC_OK && n_ranges > 1) {
-        qsort(ranges, n_ranges, sizeof *ranges, by_begin);
-        for (size_t i = 1; i < n_ranges && st == TC_OK; i++)
-            if (ranges[i].begin < ranges[i - 1].end)
-                st = tc_set_error(TC_ERR_PARSE, op,
-                                  "%s: tensors '%.80s' and '%.80s' share bytes of the data", what,
-                                  ranges[i - 1].name, ranges[i].name);
-    }
-    tc_host_free(ranges);
+    size_t i = st == TC_OK ? tc__spans_overlap(spans, n_spans) : 0;
+    if (i)
+        st = tc_set_error(TC_ERR_PARSE, op,
+                          "%s: tensors '%.80s' and '%.80s' share bytes of the data", what,
+                          names[spans[i - 1].ref], names[spans[i].ref]);
+    tc_host_free(spans), tc_host_free(names);
     json_decref(h);
     return st;
 }

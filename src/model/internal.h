@@ -24,6 +24,17 @@ tc_status tc__map_file(const char *op, const char *path, const char *what, size_
 /* Unmap what tc__map_file mapped (NULL is a no-op). */
 void tc__unmap_file(void *map, size_t bytes);
 
+/* A tensor's bytes in a model file, [begin, end), and the caller's index of it. */
+typedef struct tc__span {
+    uint64_t begin, end;
+    size_t ref;
+} tc__span;
+/* Sort the spans by where they begin and find two that share a byte (the formats lay tensors
+ * one after another; the same bytes under several names would let a small file fill memory
+ * with a copy each): the index i of the first span that begins before span i - 1 ends, or 0
+ * when none does. n log n, so that a file of many tensors costs little. */
+size_t tc__spans_overlap(tc__span *s, size_t n);
+
 /* Load rank `rank`'s shard of a model under a sharding plan: its configuration is the plan's
  * rank[rank].local and each tensor holds its slice (tc__shard_slice_of), cut from g's
  * tensors, which have the whole model's shapes; with g NULL, random weights of the shard's

@@ -2,11 +2,29 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "model/internal.h"
+
+static int by_begin(const void *a, const void *b)
+{
+    const tc__span *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+size_t tc__spans_overlap(tc__span *s, size_t n)
+{
+    if (n < 2)
+        return 0;
+    qsort(s, n, sizeof *s, by_begin);
+    for (size_t i = 1; i < n; i++)
+        if (s[i].begin < s[i - 1].end)
+            return i;
+    return 0;
+}
 
 tc_status tc__map_file(const char *op, const char *path, const char *what, size_t min_bytes,
                        void **map, size_t *bytes)
