@@ -297,6 +297,23 @@ __device__ __forceinline__ void await_grids()
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
+// Hopper's wgmma (kernels/gemm.cu's product, kernels/quant.cu's batched products). The
+// descriptor of a K-major tile in the 128-byte swizzle at shared address a: 8-row atoms 1024
+// bytes apart (the leading offset is unused in this layout; 16 bytes by convention).
+__device__ __forceinline__ uint64_t wg_desc128(uint32_t a)
+{
+    return ((uint64_t)(a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+// Wait for every wgmma of the warpgroup; the N accumulators at d are final only then.
+template <int N> __device__ __forceinline__ void wg_wait_all(float *d)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+#endif
+}
 // await_inputs() that first lets the next kernel's blocks be scheduled, for a small kernel
 // between two large ones (the act-order gather between products; the rotary kernel between
 // the q/k/v product and decode attention calls the halves itself, working out its angles

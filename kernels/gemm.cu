@@ -219,12 +219,10 @@ __device__ __forceinline__ void wgmma(float (&d)[64], uint64_t a, uint64_t b, co
 #undef TC_WG_OUT16
 #undef TC_WG_OUT4
 
-// Descriptor of a K-major tile in the 128-byte swizzle at p: 8-row atoms 1024 bytes apart
-// (the leading offset is unused in this layout; 16 bytes by convention).
+// Descriptor of a K-major tile in the 128-byte swizzle at p (tc::wg_desc128).
 __device__ __forceinline__ uint64_t wg_desc(const void *p)
 {
-    uint64_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+    return tc::wg_desc128((uint32_t)__cvta_generic_to_shared(p));
 }
 
 template <typename T, int BN>
@@ -300,12 +298,7 @@ __device__ void hopper(T *out, const T *x, const T *w, int64_t m, int64_t n, int
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-    for (int nb = 0; nb < NB; nb++)
-#pragma unroll
-        for (int i = 0; i < 64; i++)
-            asm volatile("" : "+f"(d[nb][i])::"memory"); // the accumulators are final only now
+    tc::wg_wait_all<NB * 64>(&d[0][0]);
 
     int rr = g * 64 + (warp & 3) * 16 + (lane >> 2);
     bool pairs = (os & 1) == 0 && (((uintptr_t)out) & 3) == 0;

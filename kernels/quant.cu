@@ -1292,13 +1292,6 @@ constexpr bool kBatchWg = false;
 template <int DT>
 constexpr bool kBatchNat = DT == Q4_K || DT == Q5_K || DT == Q8_0 || DT == Q4_0 || DT == Q4_1 || kQ41G<DT>;
 
-// Descriptor of a K-major tile of 8-row atoms 1024 bytes apart in the 128-byte swizzle at
-// shared address a (the leading offset is unused in this layout: 16 bytes by convention).
-__device__ __forceinline__ uint64_t wg_desc_at(uint32_t a)
-{
-    return ((uint64_t)(a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
-}
-
 #define TC_WGQ(N, TY, OUTS, A0, D, ONE)                                                          \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #ONE ", 0;\n"                              \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" OUTS "}, {" A0 \
@@ -1491,7 +1484,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
         issue(i + nst - 1, sm_s + is, true, true);
         is = is == last ? 0 : is + sbytes;
         const uint8_t *st = sm + cs;
-        const uint64_t xd = wg_desc_at(sm_s + cs + xat);
+        const uint64_t xd = tc::wg_desc128(sm_s + cs + xat);
         cs = cs == last ? 0 : cs + sbytes;
         const uint32_t b0 = (s0 + i) * S, cnt = min((uint32_t)S, nb - b0);
         Planes Q[2];
@@ -1571,14 +1564,8 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
             }
         }
     }
-    if constexpr (WG) {
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                asm volatile("" : "+f"(acc[t][e])::"memory"); // the sums are final only now
-    }
+    if constexpr (WG)
+        tc::wg_wait_all<NT * 4>(&acc[0][0]);
 
     // The warps' sums meet in shared memory (column c of x's rows, then the tile's row; rows
     // padded so that a warp's stores meet no bank twice), from where the block writes them
