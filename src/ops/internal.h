@@ -64,9 +64,10 @@ struct tc_backend {
     int64_t qwave_q8[TC_DTYPE_COUNT];     /* and the integer batch-1 ones' (bf16 x; 0: none) */
     int64_t qwave_pair[4];                /* and the two-product ones' (tc__quant_pair) */
     unsigned qmv_shared; /* the tensor-core ones' dynamic shared memory (their weight pipeline) */
-    /* Blocks an SM of the batched quantised kernels (qweights.c), by type, f16/bf16 x and x's
-     * 8-row tiles (their shared memory grows with them); 0: not yet known. */
-    int qmm_per_sm[TC_DTYPE_COUNT][2][8];
+    /* Blocks an SM of the batched quantised kernels (qweights.c), by type, f16/bf16 x, x's
+     * 8-row tiles (their shared memory grows with them) and the stages' sizing (for one block
+     * an SM or two); 0: not yet known. */
+    int qmm_per_sm[TC_DTYPE_COUNT][2][8][2];
 };
 
 /* Block-quantised tensors on CUDA (qweights.c): device bytes of n elements held as planes;

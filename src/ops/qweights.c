@@ -464,6 +464,28 @@ static size_t batch_stage_bytes(tc_dtype dt, int64_t x_rows)
     return (bytes + BATCH_ALIGN - 1) / BATCH_ALIGN * BATCH_ALIGN;
 }
 
+/* The shares of k for a product of `tiles` tiles of 128 rows and `steps` steps of 256: the
+ * fewest that fill whole waves of `wave` blocks (at least 85% of the last), or the best
+ * filling, each share at least four stages long (shorter ones spend more on filling the
+ * pipeline and adding the shares than they gain) and at most 16 shares: a 4096-row product is
+ * 32 tiles, which alone would leave three quarters of an H100 idle. */
+static int64_t batch_shares(int64_t tiles, int64_t steps, int64_t wave)
+{
+    int64_t most = steps / 4 < 1 ? 1 : steps / 4 > 16 ? 16 : steps / 4, shares = 1;
+    double best = 0.0;
+    for (int64_t s = 1; s <= most; s++) {
+        int64_t blocks = tiles * s, waves = (blocks + wave - 1) / wave;
+        double use = (double)blocks / (double)(waves * wave);
+        if (use > best + 1e-9) {
+            best = use;
+            shares = s;
+        }
+        if (use >= 0.85)
+            break;
+    }
+    return shares;
+}
+
 int tc__quant_batch_from(tc_dtype dt)
 {
     switch (dt) {
@@ -498,16 +520,22 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
         return tc_set_error(TC_ERR_UNSUPPORTED, op,
                             "quantised weights take 16-byte aligned rows of x");
     bool f16 = x->dtype == TC_DTYPE_F16, f32_out = out->dtype == TC_DTYPE_F32;
-    /* As many stages as fit, up to 4; up to 32 rows tc_k_qmm32_*, two blocks an SM where two
-     * stages of each fit. */
     bool narrow = m <= 32;
+    int64_t tiles = (n + 127) / 128, steps = (k + 255) / 256;
     size_t room = tc__backend_shared_room(b), stage = batch_stage_bytes(w->dtype, narrow ? 32 : 64);
-    bool two = narrow && 2 * (2 * stage + BATCH_ALIGN) <= room;
+    /* As many stages as fit, up to 4, in one block an SM; two blocks an SM (two stages each,
+     * and under 128 registers) where they fit and the products' blocks at one an SM would
+     * take more than one wave: up to 32 rows (tc_k_qmm32_*) always, at 64 rows only then
+     * (H200, bench_ops quant q4_k at 64 rows: 11008 x 4096 32.8 -> 28.4 us, where 4096 x
+     * 11008's 128 blocks, which fit in one, lost as 8 shares of two stages, 28.9 -> 31.8). */
+    bool two = 2 * (2 * stage + BATCH_ALIGN) <= room &&
+               (narrow || tiles * batch_shares(tiles, steps, b->ctx->sm_count) > b->ctx->sm_count);
     room = room / (two ? 2 : 1) - BATCH_ALIGN;
     size_t stages = room / stage > 4 ? 4 : room / stage;
     unsigned smem = (unsigned)(stages * stage + BATCH_ALIGN);
-    /* The carveout and occupancy once for each kernel and size of x, not at every product. */
-    int *known = &b->qmm_per_sm[w->dtype][f16 ? 0 : 1][(m + 7) / 8 - 1], per_sm = *known;
+    /* The carveout and occupancy once for each kernel and size of x (and blocks an SM), not at
+     * every product. */
+    int *known = &b->qmm_per_sm[w->dtype][f16 ? 0 : 1][(m + 7) / 8 - 1][two], per_sm = *known;
     if (!per_sm) {
         tc_kernel_id id = f16 ? (narrow ? qmm[w->dtype].id_f16_32 : qmm[w->dtype].id_f16)
                               : (narrow ? qmm[w->dtype].id_bf16_32 : qmm[w->dtype].id_bf16);
@@ -516,27 +544,7 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
             per_sm = 1;
         *known = per_sm;
     }
-    /* Shares of k so that the blocks fill whole waves (at least 85% of the last), each share
-     * at least four stages long (shorter ones spend more on filling the pipeline and adding
-     * the shares than they gain): a 4096-row product is 32 tiles, which alone would leave
-     * three quarters of an H100 idle. */
-    int64_t tiles = (n + 127) / 128, wave = (int64_t)per_sm * b->ctx->sm_count,
-            steps = (k + 255) / 256,
-            most = steps / 4 < 1    ? 1
-                   : steps / 4 > 16 ? 16
-                                    : steps / 4;
-    int64_t shares = 1;
-    double best = 0.0;
-    for (int64_t s = 1; s <= most; s++) {
-        int64_t blocks = tiles * s, waves = (blocks + wave - 1) / wave;
-        double use = (double)blocks / (double)(waves * wave);
-        if (use > best + 1e-9) {
-            best = use;
-            shares = s;
-        }
-        if (use >= 0.85)
-            break;
-    }
+    int64_t shares = batch_shares(tiles, steps, (int64_t)per_sm * b->ctx->sm_count);
     CUdeviceptr ws = 0, counters = 0;
     if (shares > 1) {
         TC_TRY(tc__backend_workspace(b, (size_t)shares * (size_t)(m * n) * sizeof(float), &ws));
