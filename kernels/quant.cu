@@ -724,13 +724,25 @@ __device__ __forceinline__ float quantise_x(int8_t *xq, float2 *xs, const T *x, 
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
         const float s16 = sum + __shfl_xor_sync(0xffffffffu, sum, 1), s32 = s16 + __shfl_xor_sync(0xffffffffu, s16, 2);
         const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        uint32_t d1[2] = { 0, 0 }, d2[2] = { 0, 0 };
+        // The digits rounded to integers by adding 1.5 * 2^23 (to nearest, ties to even, as
+        // __float2int_rn), whose sum's low byte is the digit in two's complement (both lie in
+        // [-127, 127]) and which, subtracted again, gives q1 as a float: the same digits
+        // without three conversions an element on the slower conversion pipe.
+        constexpr float kRound = 12582912.0f;
+        uint32_t t[8], u[8];
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const float v = f[i] * inv;
-            const int q1 = __float2int_rn(v), q2 = __float2int_rn((v - (float)q1) * 254.0f);
-            d1[i >> 2] |= ((uint32_t)q1 & 0xffu) << (8 * (i & 3));
-            d2[i >> 2] |= ((uint32_t)q2 & 0xffu) << (8 * (i & 3));
+            const float v = f[i] * inv, tv = __fadd_rn(v, kRound), q1 = tv - kRound;
+            t[i] = __float_as_uint(tv);
+            u[i] = __float_as_uint(__fadd_rn(__fmul_rn(v - q1, 254.0f), kRound));
+        }
+        uint32_t d1[2], d2[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            d1[h] = __byte_perm(__byte_perm(t[4 * h], t[4 * h + 1], 0x0040), __byte_perm(t[4 * h + 2], t[4 * h + 3], 0x0040),
+                                0x5410);
+            d2[h] = __byte_perm(__byte_perm(u[4 * h], u[4 * h + 1], 0x0040), __byte_perm(u[4 * h + 2], u[4 * h + 3], 0x0040),
+                                0x5410);
         }
         if (in) {
             *reinterpret_cast<uint2 *>(xq + 32 * c + 8 * q) = make_uint2(d1[0], d1[1]);
