@@ -1245,6 +1245,15 @@ __device__ __forceinline__ void q8_pair(T *out_a, T *out_b, const T *x, const vo
 // row of w) and the last of a tile's blocks to arrive adds them in share order (the same bits
 // every run) and writes out, leaving its counter at zero.
 constexpr int kBatchRows = 8 * 16, kBatchXRow = 256 * 2;
+// Blocks an SM the kernels of up to 64 rows are built for: two on Hopper, whose 228 KB of
+// shared memory hold two blocks of two stages at 64 rows (the host picks one or two:
+// tc__quant_batch), under 128 registers; one on earlier GPUs, where two never fit and the
+// register cap would only spill.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr int kBatchBlocks = 1;
+#else
+constexpr int kBatchBlocks = 2;
+#endif
 
 // Q4_K's and Q5_K's scale and offset of sub-blocks p and p + 4 of a block of a row, as pairs of
 // T: what frag folds into the weights, decoded by one lane of a quad for the four (each
@@ -2005,150 +2014,150 @@ extern "C" __global__ void __launch_bounds__(256, 2)
  *  1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of
  *  grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and
  *  counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of
- *  128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each. Under 128 registers
- *  (a few spilled), so that two blocks of two stages fit an SM where a product's blocks
- *  would take more than one wave at one an SM (the host's choice; tc_k_qmm32_* below take
- *  up to 32 rows that way always). The first stages' weights are requested before the kernel
+ *  128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each. On Hopper under 128
+ *  registers (a few spilled), so that two blocks of two stages fit an SM where a product's
+ *  blocks would take more than one wave at one an SM (the host's choice; tc_k_qmm32_* below
+ *  take up to 32 rows that way always). The first stages' weights are requested before the kernel
  *  waits for the one before it. k a multiple of 32, x and its stride 16-byte aligned. */
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q4_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q4_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q4_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q4_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q4_1_g64_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                           int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q4_1G>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q4_1_g128_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                           int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q4_1G128>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q4_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q4_1_g64_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                           int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1G>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q4_1_g128_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                           int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_1G128>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q5_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q5_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q5_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q5_1_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q5_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q5_1_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q8_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q8_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q8_0_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q8_0>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q2_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q2_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q2_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q2_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q3_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q3_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q3_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q3_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q4_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q4_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q4_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q4_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q5_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q5_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q5_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q6_k_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__half, quant_cu::Q6_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q6_k_bf16(void *out, int32_t out_f32, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
