@@ -335,6 +335,41 @@ __device__ __forceinline__ int atomic_add_acq_rel(int *p, int v)
     asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
     return old;
 }
+// Thread-block clusters (compute capability 9.0+; launched with a cluster extent). The number
+// of blocks in this block's cluster (1 before 9.0).
+__device__ __forceinline__ uint32_t cluster_blocks()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t n;
+    asm("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
+    return n;
+#else
+    return 1;
+#endif
+}
+// Every thread of every block of the cluster waits here for all the others: the shared-memory
+// writes before it are visible to the cluster's blocks after it (release, acquire). Each
+// thread must call it (the .aligned form), as __syncthreads.
+__device__ __forceinline__ void cluster_sync()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// The four floats at shared-memory address `at` (16-byte aligned) of the cluster's block `rank`.
+__device__ __forceinline__ float4 ld_cluster_f4(uint32_t at, uint32_t rank)
+{
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(at), "r"(rank));
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(remote)
+                 : "memory");
+#endif
+    return v;
+}
 // Ask for the line holding p in L1 (no register written, nothing waited for).
 __device__ __forceinline__ void prefetch_l1(const void *p)
 {

@@ -1606,6 +1606,39 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     // n is a multiple of 4), each thread's shares read before they are added, in share order
     // (the same bits as one at a time: the adds waited on each load in turn).
     const int quads = m * kBatchRows / 4;
+    // Quad q's four sums v (rows row0 + r .. of column c) into out.
+    auto put = [&](int q, const float (&v)[4]) {
+        const int c = q / (kBatchRows / 4), r = 4 * (q % (kBatchRows / 4));
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (row0 + r + e < n32) {
+                if (out_f32)
+                    static_cast<float *>(out)[c * os + row0 + r + e] = v[e];
+                else
+                    static_cast<T *>(out)[c * os + row0 + r + e] = tc::from_f32<T>(v[e]);
+            }
+    };
+    if (gridDim.y > 1 && tc::cluster_blocks() == gridDim.y) {
+        // The shares' blocks are one cluster (launched so where the device has clusters; the
+        // block's rank in it is blockIdx.y): once every block's sums are in its shared memory
+        // (the cluster barrier), each block adds its part of the tile's quads from all of them,
+        // in share order (the same bits as through ws), and none leaves before all have read.
+        tc::cluster_sync();
+        const uint32_t red_s = (uint32_t)__cvta_generic_to_shared(red);
+        for (int q = threadIdx.x + 256 * blockIdx.y; q < quads; q += 256 * gridDim.y) {
+            const int c = q / (kBatchRows / 4), r = 4 * (q % (kBatchRows / 4));
+            if (row0 + r >= n32)
+                continue;
+            float v[4] = {};
+            for (uint32_t y = 0; y < gridDim.y; y++) {
+                const float4 t = tc::ld_cluster_f4(red_s + 4 * (c * RP + r), y);
+                v[0] += t.x, v[1] += t.y, v[2] += t.z, v[3] += t.w;
+            }
+            put(q, v);
+        }
+        tc::cluster_sync();
+        return;
+    }
     const bool vec = (n & 3) == 0;
     if (gridDim.y > 1) {
         __shared__ bool last;
@@ -1665,18 +1698,9 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                 v[i][e] += t[i][e];
     }
 #pragma unroll
-    for (int i = 0; i < NT; i++) {
-        const int q = threadIdx.x + 256 * i, c = q / (kBatchRows / 4), r = 4 * (q % (kBatchRows / 4));
-        if (q < quads)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                if (row0 + r + e < n32) {
-                    if (out_f32)
-                        static_cast<float *>(out)[c * os + row0 + r + e] = v[i][e];
-                    else
-                        static_cast<T *>(out)[c * os + row0 + r + e] = tc::from_f32<T>(v[i][e]);
-                }
-    }
+    for (int i = 0; i < NT; i++)
+        if (threadIdx.x + 256 * i < quads)
+            put(threadIdx.x + 256 * i, v[i]);
 }
 
 template <typename T, int DT, int NT = 8>

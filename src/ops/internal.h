@@ -68,6 +68,9 @@ struct tc_backend {
      * 8-row tiles (their shared memory grows with them) and the stages' sizing (for one block
      * an SM or two); 0: not yet known. */
     int qmm_per_sm[TC_DTYPE_COUNT][2][8][2];
+    /* And their clusters of 2 to 8 blocks (the shares of k) resident at once, GPU-wide; 0: not
+     * yet known, -1: none (no clusters on the device, or the query failed). */
+    int qmm_clusters[TC_DTYPE_COUNT][2][8][2][7];
 };
 
 /* Block-quantised tensors on CUDA (qweights.c): device bytes of n elements held as planes;

@@ -536,9 +536,9 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
     /* The carveout and occupancy once for each kernel and size of x (and blocks an SM), not at
      * every product. */
     int *known = &b->qmm_per_sm[w->dtype][f16 ? 0 : 1][(m + 7) / 8 - 1][two], per_sm = *known;
+    tc_kernel_id id = f16 ? (narrow ? qmm[w->dtype].id_f16_32 : qmm[w->dtype].id_f16)
+                          : (narrow ? qmm[w->dtype].id_bf16_32 : qmm[w->dtype].id_bf16);
     if (!per_sm) {
-        tc_kernel_id id = f16 ? (narrow ? qmm[w->dtype].id_f16_32 : qmm[w->dtype].id_f16)
-                              : (narrow ? qmm[w->dtype].id_bf16_32 : qmm[w->dtype].id_bf16);
         TC_TRY(tc_launch_set_carveout(b->ctx, id, 100));
         if (tc_launch_blocks_per_sm(b->ctx, id, 256, smem, &per_sm) != TC_OK || per_sm < 1)
             per_sm = 1;
@@ -552,13 +552,40 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
     }
     tc_launch_config cfg = tc__cfg(b, (unsigned)tiles, 256, smem);
     cfg.grid.y = (uint32_t)shares;
+    /* A tile's shares as one cluster (compute capability 9.0+), which add their sums in each
+     * other's shared memory instead of through ws and a count in global memory, where its
+     * clusters take no more waves than its blocks would alone (a cluster's blocks must fit on
+     * one GPC together). ws stays: a kernel built for an older GPU (run as PTX) adds through
+     * it, cluster or not. */
+    const tc_dim3 before = tc_stream_cluster(b->stream), cluster = { 1, (uint32_t)shares, 1 };
+    bool clustered = false;
+    if (shares > 1 && shares <= 8 && b->ctx->cc_major >= 9) {
+        int *fits = &b->qmm_clusters[w->dtype][f16 ? 0 : 1][(m + 7) / 8 - 1][two][shares - 2];
+        TC_TRY(tc_stream_set_cluster(b->stream, cluster));
+        if (!*fits) {
+            int n_clusters = 0;
+            *fits = tc_launch_max_clusters(id, &cfg, &n_clusters) == TC_OK && n_clusters > 0
+                        ? n_clusters
+                        : -1;
+            tc_clear_error();
+        }
+        int64_t wave = (int64_t)per_sm * b->ctx->sm_count;
+        clustered = *fits > 0 && (tiles + *fits - 1) / *fits <= (tiles * shares + wave - 1) / wave;
+        if (!clustered)
+            TC_TRY(tc_stream_set_cluster(b->stream, before));
+    }
+    tc_status st;
     if (f16)
-        return (narrow ? qmm[w->dtype].f16_32 : qmm[w->dtype].f16)(
+        st = (narrow ? qmm[w->dtype].f16_32 : qmm[w->dtype].f16)(
             cfg, out->data, f32_out, TC__DEV(const tc_half, x), w->data, (int32_t)m, n, k,
             x->stride[0], out->stride[0], (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
-    return (narrow ? qmm[w->dtype].bf16_32 : qmm[w->dtype].bf16)(
-        cfg, out->data, f32_out, TC__DEV(const tc_bf16, x), w->data, (int32_t)m, n, k, x->stride[0],
-        out->stride[0], (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
+    else
+        st = (narrow ? qmm[w->dtype].bf16_32 : qmm[w->dtype].bf16)(
+            cfg, out->data, f32_out, TC__DEV(const tc_bf16, x), w->data, (int32_t)m, n, k,
+            x->stride[0], out->stride[0], (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
+    if (clustered)
+        tc_stream_set_cluster(b->stream, before);
+    return st;
 }
 
 size_t tc__quant_gemm_workspace(int64_t k, tc_dtype act)

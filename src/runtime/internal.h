@@ -42,7 +42,8 @@ struct tc_stream {
     CUstream cu;
     tc_context *ctx;
     int priority;
-    bool overlap; /* launches carry the programmatic-serialization attribute */
+    bool overlap;    /* launches carry the programmatic-serialization attribute */
+    tc_dim3 cluster; /* and, where it has more than one block, the cluster-dimension one */
 };
 
 struct tc_event {

@@ -31,6 +31,12 @@ static tc_status allow_shared(tc_context *c, tc_kernel_id id, uint32_t bytes)
     return TC_OK;
 }
 
+/* The blocks of a cluster of cfg's launch (its stream's; 0 or 1 where it has none). */
+static uint64_t cluster_blocks(const tc_launch_config *cfg)
+{
+    return (uint64_t)cfg->stream->cluster.x * cfg->stream->cluster.y * cfg->stream->cluster.z;
+}
+
 /* Check the configuration against the device's and the kernel's limits. */
 static tc_status check_config(tc_context *c, tc_kernel_id id, const tc_launch_config *cfg)
 {
@@ -50,6 +56,18 @@ static tc_status check_config(tc_context *c, tc_kernel_id id, const tc_launch_co
                      c -> max_block[i]);
             return bad_launch(id, cfg, TC_ERR_LAUNCH, why);
         }
+    }
+    if (cluster_blocks(cfg) > 1) {
+        const tc_dim3 cl = cfg->stream->cluster;
+        const uint32_t q[3] = { cl.x, cl.y, cl.z };
+        for (int i = 0; i < 3; i++)
+            if (g[i] % q[i]) {
+                snprintf(
+                    why, sizeof why,
+                    "the stream's cluster extent %c is %u, which does not divide the grid's %u",
+                    "xyz"[i], q[i], g[i]);
+                return bad_launch(id, cfg, TC_ERR_LAUNCH, why);
+            }
     }
     uint64_t threads = (uint64_t)b[0] * b[1] * b[2];
     if (threads > (uint64_t)c->func_max_threads[id]) {
@@ -88,13 +106,23 @@ tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **
     tc__profile_token prof = { 0 };
     if (tc_profile_enabled())
         TC_TRY(tc__profile_begin(c, id, cfg, &prof));
-    if (cfg->stream->overlap) {
-        CUlaunchAttribute attr = { 0 };
-        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
+    bool cluster = cluster_blocks(cfg) > 1;
+    if (cfg->stream->overlap || cluster) {
+        CUlaunchAttribute attr[2] = { { 0 } };
+        unsigned n = 0;
+        if (cfg->stream->overlap) {
+            attr[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr[n++].value.programmaticStreamSerializationAllowed = 1;
+        }
+        if (cluster) {
+            attr[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attr[n].value.clusterDim.x = cfg->stream->cluster.x;
+            attr[n].value.clusterDim.y = cfg->stream->cluster.y;
+            attr[n++].value.clusterDim.z = cfg->stream->cluster.z;
+        }
         CUlaunchConfig lc = {
             cfg->grid.x,  cfg->grid.y,       cfg->grid.z,     cfg->block.x, cfg->block.y,
-            cfg->block.z, cfg->shared_bytes, cfg->stream->cu, &attr,        1
+            cfg->block.z, cfg->shared_bytes, cfg->stream->cu, attr,         n
         };
         st = tc_cuLaunchKernelEx(&lc, c->funcs[id], args, NULL);
     } else {
@@ -128,6 +156,33 @@ tc_status tc_launch_blocks_per_sm(tc_context *ctx, tc_kernel_id id, int block, s
     if ((int64_t)shared_bytes <= ctx->max_shared_optin - ctx->func_static_shared[id])
         TC_TRY(allow_shared(ctx, id, (uint32_t)shared_bytes));
     return tc_cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, f, block, shared_bytes);
+}
+
+tc_status tc_launch_max_clusters(tc_kernel_id id, const tc_launch_config *cfg, int *clusters)
+{
+    *clusters = 0;
+    if ((unsigned)id >= (unsigned)TC_KERNEL_COUNT)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_launch_max_clusters", "no kernel id %d",
+                            (int)id);
+    if (cfg->stream == NULL)
+        return bad_launch(id, cfg, TC_ERR_INVALID_ARGUMENT,
+                          "no stream: work always goes on an explicit stream");
+    if (cluster_blocks(cfg) < 1)
+        return bad_launch(id, cfg, TC_ERR_INVALID_ARGUMENT, "the stream has no cluster extent");
+    tc_context *c = cfg->stream->ctx;
+    TC_TRY(tc__module_ensure(c));
+    TC_TRY(check_config(c, id, cfg));
+    TC_TRY(tc__context_enter(c));
+    CUlaunchAttribute attr = { 0 };
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = cfg->stream->cluster.x;
+    attr.value.clusterDim.y = cfg->stream->cluster.y;
+    attr.value.clusterDim.z = cfg->stream->cluster.z;
+    CUlaunchConfig lc = {
+        cfg->grid.x,  cfg->grid.y,       cfg->grid.z,     cfg->block.x, cfg->block.y,
+        cfg->block.z, cfg->shared_bytes, cfg->stream->cu, &attr,        1
+    };
+    return tc_cuOccupancyMaxActiveClusters(clusters, c->funcs[id], &lc);
 }
 
 tc_status tc_launch_set_carveout(tc_context *ctx, tc_kernel_id id, int percent)

@@ -22,6 +22,13 @@ TC_API tc_status tc_launch_block_size(tc_context *ctx, tc_kernel_id id, size_t s
 TC_API tc_status tc_launch_blocks_per_sm(tc_context *ctx, tc_kernel_id id, int block,
                                          size_t shared_bytes, int *blocks);
 
+/* How many clusters of cfg's blocks (cfg->cluster; grid and stream as a launch takes them)
+ * can run at once on the device (cuOccupancyMaxActiveClusters); compute capability 9.0+. A
+ * cluster's blocks must be resident together on one GPC, so this can be fewer than the blocks
+ * an SM times the SMs, over the cluster's blocks. */
+TC_API tc_status tc_launch_max_clusters(tc_kernel_id id, const tc_launch_config *cfg,
+                                        int *clusters);
+
 /* Kernel id's preferred split of each SM's combined L1 cache and shared memory: `percent` of
  * the most shared memory the SM can have (0: the largest L1, 100: the most shared memory), or
  * -1 to let the driver choose again (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT). A

@@ -50,6 +50,33 @@ bool tc_stream_overlap(const tc_stream *s)
     return s->overlap;
 }
 
+tc_status tc_stream_set_cluster(tc_stream *s, tc_dim3 cluster)
+{
+    const char *fn = "tc_stream_set_cluster";
+    uint64_t blocks = (uint64_t)cluster.x * cluster.y * cluster.z;
+    if (blocks == 0 && (cluster.x | cluster.y | cluster.z) == 0) {
+        s->cluster = cluster;
+        return TC_OK;
+    }
+    if (blocks == 0 || blocks > 8)
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, fn,
+                            "a cluster of %u x %u x %u blocks; each extent must be at least 1 and "
+                            "all of them at most 8 blocks",
+                            cluster.x, cluster.y, cluster.z);
+    if (blocks > 1 && s->ctx->cc_major < 9)
+        return tc_set_error(
+            TC_ERR_UNSUPPORTED, fn,
+            "thread-block clusters need compute capability 9.0; this device is %d.%d",
+            s->ctx->cc_major, s->ctx->cc_minor);
+    s->cluster = cluster;
+    return TC_OK;
+}
+
+tc_dim3 tc_stream_cluster(const tc_stream *s)
+{
+    return s->cluster;
+}
+
 void tc_stream_destroy(tc_stream *s)
 {
     if (s == NULL)

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "runtime/context.h"
+#include "tc_kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,6 +57,15 @@ TC_API tc_status tc_stream_memset(tc_stream *s, CUdeviceptr dst, unsigned char v
  * by default. */
 TC_API tc_status tc_stream_set_overlap(tc_stream *s, bool on);
 TC_API bool tc_stream_overlap(const tc_stream *s);
+
+/* Thread-block clusters (compute capability 9.0 and up): while set to an extent of more than
+ * one block, each kernel launched on s runs its blocks in clusters of that extent, whose blocks
+ * are resident together and may read and write each other's shared memory; each extent must
+ * then divide the launch's grid (the launch fails, naming the kernel, where one does not). At
+ * most 8 blocks. {0, 0, 0} or {1, 1, 1} sets it back (the default). Returns TC_ERR_UNSUPPORTED
+ * on older devices and TC_ERR_INVALID_ARGUMENT for a zero extent or more than 8 blocks. */
+TC_API tc_status tc_stream_set_cluster(tc_stream *s, tc_dim3 cluster);
+TC_API tc_dim3 tc_stream_cluster(const tc_stream *s);
 
 /* The stream's context, priority and driver handle. */
 TC_API tc_context *tc_stream_context(const tc_stream *s);

@@ -1,7 +1,8 @@
 /* A stand-in libcuda for runtime tests without a GPU: one sm_90 device, a primary context,
  * modules holding thincuda's kernels (from generated/tc_kernels.c) as the build splits them
  * (kernels/quant.cu's in an image of their own: a module that gave out a kernel of one side
- * does not have those of the other), and a cuLaunchKernel that records what it was given.
+ * does not have those of the other), and a cuLaunchKernel (and cuLaunchKernelEx, with its
+ * attributes) that records what it was given.
  * Environment switches make it misbehave on purpose:
  *   FAKE_CUDA_SKEW=<kernel>   cuFuncGetParamInfo reports that kernel's last parameter 4 bytes
  *                             wider (a stale fatbin)
@@ -33,6 +34,9 @@ typedef struct fake_launch {
     int last_dyn_shared;
     int last_carveout; /* and the kernel it was set for */
     char carveout_kernel[64];
+    int ex;              /* through cuLaunchKernelEx */
+    int overlap;         /* with the programmatic-serialization attribute */
+    unsigned cluster[3]; /* the cluster-dimension attribute's extent (0: none) */
 } fake_launch;
 
 EXPORT fake_launch fake_launch_v;
@@ -332,6 +336,8 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
     if (need_ctx() != CUDA_SUCCESS)
         return CUDA_ERROR_INVALID_CONTEXT;
     fake_launch_v.count++;
+    fake_launch_v.ex = fake_launch_v.overlap = 0;
+    memset(fake_launch_v.cluster, 0, sizeof fake_launch_v.cluster);
     snprintf(fake_launch_v.kernel, sizeof fake_launch_v.kernel, "%s", tc_kernel_table[k].name);
     unsigned g[3] = { gx, gy, gz }, b[3] = { bx, by, bz };
     memcpy(fake_launch_v.grid, g, sizeof g);
@@ -347,6 +353,40 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
         off += sz;
     }
     fake_launch_v.params_bytes = off;
+    return CUDA_SUCCESS;
+}
+
+static CUresult f_launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+    CUresult r = f_launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+                          c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra);
+    if (r != CUDA_SUCCESS)
+        return r;
+    fake_launch_v.ex = 1;
+    for (unsigned i = 0; i < c->numAttrs; i++) {
+        const CUlaunchAttribute *a = &c->attrs[i];
+        if (a->id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+            fake_launch_v.overlap = a->value.programmaticStreamSerializationAllowed;
+        else if (a->id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+            fake_launch_v.cluster[0] = a->value.clusterDim.x;
+            fake_launch_v.cluster[1] = a->value.clusterDim.y;
+            fake_launch_v.cluster[2] = a->value.clusterDim.z;
+        } else
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Clusters resident at once: 8 GPCs of 16 SMs, 2048 threads an SM, a cluster within a GPC. */
+static CUresult f_max_clusters(int *n, CUfunction f, const CUlaunchConfig *c)
+{
+    if (kernel_of(f) < 0 || c->numAttrs != 1 ||
+        c->attrs[0].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned threads = c->blockDimX * c->blockDimY * c->blockDimZ,
+             blocks = c->attrs[0].value.clusterDim.x * c->attrs[0].value.clusterDim.y *
+                      c->attrs[0].value.clusterDim.z;
+    *n = (int)(8 * (16 * (2048 / threads) / blocks));
     return CUDA_SUCCESS;
 }
 
@@ -433,6 +473,8 @@ static const struct {
     FN("cuFuncGetAttribute", f_func_get_attribute),
     FN("cuFuncSetAttribute", f_func_set_attribute),
     FN("cuLaunchKernel", f_launch),
+    FN("cuLaunchKernelEx", f_launch_ex),
+    FN("cuOccupancyMaxActiveClusters", f_max_clusters),
     FN("cuOccupancyMaxPotentialBlockSize", f_occupancy),
     FN("cuOccupancyMaxActiveBlocksPerMultiprocessor", f_blocks_per_sm),
     FN("cuMemAlloc", f_mem_alloc),

@@ -30,6 +30,9 @@ typedef struct fake_launch {
     int last_dyn_shared;
     int last_carveout; /* and the kernel it was set for */
     char carveout_kernel[64];
+    int ex;
+    int overlap;
+    unsigned cluster[3];
 } fake_launch;
 
 static fake_launch *launches(void)
@@ -195,6 +198,59 @@ static void bad_configurations_fail_naming_the_kernel(void **state)
     cfg.shared_bytes = 0;
     assert_int_equal(tc_launch_fill_f32(cfg, out, 1.0f, (size_t)10), TC_ERR_INVALID_ARGUMENT);
     assert_int_equal(l->count, before);
+}
+
+static void clusters_reach_the_launch_and_are_checked(void **state)
+{
+    (void)state;
+    fake_launch *l = launches();
+    float *out = (float *)(uintptr_t)0x1000;
+    tc_launch_config cfg = { { 6, 4, 1 }, tc_dim1(256), 0, stream };
+    /* No cluster: the plain launch. */
+    assert_int_equal(tc_launch_fill_f32(cfg, out, 1.0f, (size_t)10), TC_OK);
+    assert_int_equal(l->ex, 0);
+    /* Blocks 4 along y a cluster: the attribute, through cuLaunchKernelEx. */
+    assert_int_equal(tc_stream_set_cluster(stream, (tc_dim3){ 1, 4, 1 }), TC_OK);
+    assert_int_equal(tc_stream_cluster(stream).y, 4);
+    int before = l->count;
+    assert_int_equal(tc_launch_fill_f32(cfg, out, 1.0f, (size_t)10), TC_OK);
+    assert_int_equal(l->count, before + 1);
+    assert_int_equal(l->ex, 1);
+    assert_int_equal(l->overlap, 0);
+    assert_int_equal(l->cluster[0], 1);
+    assert_int_equal(l->cluster[1], 4);
+    assert_int_equal(l->cluster[2], 1);
+    assert_int_equal(l->grid[0], 6);
+    assert_int_equal(l->grid[1], 4);
+    /* 8 GPCs of 16 SMs, 8 blocks of 256 threads an SM: 32 clusters of 4 in each. */
+    int clusters = 0;
+    assert_int_equal(tc_launch_max_clusters(TC_KERNEL_FILL_F32, &cfg, &clusters), TC_OK);
+    assert_int_equal(clusters, 256);
+    /* With programmatic launches as well: both attributes. */
+    assert_int_equal(tc_stream_set_overlap(stream, true), TC_OK);
+    assert_int_equal(tc_launch_fill_f32(cfg, out, 1.0f, (size_t)10), TC_OK);
+    assert_int_equal(l->overlap, 1);
+    assert_int_equal(l->cluster[1], 4);
+    assert_int_equal(tc_stream_set_overlap(stream, false), TC_OK);
+    /* An extent that does not divide the grid fails, naming the kernel; nothing launches. */
+    before = l->count;
+    cfg.grid = (tc_dim3){ 6, 3, 1 };
+    assert_int_equal(tc_launch_fill_f32(cfg, out, 1.0f, (size_t)10), TC_ERR_LAUNCH);
+    assert_non_null(strstr(tc_last_error(), "tc_k_fill_f32"));
+    assert_non_null(strstr(tc_last_error(), "cluster extent y is 4"));
+    assert_int_equal(tc_launch_max_clusters(TC_KERNEL_FILL_F32, &cfg, &clusters), TC_ERR_LAUNCH);
+    assert_int_equal(l->count, before);
+    /* Bad extents are refused when set, and leave the stream's as it was. */
+    assert_int_equal(tc_stream_set_cluster(stream, (tc_dim3){ 3, 3, 1 }), TC_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tc_last_error(), "3 x 3 x 1"));
+    assert_int_equal(tc_stream_set_cluster(stream, (tc_dim3){ 0, 2, 1 }), TC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tc_stream_cluster(stream).y, 4);
+    /* Set back: plain launches again, and no cluster to count. */
+    assert_int_equal(tc_stream_set_cluster(stream, (tc_dim3){ 0, 0, 0 }), TC_OK);
+    assert_int_equal(tc_launch_fill_f32(cfg, out, 1.0f, (size_t)10), TC_OK);
+    assert_int_equal(l->ex, 0);
+    assert_int_equal(tc_launch_max_clusters(TC_KERNEL_FILL_F32, &cfg, &clusters),
+                     TC_ERR_INVALID_ARGUMENT);
 }
 
 static void large_shared_memory_opts_in_once(void **state)
@@ -363,6 +419,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(stream_priorities_are_clamped_to_the_device_range),
         cmocka_unit_test(launcher_passes_each_argument_at_its_abi_offset),
         cmocka_unit_test(bad_configurations_fail_naming_the_kernel),
+        cmocka_unit_test(clusters_reach_the_launch_and_are_checked),
         cmocka_unit_test(large_shared_memory_opts_in_once),
         cmocka_unit_test(carveout_preference_reaches_the_kernel),
         cmocka_unit_test(occupancy_helpers_size_grid_stride_launches),
