@@ -674,7 +674,13 @@ static void quantised(rng_t *r)
          * weights read and dequantised once for all rows, over shares of k that the last block
          * of each tile adds (1000 rows: 8 tiles, the last partial; it adds four rows at a time,
          * 999 and 702 rows leave a short last four), or in one share (120 tiles of one block an
-         * SM fill an H100's wave); f32 logits. */
+         * SM fill an H100's wave); f32 logits. On Hopper a tile's shares are one cluster that
+         * adds them in shared memory: four shares of 4096 (every type, the K types' only case of
+         * several), three of 3072 with f16 x over a partial last tile. */
+        matmul_case(r, TC_DTYPE_BF16, q, 64, 1000, 4096, TC_GEMM_AUTO, "batched, four shares",
+                    false);
+        matmul_case(r, TC_DTYPE_F16, q, 33, 999, 3072, TC_GEMM_AUTO, "batched, three shares",
+                    false);
         const int64_t bs[] = { 9, 16, 32, 33, 64 };
         for (int bi = 0; bi < 5; bi++)
             matmul_case(r, TC_DTYPE_BF16, q, bs[bi], 1000, k, TC_GEMM_AUTO, "batched", false);
