@@ -2037,7 +2037,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
  *  as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32
  *  1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of
  *  grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and
- *  counts grid.x zeroed counters (left at zero). Dynamic shared memory: 2 to 4 stages of
+ *  counts grid.x zeroed counters (left at zero), unless (Hopper) the launch makes a tile's
+ *  grid.y blocks one cluster (at most 8), whose shares then add in shared memory. Dynamic shared memory: 2 to 4 stages of
  *  128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each. On Hopper under 128
  *  registers (a few spilled), so that two blocks of two stages fit an SM where a product's
  *  blocks would take more than one wave at one an SM (the host's choice; tc_k_qmm32_* below
