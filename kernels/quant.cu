@@ -2033,17 +2033,18 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                                                                      flags & 4, norm, eps, (uint32_t)split);
 }
 
-/** out[m, n] = x[m, k] w[n, k]^T for 9 (5 for the K-quants) <= m <= 64 rows of 16-bit x and w of a block type held
- *  as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32
- *  1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of
- *  grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and
- *  counts grid.x zeroed counters (left at zero), unless (Hopper) the launch makes a tile's
- *  grid.y blocks one cluster (at most 8), whose shares then add in shared memory. Dynamic shared memory: 2 to 4 stages of
- *  128 weight rows and 8 ceil(m / 8) rows of x, 256 elements of k each. On Hopper under 128
- *  registers (a few spilled), so that two blocks of two stages fit an SM where a product's
- *  blocks would take more than one wave at one an SM (the host's choice; tc_k_qmm32_* below
- *  take up to 32 rows that way always). The first stages' weights are requested before the kernel
- *  waits for the one before it. k a multiple of 32, x and its stride 16-byte aligned. */
+/** out[m, n] = x[m, k] w[n, k]^T for 9 (5 for the K-quants) <= m <= 64 rows of 16-bit x and w
+ *  of a block type held as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in
+ *  x's dtype or (out_f32 1) f32; batched decode. Blocks of 256 threads take 128 rows of w each
+ *  (grid.x) over one of grid.y equal shares of k; with more than one share, ws holds grid.y x
+ *  m x n floats and counts grid.x zeroed counters (left at zero), unless (Hopper) the launch
+ *  makes a tile's grid.y blocks one cluster (at most 8), whose shares add in shared memory.
+ *  Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256
+ *  of k each. On Hopper under 128 registers (a few spilled), so that two blocks of two stages
+ *  fit an SM where a product's blocks would take more than one wave at one an SM (the host's
+ *  choice; tc_k_qmm32_* below take up to 32 rows that way always). The first stages' weights
+ *  are requested before the kernel waits for the one before it. k a multiple of 32, x and its
+ *  stride 16-byte aligned. */
 extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_q4_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
