@@ -22,7 +22,7 @@ TC_API tc_status tc_launch_block_size(tc_context *ctx, tc_kernel_id id, size_t s
 TC_API tc_status tc_launch_blocks_per_sm(tc_context *ctx, tc_kernel_id id, int block,
                                          size_t shared_bytes, int *blocks);
 
-/* How many clusters of cfg's blocks (cfg->cluster; grid and stream as a launch takes them)
+/* How many clusters of a launch of cfg (of the extent its stream sets: tc_stream_set_cluster)
  * can run at once on the device (cuOccupancyMaxActiveClusters); compute capability 9.0+. A
  * cluster's blocks must be resident together on one GPC, so this can be fewer than the blocks
  * an SM times the SMs, over the cluster's blocks. */
