@@ -2,9 +2,10 @@
  * against the ceilings of GPU.md (3.0 TB/s measured copy bandwidth; cuBLAS for products).
  * Inputs rotate through copies larger than L2 so the cache is not what is measured; each
  * figure is the median of 7 timings (CUDA events) of several repetitions after a warm-up.
- * Usage: bench_ops [all|norm|matvec|gemm|attention [HEAD_DIM]|quant [TYPE]|iq], or bench_ops
- * decode H KV BATCH LEN [fp8] (attention: head_dim 128 unless given: 64 and 128 have kernels of
- * their own, the other even sizes up to 256 the generic ones). */
+ * Usage: bench_ops [all|norm|matvec|gemm|attention [HEAD_DIM]|quant [TYPE [ROWS]]|iq], or
+ * bench_ops decode H KV BATCH LEN [fp8] (attention: head_dim 128 unless given: 64 and 128 have
+ * kernels of their own, the other even sizes up to 256 the generic ones; quant: ROWS one of 1,
+ * 8, 16, 32, 64, 512). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,8 +262,9 @@ static tc_status run_qmm(void *c, int s)
 
 /* Each quantised type's products at Llama-2-7B's shapes: decode (1 and 8 rows) and batched
  * decode (16, 32 and 64 rows, which read the weights once too) against the bandwidth, and a
- * 512-row prefill product (dequantised tiles and cuBLAS) in TFLOP/s. `bench_ops quant [type]`. */
-static void bench_quant(rng_t *r, const char *only)
+ * 512-row prefill product (dequantised tiles and cuBLAS) in TFLOP/s. `bench_ops quant [type
+ * [rows]]`: one type, one row count of x. */
+static void bench_quant(rng_t *r, const char *only, int64_t only_m)
 {
     const tc_dtype qs[] = { TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
                             TC_DTYPE_Q8_0, TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,     TC_DTYPE_Q4_K,
@@ -280,6 +282,8 @@ static void bench_quant(rng_t *r, const char *only)
             const int64_t ms[] = { 1, 8, 16, 32, 64, 512 };
             for (int mi = 0; mi < 6; mi++) {
                 int64_t m = ms[mi];
+                if (only_m > 0 && m != only_m)
+                    continue;
                 random_gpu(r, &c.x, TC_DTYPE_BF16, TC_SHAPE(m, k));
                 CHECK(tc_tensor_init(&c.out, gpu, TC_DTYPE_BF16, TC_SHAPE(m, n)));
                 /* Decode products as the engine runs them (replayed in a graph): a 4-bit
@@ -496,6 +500,13 @@ static void bench_iq(rng_t *r)
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "all";
+    int64_t quant_rows = !strcmp(what, "quant") && argc > 3 ? atoll(argv[3]) : 0;
+    if (!strcmp(what, "quant") && argc > 3 && quant_rows != 1 && quant_rows != 8 &&
+        quant_rows != 16 && quant_rows != 32 && quant_rows != 64 && quant_rows != 512) {
+        fprintf(stderr, "bench_ops quant: ROWS is one of 1, 8, 16, 32, 64, 512 (got %s)\n",
+                argv[3]);
+        return 2;
+    }
     tc_status st = tc_backend_create_cuda(0, 0, &gpu);
     if (st == TC_ERR_LIBRARY_NOT_FOUND || st == TC_ERR_NO_DEVICE) {
         printf("skipped: %s\n", tc_last_error());
@@ -520,7 +531,7 @@ int main(int argc, char **argv)
     if (!strcmp(what, "decode"))
         bench_decode_case(&r, argc, argv);
     if (!strcmp(what, "all") || !strcmp(what, "quant"))
-        bench_quant(&r, !strcmp(what, "quant") && argc > 2 ? argv[2] : NULL);
+        bench_quant(&r, !strcmp(what, "quant") && argc > 2 ? argv[2] : NULL, quant_rows);
     if (!strcmp(what, "iq"))
         bench_iq(&r);
     tc_event_destroy(ev0);
