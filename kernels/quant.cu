@@ -698,59 +698,84 @@ __device__ __forceinline__ void imma16832(int (&c)[4], uint32_t a0, uint32_t a1,
 // chunk makes its dx NaN, so that it reaches every product that reads the chunk. The block's
 // threads take 8 elements each, a quad a chunk. With an RMSNorm's weight nw (k elements), x times
 // nw is what is rounded; the result is the lane's sum of squares of x itself (the norm's
-// 1 / rms scales the product's sums instead: the product is linear in x).
-template <typename T>
-__device__ __forceinline__ float quantise_x(int8_t *xq, float2 *xs, const T *x, int64_t k, int c0, int c1, const T *nw)
+// 1 / rms scales the product's sums instead: the product is linear in x). The loads of R
+// rounds of 8 chunks are issued before the first is used, and after() is called once, when the
+// first R rounds' loads are on their way (the caller asks for more weights there). R = 4
+// covers a warp's share of 4096-element rows and most of 11008; the two-product kernels, whose
+// two types' code shares one register allocation, take R = 2 (their x is a layer's input: 4096
+// elements at 7B), which ptxas holds without spilling.
+template <int R, typename T, typename F>
+__device__ __forceinline__ float quantise_x(int8_t *xq, float2 *xs, const T *x, int64_t k, int c0, int c1, const T *nw,
+                                            F &&after)
 {
-    const int q = threadIdx.x & 3;
+    const int q = threadIdx.x & 3, cl = (int)((threadIdx.x & 31) >> 2);
     float ss = 0.0f;
-    for (int base = c0; base < c1; base += 8) {
-        const int c = base + (int)((threadIdx.x & 31) >> 2);
-        const bool in = c < c1;
-        const uint4 v = in ? *reinterpret_cast<const uint4 *>(x + 32 * (int64_t)c + 8 * q) : make_uint4(0, 0, 0, 0),
-                    gv = in && nw ? *reinterpret_cast<const uint4 *>(nw + 32 * (int64_t)c + 8 * q) : make_uint4(0, 0, 0, 0);
-        const T *e = reinterpret_cast<const T *>(&v), *ge = reinterpret_cast<const T *>(&gv);
-        float f[8], amax = 0.0f, sum = 0.0f;
+    bool called = false;
+    for (int b0 = c0; b0 < c1; b0 += 8 * R) {
+        uint4 xv[R], gvv[R];
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            f[i] = tc::to_f32(e[i]);
-            ss = fmaf(f[i], f[i], ss);
-            if (nw)
-                f[i] *= tc::to_f32(ge[i]);
-            amax = fmaxf(amax, fabsf(f[i]));
-            sum += f[i];
+        for (int r = 0; r < R; r++) {
+            const int c = b0 + 8 * r + cl;
+            const bool in = c < c1;
+            xv[r] = in ? *reinterpret_cast<const uint4 *>(x + 32 * (int64_t)c + 8 * q) : make_uint4(0, 0, 0, 0);
+            gvv[r] = in && nw ? *reinterpret_cast<const uint4 *>(nw + 32 * (int64_t)c + 8 * q) : make_uint4(0, 0, 0, 0);
         }
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        const float s16 = sum + __shfl_xor_sync(0xffffffffu, sum, 1), s32 = s16 + __shfl_xor_sync(0xffffffffu, s16, 2);
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        // The digits rounded to integers by adding 1.5 * 2^23 (to nearest, ties to even, as
-        // __float2int_rn), whose sum's low byte is the digit in two's complement (both lie in
-        // [-127, 127]) and which, subtracted again, gives q1 as a float: the same digits
-        // without three conversions an element on the slower conversion pipe.
-        constexpr float kRound = 12582912.0f;
-        uint32_t t[8], u[8];
+        if (!called) {
+            called = true;
+            after();
+        }
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const float v = f[i] * inv, tv = __fadd_rn(v, kRound), q1 = tv - kRound;
-            t[i] = __float_as_uint(tv);
-            u[i] = __float_as_uint(__fadd_rn(__fmul_rn(v - q1, 254.0f), kRound));
-        }
-        uint32_t d1[2], d2[2];
+        for (int r = 0; r < R; r++) {
+            if (b0 + 8 * r >= c1)
+                break;
+            const int c = b0 + 8 * r + cl;
+            const bool in = c < c1;
+            const uint4 v = xv[r], gv = gvv[r];
+            const T *e = reinterpret_cast<const T *>(&v), *ge = reinterpret_cast<const T *>(&gv);
+            float f[8], amax = 0.0f, sum = 0.0f;
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            d1[h] = __byte_perm(__byte_perm(t[4 * h], t[4 * h + 1], 0x0040), __byte_perm(t[4 * h + 2], t[4 * h + 3], 0x0040),
-                                0x5410);
-            d2[h] = __byte_perm(__byte_perm(u[4 * h], u[4 * h + 1], 0x0040), __byte_perm(u[4 * h + 2], u[4 * h + 3], 0x0040),
-                                0x5410);
-        }
-        if (in) {
-            *reinterpret_cast<uint2 *>(xq + 32 * c + 8 * q) = make_uint2(d1[0], d1[1]);
-            *reinterpret_cast<uint2 *>(xq + k + 32 * c + 8 * q) = make_uint2(d2[0], d2[1]);
-            if (!(q & 1))
-                xs[2 * c + (q >> 1)] = make_float2(amax * (1.0f / 127.0f) + 0.0f * s32, s16);
+            for (int i = 0; i < 8; i++) {
+                f[i] = tc::to_f32(e[i]);
+                ss = fmaf(f[i], f[i], ss);
+                if (nw)
+                    f[i] *= tc::to_f32(ge[i]);
+                amax = fmaxf(amax, fabsf(f[i]));
+                sum += f[i];
+            }
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+            const float s16 = sum + __shfl_xor_sync(0xffffffffu, sum, 1), s32 = s16 + __shfl_xor_sync(0xffffffffu, s16, 2);
+            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            // The digits rounded to integers by adding 1.5 * 2^23 (to nearest, ties to even, as
+            // __float2int_rn), whose sum's low byte is the digit in two's complement (both lie in
+            // [-127, 127]) and which, subtracted again, gives q1 as a float: the same digits
+            // without three conversions an element on the slower conversion pipe.
+            constexpr float kRound = 12582912.0f;
+            uint32_t t[8], u[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const float v = f[i] * inv, tv = __fadd_rn(v, kRound), q1 = tv - kRound;
+                t[i] = __float_as_uint(tv);
+                u[i] = __float_as_uint(__fadd_rn(__fmul_rn(v - q1, 254.0f), kRound));
+            }
+            uint32_t d1[2], d2[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                d1[h] = __byte_perm(__byte_perm(t[4 * h], t[4 * h + 1], 0x0040), __byte_perm(t[4 * h + 2], t[4 * h + 3], 0x0040),
+                                    0x5410);
+                d2[h] = __byte_perm(__byte_perm(u[4 * h], u[4 * h + 1], 0x0040), __byte_perm(u[4 * h + 2], u[4 * h + 3], 0x0040),
+                                    0x5410);
+            }
+            if (in) {
+                *reinterpret_cast<uint2 *>(xq + 32 * c + 8 * q) = make_uint2(d1[0], d1[1]);
+                *reinterpret_cast<uint2 *>(xq + k + 32 * c + 8 * q) = make_uint2(d2[0], d2[1]);
+                if (!(q & 1))
+                    xs[2 * c + (q >> 1)] = make_float2(amax * (1.0f / 127.0f) + 0.0f * s32, s16);
+            }
         }
     }
+    if (!called)
+        after();
     return ss;
 }
 
@@ -911,7 +936,7 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
     }
 }
 
-template <typename T, int DT, bool Q8 = false>
+template <typename T, int DT, bool Q8 = false, int XR = 4>
 __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs, int64_t os,
                          int flags, float (*red)[kWarps][16][8], uint8_t *sm, int nst, int8_t *xq,
                          float2 *xq_s, const T *nw, float eps, float *nss, uint32_t bid, uint32_t nblk)
@@ -998,12 +1023,21 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
         }
         tc::cp_commit();
     };
-    for (int q = 0; q < nst - 1; q++)
+    // The integer kernel asks for its first step's weights before the wait, then, after it,
+    // for x's first rounds and only then for the next steps' weights (in quantise_x): a load
+    // waits behind the copies its SM issued before it, and with every step's copies ahead x
+    // arrived with the last weights, which left the steps nothing to overlap (H200, 7B batch 1:
+    // Q4_0 532-535 -> 556-557 tokens/s, Q4_K_M 464-466 -> 474-476).
+    const int pre = Q8 ? min(1, nst - 1) : nst - 1;
+    for (int q = 0; q < pre; q++)
         issue();
     tc::await_inputs();
     if constexpr (Q8) {
         // x's row in two 8-bit digits, each warp its share.
-        float ss = quantise_x(xq, xq_s, x, k, s0 * S * CPB, min((s0 + my) * S * CPB, (int)(nb * CPB)), nw);
+        float ss = quantise_x<XR>(xq, xq_s, x, k, s0 * S * CPB, min((s0 + my) * S * CPB, (int)(nb * CPB)), nw, [&]() {
+            for (int q = pre; q < nst - 1; q++)
+                issue();
+        });
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
             ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -1194,7 +1228,7 @@ __device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, in
 // attention's blocks start beside it and fetch the older keys and values while it runs.)
 template <int DT> __host__ __device__ constexpr uint32_t q8_x_bytes(int64_t k) { return (uint32_t)(2 * k + k / 2); }
 // (Blocks bid of nblk taking the tiles.)
-template <typename T, int DT>
+template <typename T, int DT, int XR = 4>
 __device__ __forceinline__ void q8_rows(void *out, const T *x, const void *w, int64_t n, int64_t k, int64_t os,
                                         int flags, const T *nw, float eps, uint32_t bid, uint32_t nblk)
 {
@@ -1206,7 +1240,7 @@ __device__ __forceinline__ void q8_rows(void *out, const T *x, const void *w, in
     const int nst = bytes > xb ? min(6, (int)((bytes - xb) / (kWarps * Step<DT>::bytes))) : 0;
     if (nst < 1)
         __trap();
-    mma_rows<T, DT, true>(static_cast<T *>(out), x, w, 1, n, k, 0, os, flags, red, ring + xb, nst,
+    mma_rows<T, DT, true, XR>(static_cast<T *>(out), x, w, 1, n, k, 0, os, flags, red, ring + xb, nst,
                           reinterpret_cast<int8_t *>(ring), reinterpret_cast<float2 *>(ring + 2 * k), nw, eps, nss,
                           bid, nblk);
 }
@@ -1226,9 +1260,9 @@ __device__ __forceinline__ void q8_pair(T *out_a, T *out_b, const T *x, const vo
                                         int64_t n_b, int64_t k, int flags, const T *nw, float eps, uint32_t split)
 {
     if (blockIdx.x < split)
-        q8_rows<T, DA>(out_a, x, w_a, n_a, k, 0, flags, nw, eps, blockIdx.x, split);
+        q8_rows<T, DA, 2>(out_a, x, w_a, n_a, k, 0, flags, nw, eps, blockIdx.x, split);
     else
-        q8_rows<T, DB>(out_b, x, w_b, n_b, k, 0, flags, nw, eps, blockIdx.x - split, gridDim.x - split);
+        q8_rows<T, DB, 2>(out_b, x, w_b, n_b, k, 0, flags, nw, eps, blockIdx.x - split, gridDim.x - split);
 }
 
 // 9 to 64 rows of 16-bit x (batched decode) on the tensor cores, reading and dequantising each
