@@ -1027,7 +1027,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
     // for x's first rounds and only then for the next steps' weights (in quantise_x): a load
     // waits behind the copies its SM issued before it, and with every step's copies ahead x
     // arrived with the last weights, which left the steps nothing to overlap (H200, 7B batch 1:
-    // Q4_0 532-535 -> 556-557 tokens/s, Q4_K_M 464-466 -> 474-476).
+    // Q4_0 532 -> 549-550 tokens/s, Q4_K_M 459-467 -> 470-472, AWQ 516 -> 539).
     const int pre = Q8 ? min(1, nst - 1) : nst - 1;
     for (int q = 0; q < pre; q++)
         issue();
