@@ -1228,7 +1228,15 @@ __device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, in
 // attention's blocks start beside it and fetch the older keys and values while it runs.)
 template <int DT> __host__ __device__ constexpr uint32_t q8_x_bytes(int64_t k) { return (uint32_t)(2 * k + k / 2); }
 // (Blocks bid of nblk taking the tiles.)
-template <typename T, int DT, int XR = 4>
+// x's rounds loaded at once by a single-product kernel (quantise_x): four on Hopper, where they
+// were measured; two in the builds for older GPUs, whose code the release binary carries too
+// (12 KB smaller).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr int kXRounds = 4;
+#else
+constexpr int kXRounds = 2;
+#endif
+template <typename T, int DT, int XR = kXRounds>
 __device__ __forceinline__ void q8_rows(void *out, const T *x, const void *w, int64_t n, int64_t k, int64_t os,
                                         int flags, const T *nw, float eps, uint32_t bid, uint32_t nblk)
 {
