@@ -264,6 +264,10 @@ static tc_status run_qmm(void *c, int s)
  * decode (16, 32 and 64 rows, which read the weights once too) against the bandwidth, and a
  * 512-row prefill product (dequantised tiles and cuBLAS) in TFLOP/s. `bench_ops quant [type
  * [rows]]`: one type, one row count of x. */
+/* The rows of x each quantised product is timed at. */
+static const int64_t quant_rows[] = { 1, 8, 16, 32, 64, 512 };
+#define N_QUANT_ROWS (sizeof quant_rows / sizeof quant_rows[0])
+
 static void bench_quant(rng_t *r, const char *only, int64_t only_m)
 {
     const tc_dtype qs[] = { TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
@@ -279,9 +283,8 @@ static void bench_quant(rng_t *r, const char *only, int64_t only_m)
             for (int s = 0; s < QSETS; s++)
                 random_quant(r, &c.w[s], qs[qi], n, k);
             double wbytes = (double)tc_dtype_bytes(qs[qi], n * k);
-            const int64_t ms[] = { 1, 8, 16, 32, 64, 512 };
-            for (int mi = 0; mi < 6; mi++) {
-                int64_t m = ms[mi];
+            for (size_t mi = 0; mi < N_QUANT_ROWS; mi++) {
+                int64_t m = quant_rows[mi];
                 if (only_m > 0 && m != only_m)
                     continue;
                 random_gpu(r, &c.x, TC_DTYPE_BF16, TC_SHAPE(m, k));
@@ -500,12 +503,17 @@ static void bench_iq(rng_t *r)
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "all";
-    int64_t quant_rows = !strcmp(what, "quant") && argc > 3 ? atoll(argv[3]) : 0;
-    if (!strcmp(what, "quant") && argc > 3 && quant_rows != 1 && quant_rows != 8 &&
-        quant_rows != 16 && quant_rows != 32 && quant_rows != 64 && quant_rows != 512) {
-        fprintf(stderr, "bench_ops quant: ROWS is one of 1, 8, 16, 32, 64, 512 (got %s)\n",
-                argv[3]);
-        return 2;
+    int64_t rows = 0;
+    if (!strcmp(what, "quant") && argc > 3) {
+        rows = atoll(argv[3]);
+        bool known = false;
+        for (size_t i = 0; i < N_QUANT_ROWS; i++)
+            known |= quant_rows[i] == rows;
+        if (!known) {
+            fprintf(stderr, "bench_ops quant: ROWS is one of 1, 8, 16, 32, 64, 512 (got %s)\n",
+                    argv[3]);
+            return 2;
+        }
     }
     tc_status st = tc_backend_create_cuda(0, 0, &gpu);
     if (st == TC_ERR_LIBRARY_NOT_FOUND || st == TC_ERR_NO_DEVICE) {
@@ -531,7 +539,7 @@ int main(int argc, char **argv)
     if (!strcmp(what, "decode"))
         bench_decode_case(&r, argc, argv);
     if (!strcmp(what, "all") || !strcmp(what, "quant"))
-        bench_quant(&r, !strcmp(what, "quant") && argc > 2 ? argv[2] : NULL, quant_rows);
+        bench_quant(&r, !strcmp(what, "quant") && argc > 2 ? argv[2] : NULL, rows);
     if (!strcmp(what, "iq"))
         bench_iq(&r);
     tc_event_destroy(ev0);

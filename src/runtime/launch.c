@@ -89,20 +89,54 @@ static tc_status check_config(tc_context *c, tc_kernel_id id, const tc_launch_co
     return TC_OK;
 }
 
-tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **args)
+/* What a launch of kernel id with cfg (and a query about one) checks first: the id, the stream,
+ * where need_cluster the stream's cluster extent, the module, the configuration; then makes the
+ * stream's context current. *out: that context. */
+static tc_status launch_context(const char *fn, tc_kernel_id id, const tc_launch_config *cfg,
+                                bool need_cluster, tc_context **out)
 {
     if ((unsigned)id >= (unsigned)TC_KERNEL_COUNT)
-        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_launch_kernel", "no kernel id %d",
-                            (int)id);
+        return tc_set_error(TC_ERR_INVALID_ARGUMENT, fn, "no kernel id %d", (int)id);
     if (cfg->stream == NULL)
         return bad_launch(id, cfg, TC_ERR_INVALID_ARGUMENT,
                           "no stream: work always goes on an explicit stream");
+    if (need_cluster && cluster_blocks(cfg) < 1)
+        return bad_launch(id, cfg, TC_ERR_INVALID_ARGUMENT, "the stream has no cluster extent");
     tc_context *c = cfg->stream->ctx;
-    tc_status st = tc__module_ensure(c);
-    if (st != TC_OK)
-        return st;
+    TC_TRY(tc__module_ensure(c));
     TC_TRY(check_config(c, id, cfg));
     TC_TRY(tc__context_enter(c));
+    *out = c;
+    return TC_OK;
+}
+
+/* The cluster-dimension attribute of cfg's stream. */
+static CUlaunchAttribute cluster_attr(const tc_launch_config *cfg)
+{
+    CUlaunchAttribute a = { 0 };
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = cfg->stream->cluster.x;
+    a.value.clusterDim.y = cfg->stream->cluster.y;
+    a.value.clusterDim.z = cfg->stream->cluster.z;
+    return a;
+}
+
+/* cfg as the driver's launch configuration, with n attributes. */
+static CUlaunchConfig driver_config(const tc_launch_config *cfg, CUlaunchAttribute *attr,
+                                    unsigned n)
+{
+    CUlaunchConfig lc = {
+        cfg->grid.x,  cfg->grid.y,       cfg->grid.z,     cfg->block.x, cfg->block.y,
+        cfg->block.z, cfg->shared_bytes, cfg->stream->cu, attr,         n
+    };
+    return lc;
+}
+
+tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **args)
+{
+    tc_context *c;
+    TC_TRY(launch_context("tc_launch_kernel", id, cfg, false, &c));
+    tc_status st;
     tc__profile_token prof = { 0 };
     if (tc_profile_enabled())
         TC_TRY(tc__profile_begin(c, id, cfg, &prof));
@@ -114,16 +148,9 @@ tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **
             attr[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
             attr[n++].value.programmaticStreamSerializationAllowed = 1;
         }
-        if (cluster) {
-            attr[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attr[n].value.clusterDim.x = cfg->stream->cluster.x;
-            attr[n].value.clusterDim.y = cfg->stream->cluster.y;
-            attr[n++].value.clusterDim.z = cfg->stream->cluster.z;
-        }
-        CUlaunchConfig lc = {
-            cfg->grid.x,  cfg->grid.y,       cfg->grid.z,     cfg->block.x, cfg->block.y,
-            cfg->block.z, cfg->shared_bytes, cfg->stream->cu, attr,         n
-        };
+        if (cluster)
+            attr[n++] = cluster_attr(cfg);
+        CUlaunchConfig lc = driver_config(cfg, attr, n);
         st = tc_cuLaunchKernelEx(&lc, c->funcs[id], args, NULL);
     } else {
         st = tc_cuLaunchKernel(c->funcs[id], cfg->grid.x, cfg->grid.y, cfg->grid.z, cfg->block.x,
@@ -161,27 +188,10 @@ tc_status tc_launch_blocks_per_sm(tc_context *ctx, tc_kernel_id id, int block, s
 tc_status tc_launch_max_clusters(tc_kernel_id id, const tc_launch_config *cfg, int *clusters)
 {
     *clusters = 0;
-    if ((unsigned)id >= (unsigned)TC_KERNEL_COUNT)
-        return tc_set_error(TC_ERR_INVALID_ARGUMENT, "tc_launch_max_clusters", "no kernel id %d",
-                            (int)id);
-    if (cfg->stream == NULL)
-        return bad_launch(id, cfg, TC_ERR_INVALID_ARGUMENT,
-                          "no stream: work always goes on an explicit stream");
-    if (cluster_blocks(cfg) < 1)
-        return bad_launch(id, cfg, TC_ERR_INVALID_ARGUMENT, "the stream has no cluster extent");
-    tc_context *c = cfg->stream->ctx;
-    TC_TRY(tc__module_ensure(c));
-    TC_TRY(check_config(c, id, cfg));
-    TC_TRY(tc__context_enter(c));
-    CUlaunchAttribute attr = { 0 };
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = cfg->stream->cluster.x;
-    attr.value.clusterDim.y = cfg->stream->cluster.y;
-    attr.value.clusterDim.z = cfg->stream->cluster.z;
-    CUlaunchConfig lc = {
-        cfg->grid.x,  cfg->grid.y,       cfg->grid.z,     cfg->block.x, cfg->block.y,
-        cfg->block.z, cfg->shared_bytes, cfg->stream->cu, &attr,        1
-    };
+    tc_context *c;
+    TC_TRY(launch_context("tc_launch_max_clusters", id, cfg, true, &c));
+    CUlaunchAttribute attr = cluster_attr(cfg);
+    CUlaunchConfig lc = driver_config(cfg, &attr, 1);
     return tc_cuOccupancyMaxActiveClusters(clusters, c->funcs[id], &lc);
 }
 

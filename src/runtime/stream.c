@@ -35,12 +35,20 @@ tc_status tc_stream_create(tc_context *ctx, int priority, tc_stream **out)
     return TC_OK;
 }
 
+/* TC_ERR_UNSUPPORTED from fn, saying what needs compute capability 9.0, on older devices. */
+static tc_status need_cc9(const tc_stream *s, const char *fn, const char *what)
+{
+    if (s->ctx->cc_major >= 9)
+        return TC_OK;
+    return tc_set_error(TC_ERR_UNSUPPORTED, fn,
+                        "%s need compute capability 9.0; this device is %d.%d", what,
+                        s->ctx->cc_major, s->ctx->cc_minor);
+}
+
 tc_status tc_stream_set_overlap(tc_stream *s, bool on)
 {
-    if (on && s->ctx->cc_major < 9)
-        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_stream_set_overlap",
-                            "overlapped launches need compute capability 9.0; this device is %d.%d",
-                            s->ctx->cc_major, s->ctx->cc_minor);
+    if (on)
+        TC_TRY(need_cc9(s, "tc_stream_set_overlap", "overlapped launches"));
     s->overlap = on;
     return TC_OK;
 }
@@ -54,7 +62,7 @@ tc_status tc_stream_set_cluster(tc_stream *s, tc_dim3 cluster)
 {
     const char *fn = "tc_stream_set_cluster";
     uint64_t blocks = (uint64_t)cluster.x * cluster.y * cluster.z;
-    if (blocks == 0 && (cluster.x | cluster.y | cluster.z) == 0) {
+    if ((cluster.x | cluster.y | cluster.z) == 0) {
         s->cluster = cluster;
         return TC_OK;
     }
@@ -63,11 +71,8 @@ tc_status tc_stream_set_cluster(tc_stream *s, tc_dim3 cluster)
                             "a cluster of %u x %u x %u blocks; each extent must be at least 1 and "
                             "all of them at most 8 blocks",
                             cluster.x, cluster.y, cluster.z);
-    if (blocks > 1 && s->ctx->cc_major < 9)
-        return tc_set_error(
-            TC_ERR_UNSUPPORTED, fn,
-            "thread-block clusters need compute capability 9.0; this device is %d.%d",
-            s->ctx->cc_major, s->ctx->cc_minor);
+    if (blocks > 1)
+        TC_TRY(need_cc9(s, fn, "thread-block clusters"));
     s->cluster = cluster;
     return TC_OK;
 }
