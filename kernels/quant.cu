@@ -53,12 +53,16 @@ __host__ __device__ constexpr Layout layout(int dt)
     case Q5_1: return { 32, 24, 3, { { 8, 16 }, { 4, 4 }, { 0, 4 } } };
     case Q2_K: return { 256, 84, 3, { { 16, 64 }, { 0, 16 }, { 80, 4 } } };
     case Q3_K: return { 256, 110, 4, { { 32, 64 }, { 0, 32 }, { 96, 12 }, { 108, 2 } } };
-    case Q4_K: return { 256, 144, 3, { { 16, 128 }, { 4, 12 }, { 0, 4 } } };
+    case Q4_K: return { 256, 144, 2, { { 16, 128 }, { 0, 16 } } };
     case Q5_K: return { 256, 176, 4, { { 48, 128 }, { 16, 32 }, { 4, 12 }, { 0, 4 } } };
     case Q6_K: return { 256, 210, 4, { { 0, 128 }, { 128, 64 }, { 192, 16 }, { 208, 2 } } };
     default: return { 1, 0, 0, {} };
     }
 }
+
+// (Q4_K's d, dmin and packed scales, the first 16 bytes of its file block, stay together as one
+// plane: one 16-byte unit a block to copy and load, where the scales and (d, dmin) apart took
+// three, the 12 bytes straddling a unit boundary.)
 
 // The planes of a tensor of `blocks` blocks of type dt at w.
 struct Planes {
@@ -103,6 +107,19 @@ struct Raw {
     uint32_t e[6];
 };
 
+// The 12 packed scale bytes (x, y, z) and (d, dmin) (w) of block blk of a Q4_K or Q5_K
+// tensor's planes (or of a stage's copy of them).
+template <int DT, typename I> __device__ __forceinline__ uint4 k_meta(const Planes &P, I blk)
+{
+    if constexpr (DT == Q4_K) {
+        const uint4 v = *reinterpret_cast<const uint4 *>(P.p[1] + (uint64_t)blk * 16);
+        return make_uint4(v.y, v.z, v.w, v.x);
+    } else {
+        const uint8_t *sc = P.p[2] + (uint64_t)blk * 12;
+        return make_uint4(ld4(sc), ld4(sc + 4), ld4(sc + 8), ld4(P.p[3] + (uint64_t)blk * 4));
+    }
+}
+
 // Group j (elements 8j .. 8j + 7) of block blk.
 template <int DT, typename I = int64_t> __device__ __forceinline__ Raw fetch(const Planes &P, I blk, int j)
 {
@@ -137,11 +154,11 @@ template <int DT, typename I = int64_t> __device__ __forceinline__ Raw fetch(con
     } else if constexpr (DT == Q4_K || DT == Q5_K) {
         const int sb = j >> 2;
         r.q = ld8(P.p[0] + (uint64_t)blk * 128 + (sb >> 1) * 32 + (j & 3) * 8);
-        const uint8_t *sc = P.p[DT == Q4_K ? 1 : 2] + (uint64_t)blk * 12;
-        r.e[0] = ld4(sc);
-        r.e[1] = ld4(sc + 4);
-        r.e[2] = ld4(sc + 8);
-        r.e[3] = ld4(P.p[DT == Q4_K ? 2 : 3] + (uint64_t)blk * 4);
+        const uint4 m = k_meta<DT>(P, blk);
+        r.e[0] = m.x;
+        r.e[1] = m.y;
+        r.e[2] = m.z;
+        r.e[3] = m.w;
         if constexpr (DT == Q5_K) {
             uint2 h = ld8(P.p[1] + (uint64_t)blk * 32 + (j & 3) * 8);
             r.e[4] = h.x;
@@ -891,11 +908,11 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
         // Q4_K's and Q5_K's packed scales and (d, dmin) of each row, read once for both columns.
         uint32_t kw[2][4] = {};
         if constexpr (DT == Q4_K || DT == Q5_K) {
-            constexpr int f = DT == Q4_K ? 1 : 2;
 #pragma unroll
-            for (int r = 0; r < 2; r++)
-                kw[r][0] = ld4(Q[r].p[f]), kw[r][1] = ld4(Q[r].p[f] + 4), kw[r][2] = ld4(Q[r].p[f] + 8),
-                kw[r][3] = ld4(Q[r].p[f + 1]);
+            for (int r = 0; r < 2; r++) {
+                const uint4 m = k_meta<DT>(Q[r], 0u);
+                kw[r][0] = m.x, kw[r][1] = m.y, kw[r][2] = m.z, kw[r][3] = m.w;
+            }
         }
         // Lane (g, p) holds columns 2p and 2p + 1 of rows g (d[0], d[1]) and g + 8 (d[2], d[3]).
 #pragma unroll
@@ -1304,9 +1321,8 @@ constexpr int kBatchBlocks = 2;
 template <typename T, int DT> __device__ __forceinline__ void k_scales(const Planes &P, uint32_t blk, int p,
                                                                       uint32_t (&s2)[2], uint32_t (&o2)[2])
 {
-    constexpr int f = DT == Q4_K ? 1 : 2;
-    const uint8_t *sc = P.p[f] + blk * 12;
-    const uint32_t w0 = ld4(sc), w1 = ld4(sc + 4), w2 = ld4(sc + 8), dm = ld4(P.p[f + 1] + blk * 4);
+    const uint4 m = k_meta<DT>(P, blk);
+    const uint32_t w0 = m.x, w1 = m.y, w2 = m.z, dm = m.w;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const uint2 sm = k_scale_min(w0, w1, w2, p + 4 * i);
