@@ -54,15 +54,15 @@ __host__ __device__ constexpr Layout layout(int dt)
     case Q2_K: return { 256, 84, 3, { { 16, 64 }, { 0, 16 }, { 80, 4 } } };
     case Q3_K: return { 256, 110, 4, { { 32, 64 }, { 0, 32 }, { 96, 12 }, { 108, 2 } } };
     case Q4_K: return { 256, 144, 2, { { 16, 128 }, { 0, 16 } } };
-    case Q5_K: return { 256, 176, 4, { { 48, 128 }, { 16, 32 }, { 4, 12 }, { 0, 4 } } };
+    case Q5_K: return { 256, 176, 3, { { 48, 128 }, { 16, 32 }, { 0, 16 } } };
     case Q6_K: return { 256, 210, 4, { { 0, 128 }, { 128, 64 }, { 192, 16 }, { 208, 2 } } };
     default: return { 1, 0, 0, {} };
     }
 }
 
-// (Q4_K's d, dmin and packed scales, the first 16 bytes of its file block, stay together as one
-// plane: one 16-byte unit a block to copy and load, where the scales and (d, dmin) apart took
-// three, the 12 bytes straddling a unit boundary.)
+// (Q4_K's and Q5_K's d, dmin and packed scales, the first 16 bytes of their file blocks, stay
+// together as one plane: one 16-byte unit a block to copy and load, where the scales and (d,
+// dmin) apart took three, the 12 bytes straddling a unit boundary.)
 
 // The planes of a tensor of `blocks` blocks of type dt at w.
 struct Planes {
@@ -111,13 +111,8 @@ struct Raw {
 // tensor's planes (or of a stage's copy of them).
 template <int DT, typename I> __device__ __forceinline__ uint4 k_meta(const Planes &P, I blk)
 {
-    if constexpr (DT == Q4_K) {
-        const uint4 v = *reinterpret_cast<const uint4 *>(P.p[1] + (uint64_t)blk * 16);
-        return make_uint4(v.y, v.z, v.w, v.x);
-    } else {
-        const uint8_t *sc = P.p[2] + (uint64_t)blk * 12;
-        return make_uint4(ld4(sc), ld4(sc + 4), ld4(sc + 8), ld4(P.p[3] + (uint64_t)blk * 4));
-    }
+    const uint4 v = *reinterpret_cast<const uint4 *>(P.p[DT == Q4_K ? 1 : 2] + (uint64_t)blk * 16);
+    return make_uint4(v.y, v.z, v.w, v.x);
 }
 
 // Group j (elements 8j .. 8j + 7) of block blk.
