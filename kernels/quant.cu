@@ -1556,6 +1556,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     // The stage computed (cs) and the one the step's copies fill (is): the stage before cs.
     uint32_t cs = 0, is = (nst - 1) * sbytes;
     const uint32_t last = (nst - 1) * sbytes;
+    constexpr bool PF = WG && S == 1; // (see the chunk loop)
     for (uint32_t i = 0; i < my; i++) {
         wait_copies(nst - 2);
         if constexpr (WG) {
@@ -1565,8 +1566,10 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         }
         __syncthreads();
-        issue(i + nst - 1, sm_s + is, true, true);
+        const uint32_t fill = sm_s + is;
         is = is == last ? 0 : is + sbytes;
+        if constexpr (!PF)
+            issue(i + nst - 1, fill, true, true);
         const uint8_t *st = sm + cs;
         const uint64_t xd = tc::wg_desc128(sm_s + cs + xat);
         cs = cs == last ? 0 : cs + sbytes;
@@ -1587,8 +1590,8 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
         // them a chunk ahead of their use (PF), so that their latency runs under the chunk
         // before's arithmetic (4-8% faster at 32 and 64 rows); the others (several blocks a
         // step, their last step cut short: Q8_0 3% slower so) and mma16816's loop (no faster)
-        // load as they use them.
-        constexpr bool PF = WG && S == 1;
+        // load as they use them. PF's first chunk and scales are loaded before the step's
+        // copies are issued, so that the copies' issue runs under their latency.
         auto load = [&](int bl, int cc, Raw (&r)[2]) {
             const int j = cc * 4 + p;
 #pragma unroll
@@ -1605,17 +1608,24 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
             }
         };
         Raw cur[2];
-        if constexpr (PF)
-            load(0, 0, cur);
-#pragma unroll
-        for (int bl = 0; bl < S; bl++) {
-            if (bl >= cnt)
-                break;
-            uint32_t s2[2][2], o2[2][2];
+        uint32_t s2[2][2], o2[2][2];
+        auto scales = [&](int bl) {
             if constexpr (KS) {
                 k_scales<T, DT>(Q[0], bl, p, s2[0], o2[0]);
                 k_scales<T, DT>(Q[1], bl, p, s2[1], o2[1]);
             }
+        };
+        if constexpr (PF) {
+            load(0, 0, cur);
+            scales(0);
+            issue(i + nst - 1, fill, true, true);
+        }
+#pragma unroll
+        for (int bl = 0; bl < S; bl++) {
+            if (bl >= cnt)
+                break;
+            if (!PF || bl > 0)
+                scales(bl);
 #pragma unroll
             for (int cc = 0; cc < CPB; cc++) {
                 const int j = cc * 4 + p;
