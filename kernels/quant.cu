@@ -1624,7 +1624,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
         for (int bl = 0; bl < S; bl++) {
             if (bl >= cnt)
                 break;
-            if (!PF || bl > 0)
+            if constexpr (!PF) // (PF's steps are one block, whose scales came before the copies)
                 scales(bl);
 #pragma unroll
             for (int cc = 0; cc < CPB; cc++) {
