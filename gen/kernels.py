@@ -64,8 +64,10 @@ def _c_base(t, where):
     canon = canon.replace("struct ", "").strip()
     if canon in SCALARS:
         return SCALARS[canon]
-    raise GenError("%s: type '%s' cannot cross into C; use a scalar, a 16-bit float type or a "
-                   "pointer to one" % (where, t.spelling))
+    if canon == "CUtensorMap_st":
+        return "CUtensorMap"
+    raise GenError("%s: type '%s' cannot cross into C; use a scalar, a 16-bit float type, a "
+                   "CUtensorMap or a pointer to one" % (where, t.spelling))
 
 
 def _param(arg, where):
@@ -83,6 +85,14 @@ def _param(arg, where):
     base = _c_base(t, where)
     if base == "void":
         raise GenError("%s: void parameter" % where)
+    if base == "CUtensorMap":
+        # The tensor memory accelerator reads a map passed by value from the parameter space:
+        # without __grid_constant__ the compiler may copy it to local memory, where it may not.
+        grid_constant = any(c.kind == ci.CursorKind.ANNOTATE_ATTR and c.spelling == "tc_grid_constant"
+                            for c in arg.get_children())
+        if not (grid_constant and t.is_const_qualified()):
+            raise GenError("%s: a CUtensorMap passed by value must be declared const "
+                           "__grid_constant__" % where)
     return KParam(arg.spelling, base, t.get_size(), t.get_align(), False, False)
 
 

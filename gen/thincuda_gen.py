@@ -323,7 +323,8 @@ def render_kernels(env, kernels_dir):
                          enum="TC_KERNEL_" + k.short.upper(), launcher="tc_launch_" + k.short,
                          params=params))
     return {
-        "tc_kernels.h": env.get_template("tc_kernels.h.j2").render(banner=banner, kernels=rows),
+        "tc_kernels.h": env.get_template("tc_kernels.h.j2").render(
+            banner=banner, kernels=rows, tensor_maps="CUtensorMap" in c_sizes),
         "tc_kernels.c": env.get_template("tc_kernels.c.j2").render(
             banner=banner, kernels=rows, c_sizes=sorted(c_sizes.items())),
     }

@@ -14,6 +14,9 @@
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
+/* A parameter kept in the kernel's parameter space (not copied to local memory): what a tensor
+ * map passed by value must be. Marked so that gen/kernels.py can check it. */
+#define __grid_constant__ __attribute__((annotate("tc_grid_constant")))
 struct __align__(2) __half { unsigned short x; };
 struct __align__(2) __nv_bfloat16 { unsigned short x; };
 struct __align__(4) __half2 { __half x, y; };

@@ -36,6 +36,23 @@ namespace { __device__ float4 load(const float4 *p) { return *p; } }
                    ("d", "double", 8, False), ("raw", "const void *", 8, True)]
 
 
+def test_a_tensor_map_crosses_by_value_as_grid_constant_or_by_pointer(tmp_path):
+    ks = read(tmp_path, '''#include <cuda.h>
+extern "C" __global__ void tc_k_tma_f16(const __grid_constant__ CUtensorMap map,
+    const CUtensorMap *maps, int32_t n) {}
+''')
+    got = [(p.name, p.c_type, p.size, p.align, p.pointer) for p in ks[0].params]
+    assert got == [("map", "CUtensorMap", 128, 64, False),
+                   ("maps", "const CUtensorMap *", 8, 8, True), ("n", "int32_t", 4, 4, False)]
+
+
+@pytest.mark.parametrize("decl", ["CUtensorMap map", "const CUtensorMap map",
+                                  "__grid_constant__ CUtensorMap map"])
+def test_a_tensor_map_by_value_must_be_const_grid_constant(tmp_path, decl):
+    with pytest.raises(GenError, match="must be declared const __grid_constant__"):
+        read(tmp_path, '#include <cuda.h>\nextern "C" __global__ void tc_k_t(%s) {}\n' % decl)
+
+
 @pytest.mark.parametrize("body, words", [
     ('__global__ void tc_k_cpp(int x) {}', 'must be declared extern "C"'),
     ('extern "C" __global__ void other(int x) {}', "start with tc_k_"),

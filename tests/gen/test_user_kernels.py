@@ -42,6 +42,36 @@ def test_bad_prefixes_and_reserved_parameter_names_are_refused(tmp_path):
         thincuda_gen.render_user_kernels([str(cu)], "ex_")
 
 
+def _compile(tmp_path, files, cuda_include, extra=""):
+    for rel, text in files.items():
+        (tmp_path / rel).write_text(text + (extra if rel.endswith(".c") else ""))
+    c = [f for f in files if f.endswith(".c")][0]
+    return subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
+                           "-I", str(tmp_path), "-I", os.path.join(ROOT, "src"),
+                           "-I", os.path.join(ROOT, "generated"), "-isystem", cuda_include,
+                           str(tmp_path / c)], capture_output=True, text=True)
+
+
+def test_a_tensor_map_parameter_gets_a_checked_launcher_that_compiles(tmp_path, cuda_include):
+    cu = tmp_path / "tma.cu"
+    cu.write_text('#include <cuda.h>\n'
+                  'extern "C" __global__ void load_tile(const __grid_constant__ CUtensorMap map, '
+                  'float *out) {}\n')
+    files = thincuda_gen.render_user_kernels([str(cu)], "ex_")
+    h, c = files["ex_kernels.h"], files["ex_kernels.c"]
+    assert ("static inline tc_status ex_launch_load_tile(tc_kmodule *m, tc_launch_config cfg, "
+            "CUtensorMap map, float *out)") in h
+    assert "TC__KARG(CUtensorMap, map)" in h
+    assert '_Static_assert(sizeof(CUtensorMap) == 128' in c
+    call = ("\nvoid use(tc_kmodule *m, tc_launch_config cfg, %s t, float *o)\n"
+            "{ (void)ex_launch_load_tile(m, cfg, t, o); }\n")
+    ok = _compile(tmp_path, files, cuda_include, call % "CUtensorMap")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    # Anything but a CUtensorMap (here a pointer to one) does not compile.
+    bad = _compile(tmp_path, files, cuda_include, call % "const CUtensorMap *")
+    assert bad.returncode != 0 and "_Generic" in bad.stderr, bad.stderr[-2000:]
+
+
 def test_the_command_line_writes_both_files(tmp_path):
     assert thincuda_gen.main(["kernels", "--prefix", "my_", "--out", str(tmp_path), SAXPY]) == 0
     assert sorted(os.listdir(tmp_path)) == ["my_kernels.c", "my_kernels.h"]
