@@ -34,14 +34,14 @@ static tc_status run(tc_context *ctx)
     if (st == TC_OK)
         st = tc_stream_memset(s, dout, 0xff, sizeof out);
     if (st == TC_OK)
-        st = tc_cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, (void *)(uintptr_t)din, dims,
-                                       strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                       CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        st = tc_cuTensorMapEncodeTiled(
+            &map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, (void *)(uintptr_t)din, dims, strides, box,
+            step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (st == TC_OK) {
         tc_launch_config cfg = { tc_dim1(BX * BY), tc_dim1(128), 0, s };
-        st = tt_launch_tma_boxes(mod, cfg, map, (uint16_t *)(uintptr_t)dout, (int32_t)BW, (int32_t)BH,
-                                 (int32_t)BX);
+        st = tt_launch_tma_boxes(mod, cfg, map, (uint16_t *)(uintptr_t)dout, (int32_t)BW,
+                                 (int32_t)BH, (int32_t)BX);
     }
     if (st == TC_OK)
         st = tc_stream_copy_d2h(s, out, dout, sizeof out);
@@ -61,13 +61,16 @@ int main(void)
     tc_context *ctx = NULL;
     CUdevice dev;
     int major = 0;
-    if (tc_context_retain(0, &ctx) != TC_OK || tc_cuDeviceGet(&dev, tc_context_ordinal(ctx)) != TC_OK ||
-        tc_cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != TC_OK) {
+    if (tc_context_retain(0, &ctx) != TC_OK ||
+        tc_cuDeviceGet(&dev, tc_context_ordinal(ctx)) != TC_OK ||
+        tc_cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) !=
+            TC_OK) {
         printf("gpu/tma: skipped: %s\n", tc_last_error());
         return SKIP;
     }
     if (major < 9) {
-        printf("gpu/tma: skipped: tensor maps need compute capability 9.0 (this GPU: %d.x)\n", major);
+        printf("gpu/tma: skipped: tensor maps need compute capability 9.0 (this GPU: %d.x)\n",
+               major);
         tc_context_release(ctx);
         return SKIP;
     }
