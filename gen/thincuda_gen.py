@@ -356,11 +356,24 @@ def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None
         raise GenError("two wrappers would share a name: %s" % ", ".join(dup[:10]))
     ids = {n: i for i, n in enumerate(names)}
     syms = []
+    # The table's names, each once, at offsets into one string (offset 0: the empty one).
+    blob, at, end = [], {}, [1]
+
+    def offset(name):
+        if name not in at:
+            at[name] = end[0]
+            end[0] += len(name) + 1
+            blob.append(name)
+        return at[name]
+
     for n, lib, f in allf:
         exported = f.decl_name + f.per_thread if lib.key == "cuda" else f.decl_name
-        # A name that repeats the one before it is NULL in the table (tc_internal.h).
-        syms.append(dict(name=n, symbol_c="NULL" if f.symbol == n else c_string(f.symbol),
-                         exported_c="NULL" if exported == f.symbol else c_string(exported),
+        if not re.fullmatch(r"\w+", n + f.symbol + exported) or not 0 <= f.version < 65536:
+            raise GenError("%s: a name or version the symbol table cannot hold" % n)
+        # A name that repeats the one before it is 0 in the table (tc_internal.h).
+        syms.append(dict(name=n, name_at=offset(n),
+                         symbol_at=0 if f.symbol == n else offset(f.symbol),
+                         exported_at=0 if exported == f.symbol else offset(exported),
                          version=f.version, lib=LIB_IDS[lib.key], pt=1 if f.per_thread else 0))
 
     lib_rows = [dict(key=k, id=LIB_IDS[k], enum=LIB_ENUM[k], title=LIB_TITLE[k])
@@ -385,7 +398,8 @@ def render(include_dir, kernels_dir=os.path.join(ROOT, "kernels"), warnings=None
         banner=banner, nsyms=len(syms))
     out["tc_loader.c"] = env.get_template("tc_loader.c.j2").render(
         banner=banner, libs=loader_libs)
-    out["tc_symbols.c"] = env.get_template("tc_symbols.c.j2").render(banner=banner, syms=syms)
+    out["tc_symbols.c"] = env.get_template("tc_symbols.c.j2").render(banner=banner, syms=syms,
+                                                                     names=blob)
     for lib in libs:
         tables = enum_tables(lib)
         funcs = [render_function(f, lib, ids.get(f.name, -1), tables)

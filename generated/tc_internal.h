@@ -17,21 +17,28 @@
 /* One resolvable function: what the C user calls it and how the library exports it. A name
  * that repeats the one before it is NULL: in a position-independent binary every pointer of
  * the table costs a relocation (24 bytes), and most names repeat. */
+/* A wrapped function's entry. Its names are offsets into tc__sym_names (no pointers: the
+ * table needs no relocations at load, and takes half the room). */
 typedef struct tc__sym {
-    const char *name;     /* public name, the table's sort key */
-    const char *symbol;   /* base name for cuGetProcAddress, or the dlsym name; NULL: name */
-    const char *exported; /* the driver's exported symbol, for drivers without
-                             cuGetProcAddress; NULL: symbol */
-    int version;          /* driver ABI version for cuGetProcAddress; 0 for dlsym libraries */
-    unsigned char lib;    /* tc_lib */
+    uint32_t name;     /* the public name, the table's sort key */
+    uint32_t symbol;   /* base name for cuGetProcAddress, or the dlsym name; 0: name */
+    uint32_t exported; /* the driver's exported symbol, for drivers without cuGetProcAddress;
+                          0: symbol */
+    uint16_t version;  /* driver ABI version for cuGetProcAddress; 0 for dlsym libraries */
+    unsigned char lib; /* tc_lib */
     unsigned char per_thread; /* 1: resolve the per-thread default stream variant */
 } tc__sym;
 
 #define TC__NSYMS 1759
 
-/* The name to resolve and the driver's exported name, with the table's NULLs filled in. */
-#define TC__SYMBOL(s) ((s)->symbol ? (s)->symbol : (s)->name)
-#define TC__EXPORTED(s) ((s)->exported ? (s)->exported : TC__SYMBOL(s))
+/* Every name the table uses, each ending in a NUL, after an empty one at offset 0. */
+TC__HIDDEN extern const char tc__sym_names[];
+
+/* The public name, the name to resolve and the driver's exported name, with the table's zeros
+ * filled in. */
+#define TC__NAME(s) (tc__sym_names + (s)->name)
+#define TC__SYMBOL(s) (tc__sym_names + ((s)->symbol ? (s)->symbol : (s)->name))
+#define TC__EXPORTED(s) ((s)->exported ? tc__sym_names + (s)->exported : TC__SYMBOL(s))
 
 TC__HIDDEN extern const tc__sym tc__syms[TC__NSYMS];
 TC__HIDDEN extern _Atomic(void *) tc__slots[TC__NSYMS];

@@ -123,7 +123,7 @@ tc_status tc__fail(tc_lib lib, int code, int id)
 {
     tc_status s = TC_STATUS_MAKE(lib, code);
     last.status = s;
-    last.func = tc__syms[id].name;
+    last.func = TC__NAME(&tc__syms[id]);
     last.detail[0] = '\0';
     return s;
 }
@@ -264,12 +264,12 @@ static tc_status resolve_driver(libstate *ls, const tc__sym *s, void **out)
             return TC_OK;
         }
         if (q == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
-            return tc_set_error(TC_ERR_DRIVER_TOO_OLD, s->name,
+            return tc_set_error(TC_ERR_DRIVER_TOO_OLD, TC__NAME(s),
                                 "the driver has %s but not the ABI version %d.%d that these "
                                 "bindings were built for; installed driver: CUDA %d.%d",
                                 TC__SYMBOL(s), s->version / 1000, s->version % 1000 / 10,
                                 tc__driver_version() / 1000, tc__driver_version() % 1000 / 10);
-        return tc_set_error(TC_ERR_SYMBOL_NOT_FOUND, s->name,
+        return tc_set_error(TC_ERR_SYMBOL_NOT_FOUND, TC__NAME(s),
                             "the driver does not export %s (ABI version %d.%d%s)", TC__SYMBOL(s),
                             s->version / 1000, s->version % 1000 / 10,
                             s->per_thread ? ", per-thread default stream" : "");
@@ -280,7 +280,7 @@ static tc_status resolve_driver(libstate *ls, const tc__sym *s, void **out)
             *out = fn;
             return TC_OK;
         }
-        return tc_set_error(TC_ERR_SYMBOL_NOT_FOUND, s->name,
+        return tc_set_error(TC_ERR_SYMBOL_NOT_FOUND, TC__NAME(s),
                             "the driver does not export %s (ABI version %d.%d)", TC__SYMBOL(s),
                             s->version / 1000, s->version % 1000 / 10);
     }
@@ -289,7 +289,7 @@ static tc_status resolve_driver(libstate *ls, const tc__sym *s, void **out)
         *out = fn;
         return TC_OK;
     }
-    return tc_set_error(TC_ERR_DRIVER_TOO_OLD, s->name,
+    return tc_set_error(TC_ERR_DRIVER_TOO_OLD, TC__NAME(s),
                         "the driver has no cuGetProcAddress and does not export %s; installed "
                         "driver: CUDA %d.%d",
                         TC__EXPORTED(s), tc__driver_version() / 1000, tc__driver_version() % 1000 / 10);
@@ -307,7 +307,7 @@ tc_status tc__resolve(int id, void **out)
     libstate *ls = &libs[s->lib - 1];
     pthread_once(&ls->once, loaders[s->lib - 1]);
     if (!ls->handle)
-        return tc_set_error(TC_ERR_LIBRARY_NOT_FOUND, s->name, "%s", ls->error);
+        return tc_set_error(TC_ERR_LIBRARY_NOT_FOUND, TC__NAME(s), "%s", ls->error);
     void *fn = NULL;
     tc_status st;
     if (s->lib == TC_LIB_CUDA) {
@@ -315,7 +315,7 @@ tc_status tc__resolve(int id, void **out)
     } else {
         fn = dlsym(ls->handle, TC__SYMBOL(s));
         st = fn ? TC_OK
-                : tc_set_error(TC_ERR_SYMBOL_NOT_FOUND, s->name,
+                : tc_set_error(TC_ERR_SYMBOL_NOT_FOUND, TC__NAME(s),
                                "the loaded %s does not export %s", tc_lib_name((tc_lib)s->lib),
                                TC__SYMBOL(s));
     }
@@ -331,7 +331,7 @@ static int find_sym(const char *name)
     int lo = 0, hi = TC__NSYMS;
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
-        int c = strcmp(tc__syms[mid].name, name);
+        int c = strcmp(TC__NAME(&tc__syms[mid]), name);
         if (c == 0)
             return mid;
         if (c < 0)

@@ -2,1766 +2,3839 @@
 /* Every wrapped function, sorted by the name a C user calls it, and its resolved pointer. */
 #include "tc_internal.h"
 
+const char tc__sym_names[] = "\0"
+    "cuArray3DCreate\0"
+    "cuArray3DCreate_v2\0"
+    "cuArray3DGetDescriptor\0"
+    "cuArray3DGetDescriptor_v2\0"
+    "cuArrayCreate\0"
+    "cuArrayCreate_v2\0"
+    "cuArrayDestroy\0"
+    "cuArrayGetDescriptor\0"
+    "cuArrayGetDescriptor_v2\0"
+    "cuArrayGetMemoryRequirements\0"
+    "cuArrayGetPlane\0"
+    "cuArrayGetSparseProperties\0"
+    "cuCheckpointProcessCheckpoint\0"
+    "cuCheckpointProcessGetRestoreThreadId\0"
+    "cuCheckpointProcessGetState\0"
+    "cuCheckpointProcessLock\0"
+    "cuCheckpointProcessRestore\0"
+    "cuCheckpointProcessUnlock\0"
+    "cuCoredumpGetAttribute\0"
+    "cuCoredumpGetAttributeGlobal\0"
+    "cuCoredumpSetAttribute\0"
+    "cuCoredumpSetAttributeGlobal\0"
+    "cuCtxAttach\0"
+    "cuCtxCreate\0"
+    "cuCtxCreate_v4\0"
+    "cuCtxDestroy\0"
+    "cuCtxDestroy_v2\0"
+    "cuCtxDetach\0"
+    "cuCtxDisablePeerAccess\0"
+    "cuCtxEnablePeerAccess\0"
+    "cuCtxFromGreenCtx\0"
+    "cuCtxGetApiVersion\0"
+    "cuCtxGetCacheConfig\0"
+    "cuCtxGetCurrent\0"
+    "cuCtxGetDevResource\0"
+    "cuCtxGetDevice\0"
+    "cuCtxGetDevice_v2\0"
+    "cuCtxGetExecAffinity\0"
+    "cuCtxGetFlags\0"
+    "cuCtxGetId\0"
+    "cuCtxGetLimit\0"
+    "cuCtxGetSharedMemConfig\0"
+    "cuCtxGetStreamPriorityRange\0"
+    "cuCtxPopCurrent\0"
+    "cuCtxPopCurrent_v2\0"
+    "cuCtxPushCurrent\0"
+    "cuCtxPushCurrent_v2\0"
+    "cuCtxRecordEvent\0"
+    "cuCtxResetPersistingL2Cache\0"
+    "cuCtxSetCacheConfig\0"
+    "cuCtxSetCurrent\0"
+    "cuCtxSetFlags\0"
+    "cuCtxSetLimit\0"
+    "cuCtxSetSharedMemConfig\0"
+    "cuCtxSynchronize\0"
+    "cuCtxSynchronize_v2\0"
+    "cuCtxWaitEvent\0"
+    "cuDestroyExternalMemory\0"
+    "cuDestroyExternalSemaphore\0"
+    "cuDevResourceGenerateDesc\0"
+    "cuDevSmResourceSplitByCount\0"
+    "cuDeviceCanAccessPeer\0"
+    "cuDeviceComputeCapability\0"
+    "cuDeviceGet\0"
+    "cuDeviceGetAttribute\0"
+    "cuDeviceGetByPCIBusId\0"
+    "cuDeviceGetCount\0"
+    "cuDeviceGetDefaultMemPool\0"
+    "cuDeviceGetDevResource\0"
+    "cuDeviceGetExecAffinitySupport\0"
+    "cuDeviceGetGraphMemAttribute\0"
+    "cuDeviceGetHostAtomicCapabilities\0"
+    "cuDeviceGetLuid\0"
+    "cuDeviceGetMemPool\0"
+    "cuDeviceGetName\0"
+    "cuDeviceGetNvSciSyncAttributes\0"
+    "cuDeviceGetP2PAtomicCapabilities\0"
+    "cuDeviceGetP2PAttribute\0"
+    "cuDeviceGetPCIBusId\0"
+    "cuDeviceGetProperties\0"
+    "cuDeviceGetTexture1DLinearMaxWidth\0"
+    "cuDeviceGetUuid\0"
+    "cuDeviceGetUuid_v2\0"
+    "cuDeviceGraphMemTrim\0"
+    "cuDevicePrimaryCtxGetState\0"
+    "cuDevicePrimaryCtxRelease\0"
+    "cuDevicePrimaryCtxRelease_v2\0"
+    "cuDevicePrimaryCtxReset\0"
+    "cuDevicePrimaryCtxReset_v2\0"
+    "cuDevicePrimaryCtxRetain\0"
+    "cuDevicePrimaryCtxSetFlags\0"
+    "cuDevicePrimaryCtxSetFlags_v2\0"
+    "cuDeviceRegisterAsyncNotification\0"
+    "cuDeviceSetGraphMemAttribute\0"
+    "cuDeviceSetMemPool\0"
+    "cuDeviceTotalMem\0"
+    "cuDeviceTotalMem_v2\0"
+    "cuDeviceUnregisterAsyncNotification\0"
+    "cuDriverGetVersion\0"
+    "cuEventCreate\0"
+    "cuEventDestroy\0"
+    "cuEventDestroy_v2\0"
+    "cuEventElapsedTime\0"
+    "cuEventElapsedTime_v2\0"
+    "cuEventQuery\0"
+    "cuEventRecord\0"
+    "cuEventRecordWithFlags\0"
+    "cuEventRecordWithFlags_ptsz\0"
+    "cuEventRecord_ptsz\0"
+    "cuEventSynchronize\0"
+    "cuExternalMemoryGetMappedBuffer\0"
+    "cuExternalMemoryGetMappedMipmappedArray\0"
+    "cuFlushGPUDirectRDMAWrites\0"
+    "cuFuncGetAttribute\0"
+    "cuFuncGetModule\0"
+    "cuFuncGetName\0"
+    "cuFuncGetParamInfo\0"
+    "cuFuncIsLoaded\0"
+    "cuFuncLoad\0"
+    "cuFuncSetAttribute\0"
+    "cuFuncSetBlockShape\0"
+    "cuFuncSetCacheConfig\0"
+    "cuFuncSetSharedMemConfig\0"
+    "cuFuncSetSharedSize\0"
+    "cuGetErrorName\0"
+    "cuGetErrorString\0"
+    "cuGetExportTable\0"
+    "cuGetProcAddress\0"
+    "cuGetProcAddress_v2\0"
+    "cuGraphAddBatchMemOpNode\0"
+    "cuGraphAddChildGraphNode\0"
+    "cuGraphAddDependencies\0"
+    "cuGraphAddDependencies_v2\0"
+    "cuGraphAddEmptyNode\0"
+    "cuGraphAddEventRecordNode\0"
+    "cuGraphAddEventWaitNode\0"
+    "cuGraphAddExternalSemaphoresSignalNode\0"
+    "cuGraphAddExternalSemaphoresWaitNode\0"
+    "cuGraphAddHostNode\0"
+    "cuGraphAddKernelNode\0"
+    "cuGraphAddKernelNode_v2\0"
+    "cuGraphAddMemAllocNode\0"
+    "cuGraphAddMemFreeNode\0"
+    "cuGraphAddMemcpyNode\0"
+    "cuGraphAddMemsetNode\0"
+    "cuGraphAddNode\0"
+    "cuGraphAddNode_v2\0"
+    "cuGraphBatchMemOpNodeGetParams\0"
+    "cuGraphBatchMemOpNodeSetParams\0"
+    "cuGraphChildGraphNodeGetGraph\0"
+    "cuGraphClone\0"
+    "cuGraphConditionalHandleCreate\0"
+    "cuGraphCreate\0"
+    "cuGraphDebugDotPrint\0"
+    "cuGraphDestroy\0"
+    "cuGraphDestroyNode\0"
+    "cuGraphEventRecordNodeGetEvent\0"
+    "cuGraphEventRecordNodeSetEvent\0"
+    "cuGraphEventWaitNodeGetEvent\0"
+    "cuGraphEventWaitNodeSetEvent\0"
+    "cuGraphExecBatchMemOpNodeSetParams\0"
+    "cuGraphExecChildGraphNodeSetParams\0"
+    "cuGraphExecDestroy\0"
+    "cuGraphExecEventRecordNodeSetEvent\0"
+    "cuGraphExecEventWaitNodeSetEvent\0"
+    "cuGraphExecExternalSemaphoresSignalNodeSetParams\0"
+    "cuGraphExecExternalSemaphoresWaitNodeSetParams\0"
+    "cuGraphExecGetFlags\0"
+    "cuGraphExecHostNodeSetParams\0"
+    "cuGraphExecKernelNodeSetParams\0"
+    "cuGraphExecKernelNodeSetParams_v2\0"
+    "cuGraphExecMemcpyNodeSetParams\0"
+    "cuGraphExecMemsetNodeSetParams\0"
+    "cuGraphExecNodeSetParams\0"
+    "cuGraphExecUpdate\0"
+    "cuGraphExecUpdate_v2\0"
+    "cuGraphExternalSemaphoresSignalNodeGetParams\0"
+    "cuGraphExternalSemaphoresSignalNodeSetParams\0"
+    "cuGraphExternalSemaphoresWaitNodeGetParams\0"
+    "cuGraphExternalSemaphoresWaitNodeSetParams\0"
+    "cuGraphGetEdges\0"
+    "cuGraphGetEdges_v2\0"
+    "cuGraphGetNodes\0"
+    "cuGraphGetRootNodes\0"
+    "cuGraphHostNodeGetParams\0"
+    "cuGraphHostNodeSetParams\0"
+    "cuGraphInstantiate\0"
+    "cuGraphInstantiateWithFlags\0"
+    "cuGraphInstantiateWithParams\0"
+    "cuGraphInstantiateWithParams_ptsz\0"
+    "cuGraphKernelNodeCopyAttributes\0"
+    "cuGraphKernelNodeGetAttribute\0"
+    "cuGraphKernelNodeGetParams\0"
+    "cuGraphKernelNodeGetParams_v2\0"
+    "cuGraphKernelNodeSetAttribute\0"
+    "cuGraphKernelNodeSetParams\0"
+    "cuGraphKernelNodeSetParams_v2\0"
+    "cuGraphLaunch\0"
+    "cuGraphLaunch_ptsz\0"
+    "cuGraphMemAllocNodeGetParams\0"
+    "cuGraphMemFreeNodeGetParams\0"
+    "cuGraphMemcpyNodeGetParams\0"
+    "cuGraphMemcpyNodeSetParams\0"
+    "cuGraphMemsetNodeGetParams\0"
+    "cuGraphMemsetNodeSetParams\0"
+    "cuGraphNodeFindInClone\0"
+    "cuGraphNodeGetDependencies\0"
+    "cuGraphNodeGetDependencies_v2\0"
+    "cuGraphNodeGetDependentNodes\0"
+    "cuGraphNodeGetDependentNodes_v2\0"
+    "cuGraphNodeGetEnabled\0"
+    "cuGraphNodeGetType\0"
+    "cuGraphNodeSetEnabled\0"
+    "cuGraphNodeSetParams\0"
+    "cuGraphReleaseUserObject\0"
+    "cuGraphRemoveDependencies\0"
+    "cuGraphRemoveDependencies_v2\0"
+    "cuGraphRetainUserObject\0"
+    "cuGraphUpload\0"
+    "cuGraphUpload_ptsz\0"
+    "cuGraphicsMapResources\0"
+    "cuGraphicsMapResources_ptsz\0"
+    "cuGraphicsResourceGetMappedMipmappedArray\0"
+    "cuGraphicsResourceGetMappedPointer\0"
+    "cuGraphicsResourceGetMappedPointer_v2\0"
+    "cuGraphicsResourceSetMapFlags\0"
+    "cuGraphicsResourceSetMapFlags_v2\0"
+    "cuGraphicsSubResourceGetMappedArray\0"
+    "cuGraphicsUnmapResources\0"
+    "cuGraphicsUnmapResources_ptsz\0"
+    "cuGraphicsUnregisterResource\0"
+    "cuGreenCtxCreate\0"
+    "cuGreenCtxDestroy\0"
+    "cuGreenCtxGetDevResource\0"
+    "cuGreenCtxGetId\0"
+    "cuGreenCtxRecordEvent\0"
+    "cuGreenCtxStreamCreate\0"
+    "cuGreenCtxWaitEvent\0"
+    "cuImportExternalMemory\0"
+    "cuImportExternalSemaphore\0"
+    "cuInit\0"
+    "cuIpcCloseMemHandle\0"
+    "cuIpcGetEventHandle\0"
+    "cuIpcGetMemHandle\0"
+    "cuIpcOpenEventHandle\0"
+    "cuIpcOpenMemHandle\0"
+    "cuIpcOpenMemHandle_v2\0"
+    "cuKernelGetAttribute\0"
+    "cuKernelGetFunction\0"
+    "cuKernelGetLibrary\0"
+    "cuKernelGetName\0"
+    "cuKernelGetParamInfo\0"
+    "cuKernelSetAttribute\0"
+    "cuKernelSetCacheConfig\0"
+    "cuLaunch\0"
+    "cuLaunchCooperativeKernel\0"
+    "cuLaunchCooperativeKernelMultiDevice\0"
+    "cuLaunchCooperativeKernel_ptsz\0"
+    "cuLaunchGrid\0"
+    "cuLaunchGridAsync\0"
+    "cuLaunchHostFunc\0"
+    "cuLaunchHostFunc_ptsz\0"
+    "cuLaunchKernel\0"
+    "cuLaunchKernelEx\0"
+    "cuLaunchKernelEx_ptsz\0"
+    "cuLaunchKernel_ptsz\0"
+    "cuLibraryEnumerateKernels\0"
+    "cuLibraryGetGlobal\0"
+    "cuLibraryGetKernel\0"
+    "cuLibraryGetKernelCount\0"
+    "cuLibraryGetManaged\0"
+    "cuLibraryGetModule\0"
+    "cuLibraryGetUnifiedFunction\0"
+    "cuLibraryLoadData\0"
+    "cuLibraryLoadFromFile\0"
+    "cuLibraryUnload\0"
+    "cuLinkAddData\0"
+    "cuLinkAddData_v2\0"
+    "cuLinkAddFile\0"
+    "cuLinkAddFile_v2\0"
+    "cuLinkComplete\0"
+    "cuLinkCreate\0"
+    "cuLinkCreate_v2\0"
+    "cuLinkDestroy\0"
+    "cuLogsCurrent\0"
+    "cuLogsDumpToFile\0"
+    "cuLogsDumpToMemory\0"
+    "cuLogsRegisterCallback\0"
+    "cuLogsUnregisterCallback\0"
+    "cuMemAddressFree\0"
+    "cuMemAddressReserve\0"
+    "cuMemAdvise\0"
+    "cuMemAdvise_v2\0"
+    "cuMemAlloc\0"
+    "cuMemAlloc_v2\0"
+    "cuMemAllocAsync\0"
+    "cuMemAllocAsync_ptsz\0"
+    "cuMemAllocFromPoolAsync\0"
+    "cuMemAllocFromPoolAsync_ptsz\0"
+    "cuMemAllocHost\0"
+    "cuMemAllocHost_v2\0"
+    "cuMemAllocManaged\0"
+    "cuMemAllocPitch\0"
+    "cuMemAllocPitch_v2\0"
+    "cuMemBatchDecompressAsync\0"
+    "cuMemBatchDecompressAsync_ptsz\0"
+    "cuMemCreate\0"
+    "cuMemDiscardAndPrefetchBatchAsync\0"
+    "cuMemDiscardAndPrefetchBatchAsync_ptsz\0"
+    "cuMemDiscardBatchAsync\0"
+    "cuMemDiscardBatchAsync_ptsz\0"
+    "cuMemExportToShareableHandle\0"
+    "cuMemFree\0"
+    "cuMemFree_v2\0"
+    "cuMemFreeAsync\0"
+    "cuMemFreeAsync_ptsz\0"
+    "cuMemFreeHost\0"
+    "cuMemGetAccess\0"
+    "cuMemGetAddressRange\0"
+    "cuMemGetAddressRange_v2\0"
+    "cuMemGetAllocationGranularity\0"
+    "cuMemGetAllocationPropertiesFromHandle\0"
+    "cuMemGetDefaultMemPool\0"
+    "cuMemGetHandleForAddressRange\0"
+    "cuMemGetInfo\0"
+    "cuMemGetInfo_v2\0"
+    "cuMemGetMemPool\0"
+    "cuMemHostAlloc\0"
+    "cuMemHostGetDevicePointer\0"
+    "cuMemHostGetDevicePointer_v2\0"
+    "cuMemHostGetFlags\0"
+    "cuMemHostRegister\0"
+    "cuMemHostRegister_v2\0"
+    "cuMemHostUnregister\0"
+    "cuMemImportFromShareableHandle\0"
+    "cuMemMap\0"
+    "cuMemMapArrayAsync\0"
+    "cuMemMapArrayAsync_ptsz\0"
+    "cuMemPoolCreate\0"
+    "cuMemPoolDestroy\0"
+    "cuMemPoolExportPointer\0"
+    "cuMemPoolExportToShareableHandle\0"
+    "cuMemPoolGetAccess\0"
+    "cuMemPoolGetAttribute\0"
+    "cuMemPoolImportFromShareableHandle\0"
+    "cuMemPoolImportPointer\0"
+    "cuMemPoolSetAccess\0"
+    "cuMemPoolSetAttribute\0"
+    "cuMemPoolTrimTo\0"
+    "cuMemPrefetchAsync\0"
+    "cuMemPrefetchAsync_v2\0"
+    "cuMemPrefetchAsync_ptsz\0"
+    "cuMemPrefetchAsync_v2_ptsz\0"
+    "cuMemPrefetchBatchAsync\0"
+    "cuMemPrefetchBatchAsync_ptsz\0"
+    "cuMemRangeGetAttribute\0"
+    "cuMemRangeGetAttributes\0"
+    "cuMemRelease\0"
+    "cuMemRetainAllocationHandle\0"
+    "cuMemSetAccess\0"
+    "cuMemSetMemPool\0"
+    "cuMemUnmap\0"
+    "cuMemcpy\0"
+    "cuMemcpy2D\0"
+    "cuMemcpy2D_v2\0"
+    "cuMemcpy2DAsync\0"
+    "cuMemcpy2DAsync_v2\0"
+    "cuMemcpy2DAsync_ptsz\0"
+    "cuMemcpy2DAsync_v2_ptsz\0"
+    "cuMemcpy2DUnaligned\0"
+    "cuMemcpy2DUnaligned_v2\0"
+    "cuMemcpy2DUnaligned_ptds\0"
+    "cuMemcpy2DUnaligned_v2_ptds\0"
+    "cuMemcpy2D_ptds\0"
+    "cuMemcpy2D_v2_ptds\0"
+    "cuMemcpy3D\0"
+    "cuMemcpy3D_v2\0"
+    "cuMemcpy3DAsync\0"
+    "cuMemcpy3DAsync_v2\0"
+    "cuMemcpy3DAsync_ptsz\0"
+    "cuMemcpy3DAsync_v2_ptsz\0"
+    "cuMemcpy3DBatchAsync\0"
+    "cuMemcpy3DBatchAsync_v2\0"
+    "cuMemcpy3DBatchAsync_ptsz\0"
+    "cuMemcpy3DBatchAsync_v2_ptsz\0"
+    "cuMemcpy3DPeer\0"
+    "cuMemcpy3DPeerAsync\0"
+    "cuMemcpy3DPeerAsync_ptsz\0"
+    "cuMemcpy3DPeer_ptds\0"
+    "cuMemcpy3D_ptds\0"
+    "cuMemcpy3D_v2_ptds\0"
+    "cuMemcpyAsync\0"
+    "cuMemcpyAsync_ptsz\0"
+    "cuMemcpyAtoA\0"
+    "cuMemcpyAtoA_v2\0"
+    "cuMemcpyAtoA_ptds\0"
+    "cuMemcpyAtoA_v2_ptds\0"
+    "cuMemcpyAtoD\0"
+    "cuMemcpyAtoD_v2\0"
+    "cuMemcpyAtoD_ptds\0"
+    "cuMemcpyAtoD_v2_ptds\0"
+    "cuMemcpyAtoH\0"
+    "cuMemcpyAtoH_v2\0"
+    "cuMemcpyAtoHAsync\0"
+    "cuMemcpyAtoHAsync_v2\0"
+    "cuMemcpyAtoHAsync_ptsz\0"
+    "cuMemcpyAtoHAsync_v2_ptsz\0"
+    "cuMemcpyAtoH_ptds\0"
+    "cuMemcpyAtoH_v2_ptds\0"
+    "cuMemcpyBatchAsync\0"
+    "cuMemcpyBatchAsync_v2\0"
+    "cuMemcpyBatchAsync_ptsz\0"
+    "cuMemcpyBatchAsync_v2_ptsz\0"
+    "cuMemcpyDtoA\0"
+    "cuMemcpyDtoA_v2\0"
+    "cuMemcpyDtoA_ptds\0"
+    "cuMemcpyDtoA_v2_ptds\0"
+    "cuMemcpyDtoD\0"
+    "cuMemcpyDtoD_v2\0"
+    "cuMemcpyDtoDAsync\0"
+    "cuMemcpyDtoDAsync_v2\0"
+    "cuMemcpyDtoDAsync_ptsz\0"
+    "cuMemcpyDtoDAsync_v2_ptsz\0"
+    "cuMemcpyDtoD_ptds\0"
+    "cuMemcpyDtoD_v2_ptds\0"
+    "cuMemcpyDtoH\0"
+    "cuMemcpyDtoH_v2\0"
+    "cuMemcpyDtoHAsync\0"
+    "cuMemcpyDtoHAsync_v2\0"
+    "cuMemcpyDtoHAsync_ptsz\0"
+    "cuMemcpyDtoHAsync_v2_ptsz\0"
+    "cuMemcpyDtoH_ptds\0"
+    "cuMemcpyDtoH_v2_ptds\0"
+    "cuMemcpyHtoA\0"
+    "cuMemcpyHtoA_v2\0"
+    "cuMemcpyHtoAAsync\0"
+    "cuMemcpyHtoAAsync_v2\0"
+    "cuMemcpyHtoAAsync_ptsz\0"
+    "cuMemcpyHtoAAsync_v2_ptsz\0"
+    "cuMemcpyHtoA_ptds\0"
+    "cuMemcpyHtoA_v2_ptds\0"
+    "cuMemcpyHtoD\0"
+    "cuMemcpyHtoD_v2\0"
+    "cuMemcpyHtoDAsync\0"
+    "cuMemcpyHtoDAsync_v2\0"
+    "cuMemcpyHtoDAsync_ptsz\0"
+    "cuMemcpyHtoDAsync_v2_ptsz\0"
+    "cuMemcpyHtoD_ptds\0"
+    "cuMemcpyHtoD_v2_ptds\0"
+    "cuMemcpyPeer\0"
+    "cuMemcpyPeerAsync\0"
+    "cuMemcpyPeerAsync_ptsz\0"
+    "cuMemcpyPeer_ptds\0"
+    "cuMemcpy_ptds\0"
+    "cuMemsetD16\0"
+    "cuMemsetD16_v2\0"
+    "cuMemsetD16Async\0"
+    "cuMemsetD16Async_ptsz\0"
+    "cuMemsetD16_ptds\0"
+    "cuMemsetD16_v2_ptds\0"
+    "cuMemsetD2D16\0"
+    "cuMemsetD2D16_v2\0"
+    "cuMemsetD2D16Async\0"
+    "cuMemsetD2D16Async_ptsz\0"
+    "cuMemsetD2D16_ptds\0"
+    "cuMemsetD2D16_v2_ptds\0"
+    "cuMemsetD2D32\0"
+    "cuMemsetD2D32_v2\0"
+    "cuMemsetD2D32Async\0"
+    "cuMemsetD2D32Async_ptsz\0"
+    "cuMemsetD2D32_ptds\0"
+    "cuMemsetD2D32_v2_ptds\0"
+    "cuMemsetD2D8\0"
+    "cuMemsetD2D8_v2\0"
+    "cuMemsetD2D8Async\0"
+    "cuMemsetD2D8Async_ptsz\0"
+    "cuMemsetD2D8_ptds\0"
+    "cuMemsetD2D8_v2_ptds\0"
+    "cuMemsetD32\0"
+    "cuMemsetD32_v2\0"
+    "cuMemsetD32Async\0"
+    "cuMemsetD32Async_ptsz\0"
+    "cuMemsetD32_ptds\0"
+    "cuMemsetD32_v2_ptds\0"
+    "cuMemsetD8\0"
+    "cuMemsetD8_v2\0"
+    "cuMemsetD8Async\0"
+    "cuMemsetD8Async_ptsz\0"
+    "cuMemsetD8_ptds\0"
+    "cuMemsetD8_v2_ptds\0"
+    "cuMipmappedArrayCreate\0"
+    "cuMipmappedArrayDestroy\0"
+    "cuMipmappedArrayGetLevel\0"
+    "cuMipmappedArrayGetMemoryRequirements\0"
+    "cuMipmappedArrayGetSparseProperties\0"
+    "cuModuleEnumerateFunctions\0"
+    "cuModuleGetFunction\0"
+    "cuModuleGetFunctionCount\0"
+    "cuModuleGetGlobal\0"
+    "cuModuleGetGlobal_v2\0"
+    "cuModuleGetLoadingMode\0"
+    "cuModuleGetSurfRef\0"
+    "cuModuleGetTexRef\0"
+    "cuModuleLoad\0"
+    "cuModuleLoadData\0"
+    "cuModuleLoadDataEx\0"
+    "cuModuleLoadFatBinary\0"
+    "cuModuleUnload\0"
+    "cuMulticastAddDevice\0"
+    "cuMulticastBindAddr\0"
+    "cuMulticastBindMem\0"
+    "cuMulticastCreate\0"
+    "cuMulticastGetGranularity\0"
+    "cuMulticastUnbind\0"
+    "cuOccupancyAvailableDynamicSMemPerBlock\0"
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor\0"
+    "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags\0"
+    "cuOccupancyMaxActiveClusters\0"
+    "cuOccupancyMaxPotentialBlockSize\0"
+    "cuOccupancyMaxPotentialBlockSizeWithFlags\0"
+    "cuOccupancyMaxPotentialClusterSize\0"
+    "cuParamSetSize\0"
+    "cuParamSetTexRef\0"
+    "cuParamSetf\0"
+    "cuParamSeti\0"
+    "cuParamSetv\0"
+    "cuPointerGetAttribute\0"
+    "cuPointerGetAttributes\0"
+    "cuPointerSetAttribute\0"
+    "cuSignalExternalSemaphoresAsync\0"
+    "cuSignalExternalSemaphoresAsync_ptsz\0"
+    "cuStreamAddCallback\0"
+    "cuStreamAddCallback_ptsz\0"
+    "cuStreamAttachMemAsync\0"
+    "cuStreamAttachMemAsync_ptsz\0"
+    "cuStreamBatchMemOp\0"
+    "cuStreamBatchMemOp_v2\0"
+    "cuStreamBatchMemOp_ptsz\0"
+    "cuStreamBatchMemOp_v2_ptsz\0"
+    "cuStreamBeginCapture\0"
+    "cuStreamBeginCapture_v2\0"
+    "cuStreamBeginCaptureToGraph\0"
+    "cuStreamBeginCaptureToGraph_ptsz\0"
+    "cuStreamBeginCapture_ptsz\0"
+    "cuStreamBeginCapture_v2_ptsz\0"
+    "cuStreamCopyAttributes\0"
+    "cuStreamCopyAttributes_ptsz\0"
+    "cuStreamCreate\0"
+    "cuStreamCreateWithPriority\0"
+    "cuStreamDestroy\0"
+    "cuStreamDestroy_v2\0"
+    "cuStreamEndCapture\0"
+    "cuStreamEndCapture_ptsz\0"
+    "cuStreamGetAttribute\0"
+    "cuStreamGetAttribute_ptsz\0"
+    "cuStreamGetCaptureInfo\0"
+    "cuStreamGetCaptureInfo_v3\0"
+    "cuStreamGetCaptureInfo_ptsz\0"
+    "cuStreamGetCaptureInfo_v3_ptsz\0"
+    "cuStreamGetCtx\0"
+    "cuStreamGetCtx_ptsz\0"
+    "cuStreamGetCtx_v2\0"
+    "cuStreamGetCtx_v2_ptsz\0"
+    "cuStreamGetDevice\0"
+    "cuStreamGetDevice_ptsz\0"
+    "cuStreamGetFlags\0"
+    "cuStreamGetFlags_ptsz\0"
+    "cuStreamGetGreenCtx\0"
+    "cuStreamGetId\0"
+    "cuStreamGetId_ptsz\0"
+    "cuStreamGetPriority\0"
+    "cuStreamGetPriority_ptsz\0"
+    "cuStreamIsCapturing\0"
+    "cuStreamIsCapturing_ptsz\0"
+    "cuStreamQuery\0"
+    "cuStreamQuery_ptsz\0"
+    "cuStreamSetAttribute\0"
+    "cuStreamSetAttribute_ptsz\0"
+    "cuStreamSynchronize\0"
+    "cuStreamSynchronize_ptsz\0"
+    "cuStreamUpdateCaptureDependencies\0"
+    "cuStreamUpdateCaptureDependencies_v2\0"
+    "cuStreamUpdateCaptureDependencies_ptsz\0"
+    "cuStreamUpdateCaptureDependencies_v2_ptsz\0"
+    "cuStreamWaitEvent\0"
+    "cuStreamWaitEvent_ptsz\0"
+    "cuStreamWaitValue32\0"
+    "cuStreamWaitValue32_v2\0"
+    "cuStreamWaitValue32_ptsz\0"
+    "cuStreamWaitValue32_v2_ptsz\0"
+    "cuStreamWaitValue64\0"
+    "cuStreamWaitValue64_v2\0"
+    "cuStreamWaitValue64_ptsz\0"
+    "cuStreamWaitValue64_v2_ptsz\0"
+    "cuStreamWriteValue32\0"
+    "cuStreamWriteValue32_v2\0"
+    "cuStreamWriteValue32_ptsz\0"
+    "cuStreamWriteValue32_v2_ptsz\0"
+    "cuStreamWriteValue64\0"
+    "cuStreamWriteValue64_v2\0"
+    "cuStreamWriteValue64_ptsz\0"
+    "cuStreamWriteValue64_v2_ptsz\0"
+    "cuSurfObjectCreate\0"
+    "cuSurfObjectDestroy\0"
+    "cuSurfObjectGetResourceDesc\0"
+    "cuSurfRefGetArray\0"
+    "cuSurfRefSetArray\0"
+    "cuTensorMapEncodeIm2col\0"
+    "cuTensorMapEncodeIm2colWide\0"
+    "cuTensorMapEncodeTiled\0"
+    "cuTensorMapReplaceAddress\0"
+    "cuTexObjectCreate\0"
+    "cuTexObjectDestroy\0"
+    "cuTexObjectGetResourceDesc\0"
+    "cuTexObjectGetResourceViewDesc\0"
+    "cuTexObjectGetTextureDesc\0"
+    "cuTexRefCreate\0"
+    "cuTexRefDestroy\0"
+    "cuTexRefGetAddress\0"
+    "cuTexRefGetAddress_v2\0"
+    "cuTexRefGetAddressMode\0"
+    "cuTexRefGetArray\0"
+    "cuTexRefGetBorderColor\0"
+    "cuTexRefGetFilterMode\0"
+    "cuTexRefGetFlags\0"
+    "cuTexRefGetFormat\0"
+    "cuTexRefGetMaxAnisotropy\0"
+    "cuTexRefGetMipmapFilterMode\0"
+    "cuTexRefGetMipmapLevelBias\0"
+    "cuTexRefGetMipmapLevelClamp\0"
+    "cuTexRefGetMipmappedArray\0"
+    "cuTexRefSetAddress\0"
+    "cuTexRefSetAddress_v2\0"
+    "cuTexRefSetAddress2D\0"
+    "cuTexRefSetAddress2D_v3\0"
+    "cuTexRefSetAddressMode\0"
+    "cuTexRefSetArray\0"
+    "cuTexRefSetBorderColor\0"
+    "cuTexRefSetFilterMode\0"
+    "cuTexRefSetFlags\0"
+    "cuTexRefSetFormat\0"
+    "cuTexRefSetMaxAnisotropy\0"
+    "cuTexRefSetMipmapFilterMode\0"
+    "cuTexRefSetMipmapLevelBias\0"
+    "cuTexRefSetMipmapLevelClamp\0"
+    "cuTexRefSetMipmappedArray\0"
+    "cuThreadExchangeStreamCaptureMode\0"
+    "cuUserObjectCreate\0"
+    "cuUserObjectRelease\0"
+    "cuUserObjectRetain\0"
+    "cuWaitExternalSemaphoresAsync\0"
+    "cuWaitExternalSemaphoresAsync_ptsz\0"
+    "cublasAsumEx\0"
+    "cublasAsumEx_64\0"
+    "cublasAxpyEx\0"
+    "cublasAxpyEx_64\0"
+    "cublasCaxpy\0"
+    "cublasCaxpy_v2\0"
+    "cublasCaxpy_64\0"
+    "cublasCaxpy_v2_64\0"
+    "cublasCcopy\0"
+    "cublasCcopy_v2\0"
+    "cublasCcopy_64\0"
+    "cublasCcopy_v2_64\0"
+    "cublasCdgmm\0"
+    "cublasCdgmm_64\0"
+    "cublasCdotc\0"
+    "cublasCdotc_v2\0"
+    "cublasCdotc_64\0"
+    "cublasCdotc_v2_64\0"
+    "cublasCdotu\0"
+    "cublasCdotu_v2\0"
+    "cublasCdotu_64\0"
+    "cublasCdotu_v2_64\0"
+    "cublasCgbmv\0"
+    "cublasCgbmv_v2\0"
+    "cublasCgbmv_64\0"
+    "cublasCgbmv_v2_64\0"
+    "cublasCgeam\0"
+    "cublasCgeam_64\0"
+    "cublasCgelsBatched\0"
+    "cublasCgemm\0"
+    "cublasCgemm_v2\0"
+    "cublasCgemm3m\0"
+    "cublasCgemm3mBatched\0"
+    "cublasCgemm3mBatched_64\0"
+    "cublasCgemm3mEx\0"
+    "cublasCgemm3mEx_64\0"
+    "cublasCgemm3mStridedBatched\0"
+    "cublasCgemm3mStridedBatched_64\0"
+    "cublasCgemm3m_64\0"
+    "cublasCgemmBatched\0"
+    "cublasCgemmBatched_64\0"
+    "cublasCgemmEx\0"
+    "cublasCgemmEx_64\0"
+    "cublasCgemmStridedBatched\0"
+    "cublasCgemmStridedBatched_64\0"
+    "cublasCgemm_64\0"
+    "cublasCgemm_v2_64\0"
+    "cublasCgemv\0"
+    "cublasCgemv_v2\0"
+    "cublasCgemvBatched\0"
+    "cublasCgemvBatched_64\0"
+    "cublasCgemvStridedBatched\0"
+    "cublasCgemvStridedBatched_64\0"
+    "cublasCgemv_64\0"
+    "cublasCgemv_v2_64\0"
+    "cublasCgeqrfBatched\0"
+    "cublasCgerc\0"
+    "cublasCgerc_v2\0"
+    "cublasCgerc_64\0"
+    "cublasCgerc_v2_64\0"
+    "cublasCgeru\0"
+    "cublasCgeru_v2\0"
+    "cublasCgeru_64\0"
+    "cublasCgeru_v2_64\0"
+    "cublasCgetrfBatched\0"
+    "cublasCgetriBatched\0"
+    "cublasCgetrsBatched\0"
+    "cublasChbmv\0"
+    "cublasChbmv_v2\0"
+    "cublasChbmv_64\0"
+    "cublasChbmv_v2_64\0"
+    "cublasChemm\0"
+    "cublasChemm_v2\0"
+    "cublasChemm_64\0"
+    "cublasChemm_v2_64\0"
+    "cublasChemv\0"
+    "cublasChemv_v2\0"
+    "cublasChemv_64\0"
+    "cublasChemv_v2_64\0"
+    "cublasCher\0"
+    "cublasCher_v2\0"
+    "cublasCher2\0"
+    "cublasCher2_v2\0"
+    "cublasCher2_64\0"
+    "cublasCher2_v2_64\0"
+    "cublasCher2k\0"
+    "cublasCher2k_v2\0"
+    "cublasCher2k_64\0"
+    "cublasCher2k_v2_64\0"
+    "cublasCher_64\0"
+    "cublasCher_v2_64\0"
+    "cublasCherk\0"
+    "cublasCherk_v2\0"
+    "cublasCherk3mEx\0"
+    "cublasCherk3mEx_64\0"
+    "cublasCherkEx\0"
+    "cublasCherkEx_64\0"
+    "cublasCherk_64\0"
+    "cublasCherk_v2_64\0"
+    "cublasCherkx\0"
+    "cublasCherkx_64\0"
+    "cublasChpmv\0"
+    "cublasChpmv_v2\0"
+    "cublasChpmv_64\0"
+    "cublasChpmv_v2_64\0"
+    "cublasChpr\0"
+    "cublasChpr_v2\0"
+    "cublasChpr2\0"
+    "cublasChpr2_v2\0"
+    "cublasChpr2_64\0"
+    "cublasChpr2_v2_64\0"
+    "cublasChpr_64\0"
+    "cublasChpr_v2_64\0"
+    "cublasCmatinvBatched\0"
+    "cublasCopyEx\0"
+    "cublasCopyEx_64\0"
+    "cublasCreate\0"
+    "cublasCreate_v2\0"
+    "cublasCrot\0"
+    "cublasCrot_v2\0"
+    "cublasCrot_64\0"
+    "cublasCrot_v2_64\0"
+    "cublasCrotg\0"
+    "cublasCrotg_v2\0"
+    "cublasCscal\0"
+    "cublasCscal_v2\0"
+    "cublasCscal_64\0"
+    "cublasCscal_v2_64\0"
+    "cublasCsrot\0"
+    "cublasCsrot_v2\0"
+    "cublasCsrot_64\0"
+    "cublasCsrot_v2_64\0"
+    "cublasCsscal\0"
+    "cublasCsscal_v2\0"
+    "cublasCsscal_64\0"
+    "cublasCsscal_v2_64\0"
+    "cublasCswap\0"
+    "cublasCswap_v2\0"
+    "cublasCswap_64\0"
+    "cublasCswap_v2_64\0"
+    "cublasCsymm\0"
+    "cublasCsymm_v2\0"
+    "cublasCsymm_64\0"
+    "cublasCsymm_v2_64\0"
+    "cublasCsymv\0"
+    "cublasCsymv_v2\0"
+    "cublasCsymv_64\0"
+    "cublasCsymv_v2_64\0"
+    "cublasCsyr\0"
+    "cublasCsyr_v2\0"
+    "cublasCsyr2\0"
+    "cublasCsyr2_v2\0"
+    "cublasCsyr2_64\0"
+    "cublasCsyr2_v2_64\0"
+    "cublasCsyr2k\0"
+    "cublasCsyr2k_v2\0"
+    "cublasCsyr2k_64\0"
+    "cublasCsyr2k_v2_64\0"
+    "cublasCsyr_64\0"
+    "cublasCsyr_v2_64\0"
+    "cublasCsyrk\0"
+    "cublasCsyrk_v2\0"
+    "cublasCsyrk3mEx\0"
+    "cublasCsyrk3mEx_64\0"
+    "cublasCsyrkEx\0"
+    "cublasCsyrkEx_64\0"
+    "cublasCsyrk_64\0"
+    "cublasCsyrk_v2_64\0"
+    "cublasCsyrkx\0"
+    "cublasCsyrkx_64\0"
+    "cublasCtbmv\0"
+    "cublasCtbmv_v2\0"
+    "cublasCtbmv_64\0"
+    "cublasCtbmv_v2_64\0"
+    "cublasCtbsv\0"
+    "cublasCtbsv_v2\0"
+    "cublasCtbsv_64\0"
+    "cublasCtbsv_v2_64\0"
+    "cublasCtpmv\0"
+    "cublasCtpmv_v2\0"
+    "cublasCtpmv_64\0"
+    "cublasCtpmv_v2_64\0"
+    "cublasCtpsv\0"
+    "cublasCtpsv_v2\0"
+    "cublasCtpsv_64\0"
+    "cublasCtpsv_v2_64\0"
+    "cublasCtpttr\0"
+    "cublasCtrmm\0"
+    "cublasCtrmm_v2\0"
+    "cublasCtrmm_64\0"
+    "cublasCtrmm_v2_64\0"
+    "cublasCtrmv\0"
+    "cublasCtrmv_v2\0"
+    "cublasCtrmv_64\0"
+    "cublasCtrmv_v2_64\0"
+    "cublasCtrsm\0"
+    "cublasCtrsm_v2\0"
+    "cublasCtrsmBatched\0"
+    "cublasCtrsmBatched_64\0"
+    "cublasCtrsm_64\0"
+    "cublasCtrsm_v2_64\0"
+    "cublasCtrsv\0"
+    "cublasCtrsv_v2\0"
+    "cublasCtrsv_64\0"
+    "cublasCtrsv_v2_64\0"
+    "cublasCtrttp\0"
+    "cublasDasum\0"
+    "cublasDasum_v2\0"
+    "cublasDasum_64\0"
+    "cublasDasum_v2_64\0"
+    "cublasDaxpy\0"
+    "cublasDaxpy_v2\0"
+    "cublasDaxpy_64\0"
+    "cublasDaxpy_v2_64\0"
+    "cublasDcopy\0"
+    "cublasDcopy_v2\0"
+    "cublasDcopy_64\0"
+    "cublasDcopy_v2_64\0"
+    "cublasDdgmm\0"
+    "cublasDdgmm_64\0"
+    "cublasDdot\0"
+    "cublasDdot_v2\0"
+    "cublasDdot_64\0"
+    "cublasDdot_v2_64\0"
+    "cublasDestroy\0"
+    "cublasDestroy_v2\0"
+    "cublasDgbmv\0"
+    "cublasDgbmv_v2\0"
+    "cublasDgbmv_64\0"
+    "cublasDgbmv_v2_64\0"
+    "cublasDgeam\0"
+    "cublasDgeam_64\0"
+    "cublasDgelsBatched\0"
+    "cublasDgemm\0"
+    "cublasDgemm_v2\0"
+    "cublasDgemmBatched\0"
+    "cublasDgemmBatched_64\0"
+    "cublasDgemmGroupedBatched\0"
+    "cublasDgemmGroupedBatched_64\0"
+    "cublasDgemmStridedBatched\0"
+    "cublasDgemmStridedBatched_64\0"
+    "cublasDgemm_64\0"
+    "cublasDgemm_v2_64\0"
+    "cublasDgemv\0"
+    "cublasDgemv_v2\0"
+    "cublasDgemvBatched\0"
+    "cublasDgemvBatched_64\0"
+    "cublasDgemvStridedBatched\0"
+    "cublasDgemvStridedBatched_64\0"
+    "cublasDgemv_64\0"
+    "cublasDgemv_v2_64\0"
+    "cublasDgeqrfBatched\0"
+    "cublasDger\0"
+    "cublasDger_v2\0"
+    "cublasDger_64\0"
+    "cublasDger_v2_64\0"
+    "cublasDgetrfBatched\0"
+    "cublasDgetriBatched\0"
+    "cublasDgetrsBatched\0"
+    "cublasDmatinvBatched\0"
+    "cublasDnrm2\0"
+    "cublasDnrm2_v2\0"
+    "cublasDnrm2_64\0"
+    "cublasDnrm2_v2_64\0"
+    "cublasDotEx\0"
+    "cublasDotEx_64\0"
+    "cublasDotcEx\0"
+    "cublasDotcEx_64\0"
+    "cublasDrot\0"
+    "cublasDrot_v2\0"
+    "cublasDrot_64\0"
+    "cublasDrot_v2_64\0"
+    "cublasDrotg\0"
+    "cublasDrotg_v2\0"
+    "cublasDrotm\0"
+    "cublasDrotm_v2\0"
+    "cublasDrotm_64\0"
+    "cublasDrotm_v2_64\0"
+    "cublasDrotmg\0"
+    "cublasDrotmg_v2\0"
+    "cublasDsbmv\0"
+    "cublasDsbmv_v2\0"
+    "cublasDsbmv_64\0"
+    "cublasDsbmv_v2_64\0"
+    "cublasDscal\0"
+    "cublasDscal_v2\0"
+    "cublasDscal_64\0"
+    "cublasDscal_v2_64\0"
+    "cublasDspmv\0"
+    "cublasDspmv_v2\0"
+    "cublasDspmv_64\0"
+    "cublasDspmv_v2_64\0"
+    "cublasDspr\0"
+    "cublasDspr_v2\0"
+    "cublasDspr2\0"
+    "cublasDspr2_v2\0"
+    "cublasDspr2_64\0"
+    "cublasDspr2_v2_64\0"
+    "cublasDspr_64\0"
+    "cublasDspr_v2_64\0"
+    "cublasDswap\0"
+    "cublasDswap_v2\0"
+    "cublasDswap_64\0"
+    "cublasDswap_v2_64\0"
+    "cublasDsymm\0"
+    "cublasDsymm_v2\0"
+    "cublasDsymm_64\0"
+    "cublasDsymm_v2_64\0"
+    "cublasDsymv\0"
+    "cublasDsymv_v2\0"
+    "cublasDsymv_64\0"
+    "cublasDsymv_v2_64\0"
+    "cublasDsyr\0"
+    "cublasDsyr_v2\0"
+    "cublasDsyr2\0"
+    "cublasDsyr2_v2\0"
+    "cublasDsyr2_64\0"
+    "cublasDsyr2_v2_64\0"
+    "cublasDsyr2k\0"
+    "cublasDsyr2k_v2\0"
+    "cublasDsyr2k_64\0"
+    "cublasDsyr2k_v2_64\0"
+    "cublasDsyr_64\0"
+    "cublasDsyr_v2_64\0"
+    "cublasDsyrk\0"
+    "cublasDsyrk_v2\0"
+    "cublasDsyrk_64\0"
+    "cublasDsyrk_v2_64\0"
+    "cublasDsyrkx\0"
+    "cublasDsyrkx_64\0"
+    "cublasDtbmv\0"
+    "cublasDtbmv_v2\0"
+    "cublasDtbmv_64\0"
+    "cublasDtbmv_v2_64\0"
+    "cublasDtbsv\0"
+    "cublasDtbsv_v2\0"
+    "cublasDtbsv_64\0"
+    "cublasDtbsv_v2_64\0"
+    "cublasDtpmv\0"
+    "cublasDtpmv_v2\0"
+    "cublasDtpmv_64\0"
+    "cublasDtpmv_v2_64\0"
+    "cublasDtpsv\0"
+    "cublasDtpsv_v2\0"
+    "cublasDtpsv_64\0"
+    "cublasDtpsv_v2_64\0"
+    "cublasDtpttr\0"
+    "cublasDtrmm\0"
+    "cublasDtrmm_v2\0"
+    "cublasDtrmm_64\0"
+    "cublasDtrmm_v2_64\0"
+    "cublasDtrmv\0"
+    "cublasDtrmv_v2\0"
+    "cublasDtrmv_64\0"
+    "cublasDtrmv_v2_64\0"
+    "cublasDtrsm\0"
+    "cublasDtrsm_v2\0"
+    "cublasDtrsmBatched\0"
+    "cublasDtrsmBatched_64\0"
+    "cublasDtrsm_64\0"
+    "cublasDtrsm_v2_64\0"
+    "cublasDtrsv\0"
+    "cublasDtrsv_v2\0"
+    "cublasDtrsv_64\0"
+    "cublasDtrsv_v2_64\0"
+    "cublasDtrttp\0"
+    "cublasDzasum\0"
+    "cublasDzasum_v2\0"
+    "cublasDzasum_64\0"
+    "cublasDzasum_v2_64\0"
+    "cublasDznrm2\0"
+    "cublasDznrm2_v2\0"
+    "cublasDznrm2_64\0"
+    "cublasDznrm2_v2_64\0"
+    "cublasGemmBatchedEx\0"
+    "cublasGemmBatchedEx_64\0"
+    "cublasGemmEx\0"
+    "cublasGemmEx_64\0"
+    "cublasGemmGroupedBatchedEx\0"
+    "cublasGemmGroupedBatchedEx_64\0"
+    "cublasGemmStridedBatchedEx\0"
+    "cublasGemmStridedBatchedEx_64\0"
+    "cublasGetAtomicsMode\0"
+    "cublasGetCudartVersion\0"
+    "cublasGetEmulationSpecialValuesSupport\0"
+    "cublasGetEmulationStrategy\0"
+    "cublasGetFixedPointEmulationMantissaBitCountPointer\0"
+    "cublasGetFixedPointEmulationMantissaBitOffset\0"
+    "cublasGetFixedPointEmulationMantissaControl\0"
+    "cublasGetFixedPointEmulationMaxMantissaBitCount\0"
+    "cublasGetLoggerCallback\0"
+    "cublasGetMathMode\0"
+    "cublasGetMatrix\0"
+    "cublasGetMatrixAsync\0"
+    "cublasGetMatrixAsync_64\0"
+    "cublasGetMatrix_64\0"
+    "cublasGetPointerMode\0"
+    "cublasGetPointerMode_v2\0"
+    "cublasGetProperty\0"
+    "cublasGetSmCountTarget\0"
+    "cublasGetStatusName\0"
+    "cublasGetStatusString\0"
+    "cublasGetStream\0"
+    "cublasGetStream_v2\0"
+    "cublasGetVector\0"
+    "cublasGetVectorAsync\0"
+    "cublasGetVectorAsync_64\0"
+    "cublasGetVector_64\0"
+    "cublasGetVersion\0"
+    "cublasGetVersion_v2\0"
+    "cublasHSHgemvBatched\0"
+    "cublasHSHgemvBatched_64\0"
+    "cublasHSHgemvStridedBatched\0"
+    "cublasHSHgemvStridedBatched_64\0"
+    "cublasHSSgemvBatched\0"
+    "cublasHSSgemvBatched_64\0"
+    "cublasHSSgemvStridedBatched\0"
+    "cublasHSSgemvStridedBatched_64\0"
+    "cublasHgemm\0"
+    "cublasHgemmBatched\0"
+    "cublasHgemmBatched_64\0"
+    "cublasHgemmStridedBatched\0"
+    "cublasHgemmStridedBatched_64\0"
+    "cublasHgemm_64\0"
+    "cublasIamaxEx\0"
+    "cublasIamaxEx_64\0"
+    "cublasIaminEx\0"
+    "cublasIaminEx_64\0"
+    "cublasIcamax\0"
+    "cublasIcamax_v2\0"
+    "cublasIcamax_64\0"
+    "cublasIcamax_v2_64\0"
+    "cublasIcamin\0"
+    "cublasIcamin_v2\0"
+    "cublasIcamin_64\0"
+    "cublasIcamin_v2_64\0"
+    "cublasIdamax\0"
+    "cublasIdamax_v2\0"
+    "cublasIdamax_64\0"
+    "cublasIdamax_v2_64\0"
+    "cublasIdamin\0"
+    "cublasIdamin_v2\0"
+    "cublasIdamin_64\0"
+    "cublasIdamin_v2_64\0"
+    "cublasIsamax\0"
+    "cublasIsamax_v2\0"
+    "cublasIsamax_64\0"
+    "cublasIsamax_v2_64\0"
+    "cublasIsamin\0"
+    "cublasIsamin_v2\0"
+    "cublasIsamin_64\0"
+    "cublasIsamin_v2_64\0"
+    "cublasIzamax\0"
+    "cublasIzamax_v2\0"
+    "cublasIzamax_64\0"
+    "cublasIzamax_v2_64\0"
+    "cublasIzamin\0"
+    "cublasIzamin_v2\0"
+    "cublasIzamin_64\0"
+    "cublasIzamin_v2_64\0"
+    "cublasLoggerConfigure\0"
+    "cublasLtCreate\0"
+    "cublasLtDestroy\0"
+    "cublasLtDisableCpuInstructionsSetMask\0"
+    "cublasLtEmulationDescCreate\0"
+    "cublasLtEmulationDescDestroy\0"
+    "cublasLtEmulationDescGetAttribute\0"
+    "cublasLtEmulationDescInit_internal\0"
+    "cublasLtEmulationDescSetAttribute\0"
+    "cublasLtGetCudartVersion\0"
+    "cublasLtGetProperty\0"
+    "cublasLtGetStatusName\0"
+    "cublasLtGetStatusString\0"
+    "cublasLtGetVersion\0"
+    "cublasLtHeuristicsCacheGetCapacity\0"
+    "cublasLtHeuristicsCacheSetCapacity\0"
+    "cublasLtLoggerForceDisable\0"
+    "cublasLtLoggerOpenFile\0"
+    "cublasLtLoggerSetCallback\0"
+    "cublasLtLoggerSetFile\0"
+    "cublasLtLoggerSetLevel\0"
+    "cublasLtLoggerSetMask\0"
+    "cublasLtMatmul\0"
+    "cublasLtMatmulAlgoCapGetAttribute\0"
+    "cublasLtMatmulAlgoCheck\0"
+    "cublasLtMatmulAlgoConfigGetAttribute\0"
+    "cublasLtMatmulAlgoConfigSetAttribute\0"
+    "cublasLtMatmulAlgoGetHeuristic\0"
+    "cublasLtMatmulAlgoGetIds\0"
+    "cublasLtMatmulAlgoInit\0"
+    "cublasLtMatmulDescCreate\0"
+    "cublasLtMatmulDescDestroy\0"
+    "cublasLtMatmulDescGetAttribute\0"
+    "cublasLtMatmulDescInit_internal\0"
+    "cublasLtMatmulDescSetAttribute\0"
+    "cublasLtMatmulPreferenceCreate\0"
+    "cublasLtMatmulPreferenceDestroy\0"
+    "cublasLtMatmulPreferenceGetAttribute\0"
+    "cublasLtMatmulPreferenceInit_internal\0"
+    "cublasLtMatmulPreferenceSetAttribute\0"
+    "cublasLtMatrixLayoutCreate\0"
+    "cublasLtMatrixLayoutDestroy\0"
+    "cublasLtMatrixLayoutGetAttribute\0"
+    "cublasLtMatrixLayoutInit_internal\0"
+    "cublasLtMatrixLayoutSetAttribute\0"
+    "cublasLtMatrixTransform\0"
+    "cublasLtMatrixTransformDescCreate\0"
+    "cublasLtMatrixTransformDescDestroy\0"
+    "cublasLtMatrixTransformDescGetAttribute\0"
+    "cublasLtMatrixTransformDescInit_internal\0"
+    "cublasLtMatrixTransformDescSetAttribute\0"
+    "cublasNrm2Ex\0"
+    "cublasNrm2Ex_64\0"
+    "cublasRotEx\0"
+    "cublasRotEx_64\0"
+    "cublasRotgEx\0"
+    "cublasRotmEx\0"
+    "cublasRotmEx_64\0"
+    "cublasRotmgEx\0"
+    "cublasSasum\0"
+    "cublasSasum_v2\0"
+    "cublasSasum_64\0"
+    "cublasSasum_v2_64\0"
+    "cublasSaxpy\0"
+    "cublasSaxpy_v2\0"
+    "cublasSaxpy_64\0"
+    "cublasSaxpy_v2_64\0"
+    "cublasScalEx\0"
+    "cublasScalEx_64\0"
+    "cublasScasum\0"
+    "cublasScasum_v2\0"
+    "cublasScasum_64\0"
+    "cublasScasum_v2_64\0"
+    "cublasScnrm2\0"
+    "cublasScnrm2_v2\0"
+    "cublasScnrm2_64\0"
+    "cublasScnrm2_v2_64\0"
+    "cublasScopy\0"
+    "cublasScopy_v2\0"
+    "cublasScopy_64\0"
+    "cublasScopy_v2_64\0"
+    "cublasSdgmm\0"
+    "cublasSdgmm_64\0"
+    "cublasSdot\0"
+    "cublasSdot_v2\0"
+    "cublasSdot_64\0"
+    "cublasSdot_v2_64\0"
+    "cublasSetAtomicsMode\0"
+    "cublasSetEmulationSpecialValuesSupport\0"
+    "cublasSetEmulationStrategy\0"
+    "cublasSetFixedPointEmulationMantissaBitCountPointer\0"
+    "cublasSetFixedPointEmulationMantissaBitOffset\0"
+    "cublasSetFixedPointEmulationMantissaControl\0"
+    "cublasSetFixedPointEmulationMaxMantissaBitCount\0"
+    "cublasSetLoggerCallback\0"
+    "cublasSetMathMode\0"
+    "cublasSetMatrix\0"
+    "cublasSetMatrixAsync\0"
+    "cublasSetMatrixAsync_64\0"
+    "cublasSetMatrix_64\0"
+    "cublasSetPointerMode\0"
+    "cublasSetPointerMode_v2\0"
+    "cublasSetSmCountTarget\0"
+    "cublasSetStream\0"
+    "cublasSetStream_v2\0"
+    "cublasSetVector\0"
+    "cublasSetVectorAsync\0"
+    "cublasSetVectorAsync_64\0"
+    "cublasSetVector_64\0"
+    "cublasSetWorkspace\0"
+    "cublasSetWorkspace_v2\0"
+    "cublasSgbmv\0"
+    "cublasSgbmv_v2\0"
+    "cublasSgbmv_64\0"
+    "cublasSgbmv_v2_64\0"
+    "cublasSgeam\0"
+    "cublasSgeam_64\0"
+    "cublasSgelsBatched\0"
+    "cublasSgemm\0"
+    "cublasSgemm_v2\0"
+    "cublasSgemmBatched\0"
+    "cublasSgemmBatched_64\0"
+    "cublasSgemmEx\0"
+    "cublasSgemmEx_64\0"
+    "cublasSgemmGroupedBatched\0"
+    "cublasSgemmGroupedBatched_64\0"
+    "cublasSgemmStridedBatched\0"
+    "cublasSgemmStridedBatched_64\0"
+    "cublasSgemm_64\0"
+    "cublasSgemm_v2_64\0"
+    "cublasSgemv\0"
+    "cublasSgemv_v2\0"
+    "cublasSgemvBatched\0"
+    "cublasSgemvBatched_64\0"
+    "cublasSgemvStridedBatched\0"
+    "cublasSgemvStridedBatched_64\0"
+    "cublasSgemv_64\0"
+    "cublasSgemv_v2_64\0"
+    "cublasSgeqrfBatched\0"
+    "cublasSger\0"
+    "cublasSger_v2\0"
+    "cublasSger_64\0"
+    "cublasSger_v2_64\0"
+    "cublasSgetrfBatched\0"
+    "cublasSgetriBatched\0"
+    "cublasSgetrsBatched\0"
+    "cublasSmatinvBatched\0"
+    "cublasSnrm2\0"
+    "cublasSnrm2_v2\0"
+    "cublasSnrm2_64\0"
+    "cublasSnrm2_v2_64\0"
+    "cublasSrot\0"
+    "cublasSrot_v2\0"
+    "cublasSrot_64\0"
+    "cublasSrot_v2_64\0"
+    "cublasSrotg\0"
+    "cublasSrotg_v2\0"
+    "cublasSrotm\0"
+    "cublasSrotm_v2\0"
+    "cublasSrotm_64\0"
+    "cublasSrotm_v2_64\0"
+    "cublasSrotmg\0"
+    "cublasSrotmg_v2\0"
+    "cublasSsbmv\0"
+    "cublasSsbmv_v2\0"
+    "cublasSsbmv_64\0"
+    "cublasSsbmv_v2_64\0"
+    "cublasSscal\0"
+    "cublasSscal_v2\0"
+    "cublasSscal_64\0"
+    "cublasSscal_v2_64\0"
+    "cublasSspmv\0"
+    "cublasSspmv_v2\0"
+    "cublasSspmv_64\0"
+    "cublasSspmv_v2_64\0"
+    "cublasSspr\0"
+    "cublasSspr_v2\0"
+    "cublasSspr2\0"
+    "cublasSspr2_v2\0"
+    "cublasSspr2_64\0"
+    "cublasSspr2_v2_64\0"
+    "cublasSspr_64\0"
+    "cublasSspr_v2_64\0"
+    "cublasSswap\0"
+    "cublasSswap_v2\0"
+    "cublasSswap_64\0"
+    "cublasSswap_v2_64\0"
+    "cublasSsymm\0"
+    "cublasSsymm_v2\0"
+    "cublasSsymm_64\0"
+    "cublasSsymm_v2_64\0"
+    "cublasSsymv\0"
+    "cublasSsymv_v2\0"
+    "cublasSsymv_64\0"
+    "cublasSsymv_v2_64\0"
+    "cublasSsyr\0"
+    "cublasSsyr_v2\0"
+    "cublasSsyr2\0"
+    "cublasSsyr2_v2\0"
+    "cublasSsyr2_64\0"
+    "cublasSsyr2_v2_64\0"
+    "cublasSsyr2k\0"
+    "cublasSsyr2k_v2\0"
+    "cublasSsyr2k_64\0"
+    "cublasSsyr2k_v2_64\0"
+    "cublasSsyr_64\0"
+    "cublasSsyr_v2_64\0"
+    "cublasSsyrk\0"
+    "cublasSsyrk_v2\0"
+    "cublasSsyrk_64\0"
+    "cublasSsyrk_v2_64\0"
+    "cublasSsyrkx\0"
+    "cublasSsyrkx_64\0"
+    "cublasStbmv\0"
+    "cublasStbmv_v2\0"
+    "cublasStbmv_64\0"
+    "cublasStbmv_v2_64\0"
+    "cublasStbsv\0"
+    "cublasStbsv_v2\0"
+    "cublasStbsv_64\0"
+    "cublasStbsv_v2_64\0"
+    "cublasStpmv\0"
+    "cublasStpmv_v2\0"
+    "cublasStpmv_64\0"
+    "cublasStpmv_v2_64\0"
+    "cublasStpsv\0"
+    "cublasStpsv_v2\0"
+    "cublasStpsv_64\0"
+    "cublasStpsv_v2_64\0"
+    "cublasStpttr\0"
+    "cublasStrmm\0"
+    "cublasStrmm_v2\0"
+    "cublasStrmm_64\0"
+    "cublasStrmm_v2_64\0"
+    "cublasStrmv\0"
+    "cublasStrmv_v2\0"
+    "cublasStrmv_64\0"
+    "cublasStrmv_v2_64\0"
+    "cublasStrsm\0"
+    "cublasStrsm_v2\0"
+    "cublasStrsmBatched\0"
+    "cublasStrsmBatched_64\0"
+    "cublasStrsm_64\0"
+    "cublasStrsm_v2_64\0"
+    "cublasStrsv\0"
+    "cublasStrsv_v2\0"
+    "cublasStrsv_64\0"
+    "cublasStrsv_v2_64\0"
+    "cublasStrttp\0"
+    "cublasSwapEx\0"
+    "cublasSwapEx_64\0"
+    "cublasTSSgemvBatched\0"
+    "cublasTSSgemvBatched_64\0"
+    "cublasTSSgemvStridedBatched\0"
+    "cublasTSSgemvStridedBatched_64\0"
+    "cublasTSTgemvBatched\0"
+    "cublasTSTgemvBatched_64\0"
+    "cublasTSTgemvStridedBatched\0"
+    "cublasTSTgemvStridedBatched_64\0"
+    "cublasUint8gemmBias\0"
+    "cublasXerbla\0"
+    "cublasZaxpy\0"
+    "cublasZaxpy_v2\0"
+    "cublasZaxpy_64\0"
+    "cublasZaxpy_v2_64\0"
+    "cublasZcopy\0"
+    "cublasZcopy_v2\0"
+    "cublasZcopy_64\0"
+    "cublasZcopy_v2_64\0"
+    "cublasZdgmm\0"
+    "cublasZdgmm_64\0"
+    "cublasZdotc\0"
+    "cublasZdotc_v2\0"
+    "cublasZdotc_64\0"
+    "cublasZdotc_v2_64\0"
+    "cublasZdotu\0"
+    "cublasZdotu_v2\0"
+    "cublasZdotu_64\0"
+    "cublasZdotu_v2_64\0"
+    "cublasZdrot\0"
+    "cublasZdrot_v2\0"
+    "cublasZdrot_64\0"
+    "cublasZdrot_v2_64\0"
+    "cublasZdscal\0"
+    "cublasZdscal_v2\0"
+    "cublasZdscal_64\0"
+    "cublasZdscal_v2_64\0"
+    "cublasZgbmv\0"
+    "cublasZgbmv_v2\0"
+    "cublasZgbmv_64\0"
+    "cublasZgbmv_v2_64\0"
+    "cublasZgeam\0"
+    "cublasZgeam_64\0"
+    "cublasZgelsBatched\0"
+    "cublasZgemm\0"
+    "cublasZgemm_v2\0"
+    "cublasZgemm3m\0"
+    "cublasZgemm3m_64\0"
+    "cublasZgemmBatched\0"
+    "cublasZgemmBatched_64\0"
+    "cublasZgemmStridedBatched\0"
+    "cublasZgemmStridedBatched_64\0"
+    "cublasZgemm_64\0"
+    "cublasZgemm_v2_64\0"
+    "cublasZgemv\0"
+    "cublasZgemv_v2\0"
+    "cublasZgemvBatched\0"
+    "cublasZgemvBatched_64\0"
+    "cublasZgemvStridedBatched\0"
+    "cublasZgemvStridedBatched_64\0"
+    "cublasZgemv_64\0"
+    "cublasZgemv_v2_64\0"
+    "cublasZgeqrfBatched\0"
+    "cublasZgerc\0"
+    "cublasZgerc_v2\0"
+    "cublasZgerc_64\0"
+    "cublasZgerc_v2_64\0"
+    "cublasZgeru\0"
+    "cublasZgeru_v2\0"
+    "cublasZgeru_64\0"
+    "cublasZgeru_v2_64\0"
+    "cublasZgetrfBatched\0"
+    "cublasZgetriBatched\0"
+    "cublasZgetrsBatched\0"
+    "cublasZhbmv\0"
+    "cublasZhbmv_v2\0"
+    "cublasZhbmv_64\0"
+    "cublasZhbmv_v2_64\0"
+    "cublasZhemm\0"
+    "cublasZhemm_v2\0"
+    "cublasZhemm_64\0"
+    "cublasZhemm_v2_64\0"
+    "cublasZhemv\0"
+    "cublasZhemv_v2\0"
+    "cublasZhemv_64\0"
+    "cublasZhemv_v2_64\0"
+    "cublasZher\0"
+    "cublasZher_v2\0"
+    "cublasZher2\0"
+    "cublasZher2_v2\0"
+    "cublasZher2_64\0"
+    "cublasZher2_v2_64\0"
+    "cublasZher2k\0"
+    "cublasZher2k_v2\0"
+    "cublasZher2k_64\0"
+    "cublasZher2k_v2_64\0"
+    "cublasZher_64\0"
+    "cublasZher_v2_64\0"
+    "cublasZherk\0"
+    "cublasZherk_v2\0"
+    "cublasZherk_64\0"
+    "cublasZherk_v2_64\0"
+    "cublasZherkx\0"
+    "cublasZherkx_64\0"
+    "cublasZhpmv\0"
+    "cublasZhpmv_v2\0"
+    "cublasZhpmv_64\0"
+    "cublasZhpmv_v2_64\0"
+    "cublasZhpr\0"
+    "cublasZhpr_v2\0"
+    "cublasZhpr2\0"
+    "cublasZhpr2_v2\0"
+    "cublasZhpr2_64\0"
+    "cublasZhpr2_v2_64\0"
+    "cublasZhpr_64\0"
+    "cublasZhpr_v2_64\0"
+    "cublasZmatinvBatched\0"
+    "cublasZrot\0"
+    "cublasZrot_v2\0"
+    "cublasZrot_64\0"
+    "cublasZrot_v2_64\0"
+    "cublasZrotg\0"
+    "cublasZrotg_v2\0"
+    "cublasZscal\0"
+    "cublasZscal_v2\0"
+    "cublasZscal_64\0"
+    "cublasZscal_v2_64\0"
+    "cublasZswap\0"
+    "cublasZswap_v2\0"
+    "cublasZswap_64\0"
+    "cublasZswap_v2_64\0"
+    "cublasZsymm\0"
+    "cublasZsymm_v2\0"
+    "cublasZsymm_64\0"
+    "cublasZsymm_v2_64\0"
+    "cublasZsymv\0"
+    "cublasZsymv_v2\0"
+    "cublasZsymv_64\0"
+    "cublasZsymv_v2_64\0"
+    "cublasZsyr\0"
+    "cublasZsyr_v2\0"
+    "cublasZsyr2\0"
+    "cublasZsyr2_v2\0"
+    "cublasZsyr2_64\0"
+    "cublasZsyr2_v2_64\0"
+    "cublasZsyr2k\0"
+    "cublasZsyr2k_v2\0"
+    "cublasZsyr2k_64\0"
+    "cublasZsyr2k_v2_64\0"
+    "cublasZsyr_64\0"
+    "cublasZsyr_v2_64\0"
+    "cublasZsyrk\0"
+    "cublasZsyrk_v2\0"
+    "cublasZsyrk_64\0"
+    "cublasZsyrk_v2_64\0"
+    "cublasZsyrkx\0"
+    "cublasZsyrkx_64\0"
+    "cublasZtbmv\0"
+    "cublasZtbmv_v2\0"
+    "cublasZtbmv_64\0"
+    "cublasZtbmv_v2_64\0"
+    "cublasZtbsv\0"
+    "cublasZtbsv_v2\0"
+    "cublasZtbsv_64\0"
+    "cublasZtbsv_v2_64\0"
+    "cublasZtpmv\0"
+    "cublasZtpmv_v2\0"
+    "cublasZtpmv_64\0"
+    "cublasZtpmv_v2_64\0"
+    "cublasZtpsv\0"
+    "cublasZtpsv_v2\0"
+    "cublasZtpsv_64\0"
+    "cublasZtpsv_v2_64\0"
+    "cublasZtpttr\0"
+    "cublasZtrmm\0"
+    "cublasZtrmm_v2\0"
+    "cublasZtrmm_64\0"
+    "cublasZtrmm_v2_64\0"
+    "cublasZtrmv\0"
+    "cublasZtrmv_v2\0"
+    "cublasZtrmv_64\0"
+    "cublasZtrmv_v2_64\0"
+    "cublasZtrsm\0"
+    "cublasZtrsm_v2\0"
+    "cublasZtrsmBatched\0"
+    "cublasZtrsmBatched_64\0"
+    "cublasZtrsm_64\0"
+    "cublasZtrsm_v2_64\0"
+    "cublasZtrsv\0"
+    "cublasZtrsv_v2\0"
+    "cublasZtrsv_64\0"
+    "cublasZtrsv_v2_64\0"
+    "cublasZtrttp\0"
+    "curandCreateGenerator\0"
+    "curandCreateGeneratorHost\0"
+    "curandCreatePoissonDistribution\0"
+    "curandDestroyDistribution\0"
+    "curandDestroyGenerator\0"
+    "curandGenerate\0"
+    "curandGenerateBinomial\0"
+    "curandGenerateBinomialMethod\0"
+    "curandGenerateLogNormal\0"
+    "curandGenerateLogNormalDouble\0"
+    "curandGenerateLongLong\0"
+    "curandGenerateNormal\0"
+    "curandGenerateNormalDouble\0"
+    "curandGeneratePoisson\0"
+    "curandGeneratePoissonMethod\0"
+    "curandGenerateSeeds\0"
+    "curandGenerateUniform\0"
+    "curandGenerateUniformDouble\0"
+    "curandGetDirectionVectors32\0"
+    "curandGetDirectionVectors64\0"
+    "curandGetProperty\0"
+    "curandGetScrambleConstants32\0"
+    "curandGetScrambleConstants64\0"
+    "curandGetVersion\0"
+    "curandSetGeneratorOffset\0"
+    "curandSetGeneratorOrdering\0"
+    "curandSetPseudoRandomGeneratorSeed\0"
+    "curandSetQuasiRandomGeneratorDimensions\0"
+    "curandSetStream\0"
+    "ncclAllGather\0"
+    "ncclAllReduce\0"
+    "ncclAlltoAll\0"
+    "ncclBcast\0"
+    "ncclBroadcast\0"
+    "ncclCommAbort\0"
+    "ncclCommCount\0"
+    "ncclCommCuDevice\0"
+    "ncclCommDeregister\0"
+    "ncclCommDestroy\0"
+    "ncclCommFinalize\0"
+    "ncclCommGetAsyncError\0"
+    "ncclCommInitAll\0"
+    "ncclCommInitRank\0"
+    "ncclCommInitRankConfig\0"
+    "ncclCommInitRankScalable\0"
+    "ncclCommRegister\0"
+    "ncclCommRevoke\0"
+    "ncclCommShrink\0"
+    "ncclCommSplit\0"
+    "ncclCommUserRank\0"
+    "ncclCommWindowDeregister\0"
+    "ncclCommWindowRegister\0"
+    "ncclGather\0"
+    "ncclGetErrorString\0"
+    "ncclGetLastError\0"
+    "ncclGetUniqueId\0"
+    "ncclGetVersion\0"
+    "ncclGroupEnd\0"
+    "ncclGroupSimulateEnd\0"
+    "ncclGroupStart\0"
+    "ncclMemAlloc\0"
+    "ncclMemFree\0"
+    "ncclRecv\0"
+    "ncclRedOpCreatePreMulSum\0"
+    "ncclRedOpDestroy\0"
+    "ncclReduce\0"
+    "ncclReduceScatter\0"
+    "ncclResetDebugInit\0"
+    "ncclScatter\0"
+    "ncclSend\0"
+    "nvJitLinkAddData\0"
+    "__nvJitLinkAddData_13_0\0"
+    "nvJitLinkAddFile\0"
+    "__nvJitLinkAddFile_13_0\0"
+    "nvJitLinkComplete\0"
+    "__nvJitLinkComplete_13_0\0"
+    "nvJitLinkCreate\0"
+    "__nvJitLinkCreate_13_0\0"
+    "nvJitLinkDestroy\0"
+    "__nvJitLinkDestroy_13_0\0"
+    "nvJitLinkGetErrorLog\0"
+    "__nvJitLinkGetErrorLog_13_0\0"
+    "nvJitLinkGetErrorLogSize\0"
+    "__nvJitLinkGetErrorLogSize_13_0\0"
+    "nvJitLinkGetInfoLog\0"
+    "__nvJitLinkGetInfoLog_13_0\0"
+    "nvJitLinkGetInfoLogSize\0"
+    "__nvJitLinkGetInfoLogSize_13_0\0"
+    "nvJitLinkGetLinkedCubin\0"
+    "__nvJitLinkGetLinkedCubin_13_0\0"
+    "nvJitLinkGetLinkedCubinSize\0"
+    "__nvJitLinkGetLinkedCubinSize_13_0\0"
+    "nvJitLinkGetLinkedPtx\0"
+    "__nvJitLinkGetLinkedPtx_13_0\0"
+    "nvJitLinkGetLinkedPtxSize\0"
+    "__nvJitLinkGetLinkedPtxSize_13_0\0"
+    "nvJitLinkVersion\0"
+    "nvmlComputeInstanceDestroy\0"
+    "nvmlComputeInstanceGetInfo\0"
+    "nvmlComputeInstanceGetInfo_v2\0"
+    "nvmlDeviceClearAccountingPids\0"
+    "nvmlDeviceClearCpuAffinity\0"
+    "nvmlDeviceClearEccErrorCounts\0"
+    "nvmlDeviceClearFieldValues\0"
+    "nvmlDeviceCreateGpuInstance\0"
+    "nvmlDeviceCreateGpuInstanceWithPlacement\0"
+    "nvmlDeviceDiscoverGpus\0"
+    "nvmlDeviceFreezeNvLinkUtilizationCounter\0"
+    "nvmlDeviceGetAPIRestriction\0"
+    "nvmlDeviceGetAccountingBufferSize\0"
+    "nvmlDeviceGetAccountingMode\0"
+    "nvmlDeviceGetAccountingPids\0"
+    "nvmlDeviceGetAccountingStats\0"
+    "nvmlDeviceGetActiveVgpus\0"
+    "nvmlDeviceGetAdaptiveClockInfoStatus\0"
+    "nvmlDeviceGetAddressingMode\0"
+    "nvmlDeviceGetApplicationsClock\0"
+    "nvmlDeviceGetArchitecture\0"
+    "nvmlDeviceGetAttributes\0"
+    "nvmlDeviceGetAttributes_v2\0"
+    "nvmlDeviceGetAutoBoostedClocksEnabled\0"
+    "nvmlDeviceGetBAR1MemoryInfo\0"
+    "nvmlDeviceGetBoardId\0"
+    "nvmlDeviceGetBoardPartNumber\0"
+    "nvmlDeviceGetBrand\0"
+    "nvmlDeviceGetBridgeChipInfo\0"
+    "nvmlDeviceGetBusType\0"
+    "nvmlDeviceGetC2cModeInfoV\0"
+    "nvmlDeviceGetCapabilities\0"
+    "nvmlDeviceGetClkMonStatus\0"
+    "nvmlDeviceGetClock\0"
+    "nvmlDeviceGetClockInfo\0"
+    "nvmlDeviceGetClockOffsets\0"
+    "nvmlDeviceGetComputeInstanceId\0"
+    "nvmlDeviceGetComputeMode\0"
+    "nvmlDeviceGetComputeRunningProcesses\0"
+    "nvmlDeviceGetComputeRunningProcesses_v3\0"
+    "nvmlDeviceGetConfComputeGpuAttestationReport\0"
+    "nvmlDeviceGetConfComputeGpuCertificate\0"
+    "nvmlDeviceGetConfComputeMemSizeInfo\0"
+    "nvmlDeviceGetConfComputeProtectedMemoryUsage\0"
+    "nvmlDeviceGetCoolerInfo\0"
+    "nvmlDeviceGetCount\0"
+    "nvmlDeviceGetCount_v2\0"
+    "nvmlDeviceGetCpuAffinity\0"
+    "nvmlDeviceGetCpuAffinityWithinScope\0"
+    "nvmlDeviceGetCreatableVgpus\0"
+    "nvmlDeviceGetCudaComputeCapability\0"
+    "nvmlDeviceGetCurrPcieLinkGeneration\0"
+    "nvmlDeviceGetCurrPcieLinkWidth\0"
+    "nvmlDeviceGetCurrentClockFreqs\0"
+    "nvmlDeviceGetCurrentClocksEventReasons\0"
+    "nvmlDeviceGetCurrentClocksThrottleReasons\0"
+    "nvmlDeviceGetDecoderUtilization\0"
+    "nvmlDeviceGetDefaultApplicationsClock\0"
+    "nvmlDeviceGetDefaultEccMode\0"
+    "nvmlDeviceGetDetailedEccErrors\0"
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle\0"
+    "nvmlDeviceGetDisplayActive\0"
+    "nvmlDeviceGetDisplayMode\0"
+    "nvmlDeviceGetDramEncryptionMode\0"
+    "nvmlDeviceGetDriverModel\0"
+    "nvmlDeviceGetDriverModel_v2\0"
+    "nvmlDeviceGetDynamicPstatesInfo\0"
+    "nvmlDeviceGetEccMode\0"
+    "nvmlDeviceGetEncoderCapacity\0"
+    "nvmlDeviceGetEncoderSessions\0"
+    "nvmlDeviceGetEncoderStats\0"
+    "nvmlDeviceGetEncoderUtilization\0"
+    "nvmlDeviceGetEnforcedPowerLimit\0"
+    "nvmlDeviceGetFBCSessions\0"
+    "nvmlDeviceGetFBCStats\0"
+    "nvmlDeviceGetFanControlPolicy_v2\0"
+    "nvmlDeviceGetFanSpeed\0"
+    "nvmlDeviceGetFanSpeedRPM\0"
+    "nvmlDeviceGetFanSpeed_v2\0"
+    "nvmlDeviceGetFieldValues\0"
+    "nvmlDeviceGetGpcClkMinMaxVfOffset\0"
+    "nvmlDeviceGetGpcClkVfOffset\0"
+    "nvmlDeviceGetGpuFabricInfo\0"
+    "nvmlDeviceGetGpuFabricInfoV\0"
+    "nvmlDeviceGetGpuInstanceById\0"
+    "nvmlDeviceGetGpuInstanceId\0"
+    "nvmlDeviceGetGpuInstancePossiblePlacements\0"
+    "nvmlDeviceGetGpuInstancePossiblePlacements_v2\0"
+    "nvmlDeviceGetGpuInstanceProfileInfo\0"
+    "nvmlDeviceGetGpuInstanceProfileInfoByIdV\0"
+    "nvmlDeviceGetGpuInstanceProfileInfoV\0"
+    "nvmlDeviceGetGpuInstanceRemainingCapacity\0"
+    "nvmlDeviceGetGpuInstances\0"
+    "nvmlDeviceGetGpuMaxPcieLinkGeneration\0"
+    "nvmlDeviceGetGpuOperationMode\0"
+    "nvmlDeviceGetGraphicsRunningProcesses\0"
+    "nvmlDeviceGetGraphicsRunningProcesses_v3\0"
+    "nvmlDeviceGetGridLicensableFeatures\0"
+    "nvmlDeviceGetGridLicensableFeatures_v4\0"
+    "nvmlDeviceGetGspFirmwareMode\0"
+    "nvmlDeviceGetGspFirmwareVersion\0"
+    "nvmlDeviceGetHandleByIndex\0"
+    "nvmlDeviceGetHandleByIndex_v2\0"
+    "nvmlDeviceGetHandleByPciBusId\0"
+    "nvmlDeviceGetHandleByPciBusId_v2\0"
+    "nvmlDeviceGetHandleBySerial\0"
+    "nvmlDeviceGetHandleByUUID\0"
+    "nvmlDeviceGetHandleByUUIDV\0"
+    "nvmlDeviceGetHostVgpuMode\0"
+    "nvmlDeviceGetHostname_v1\0"
+    "nvmlDeviceGetIndex\0"
+    "nvmlDeviceGetInforomConfigurationChecksum\0"
+    "nvmlDeviceGetInforomImageVersion\0"
+    "nvmlDeviceGetInforomVersion\0"
+    "nvmlDeviceGetIrqNum\0"
+    "nvmlDeviceGetJpgUtilization\0"
+    "nvmlDeviceGetLastBBXFlushTime\0"
+    "nvmlDeviceGetMPSComputeRunningProcesses\0"
+    "nvmlDeviceGetMPSComputeRunningProcesses_v3\0"
+    "nvmlDeviceGetMarginTemperature\0"
+    "nvmlDeviceGetMaxClockInfo\0"
+    "nvmlDeviceGetMaxCustomerBoostClock\0"
+    "nvmlDeviceGetMaxMigDeviceCount\0"
+    "nvmlDeviceGetMaxPcieLinkGeneration\0"
+    "nvmlDeviceGetMaxPcieLinkWidth\0"
+    "nvmlDeviceGetMemClkMinMaxVfOffset\0"
+    "nvmlDeviceGetMemClkVfOffset\0"
+    "nvmlDeviceGetMemoryAffinity\0"
+    "nvmlDeviceGetMemoryBusWidth\0"
+    "nvmlDeviceGetMemoryErrorCounter\0"
+    "nvmlDeviceGetMemoryInfo\0"
+    "nvmlDeviceGetMemoryInfo_v2\0"
+    "nvmlDeviceGetMigDeviceHandleByIndex\0"
+    "nvmlDeviceGetMigMode\0"
+    "nvmlDeviceGetMinMaxClockOfPState\0"
+    "nvmlDeviceGetMinMaxFanSpeed\0"
+    "nvmlDeviceGetMinorNumber\0"
+    "nvmlDeviceGetModuleId\0"
+    "nvmlDeviceGetMultiGpuBoard\0"
+    "nvmlDeviceGetName\0"
+    "nvmlDeviceGetNumFans\0"
+    "nvmlDeviceGetNumGpuCores\0"
+    "nvmlDeviceGetNumaNodeId\0"
+    "nvmlDeviceGetNvLinkCapability\0"
+    "nvmlDeviceGetNvLinkErrorCounter\0"
+    "nvmlDeviceGetNvLinkInfo\0"
+    "nvmlDeviceGetNvLinkRemoteDeviceType\0"
+    "nvmlDeviceGetNvLinkRemotePciInfo\0"
+    "nvmlDeviceGetNvLinkRemotePciInfo_v2\0"
+    "nvmlDeviceGetNvLinkState\0"
+    "nvmlDeviceGetNvLinkUtilizationControl\0"
+    "nvmlDeviceGetNvLinkUtilizationCounter\0"
+    "nvmlDeviceGetNvLinkVersion\0"
+    "nvmlDeviceGetNvlinkBwMode\0"
+    "nvmlDeviceGetNvlinkSupportedBwModes\0"
+    "nvmlDeviceGetOfaUtilization\0"
+    "nvmlDeviceGetP2PStatus\0"
+    "nvmlDeviceGetPciInfo\0"
+    "nvmlDeviceGetPciInfo_v3\0"
+    "nvmlDeviceGetPciInfoExt\0"
+    "nvmlDeviceGetPcieLinkMaxSpeed\0"
+    "nvmlDeviceGetPcieReplayCounter\0"
+    "nvmlDeviceGetPcieSpeed\0"
+    "nvmlDeviceGetPcieThroughput\0"
+    "nvmlDeviceGetPdi\0"
+    "nvmlDeviceGetPerformanceModes\0"
+    "nvmlDeviceGetPerformanceState\0"
+    "nvmlDeviceGetPersistenceMode\0"
+    "nvmlDeviceGetPgpuMetadataString\0"
+    "nvmlDeviceGetPlatformInfo\0"
+    "nvmlDeviceGetPowerManagementDefaultLimit\0"
+    "nvmlDeviceGetPowerManagementLimit\0"
+    "nvmlDeviceGetPowerManagementLimitConstraints\0"
+    "nvmlDeviceGetPowerManagementMode\0"
+    "nvmlDeviceGetPowerMizerMode_v1\0"
+    "nvmlDeviceGetPowerSource\0"
+    "nvmlDeviceGetPowerState\0"
+    "nvmlDeviceGetPowerUsage\0"
+    "nvmlDeviceGetProcessUtilization\0"
+    "nvmlDeviceGetProcessesUtilizationInfo\0"
+    "nvmlDeviceGetRemappedRows\0"
+    "nvmlDeviceGetRepairStatus\0"
+    "nvmlDeviceGetRetiredPages\0"
+    "nvmlDeviceGetRetiredPagesPendingStatus\0"
+    "nvmlDeviceGetRetiredPages_v2\0"
+    "nvmlDeviceGetRowRemapperHistogram\0"
+    "nvmlDeviceGetRunningProcessDetailList\0"
+    "nvmlDeviceGetSamples\0"
+    "nvmlDeviceGetSerial\0"
+    "nvmlDeviceGetSramEccErrorStatus\0"
+    "nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts\0"
+    "nvmlDeviceGetSupportedClocksEventReasons\0"
+    "nvmlDeviceGetSupportedClocksThrottleReasons\0"
+    "nvmlDeviceGetSupportedEventTypes\0"
+    "nvmlDeviceGetSupportedGraphicsClocks\0"
+    "nvmlDeviceGetSupportedMemoryClocks\0"
+    "nvmlDeviceGetSupportedPerformanceStates\0"
+    "nvmlDeviceGetSupportedVgpus\0"
+    "nvmlDeviceGetTargetFanSpeed\0"
+    "nvmlDeviceGetTemperature\0"
+    "nvmlDeviceGetTemperatureThreshold\0"
+    "nvmlDeviceGetTemperatureV\0"
+    "nvmlDeviceGetThermalSettings\0"
+    "nvmlDeviceGetTopologyCommonAncestor\0"
+    "nvmlDeviceGetTopologyNearestGpus\0"
+    "nvmlDeviceGetTotalEccErrors\0"
+    "nvmlDeviceGetTotalEnergyConsumption\0"
+    "nvmlDeviceGetUUID\0"
+    "nvmlDeviceGetUtilizationRates\0"
+    "nvmlDeviceGetVbiosVersion\0"
+    "nvmlDeviceGetVgpuCapabilities\0"
+    "nvmlDeviceGetVgpuHeterogeneousMode\0"
+    "nvmlDeviceGetVgpuInstancesUtilizationInfo\0"
+    "nvmlDeviceGetVgpuMetadata\0"
+    "nvmlDeviceGetVgpuProcessUtilization\0"
+    "nvmlDeviceGetVgpuProcessesUtilizationInfo\0"
+    "nvmlDeviceGetVgpuSchedulerCapabilities\0"
+    "nvmlDeviceGetVgpuSchedulerLog\0"
+    "nvmlDeviceGetVgpuSchedulerState\0"
+    "nvmlDeviceGetVgpuTypeCreatablePlacements\0"
+    "nvmlDeviceGetVgpuTypeSupportedPlacements\0"
+    "nvmlDeviceGetVgpuUtilization\0"
+    "nvmlDeviceGetViolationStatus\0"
+    "nvmlDeviceGetVirtualizationMode\0"
+    "nvmlDeviceIsMigDeviceHandle\0"
+    "nvmlDeviceModifyDrainState\0"
+    "nvmlDeviceOnSameBoard\0"
+    "nvmlDevicePowerSmoothingActivatePresetProfile\0"
+    "nvmlDevicePowerSmoothingSetState\0"
+    "nvmlDevicePowerSmoothingUpdatePresetProfileParam\0"
+    "nvmlDeviceQueryDrainState\0"
+    "nvmlDeviceReadWritePRM_v1\0"
+    "nvmlDeviceRegisterEvents\0"
+    "nvmlDeviceRemoveGpu\0"
+    "nvmlDeviceRemoveGpu_v2\0"
+    "nvmlDeviceResetApplicationsClocks\0"
+    "nvmlDeviceResetGpuLockedClocks\0"
+    "nvmlDeviceResetMemoryLockedClocks\0"
+    "nvmlDeviceResetNvLinkErrorCounters\0"
+    "nvmlDeviceResetNvLinkUtilizationCounter\0"
+    "nvmlDeviceSetAPIRestriction\0"
+    "nvmlDeviceSetAccountingMode\0"
+    "nvmlDeviceSetApplicationsClocks\0"
+    "nvmlDeviceSetAutoBoostedClocksEnabled\0"
+    "nvmlDeviceSetClockOffsets\0"
+    "nvmlDeviceSetComputeMode\0"
+    "nvmlDeviceSetConfComputeUnprotectedMemSize\0"
+    "nvmlDeviceSetCpuAffinity\0"
+    "nvmlDeviceSetDefaultAutoBoostedClocksEnabled\0"
+    "nvmlDeviceSetDefaultFanSpeed_v2\0"
+    "nvmlDeviceSetDramEncryptionMode\0"
+    "nvmlDeviceSetDriverModel\0"
+    "nvmlDeviceSetEccMode\0"
+    "nvmlDeviceSetFanControlPolicy\0"
+    "nvmlDeviceSetFanSpeed_v2\0"
+    "nvmlDeviceSetGpcClkVfOffset\0"
+    "nvmlDeviceSetGpuLockedClocks\0"
+    "nvmlDeviceSetGpuOperationMode\0"
+    "nvmlDeviceSetHostname_v1\0"
+    "nvmlDeviceSetMemClkVfOffset\0"
+    "nvmlDeviceSetMemoryLockedClocks\0"
+    "nvmlDeviceSetMigMode\0"
+    "nvmlDeviceSetNvLinkDeviceLowPowerThreshold\0"
+    "nvmlDeviceSetNvLinkUtilizationControl\0"
+    "nvmlDeviceSetNvlinkBwMode\0"
+    "nvmlDeviceSetPersistenceMode\0"
+    "nvmlDeviceSetPowerManagementLimit\0"
+    "nvmlDeviceSetPowerManagementLimit_v2\0"
+    "nvmlDeviceSetPowerMizerMode_v1\0"
+    "nvmlDeviceSetTemperatureThreshold\0"
+    "nvmlDeviceSetVgpuCapabilities\0"
+    "nvmlDeviceSetVgpuHeterogeneousMode\0"
+    "nvmlDeviceSetVgpuSchedulerState\0"
+    "nvmlDeviceSetVirtualizationMode\0"
+    "nvmlDeviceValidateInforom\0"
+    "nvmlDeviceWorkloadPowerProfileClearRequestedProfiles\0"
+    "nvmlDeviceWorkloadPowerProfileGetCurrentProfiles\0"
+    "nvmlDeviceWorkloadPowerProfileGetProfilesInfo\0"
+    "nvmlDeviceWorkloadPowerProfileSetRequestedProfiles\0"
+    "nvmlErrorString\0"
+    "nvmlEventSetCreate\0"
+    "nvmlEventSetFree\0"
+    "nvmlEventSetWait\0"
+    "nvmlEventSetWait_v2\0"
+    "nvmlGetBlacklistDeviceCount\0"
+    "nvmlGetExcludedDeviceCount\0"
+    "nvmlGetBlacklistDeviceInfoByIndex\0"
+    "nvmlGetExcludedDeviceInfoByIndex\0"
+    "nvmlGetVgpuCompatibility\0"
+    "nvmlGetVgpuDriverCapabilities\0"
+    "nvmlGetVgpuVersion\0"
+    "nvmlGpmMetricsGet\0"
+    "nvmlGpmMigSampleGet\0"
+    "nvmlGpmQueryDeviceSupport\0"
+    "nvmlGpmQueryIfStreamingEnabled\0"
+    "nvmlGpmSampleAlloc\0"
+    "nvmlGpmSampleFree\0"
+    "nvmlGpmSampleGet\0"
+    "nvmlGpmSetStreamingEnabled\0"
+    "nvmlGpuInstanceCreateComputeInstance\0"
+    "nvmlGpuInstanceCreateComputeInstanceWithPlacement\0"
+    "nvmlGpuInstanceDestroy\0"
+    "nvmlGpuInstanceGetActiveVgpus\0"
+    "nvmlGpuInstanceGetComputeInstanceById\0"
+    "nvmlGpuInstanceGetComputeInstancePossiblePlacements\0"
+    "nvmlGpuInstanceGetComputeInstanceProfileInfo\0"
+    "nvmlGpuInstanceGetComputeInstanceProfileInfoV\0"
+    "nvmlGpuInstanceGetComputeInstanceRemainingCapacity\0"
+    "nvmlGpuInstanceGetComputeInstances\0"
+    "nvmlGpuInstanceGetCreatableVgpus\0"
+    "nvmlGpuInstanceGetInfo\0"
+    "nvmlGpuInstanceGetVgpuHeterogeneousMode\0"
+    "nvmlGpuInstanceGetVgpuSchedulerLog\0"
+    "nvmlGpuInstanceGetVgpuSchedulerState\0"
+    "nvmlGpuInstanceGetVgpuTypeCreatablePlacements\0"
+    "nvmlGpuInstanceSetVgpuHeterogeneousMode\0"
+    "nvmlGpuInstanceSetVgpuSchedulerState\0"
+    "nvmlInit\0"
+    "nvmlInit_v2\0"
+    "nvmlInitWithFlags\0"
+    "nvmlSetVgpuVersion\0"
+    "nvmlShutdown\0"
+    "nvmlSystemEventSetCreate\0"
+    "nvmlSystemEventSetFree\0"
+    "nvmlSystemEventSetWait\0"
+    "nvmlSystemGetConfComputeCapabilities\0"
+    "nvmlSystemGetConfComputeGpusReadyState\0"
+    "nvmlSystemGetConfComputeKeyRotationThresholdInfo\0"
+    "nvmlSystemGetConfComputeSettings\0"
+    "nvmlSystemGetConfComputeState\0"
+    "nvmlSystemGetCudaDriverVersion\0"
+    "nvmlSystemGetCudaDriverVersion_v2\0"
+    "nvmlSystemGetDriverBranch\0"
+    "nvmlSystemGetDriverVersion\0"
+    "nvmlSystemGetHicVersion\0"
+    "nvmlSystemGetNVMLVersion\0"
+    "nvmlSystemGetNvlinkBwMode\0"
+    "nvmlSystemGetProcessName\0"
+    "nvmlSystemGetTopologyGpuSet\0"
+    "nvmlSystemRegisterEvents\0"
+    "nvmlSystemSetConfComputeGpusReadyState\0"
+    "nvmlSystemSetConfComputeKeyRotationThresholdInfo\0"
+    "nvmlSystemSetNvlinkBwMode\0"
+    "nvmlUnitGetCount\0"
+    "nvmlUnitGetDevices\0"
+    "nvmlUnitGetFanSpeedInfo\0"
+    "nvmlUnitGetHandleByIndex\0"
+    "nvmlUnitGetLedState\0"
+    "nvmlUnitGetPsuInfo\0"
+    "nvmlUnitGetTemperature\0"
+    "nvmlUnitGetUnitInfo\0"
+    "nvmlUnitSetLedState\0"
+    "nvmlVgpuInstanceClearAccountingPids\0"
+    "nvmlVgpuInstanceGetAccountingMode\0"
+    "nvmlVgpuInstanceGetAccountingPids\0"
+    "nvmlVgpuInstanceGetAccountingStats\0"
+    "nvmlVgpuInstanceGetEccMode\0"
+    "nvmlVgpuInstanceGetEncoderCapacity\0"
+    "nvmlVgpuInstanceGetEncoderSessions\0"
+    "nvmlVgpuInstanceGetEncoderStats\0"
+    "nvmlVgpuInstanceGetFBCSessions\0"
+    "nvmlVgpuInstanceGetFBCStats\0"
+    "nvmlVgpuInstanceGetFbUsage\0"
+    "nvmlVgpuInstanceGetFrameRateLimit\0"
+    "nvmlVgpuInstanceGetGpuInstanceId\0"
+    "nvmlVgpuInstanceGetGpuPciId\0"
+    "nvmlVgpuInstanceGetLicenseInfo\0"
+    "nvmlVgpuInstanceGetLicenseInfo_v2\0"
+    "nvmlVgpuInstanceGetLicenseStatus\0"
+    "nvmlVgpuInstanceGetMdevUUID\0"
+    "nvmlVgpuInstanceGetMetadata\0"
+    "nvmlVgpuInstanceGetPlacementId\0"
+    "nvmlVgpuInstanceGetRuntimeStateSize\0"
+    "nvmlVgpuInstanceGetType\0"
+    "nvmlVgpuInstanceGetUUID\0"
+    "nvmlVgpuInstanceGetVmDriverVersion\0"
+    "nvmlVgpuInstanceGetVmID\0"
+    "nvmlVgpuInstanceSetEncoderCapacity\0"
+    "nvmlVgpuTypeGetBAR1Info\0"
+    "nvmlVgpuTypeGetCapabilities\0"
+    "nvmlVgpuTypeGetClass\0"
+    "nvmlVgpuTypeGetDeviceID\0"
+    "nvmlVgpuTypeGetFbReservation\0"
+    "nvmlVgpuTypeGetFrameRateLimit\0"
+    "nvmlVgpuTypeGetFramebufferSize\0"
+    "nvmlVgpuTypeGetGpuInstanceProfileId\0"
+    "nvmlVgpuTypeGetGspHeapSize\0"
+    "nvmlVgpuTypeGetLicense\0"
+    "nvmlVgpuTypeGetMaxInstances\0"
+    "nvmlVgpuTypeGetMaxInstancesPerGpuInstance\0"
+    "nvmlVgpuTypeGetMaxInstancesPerVm\0"
+    "nvmlVgpuTypeGetName\0"
+    "nvmlVgpuTypeGetNumDisplayHeads\0"
+    "nvmlVgpuTypeGetResolution\0"
+    "nvrtcAddNameExpression\0"
+    "nvrtcCompileProgram\0"
+    "nvrtcCreateProgram\0"
+    "nvrtcDestroyProgram\0"
+    "nvrtcGetCUBIN\0"
+    "nvrtcGetCUBINSize\0"
+    "nvrtcGetErrorString\0"
+    "nvrtcGetLTOIR\0"
+    "nvrtcGetLTOIRSize\0"
+    "nvrtcGetLoweredName\0"
+    "nvrtcGetNumSupportedArchs\0"
+    "nvrtcGetOptiXIR\0"
+    "nvrtcGetOptiXIRSize\0"
+    "nvrtcGetPCHCreateStatus\0"
+    "nvrtcGetPCHHeapSize\0"
+    "nvrtcGetPCHHeapSizeRequired\0"
+    "nvrtcGetPTX\0"
+    "nvrtcGetPTXSize\0"
+    "nvrtcGetProgramLog\0"
+    "nvrtcGetProgramLogSize\0"
+    "nvrtcGetSupportedArchs\0"
+    "nvrtcSetFlowCallback\0"
+    "nvrtcSetPCHHeapSize\0"
+    "nvrtcVersion\0"
+    ;
+
 const tc__sym tc__syms[TC__NSYMS] = {
-    { "cuArray3DCreate", NULL, "cuArray3DCreate_v2", 3020, 1, 0 },
-    { "cuArray3DGetDescriptor", NULL, "cuArray3DGetDescriptor_v2", 3020, 1, 0 },
-    { "cuArrayCreate", NULL, "cuArrayCreate_v2", 3020, 1, 0 },
-    { "cuArrayDestroy", NULL, NULL, 2000, 1, 0 },
-    { "cuArrayGetDescriptor", NULL, "cuArrayGetDescriptor_v2", 3020, 1, 0 },
-    { "cuArrayGetMemoryRequirements", NULL, NULL, 11060, 1, 0 },
-    { "cuArrayGetPlane", NULL, NULL, 11020, 1, 0 },
-    { "cuArrayGetSparseProperties", NULL, NULL, 11010, 1, 0 },
-    { "cuCheckpointProcessCheckpoint", NULL, NULL, 12080, 1, 0 },
-    { "cuCheckpointProcessGetRestoreThreadId", NULL, NULL, 12080, 1, 0 },
-    { "cuCheckpointProcessGetState", NULL, NULL, 12080, 1, 0 },
-    { "cuCheckpointProcessLock", NULL, NULL, 12080, 1, 0 },
-    { "cuCheckpointProcessRestore", NULL, NULL, 12080, 1, 0 },
-    { "cuCheckpointProcessUnlock", NULL, NULL, 12080, 1, 0 },
-    { "cuCoredumpGetAttribute", NULL, NULL, 12010, 1, 0 },
-    { "cuCoredumpGetAttributeGlobal", NULL, NULL, 12010, 1, 0 },
-    { "cuCoredumpSetAttribute", NULL, NULL, 12010, 1, 0 },
-    { "cuCoredumpSetAttributeGlobal", NULL, NULL, 12010, 1, 0 },
-    { "cuCtxAttach", NULL, NULL, 2000, 1, 0 },
-    { "cuCtxCreate", NULL, "cuCtxCreate_v4", 12050, 1, 0 },
-    { "cuCtxDestroy", NULL, "cuCtxDestroy_v2", 4000, 1, 0 },
-    { "cuCtxDetach", NULL, NULL, 2000, 1, 0 },
-    { "cuCtxDisablePeerAccess", NULL, NULL, 4000, 1, 0 },
-    { "cuCtxEnablePeerAccess", NULL, NULL, 4000, 1, 0 },
-    { "cuCtxFromGreenCtx", NULL, NULL, 12040, 1, 0 },
-    { "cuCtxGetApiVersion", NULL, NULL, 3020, 1, 0 },
-    { "cuCtxGetCacheConfig", NULL, NULL, 3020, 1, 0 },
-    { "cuCtxGetCurrent", NULL, NULL, 4000, 1, 0 },
-    { "cuCtxGetDevResource", NULL, NULL, 12040, 1, 0 },
-    { "cuCtxGetDevice", NULL, NULL, 2000, 1, 0 },
-    { "cuCtxGetDevice_v2", "cuCtxGetDevice", "cuCtxGetDevice_v2", 13000, 1, 0 },
-    { "cuCtxGetExecAffinity", NULL, NULL, 11040, 1, 0 },
-    { "cuCtxGetFlags", NULL, NULL, 7000, 1, 0 },
-    { "cuCtxGetId", NULL, NULL, 12000, 1, 0 },
-    { "cuCtxGetLimit", NULL, NULL, 3010, 1, 0 },
-    { "cuCtxGetSharedMemConfig", NULL, NULL, 4020, 1, 0 },
-    { "cuCtxGetStreamPriorityRange", NULL, NULL, 5050, 1, 0 },
-    { "cuCtxPopCurrent", NULL, "cuCtxPopCurrent_v2", 4000, 1, 0 },
-    { "cuCtxPushCurrent", NULL, "cuCtxPushCurrent_v2", 4000, 1, 0 },
-    { "cuCtxRecordEvent", NULL, NULL, 12050, 1, 0 },
-    { "cuCtxResetPersistingL2Cache", NULL, NULL, 11000, 1, 0 },
-    { "cuCtxSetCacheConfig", NULL, NULL, 3020, 1, 0 },
-    { "cuCtxSetCurrent", NULL, NULL, 4000, 1, 0 },
-    { "cuCtxSetFlags", NULL, NULL, 12010, 1, 0 },
-    { "cuCtxSetLimit", NULL, NULL, 3010, 1, 0 },
-    { "cuCtxSetSharedMemConfig", NULL, NULL, 4020, 1, 0 },
-    { "cuCtxSynchronize", NULL, NULL, 2000, 1, 0 },
-    { "cuCtxSynchronize_v2", "cuCtxSynchronize", "cuCtxSynchronize_v2", 13000, 1, 0 },
-    { "cuCtxWaitEvent", NULL, NULL, 12050, 1, 0 },
-    { "cuDestroyExternalMemory", NULL, NULL, 10000, 1, 0 },
-    { "cuDestroyExternalSemaphore", NULL, NULL, 10000, 1, 0 },
-    { "cuDevResourceGenerateDesc", NULL, NULL, 12040, 1, 0 },
-    { "cuDevSmResourceSplitByCount", NULL, NULL, 12040, 1, 0 },
-    { "cuDeviceCanAccessPeer", NULL, NULL, 4000, 1, 0 },
-    { "cuDeviceComputeCapability", NULL, NULL, 2000, 1, 0 },
-    { "cuDeviceGet", NULL, NULL, 2000, 1, 0 },
-    { "cuDeviceGetAttribute", NULL, NULL, 2000, 1, 0 },
-    { "cuDeviceGetByPCIBusId", NULL, NULL, 4010, 1, 0 },
-    { "cuDeviceGetCount", NULL, NULL, 2000, 1, 0 },
-    { "cuDeviceGetDefaultMemPool", NULL, NULL, 11020, 1, 0 },
-    { "cuDeviceGetDevResource", NULL, NULL, 12040, 1, 0 },
-    { "cuDeviceGetExecAffinitySupport", NULL, NULL, 11040, 1, 0 },
-    { "cuDeviceGetGraphMemAttribute", NULL, NULL, 11040, 1, 0 },
-    { "cuDeviceGetHostAtomicCapabilities", NULL, NULL, 13000, 1, 0 },
-    { "cuDeviceGetLuid", NULL, NULL, 10000, 1, 0 },
-    { "cuDeviceGetMemPool", NULL, NULL, 11020, 1, 0 },
-    { "cuDeviceGetName", NULL, NULL, 2000, 1, 0 },
-    { "cuDeviceGetNvSciSyncAttributes", NULL, NULL, 10020, 1, 0 },
-    { "cuDeviceGetP2PAtomicCapabilities", NULL, NULL, 13000, 1, 0 },
-    { "cuDeviceGetP2PAttribute", NULL, NULL, 8000, 1, 0 },
-    { "cuDeviceGetPCIBusId", NULL, NULL, 4010, 1, 0 },
-    { "cuDeviceGetProperties", NULL, NULL, 2000, 1, 0 },
-    { "cuDeviceGetTexture1DLinearMaxWidth", NULL, NULL, 11010, 1, 0 },
-    { "cuDeviceGetUuid", NULL, "cuDeviceGetUuid_v2", 11040, 1, 0 },
-    { "cuDeviceGraphMemTrim", NULL, NULL, 11040, 1, 0 },
-    { "cuDevicePrimaryCtxGetState", NULL, NULL, 7000, 1, 0 },
-    { "cuDevicePrimaryCtxRelease", NULL, "cuDevicePrimaryCtxRelease_v2", 11000, 1, 0 },
-    { "cuDevicePrimaryCtxReset", NULL, "cuDevicePrimaryCtxReset_v2", 11000, 1, 0 },
-    { "cuDevicePrimaryCtxRetain", NULL, NULL, 7000, 1, 0 },
-    { "cuDevicePrimaryCtxSetFlags", NULL, "cuDevicePrimaryCtxSetFlags_v2", 11000, 1, 0 },
-    { "cuDeviceRegisterAsyncNotification", NULL, NULL, 12040, 1, 0 },
-    { "cuDeviceSetGraphMemAttribute", NULL, NULL, 11040, 1, 0 },
-    { "cuDeviceSetMemPool", NULL, NULL, 11020, 1, 0 },
-    { "cuDeviceTotalMem", NULL, "cuDeviceTotalMem_v2", 3020, 1, 0 },
-    { "cuDeviceUnregisterAsyncNotification", NULL, NULL, 12040, 1, 0 },
-    { "cuDriverGetVersion", NULL, NULL, 2020, 1, 0 },
-    { "cuEventCreate", NULL, NULL, 2000, 1, 0 },
-    { "cuEventDestroy", NULL, "cuEventDestroy_v2", 4000, 1, 0 },
-    { "cuEventElapsedTime", NULL, "cuEventElapsedTime_v2", 12080, 1, 0 },
-    { "cuEventQuery", NULL, NULL, 2000, 1, 0 },
-    { "cuEventRecord", NULL, NULL, 2000, 1, 0 },
-    { "cuEventRecordWithFlags", NULL, NULL, 11010, 1, 0 },
-    { "cuEventRecordWithFlags_ptsz", "cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz", 11010, 1, 1 },
-    { "cuEventRecord_ptsz", "cuEventRecord", "cuEventRecord_ptsz", 7000, 1, 1 },
-    { "cuEventSynchronize", NULL, NULL, 2000, 1, 0 },
-    { "cuExternalMemoryGetMappedBuffer", NULL, NULL, 10000, 1, 0 },
-    { "cuExternalMemoryGetMappedMipmappedArray", NULL, NULL, 10000, 1, 0 },
-    { "cuFlushGPUDirectRDMAWrites", NULL, NULL, 11030, 1, 0 },
-    { "cuFuncGetAttribute", NULL, NULL, 2020, 1, 0 },
-    { "cuFuncGetModule", NULL, NULL, 11000, 1, 0 },
-    { "cuFuncGetName", NULL, NULL, 12030, 1, 0 },
-    { "cuFuncGetParamInfo", NULL, NULL, 12040, 1, 0 },
-    { "cuFuncIsLoaded", NULL, NULL, 12040, 1, 0 },
-    { "cuFuncLoad", NULL, NULL, 12040, 1, 0 },
-    { "cuFuncSetAttribute", NULL, NULL, 9000, 1, 0 },
-    { "cuFuncSetBlockShape", NULL, NULL, 2000, 1, 0 },
-    { "cuFuncSetCacheConfig", NULL, NULL, 3000, 1, 0 },
-    { "cuFuncSetSharedMemConfig", NULL, NULL, 4020, 1, 0 },
-    { "cuFuncSetSharedSize", NULL, NULL, 2000, 1, 0 },
-    { "cuGetErrorName", NULL, NULL, 6000, 1, 0 },
-    { "cuGetErrorString", NULL, NULL, 6000, 1, 0 },
-    { "cuGetExportTable", NULL, NULL, 3000, 1, 0 },
-    { "cuGetProcAddress", NULL, "cuGetProcAddress_v2", 12000, 1, 0 },
-    { "cuGraphAddBatchMemOpNode", NULL, NULL, 11070, 1, 0 },
-    { "cuGraphAddChildGraphNode", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphAddDependencies", NULL, "cuGraphAddDependencies_v2", 12030, 1, 0 },
-    { "cuGraphAddEmptyNode", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphAddEventRecordNode", NULL, NULL, 11010, 1, 0 },
-    { "cuGraphAddEventWaitNode", NULL, NULL, 11010, 1, 0 },
-    { "cuGraphAddExternalSemaphoresSignalNode", NULL, NULL, 11020, 1, 0 },
-    { "cuGraphAddExternalSemaphoresWaitNode", NULL, NULL, 11020, 1, 0 },
-    { "cuGraphAddHostNode", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphAddKernelNode", NULL, "cuGraphAddKernelNode_v2", 12000, 1, 0 },
-    { "cuGraphAddMemAllocNode", NULL, NULL, 11040, 1, 0 },
-    { "cuGraphAddMemFreeNode", NULL, NULL, 11040, 1, 0 },
-    { "cuGraphAddMemcpyNode", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphAddMemsetNode", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphAddNode", NULL, "cuGraphAddNode_v2", 12030, 1, 0 },
-    { "cuGraphBatchMemOpNodeGetParams", NULL, NULL, 11070, 1, 0 },
-    { "cuGraphBatchMemOpNodeSetParams", NULL, NULL, 11070, 1, 0 },
-    { "cuGraphChildGraphNodeGetGraph", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphClone", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphConditionalHandleCreate", NULL, NULL, 12030, 1, 0 },
-    { "cuGraphCreate", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphDebugDotPrint", NULL, NULL, 11030, 1, 0 },
-    { "cuGraphDestroy", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphDestroyNode", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphEventRecordNodeGetEvent", NULL, NULL, 11010, 1, 0 },
-    { "cuGraphEventRecordNodeSetEvent", NULL, NULL, 11010, 1, 0 },
-    { "cuGraphEventWaitNodeGetEvent", NULL, NULL, 11010, 1, 0 },
-    { "cuGraphEventWaitNodeSetEvent", NULL, NULL, 11010, 1, 0 },
-    { "cuGraphExecBatchMemOpNodeSetParams", NULL, NULL, 11070, 1, 0 },
-    { "cuGraphExecChildGraphNodeSetParams", NULL, NULL, 11010, 1, 0 },
-    { "cuGraphExecDestroy", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphExecEventRecordNodeSetEvent", NULL, NULL, 11010, 1, 0 },
-    { "cuGraphExecEventWaitNodeSetEvent", NULL, NULL, 11010, 1, 0 },
-    { "cuGraphExecExternalSemaphoresSignalNodeSetParams", NULL, NULL, 11020, 1, 0 },
-    { "cuGraphExecExternalSemaphoresWaitNodeSetParams", NULL, NULL, 11020, 1, 0 },
-    { "cuGraphExecGetFlags", NULL, NULL, 12000, 1, 0 },
-    { "cuGraphExecHostNodeSetParams", NULL, NULL, 10020, 1, 0 },
-    { "cuGraphExecKernelNodeSetParams", NULL, "cuGraphExecKernelNodeSetParams_v2", 12000, 1, 0 },
-    { "cuGraphExecMemcpyNodeSetParams", NULL, NULL, 10020, 1, 0 },
-    { "cuGraphExecMemsetNodeSetParams", NULL, NULL, 10020, 1, 0 },
-    { "cuGraphExecNodeSetParams", NULL, NULL, 12020, 1, 0 },
-    { "cuGraphExecUpdate", NULL, "cuGraphExecUpdate_v2", 12000, 1, 0 },
-    { "cuGraphExternalSemaphoresSignalNodeGetParams", NULL, NULL, 11020, 1, 0 },
-    { "cuGraphExternalSemaphoresSignalNodeSetParams", NULL, NULL, 11020, 1, 0 },
-    { "cuGraphExternalSemaphoresWaitNodeGetParams", NULL, NULL, 11020, 1, 0 },
-    { "cuGraphExternalSemaphoresWaitNodeSetParams", NULL, NULL, 11020, 1, 0 },
-    { "cuGraphGetEdges", NULL, "cuGraphGetEdges_v2", 12030, 1, 0 },
-    { "cuGraphGetNodes", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphGetRootNodes", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphHostNodeGetParams", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphHostNodeSetParams", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphInstantiate", "cuGraphInstantiateWithFlags", NULL, 11040, 1, 0 },
-    { "cuGraphInstantiateWithFlags", NULL, NULL, 11040, 1, 0 },
-    { "cuGraphInstantiateWithParams", NULL, NULL, 12000, 1, 0 },
-    { "cuGraphInstantiateWithParams_ptsz", "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz", 12000, 1, 1 },
-    { "cuGraphKernelNodeCopyAttributes", NULL, NULL, 11000, 1, 0 },
-    { "cuGraphKernelNodeGetAttribute", NULL, NULL, 11000, 1, 0 },
-    { "cuGraphKernelNodeGetParams", NULL, "cuGraphKernelNodeGetParams_v2", 12000, 1, 0 },
-    { "cuGraphKernelNodeSetAttribute", NULL, NULL, 11000, 1, 0 },
-    { "cuGraphKernelNodeSetParams", NULL, "cuGraphKernelNodeSetParams_v2", 12000, 1, 0 },
-    { "cuGraphLaunch", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphLaunch_ptsz", "cuGraphLaunch", "cuGraphLaunch_ptsz", 10000, 1, 1 },
-    { "cuGraphMemAllocNodeGetParams", NULL, NULL, 11040, 1, 0 },
-    { "cuGraphMemFreeNodeGetParams", NULL, NULL, 11040, 1, 0 },
-    { "cuGraphMemcpyNodeGetParams", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphMemcpyNodeSetParams", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphMemsetNodeGetParams", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphMemsetNodeSetParams", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphNodeFindInClone", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphNodeGetDependencies", NULL, "cuGraphNodeGetDependencies_v2", 12030, 1, 0 },
-    { "cuGraphNodeGetDependentNodes", NULL, "cuGraphNodeGetDependentNodes_v2", 12030, 1, 0 },
-    { "cuGraphNodeGetEnabled", NULL, NULL, 11060, 1, 0 },
-    { "cuGraphNodeGetType", NULL, NULL, 10000, 1, 0 },
-    { "cuGraphNodeSetEnabled", NULL, NULL, 11060, 1, 0 },
-    { "cuGraphNodeSetParams", NULL, NULL, 12020, 1, 0 },
-    { "cuGraphReleaseUserObject", NULL, NULL, 11030, 1, 0 },
-    { "cuGraphRemoveDependencies", NULL, "cuGraphRemoveDependencies_v2", 12030, 1, 0 },
-    { "cuGraphRetainUserObject", NULL, NULL, 11030, 1, 0 },
-    { "cuGraphUpload", NULL, NULL, 11010, 1, 0 },
-    { "cuGraphUpload_ptsz", "cuGraphUpload", "cuGraphUpload_ptsz", 11010, 1, 1 },
-    { "cuGraphicsMapResources", NULL, NULL, 3000, 1, 0 },
-    { "cuGraphicsMapResources_ptsz", "cuGraphicsMapResources", "cuGraphicsMapResources_ptsz", 7000, 1, 1 },
-    { "cuGraphicsResourceGetMappedMipmappedArray", NULL, NULL, 5000, 1, 0 },
-    { "cuGraphicsResourceGetMappedPointer", NULL, "cuGraphicsResourceGetMappedPointer_v2", 3020, 1, 0 },
-    { "cuGraphicsResourceSetMapFlags", NULL, "cuGraphicsResourceSetMapFlags_v2", 6050, 1, 0 },
-    { "cuGraphicsSubResourceGetMappedArray", NULL, NULL, 3000, 1, 0 },
-    { "cuGraphicsUnmapResources", NULL, NULL, 3000, 1, 0 },
-    { "cuGraphicsUnmapResources_ptsz", "cuGraphicsUnmapResources", "cuGraphicsUnmapResources_ptsz", 7000, 1, 1 },
-    { "cuGraphicsUnregisterResource", NULL, NULL, 3000, 1, 0 },
-    { "cuGreenCtxCreate", NULL, NULL, 12040, 1, 0 },
-    { "cuGreenCtxDestroy", NULL, NULL, 12040, 1, 0 },
-    { "cuGreenCtxGetDevResource", NULL, NULL, 12040, 1, 0 },
-    { "cuGreenCtxGetId", NULL, NULL, 12090, 1, 0 },
-    { "cuGreenCtxRecordEvent", NULL, NULL, 12040, 1, 0 },
-    { "cuGreenCtxStreamCreate", NULL, NULL, 12050, 1, 0 },
-    { "cuGreenCtxWaitEvent", NULL, NULL, 12040, 1, 0 },
-    { "cuImportExternalMemory", NULL, NULL, 10000, 1, 0 },
-    { "cuImportExternalSemaphore", NULL, NULL, 10000, 1, 0 },
-    { "cuInit", NULL, NULL, 2000, 1, 0 },
-    { "cuIpcCloseMemHandle", NULL, NULL, 4010, 1, 0 },
-    { "cuIpcGetEventHandle", NULL, NULL, 4010, 1, 0 },
-    { "cuIpcGetMemHandle", NULL, NULL, 4010, 1, 0 },
-    { "cuIpcOpenEventHandle", NULL, NULL, 4010, 1, 0 },
-    { "cuIpcOpenMemHandle", NULL, "cuIpcOpenMemHandle_v2", 11000, 1, 0 },
-    { "cuKernelGetAttribute", NULL, NULL, 12000, 1, 0 },
-    { "cuKernelGetFunction", NULL, NULL, 12000, 1, 0 },
-    { "cuKernelGetLibrary", NULL, NULL, 12050, 1, 0 },
-    { "cuKernelGetName", NULL, NULL, 12030, 1, 0 },
-    { "cuKernelGetParamInfo", NULL, NULL, 12040, 1, 0 },
-    { "cuKernelSetAttribute", NULL, NULL, 12000, 1, 0 },
-    { "cuKernelSetCacheConfig", NULL, NULL, 12000, 1, 0 },
-    { "cuLaunch", NULL, NULL, 2000, 1, 0 },
-    { "cuLaunchCooperativeKernel", NULL, NULL, 9000, 1, 0 },
-    { "cuLaunchCooperativeKernelMultiDevice", NULL, NULL, 9000, 1, 0 },
-    { "cuLaunchCooperativeKernel_ptsz", "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz", 9000, 1, 1 },
-    { "cuLaunchGrid", NULL, NULL, 2000, 1, 0 },
-    { "cuLaunchGridAsync", NULL, NULL, 2000, 1, 0 },
-    { "cuLaunchHostFunc", NULL, NULL, 10000, 1, 0 },
-    { "cuLaunchHostFunc_ptsz", "cuLaunchHostFunc", "cuLaunchHostFunc_ptsz", 10000, 1, 1 },
-    { "cuLaunchKernel", NULL, NULL, 4000, 1, 0 },
-    { "cuLaunchKernelEx", NULL, NULL, 11060, 1, 0 },
-    { "cuLaunchKernelEx_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz", 11060, 1, 1 },
-    { "cuLaunchKernel_ptsz", "cuLaunchKernel", "cuLaunchKernel_ptsz", 7000, 1, 1 },
-    { "cuLibraryEnumerateKernels", NULL, NULL, 12040, 1, 0 },
-    { "cuLibraryGetGlobal", NULL, NULL, 12000, 1, 0 },
-    { "cuLibraryGetKernel", NULL, NULL, 12000, 1, 0 },
-    { "cuLibraryGetKernelCount", NULL, NULL, 12040, 1, 0 },
-    { "cuLibraryGetManaged", NULL, NULL, 12000, 1, 0 },
-    { "cuLibraryGetModule", NULL, NULL, 12000, 1, 0 },
-    { "cuLibraryGetUnifiedFunction", NULL, NULL, 12000, 1, 0 },
-    { "cuLibraryLoadData", NULL, NULL, 12000, 1, 0 },
-    { "cuLibraryLoadFromFile", NULL, NULL, 12000, 1, 0 },
-    { "cuLibraryUnload", NULL, NULL, 12000, 1, 0 },
-    { "cuLinkAddData", NULL, "cuLinkAddData_v2", 6050, 1, 0 },
-    { "cuLinkAddFile", NULL, "cuLinkAddFile_v2", 6050, 1, 0 },
-    { "cuLinkComplete", NULL, NULL, 5050, 1, 0 },
-    { "cuLinkCreate", NULL, "cuLinkCreate_v2", 6050, 1, 0 },
-    { "cuLinkDestroy", NULL, NULL, 5050, 1, 0 },
-    { "cuLogsCurrent", NULL, NULL, 12090, 1, 0 },
-    { "cuLogsDumpToFile", NULL, NULL, 12090, 1, 0 },
-    { "cuLogsDumpToMemory", NULL, NULL, 12090, 1, 0 },
-    { "cuLogsRegisterCallback", NULL, NULL, 12090, 1, 0 },
-    { "cuLogsUnregisterCallback", NULL, NULL, 12090, 1, 0 },
-    { "cuMemAddressFree", NULL, NULL, 10020, 1, 0 },
-    { "cuMemAddressReserve", NULL, NULL, 10020, 1, 0 },
-    { "cuMemAdvise", NULL, "cuMemAdvise_v2", 12020, 1, 0 },
-    { "cuMemAlloc", NULL, "cuMemAlloc_v2", 3020, 1, 0 },
-    { "cuMemAllocAsync", NULL, NULL, 11020, 1, 0 },
-    { "cuMemAllocAsync_ptsz", "cuMemAllocAsync", "cuMemAllocAsync_ptsz", 11020, 1, 1 },
-    { "cuMemAllocFromPoolAsync", NULL, NULL, 11020, 1, 0 },
-    { "cuMemAllocFromPoolAsync_ptsz", "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz", 11020, 1, 1 },
-    { "cuMemAllocHost", NULL, "cuMemAllocHost_v2", 3020, 1, 0 },
-    { "cuMemAllocManaged", NULL, NULL, 6000, 1, 0 },
-    { "cuMemAllocPitch", NULL, "cuMemAllocPitch_v2", 3020, 1, 0 },
-    { "cuMemBatchDecompressAsync", NULL, NULL, 12060, 1, 0 },
-    { "cuMemBatchDecompressAsync_ptsz", "cuMemBatchDecompressAsync", "cuMemBatchDecompressAsync_ptsz", 12060, 1, 1 },
-    { "cuMemCreate", NULL, NULL, 10020, 1, 0 },
-    { "cuMemDiscardAndPrefetchBatchAsync", NULL, NULL, 13000, 1, 0 },
-    { "cuMemDiscardAndPrefetchBatchAsync_ptsz", "cuMemDiscardAndPrefetchBatchAsync", "cuMemDiscardAndPrefetchBatchAsync_ptsz", 13000, 1, 1 },
-    { "cuMemDiscardBatchAsync", NULL, NULL, 13000, 1, 0 },
-    { "cuMemDiscardBatchAsync_ptsz", "cuMemDiscardBatchAsync", "cuMemDiscardBatchAsync_ptsz", 13000, 1, 1 },
-    { "cuMemExportToShareableHandle", NULL, NULL, 10020, 1, 0 },
-    { "cuMemFree", NULL, "cuMemFree_v2", 3020, 1, 0 },
-    { "cuMemFreeAsync", NULL, NULL, 11020, 1, 0 },
-    { "cuMemFreeAsync_ptsz", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", 11020, 1, 1 },
-    { "cuMemFreeHost", NULL, NULL, 2000, 1, 0 },
-    { "cuMemGetAccess", NULL, NULL, 10020, 1, 0 },
-    { "cuMemGetAddressRange", NULL, "cuMemGetAddressRange_v2", 3020, 1, 0 },
-    { "cuMemGetAllocationGranularity", NULL, NULL, 10020, 1, 0 },
-    { "cuMemGetAllocationPropertiesFromHandle", NULL, NULL, 10020, 1, 0 },
-    { "cuMemGetDefaultMemPool", NULL, NULL, 13000, 1, 0 },
-    { "cuMemGetHandleForAddressRange", NULL, NULL, 11070, 1, 0 },
-    { "cuMemGetInfo", NULL, "cuMemGetInfo_v2", 3020, 1, 0 },
-    { "cuMemGetMemPool", NULL, NULL, 13000, 1, 0 },
-    { "cuMemHostAlloc", NULL, NULL, 2020, 1, 0 },
-    { "cuMemHostGetDevicePointer", NULL, "cuMemHostGetDevicePointer_v2", 3020, 1, 0 },
-    { "cuMemHostGetFlags", NULL, NULL, 2030, 1, 0 },
-    { "cuMemHostRegister", NULL, "cuMemHostRegister_v2", 6050, 1, 0 },
-    { "cuMemHostUnregister", NULL, NULL, 4000, 1, 0 },
-    { "cuMemImportFromShareableHandle", NULL, NULL, 10020, 1, 0 },
-    { "cuMemMap", NULL, NULL, 10020, 1, 0 },
-    { "cuMemMapArrayAsync", NULL, NULL, 11010, 1, 0 },
-    { "cuMemMapArrayAsync_ptsz", "cuMemMapArrayAsync", "cuMemMapArrayAsync_ptsz", 11010, 1, 1 },
-    { "cuMemPoolCreate", NULL, NULL, 11020, 1, 0 },
-    { "cuMemPoolDestroy", NULL, NULL, 11020, 1, 0 },
-    { "cuMemPoolExportPointer", NULL, NULL, 11020, 1, 0 },
-    { "cuMemPoolExportToShareableHandle", NULL, NULL, 11020, 1, 0 },
-    { "cuMemPoolGetAccess", NULL, NULL, 11020, 1, 0 },
-    { "cuMemPoolGetAttribute", NULL, NULL, 11020, 1, 0 },
-    { "cuMemPoolImportFromShareableHandle", NULL, NULL, 11020, 1, 0 },
-    { "cuMemPoolImportPointer", NULL, NULL, 11020, 1, 0 },
-    { "cuMemPoolSetAccess", NULL, NULL, 11020, 1, 0 },
-    { "cuMemPoolSetAttribute", NULL, NULL, 11020, 1, 0 },
-    { "cuMemPoolTrimTo", NULL, NULL, 11020, 1, 0 },
-    { "cuMemPrefetchAsync", NULL, "cuMemPrefetchAsync_v2", 12020, 1, 0 },
-    { "cuMemPrefetchAsync_ptsz", "cuMemPrefetchAsync", "cuMemPrefetchAsync_v2_ptsz", 12020, 1, 1 },
-    { "cuMemPrefetchBatchAsync", NULL, NULL, 13000, 1, 0 },
-    { "cuMemPrefetchBatchAsync_ptsz", "cuMemPrefetchBatchAsync", "cuMemPrefetchBatchAsync_ptsz", 13000, 1, 1 },
-    { "cuMemRangeGetAttribute", NULL, NULL, 8000, 1, 0 },
-    { "cuMemRangeGetAttributes", NULL, NULL, 8000, 1, 0 },
-    { "cuMemRelease", NULL, NULL, 10020, 1, 0 },
-    { "cuMemRetainAllocationHandle", NULL, NULL, 11000, 1, 0 },
-    { "cuMemSetAccess", NULL, NULL, 10020, 1, 0 },
-    { "cuMemSetMemPool", NULL, NULL, 13000, 1, 0 },
-    { "cuMemUnmap", NULL, NULL, 10020, 1, 0 },
-    { "cuMemcpy", NULL, NULL, 4000, 1, 0 },
-    { "cuMemcpy2D", NULL, "cuMemcpy2D_v2", 3020, 1, 0 },
-    { "cuMemcpy2DAsync", NULL, "cuMemcpy2DAsync_v2", 3020, 1, 0 },
-    { "cuMemcpy2DAsync_ptsz", "cuMemcpy2DAsync", "cuMemcpy2DAsync_v2_ptsz", 7000, 1, 1 },
-    { "cuMemcpy2DUnaligned", NULL, "cuMemcpy2DUnaligned_v2", 3020, 1, 0 },
-    { "cuMemcpy2DUnaligned_ptds", "cuMemcpy2DUnaligned", "cuMemcpy2DUnaligned_v2_ptds", 7000, 1, 1 },
-    { "cuMemcpy2D_ptds", "cuMemcpy2D", "cuMemcpy2D_v2_ptds", 7000, 1, 1 },
-    { "cuMemcpy3D", NULL, "cuMemcpy3D_v2", 3020, 1, 0 },
-    { "cuMemcpy3DAsync", NULL, "cuMemcpy3DAsync_v2", 3020, 1, 0 },
-    { "cuMemcpy3DAsync_ptsz", "cuMemcpy3DAsync", "cuMemcpy3DAsync_v2_ptsz", 7000, 1, 1 },
-    { "cuMemcpy3DBatchAsync", NULL, "cuMemcpy3DBatchAsync_v2", 13000, 1, 0 },
-    { "cuMemcpy3DBatchAsync_ptsz", "cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_v2_ptsz", 13000, 1, 1 },
-    { "cuMemcpy3DPeer", NULL, NULL, 4000, 1, 0 },
-    { "cuMemcpy3DPeerAsync", NULL, NULL, 4000, 1, 0 },
-    { "cuMemcpy3DPeerAsync_ptsz", "cuMemcpy3DPeerAsync", "cuMemcpy3DPeerAsync_ptsz", 7000, 1, 1 },
-    { "cuMemcpy3DPeer_ptds", "cuMemcpy3DPeer", "cuMemcpy3DPeer_ptds", 7000, 1, 1 },
-    { "cuMemcpy3D_ptds", "cuMemcpy3D", "cuMemcpy3D_v2_ptds", 7000, 1, 1 },
-    { "cuMemcpyAsync", NULL, NULL, 4000, 1, 0 },
-    { "cuMemcpyAsync_ptsz", "cuMemcpyAsync", "cuMemcpyAsync_ptsz", 7000, 1, 1 },
-    { "cuMemcpyAtoA", NULL, "cuMemcpyAtoA_v2", 3020, 1, 0 },
-    { "cuMemcpyAtoA_ptds", "cuMemcpyAtoA", "cuMemcpyAtoA_v2_ptds", 7000, 1, 1 },
-    { "cuMemcpyAtoD", NULL, "cuMemcpyAtoD_v2", 3020, 1, 0 },
-    { "cuMemcpyAtoD_ptds", "cuMemcpyAtoD", "cuMemcpyAtoD_v2_ptds", 7000, 1, 1 },
-    { "cuMemcpyAtoH", NULL, "cuMemcpyAtoH_v2", 3020, 1, 0 },
-    { "cuMemcpyAtoHAsync", NULL, "cuMemcpyAtoHAsync_v2", 3020, 1, 0 },
-    { "cuMemcpyAtoHAsync_ptsz", "cuMemcpyAtoHAsync", "cuMemcpyAtoHAsync_v2_ptsz", 7000, 1, 1 },
-    { "cuMemcpyAtoH_ptds", "cuMemcpyAtoH", "cuMemcpyAtoH_v2_ptds", 7000, 1, 1 },
-    { "cuMemcpyBatchAsync", NULL, "cuMemcpyBatchAsync_v2", 13000, 1, 0 },
-    { "cuMemcpyBatchAsync_ptsz", "cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2_ptsz", 13000, 1, 1 },
-    { "cuMemcpyDtoA", NULL, "cuMemcpyDtoA_v2", 3020, 1, 0 },
-    { "cuMemcpyDtoA_ptds", "cuMemcpyDtoA", "cuMemcpyDtoA_v2_ptds", 7000, 1, 1 },
-    { "cuMemcpyDtoD", NULL, "cuMemcpyDtoD_v2", 3020, 1, 0 },
-    { "cuMemcpyDtoDAsync", NULL, "cuMemcpyDtoDAsync_v2", 3020, 1, 0 },
-    { "cuMemcpyDtoDAsync_ptsz", "cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync_v2_ptsz", 7000, 1, 1 },
-    { "cuMemcpyDtoD_ptds", "cuMemcpyDtoD", "cuMemcpyDtoD_v2_ptds", 7000, 1, 1 },
-    { "cuMemcpyDtoH", NULL, "cuMemcpyDtoH_v2", 3020, 1, 0 },
-    { "cuMemcpyDtoHAsync", NULL, "cuMemcpyDtoHAsync_v2", 3020, 1, 0 },
-    { "cuMemcpyDtoHAsync_ptsz", "cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2_ptsz", 7000, 1, 1 },
-    { "cuMemcpyDtoH_ptds", "cuMemcpyDtoH", "cuMemcpyDtoH_v2_ptds", 7000, 1, 1 },
-    { "cuMemcpyHtoA", NULL, "cuMemcpyHtoA_v2", 3020, 1, 0 },
-    { "cuMemcpyHtoAAsync", NULL, "cuMemcpyHtoAAsync_v2", 3020, 1, 0 },
-    { "cuMemcpyHtoAAsync_ptsz", "cuMemcpyHtoAAsync", "cuMemcpyHtoAAsync_v2_ptsz", 7000, 1, 1 },
-    { "cuMemcpyHtoA_ptds", "cuMemcpyHtoA", "cuMemcpyHtoA_v2_ptds", 7000, 1, 1 },
-    { "cuMemcpyHtoD", NULL, "cuMemcpyHtoD_v2", 3020, 1, 0 },
-    { "cuMemcpyHtoDAsync", NULL, "cuMemcpyHtoDAsync_v2", 3020, 1, 0 },
-    { "cuMemcpyHtoDAsync_ptsz", "cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2_ptsz", 7000, 1, 1 },
-    { "cuMemcpyHtoD_ptds", "cuMemcpyHtoD", "cuMemcpyHtoD_v2_ptds", 7000, 1, 1 },
-    { "cuMemcpyPeer", NULL, NULL, 4000, 1, 0 },
-    { "cuMemcpyPeerAsync", NULL, NULL, 4000, 1, 0 },
-    { "cuMemcpyPeerAsync_ptsz", "cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz", 7000, 1, 1 },
-    { "cuMemcpyPeer_ptds", "cuMemcpyPeer", "cuMemcpyPeer_ptds", 7000, 1, 1 },
-    { "cuMemcpy_ptds", "cuMemcpy", "cuMemcpy_ptds", 7000, 1, 1 },
-    { "cuMemsetD16", NULL, "cuMemsetD16_v2", 3020, 1, 0 },
-    { "cuMemsetD16Async", NULL, NULL, 3020, 1, 0 },
-    { "cuMemsetD16Async_ptsz", "cuMemsetD16Async", "cuMemsetD16Async_ptsz", 7000, 1, 1 },
-    { "cuMemsetD16_ptds", "cuMemsetD16", "cuMemsetD16_v2_ptds", 7000, 1, 1 },
-    { "cuMemsetD2D16", NULL, "cuMemsetD2D16_v2", 3020, 1, 0 },
-    { "cuMemsetD2D16Async", NULL, NULL, 3020, 1, 0 },
-    { "cuMemsetD2D16Async_ptsz", "cuMemsetD2D16Async", "cuMemsetD2D16Async_ptsz", 7000, 1, 1 },
-    { "cuMemsetD2D16_ptds", "cuMemsetD2D16", "cuMemsetD2D16_v2_ptds", 7000, 1, 1 },
-    { "cuMemsetD2D32", NULL, "cuMemsetD2D32_v2", 3020, 1, 0 },
-    { "cuMemsetD2D32Async", NULL, NULL, 3020, 1, 0 },
-    { "cuMemsetD2D32Async_ptsz", "cuMemsetD2D32Async", "cuMemsetD2D32Async_ptsz", 7000, 1, 1 },
-    { "cuMemsetD2D32_ptds", "cuMemsetD2D32", "cuMemsetD2D32_v2_ptds", 7000, 1, 1 },
-    { "cuMemsetD2D8", NULL, "cuMemsetD2D8_v2", 3020, 1, 0 },
-    { "cuMemsetD2D8Async", NULL, NULL, 3020, 1, 0 },
-    { "cuMemsetD2D8Async_ptsz", "cuMemsetD2D8Async", "cuMemsetD2D8Async_ptsz", 7000, 1, 1 },
-    { "cuMemsetD2D8_ptds", "cuMemsetD2D8", "cuMemsetD2D8_v2_ptds", 7000, 1, 1 },
-    { "cuMemsetD32", NULL, "cuMemsetD32_v2", 3020, 1, 0 },
-    { "cuMemsetD32Async", NULL, NULL, 3020, 1, 0 },
-    { "cuMemsetD32Async_ptsz", "cuMemsetD32Async", "cuMemsetD32Async_ptsz", 7000, 1, 1 },
-    { "cuMemsetD32_ptds", "cuMemsetD32", "cuMemsetD32_v2_ptds", 7000, 1, 1 },
-    { "cuMemsetD8", NULL, "cuMemsetD8_v2", 3020, 1, 0 },
-    { "cuMemsetD8Async", NULL, NULL, 3020, 1, 0 },
-    { "cuMemsetD8Async_ptsz", "cuMemsetD8Async", "cuMemsetD8Async_ptsz", 7000, 1, 1 },
-    { "cuMemsetD8_ptds", "cuMemsetD8", "cuMemsetD8_v2_ptds", 7000, 1, 1 },
-    { "cuMipmappedArrayCreate", NULL, NULL, 5000, 1, 0 },
-    { "cuMipmappedArrayDestroy", NULL, NULL, 5000, 1, 0 },
-    { "cuMipmappedArrayGetLevel", NULL, NULL, 5000, 1, 0 },
-    { "cuMipmappedArrayGetMemoryRequirements", NULL, NULL, 11060, 1, 0 },
-    { "cuMipmappedArrayGetSparseProperties", NULL, NULL, 11010, 1, 0 },
-    { "cuModuleEnumerateFunctions", NULL, NULL, 12040, 1, 0 },
-    { "cuModuleGetFunction", NULL, NULL, 2000, 1, 0 },
-    { "cuModuleGetFunctionCount", NULL, NULL, 12040, 1, 0 },
-    { "cuModuleGetGlobal", NULL, "cuModuleGetGlobal_v2", 3020, 1, 0 },
-    { "cuModuleGetLoadingMode", NULL, NULL, 11070, 1, 0 },
-    { "cuModuleGetSurfRef", NULL, NULL, 3000, 1, 0 },
-    { "cuModuleGetTexRef", NULL, NULL, 2000, 1, 0 },
-    { "cuModuleLoad", NULL, NULL, 2000, 1, 0 },
-    { "cuModuleLoadData", NULL, NULL, 2000, 1, 0 },
-    { "cuModuleLoadDataEx", NULL, NULL, 2010, 1, 0 },
-    { "cuModuleLoadFatBinary", NULL, NULL, 2000, 1, 0 },
-    { "cuModuleUnload", NULL, NULL, 2000, 1, 0 },
-    { "cuMulticastAddDevice", NULL, NULL, 12010, 1, 0 },
-    { "cuMulticastBindAddr", NULL, NULL, 12010, 1, 0 },
-    { "cuMulticastBindMem", NULL, NULL, 12010, 1, 0 },
-    { "cuMulticastCreate", NULL, NULL, 12010, 1, 0 },
-    { "cuMulticastGetGranularity", NULL, NULL, 12010, 1, 0 },
-    { "cuMulticastUnbind", NULL, NULL, 12010, 1, 0 },
-    { "cuOccupancyAvailableDynamicSMemPerBlock", NULL, NULL, 10020, 1, 0 },
-    { "cuOccupancyMaxActiveBlocksPerMultiprocessor", NULL, NULL, 6050, 1, 0 },
-    { "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", NULL, NULL, 7000, 1, 0 },
-    { "cuOccupancyMaxActiveClusters", NULL, NULL, 11070, 1, 0 },
-    { "cuOccupancyMaxPotentialBlockSize", NULL, NULL, 6050, 1, 0 },
-    { "cuOccupancyMaxPotentialBlockSizeWithFlags", NULL, NULL, 7000, 1, 0 },
-    { "cuOccupancyMaxPotentialClusterSize", NULL, NULL, 11070, 1, 0 },
-    { "cuParamSetSize", NULL, NULL, 2000, 1, 0 },
-    { "cuParamSetTexRef", NULL, NULL, 2000, 1, 0 },
-    { "cuParamSetf", NULL, NULL, 2000, 1, 0 },
-    { "cuParamSeti", NULL, NULL, 2000, 1, 0 },
-    { "cuParamSetv", NULL, NULL, 2000, 1, 0 },
-    { "cuPointerGetAttribute", NULL, NULL, 4000, 1, 0 },
-    { "cuPointerGetAttributes", NULL, NULL, 7000, 1, 0 },
-    { "cuPointerSetAttribute", NULL, NULL, 6000, 1, 0 },
-    { "cuSignalExternalSemaphoresAsync", NULL, NULL, 10000, 1, 0 },
-    { "cuSignalExternalSemaphoresAsync_ptsz", "cuSignalExternalSemaphoresAsync", "cuSignalExternalSemaphoresAsync_ptsz", 10000, 1, 1 },
-    { "cuStreamAddCallback", NULL, NULL, 5000, 1, 0 },
-    { "cuStreamAddCallback_ptsz", "cuStreamAddCallback", "cuStreamAddCallback_ptsz", 7000, 1, 1 },
-    { "cuStreamAttachMemAsync", NULL, NULL, 6000, 1, 0 },
-    { "cuStreamAttachMemAsync_ptsz", "cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz", 7000, 1, 1 },
-    { "cuStreamBatchMemOp", NULL, "cuStreamBatchMemOp_v2", 11070, 1, 0 },
-    { "cuStreamBatchMemOp_ptsz", "cuStreamBatchMemOp", "cuStreamBatchMemOp_v2_ptsz", 11070, 1, 1 },
-    { "cuStreamBeginCapture", NULL, "cuStreamBeginCapture_v2", 10010, 1, 0 },
-    { "cuStreamBeginCaptureToGraph", NULL, NULL, 12030, 1, 0 },
-    { "cuStreamBeginCaptureToGraph_ptsz", "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz", 12030, 1, 1 },
-    { "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture", "cuStreamBeginCapture_v2_ptsz", 10010, 1, 1 },
-    { "cuStreamCopyAttributes", NULL, NULL, 11000, 1, 0 },
-    { "cuStreamCopyAttributes_ptsz", "cuStreamCopyAttributes", "cuStreamCopyAttributes_ptsz", 11000, 1, 1 },
-    { "cuStreamCreate", NULL, NULL, 2000, 1, 0 },
-    { "cuStreamCreateWithPriority", NULL, NULL, 5050, 1, 0 },
-    { "cuStreamDestroy", NULL, "cuStreamDestroy_v2", 4000, 1, 0 },
-    { "cuStreamEndCapture", NULL, NULL, 10000, 1, 0 },
-    { "cuStreamEndCapture_ptsz", "cuStreamEndCapture", "cuStreamEndCapture_ptsz", 10000, 1, 1 },
-    { "cuStreamGetAttribute", NULL, NULL, 11000, 1, 0 },
-    { "cuStreamGetAttribute_ptsz", "cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, 1 },
-    { "cuStreamGetCaptureInfo", NULL, "cuStreamGetCaptureInfo_v3", 12030, 1, 0 },
-    { "cuStreamGetCaptureInfo_ptsz", "cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3_ptsz", 12030, 1, 1 },
-    { "cuStreamGetCtx", NULL, NULL, 9020, 1, 0 },
-    { "cuStreamGetCtx_ptsz", "cuStreamGetCtx", "cuStreamGetCtx_ptsz", 9020, 1, 1 },
-    { "cuStreamGetCtx_v2", "cuStreamGetCtx", "cuStreamGetCtx_v2", 12050, 1, 0 },
-    { "cuStreamGetCtx_v2_ptsz", "cuStreamGetCtx", "cuStreamGetCtx_v2_ptsz", 12050, 1, 1 },
-    { "cuStreamGetDevice", NULL, NULL, 12080, 1, 0 },
-    { "cuStreamGetDevice_ptsz", "cuStreamGetDevice", "cuStreamGetDevice_ptsz", 12080, 1, 1 },
-    { "cuStreamGetFlags", NULL, NULL, 5050, 1, 0 },
-    { "cuStreamGetFlags_ptsz", "cuStreamGetFlags", "cuStreamGetFlags_ptsz", 7000, 1, 1 },
-    { "cuStreamGetGreenCtx", NULL, NULL, 12040, 1, 0 },
-    { "cuStreamGetId", NULL, NULL, 12000, 1, 0 },
-    { "cuStreamGetId_ptsz", "cuStreamGetId", "cuStreamGetId_ptsz", 12000, 1, 1 },
-    { "cuStreamGetPriority", NULL, NULL, 5050, 1, 0 },
-    { "cuStreamGetPriority_ptsz", "cuStreamGetPriority", "cuStreamGetPriority_ptsz", 7000, 1, 1 },
-    { "cuStreamIsCapturing", NULL, NULL, 10000, 1, 0 },
-    { "cuStreamIsCapturing_ptsz", "cuStreamIsCapturing", "cuStreamIsCapturing_ptsz", 10000, 1, 1 },
-    { "cuStreamQuery", NULL, NULL, 2000, 1, 0 },
-    { "cuStreamQuery_ptsz", "cuStreamQuery", "cuStreamQuery_ptsz", 7000, 1, 1 },
-    { "cuStreamSetAttribute", NULL, NULL, 11000, 1, 0 },
-    { "cuStreamSetAttribute_ptsz", "cuStreamSetAttribute", "cuStreamSetAttribute_ptsz", 11000, 1, 1 },
-    { "cuStreamSynchronize", NULL, NULL, 2000, 1, 0 },
-    { "cuStreamSynchronize_ptsz", "cuStreamSynchronize", "cuStreamSynchronize_ptsz", 7000, 1, 1 },
-    { "cuStreamUpdateCaptureDependencies", NULL, "cuStreamUpdateCaptureDependencies_v2", 12030, 1, 0 },
-    { "cuStreamUpdateCaptureDependencies_ptsz", "cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2_ptsz", 12030, 1, 1 },
-    { "cuStreamWaitEvent", NULL, NULL, 3020, 1, 0 },
-    { "cuStreamWaitEvent_ptsz", "cuStreamWaitEvent", "cuStreamWaitEvent_ptsz", 7000, 1, 1 },
-    { "cuStreamWaitValue32", NULL, "cuStreamWaitValue32_v2", 11070, 1, 0 },
-    { "cuStreamWaitValue32_ptsz", "cuStreamWaitValue32", "cuStreamWaitValue32_v2_ptsz", 11070, 1, 1 },
-    { "cuStreamWaitValue64", NULL, "cuStreamWaitValue64_v2", 11070, 1, 0 },
-    { "cuStreamWaitValue64_ptsz", "cuStreamWaitValue64", "cuStreamWaitValue64_v2_ptsz", 11070, 1, 1 },
-    { "cuStreamWriteValue32", NULL, "cuStreamWriteValue32_v2", 11070, 1, 0 },
-    { "cuStreamWriteValue32_ptsz", "cuStreamWriteValue32", "cuStreamWriteValue32_v2_ptsz", 11070, 1, 1 },
-    { "cuStreamWriteValue64", NULL, "cuStreamWriteValue64_v2", 11070, 1, 0 },
-    { "cuStreamWriteValue64_ptsz", "cuStreamWriteValue64", "cuStreamWriteValue64_v2_ptsz", 11070, 1, 1 },
-    { "cuSurfObjectCreate", NULL, NULL, 5000, 1, 0 },
-    { "cuSurfObjectDestroy", NULL, NULL, 5000, 1, 0 },
-    { "cuSurfObjectGetResourceDesc", NULL, NULL, 5000, 1, 0 },
-    { "cuSurfRefGetArray", NULL, NULL, 3000, 1, 0 },
-    { "cuSurfRefSetArray", NULL, NULL, 3000, 1, 0 },
-    { "cuTensorMapEncodeIm2col", NULL, NULL, 12000, 1, 0 },
-    { "cuTensorMapEncodeIm2colWide", NULL, NULL, 12080, 1, 0 },
-    { "cuTensorMapEncodeTiled", NULL, NULL, 12000, 1, 0 },
-    { "cuTensorMapReplaceAddress", NULL, NULL, 12000, 1, 0 },
-    { "cuTexObjectCreate", NULL, NULL, 5000, 1, 0 },
-    { "cuTexObjectDestroy", NULL, NULL, 5000, 1, 0 },
-    { "cuTexObjectGetResourceDesc", NULL, NULL, 5000, 1, 0 },
-    { "cuTexObjectGetResourceViewDesc", NULL, NULL, 5000, 1, 0 },
-    { "cuTexObjectGetTextureDesc", NULL, NULL, 5000, 1, 0 },
-    { "cuTexRefCreate", NULL, NULL, 2000, 1, 0 },
-    { "cuTexRefDestroy", NULL, NULL, 2000, 1, 0 },
-    { "cuTexRefGetAddress", NULL, "cuTexRefGetAddress_v2", 3020, 1, 0 },
-    { "cuTexRefGetAddressMode", NULL, NULL, 2000, 1, 0 },
-    { "cuTexRefGetArray", NULL, NULL, 2000, 1, 0 },
-    { "cuTexRefGetBorderColor", NULL, NULL, 8000, 1, 0 },
-    { "cuTexRefGetFilterMode", NULL, NULL, 2000, 1, 0 },
-    { "cuTexRefGetFlags", NULL, NULL, 2000, 1, 0 },
-    { "cuTexRefGetFormat", NULL, NULL, 2000, 1, 0 },
-    { "cuTexRefGetMaxAnisotropy", NULL, NULL, 5000, 1, 0 },
-    { "cuTexRefGetMipmapFilterMode", NULL, NULL, 5000, 1, 0 },
-    { "cuTexRefGetMipmapLevelBias", NULL, NULL, 5000, 1, 0 },
-    { "cuTexRefGetMipmapLevelClamp", NULL, NULL, 5000, 1, 0 },
-    { "cuTexRefGetMipmappedArray", NULL, NULL, 5000, 1, 0 },
-    { "cuTexRefSetAddress", NULL, "cuTexRefSetAddress_v2", 3020, 1, 0 },
-    { "cuTexRefSetAddress2D", NULL, "cuTexRefSetAddress2D_v3", 4010, 1, 0 },
-    { "cuTexRefSetAddressMode", NULL, NULL, 2000, 1, 0 },
-    { "cuTexRefSetArray", NULL, NULL, 2000, 1, 0 },
-    { "cuTexRefSetBorderColor", NULL, NULL, 8000, 1, 0 },
-    { "cuTexRefSetFilterMode", NULL, NULL, 2000, 1, 0 },
-    { "cuTexRefSetFlags", NULL, NULL, 2000, 1, 0 },
-    { "cuTexRefSetFormat", NULL, NULL, 2000, 1, 0 },
-    { "cuTexRefSetMaxAnisotropy", NULL, NULL, 5000, 1, 0 },
-    { "cuTexRefSetMipmapFilterMode", NULL, NULL, 5000, 1, 0 },
-    { "cuTexRefSetMipmapLevelBias", NULL, NULL, 5000, 1, 0 },
-    { "cuTexRefSetMipmapLevelClamp", NULL, NULL, 5000, 1, 0 },
-    { "cuTexRefSetMipmappedArray", NULL, NULL, 5000, 1, 0 },
-    { "cuThreadExchangeStreamCaptureMode", NULL, NULL, 10010, 1, 0 },
-    { "cuUserObjectCreate", NULL, NULL, 11030, 1, 0 },
-    { "cuUserObjectRelease", NULL, NULL, 11030, 1, 0 },
-    { "cuUserObjectRetain", NULL, NULL, 11030, 1, 0 },
-    { "cuWaitExternalSemaphoresAsync", NULL, NULL, 10000, 1, 0 },
-    { "cuWaitExternalSemaphoresAsync_ptsz", "cuWaitExternalSemaphoresAsync", "cuWaitExternalSemaphoresAsync_ptsz", 10000, 1, 1 },
-    { "cublasAsumEx", NULL, NULL, 0, 2, 0 },
-    { "cublasAsumEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasAxpyEx", NULL, NULL, 0, 2, 0 },
-    { "cublasAxpyEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCaxpy", "cublasCaxpy_v2", NULL, 0, 2, 0 },
-    { "cublasCaxpy_64", "cublasCaxpy_v2_64", NULL, 0, 2, 0 },
-    { "cublasCaxpy_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCcopy", "cublasCcopy_v2", NULL, 0, 2, 0 },
-    { "cublasCcopy_64", "cublasCcopy_v2_64", NULL, 0, 2, 0 },
-    { "cublasCcopy_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCdgmm", NULL, NULL, 0, 2, 0 },
-    { "cublasCdgmm_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCdotc", "cublasCdotc_v2", NULL, 0, 2, 0 },
-    { "cublasCdotc_64", "cublasCdotc_v2_64", NULL, 0, 2, 0 },
-    { "cublasCdotc_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCdotu", "cublasCdotu_v2", NULL, 0, 2, 0 },
-    { "cublasCdotu_64", "cublasCdotu_v2_64", NULL, 0, 2, 0 },
-    { "cublasCdotu_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgbmv", "cublasCgbmv_v2", NULL, 0, 2, 0 },
-    { "cublasCgbmv_64", "cublasCgbmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasCgbmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgeam", NULL, NULL, 0, 2, 0 },
-    { "cublasCgeam_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgelsBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemm", "cublasCgemm_v2", NULL, 0, 2, 0 },
-    { "cublasCgemm3m", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemm3mBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemm3mBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemm3mEx", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemm3mEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemm3mStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemm3mStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemm3m_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemmBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemmBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemmEx", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemmEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemmStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemmStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemm_64", "cublasCgemm_v2_64", NULL, 0, 2, 0 },
-    { "cublasCgemm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemv", "cublasCgemv_v2", NULL, 0, 2, 0 },
-    { "cublasCgemvBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemvBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemvStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemvStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgemv_64", "cublasCgemv_v2_64", NULL, 0, 2, 0 },
-    { "cublasCgemv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgeqrfBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasCgerc", "cublasCgerc_v2", NULL, 0, 2, 0 },
-    { "cublasCgerc_64", "cublasCgerc_v2_64", NULL, 0, 2, 0 },
-    { "cublasCgerc_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgeru", "cublasCgeru_v2", NULL, 0, 2, 0 },
-    { "cublasCgeru_64", "cublasCgeru_v2_64", NULL, 0, 2, 0 },
-    { "cublasCgeru_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCgetrfBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasCgetriBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasCgetrsBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasChbmv", "cublasChbmv_v2", NULL, 0, 2, 0 },
-    { "cublasChbmv_64", "cublasChbmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasChbmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasChemm", "cublasChemm_v2", NULL, 0, 2, 0 },
-    { "cublasChemm_64", "cublasChemm_v2_64", NULL, 0, 2, 0 },
-    { "cublasChemm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasChemv", "cublasChemv_v2", NULL, 0, 2, 0 },
-    { "cublasChemv_64", "cublasChemv_v2_64", NULL, 0, 2, 0 },
-    { "cublasChemv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCher", "cublasCher_v2", NULL, 0, 2, 0 },
-    { "cublasCher2", "cublasCher2_v2", NULL, 0, 2, 0 },
-    { "cublasCher2_64", "cublasCher2_v2_64", NULL, 0, 2, 0 },
-    { "cublasCher2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCher2k", "cublasCher2k_v2", NULL, 0, 2, 0 },
-    { "cublasCher2k_64", "cublasCher2k_v2_64", NULL, 0, 2, 0 },
-    { "cublasCher2k_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCher_64", "cublasCher_v2_64", NULL, 0, 2, 0 },
-    { "cublasCher_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCherk", "cublasCherk_v2", NULL, 0, 2, 0 },
-    { "cublasCherk3mEx", NULL, NULL, 0, 2, 0 },
-    { "cublasCherk3mEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCherkEx", NULL, NULL, 0, 2, 0 },
-    { "cublasCherkEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCherk_64", "cublasCherk_v2_64", NULL, 0, 2, 0 },
-    { "cublasCherk_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCherkx", NULL, NULL, 0, 2, 0 },
-    { "cublasCherkx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasChpmv", "cublasChpmv_v2", NULL, 0, 2, 0 },
-    { "cublasChpmv_64", "cublasChpmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasChpmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasChpr", "cublasChpr_v2", NULL, 0, 2, 0 },
-    { "cublasChpr2", "cublasChpr2_v2", NULL, 0, 2, 0 },
-    { "cublasChpr2_64", "cublasChpr2_v2_64", NULL, 0, 2, 0 },
-    { "cublasChpr2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasChpr_64", "cublasChpr_v2_64", NULL, 0, 2, 0 },
-    { "cublasChpr_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCmatinvBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasCopyEx", NULL, NULL, 0, 2, 0 },
-    { "cublasCopyEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCreate", "cublasCreate_v2", NULL, 0, 2, 0 },
-    { "cublasCrot", "cublasCrot_v2", NULL, 0, 2, 0 },
-    { "cublasCrot_64", "cublasCrot_v2_64", NULL, 0, 2, 0 },
-    { "cublasCrot_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCrotg", "cublasCrotg_v2", NULL, 0, 2, 0 },
-    { "cublasCscal", "cublasCscal_v2", NULL, 0, 2, 0 },
-    { "cublasCscal_64", "cublasCscal_v2_64", NULL, 0, 2, 0 },
-    { "cublasCscal_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCsrot", "cublasCsrot_v2", NULL, 0, 2, 0 },
-    { "cublasCsrot_64", "cublasCsrot_v2_64", NULL, 0, 2, 0 },
-    { "cublasCsrot_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCsscal", "cublasCsscal_v2", NULL, 0, 2, 0 },
-    { "cublasCsscal_64", "cublasCsscal_v2_64", NULL, 0, 2, 0 },
-    { "cublasCsscal_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCswap", "cublasCswap_v2", NULL, 0, 2, 0 },
-    { "cublasCswap_64", "cublasCswap_v2_64", NULL, 0, 2, 0 },
-    { "cublasCswap_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCsymm", "cublasCsymm_v2", NULL, 0, 2, 0 },
-    { "cublasCsymm_64", "cublasCsymm_v2_64", NULL, 0, 2, 0 },
-    { "cublasCsymm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCsymv", "cublasCsymv_v2", NULL, 0, 2, 0 },
-    { "cublasCsymv_64", "cublasCsymv_v2_64", NULL, 0, 2, 0 },
-    { "cublasCsymv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCsyr", "cublasCsyr_v2", NULL, 0, 2, 0 },
-    { "cublasCsyr2", "cublasCsyr2_v2", NULL, 0, 2, 0 },
-    { "cublasCsyr2_64", "cublasCsyr2_v2_64", NULL, 0, 2, 0 },
-    { "cublasCsyr2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCsyr2k", "cublasCsyr2k_v2", NULL, 0, 2, 0 },
-    { "cublasCsyr2k_64", "cublasCsyr2k_v2_64", NULL, 0, 2, 0 },
-    { "cublasCsyr2k_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCsyr_64", "cublasCsyr_v2_64", NULL, 0, 2, 0 },
-    { "cublasCsyr_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCsyrk", "cublasCsyrk_v2", NULL, 0, 2, 0 },
-    { "cublasCsyrk3mEx", NULL, NULL, 0, 2, 0 },
-    { "cublasCsyrk3mEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCsyrkEx", NULL, NULL, 0, 2, 0 },
-    { "cublasCsyrkEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCsyrk_64", "cublasCsyrk_v2_64", NULL, 0, 2, 0 },
-    { "cublasCsyrk_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCsyrkx", NULL, NULL, 0, 2, 0 },
-    { "cublasCsyrkx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCtbmv", "cublasCtbmv_v2", NULL, 0, 2, 0 },
-    { "cublasCtbmv_64", "cublasCtbmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasCtbmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCtbsv", "cublasCtbsv_v2", NULL, 0, 2, 0 },
-    { "cublasCtbsv_64", "cublasCtbsv_v2_64", NULL, 0, 2, 0 },
-    { "cublasCtbsv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCtpmv", "cublasCtpmv_v2", NULL, 0, 2, 0 },
-    { "cublasCtpmv_64", "cublasCtpmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasCtpmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCtpsv", "cublasCtpsv_v2", NULL, 0, 2, 0 },
-    { "cublasCtpsv_64", "cublasCtpsv_v2_64", NULL, 0, 2, 0 },
-    { "cublasCtpsv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCtpttr", NULL, NULL, 0, 2, 0 },
-    { "cublasCtrmm", "cublasCtrmm_v2", NULL, 0, 2, 0 },
-    { "cublasCtrmm_64", "cublasCtrmm_v2_64", NULL, 0, 2, 0 },
-    { "cublasCtrmm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCtrmv", "cublasCtrmv_v2", NULL, 0, 2, 0 },
-    { "cublasCtrmv_64", "cublasCtrmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasCtrmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCtrsm", "cublasCtrsm_v2", NULL, 0, 2, 0 },
-    { "cublasCtrsmBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasCtrsmBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCtrsm_64", "cublasCtrsm_v2_64", NULL, 0, 2, 0 },
-    { "cublasCtrsm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCtrsv", "cublasCtrsv_v2", NULL, 0, 2, 0 },
-    { "cublasCtrsv_64", "cublasCtrsv_v2_64", NULL, 0, 2, 0 },
-    { "cublasCtrsv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasCtrttp", NULL, NULL, 0, 2, 0 },
-    { "cublasDasum", "cublasDasum_v2", NULL, 0, 2, 0 },
-    { "cublasDasum_64", "cublasDasum_v2_64", NULL, 0, 2, 0 },
-    { "cublasDasum_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDaxpy", "cublasDaxpy_v2", NULL, 0, 2, 0 },
-    { "cublasDaxpy_64", "cublasDaxpy_v2_64", NULL, 0, 2, 0 },
-    { "cublasDaxpy_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDcopy", "cublasDcopy_v2", NULL, 0, 2, 0 },
-    { "cublasDcopy_64", "cublasDcopy_v2_64", NULL, 0, 2, 0 },
-    { "cublasDcopy_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDdgmm", NULL, NULL, 0, 2, 0 },
-    { "cublasDdgmm_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDdot", "cublasDdot_v2", NULL, 0, 2, 0 },
-    { "cublasDdot_64", "cublasDdot_v2_64", NULL, 0, 2, 0 },
-    { "cublasDdot_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDestroy", "cublasDestroy_v2", NULL, 0, 2, 0 },
-    { "cublasDgbmv", "cublasDgbmv_v2", NULL, 0, 2, 0 },
-    { "cublasDgbmv_64", "cublasDgbmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasDgbmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDgeam", NULL, NULL, 0, 2, 0 },
-    { "cublasDgeam_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDgelsBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasDgemm", "cublasDgemm_v2", NULL, 0, 2, 0 },
-    { "cublasDgemmBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasDgemmBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDgemmGroupedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasDgemmGroupedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDgemmStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasDgemmStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDgemm_64", "cublasDgemm_v2_64", NULL, 0, 2, 0 },
-    { "cublasDgemm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDgemv", "cublasDgemv_v2", NULL, 0, 2, 0 },
-    { "cublasDgemvBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasDgemvBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDgemvStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasDgemvStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDgemv_64", "cublasDgemv_v2_64", NULL, 0, 2, 0 },
-    { "cublasDgemv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDgeqrfBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasDger", "cublasDger_v2", NULL, 0, 2, 0 },
-    { "cublasDger_64", "cublasDger_v2_64", NULL, 0, 2, 0 },
-    { "cublasDger_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDgetrfBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasDgetriBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasDgetrsBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasDmatinvBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasDnrm2", "cublasDnrm2_v2", NULL, 0, 2, 0 },
-    { "cublasDnrm2_64", "cublasDnrm2_v2_64", NULL, 0, 2, 0 },
-    { "cublasDnrm2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDotEx", NULL, NULL, 0, 2, 0 },
-    { "cublasDotEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDotcEx", NULL, NULL, 0, 2, 0 },
-    { "cublasDotcEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDrot", "cublasDrot_v2", NULL, 0, 2, 0 },
-    { "cublasDrot_64", "cublasDrot_v2_64", NULL, 0, 2, 0 },
-    { "cublasDrot_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDrotg", "cublasDrotg_v2", NULL, 0, 2, 0 },
-    { "cublasDrotm", "cublasDrotm_v2", NULL, 0, 2, 0 },
-    { "cublasDrotm_64", "cublasDrotm_v2_64", NULL, 0, 2, 0 },
-    { "cublasDrotm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDrotmg", "cublasDrotmg_v2", NULL, 0, 2, 0 },
-    { "cublasDsbmv", "cublasDsbmv_v2", NULL, 0, 2, 0 },
-    { "cublasDsbmv_64", "cublasDsbmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasDsbmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDscal", "cublasDscal_v2", NULL, 0, 2, 0 },
-    { "cublasDscal_64", "cublasDscal_v2_64", NULL, 0, 2, 0 },
-    { "cublasDscal_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDspmv", "cublasDspmv_v2", NULL, 0, 2, 0 },
-    { "cublasDspmv_64", "cublasDspmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasDspmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDspr", "cublasDspr_v2", NULL, 0, 2, 0 },
-    { "cublasDspr2", "cublasDspr2_v2", NULL, 0, 2, 0 },
-    { "cublasDspr2_64", "cublasDspr2_v2_64", NULL, 0, 2, 0 },
-    { "cublasDspr2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDspr_64", "cublasDspr_v2_64", NULL, 0, 2, 0 },
-    { "cublasDspr_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDswap", "cublasDswap_v2", NULL, 0, 2, 0 },
-    { "cublasDswap_64", "cublasDswap_v2_64", NULL, 0, 2, 0 },
-    { "cublasDswap_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDsymm", "cublasDsymm_v2", NULL, 0, 2, 0 },
-    { "cublasDsymm_64", "cublasDsymm_v2_64", NULL, 0, 2, 0 },
-    { "cublasDsymm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDsymv", "cublasDsymv_v2", NULL, 0, 2, 0 },
-    { "cublasDsymv_64", "cublasDsymv_v2_64", NULL, 0, 2, 0 },
-    { "cublasDsymv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDsyr", "cublasDsyr_v2", NULL, 0, 2, 0 },
-    { "cublasDsyr2", "cublasDsyr2_v2", NULL, 0, 2, 0 },
-    { "cublasDsyr2_64", "cublasDsyr2_v2_64", NULL, 0, 2, 0 },
-    { "cublasDsyr2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDsyr2k", "cublasDsyr2k_v2", NULL, 0, 2, 0 },
-    { "cublasDsyr2k_64", "cublasDsyr2k_v2_64", NULL, 0, 2, 0 },
-    { "cublasDsyr2k_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDsyr_64", "cublasDsyr_v2_64", NULL, 0, 2, 0 },
-    { "cublasDsyr_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDsyrk", "cublasDsyrk_v2", NULL, 0, 2, 0 },
-    { "cublasDsyrk_64", "cublasDsyrk_v2_64", NULL, 0, 2, 0 },
-    { "cublasDsyrk_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDsyrkx", NULL, NULL, 0, 2, 0 },
-    { "cublasDsyrkx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDtbmv", "cublasDtbmv_v2", NULL, 0, 2, 0 },
-    { "cublasDtbmv_64", "cublasDtbmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasDtbmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDtbsv", "cublasDtbsv_v2", NULL, 0, 2, 0 },
-    { "cublasDtbsv_64", "cublasDtbsv_v2_64", NULL, 0, 2, 0 },
-    { "cublasDtbsv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDtpmv", "cublasDtpmv_v2", NULL, 0, 2, 0 },
-    { "cublasDtpmv_64", "cublasDtpmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasDtpmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDtpsv", "cublasDtpsv_v2", NULL, 0, 2, 0 },
-    { "cublasDtpsv_64", "cublasDtpsv_v2_64", NULL, 0, 2, 0 },
-    { "cublasDtpsv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDtpttr", NULL, NULL, 0, 2, 0 },
-    { "cublasDtrmm", "cublasDtrmm_v2", NULL, 0, 2, 0 },
-    { "cublasDtrmm_64", "cublasDtrmm_v2_64", NULL, 0, 2, 0 },
-    { "cublasDtrmm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDtrmv", "cublasDtrmv_v2", NULL, 0, 2, 0 },
-    { "cublasDtrmv_64", "cublasDtrmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasDtrmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDtrsm", "cublasDtrsm_v2", NULL, 0, 2, 0 },
-    { "cublasDtrsmBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasDtrsmBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDtrsm_64", "cublasDtrsm_v2_64", NULL, 0, 2, 0 },
-    { "cublasDtrsm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDtrsv", "cublasDtrsv_v2", NULL, 0, 2, 0 },
-    { "cublasDtrsv_64", "cublasDtrsv_v2_64", NULL, 0, 2, 0 },
-    { "cublasDtrsv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDtrttp", NULL, NULL, 0, 2, 0 },
-    { "cublasDzasum", "cublasDzasum_v2", NULL, 0, 2, 0 },
-    { "cublasDzasum_64", "cublasDzasum_v2_64", NULL, 0, 2, 0 },
-    { "cublasDzasum_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasDznrm2", "cublasDznrm2_v2", NULL, 0, 2, 0 },
-    { "cublasDznrm2_64", "cublasDznrm2_v2_64", NULL, 0, 2, 0 },
-    { "cublasDznrm2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasGemmBatchedEx", NULL, NULL, 0, 2, 0 },
-    { "cublasGemmBatchedEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasGemmEx", NULL, NULL, 0, 2, 0 },
-    { "cublasGemmEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasGemmGroupedBatchedEx", NULL, NULL, 0, 2, 0 },
-    { "cublasGemmGroupedBatchedEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasGemmStridedBatchedEx", NULL, NULL, 0, 2, 0 },
-    { "cublasGemmStridedBatchedEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasGetAtomicsMode", NULL, NULL, 0, 2, 0 },
-    { "cublasGetCudartVersion", NULL, NULL, 0, 2, 0 },
-    { "cublasGetEmulationSpecialValuesSupport", NULL, NULL, 0, 2, 0 },
-    { "cublasGetEmulationStrategy", NULL, NULL, 0, 2, 0 },
-    { "cublasGetFixedPointEmulationMantissaBitCountPointer", NULL, NULL, 0, 2, 0 },
-    { "cublasGetFixedPointEmulationMantissaBitOffset", NULL, NULL, 0, 2, 0 },
-    { "cublasGetFixedPointEmulationMantissaControl", NULL, NULL, 0, 2, 0 },
-    { "cublasGetFixedPointEmulationMaxMantissaBitCount", NULL, NULL, 0, 2, 0 },
-    { "cublasGetLoggerCallback", NULL, NULL, 0, 2, 0 },
-    { "cublasGetMathMode", NULL, NULL, 0, 2, 0 },
-    { "cublasGetMatrix", NULL, NULL, 0, 2, 0 },
-    { "cublasGetMatrixAsync", NULL, NULL, 0, 2, 0 },
-    { "cublasGetMatrixAsync_64", NULL, NULL, 0, 2, 0 },
-    { "cublasGetMatrix_64", NULL, NULL, 0, 2, 0 },
-    { "cublasGetPointerMode", "cublasGetPointerMode_v2", NULL, 0, 2, 0 },
-    { "cublasGetProperty", NULL, NULL, 0, 2, 0 },
-    { "cublasGetSmCountTarget", NULL, NULL, 0, 2, 0 },
-    { "cublasGetStatusName", NULL, NULL, 0, 2, 0 },
-    { "cublasGetStatusString", NULL, NULL, 0, 2, 0 },
-    { "cublasGetStream", "cublasGetStream_v2", NULL, 0, 2, 0 },
-    { "cublasGetVector", NULL, NULL, 0, 2, 0 },
-    { "cublasGetVectorAsync", NULL, NULL, 0, 2, 0 },
-    { "cublasGetVectorAsync_64", NULL, NULL, 0, 2, 0 },
-    { "cublasGetVector_64", NULL, NULL, 0, 2, 0 },
-    { "cublasGetVersion", "cublasGetVersion_v2", NULL, 0, 2, 0 },
-    { "cublasHSHgemvBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasHSHgemvBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasHSHgemvStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasHSHgemvStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasHSSgemvBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasHSSgemvBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasHSSgemvStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasHSSgemvStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasHgemm", NULL, NULL, 0, 2, 0 },
-    { "cublasHgemmBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasHgemmBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasHgemmStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasHgemmStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasHgemm_64", NULL, NULL, 0, 2, 0 },
-    { "cublasIamaxEx", NULL, NULL, 0, 2, 0 },
-    { "cublasIamaxEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasIaminEx", NULL, NULL, 0, 2, 0 },
-    { "cublasIaminEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasIcamax", "cublasIcamax_v2", NULL, 0, 2, 0 },
-    { "cublasIcamax_64", "cublasIcamax_v2_64", NULL, 0, 2, 0 },
-    { "cublasIcamax_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasIcamin", "cublasIcamin_v2", NULL, 0, 2, 0 },
-    { "cublasIcamin_64", "cublasIcamin_v2_64", NULL, 0, 2, 0 },
-    { "cublasIcamin_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasIdamax", "cublasIdamax_v2", NULL, 0, 2, 0 },
-    { "cublasIdamax_64", "cublasIdamax_v2_64", NULL, 0, 2, 0 },
-    { "cublasIdamax_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasIdamin", "cublasIdamin_v2", NULL, 0, 2, 0 },
-    { "cublasIdamin_64", "cublasIdamin_v2_64", NULL, 0, 2, 0 },
-    { "cublasIdamin_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasIsamax", "cublasIsamax_v2", NULL, 0, 2, 0 },
-    { "cublasIsamax_64", "cublasIsamax_v2_64", NULL, 0, 2, 0 },
-    { "cublasIsamax_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasIsamin", "cublasIsamin_v2", NULL, 0, 2, 0 },
-    { "cublasIsamin_64", "cublasIsamin_v2_64", NULL, 0, 2, 0 },
-    { "cublasIsamin_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasIzamax", "cublasIzamax_v2", NULL, 0, 2, 0 },
-    { "cublasIzamax_64", "cublasIzamax_v2_64", NULL, 0, 2, 0 },
-    { "cublasIzamax_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasIzamin", "cublasIzamin_v2", NULL, 0, 2, 0 },
-    { "cublasIzamin_64", "cublasIzamin_v2_64", NULL, 0, 2, 0 },
-    { "cublasIzamin_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasLoggerConfigure", NULL, NULL, 0, 2, 0 },
-    { "cublasLtCreate", NULL, NULL, 0, 6, 0 },
-    { "cublasLtDestroy", NULL, NULL, 0, 6, 0 },
-    { "cublasLtDisableCpuInstructionsSetMask", NULL, NULL, 0, 6, 0 },
-    { "cublasLtEmulationDescCreate", NULL, NULL, 0, 6, 0 },
-    { "cublasLtEmulationDescDestroy", NULL, NULL, 0, 6, 0 },
-    { "cublasLtEmulationDescGetAttribute", NULL, NULL, 0, 6, 0 },
-    { "cublasLtEmulationDescInit_internal", NULL, NULL, 0, 6, 0 },
-    { "cublasLtEmulationDescSetAttribute", NULL, NULL, 0, 6, 0 },
-    { "cublasLtGetCudartVersion", NULL, NULL, 0, 6, 0 },
-    { "cublasLtGetProperty", NULL, NULL, 0, 6, 0 },
-    { "cublasLtGetStatusName", NULL, NULL, 0, 6, 0 },
-    { "cublasLtGetStatusString", NULL, NULL, 0, 6, 0 },
-    { "cublasLtGetVersion", NULL, NULL, 0, 6, 0 },
-    { "cublasLtHeuristicsCacheGetCapacity", NULL, NULL, 0, 6, 0 },
-    { "cublasLtHeuristicsCacheSetCapacity", NULL, NULL, 0, 6, 0 },
-    { "cublasLtLoggerForceDisable", NULL, NULL, 0, 6, 0 },
-    { "cublasLtLoggerOpenFile", NULL, NULL, 0, 6, 0 },
-    { "cublasLtLoggerSetCallback", NULL, NULL, 0, 6, 0 },
-    { "cublasLtLoggerSetFile", NULL, NULL, 0, 6, 0 },
-    { "cublasLtLoggerSetLevel", NULL, NULL, 0, 6, 0 },
-    { "cublasLtLoggerSetMask", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmul", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulAlgoCapGetAttribute", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulAlgoCheck", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulAlgoConfigGetAttribute", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulAlgoConfigSetAttribute", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulAlgoGetHeuristic", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulAlgoGetIds", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulAlgoInit", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulDescCreate", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulDescDestroy", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulDescGetAttribute", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulDescInit_internal", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulDescSetAttribute", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulPreferenceCreate", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulPreferenceDestroy", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulPreferenceGetAttribute", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulPreferenceInit_internal", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatmulPreferenceSetAttribute", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatrixLayoutCreate", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatrixLayoutDestroy", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatrixLayoutGetAttribute", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatrixLayoutInit_internal", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatrixLayoutSetAttribute", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatrixTransform", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatrixTransformDescCreate", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatrixTransformDescDestroy", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatrixTransformDescGetAttribute", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatrixTransformDescInit_internal", NULL, NULL, 0, 6, 0 },
-    { "cublasLtMatrixTransformDescSetAttribute", NULL, NULL, 0, 6, 0 },
-    { "cublasNrm2Ex", NULL, NULL, 0, 2, 0 },
-    { "cublasNrm2Ex_64", NULL, NULL, 0, 2, 0 },
-    { "cublasRotEx", NULL, NULL, 0, 2, 0 },
-    { "cublasRotEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasRotgEx", NULL, NULL, 0, 2, 0 },
-    { "cublasRotmEx", NULL, NULL, 0, 2, 0 },
-    { "cublasRotmEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasRotmgEx", NULL, NULL, 0, 2, 0 },
-    { "cublasSasum", "cublasSasum_v2", NULL, 0, 2, 0 },
-    { "cublasSasum_64", "cublasSasum_v2_64", NULL, 0, 2, 0 },
-    { "cublasSasum_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSaxpy", "cublasSaxpy_v2", NULL, 0, 2, 0 },
-    { "cublasSaxpy_64", "cublasSaxpy_v2_64", NULL, 0, 2, 0 },
-    { "cublasSaxpy_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasScalEx", NULL, NULL, 0, 2, 0 },
-    { "cublasScalEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasScasum", "cublasScasum_v2", NULL, 0, 2, 0 },
-    { "cublasScasum_64", "cublasScasum_v2_64", NULL, 0, 2, 0 },
-    { "cublasScasum_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasScnrm2", "cublasScnrm2_v2", NULL, 0, 2, 0 },
-    { "cublasScnrm2_64", "cublasScnrm2_v2_64", NULL, 0, 2, 0 },
-    { "cublasScnrm2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasScopy", "cublasScopy_v2", NULL, 0, 2, 0 },
-    { "cublasScopy_64", "cublasScopy_v2_64", NULL, 0, 2, 0 },
-    { "cublasScopy_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSdgmm", NULL, NULL, 0, 2, 0 },
-    { "cublasSdgmm_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSdot", "cublasSdot_v2", NULL, 0, 2, 0 },
-    { "cublasSdot_64", "cublasSdot_v2_64", NULL, 0, 2, 0 },
-    { "cublasSdot_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSetAtomicsMode", NULL, NULL, 0, 2, 0 },
-    { "cublasSetEmulationSpecialValuesSupport", NULL, NULL, 0, 2, 0 },
-    { "cublasSetEmulationStrategy", NULL, NULL, 0, 2, 0 },
-    { "cublasSetFixedPointEmulationMantissaBitCountPointer", NULL, NULL, 0, 2, 0 },
-    { "cublasSetFixedPointEmulationMantissaBitOffset", NULL, NULL, 0, 2, 0 },
-    { "cublasSetFixedPointEmulationMantissaControl", NULL, NULL, 0, 2, 0 },
-    { "cublasSetFixedPointEmulationMaxMantissaBitCount", NULL, NULL, 0, 2, 0 },
-    { "cublasSetLoggerCallback", NULL, NULL, 0, 2, 0 },
-    { "cublasSetMathMode", NULL, NULL, 0, 2, 0 },
-    { "cublasSetMatrix", NULL, NULL, 0, 2, 0 },
-    { "cublasSetMatrixAsync", NULL, NULL, 0, 2, 0 },
-    { "cublasSetMatrixAsync_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSetMatrix_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSetPointerMode", "cublasSetPointerMode_v2", NULL, 0, 2, 0 },
-    { "cublasSetSmCountTarget", NULL, NULL, 0, 2, 0 },
-    { "cublasSetStream", "cublasSetStream_v2", NULL, 0, 2, 0 },
-    { "cublasSetVector", NULL, NULL, 0, 2, 0 },
-    { "cublasSetVectorAsync", NULL, NULL, 0, 2, 0 },
-    { "cublasSetVectorAsync_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSetVector_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSetWorkspace", "cublasSetWorkspace_v2", NULL, 0, 2, 0 },
-    { "cublasSgbmv", "cublasSgbmv_v2", NULL, 0, 2, 0 },
-    { "cublasSgbmv_64", "cublasSgbmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasSgbmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSgeam", NULL, NULL, 0, 2, 0 },
-    { "cublasSgeam_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSgelsBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemm", "cublasSgemm_v2", NULL, 0, 2, 0 },
-    { "cublasSgemmBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemmBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemmEx", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemmEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemmGroupedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemmGroupedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemmStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemmStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemm_64", "cublasSgemm_v2_64", NULL, 0, 2, 0 },
-    { "cublasSgemm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemv", "cublasSgemv_v2", NULL, 0, 2, 0 },
-    { "cublasSgemvBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemvBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemvStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemvStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSgemv_64", "cublasSgemv_v2_64", NULL, 0, 2, 0 },
-    { "cublasSgemv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSgeqrfBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasSger", "cublasSger_v2", NULL, 0, 2, 0 },
-    { "cublasSger_64", "cublasSger_v2_64", NULL, 0, 2, 0 },
-    { "cublasSger_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSgetrfBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasSgetriBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasSgetrsBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasSmatinvBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasSnrm2", "cublasSnrm2_v2", NULL, 0, 2, 0 },
-    { "cublasSnrm2_64", "cublasSnrm2_v2_64", NULL, 0, 2, 0 },
-    { "cublasSnrm2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSrot", "cublasSrot_v2", NULL, 0, 2, 0 },
-    { "cublasSrot_64", "cublasSrot_v2_64", NULL, 0, 2, 0 },
-    { "cublasSrot_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSrotg", "cublasSrotg_v2", NULL, 0, 2, 0 },
-    { "cublasSrotm", "cublasSrotm_v2", NULL, 0, 2, 0 },
-    { "cublasSrotm_64", "cublasSrotm_v2_64", NULL, 0, 2, 0 },
-    { "cublasSrotm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSrotmg", "cublasSrotmg_v2", NULL, 0, 2, 0 },
-    { "cublasSsbmv", "cublasSsbmv_v2", NULL, 0, 2, 0 },
-    { "cublasSsbmv_64", "cublasSsbmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasSsbmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSscal", "cublasSscal_v2", NULL, 0, 2, 0 },
-    { "cublasSscal_64", "cublasSscal_v2_64", NULL, 0, 2, 0 },
-    { "cublasSscal_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSspmv", "cublasSspmv_v2", NULL, 0, 2, 0 },
-    { "cublasSspmv_64", "cublasSspmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasSspmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSspr", "cublasSspr_v2", NULL, 0, 2, 0 },
-    { "cublasSspr2", "cublasSspr2_v2", NULL, 0, 2, 0 },
-    { "cublasSspr2_64", "cublasSspr2_v2_64", NULL, 0, 2, 0 },
-    { "cublasSspr2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSspr_64", "cublasSspr_v2_64", NULL, 0, 2, 0 },
-    { "cublasSspr_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSswap", "cublasSswap_v2", NULL, 0, 2, 0 },
-    { "cublasSswap_64", "cublasSswap_v2_64", NULL, 0, 2, 0 },
-    { "cublasSswap_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSsymm", "cublasSsymm_v2", NULL, 0, 2, 0 },
-    { "cublasSsymm_64", "cublasSsymm_v2_64", NULL, 0, 2, 0 },
-    { "cublasSsymm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSsymv", "cublasSsymv_v2", NULL, 0, 2, 0 },
-    { "cublasSsymv_64", "cublasSsymv_v2_64", NULL, 0, 2, 0 },
-    { "cublasSsymv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSsyr", "cublasSsyr_v2", NULL, 0, 2, 0 },
-    { "cublasSsyr2", "cublasSsyr2_v2", NULL, 0, 2, 0 },
-    { "cublasSsyr2_64", "cublasSsyr2_v2_64", NULL, 0, 2, 0 },
-    { "cublasSsyr2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSsyr2k", "cublasSsyr2k_v2", NULL, 0, 2, 0 },
-    { "cublasSsyr2k_64", "cublasSsyr2k_v2_64", NULL, 0, 2, 0 },
-    { "cublasSsyr2k_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSsyr_64", "cublasSsyr_v2_64", NULL, 0, 2, 0 },
-    { "cublasSsyr_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSsyrk", "cublasSsyrk_v2", NULL, 0, 2, 0 },
-    { "cublasSsyrk_64", "cublasSsyrk_v2_64", NULL, 0, 2, 0 },
-    { "cublasSsyrk_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasSsyrkx", NULL, NULL, 0, 2, 0 },
-    { "cublasSsyrkx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasStbmv", "cublasStbmv_v2", NULL, 0, 2, 0 },
-    { "cublasStbmv_64", "cublasStbmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasStbmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasStbsv", "cublasStbsv_v2", NULL, 0, 2, 0 },
-    { "cublasStbsv_64", "cublasStbsv_v2_64", NULL, 0, 2, 0 },
-    { "cublasStbsv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasStpmv", "cublasStpmv_v2", NULL, 0, 2, 0 },
-    { "cublasStpmv_64", "cublasStpmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasStpmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasStpsv", "cublasStpsv_v2", NULL, 0, 2, 0 },
-    { "cublasStpsv_64", "cublasStpsv_v2_64", NULL, 0, 2, 0 },
-    { "cublasStpsv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasStpttr", NULL, NULL, 0, 2, 0 },
-    { "cublasStrmm", "cublasStrmm_v2", NULL, 0, 2, 0 },
-    { "cublasStrmm_64", "cublasStrmm_v2_64", NULL, 0, 2, 0 },
-    { "cublasStrmm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasStrmv", "cublasStrmv_v2", NULL, 0, 2, 0 },
-    { "cublasStrmv_64", "cublasStrmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasStrmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasStrsm", "cublasStrsm_v2", NULL, 0, 2, 0 },
-    { "cublasStrsmBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasStrsmBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasStrsm_64", "cublasStrsm_v2_64", NULL, 0, 2, 0 },
-    { "cublasStrsm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasStrsv", "cublasStrsv_v2", NULL, 0, 2, 0 },
-    { "cublasStrsv_64", "cublasStrsv_v2_64", NULL, 0, 2, 0 },
-    { "cublasStrsv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasStrttp", NULL, NULL, 0, 2, 0 },
-    { "cublasSwapEx", NULL, NULL, 0, 2, 0 },
-    { "cublasSwapEx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasTSSgemvBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasTSSgemvBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasTSSgemvStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasTSSgemvStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasTSTgemvBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasTSTgemvBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasTSTgemvStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasTSTgemvStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasUint8gemmBias", NULL, NULL, 0, 2, 0 },
-    { "cublasXerbla", NULL, NULL, 0, 2, 0 },
-    { "cublasZaxpy", "cublasZaxpy_v2", NULL, 0, 2, 0 },
-    { "cublasZaxpy_64", "cublasZaxpy_v2_64", NULL, 0, 2, 0 },
-    { "cublasZaxpy_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZcopy", "cublasZcopy_v2", NULL, 0, 2, 0 },
-    { "cublasZcopy_64", "cublasZcopy_v2_64", NULL, 0, 2, 0 },
-    { "cublasZcopy_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZdgmm", NULL, NULL, 0, 2, 0 },
-    { "cublasZdgmm_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZdotc", "cublasZdotc_v2", NULL, 0, 2, 0 },
-    { "cublasZdotc_64", "cublasZdotc_v2_64", NULL, 0, 2, 0 },
-    { "cublasZdotc_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZdotu", "cublasZdotu_v2", NULL, 0, 2, 0 },
-    { "cublasZdotu_64", "cublasZdotu_v2_64", NULL, 0, 2, 0 },
-    { "cublasZdotu_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZdrot", "cublasZdrot_v2", NULL, 0, 2, 0 },
-    { "cublasZdrot_64", "cublasZdrot_v2_64", NULL, 0, 2, 0 },
-    { "cublasZdrot_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZdscal", "cublasZdscal_v2", NULL, 0, 2, 0 },
-    { "cublasZdscal_64", "cublasZdscal_v2_64", NULL, 0, 2, 0 },
-    { "cublasZdscal_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZgbmv", "cublasZgbmv_v2", NULL, 0, 2, 0 },
-    { "cublasZgbmv_64", "cublasZgbmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasZgbmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZgeam", NULL, NULL, 0, 2, 0 },
-    { "cublasZgeam_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZgelsBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasZgemm", "cublasZgemm_v2", NULL, 0, 2, 0 },
-    { "cublasZgemm3m", NULL, NULL, 0, 2, 0 },
-    { "cublasZgemm3m_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZgemmBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasZgemmBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZgemmStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasZgemmStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZgemm_64", "cublasZgemm_v2_64", NULL, 0, 2, 0 },
-    { "cublasZgemm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZgemv", "cublasZgemv_v2", NULL, 0, 2, 0 },
-    { "cublasZgemvBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasZgemvBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZgemvStridedBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasZgemvStridedBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZgemv_64", "cublasZgemv_v2_64", NULL, 0, 2, 0 },
-    { "cublasZgemv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZgeqrfBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasZgerc", "cublasZgerc_v2", NULL, 0, 2, 0 },
-    { "cublasZgerc_64", "cublasZgerc_v2_64", NULL, 0, 2, 0 },
-    { "cublasZgerc_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZgeru", "cublasZgeru_v2", NULL, 0, 2, 0 },
-    { "cublasZgeru_64", "cublasZgeru_v2_64", NULL, 0, 2, 0 },
-    { "cublasZgeru_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZgetrfBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasZgetriBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasZgetrsBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasZhbmv", "cublasZhbmv_v2", NULL, 0, 2, 0 },
-    { "cublasZhbmv_64", "cublasZhbmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasZhbmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZhemm", "cublasZhemm_v2", NULL, 0, 2, 0 },
-    { "cublasZhemm_64", "cublasZhemm_v2_64", NULL, 0, 2, 0 },
-    { "cublasZhemm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZhemv", "cublasZhemv_v2", NULL, 0, 2, 0 },
-    { "cublasZhemv_64", "cublasZhemv_v2_64", NULL, 0, 2, 0 },
-    { "cublasZhemv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZher", "cublasZher_v2", NULL, 0, 2, 0 },
-    { "cublasZher2", "cublasZher2_v2", NULL, 0, 2, 0 },
-    { "cublasZher2_64", "cublasZher2_v2_64", NULL, 0, 2, 0 },
-    { "cublasZher2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZher2k", "cublasZher2k_v2", NULL, 0, 2, 0 },
-    { "cublasZher2k_64", "cublasZher2k_v2_64", NULL, 0, 2, 0 },
-    { "cublasZher2k_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZher_64", "cublasZher_v2_64", NULL, 0, 2, 0 },
-    { "cublasZher_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZherk", "cublasZherk_v2", NULL, 0, 2, 0 },
-    { "cublasZherk_64", "cublasZherk_v2_64", NULL, 0, 2, 0 },
-    { "cublasZherk_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZherkx", NULL, NULL, 0, 2, 0 },
-    { "cublasZherkx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZhpmv", "cublasZhpmv_v2", NULL, 0, 2, 0 },
-    { "cublasZhpmv_64", "cublasZhpmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasZhpmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZhpr", "cublasZhpr_v2", NULL, 0, 2, 0 },
-    { "cublasZhpr2", "cublasZhpr2_v2", NULL, 0, 2, 0 },
-    { "cublasZhpr2_64", "cublasZhpr2_v2_64", NULL, 0, 2, 0 },
-    { "cublasZhpr2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZhpr_64", "cublasZhpr_v2_64", NULL, 0, 2, 0 },
-    { "cublasZhpr_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZmatinvBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasZrot", "cublasZrot_v2", NULL, 0, 2, 0 },
-    { "cublasZrot_64", "cublasZrot_v2_64", NULL, 0, 2, 0 },
-    { "cublasZrot_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZrotg", "cublasZrotg_v2", NULL, 0, 2, 0 },
-    { "cublasZscal", "cublasZscal_v2", NULL, 0, 2, 0 },
-    { "cublasZscal_64", "cublasZscal_v2_64", NULL, 0, 2, 0 },
-    { "cublasZscal_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZswap", "cublasZswap_v2", NULL, 0, 2, 0 },
-    { "cublasZswap_64", "cublasZswap_v2_64", NULL, 0, 2, 0 },
-    { "cublasZswap_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZsymm", "cublasZsymm_v2", NULL, 0, 2, 0 },
-    { "cublasZsymm_64", "cublasZsymm_v2_64", NULL, 0, 2, 0 },
-    { "cublasZsymm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZsymv", "cublasZsymv_v2", NULL, 0, 2, 0 },
-    { "cublasZsymv_64", "cublasZsymv_v2_64", NULL, 0, 2, 0 },
-    { "cublasZsymv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZsyr", "cublasZsyr_v2", NULL, 0, 2, 0 },
-    { "cublasZsyr2", "cublasZsyr2_v2", NULL, 0, 2, 0 },
-    { "cublasZsyr2_64", "cublasZsyr2_v2_64", NULL, 0, 2, 0 },
-    { "cublasZsyr2_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZsyr2k", "cublasZsyr2k_v2", NULL, 0, 2, 0 },
-    { "cublasZsyr2k_64", "cublasZsyr2k_v2_64", NULL, 0, 2, 0 },
-    { "cublasZsyr2k_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZsyr_64", "cublasZsyr_v2_64", NULL, 0, 2, 0 },
-    { "cublasZsyr_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZsyrk", "cublasZsyrk_v2", NULL, 0, 2, 0 },
-    { "cublasZsyrk_64", "cublasZsyrk_v2_64", NULL, 0, 2, 0 },
-    { "cublasZsyrk_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZsyrkx", NULL, NULL, 0, 2, 0 },
-    { "cublasZsyrkx_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZtbmv", "cublasZtbmv_v2", NULL, 0, 2, 0 },
-    { "cublasZtbmv_64", "cublasZtbmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasZtbmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZtbsv", "cublasZtbsv_v2", NULL, 0, 2, 0 },
-    { "cublasZtbsv_64", "cublasZtbsv_v2_64", NULL, 0, 2, 0 },
-    { "cublasZtbsv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZtpmv", "cublasZtpmv_v2", NULL, 0, 2, 0 },
-    { "cublasZtpmv_64", "cublasZtpmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasZtpmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZtpsv", "cublasZtpsv_v2", NULL, 0, 2, 0 },
-    { "cublasZtpsv_64", "cublasZtpsv_v2_64", NULL, 0, 2, 0 },
-    { "cublasZtpsv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZtpttr", NULL, NULL, 0, 2, 0 },
-    { "cublasZtrmm", "cublasZtrmm_v2", NULL, 0, 2, 0 },
-    { "cublasZtrmm_64", "cublasZtrmm_v2_64", NULL, 0, 2, 0 },
-    { "cublasZtrmm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZtrmv", "cublasZtrmv_v2", NULL, 0, 2, 0 },
-    { "cublasZtrmv_64", "cublasZtrmv_v2_64", NULL, 0, 2, 0 },
-    { "cublasZtrmv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZtrsm", "cublasZtrsm_v2", NULL, 0, 2, 0 },
-    { "cublasZtrsmBatched", NULL, NULL, 0, 2, 0 },
-    { "cublasZtrsmBatched_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZtrsm_64", "cublasZtrsm_v2_64", NULL, 0, 2, 0 },
-    { "cublasZtrsm_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZtrsv", "cublasZtrsv_v2", NULL, 0, 2, 0 },
-    { "cublasZtrsv_64", "cublasZtrsv_v2_64", NULL, 0, 2, 0 },
-    { "cublasZtrsv_v2_64", NULL, NULL, 0, 2, 0 },
-    { "cublasZtrttp", NULL, NULL, 0, 2, 0 },
-    { "curandCreateGenerator", NULL, NULL, 0, 3, 0 },
-    { "curandCreateGeneratorHost", NULL, NULL, 0, 3, 0 },
-    { "curandCreatePoissonDistribution", NULL, NULL, 0, 3, 0 },
-    { "curandDestroyDistribution", NULL, NULL, 0, 3, 0 },
-    { "curandDestroyGenerator", NULL, NULL, 0, 3, 0 },
-    { "curandGenerate", NULL, NULL, 0, 3, 0 },
-    { "curandGenerateBinomial", NULL, NULL, 0, 3, 0 },
-    { "curandGenerateBinomialMethod", NULL, NULL, 0, 3, 0 },
-    { "curandGenerateLogNormal", NULL, NULL, 0, 3, 0 },
-    { "curandGenerateLogNormalDouble", NULL, NULL, 0, 3, 0 },
-    { "curandGenerateLongLong", NULL, NULL, 0, 3, 0 },
-    { "curandGenerateNormal", NULL, NULL, 0, 3, 0 },
-    { "curandGenerateNormalDouble", NULL, NULL, 0, 3, 0 },
-    { "curandGeneratePoisson", NULL, NULL, 0, 3, 0 },
-    { "curandGeneratePoissonMethod", NULL, NULL, 0, 3, 0 },
-    { "curandGenerateSeeds", NULL, NULL, 0, 3, 0 },
-    { "curandGenerateUniform", NULL, NULL, 0, 3, 0 },
-    { "curandGenerateUniformDouble", NULL, NULL, 0, 3, 0 },
-    { "curandGetDirectionVectors32", NULL, NULL, 0, 3, 0 },
-    { "curandGetDirectionVectors64", NULL, NULL, 0, 3, 0 },
-    { "curandGetProperty", NULL, NULL, 0, 3, 0 },
-    { "curandGetScrambleConstants32", NULL, NULL, 0, 3, 0 },
-    { "curandGetScrambleConstants64", NULL, NULL, 0, 3, 0 },
-    { "curandGetVersion", NULL, NULL, 0, 3, 0 },
-    { "curandSetGeneratorOffset", NULL, NULL, 0, 3, 0 },
-    { "curandSetGeneratorOrdering", NULL, NULL, 0, 3, 0 },
-    { "curandSetPseudoRandomGeneratorSeed", NULL, NULL, 0, 3, 0 },
-    { "curandSetQuasiRandomGeneratorDimensions", NULL, NULL, 0, 3, 0 },
-    { "curandSetStream", NULL, NULL, 0, 3, 0 },
-    { "ncclAllGather", NULL, NULL, 0, 8, 0 },
-    { "ncclAllReduce", NULL, NULL, 0, 8, 0 },
-    { "ncclAlltoAll", NULL, NULL, 0, 8, 0 },
-    { "ncclBcast", NULL, NULL, 0, 8, 0 },
-    { "ncclBroadcast", NULL, NULL, 0, 8, 0 },
-    { "ncclCommAbort", NULL, NULL, 0, 8, 0 },
-    { "ncclCommCount", NULL, NULL, 0, 8, 0 },
-    { "ncclCommCuDevice", NULL, NULL, 0, 8, 0 },
-    { "ncclCommDeregister", NULL, NULL, 0, 8, 0 },
-    { "ncclCommDestroy", NULL, NULL, 0, 8, 0 },
-    { "ncclCommFinalize", NULL, NULL, 0, 8, 0 },
-    { "ncclCommGetAsyncError", NULL, NULL, 0, 8, 0 },
-    { "ncclCommInitAll", NULL, NULL, 0, 8, 0 },
-    { "ncclCommInitRank", NULL, NULL, 0, 8, 0 },
-    { "ncclCommInitRankConfig", NULL, NULL, 0, 8, 0 },
-    { "ncclCommInitRankScalable", NULL, NULL, 0, 8, 0 },
-    { "ncclCommRegister", NULL, NULL, 0, 8, 0 },
-    { "ncclCommRevoke", NULL, NULL, 0, 8, 0 },
-    { "ncclCommShrink", NULL, NULL, 0, 8, 0 },
-    { "ncclCommSplit", NULL, NULL, 0, 8, 0 },
-    { "ncclCommUserRank", NULL, NULL, 0, 8, 0 },
-    { "ncclCommWindowDeregister", NULL, NULL, 0, 8, 0 },
-    { "ncclCommWindowRegister", NULL, NULL, 0, 8, 0 },
-    { "ncclGather", NULL, NULL, 0, 8, 0 },
-    { "ncclGetErrorString", NULL, NULL, 0, 8, 0 },
-    { "ncclGetLastError", NULL, NULL, 0, 8, 0 },
-    { "ncclGetUniqueId", NULL, NULL, 0, 8, 0 },
-    { "ncclGetVersion", NULL, NULL, 0, 8, 0 },
-    { "ncclGroupEnd", NULL, NULL, 0, 8, 0 },
-    { "ncclGroupSimulateEnd", NULL, NULL, 0, 8, 0 },
-    { "ncclGroupStart", NULL, NULL, 0, 8, 0 },
-    { "ncclMemAlloc", NULL, NULL, 0, 8, 0 },
-    { "ncclMemFree", NULL, NULL, 0, 8, 0 },
-    { "ncclRecv", NULL, NULL, 0, 8, 0 },
-    { "ncclRedOpCreatePreMulSum", NULL, NULL, 0, 8, 0 },
-    { "ncclRedOpDestroy", NULL, NULL, 0, 8, 0 },
-    { "ncclReduce", NULL, NULL, 0, 8, 0 },
-    { "ncclReduceScatter", NULL, NULL, 0, 8, 0 },
-    { "ncclResetDebugInit", NULL, NULL, 0, 8, 0 },
-    { "ncclScatter", NULL, NULL, 0, 8, 0 },
-    { "ncclSend", NULL, NULL, 0, 8, 0 },
-    { "nvJitLinkAddData", "__nvJitLinkAddData_13_0", NULL, 0, 5, 0 },
-    { "nvJitLinkAddFile", "__nvJitLinkAddFile_13_0", NULL, 0, 5, 0 },
-    { "nvJitLinkComplete", "__nvJitLinkComplete_13_0", NULL, 0, 5, 0 },
-    { "nvJitLinkCreate", "__nvJitLinkCreate_13_0", NULL, 0, 5, 0 },
-    { "nvJitLinkDestroy", "__nvJitLinkDestroy_13_0", NULL, 0, 5, 0 },
-    { "nvJitLinkGetErrorLog", "__nvJitLinkGetErrorLog_13_0", NULL, 0, 5, 0 },
-    { "nvJitLinkGetErrorLogSize", "__nvJitLinkGetErrorLogSize_13_0", NULL, 0, 5, 0 },
-    { "nvJitLinkGetInfoLog", "__nvJitLinkGetInfoLog_13_0", NULL, 0, 5, 0 },
-    { "nvJitLinkGetInfoLogSize", "__nvJitLinkGetInfoLogSize_13_0", NULL, 0, 5, 0 },
-    { "nvJitLinkGetLinkedCubin", "__nvJitLinkGetLinkedCubin_13_0", NULL, 0, 5, 0 },
-    { "nvJitLinkGetLinkedCubinSize", "__nvJitLinkGetLinkedCubinSize_13_0", NULL, 0, 5, 0 },
-    { "nvJitLinkGetLinkedPtx", "__nvJitLinkGetLinkedPtx_13_0", NULL, 0, 5, 0 },
-    { "nvJitLinkGetLinkedPtxSize", "__nvJitLinkGetLinkedPtxSize_13_0", NULL, 0, 5, 0 },
-    { "nvJitLinkVersion", NULL, NULL, 0, 5, 0 },
-    { "nvmlComputeInstanceDestroy", NULL, NULL, 0, 7, 0 },
-    { "nvmlComputeInstanceGetInfo", "nvmlComputeInstanceGetInfo_v2", NULL, 0, 7, 0 },
-    { "nvmlDeviceClearAccountingPids", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceClearCpuAffinity", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceClearEccErrorCounts", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceClearFieldValues", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceCreateGpuInstance", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceCreateGpuInstanceWithPlacement", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceDiscoverGpus", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceFreezeNvLinkUtilizationCounter", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetAPIRestriction", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetAccountingBufferSize", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetAccountingMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetAccountingPids", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetAccountingStats", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetActiveVgpus", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetAdaptiveClockInfoStatus", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetAddressingMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetApplicationsClock", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetArchitecture", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetAttributes", "nvmlDeviceGetAttributes_v2", NULL, 0, 7, 0 },
-    { "nvmlDeviceGetAutoBoostedClocksEnabled", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetBAR1MemoryInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetBoardId", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetBoardPartNumber", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetBrand", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetBridgeChipInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetBusType", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetC2cModeInfoV", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetCapabilities", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetClkMonStatus", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetClock", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetClockInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetClockOffsets", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetComputeInstanceId", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetComputeMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v3", NULL, 0, 7, 0 },
-    { "nvmlDeviceGetConfComputeGpuAttestationReport", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetConfComputeGpuCertificate", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetConfComputeMemSizeInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetConfComputeProtectedMemoryUsage", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetCoolerInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetCount", "nvmlDeviceGetCount_v2", NULL, 0, 7, 0 },
-    { "nvmlDeviceGetCpuAffinity", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetCpuAffinityWithinScope", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetCreatableVgpus", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetCudaComputeCapability", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetCurrPcieLinkGeneration", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetCurrPcieLinkWidth", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetCurrentClockFreqs", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetCurrentClocksEventReasons", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetCurrentClocksThrottleReasons", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetDecoderUtilization", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetDefaultApplicationsClock", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetDefaultEccMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetDetailedEccErrors", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetDisplayActive", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetDisplayMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetDramEncryptionMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetDriverModel", "nvmlDeviceGetDriverModel_v2", NULL, 0, 7, 0 },
-    { "nvmlDeviceGetDynamicPstatesInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetEccMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetEncoderCapacity", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetEncoderSessions", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetEncoderStats", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetEncoderUtilization", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetEnforcedPowerLimit", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetFBCSessions", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetFBCStats", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetFanControlPolicy_v2", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetFanSpeed", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetFanSpeedRPM", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetFanSpeed_v2", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetFieldValues", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpcClkMinMaxVfOffset", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpcClkVfOffset", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpuFabricInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpuFabricInfoV", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpuInstanceById", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpuInstanceId", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpuInstancePossiblePlacements", "nvmlDeviceGetGpuInstancePossiblePlacements_v2", NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpuInstanceProfileInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpuInstanceProfileInfoByIdV", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpuInstanceProfileInfoV", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpuInstanceRemainingCapacity", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpuInstances", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpuMaxPcieLinkGeneration", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGpuOperationMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v3", NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGridLicensableFeatures", "nvmlDeviceGetGridLicensableFeatures_v4", NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGspFirmwareMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetGspFirmwareVersion", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByIndex_v2", NULL, 0, 7, 0 },
-    { "nvmlDeviceGetHandleByPciBusId", "nvmlDeviceGetHandleByPciBusId_v2", NULL, 0, 7, 0 },
-    { "nvmlDeviceGetHandleBySerial", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetHandleByUUID", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetHandleByUUIDV", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetHostVgpuMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetHostname_v1", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetIndex", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetInforomConfigurationChecksum", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetInforomImageVersion", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetInforomVersion", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetIrqNum", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetJpgUtilization", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetLastBBXFlushTime", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMPSComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses_v3", NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMarginTemperature", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMaxClockInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMaxCustomerBoostClock", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMaxMigDeviceCount", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMaxPcieLinkGeneration", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMaxPcieLinkWidth", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMemClkMinMaxVfOffset", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMemClkVfOffset", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMemoryAffinity", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMemoryBusWidth", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMemoryErrorCounter", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMemoryInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMemoryInfo_v2", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMigDeviceHandleByIndex", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMigMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMinMaxClockOfPState", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMinMaxFanSpeed", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMinorNumber", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetModuleId", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetMultiGpuBoard", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetName", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNumFans", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNumGpuCores", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNumaNodeId", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNvLinkCapability", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNvLinkErrorCounter", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNvLinkInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNvLinkRemoteDeviceType", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlDeviceGetNvLinkRemotePciInfo_v2", NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNvLinkState", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNvLinkUtilizationControl", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNvLinkUtilizationCounter", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNvLinkVersion", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNvlinkBwMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetNvlinkSupportedBwModes", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetOfaUtilization", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetP2PStatus", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v3", NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPciInfoExt", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPcieLinkMaxSpeed", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPcieReplayCounter", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPcieSpeed", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPcieThroughput", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPdi", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPerformanceModes", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPerformanceState", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPersistenceMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPgpuMetadataString", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPlatformInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPowerManagementDefaultLimit", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPowerManagementLimit", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPowerManagementLimitConstraints", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPowerManagementMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPowerMizerMode_v1", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPowerSource", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPowerState", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetPowerUsage", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetProcessUtilization", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetProcessesUtilizationInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetRemappedRows", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetRepairStatus", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetRetiredPages", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetRetiredPagesPendingStatus", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetRetiredPages_v2", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetRowRemapperHistogram", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetRunningProcessDetailList", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetSamples", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetSerial", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetSramEccErrorStatus", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetSupportedClocksEventReasons", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetSupportedClocksThrottleReasons", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetSupportedEventTypes", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetSupportedGraphicsClocks", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetSupportedMemoryClocks", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetSupportedPerformanceStates", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetSupportedVgpus", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetTargetFanSpeed", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetTemperature", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetTemperatureThreshold", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetTemperatureV", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetThermalSettings", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetTopologyCommonAncestor", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetTopologyNearestGpus", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetTotalEccErrors", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetTotalEnergyConsumption", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetUUID", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetUtilizationRates", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVbiosVersion", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVgpuCapabilities", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVgpuHeterogeneousMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVgpuInstancesUtilizationInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVgpuMetadata", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVgpuProcessUtilization", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVgpuProcessesUtilizationInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVgpuSchedulerCapabilities", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVgpuSchedulerLog", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVgpuSchedulerState", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVgpuTypeCreatablePlacements", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVgpuTypeSupportedPlacements", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVgpuUtilization", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetViolationStatus", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceGetVirtualizationMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceIsMigDeviceHandle", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceModifyDrainState", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceOnSameBoard", NULL, NULL, 0, 7, 0 },
-    { "nvmlDevicePowerSmoothingActivatePresetProfile", NULL, NULL, 0, 7, 0 },
-    { "nvmlDevicePowerSmoothingSetState", NULL, NULL, 0, 7, 0 },
-    { "nvmlDevicePowerSmoothingUpdatePresetProfileParam", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceQueryDrainState", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceReadWritePRM_v1", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceRegisterEvents", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceRemoveGpu", "nvmlDeviceRemoveGpu_v2", NULL, 0, 7, 0 },
-    { "nvmlDeviceResetApplicationsClocks", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceResetGpuLockedClocks", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceResetMemoryLockedClocks", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceResetNvLinkErrorCounters", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceResetNvLinkUtilizationCounter", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetAPIRestriction", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetAccountingMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetApplicationsClocks", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetAutoBoostedClocksEnabled", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetClockOffsets", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetComputeMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetConfComputeUnprotectedMemSize", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetCpuAffinity", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetDefaultAutoBoostedClocksEnabled", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetDefaultFanSpeed_v2", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetDramEncryptionMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetDriverModel", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetEccMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetFanControlPolicy", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetFanSpeed_v2", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetGpcClkVfOffset", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetGpuLockedClocks", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetGpuOperationMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetHostname_v1", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetMemClkVfOffset", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetMemoryLockedClocks", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetMigMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetNvLinkDeviceLowPowerThreshold", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetNvLinkUtilizationControl", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetNvlinkBwMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetPersistenceMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetPowerManagementLimit", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetPowerManagementLimit_v2", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetPowerMizerMode_v1", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetTemperatureThreshold", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetVgpuCapabilities", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetVgpuHeterogeneousMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetVgpuSchedulerState", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceSetVirtualizationMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceValidateInforom", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceWorkloadPowerProfileClearRequestedProfiles", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceWorkloadPowerProfileGetCurrentProfiles", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceWorkloadPowerProfileGetProfilesInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlDeviceWorkloadPowerProfileSetRequestedProfiles", NULL, NULL, 0, 7, 0 },
-    { "nvmlErrorString", NULL, NULL, 0, 7, 0 },
-    { "nvmlEventSetCreate", NULL, NULL, 0, 7, 0 },
-    { "nvmlEventSetFree", NULL, NULL, 0, 7, 0 },
-    { "nvmlEventSetWait", "nvmlEventSetWait_v2", NULL, 0, 7, 0 },
-    { "nvmlGetBlacklistDeviceCount", "nvmlGetExcludedDeviceCount", NULL, 0, 7, 0 },
-    { "nvmlGetBlacklistDeviceInfoByIndex", "nvmlGetExcludedDeviceInfoByIndex", NULL, 0, 7, 0 },
-    { "nvmlGetExcludedDeviceCount", NULL, NULL, 0, 7, 0 },
-    { "nvmlGetExcludedDeviceInfoByIndex", NULL, NULL, 0, 7, 0 },
-    { "nvmlGetVgpuCompatibility", NULL, NULL, 0, 7, 0 },
-    { "nvmlGetVgpuDriverCapabilities", NULL, NULL, 0, 7, 0 },
-    { "nvmlGetVgpuVersion", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpmMetricsGet", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpmMigSampleGet", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpmQueryDeviceSupport", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpmQueryIfStreamingEnabled", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpmSampleAlloc", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpmSampleFree", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpmSampleGet", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpmSetStreamingEnabled", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceCreateComputeInstance", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceCreateComputeInstanceWithPlacement", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceDestroy", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceGetActiveVgpus", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceGetComputeInstanceById", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceGetComputeInstancePossiblePlacements", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceGetComputeInstanceProfileInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceGetComputeInstanceProfileInfoV", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceGetComputeInstanceRemainingCapacity", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceGetComputeInstances", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceGetCreatableVgpus", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceGetInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceGetVgpuHeterogeneousMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceGetVgpuSchedulerLog", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceGetVgpuSchedulerState", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceGetVgpuTypeCreatablePlacements", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceSetVgpuHeterogeneousMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlGpuInstanceSetVgpuSchedulerState", NULL, NULL, 0, 7, 0 },
-    { "nvmlInit", "nvmlInit_v2", NULL, 0, 7, 0 },
-    { "nvmlInitWithFlags", NULL, NULL, 0, 7, 0 },
-    { "nvmlSetVgpuVersion", NULL, NULL, 0, 7, 0 },
-    { "nvmlShutdown", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemEventSetCreate", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemEventSetFree", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemEventSetWait", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetConfComputeCapabilities", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetConfComputeGpusReadyState", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetConfComputeKeyRotationThresholdInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetConfComputeSettings", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetConfComputeState", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetCudaDriverVersion", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetCudaDriverVersion_v2", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetDriverBranch", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetDriverVersion", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetHicVersion", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetNVMLVersion", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetNvlinkBwMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetProcessName", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemGetTopologyGpuSet", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemRegisterEvents", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemSetConfComputeGpusReadyState", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemSetConfComputeKeyRotationThresholdInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlSystemSetNvlinkBwMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlUnitGetCount", NULL, NULL, 0, 7, 0 },
-    { "nvmlUnitGetDevices", NULL, NULL, 0, 7, 0 },
-    { "nvmlUnitGetFanSpeedInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlUnitGetHandleByIndex", NULL, NULL, 0, 7, 0 },
-    { "nvmlUnitGetLedState", NULL, NULL, 0, 7, 0 },
-    { "nvmlUnitGetPsuInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlUnitGetTemperature", NULL, NULL, 0, 7, 0 },
-    { "nvmlUnitGetUnitInfo", NULL, NULL, 0, 7, 0 },
-    { "nvmlUnitSetLedState", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceClearAccountingPids", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetAccountingMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetAccountingPids", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetAccountingStats", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetEccMode", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetEncoderCapacity", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetEncoderSessions", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetEncoderStats", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetFBCSessions", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetFBCStats", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetFbUsage", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetFrameRateLimit", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetGpuInstanceId", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetGpuPciId", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetLicenseInfo", "nvmlVgpuInstanceGetLicenseInfo_v2", NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetLicenseStatus", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetMdevUUID", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetMetadata", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetPlacementId", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetRuntimeStateSize", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetType", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetUUID", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetVmDriverVersion", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceGetVmID", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuInstanceSetEncoderCapacity", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetBAR1Info", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetCapabilities", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetClass", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetDeviceID", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetFbReservation", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetFrameRateLimit", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetFramebufferSize", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetGpuInstanceProfileId", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetGspHeapSize", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetLicense", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetMaxInstances", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetMaxInstancesPerGpuInstance", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetMaxInstancesPerVm", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetName", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetNumDisplayHeads", NULL, NULL, 0, 7, 0 },
-    { "nvmlVgpuTypeGetResolution", NULL, NULL, 0, 7, 0 },
-    { "nvrtcAddNameExpression", NULL, NULL, 0, 4, 0 },
-    { "nvrtcCompileProgram", NULL, NULL, 0, 4, 0 },
-    { "nvrtcCreateProgram", NULL, NULL, 0, 4, 0 },
-    { "nvrtcDestroyProgram", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetCUBIN", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetCUBINSize", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetErrorString", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetLTOIR", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetLTOIRSize", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetLoweredName", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetNumSupportedArchs", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetOptiXIR", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetOptiXIRSize", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetPCHCreateStatus", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetPCHHeapSize", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetPCHHeapSizeRequired", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetPTX", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetPTXSize", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetProgramLog", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetProgramLogSize", NULL, NULL, 0, 4, 0 },
-    { "nvrtcGetSupportedArchs", NULL, NULL, 0, 4, 0 },
-    { "nvrtcSetFlowCallback", NULL, NULL, 0, 4, 0 },
-    { "nvrtcSetPCHHeapSize", NULL, NULL, 0, 4, 0 },
-    { "nvrtcVersion", NULL, NULL, 0, 4, 0 },
+    { 1, 0, 17, 3020, 1, 0 }, /* cuArray3DCreate */
+    { 36, 0, 59, 3020, 1, 0 }, /* cuArray3DGetDescriptor */
+    { 85, 0, 99, 3020, 1, 0 }, /* cuArrayCreate */
+    { 116, 0, 0, 2000, 1, 0 }, /* cuArrayDestroy */
+    { 131, 0, 152, 3020, 1, 0 }, /* cuArrayGetDescriptor */
+    { 176, 0, 0, 11060, 1, 0 }, /* cuArrayGetMemoryRequirements */
+    { 205, 0, 0, 11020, 1, 0 }, /* cuArrayGetPlane */
+    { 221, 0, 0, 11010, 1, 0 }, /* cuArrayGetSparseProperties */
+    { 248, 0, 0, 12080, 1, 0 }, /* cuCheckpointProcessCheckpoint */
+    { 278, 0, 0, 12080, 1, 0 }, /* cuCheckpointProcessGetRestoreThreadId */
+    { 316, 0, 0, 12080, 1, 0 }, /* cuCheckpointProcessGetState */
+    { 344, 0, 0, 12080, 1, 0 }, /* cuCheckpointProcessLock */
+    { 368, 0, 0, 12080, 1, 0 }, /* cuCheckpointProcessRestore */
+    { 395, 0, 0, 12080, 1, 0 }, /* cuCheckpointProcessUnlock */
+    { 421, 0, 0, 12010, 1, 0 }, /* cuCoredumpGetAttribute */
+    { 444, 0, 0, 12010, 1, 0 }, /* cuCoredumpGetAttributeGlobal */
+    { 473, 0, 0, 12010, 1, 0 }, /* cuCoredumpSetAttribute */
+    { 496, 0, 0, 12010, 1, 0 }, /* cuCoredumpSetAttributeGlobal */
+    { 525, 0, 0, 2000, 1, 0 }, /* cuCtxAttach */
+    { 537, 0, 549, 12050, 1, 0 }, /* cuCtxCreate */
+    { 564, 0, 577, 4000, 1, 0 }, /* cuCtxDestroy */
+    { 593, 0, 0, 2000, 1, 0 }, /* cuCtxDetach */
+    { 605, 0, 0, 4000, 1, 0 }, /* cuCtxDisablePeerAccess */
+    { 628, 0, 0, 4000, 1, 0 }, /* cuCtxEnablePeerAccess */
+    { 650, 0, 0, 12040, 1, 0 }, /* cuCtxFromGreenCtx */
+    { 668, 0, 0, 3020, 1, 0 }, /* cuCtxGetApiVersion */
+    { 687, 0, 0, 3020, 1, 0 }, /* cuCtxGetCacheConfig */
+    { 707, 0, 0, 4000, 1, 0 }, /* cuCtxGetCurrent */
+    { 723, 0, 0, 12040, 1, 0 }, /* cuCtxGetDevResource */
+    { 743, 0, 0, 2000, 1, 0 }, /* cuCtxGetDevice */
+    { 758, 743, 758, 13000, 1, 0 }, /* cuCtxGetDevice_v2 */
+    { 776, 0, 0, 11040, 1, 0 }, /* cuCtxGetExecAffinity */
+    { 797, 0, 0, 7000, 1, 0 }, /* cuCtxGetFlags */
+    { 811, 0, 0, 12000, 1, 0 }, /* cuCtxGetId */
+    { 822, 0, 0, 3010, 1, 0 }, /* cuCtxGetLimit */
+    { 836, 0, 0, 4020, 1, 0 }, /* cuCtxGetSharedMemConfig */
+    { 860, 0, 0, 5050, 1, 0 }, /* cuCtxGetStreamPriorityRange */
+    { 888, 0, 904, 4000, 1, 0 }, /* cuCtxPopCurrent */
+    { 923, 0, 940, 4000, 1, 0 }, /* cuCtxPushCurrent */
+    { 960, 0, 0, 12050, 1, 0 }, /* cuCtxRecordEvent */
+    { 977, 0, 0, 11000, 1, 0 }, /* cuCtxResetPersistingL2Cache */
+    { 1005, 0, 0, 3020, 1, 0 }, /* cuCtxSetCacheConfig */
+    { 1025, 0, 0, 4000, 1, 0 }, /* cuCtxSetCurrent */
+    { 1041, 0, 0, 12010, 1, 0 }, /* cuCtxSetFlags */
+    { 1055, 0, 0, 3010, 1, 0 }, /* cuCtxSetLimit */
+    { 1069, 0, 0, 4020, 1, 0 }, /* cuCtxSetSharedMemConfig */
+    { 1093, 0, 0, 2000, 1, 0 }, /* cuCtxSynchronize */
+    { 1110, 1093, 1110, 13000, 1, 0 }, /* cuCtxSynchronize_v2 */
+    { 1130, 0, 0, 12050, 1, 0 }, /* cuCtxWaitEvent */
+    { 1145, 0, 0, 10000, 1, 0 }, /* cuDestroyExternalMemory */
+    { 1169, 0, 0, 10000, 1, 0 }, /* cuDestroyExternalSemaphore */
+    { 1196, 0, 0, 12040, 1, 0 }, /* cuDevResourceGenerateDesc */
+    { 1222, 0, 0, 12040, 1, 0 }, /* cuDevSmResourceSplitByCount */
+    { 1250, 0, 0, 4000, 1, 0 }, /* cuDeviceCanAccessPeer */
+    { 1272, 0, 0, 2000, 1, 0 }, /* cuDeviceComputeCapability */
+    { 1298, 0, 0, 2000, 1, 0 }, /* cuDeviceGet */
+    { 1310, 0, 0, 2000, 1, 0 }, /* cuDeviceGetAttribute */
+    { 1331, 0, 0, 4010, 1, 0 }, /* cuDeviceGetByPCIBusId */
+    { 1353, 0, 0, 2000, 1, 0 }, /* cuDeviceGetCount */
+    { 1370, 0, 0, 11020, 1, 0 }, /* cuDeviceGetDefaultMemPool */
+    { 1396, 0, 0, 12040, 1, 0 }, /* cuDeviceGetDevResource */
+    { 1419, 0, 0, 11040, 1, 0 }, /* cuDeviceGetExecAffinitySupport */
+    { 1450, 0, 0, 11040, 1, 0 }, /* cuDeviceGetGraphMemAttribute */
+    { 1479, 0, 0, 13000, 1, 0 }, /* cuDeviceGetHostAtomicCapabilities */
+    { 1513, 0, 0, 10000, 1, 0 }, /* cuDeviceGetLuid */
+    { 1529, 0, 0, 11020, 1, 0 }, /* cuDeviceGetMemPool */
+    { 1548, 0, 0, 2000, 1, 0 }, /* cuDeviceGetName */
+    { 1564, 0, 0, 10020, 1, 0 }, /* cuDeviceGetNvSciSyncAttributes */
+    { 1595, 0, 0, 13000, 1, 0 }, /* cuDeviceGetP2PAtomicCapabilities */
+    { 1628, 0, 0, 8000, 1, 0 }, /* cuDeviceGetP2PAttribute */
+    { 1652, 0, 0, 4010, 1, 0 }, /* cuDeviceGetPCIBusId */
+    { 1672, 0, 0, 2000, 1, 0 }, /* cuDeviceGetProperties */
+    { 1694, 0, 0, 11010, 1, 0 }, /* cuDeviceGetTexture1DLinearMaxWidth */
+    { 1729, 0, 1745, 11040, 1, 0 }, /* cuDeviceGetUuid */
+    { 1764, 0, 0, 11040, 1, 0 }, /* cuDeviceGraphMemTrim */
+    { 1785, 0, 0, 7000, 1, 0 }, /* cuDevicePrimaryCtxGetState */
+    { 1812, 0, 1838, 11000, 1, 0 }, /* cuDevicePrimaryCtxRelease */
+    { 1867, 0, 1891, 11000, 1, 0 }, /* cuDevicePrimaryCtxReset */
+    { 1918, 0, 0, 7000, 1, 0 }, /* cuDevicePrimaryCtxRetain */
+    { 1943, 0, 1970, 11000, 1, 0 }, /* cuDevicePrimaryCtxSetFlags */
+    { 2000, 0, 0, 12040, 1, 0 }, /* cuDeviceRegisterAsyncNotification */
+    { 2034, 0, 0, 11040, 1, 0 }, /* cuDeviceSetGraphMemAttribute */
+    { 2063, 0, 0, 11020, 1, 0 }, /* cuDeviceSetMemPool */
+    { 2082, 0, 2099, 3020, 1, 0 }, /* cuDeviceTotalMem */
+    { 2119, 0, 0, 12040, 1, 0 }, /* cuDeviceUnregisterAsyncNotification */
+    { 2155, 0, 0, 2020, 1, 0 }, /* cuDriverGetVersion */
+    { 2174, 0, 0, 2000, 1, 0 }, /* cuEventCreate */
+    { 2188, 0, 2203, 4000, 1, 0 }, /* cuEventDestroy */
+    { 2221, 0, 2240, 12080, 1, 0 }, /* cuEventElapsedTime */
+    { 2262, 0, 0, 2000, 1, 0 }, /* cuEventQuery */
+    { 2275, 0, 0, 2000, 1, 0 }, /* cuEventRecord */
+    { 2289, 0, 0, 11010, 1, 0 }, /* cuEventRecordWithFlags */
+    { 2312, 2289, 2312, 11010, 1, 1 }, /* cuEventRecordWithFlags_ptsz */
+    { 2340, 2275, 2340, 7000, 1, 1 }, /* cuEventRecord_ptsz */
+    { 2359, 0, 0, 2000, 1, 0 }, /* cuEventSynchronize */
+    { 2378, 0, 0, 10000, 1, 0 }, /* cuExternalMemoryGetMappedBuffer */
+    { 2410, 0, 0, 10000, 1, 0 }, /* cuExternalMemoryGetMappedMipmappedArray */
+    { 2450, 0, 0, 11030, 1, 0 }, /* cuFlushGPUDirectRDMAWrites */
+    { 2477, 0, 0, 2020, 1, 0 }, /* cuFuncGetAttribute */
+    { 2496, 0, 0, 11000, 1, 0 }, /* cuFuncGetModule */
+    { 2512, 0, 0, 12030, 1, 0 }, /* cuFuncGetName */
+    { 2526, 0, 0, 12040, 1, 0 }, /* cuFuncGetParamInfo */
+    { 2545, 0, 0, 12040, 1, 0 }, /* cuFuncIsLoaded */
+    { 2560, 0, 0, 12040, 1, 0 }, /* cuFuncLoad */
+    { 2571, 0, 0, 9000, 1, 0 }, /* cuFuncSetAttribute */
+    { 2590, 0, 0, 2000, 1, 0 }, /* cuFuncSetBlockShape */
+    { 2610, 0, 0, 3000, 1, 0 }, /* cuFuncSetCacheConfig */
+    { 2631, 0, 0, 4020, 1, 0 }, /* cuFuncSetSharedMemConfig */
+    { 2656, 0, 0, 2000, 1, 0 }, /* cuFuncSetSharedSize */
+    { 2676, 0, 0, 6000, 1, 0 }, /* cuGetErrorName */
+    { 2691, 0, 0, 6000, 1, 0 }, /* cuGetErrorString */
+    { 2708, 0, 0, 3000, 1, 0 }, /* cuGetExportTable */
+    { 2725, 0, 2742, 12000, 1, 0 }, /* cuGetProcAddress */
+    { 2762, 0, 0, 11070, 1, 0 }, /* cuGraphAddBatchMemOpNode */
+    { 2787, 0, 0, 10000, 1, 0 }, /* cuGraphAddChildGraphNode */
+    { 2812, 0, 2835, 12030, 1, 0 }, /* cuGraphAddDependencies */
+    { 2861, 0, 0, 10000, 1, 0 }, /* cuGraphAddEmptyNode */
+    { 2881, 0, 0, 11010, 1, 0 }, /* cuGraphAddEventRecordNode */
+    { 2907, 0, 0, 11010, 1, 0 }, /* cuGraphAddEventWaitNode */
+    { 2931, 0, 0, 11020, 1, 0 }, /* cuGraphAddExternalSemaphoresSignalNode */
+    { 2970, 0, 0, 11020, 1, 0 }, /* cuGraphAddExternalSemaphoresWaitNode */
+    { 3007, 0, 0, 10000, 1, 0 }, /* cuGraphAddHostNode */
+    { 3026, 0, 3047, 12000, 1, 0 }, /* cuGraphAddKernelNode */
+    { 3071, 0, 0, 11040, 1, 0 }, /* cuGraphAddMemAllocNode */
+    { 3094, 0, 0, 11040, 1, 0 }, /* cuGraphAddMemFreeNode */
+    { 3116, 0, 0, 10000, 1, 0 }, /* cuGraphAddMemcpyNode */
+    { 3137, 0, 0, 10000, 1, 0 }, /* cuGraphAddMemsetNode */
+    { 3158, 0, 3173, 12030, 1, 0 }, /* cuGraphAddNode */
+    { 3191, 0, 0, 11070, 1, 0 }, /* cuGraphBatchMemOpNodeGetParams */
+    { 3222, 0, 0, 11070, 1, 0 }, /* cuGraphBatchMemOpNodeSetParams */
+    { 3253, 0, 0, 10000, 1, 0 }, /* cuGraphChildGraphNodeGetGraph */
+    { 3283, 0, 0, 10000, 1, 0 }, /* cuGraphClone */
+    { 3296, 0, 0, 12030, 1, 0 }, /* cuGraphConditionalHandleCreate */
+    { 3327, 0, 0, 10000, 1, 0 }, /* cuGraphCreate */
+    { 3341, 0, 0, 11030, 1, 0 }, /* cuGraphDebugDotPrint */
+    { 3362, 0, 0, 10000, 1, 0 }, /* cuGraphDestroy */
+    { 3377, 0, 0, 10000, 1, 0 }, /* cuGraphDestroyNode */
+    { 3396, 0, 0, 11010, 1, 0 }, /* cuGraphEventRecordNodeGetEvent */
+    { 3427, 0, 0, 11010, 1, 0 }, /* cuGraphEventRecordNodeSetEvent */
+    { 3458, 0, 0, 11010, 1, 0 }, /* cuGraphEventWaitNodeGetEvent */
+    { 3487, 0, 0, 11010, 1, 0 }, /* cuGraphEventWaitNodeSetEvent */
+    { 3516, 0, 0, 11070, 1, 0 }, /* cuGraphExecBatchMemOpNodeSetParams */
+    { 3551, 0, 0, 11010, 1, 0 }, /* cuGraphExecChildGraphNodeSetParams */
+    { 3586, 0, 0, 10000, 1, 0 }, /* cuGraphExecDestroy */
+    { 3605, 0, 0, 11010, 1, 0 }, /* cuGraphExecEventRecordNodeSetEvent */
+    { 3640, 0, 0, 11010, 1, 0 }, /* cuGraphExecEventWaitNodeSetEvent */
+    { 3673, 0, 0, 11020, 1, 0 }, /* cuGraphExecExternalSemaphoresSignalNodeSetParams */
+    { 3722, 0, 0, 11020, 1, 0 }, /* cuGraphExecExternalSemaphoresWaitNodeSetParams */
+    { 3769, 0, 0, 12000, 1, 0 }, /* cuGraphExecGetFlags */
+    { 3789, 0, 0, 10020, 1, 0 }, /* cuGraphExecHostNodeSetParams */
+    { 3818, 0, 3849, 12000, 1, 0 }, /* cuGraphExecKernelNodeSetParams */
+    { 3883, 0, 0, 10020, 1, 0 }, /* cuGraphExecMemcpyNodeSetParams */
+    { 3914, 0, 0, 10020, 1, 0 }, /* cuGraphExecMemsetNodeSetParams */
+    { 3945, 0, 0, 12020, 1, 0 }, /* cuGraphExecNodeSetParams */
+    { 3970, 0, 3988, 12000, 1, 0 }, /* cuGraphExecUpdate */
+    { 4009, 0, 0, 11020, 1, 0 }, /* cuGraphExternalSemaphoresSignalNodeGetParams */
+    { 4054, 0, 0, 11020, 1, 0 }, /* cuGraphExternalSemaphoresSignalNodeSetParams */
+    { 4099, 0, 0, 11020, 1, 0 }, /* cuGraphExternalSemaphoresWaitNodeGetParams */
+    { 4142, 0, 0, 11020, 1, 0 }, /* cuGraphExternalSemaphoresWaitNodeSetParams */
+    { 4185, 0, 4201, 12030, 1, 0 }, /* cuGraphGetEdges */
+    { 4220, 0, 0, 10000, 1, 0 }, /* cuGraphGetNodes */
+    { 4236, 0, 0, 10000, 1, 0 }, /* cuGraphGetRootNodes */
+    { 4256, 0, 0, 10000, 1, 0 }, /* cuGraphHostNodeGetParams */
+    { 4281, 0, 0, 10000, 1, 0 }, /* cuGraphHostNodeSetParams */
+    { 4306, 4325, 0, 11040, 1, 0 }, /* cuGraphInstantiate */
+    { 4325, 0, 0, 11040, 1, 0 }, /* cuGraphInstantiateWithFlags */
+    { 4353, 0, 0, 12000, 1, 0 }, /* cuGraphInstantiateWithParams */
+    { 4382, 4353, 4382, 12000, 1, 1 }, /* cuGraphInstantiateWithParams_ptsz */
+    { 4416, 0, 0, 11000, 1, 0 }, /* cuGraphKernelNodeCopyAttributes */
+    { 4448, 0, 0, 11000, 1, 0 }, /* cuGraphKernelNodeGetAttribute */
+    { 4478, 0, 4505, 12000, 1, 0 }, /* cuGraphKernelNodeGetParams */
+    { 4535, 0, 0, 11000, 1, 0 }, /* cuGraphKernelNodeSetAttribute */
+    { 4565, 0, 4592, 12000, 1, 0 }, /* cuGraphKernelNodeSetParams */
+    { 4622, 0, 0, 10000, 1, 0 }, /* cuGraphLaunch */
+    { 4636, 4622, 4636, 10000, 1, 1 }, /* cuGraphLaunch_ptsz */
+    { 4655, 0, 0, 11040, 1, 0 }, /* cuGraphMemAllocNodeGetParams */
+    { 4684, 0, 0, 11040, 1, 0 }, /* cuGraphMemFreeNodeGetParams */
+    { 4712, 0, 0, 10000, 1, 0 }, /* cuGraphMemcpyNodeGetParams */
+    { 4739, 0, 0, 10000, 1, 0 }, /* cuGraphMemcpyNodeSetParams */
+    { 4766, 0, 0, 10000, 1, 0 }, /* cuGraphMemsetNodeGetParams */
+    { 4793, 0, 0, 10000, 1, 0 }, /* cuGraphMemsetNodeSetParams */
+    { 4820, 0, 0, 10000, 1, 0 }, /* cuGraphNodeFindInClone */
+    { 4843, 0, 4870, 12030, 1, 0 }, /* cuGraphNodeGetDependencies */
+    { 4900, 0, 4929, 12030, 1, 0 }, /* cuGraphNodeGetDependentNodes */
+    { 4961, 0, 0, 11060, 1, 0 }, /* cuGraphNodeGetEnabled */
+    { 4983, 0, 0, 10000, 1, 0 }, /* cuGraphNodeGetType */
+    { 5002, 0, 0, 11060, 1, 0 }, /* cuGraphNodeSetEnabled */
+    { 5024, 0, 0, 12020, 1, 0 }, /* cuGraphNodeSetParams */
+    { 5045, 0, 0, 11030, 1, 0 }, /* cuGraphReleaseUserObject */
+    { 5070, 0, 5096, 12030, 1, 0 }, /* cuGraphRemoveDependencies */
+    { 5125, 0, 0, 11030, 1, 0 }, /* cuGraphRetainUserObject */
+    { 5149, 0, 0, 11010, 1, 0 }, /* cuGraphUpload */
+    { 5163, 5149, 5163, 11010, 1, 1 }, /* cuGraphUpload_ptsz */
+    { 5182, 0, 0, 3000, 1, 0 }, /* cuGraphicsMapResources */
+    { 5205, 5182, 5205, 7000, 1, 1 }, /* cuGraphicsMapResources_ptsz */
+    { 5233, 0, 0, 5000, 1, 0 }, /* cuGraphicsResourceGetMappedMipmappedArray */
+    { 5275, 0, 5310, 3020, 1, 0 }, /* cuGraphicsResourceGetMappedPointer */
+    { 5348, 0, 5378, 6050, 1, 0 }, /* cuGraphicsResourceSetMapFlags */
+    { 5411, 0, 0, 3000, 1, 0 }, /* cuGraphicsSubResourceGetMappedArray */
+    { 5447, 0, 0, 3000, 1, 0 }, /* cuGraphicsUnmapResources */
+    { 5472, 5447, 5472, 7000, 1, 1 }, /* cuGraphicsUnmapResources_ptsz */
+    { 5502, 0, 0, 3000, 1, 0 }, /* cuGraphicsUnregisterResource */
+    { 5531, 0, 0, 12040, 1, 0 }, /* cuGreenCtxCreate */
+    { 5548, 0, 0, 12040, 1, 0 }, /* cuGreenCtxDestroy */
+    { 5566, 0, 0, 12040, 1, 0 }, /* cuGreenCtxGetDevResource */
+    { 5591, 0, 0, 12090, 1, 0 }, /* cuGreenCtxGetId */
+    { 5607, 0, 0, 12040, 1, 0 }, /* cuGreenCtxRecordEvent */
+    { 5629, 0, 0, 12050, 1, 0 }, /* cuGreenCtxStreamCreate */
+    { 5652, 0, 0, 12040, 1, 0 }, /* cuGreenCtxWaitEvent */
+    { 5672, 0, 0, 10000, 1, 0 }, /* cuImportExternalMemory */
+    { 5695, 0, 0, 10000, 1, 0 }, /* cuImportExternalSemaphore */
+    { 5721, 0, 0, 2000, 1, 0 }, /* cuInit */
+    { 5728, 0, 0, 4010, 1, 0 }, /* cuIpcCloseMemHandle */
+    { 5748, 0, 0, 4010, 1, 0 }, /* cuIpcGetEventHandle */
+    { 5768, 0, 0, 4010, 1, 0 }, /* cuIpcGetMemHandle */
+    { 5786, 0, 0, 4010, 1, 0 }, /* cuIpcOpenEventHandle */
+    { 5807, 0, 5826, 11000, 1, 0 }, /* cuIpcOpenMemHandle */
+    { 5848, 0, 0, 12000, 1, 0 }, /* cuKernelGetAttribute */
+    { 5869, 0, 0, 12000, 1, 0 }, /* cuKernelGetFunction */
+    { 5889, 0, 0, 12050, 1, 0 }, /* cuKernelGetLibrary */
+    { 5908, 0, 0, 12030, 1, 0 }, /* cuKernelGetName */
+    { 5924, 0, 0, 12040, 1, 0 }, /* cuKernelGetParamInfo */
+    { 5945, 0, 0, 12000, 1, 0 }, /* cuKernelSetAttribute */
+    { 5966, 0, 0, 12000, 1, 0 }, /* cuKernelSetCacheConfig */
+    { 5989, 0, 0, 2000, 1, 0 }, /* cuLaunch */
+    { 5998, 0, 0, 9000, 1, 0 }, /* cuLaunchCooperativeKernel */
+    { 6024, 0, 0, 9000, 1, 0 }, /* cuLaunchCooperativeKernelMultiDevice */
+    { 6061, 5998, 6061, 9000, 1, 1 }, /* cuLaunchCooperativeKernel_ptsz */
+    { 6092, 0, 0, 2000, 1, 0 }, /* cuLaunchGrid */
+    { 6105, 0, 0, 2000, 1, 0 }, /* cuLaunchGridAsync */
+    { 6123, 0, 0, 10000, 1, 0 }, /* cuLaunchHostFunc */
+    { 6140, 6123, 6140, 10000, 1, 1 }, /* cuLaunchHostFunc_ptsz */
+    { 6162, 0, 0, 4000, 1, 0 }, /* cuLaunchKernel */
+    { 6177, 0, 0, 11060, 1, 0 }, /* cuLaunchKernelEx */
+    { 6194, 6177, 6194, 11060, 1, 1 }, /* cuLaunchKernelEx_ptsz */
+    { 6216, 6162, 6216, 7000, 1, 1 }, /* cuLaunchKernel_ptsz */
+    { 6236, 0, 0, 12040, 1, 0 }, /* cuLibraryEnumerateKernels */
+    { 6262, 0, 0, 12000, 1, 0 }, /* cuLibraryGetGlobal */
+    { 6281, 0, 0, 12000, 1, 0 }, /* cuLibraryGetKernel */
+    { 6300, 0, 0, 12040, 1, 0 }, /* cuLibraryGetKernelCount */
+    { 6324, 0, 0, 12000, 1, 0 }, /* cuLibraryGetManaged */
+    { 6344, 0, 0, 12000, 1, 0 }, /* cuLibraryGetModule */
+    { 6363, 0, 0, 12000, 1, 0 }, /* cuLibraryGetUnifiedFunction */
+    { 6391, 0, 0, 12000, 1, 0 }, /* cuLibraryLoadData */
+    { 6409, 0, 0, 12000, 1, 0 }, /* cuLibraryLoadFromFile */
+    { 6431, 0, 0, 12000, 1, 0 }, /* cuLibraryUnload */
+    { 6447, 0, 6461, 6050, 1, 0 }, /* cuLinkAddData */
+    { 6478, 0, 6492, 6050, 1, 0 }, /* cuLinkAddFile */
+    { 6509, 0, 0, 5050, 1, 0 }, /* cuLinkComplete */
+    { 6524, 0, 6537, 6050, 1, 0 }, /* cuLinkCreate */
+    { 6553, 0, 0, 5050, 1, 0 }, /* cuLinkDestroy */
+    { 6567, 0, 0, 12090, 1, 0 }, /* cuLogsCurrent */
+    { 6581, 0, 0, 12090, 1, 0 }, /* cuLogsDumpToFile */
+    { 6598, 0, 0, 12090, 1, 0 }, /* cuLogsDumpToMemory */
+    { 6617, 0, 0, 12090, 1, 0 }, /* cuLogsRegisterCallback */
+    { 6640, 0, 0, 12090, 1, 0 }, /* cuLogsUnregisterCallback */
+    { 6665, 0, 0, 10020, 1, 0 }, /* cuMemAddressFree */
+    { 6682, 0, 0, 10020, 1, 0 }, /* cuMemAddressReserve */
+    { 6702, 0, 6714, 12020, 1, 0 }, /* cuMemAdvise */
+    { 6729, 0, 6740, 3020, 1, 0 }, /* cuMemAlloc */
+    { 6754, 0, 0, 11020, 1, 0 }, /* cuMemAllocAsync */
+    { 6770, 6754, 6770, 11020, 1, 1 }, /* cuMemAllocAsync_ptsz */
+    { 6791, 0, 0, 11020, 1, 0 }, /* cuMemAllocFromPoolAsync */
+    { 6815, 6791, 6815, 11020, 1, 1 }, /* cuMemAllocFromPoolAsync_ptsz */
+    { 6844, 0, 6859, 3020, 1, 0 }, /* cuMemAllocHost */
+    { 6877, 0, 0, 6000, 1, 0 }, /* cuMemAllocManaged */
+    { 6895, 0, 6911, 3020, 1, 0 }, /* cuMemAllocPitch */
+    { 6930, 0, 0, 12060, 1, 0 }, /* cuMemBatchDecompressAsync */
+    { 6956, 6930, 6956, 12060, 1, 1 }, /* cuMemBatchDecompressAsync_ptsz */
+    { 6987, 0, 0, 10020, 1, 0 }, /* cuMemCreate */
+    { 6999, 0, 0, 13000, 1, 0 }, /* cuMemDiscardAndPrefetchBatchAsync */
+    { 7033, 6999, 7033, 13000, 1, 1 }, /* cuMemDiscardAndPrefetchBatchAsync_ptsz */
+    { 7072, 0, 0, 13000, 1, 0 }, /* cuMemDiscardBatchAsync */
+    { 7095, 7072, 7095, 13000, 1, 1 }, /* cuMemDiscardBatchAsync_ptsz */
+    { 7123, 0, 0, 10020, 1, 0 }, /* cuMemExportToShareableHandle */
+    { 7152, 0, 7162, 3020, 1, 0 }, /* cuMemFree */
+    { 7175, 0, 0, 11020, 1, 0 }, /* cuMemFreeAsync */
+    { 7190, 7175, 7190, 11020, 1, 1 }, /* cuMemFreeAsync_ptsz */
+    { 7210, 0, 0, 2000, 1, 0 }, /* cuMemFreeHost */
+    { 7224, 0, 0, 10020, 1, 0 }, /* cuMemGetAccess */
+    { 7239, 0, 7260, 3020, 1, 0 }, /* cuMemGetAddressRange */
+    { 7284, 0, 0, 10020, 1, 0 }, /* cuMemGetAllocationGranularity */
+    { 7314, 0, 0, 10020, 1, 0 }, /* cuMemGetAllocationPropertiesFromHandle */
+    { 7353, 0, 0, 13000, 1, 0 }, /* cuMemGetDefaultMemPool */
+    { 7376, 0, 0, 11070, 1, 0 }, /* cuMemGetHandleForAddressRange */
+    { 7406, 0, 7419, 3020, 1, 0 }, /* cuMemGetInfo */
+    { 7435, 0, 0, 13000, 1, 0 }, /* cuMemGetMemPool */
+    { 7451, 0, 0, 2020, 1, 0 }, /* cuMemHostAlloc */
+    { 7466, 0, 7492, 3020, 1, 0 }, /* cuMemHostGetDevicePointer */
+    { 7521, 0, 0, 2030, 1, 0 }, /* cuMemHostGetFlags */
+    { 7539, 0, 7557, 6050, 1, 0 }, /* cuMemHostRegister */
+    { 7578, 0, 0, 4000, 1, 0 }, /* cuMemHostUnregister */
+    { 7598, 0, 0, 10020, 1, 0 }, /* cuMemImportFromShareableHandle */
+    { 7629, 0, 0, 10020, 1, 0 }, /* cuMemMap */
+    { 7638, 0, 0, 11010, 1, 0 }, /* cuMemMapArrayAsync */
+    { 7657, 7638, 7657, 11010, 1, 1 }, /* cuMemMapArrayAsync_ptsz */
+    { 7681, 0, 0, 11020, 1, 0 }, /* cuMemPoolCreate */
+    { 7697, 0, 0, 11020, 1, 0 }, /* cuMemPoolDestroy */
+    { 7714, 0, 0, 11020, 1, 0 }, /* cuMemPoolExportPointer */
+    { 7737, 0, 0, 11020, 1, 0 }, /* cuMemPoolExportToShareableHandle */
+    { 7770, 0, 0, 11020, 1, 0 }, /* cuMemPoolGetAccess */
+    { 7789, 0, 0, 11020, 1, 0 }, /* cuMemPoolGetAttribute */
+    { 7811, 0, 0, 11020, 1, 0 }, /* cuMemPoolImportFromShareableHandle */
+    { 7846, 0, 0, 11020, 1, 0 }, /* cuMemPoolImportPointer */
+    { 7869, 0, 0, 11020, 1, 0 }, /* cuMemPoolSetAccess */
+    { 7888, 0, 0, 11020, 1, 0 }, /* cuMemPoolSetAttribute */
+    { 7910, 0, 0, 11020, 1, 0 }, /* cuMemPoolTrimTo */
+    { 7926, 0, 7945, 12020, 1, 0 }, /* cuMemPrefetchAsync */
+    { 7967, 7926, 7991, 12020, 1, 1 }, /* cuMemPrefetchAsync_ptsz */
+    { 8018, 0, 0, 13000, 1, 0 }, /* cuMemPrefetchBatchAsync */
+    { 8042, 8018, 8042, 13000, 1, 1 }, /* cuMemPrefetchBatchAsync_ptsz */
+    { 8071, 0, 0, 8000, 1, 0 }, /* cuMemRangeGetAttribute */
+    { 8094, 0, 0, 8000, 1, 0 }, /* cuMemRangeGetAttributes */
+    { 8118, 0, 0, 10020, 1, 0 }, /* cuMemRelease */
+    { 8131, 0, 0, 11000, 1, 0 }, /* cuMemRetainAllocationHandle */
+    { 8159, 0, 0, 10020, 1, 0 }, /* cuMemSetAccess */
+    { 8174, 0, 0, 13000, 1, 0 }, /* cuMemSetMemPool */
+    { 8190, 0, 0, 10020, 1, 0 }, /* cuMemUnmap */
+    { 8201, 0, 0, 4000, 1, 0 }, /* cuMemcpy */
+    { 8210, 0, 8221, 3020, 1, 0 }, /* cuMemcpy2D */
+    { 8235, 0, 8251, 3020, 1, 0 }, /* cuMemcpy2DAsync */
+    { 8270, 8235, 8291, 7000, 1, 1 }, /* cuMemcpy2DAsync_ptsz */
+    { 8315, 0, 8335, 3020, 1, 0 }, /* cuMemcpy2DUnaligned */
+    { 8358, 8315, 8383, 7000, 1, 1 }, /* cuMemcpy2DUnaligned_ptds */
+    { 8411, 8210, 8427, 7000, 1, 1 }, /* cuMemcpy2D_ptds */
+    { 8446, 0, 8457, 3020, 1, 0 }, /* cuMemcpy3D */
+    { 8471, 0, 8487, 3020, 1, 0 }, /* cuMemcpy3DAsync */
+    { 8506, 8471, 8527, 7000, 1, 1 }, /* cuMemcpy3DAsync_ptsz */
+    { 8551, 0, 8572, 13000, 1, 0 }, /* cuMemcpy3DBatchAsync */
+    { 8596, 8551, 8622, 13000, 1, 1 }, /* cuMemcpy3DBatchAsync_ptsz */
+    { 8651, 0, 0, 4000, 1, 0 }, /* cuMemcpy3DPeer */
+    { 8666, 0, 0, 4000, 1, 0 }, /* cuMemcpy3DPeerAsync */
+    { 8686, 8666, 8686, 7000, 1, 1 }, /* cuMemcpy3DPeerAsync_ptsz */
+    { 8711, 8651, 8711, 7000, 1, 1 }, /* cuMemcpy3DPeer_ptds */
+    { 8731, 8446, 8747, 7000, 1, 1 }, /* cuMemcpy3D_ptds */
+    { 8766, 0, 0, 4000, 1, 0 }, /* cuMemcpyAsync */
+    { 8780, 8766, 8780, 7000, 1, 1 }, /* cuMemcpyAsync_ptsz */
+    { 8799, 0, 8812, 3020, 1, 0 }, /* cuMemcpyAtoA */
+    { 8828, 8799, 8846, 7000, 1, 1 }, /* cuMemcpyAtoA_ptds */
+    { 8867, 0, 8880, 3020, 1, 0 }, /* cuMemcpyAtoD */
+    { 8896, 8867, 8914, 7000, 1, 1 }, /* cuMemcpyAtoD_ptds */
+    { 8935, 0, 8948, 3020, 1, 0 }, /* cuMemcpyAtoH */
+    { 8964, 0, 8982, 3020, 1, 0 }, /* cuMemcpyAtoHAsync */
+    { 9003, 8964, 9026, 7000, 1, 1 }, /* cuMemcpyAtoHAsync_ptsz */
+    { 9052, 8935, 9070, 7000, 1, 1 }, /* cuMemcpyAtoH_ptds */
+    { 9091, 0, 9110, 13000, 1, 0 }, /* cuMemcpyBatchAsync */
+    { 9132, 9091, 9156, 13000, 1, 1 }, /* cuMemcpyBatchAsync_ptsz */
+    { 9183, 0, 9196, 3020, 1, 0 }, /* cuMemcpyDtoA */
+    { 9212, 9183, 9230, 7000, 1, 1 }, /* cuMemcpyDtoA_ptds */
+    { 9251, 0, 9264, 3020, 1, 0 }, /* cuMemcpyDtoD */
+    { 9280, 0, 9298, 3020, 1, 0 }, /* cuMemcpyDtoDAsync */
+    { 9319, 9280, 9342, 7000, 1, 1 }, /* cuMemcpyDtoDAsync_ptsz */
+    { 9368, 9251, 9386, 7000, 1, 1 }, /* cuMemcpyDtoD_ptds */
+    { 9407, 0, 9420, 3020, 1, 0 }, /* cuMemcpyDtoH */
+    { 9436, 0, 9454, 3020, 1, 0 }, /* cuMemcpyDtoHAsync */
+    { 9475, 9436, 9498, 7000, 1, 1 }, /* cuMemcpyDtoHAsync_ptsz */
+    { 9524, 9407, 9542, 7000, 1, 1 }, /* cuMemcpyDtoH_ptds */
+    { 9563, 0, 9576, 3020, 1, 0 }, /* cuMemcpyHtoA */
+    { 9592, 0, 9610, 3020, 1, 0 }, /* cuMemcpyHtoAAsync */
+    { 9631, 9592, 9654, 7000, 1, 1 }, /* cuMemcpyHtoAAsync_ptsz */
+    { 9680, 9563, 9698, 7000, 1, 1 }, /* cuMemcpyHtoA_ptds */
+    { 9719, 0, 9732, 3020, 1, 0 }, /* cuMemcpyHtoD */
+    { 9748, 0, 9766, 3020, 1, 0 }, /* cuMemcpyHtoDAsync */
+    { 9787, 9748, 9810, 7000, 1, 1 }, /* cuMemcpyHtoDAsync_ptsz */
+    { 9836, 9719, 9854, 7000, 1, 1 }, /* cuMemcpyHtoD_ptds */
+    { 9875, 0, 0, 4000, 1, 0 }, /* cuMemcpyPeer */
+    { 9888, 0, 0, 4000, 1, 0 }, /* cuMemcpyPeerAsync */
+    { 9906, 9888, 9906, 7000, 1, 1 }, /* cuMemcpyPeerAsync_ptsz */
+    { 9929, 9875, 9929, 7000, 1, 1 }, /* cuMemcpyPeer_ptds */
+    { 9947, 8201, 9947, 7000, 1, 1 }, /* cuMemcpy_ptds */
+    { 9961, 0, 9973, 3020, 1, 0 }, /* cuMemsetD16 */
+    { 9988, 0, 0, 3020, 1, 0 }, /* cuMemsetD16Async */
+    { 10005, 9988, 10005, 7000, 1, 1 }, /* cuMemsetD16Async_ptsz */
+    { 10027, 9961, 10044, 7000, 1, 1 }, /* cuMemsetD16_ptds */
+    { 10064, 0, 10078, 3020, 1, 0 }, /* cuMemsetD2D16 */
+    { 10095, 0, 0, 3020, 1, 0 }, /* cuMemsetD2D16Async */
+    { 10114, 10095, 10114, 7000, 1, 1 }, /* cuMemsetD2D16Async_ptsz */
+    { 10138, 10064, 10157, 7000, 1, 1 }, /* cuMemsetD2D16_ptds */
+    { 10179, 0, 10193, 3020, 1, 0 }, /* cuMemsetD2D32 */
+    { 10210, 0, 0, 3020, 1, 0 }, /* cuMemsetD2D32Async */
+    { 10229, 10210, 10229, 7000, 1, 1 }, /* cuMemsetD2D32Async_ptsz */
+    { 10253, 10179, 10272, 7000, 1, 1 }, /* cuMemsetD2D32_ptds */
+    { 10294, 0, 10307, 3020, 1, 0 }, /* cuMemsetD2D8 */
+    { 10323, 0, 0, 3020, 1, 0 }, /* cuMemsetD2D8Async */
+    { 10341, 10323, 10341, 7000, 1, 1 }, /* cuMemsetD2D8Async_ptsz */
+    { 10364, 10294, 10382, 7000, 1, 1 }, /* cuMemsetD2D8_ptds */
+    { 10403, 0, 10415, 3020, 1, 0 }, /* cuMemsetD32 */
+    { 10430, 0, 0, 3020, 1, 0 }, /* cuMemsetD32Async */
+    { 10447, 10430, 10447, 7000, 1, 1 }, /* cuMemsetD32Async_ptsz */
+    { 10469, 10403, 10486, 7000, 1, 1 }, /* cuMemsetD32_ptds */
+    { 10506, 0, 10517, 3020, 1, 0 }, /* cuMemsetD8 */
+    { 10531, 0, 0, 3020, 1, 0 }, /* cuMemsetD8Async */
+    { 10547, 10531, 10547, 7000, 1, 1 }, /* cuMemsetD8Async_ptsz */
+    { 10568, 10506, 10584, 7000, 1, 1 }, /* cuMemsetD8_ptds */
+    { 10603, 0, 0, 5000, 1, 0 }, /* cuMipmappedArrayCreate */
+    { 10626, 0, 0, 5000, 1, 0 }, /* cuMipmappedArrayDestroy */
+    { 10650, 0, 0, 5000, 1, 0 }, /* cuMipmappedArrayGetLevel */
+    { 10675, 0, 0, 11060, 1, 0 }, /* cuMipmappedArrayGetMemoryRequirements */
+    { 10713, 0, 0, 11010, 1, 0 }, /* cuMipmappedArrayGetSparseProperties */
+    { 10749, 0, 0, 12040, 1, 0 }, /* cuModuleEnumerateFunctions */
+    { 10776, 0, 0, 2000, 1, 0 }, /* cuModuleGetFunction */
+    { 10796, 0, 0, 12040, 1, 0 }, /* cuModuleGetFunctionCount */
+    { 10821, 0, 10839, 3020, 1, 0 }, /* cuModuleGetGlobal */
+    { 10860, 0, 0, 11070, 1, 0 }, /* cuModuleGetLoadingMode */
+    { 10883, 0, 0, 3000, 1, 0 }, /* cuModuleGetSurfRef */
+    { 10902, 0, 0, 2000, 1, 0 }, /* cuModuleGetTexRef */
+    { 10920, 0, 0, 2000, 1, 0 }, /* cuModuleLoad */
+    { 10933, 0, 0, 2000, 1, 0 }, /* cuModuleLoadData */
+    { 10950, 0, 0, 2010, 1, 0 }, /* cuModuleLoadDataEx */
+    { 10969, 0, 0, 2000, 1, 0 }, /* cuModuleLoadFatBinary */
+    { 10991, 0, 0, 2000, 1, 0 }, /* cuModuleUnload */
+    { 11006, 0, 0, 12010, 1, 0 }, /* cuMulticastAddDevice */
+    { 11027, 0, 0, 12010, 1, 0 }, /* cuMulticastBindAddr */
+    { 11047, 0, 0, 12010, 1, 0 }, /* cuMulticastBindMem */
+    { 11066, 0, 0, 12010, 1, 0 }, /* cuMulticastCreate */
+    { 11084, 0, 0, 12010, 1, 0 }, /* cuMulticastGetGranularity */
+    { 11110, 0, 0, 12010, 1, 0 }, /* cuMulticastUnbind */
+    { 11128, 0, 0, 10020, 1, 0 }, /* cuOccupancyAvailableDynamicSMemPerBlock */
+    { 11168, 0, 0, 6050, 1, 0 }, /* cuOccupancyMaxActiveBlocksPerMultiprocessor */
+    { 11212, 0, 0, 7000, 1, 0 }, /* cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags */
+    { 11265, 0, 0, 11070, 1, 0 }, /* cuOccupancyMaxActiveClusters */
+    { 11294, 0, 0, 6050, 1, 0 }, /* cuOccupancyMaxPotentialBlockSize */
+    { 11327, 0, 0, 7000, 1, 0 }, /* cuOccupancyMaxPotentialBlockSizeWithFlags */
+    { 11369, 0, 0, 11070, 1, 0 }, /* cuOccupancyMaxPotentialClusterSize */
+    { 11404, 0, 0, 2000, 1, 0 }, /* cuParamSetSize */
+    { 11419, 0, 0, 2000, 1, 0 }, /* cuParamSetTexRef */
+    { 11436, 0, 0, 2000, 1, 0 }, /* cuParamSetf */
+    { 11448, 0, 0, 2000, 1, 0 }, /* cuParamSeti */
+    { 11460, 0, 0, 2000, 1, 0 }, /* cuParamSetv */
+    { 11472, 0, 0, 4000, 1, 0 }, /* cuPointerGetAttribute */
+    { 11494, 0, 0, 7000, 1, 0 }, /* cuPointerGetAttributes */
+    { 11517, 0, 0, 6000, 1, 0 }, /* cuPointerSetAttribute */
+    { 11539, 0, 0, 10000, 1, 0 }, /* cuSignalExternalSemaphoresAsync */
+    { 11571, 11539, 11571, 10000, 1, 1 }, /* cuSignalExternalSemaphoresAsync_ptsz */
+    { 11608, 0, 0, 5000, 1, 0 }, /* cuStreamAddCallback */
+    { 11628, 11608, 11628, 7000, 1, 1 }, /* cuStreamAddCallback_ptsz */
+    { 11653, 0, 0, 6000, 1, 0 }, /* cuStreamAttachMemAsync */
+    { 11676, 11653, 11676, 7000, 1, 1 }, /* cuStreamAttachMemAsync_ptsz */
+    { 11704, 0, 11723, 11070, 1, 0 }, /* cuStreamBatchMemOp */
+    { 11745, 11704, 11769, 11070, 1, 1 }, /* cuStreamBatchMemOp_ptsz */
+    { 11796, 0, 11817, 10010, 1, 0 }, /* cuStreamBeginCapture */
+    { 11841, 0, 0, 12030, 1, 0 }, /* cuStreamBeginCaptureToGraph */
+    { 11869, 11841, 11869, 12030, 1, 1 }, /* cuStreamBeginCaptureToGraph_ptsz */
+    { 11902, 11796, 11928, 10010, 1, 1 }, /* cuStreamBeginCapture_ptsz */
+    { 11957, 0, 0, 11000, 1, 0 }, /* cuStreamCopyAttributes */
+    { 11980, 11957, 11980, 11000, 1, 1 }, /* cuStreamCopyAttributes_ptsz */
+    { 12008, 0, 0, 2000, 1, 0 }, /* cuStreamCreate */
+    { 12023, 0, 0, 5050, 1, 0 }, /* cuStreamCreateWithPriority */
+    { 12050, 0, 12066, 4000, 1, 0 }, /* cuStreamDestroy */
+    { 12085, 0, 0, 10000, 1, 0 }, /* cuStreamEndCapture */
+    { 12104, 12085, 12104, 10000, 1, 1 }, /* cuStreamEndCapture_ptsz */
+    { 12128, 0, 0, 11000, 1, 0 }, /* cuStreamGetAttribute */
+    { 12149, 12128, 12149, 11000, 1, 1 }, /* cuStreamGetAttribute_ptsz */
+    { 12175, 0, 12198, 12030, 1, 0 }, /* cuStreamGetCaptureInfo */
+    { 12224, 12175, 12252, 12030, 1, 1 }, /* cuStreamGetCaptureInfo_ptsz */
+    { 12283, 0, 0, 9020, 1, 0 }, /* cuStreamGetCtx */
+    { 12298, 12283, 12298, 9020, 1, 1 }, /* cuStreamGetCtx_ptsz */
+    { 12318, 12283, 12318, 12050, 1, 0 }, /* cuStreamGetCtx_v2 */
+    { 12336, 12283, 12336, 12050, 1, 1 }, /* cuStreamGetCtx_v2_ptsz */
+    { 12359, 0, 0, 12080, 1, 0 }, /* cuStreamGetDevice */
+    { 12377, 12359, 12377, 12080, 1, 1 }, /* cuStreamGetDevice_ptsz */
+    { 12400, 0, 0, 5050, 1, 0 }, /* cuStreamGetFlags */
+    { 12417, 12400, 12417, 7000, 1, 1 }, /* cuStreamGetFlags_ptsz */
+    { 12439, 0, 0, 12040, 1, 0 }, /* cuStreamGetGreenCtx */
+    { 12459, 0, 0, 12000, 1, 0 }, /* cuStreamGetId */
+    { 12473, 12459, 12473, 12000, 1, 1 }, /* cuStreamGetId_ptsz */
+    { 12492, 0, 0, 5050, 1, 0 }, /* cuStreamGetPriority */
+    { 12512, 12492, 12512, 7000, 1, 1 }, /* cuStreamGetPriority_ptsz */
+    { 12537, 0, 0, 10000, 1, 0 }, /* cuStreamIsCapturing */
+    { 12557, 12537, 12557, 10000, 1, 1 }, /* cuStreamIsCapturing_ptsz */
+    { 12582, 0, 0, 2000, 1, 0 }, /* cuStreamQuery */
+    { 12596, 12582, 12596, 7000, 1, 1 }, /* cuStreamQuery_ptsz */
+    { 12615, 0, 0, 11000, 1, 0 }, /* cuStreamSetAttribute */
+    { 12636, 12615, 12636, 11000, 1, 1 }, /* cuStreamSetAttribute_ptsz */
+    { 12662, 0, 0, 2000, 1, 0 }, /* cuStreamSynchronize */
+    { 12682, 12662, 12682, 7000, 1, 1 }, /* cuStreamSynchronize_ptsz */
+    { 12707, 0, 12741, 12030, 1, 0 }, /* cuStreamUpdateCaptureDependencies */
+    { 12778, 12707, 12817, 12030, 1, 1 }, /* cuStreamUpdateCaptureDependencies_ptsz */
+    { 12859, 0, 0, 3020, 1, 0 }, /* cuStreamWaitEvent */
+    { 12877, 12859, 12877, 7000, 1, 1 }, /* cuStreamWaitEvent_ptsz */
+    { 12900, 0, 12920, 11070, 1, 0 }, /* cuStreamWaitValue32 */
+    { 12943, 12900, 12968, 11070, 1, 1 }, /* cuStreamWaitValue32_ptsz */
+    { 12996, 0, 13016, 11070, 1, 0 }, /* cuStreamWaitValue64 */
+    { 13039, 12996, 13064, 11070, 1, 1 }, /* cuStreamWaitValue64_ptsz */
+    { 13092, 0, 13113, 11070, 1, 0 }, /* cuStreamWriteValue32 */
+    { 13137, 13092, 13163, 11070, 1, 1 }, /* cuStreamWriteValue32_ptsz */
+    { 13192, 0, 13213, 11070, 1, 0 }, /* cuStreamWriteValue64 */
+    { 13237, 13192, 13263, 11070, 1, 1 }, /* cuStreamWriteValue64_ptsz */
+    { 13292, 0, 0, 5000, 1, 0 }, /* cuSurfObjectCreate */
+    { 13311, 0, 0, 5000, 1, 0 }, /* cuSurfObjectDestroy */
+    { 13331, 0, 0, 5000, 1, 0 }, /* cuSurfObjectGetResourceDesc */
+    { 13359, 0, 0, 3000, 1, 0 }, /* cuSurfRefGetArray */
+    { 13377, 0, 0, 3000, 1, 0 }, /* cuSurfRefSetArray */
+    { 13395, 0, 0, 12000, 1, 0 }, /* cuTensorMapEncodeIm2col */
+    { 13419, 0, 0, 12080, 1, 0 }, /* cuTensorMapEncodeIm2colWide */
+    { 13447, 0, 0, 12000, 1, 0 }, /* cuTensorMapEncodeTiled */
+    { 13470, 0, 0, 12000, 1, 0 }, /* cuTensorMapReplaceAddress */
+    { 13496, 0, 0, 5000, 1, 0 }, /* cuTexObjectCreate */
+    { 13514, 0, 0, 5000, 1, 0 }, /* cuTexObjectDestroy */
+    { 13533, 0, 0, 5000, 1, 0 }, /* cuTexObjectGetResourceDesc */
+    { 13560, 0, 0, 5000, 1, 0 }, /* cuTexObjectGetResourceViewDesc */
+    { 13591, 0, 0, 5000, 1, 0 }, /* cuTexObjectGetTextureDesc */
+    { 13617, 0, 0, 2000, 1, 0 }, /* cuTexRefCreate */
+    { 13632, 0, 0, 2000, 1, 0 }, /* cuTexRefDestroy */
+    { 13648, 0, 13667, 3020, 1, 0 }, /* cuTexRefGetAddress */
+    { 13689, 0, 0, 2000, 1, 0 }, /* cuTexRefGetAddressMode */
+    { 13712, 0, 0, 2000, 1, 0 }, /* cuTexRefGetArray */
+    { 13729, 0, 0, 8000, 1, 0 }, /* cuTexRefGetBorderColor */
+    { 13752, 0, 0, 2000, 1, 0 }, /* cuTexRefGetFilterMode */
+    { 13774, 0, 0, 2000, 1, 0 }, /* cuTexRefGetFlags */
+    { 13791, 0, 0, 2000, 1, 0 }, /* cuTexRefGetFormat */
+    { 13809, 0, 0, 5000, 1, 0 }, /* cuTexRefGetMaxAnisotropy */
+    { 13834, 0, 0, 5000, 1, 0 }, /* cuTexRefGetMipmapFilterMode */
+    { 13862, 0, 0, 5000, 1, 0 }, /* cuTexRefGetMipmapLevelBias */
+    { 13889, 0, 0, 5000, 1, 0 }, /* cuTexRefGetMipmapLevelClamp */
+    { 13917, 0, 0, 5000, 1, 0 }, /* cuTexRefGetMipmappedArray */
+    { 13943, 0, 13962, 3020, 1, 0 }, /* cuTexRefSetAddress */
+    { 13984, 0, 14005, 4010, 1, 0 }, /* cuTexRefSetAddress2D */
+    { 14029, 0, 0, 2000, 1, 0 }, /* cuTexRefSetAddressMode */
+    { 14052, 0, 0, 2000, 1, 0 }, /* cuTexRefSetArray */
+    { 14069, 0, 0, 8000, 1, 0 }, /* cuTexRefSetBorderColor */
+    { 14092, 0, 0, 2000, 1, 0 }, /* cuTexRefSetFilterMode */
+    { 14114, 0, 0, 2000, 1, 0 }, /* cuTexRefSetFlags */
+    { 14131, 0, 0, 2000, 1, 0 }, /* cuTexRefSetFormat */
+    { 14149, 0, 0, 5000, 1, 0 }, /* cuTexRefSetMaxAnisotropy */
+    { 14174, 0, 0, 5000, 1, 0 }, /* cuTexRefSetMipmapFilterMode */
+    { 14202, 0, 0, 5000, 1, 0 }, /* cuTexRefSetMipmapLevelBias */
+    { 14229, 0, 0, 5000, 1, 0 }, /* cuTexRefSetMipmapLevelClamp */
+    { 14257, 0, 0, 5000, 1, 0 }, /* cuTexRefSetMipmappedArray */
+    { 14283, 0, 0, 10010, 1, 0 }, /* cuThreadExchangeStreamCaptureMode */
+    { 14317, 0, 0, 11030, 1, 0 }, /* cuUserObjectCreate */
+    { 14336, 0, 0, 11030, 1, 0 }, /* cuUserObjectRelease */
+    { 14356, 0, 0, 11030, 1, 0 }, /* cuUserObjectRetain */
+    { 14375, 0, 0, 10000, 1, 0 }, /* cuWaitExternalSemaphoresAsync */
+    { 14405, 14375, 14405, 10000, 1, 1 }, /* cuWaitExternalSemaphoresAsync_ptsz */
+    { 14440, 0, 0, 0, 2, 0 }, /* cublasAsumEx */
+    { 14453, 0, 0, 0, 2, 0 }, /* cublasAsumEx_64 */
+    { 14469, 0, 0, 0, 2, 0 }, /* cublasAxpyEx */
+    { 14482, 0, 0, 0, 2, 0 }, /* cublasAxpyEx_64 */
+    { 14498, 14510, 0, 0, 2, 0 }, /* cublasCaxpy */
+    { 14525, 14540, 0, 0, 2, 0 }, /* cublasCaxpy_64 */
+    { 14540, 0, 0, 0, 2, 0 }, /* cublasCaxpy_v2_64 */
+    { 14558, 14570, 0, 0, 2, 0 }, /* cublasCcopy */
+    { 14585, 14600, 0, 0, 2, 0 }, /* cublasCcopy_64 */
+    { 14600, 0, 0, 0, 2, 0 }, /* cublasCcopy_v2_64 */
+    { 14618, 0, 0, 0, 2, 0 }, /* cublasCdgmm */
+    { 14630, 0, 0, 0, 2, 0 }, /* cublasCdgmm_64 */
+    { 14645, 14657, 0, 0, 2, 0 }, /* cublasCdotc */
+    { 14672, 14687, 0, 0, 2, 0 }, /* cublasCdotc_64 */
+    { 14687, 0, 0, 0, 2, 0 }, /* cublasCdotc_v2_64 */
+    { 14705, 14717, 0, 0, 2, 0 }, /* cublasCdotu */
+    { 14732, 14747, 0, 0, 2, 0 }, /* cublasCdotu_64 */
+    { 14747, 0, 0, 0, 2, 0 }, /* cublasCdotu_v2_64 */
+    { 14765, 14777, 0, 0, 2, 0 }, /* cublasCgbmv */
+    { 14792, 14807, 0, 0, 2, 0 }, /* cublasCgbmv_64 */
+    { 14807, 0, 0, 0, 2, 0 }, /* cublasCgbmv_v2_64 */
+    { 14825, 0, 0, 0, 2, 0 }, /* cublasCgeam */
+    { 14837, 0, 0, 0, 2, 0 }, /* cublasCgeam_64 */
+    { 14852, 0, 0, 0, 2, 0 }, /* cublasCgelsBatched */
+    { 14871, 14883, 0, 0, 2, 0 }, /* cublasCgemm */
+    { 14898, 0, 0, 0, 2, 0 }, /* cublasCgemm3m */
+    { 14912, 0, 0, 0, 2, 0 }, /* cublasCgemm3mBatched */
+    { 14933, 0, 0, 0, 2, 0 }, /* cublasCgemm3mBatched_64 */
+    { 14957, 0, 0, 0, 2, 0 }, /* cublasCgemm3mEx */
+    { 14973, 0, 0, 0, 2, 0 }, /* cublasCgemm3mEx_64 */
+    { 14992, 0, 0, 0, 2, 0 }, /* cublasCgemm3mStridedBatched */
+    { 15020, 0, 0, 0, 2, 0 }, /* cublasCgemm3mStridedBatched_64 */
+    { 15051, 0, 0, 0, 2, 0 }, /* cublasCgemm3m_64 */
+    { 15068, 0, 0, 0, 2, 0 }, /* cublasCgemmBatched */
+    { 15087, 0, 0, 0, 2, 0 }, /* cublasCgemmBatched_64 */
+    { 15109, 0, 0, 0, 2, 0 }, /* cublasCgemmEx */
+    { 15123, 0, 0, 0, 2, 0 }, /* cublasCgemmEx_64 */
+    { 15140, 0, 0, 0, 2, 0 }, /* cublasCgemmStridedBatched */
+    { 15166, 0, 0, 0, 2, 0 }, /* cublasCgemmStridedBatched_64 */
+    { 15195, 15210, 0, 0, 2, 0 }, /* cublasCgemm_64 */
+    { 15210, 0, 0, 0, 2, 0 }, /* cublasCgemm_v2_64 */
+    { 15228, 15240, 0, 0, 2, 0 }, /* cublasCgemv */
+    { 15255, 0, 0, 0, 2, 0 }, /* cublasCgemvBatched */
+    { 15274, 0, 0, 0, 2, 0 }, /* cublasCgemvBatched_64 */
+    { 15296, 0, 0, 0, 2, 0 }, /* cublasCgemvStridedBatched */
+    { 15322, 0, 0, 0, 2, 0 }, /* cublasCgemvStridedBatched_64 */
+    { 15351, 15366, 0, 0, 2, 0 }, /* cublasCgemv_64 */
+    { 15366, 0, 0, 0, 2, 0 }, /* cublasCgemv_v2_64 */
+    { 15384, 0, 0, 0, 2, 0 }, /* cublasCgeqrfBatched */
+    { 15404, 15416, 0, 0, 2, 0 }, /* cublasCgerc */
+    { 15431, 15446, 0, 0, 2, 0 }, /* cublasCgerc_64 */
+    { 15446, 0, 0, 0, 2, 0 }, /* cublasCgerc_v2_64 */
+    { 15464, 15476, 0, 0, 2, 0 }, /* cublasCgeru */
+    { 15491, 15506, 0, 0, 2, 0 }, /* cublasCgeru_64 */
+    { 15506, 0, 0, 0, 2, 0 }, /* cublasCgeru_v2_64 */
+    { 15524, 0, 0, 0, 2, 0 }, /* cublasCgetrfBatched */
+    { 15544, 0, 0, 0, 2, 0 }, /* cublasCgetriBatched */
+    { 15564, 0, 0, 0, 2, 0 }, /* cublasCgetrsBatched */
+    { 15584, 15596, 0, 0, 2, 0 }, /* cublasChbmv */
+    { 15611, 15626, 0, 0, 2, 0 }, /* cublasChbmv_64 */
+    { 15626, 0, 0, 0, 2, 0 }, /* cublasChbmv_v2_64 */
+    { 15644, 15656, 0, 0, 2, 0 }, /* cublasChemm */
+    { 15671, 15686, 0, 0, 2, 0 }, /* cublasChemm_64 */
+    { 15686, 0, 0, 0, 2, 0 }, /* cublasChemm_v2_64 */
+    { 15704, 15716, 0, 0, 2, 0 }, /* cublasChemv */
+    { 15731, 15746, 0, 0, 2, 0 }, /* cublasChemv_64 */
+    { 15746, 0, 0, 0, 2, 0 }, /* cublasChemv_v2_64 */
+    { 15764, 15775, 0, 0, 2, 0 }, /* cublasCher */
+    { 15789, 15801, 0, 0, 2, 0 }, /* cublasCher2 */
+    { 15816, 15831, 0, 0, 2, 0 }, /* cublasCher2_64 */
+    { 15831, 0, 0, 0, 2, 0 }, /* cublasCher2_v2_64 */
+    { 15849, 15862, 0, 0, 2, 0 }, /* cublasCher2k */
+    { 15878, 15894, 0, 0, 2, 0 }, /* cublasCher2k_64 */
+    { 15894, 0, 0, 0, 2, 0 }, /* cublasCher2k_v2_64 */
+    { 15913, 15927, 0, 0, 2, 0 }, /* cublasCher_64 */
+    { 15927, 0, 0, 0, 2, 0 }, /* cublasCher_v2_64 */
+    { 15944, 15956, 0, 0, 2, 0 }, /* cublasCherk */
+    { 15971, 0, 0, 0, 2, 0 }, /* cublasCherk3mEx */
+    { 15987, 0, 0, 0, 2, 0 }, /* cublasCherk3mEx_64 */
+    { 16006, 0, 0, 0, 2, 0 }, /* cublasCherkEx */
+    { 16020, 0, 0, 0, 2, 0 }, /* cublasCherkEx_64 */
+    { 16037, 16052, 0, 0, 2, 0 }, /* cublasCherk_64 */
+    { 16052, 0, 0, 0, 2, 0 }, /* cublasCherk_v2_64 */
+    { 16070, 0, 0, 0, 2, 0 }, /* cublasCherkx */
+    { 16083, 0, 0, 0, 2, 0 }, /* cublasCherkx_64 */
+    { 16099, 16111, 0, 0, 2, 0 }, /* cublasChpmv */
+    { 16126, 16141, 0, 0, 2, 0 }, /* cublasChpmv_64 */
+    { 16141, 0, 0, 0, 2, 0 }, /* cublasChpmv_v2_64 */
+    { 16159, 16170, 0, 0, 2, 0 }, /* cublasChpr */
+    { 16184, 16196, 0, 0, 2, 0 }, /* cublasChpr2 */
+    { 16211, 16226, 0, 0, 2, 0 }, /* cublasChpr2_64 */
+    { 16226, 0, 0, 0, 2, 0 }, /* cublasChpr2_v2_64 */
+    { 16244, 16258, 0, 0, 2, 0 }, /* cublasChpr_64 */
+    { 16258, 0, 0, 0, 2, 0 }, /* cublasChpr_v2_64 */
+    { 16275, 0, 0, 0, 2, 0 }, /* cublasCmatinvBatched */
+    { 16296, 0, 0, 0, 2, 0 }, /* cublasCopyEx */
+    { 16309, 0, 0, 0, 2, 0 }, /* cublasCopyEx_64 */
+    { 16325, 16338, 0, 0, 2, 0 }, /* cublasCreate */
+    { 16354, 16365, 0, 0, 2, 0 }, /* cublasCrot */
+    { 16379, 16393, 0, 0, 2, 0 }, /* cublasCrot_64 */
+    { 16393, 0, 0, 0, 2, 0 }, /* cublasCrot_v2_64 */
+    { 16410, 16422, 0, 0, 2, 0 }, /* cublasCrotg */
+    { 16437, 16449, 0, 0, 2, 0 }, /* cublasCscal */
+    { 16464, 16479, 0, 0, 2, 0 }, /* cublasCscal_64 */
+    { 16479, 0, 0, 0, 2, 0 }, /* cublasCscal_v2_64 */
+    { 16497, 16509, 0, 0, 2, 0 }, /* cublasCsrot */
+    { 16524, 16539, 0, 0, 2, 0 }, /* cublasCsrot_64 */
+    { 16539, 0, 0, 0, 2, 0 }, /* cublasCsrot_v2_64 */
+    { 16557, 16570, 0, 0, 2, 0 }, /* cublasCsscal */
+    { 16586, 16602, 0, 0, 2, 0 }, /* cublasCsscal_64 */
+    { 16602, 0, 0, 0, 2, 0 }, /* cublasCsscal_v2_64 */
+    { 16621, 16633, 0, 0, 2, 0 }, /* cublasCswap */
+    { 16648, 16663, 0, 0, 2, 0 }, /* cublasCswap_64 */
+    { 16663, 0, 0, 0, 2, 0 }, /* cublasCswap_v2_64 */
+    { 16681, 16693, 0, 0, 2, 0 }, /* cublasCsymm */
+    { 16708, 16723, 0, 0, 2, 0 }, /* cublasCsymm_64 */
+    { 16723, 0, 0, 0, 2, 0 }, /* cublasCsymm_v2_64 */
+    { 16741, 16753, 0, 0, 2, 0 }, /* cublasCsymv */
+    { 16768, 16783, 0, 0, 2, 0 }, /* cublasCsymv_64 */
+    { 16783, 0, 0, 0, 2, 0 }, /* cublasCsymv_v2_64 */
+    { 16801, 16812, 0, 0, 2, 0 }, /* cublasCsyr */
+    { 16826, 16838, 0, 0, 2, 0 }, /* cublasCsyr2 */
+    { 16853, 16868, 0, 0, 2, 0 }, /* cublasCsyr2_64 */
+    { 16868, 0, 0, 0, 2, 0 }, /* cublasCsyr2_v2_64 */
+    { 16886, 16899, 0, 0, 2, 0 }, /* cublasCsyr2k */
+    { 16915, 16931, 0, 0, 2, 0 }, /* cublasCsyr2k_64 */
+    { 16931, 0, 0, 0, 2, 0 }, /* cublasCsyr2k_v2_64 */
+    { 16950, 16964, 0, 0, 2, 0 }, /* cublasCsyr_64 */
+    { 16964, 0, 0, 0, 2, 0 }, /* cublasCsyr_v2_64 */
+    { 16981, 16993, 0, 0, 2, 0 }, /* cublasCsyrk */
+    { 17008, 0, 0, 0, 2, 0 }, /* cublasCsyrk3mEx */
+    { 17024, 0, 0, 0, 2, 0 }, /* cublasCsyrk3mEx_64 */
+    { 17043, 0, 0, 0, 2, 0 }, /* cublasCsyrkEx */
+    { 17057, 0, 0, 0, 2, 0 }, /* cublasCsyrkEx_64 */
+    { 17074, 17089, 0, 0, 2, 0 }, /* cublasCsyrk_64 */
+    { 17089, 0, 0, 0, 2, 0 }, /* cublasCsyrk_v2_64 */
+    { 17107, 0, 0, 0, 2, 0 }, /* cublasCsyrkx */
+    { 17120, 0, 0, 0, 2, 0 }, /* cublasCsyrkx_64 */
+    { 17136, 17148, 0, 0, 2, 0 }, /* cublasCtbmv */
+    { 17163, 17178, 0, 0, 2, 0 }, /* cublasCtbmv_64 */
+    { 17178, 0, 0, 0, 2, 0 }, /* cublasCtbmv_v2_64 */
+    { 17196, 17208, 0, 0, 2, 0 }, /* cublasCtbsv */
+    { 17223, 17238, 0, 0, 2, 0 }, /* cublasCtbsv_64 */
+    { 17238, 0, 0, 0, 2, 0 }, /* cublasCtbsv_v2_64 */
+    { 17256, 17268, 0, 0, 2, 0 }, /* cublasCtpmv */
+    { 17283, 17298, 0, 0, 2, 0 }, /* cublasCtpmv_64 */
+    { 17298, 0, 0, 0, 2, 0 }, /* cublasCtpmv_v2_64 */
+    { 17316, 17328, 0, 0, 2, 0 }, /* cublasCtpsv */
+    { 17343, 17358, 0, 0, 2, 0 }, /* cublasCtpsv_64 */
+    { 17358, 0, 0, 0, 2, 0 }, /* cublasCtpsv_v2_64 */
+    { 17376, 0, 0, 0, 2, 0 }, /* cublasCtpttr */
+    { 17389, 17401, 0, 0, 2, 0 }, /* cublasCtrmm */
+    { 17416, 17431, 0, 0, 2, 0 }, /* cublasCtrmm_64 */
+    { 17431, 0, 0, 0, 2, 0 }, /* cublasCtrmm_v2_64 */
+    { 17449, 17461, 0, 0, 2, 0 }, /* cublasCtrmv */
+    { 17476, 17491, 0, 0, 2, 0 }, /* cublasCtrmv_64 */
+    { 17491, 0, 0, 0, 2, 0 }, /* cublasCtrmv_v2_64 */
+    { 17509, 17521, 0, 0, 2, 0 }, /* cublasCtrsm */
+    { 17536, 0, 0, 0, 2, 0 }, /* cublasCtrsmBatched */
+    { 17555, 0, 0, 0, 2, 0 }, /* cublasCtrsmBatched_64 */
+    { 17577, 17592, 0, 0, 2, 0 }, /* cublasCtrsm_64 */
+    { 17592, 0, 0, 0, 2, 0 }, /* cublasCtrsm_v2_64 */
+    { 17610, 17622, 0, 0, 2, 0 }, /* cublasCtrsv */
+    { 17637, 17652, 0, 0, 2, 0 }, /* cublasCtrsv_64 */
+    { 17652, 0, 0, 0, 2, 0 }, /* cublasCtrsv_v2_64 */
+    { 17670, 0, 0, 0, 2, 0 }, /* cublasCtrttp */
+    { 17683, 17695, 0, 0, 2, 0 }, /* cublasDasum */
+    { 17710, 17725, 0, 0, 2, 0 }, /* cublasDasum_64 */
+    { 17725, 0, 0, 0, 2, 0 }, /* cublasDasum_v2_64 */
+    { 17743, 17755, 0, 0, 2, 0 }, /* cublasDaxpy */
+    { 17770, 17785, 0, 0, 2, 0 }, /* cublasDaxpy_64 */
+    { 17785, 0, 0, 0, 2, 0 }, /* cublasDaxpy_v2_64 */
+    { 17803, 17815, 0, 0, 2, 0 }, /* cublasDcopy */
+    { 17830, 17845, 0, 0, 2, 0 }, /* cublasDcopy_64 */
+    { 17845, 0, 0, 0, 2, 0 }, /* cublasDcopy_v2_64 */
+    { 17863, 0, 0, 0, 2, 0 }, /* cublasDdgmm */
+    { 17875, 0, 0, 0, 2, 0 }, /* cublasDdgmm_64 */
+    { 17890, 17901, 0, 0, 2, 0 }, /* cublasDdot */
+    { 17915, 17929, 0, 0, 2, 0 }, /* cublasDdot_64 */
+    { 17929, 0, 0, 0, 2, 0 }, /* cublasDdot_v2_64 */
+    { 17946, 17960, 0, 0, 2, 0 }, /* cublasDestroy */
+    { 17977, 17989, 0, 0, 2, 0 }, /* cublasDgbmv */
+    { 18004, 18019, 0, 0, 2, 0 }, /* cublasDgbmv_64 */
+    { 18019, 0, 0, 0, 2, 0 }, /* cublasDgbmv_v2_64 */
+    { 18037, 0, 0, 0, 2, 0 }, /* cublasDgeam */
+    { 18049, 0, 0, 0, 2, 0 }, /* cublasDgeam_64 */
+    { 18064, 0, 0, 0, 2, 0 }, /* cublasDgelsBatched */
+    { 18083, 18095, 0, 0, 2, 0 }, /* cublasDgemm */
+    { 18110, 0, 0, 0, 2, 0 }, /* cublasDgemmBatched */
+    { 18129, 0, 0, 0, 2, 0 }, /* cublasDgemmBatched_64 */
+    { 18151, 0, 0, 0, 2, 0 }, /* cublasDgemmGroupedBatched */
+    { 18177, 0, 0, 0, 2, 0 }, /* cublasDgemmGroupedBatched_64 */
+    { 18206, 0, 0, 0, 2, 0 }, /* cublasDgemmStridedBatched */
+    { 18232, 0, 0, 0, 2, 0 }, /* cublasDgemmStridedBatched_64 */
+    { 18261, 18276, 0, 0, 2, 0 }, /* cublasDgemm_64 */
+    { 18276, 0, 0, 0, 2, 0 }, /* cublasDgemm_v2_64 */
+    { 18294, 18306, 0, 0, 2, 0 }, /* cublasDgemv */
+    { 18321, 0, 0, 0, 2, 0 }, /* cublasDgemvBatched */
+    { 18340, 0, 0, 0, 2, 0 }, /* cublasDgemvBatched_64 */
+    { 18362, 0, 0, 0, 2, 0 }, /* cublasDgemvStridedBatched */
+    { 18388, 0, 0, 0, 2, 0 }, /* cublasDgemvStridedBatched_64 */
+    { 18417, 18432, 0, 0, 2, 0 }, /* cublasDgemv_64 */
+    { 18432, 0, 0, 0, 2, 0 }, /* cublasDgemv_v2_64 */
+    { 18450, 0, 0, 0, 2, 0 }, /* cublasDgeqrfBatched */
+    { 18470, 18481, 0, 0, 2, 0 }, /* cublasDger */
+    { 18495, 18509, 0, 0, 2, 0 }, /* cublasDger_64 */
+    { 18509, 0, 0, 0, 2, 0 }, /* cublasDger_v2_64 */
+    { 18526, 0, 0, 0, 2, 0 }, /* cublasDgetrfBatched */
+    { 18546, 0, 0, 0, 2, 0 }, /* cublasDgetriBatched */
+    { 18566, 0, 0, 0, 2, 0 }, /* cublasDgetrsBatched */
+    { 18586, 0, 0, 0, 2, 0 }, /* cublasDmatinvBatched */
+    { 18607, 18619, 0, 0, 2, 0 }, /* cublasDnrm2 */
+    { 18634, 18649, 0, 0, 2, 0 }, /* cublasDnrm2_64 */
+    { 18649, 0, 0, 0, 2, 0 }, /* cublasDnrm2_v2_64 */
+    { 18667, 0, 0, 0, 2, 0 }, /* cublasDotEx */
+    { 18679, 0, 0, 0, 2, 0 }, /* cublasDotEx_64 */
+    { 18694, 0, 0, 0, 2, 0 }, /* cublasDotcEx */
+    { 18707, 0, 0, 0, 2, 0 }, /* cublasDotcEx_64 */
+    { 18723, 18734, 0, 0, 2, 0 }, /* cublasDrot */
+    { 18748, 18762, 0, 0, 2, 0 }, /* cublasDrot_64 */
+    { 18762, 0, 0, 0, 2, 0 }, /* cublasDrot_v2_64 */
+    { 18779, 18791, 0, 0, 2, 0 }, /* cublasDrotg */
+    { 18806, 18818, 0, 0, 2, 0 }, /* cublasDrotm */
+    { 18833, 18848, 0, 0, 2, 0 }, /* cublasDrotm_64 */
+    { 18848, 0, 0, 0, 2, 0 }, /* cublasDrotm_v2_64 */
+    { 18866, 18879, 0, 0, 2, 0 }, /* cublasDrotmg */
+    { 18895, 18907, 0, 0, 2, 0 }, /* cublasDsbmv */
+    { 18922, 18937, 0, 0, 2, 0 }, /* cublasDsbmv_64 */
+    { 18937, 0, 0, 0, 2, 0 }, /* cublasDsbmv_v2_64 */
+    { 18955, 18967, 0, 0, 2, 0 }, /* cublasDscal */
+    { 18982, 18997, 0, 0, 2, 0 }, /* cublasDscal_64 */
+    { 18997, 0, 0, 0, 2, 0 }, /* cublasDscal_v2_64 */
+    { 19015, 19027, 0, 0, 2, 0 }, /* cublasDspmv */
+    { 19042, 19057, 0, 0, 2, 0 }, /* cublasDspmv_64 */
+    { 19057, 0, 0, 0, 2, 0 }, /* cublasDspmv_v2_64 */
+    { 19075, 19086, 0, 0, 2, 0 }, /* cublasDspr */
+    { 19100, 19112, 0, 0, 2, 0 }, /* cublasDspr2 */
+    { 19127, 19142, 0, 0, 2, 0 }, /* cublasDspr2_64 */
+    { 19142, 0, 0, 0, 2, 0 }, /* cublasDspr2_v2_64 */
+    { 19160, 19174, 0, 0, 2, 0 }, /* cublasDspr_64 */
+    { 19174, 0, 0, 0, 2, 0 }, /* cublasDspr_v2_64 */
+    { 19191, 19203, 0, 0, 2, 0 }, /* cublasDswap */
+    { 19218, 19233, 0, 0, 2, 0 }, /* cublasDswap_64 */
+    { 19233, 0, 0, 0, 2, 0 }, /* cublasDswap_v2_64 */
+    { 19251, 19263, 0, 0, 2, 0 }, /* cublasDsymm */
+    { 19278, 19293, 0, 0, 2, 0 }, /* cublasDsymm_64 */
+    { 19293, 0, 0, 0, 2, 0 }, /* cublasDsymm_v2_64 */
+    { 19311, 19323, 0, 0, 2, 0 }, /* cublasDsymv */
+    { 19338, 19353, 0, 0, 2, 0 }, /* cublasDsymv_64 */
+    { 19353, 0, 0, 0, 2, 0 }, /* cublasDsymv_v2_64 */
+    { 19371, 19382, 0, 0, 2, 0 }, /* cublasDsyr */
+    { 19396, 19408, 0, 0, 2, 0 }, /* cublasDsyr2 */
+    { 19423, 19438, 0, 0, 2, 0 }, /* cublasDsyr2_64 */
+    { 19438, 0, 0, 0, 2, 0 }, /* cublasDsyr2_v2_64 */
+    { 19456, 19469, 0, 0, 2, 0 }, /* cublasDsyr2k */
+    { 19485, 19501, 0, 0, 2, 0 }, /* cublasDsyr2k_64 */
+    { 19501, 0, 0, 0, 2, 0 }, /* cublasDsyr2k_v2_64 */
+    { 19520, 19534, 0, 0, 2, 0 }, /* cublasDsyr_64 */
+    { 19534, 0, 0, 0, 2, 0 }, /* cublasDsyr_v2_64 */
+    { 19551, 19563, 0, 0, 2, 0 }, /* cublasDsyrk */
+    { 19578, 19593, 0, 0, 2, 0 }, /* cublasDsyrk_64 */
+    { 19593, 0, 0, 0, 2, 0 }, /* cublasDsyrk_v2_64 */
+    { 19611, 0, 0, 0, 2, 0 }, /* cublasDsyrkx */
+    { 19624, 0, 0, 0, 2, 0 }, /* cublasDsyrkx_64 */
+    { 19640, 19652, 0, 0, 2, 0 }, /* cublasDtbmv */
+    { 19667, 19682, 0, 0, 2, 0 }, /* cublasDtbmv_64 */
+    { 19682, 0, 0, 0, 2, 0 }, /* cublasDtbmv_v2_64 */
+    { 19700, 19712, 0, 0, 2, 0 }, /* cublasDtbsv */
+    { 19727, 19742, 0, 0, 2, 0 }, /* cublasDtbsv_64 */
+    { 19742, 0, 0, 0, 2, 0 }, /* cublasDtbsv_v2_64 */
+    { 19760, 19772, 0, 0, 2, 0 }, /* cublasDtpmv */
+    { 19787, 19802, 0, 0, 2, 0 }, /* cublasDtpmv_64 */
+    { 19802, 0, 0, 0, 2, 0 }, /* cublasDtpmv_v2_64 */
+    { 19820, 19832, 0, 0, 2, 0 }, /* cublasDtpsv */
+    { 19847, 19862, 0, 0, 2, 0 }, /* cublasDtpsv_64 */
+    { 19862, 0, 0, 0, 2, 0 }, /* cublasDtpsv_v2_64 */
+    { 19880, 0, 0, 0, 2, 0 }, /* cublasDtpttr */
+    { 19893, 19905, 0, 0, 2, 0 }, /* cublasDtrmm */
+    { 19920, 19935, 0, 0, 2, 0 }, /* cublasDtrmm_64 */
+    { 19935, 0, 0, 0, 2, 0 }, /* cublasDtrmm_v2_64 */
+    { 19953, 19965, 0, 0, 2, 0 }, /* cublasDtrmv */
+    { 19980, 19995, 0, 0, 2, 0 }, /* cublasDtrmv_64 */
+    { 19995, 0, 0, 0, 2, 0 }, /* cublasDtrmv_v2_64 */
+    { 20013, 20025, 0, 0, 2, 0 }, /* cublasDtrsm */
+    { 20040, 0, 0, 0, 2, 0 }, /* cublasDtrsmBatched */
+    { 20059, 0, 0, 0, 2, 0 }, /* cublasDtrsmBatched_64 */
+    { 20081, 20096, 0, 0, 2, 0 }, /* cublasDtrsm_64 */
+    { 20096, 0, 0, 0, 2, 0 }, /* cublasDtrsm_v2_64 */
+    { 20114, 20126, 0, 0, 2, 0 }, /* cublasDtrsv */
+    { 20141, 20156, 0, 0, 2, 0 }, /* cublasDtrsv_64 */
+    { 20156, 0, 0, 0, 2, 0 }, /* cublasDtrsv_v2_64 */
+    { 20174, 0, 0, 0, 2, 0 }, /* cublasDtrttp */
+    { 20187, 20200, 0, 0, 2, 0 }, /* cublasDzasum */
+    { 20216, 20232, 0, 0, 2, 0 }, /* cublasDzasum_64 */
+    { 20232, 0, 0, 0, 2, 0 }, /* cublasDzasum_v2_64 */
+    { 20251, 20264, 0, 0, 2, 0 }, /* cublasDznrm2 */
+    { 20280, 20296, 0, 0, 2, 0 }, /* cublasDznrm2_64 */
+    { 20296, 0, 0, 0, 2, 0 }, /* cublasDznrm2_v2_64 */
+    { 20315, 0, 0, 0, 2, 0 }, /* cublasGemmBatchedEx */
+    { 20335, 0, 0, 0, 2, 0 }, /* cublasGemmBatchedEx_64 */
+    { 20358, 0, 0, 0, 2, 0 }, /* cublasGemmEx */
+    { 20371, 0, 0, 0, 2, 0 }, /* cublasGemmEx_64 */
+    { 20387, 0, 0, 0, 2, 0 }, /* cublasGemmGroupedBatchedEx */
+    { 20414, 0, 0, 0, 2, 0 }, /* cublasGemmGroupedBatchedEx_64 */
+    { 20444, 0, 0, 0, 2, 0 }, /* cublasGemmStridedBatchedEx */
+    { 20471, 0, 0, 0, 2, 0 }, /* cublasGemmStridedBatchedEx_64 */
+    { 20501, 0, 0, 0, 2, 0 }, /* cublasGetAtomicsMode */
+    { 20522, 0, 0, 0, 2, 0 }, /* cublasGetCudartVersion */
+    { 20545, 0, 0, 0, 2, 0 }, /* cublasGetEmulationSpecialValuesSupport */
+    { 20584, 0, 0, 0, 2, 0 }, /* cublasGetEmulationStrategy */
+    { 20611, 0, 0, 0, 2, 0 }, /* cublasGetFixedPointEmulationMantissaBitCountPointer */
+    { 20663, 0, 0, 0, 2, 0 }, /* cublasGetFixedPointEmulationMantissaBitOffset */
+    { 20709, 0, 0, 0, 2, 0 }, /* cublasGetFixedPointEmulationMantissaControl */
+    { 20753, 0, 0, 0, 2, 0 }, /* cublasGetFixedPointEmulationMaxMantissaBitCount */
+    { 20801, 0, 0, 0, 2, 0 }, /* cublasGetLoggerCallback */
+    { 20825, 0, 0, 0, 2, 0 }, /* cublasGetMathMode */
+    { 20843, 0, 0, 0, 2, 0 }, /* cublasGetMatrix */
+    { 20859, 0, 0, 0, 2, 0 }, /* cublasGetMatrixAsync */
+    { 20880, 0, 0, 0, 2, 0 }, /* cublasGetMatrixAsync_64 */
+    { 20904, 0, 0, 0, 2, 0 }, /* cublasGetMatrix_64 */
+    { 20923, 20944, 0, 0, 2, 0 }, /* cublasGetPointerMode */
+    { 20968, 0, 0, 0, 2, 0 }, /* cublasGetProperty */
+    { 20986, 0, 0, 0, 2, 0 }, /* cublasGetSmCountTarget */
+    { 21009, 0, 0, 0, 2, 0 }, /* cublasGetStatusName */
+    { 21029, 0, 0, 0, 2, 0 }, /* cublasGetStatusString */
+    { 21051, 21067, 0, 0, 2, 0 }, /* cublasGetStream */
+    { 21086, 0, 0, 0, 2, 0 }, /* cublasGetVector */
+    { 21102, 0, 0, 0, 2, 0 }, /* cublasGetVectorAsync */
+    { 21123, 0, 0, 0, 2, 0 }, /* cublasGetVectorAsync_64 */
+    { 21147, 0, 0, 0, 2, 0 }, /* cublasGetVector_64 */
+    { 21166, 21183, 0, 0, 2, 0 }, /* cublasGetVersion */
+    { 21203, 0, 0, 0, 2, 0 }, /* cublasHSHgemvBatched */
+    { 21224, 0, 0, 0, 2, 0 }, /* cublasHSHgemvBatched_64 */
+    { 21248, 0, 0, 0, 2, 0 }, /* cublasHSHgemvStridedBatched */
+    { 21276, 0, 0, 0, 2, 0 }, /* cublasHSHgemvStridedBatched_64 */
+    { 21307, 0, 0, 0, 2, 0 }, /* cublasHSSgemvBatched */
+    { 21328, 0, 0, 0, 2, 0 }, /* cublasHSSgemvBatched_64 */
+    { 21352, 0, 0, 0, 2, 0 }, /* cublasHSSgemvStridedBatched */
+    { 21380, 0, 0, 0, 2, 0 }, /* cublasHSSgemvStridedBatched_64 */
+    { 21411, 0, 0, 0, 2, 0 }, /* cublasHgemm */
+    { 21423, 0, 0, 0, 2, 0 }, /* cublasHgemmBatched */
+    { 21442, 0, 0, 0, 2, 0 }, /* cublasHgemmBatched_64 */
+    { 21464, 0, 0, 0, 2, 0 }, /* cublasHgemmStridedBatched */
+    { 21490, 0, 0, 0, 2, 0 }, /* cublasHgemmStridedBatched_64 */
+    { 21519, 0, 0, 0, 2, 0 }, /* cublasHgemm_64 */
+    { 21534, 0, 0, 0, 2, 0 }, /* cublasIamaxEx */
+    { 21548, 0, 0, 0, 2, 0 }, /* cublasIamaxEx_64 */
+    { 21565, 0, 0, 0, 2, 0 }, /* cublasIaminEx */
+    { 21579, 0, 0, 0, 2, 0 }, /* cublasIaminEx_64 */
+    { 21596, 21609, 0, 0, 2, 0 }, /* cublasIcamax */
+    { 21625, 21641, 0, 0, 2, 0 }, /* cublasIcamax_64 */
+    { 21641, 0, 0, 0, 2, 0 }, /* cublasIcamax_v2_64 */
+    { 21660, 21673, 0, 0, 2, 0 }, /* cublasIcamin */
+    { 21689, 21705, 0, 0, 2, 0 }, /* cublasIcamin_64 */
+    { 21705, 0, 0, 0, 2, 0 }, /* cublasIcamin_v2_64 */
+    { 21724, 21737, 0, 0, 2, 0 }, /* cublasIdamax */
+    { 21753, 21769, 0, 0, 2, 0 }, /* cublasIdamax_64 */
+    { 21769, 0, 0, 0, 2, 0 }, /* cublasIdamax_v2_64 */
+    { 21788, 21801, 0, 0, 2, 0 }, /* cublasIdamin */
+    { 21817, 21833, 0, 0, 2, 0 }, /* cublasIdamin_64 */
+    { 21833, 0, 0, 0, 2, 0 }, /* cublasIdamin_v2_64 */
+    { 21852, 21865, 0, 0, 2, 0 }, /* cublasIsamax */
+    { 21881, 21897, 0, 0, 2, 0 }, /* cublasIsamax_64 */
+    { 21897, 0, 0, 0, 2, 0 }, /* cublasIsamax_v2_64 */
+    { 21916, 21929, 0, 0, 2, 0 }, /* cublasIsamin */
+    { 21945, 21961, 0, 0, 2, 0 }, /* cublasIsamin_64 */
+    { 21961, 0, 0, 0, 2, 0 }, /* cublasIsamin_v2_64 */
+    { 21980, 21993, 0, 0, 2, 0 }, /* cublasIzamax */
+    { 22009, 22025, 0, 0, 2, 0 }, /* cublasIzamax_64 */
+    { 22025, 0, 0, 0, 2, 0 }, /* cublasIzamax_v2_64 */
+    { 22044, 22057, 0, 0, 2, 0 }, /* cublasIzamin */
+    { 22073, 22089, 0, 0, 2, 0 }, /* cublasIzamin_64 */
+    { 22089, 0, 0, 0, 2, 0 }, /* cublasIzamin_v2_64 */
+    { 22108, 0, 0, 0, 2, 0 }, /* cublasLoggerConfigure */
+    { 22130, 0, 0, 0, 6, 0 }, /* cublasLtCreate */
+    { 22145, 0, 0, 0, 6, 0 }, /* cublasLtDestroy */
+    { 22161, 0, 0, 0, 6, 0 }, /* cublasLtDisableCpuInstructionsSetMask */
+    { 22199, 0, 0, 0, 6, 0 }, /* cublasLtEmulationDescCreate */
+    { 22227, 0, 0, 0, 6, 0 }, /* cublasLtEmulationDescDestroy */
+    { 22256, 0, 0, 0, 6, 0 }, /* cublasLtEmulationDescGetAttribute */
+    { 22290, 0, 0, 0, 6, 0 }, /* cublasLtEmulationDescInit_internal */
+    { 22325, 0, 0, 0, 6, 0 }, /* cublasLtEmulationDescSetAttribute */
+    { 22359, 0, 0, 0, 6, 0 }, /* cublasLtGetCudartVersion */
+    { 22384, 0, 0, 0, 6, 0 }, /* cublasLtGetProperty */
+    { 22404, 0, 0, 0, 6, 0 }, /* cublasLtGetStatusName */
+    { 22426, 0, 0, 0, 6, 0 }, /* cublasLtGetStatusString */
+    { 22450, 0, 0, 0, 6, 0 }, /* cublasLtGetVersion */
+    { 22469, 0, 0, 0, 6, 0 }, /* cublasLtHeuristicsCacheGetCapacity */
+    { 22504, 0, 0, 0, 6, 0 }, /* cublasLtHeuristicsCacheSetCapacity */
+    { 22539, 0, 0, 0, 6, 0 }, /* cublasLtLoggerForceDisable */
+    { 22566, 0, 0, 0, 6, 0 }, /* cublasLtLoggerOpenFile */
+    { 22589, 0, 0, 0, 6, 0 }, /* cublasLtLoggerSetCallback */
+    { 22615, 0, 0, 0, 6, 0 }, /* cublasLtLoggerSetFile */
+    { 22637, 0, 0, 0, 6, 0 }, /* cublasLtLoggerSetLevel */
+    { 22660, 0, 0, 0, 6, 0 }, /* cublasLtLoggerSetMask */
+    { 22682, 0, 0, 0, 6, 0 }, /* cublasLtMatmul */
+    { 22697, 0, 0, 0, 6, 0 }, /* cublasLtMatmulAlgoCapGetAttribute */
+    { 22731, 0, 0, 0, 6, 0 }, /* cublasLtMatmulAlgoCheck */
+    { 22755, 0, 0, 0, 6, 0 }, /* cublasLtMatmulAlgoConfigGetAttribute */
+    { 22792, 0, 0, 0, 6, 0 }, /* cublasLtMatmulAlgoConfigSetAttribute */
+    { 22829, 0, 0, 0, 6, 0 }, /* cublasLtMatmulAlgoGetHeuristic */
+    { 22860, 0, 0, 0, 6, 0 }, /* cublasLtMatmulAlgoGetIds */
+    { 22885, 0, 0, 0, 6, 0 }, /* cublasLtMatmulAlgoInit */
+    { 22908, 0, 0, 0, 6, 0 }, /* cublasLtMatmulDescCreate */
+    { 22933, 0, 0, 0, 6, 0 }, /* cublasLtMatmulDescDestroy */
+    { 22959, 0, 0, 0, 6, 0 }, /* cublasLtMatmulDescGetAttribute */
+    { 22990, 0, 0, 0, 6, 0 }, /* cublasLtMatmulDescInit_internal */
+    { 23022, 0, 0, 0, 6, 0 }, /* cublasLtMatmulDescSetAttribute */
+    { 23053, 0, 0, 0, 6, 0 }, /* cublasLtMatmulPreferenceCreate */
+    { 23084, 0, 0, 0, 6, 0 }, /* cublasLtMatmulPreferenceDestroy */
+    { 23116, 0, 0, 0, 6, 0 }, /* cublasLtMatmulPreferenceGetAttribute */
+    { 23153, 0, 0, 0, 6, 0 }, /* cublasLtMatmulPreferenceInit_internal */
+    { 23191, 0, 0, 0, 6, 0 }, /* cublasLtMatmulPreferenceSetAttribute */
+    { 23228, 0, 0, 0, 6, 0 }, /* cublasLtMatrixLayoutCreate */
+    { 23255, 0, 0, 0, 6, 0 }, /* cublasLtMatrixLayoutDestroy */
+    { 23283, 0, 0, 0, 6, 0 }, /* cublasLtMatrixLayoutGetAttribute */
+    { 23316, 0, 0, 0, 6, 0 }, /* cublasLtMatrixLayoutInit_internal */
+    { 23350, 0, 0, 0, 6, 0 }, /* cublasLtMatrixLayoutSetAttribute */
+    { 23383, 0, 0, 0, 6, 0 }, /* cublasLtMatrixTransform */
+    { 23407, 0, 0, 0, 6, 0 }, /* cublasLtMatrixTransformDescCreate */
+    { 23441, 0, 0, 0, 6, 0 }, /* cublasLtMatrixTransformDescDestroy */
+    { 23476, 0, 0, 0, 6, 0 }, /* cublasLtMatrixTransformDescGetAttribute */
+    { 23516, 0, 0, 0, 6, 0 }, /* cublasLtMatrixTransformDescInit_internal */
+    { 23557, 0, 0, 0, 6, 0 }, /* cublasLtMatrixTransformDescSetAttribute */
+    { 23597, 0, 0, 0, 2, 0 }, /* cublasNrm2Ex */
+    { 23610, 0, 0, 0, 2, 0 }, /* cublasNrm2Ex_64 */
+    { 23626, 0, 0, 0, 2, 0 }, /* cublasRotEx */
+    { 23638, 0, 0, 0, 2, 0 }, /* cublasRotEx_64 */
+    { 23653, 0, 0, 0, 2, 0 }, /* cublasRotgEx */
+    { 23666, 0, 0, 0, 2, 0 }, /* cublasRotmEx */
+    { 23679, 0, 0, 0, 2, 0 }, /* cublasRotmEx_64 */
+    { 23695, 0, 0, 0, 2, 0 }, /* cublasRotmgEx */
+    { 23709, 23721, 0, 0, 2, 0 }, /* cublasSasum */
+    { 23736, 23751, 0, 0, 2, 0 }, /* cublasSasum_64 */
+    { 23751, 0, 0, 0, 2, 0 }, /* cublasSasum_v2_64 */
+    { 23769, 23781, 0, 0, 2, 0 }, /* cublasSaxpy */
+    { 23796, 23811, 0, 0, 2, 0 }, /* cublasSaxpy_64 */
+    { 23811, 0, 0, 0, 2, 0 }, /* cublasSaxpy_v2_64 */
+    { 23829, 0, 0, 0, 2, 0 }, /* cublasScalEx */
+    { 23842, 0, 0, 0, 2, 0 }, /* cublasScalEx_64 */
+    { 23858, 23871, 0, 0, 2, 0 }, /* cublasScasum */
+    { 23887, 23903, 0, 0, 2, 0 }, /* cublasScasum_64 */
+    { 23903, 0, 0, 0, 2, 0 }, /* cublasScasum_v2_64 */
+    { 23922, 23935, 0, 0, 2, 0 }, /* cublasScnrm2 */
+    { 23951, 23967, 0, 0, 2, 0 }, /* cublasScnrm2_64 */
+    { 23967, 0, 0, 0, 2, 0 }, /* cublasScnrm2_v2_64 */
+    { 23986, 23998, 0, 0, 2, 0 }, /* cublasScopy */
+    { 24013, 24028, 0, 0, 2, 0 }, /* cublasScopy_64 */
+    { 24028, 0, 0, 0, 2, 0 }, /* cublasScopy_v2_64 */
+    { 24046, 0, 0, 0, 2, 0 }, /* cublasSdgmm */
+    { 24058, 0, 0, 0, 2, 0 }, /* cublasSdgmm_64 */
+    { 24073, 24084, 0, 0, 2, 0 }, /* cublasSdot */
+    { 24098, 24112, 0, 0, 2, 0 }, /* cublasSdot_64 */
+    { 24112, 0, 0, 0, 2, 0 }, /* cublasSdot_v2_64 */
+    { 24129, 0, 0, 0, 2, 0 }, /* cublasSetAtomicsMode */
+    { 24150, 0, 0, 0, 2, 0 }, /* cublasSetEmulationSpecialValuesSupport */
+    { 24189, 0, 0, 0, 2, 0 }, /* cublasSetEmulationStrategy */
+    { 24216, 0, 0, 0, 2, 0 }, /* cublasSetFixedPointEmulationMantissaBitCountPointer */
+    { 24268, 0, 0, 0, 2, 0 }, /* cublasSetFixedPointEmulationMantissaBitOffset */
+    { 24314, 0, 0, 0, 2, 0 }, /* cublasSetFixedPointEmulationMantissaControl */
+    { 24358, 0, 0, 0, 2, 0 }, /* cublasSetFixedPointEmulationMaxMantissaBitCount */
+    { 24406, 0, 0, 0, 2, 0 }, /* cublasSetLoggerCallback */
+    { 24430, 0, 0, 0, 2, 0 }, /* cublasSetMathMode */
+    { 24448, 0, 0, 0, 2, 0 }, /* cublasSetMatrix */
+    { 24464, 0, 0, 0, 2, 0 }, /* cublasSetMatrixAsync */
+    { 24485, 0, 0, 0, 2, 0 }, /* cublasSetMatrixAsync_64 */
+    { 24509, 0, 0, 0, 2, 0 }, /* cublasSetMatrix_64 */
+    { 24528, 24549, 0, 0, 2, 0 }, /* cublasSetPointerMode */
+    { 24573, 0, 0, 0, 2, 0 }, /* cublasSetSmCountTarget */
+    { 24596, 24612, 0, 0, 2, 0 }, /* cublasSetStream */
+    { 24631, 0, 0, 0, 2, 0 }, /* cublasSetVector */
+    { 24647, 0, 0, 0, 2, 0 }, /* cublasSetVectorAsync */
+    { 24668, 0, 0, 0, 2, 0 }, /* cublasSetVectorAsync_64 */
+    { 24692, 0, 0, 0, 2, 0 }, /* cublasSetVector_64 */
+    { 24711, 24730, 0, 0, 2, 0 }, /* cublasSetWorkspace */
+    { 24752, 24764, 0, 0, 2, 0 }, /* cublasSgbmv */
+    { 24779, 24794, 0, 0, 2, 0 }, /* cublasSgbmv_64 */
+    { 24794, 0, 0, 0, 2, 0 }, /* cublasSgbmv_v2_64 */
+    { 24812, 0, 0, 0, 2, 0 }, /* cublasSgeam */
+    { 24824, 0, 0, 0, 2, 0 }, /* cublasSgeam_64 */
+    { 24839, 0, 0, 0, 2, 0 }, /* cublasSgelsBatched */
+    { 24858, 24870, 0, 0, 2, 0 }, /* cublasSgemm */
+    { 24885, 0, 0, 0, 2, 0 }, /* cublasSgemmBatched */
+    { 24904, 0, 0, 0, 2, 0 }, /* cublasSgemmBatched_64 */
+    { 24926, 0, 0, 0, 2, 0 }, /* cublasSgemmEx */
+    { 24940, 0, 0, 0, 2, 0 }, /* cublasSgemmEx_64 */
+    { 24957, 0, 0, 0, 2, 0 }, /* cublasSgemmGroupedBatched */
+    { 24983, 0, 0, 0, 2, 0 }, /* cublasSgemmGroupedBatched_64 */
+    { 25012, 0, 0, 0, 2, 0 }, /* cublasSgemmStridedBatched */
+    { 25038, 0, 0, 0, 2, 0 }, /* cublasSgemmStridedBatched_64 */
+    { 25067, 25082, 0, 0, 2, 0 }, /* cublasSgemm_64 */
+    { 25082, 0, 0, 0, 2, 0 }, /* cublasSgemm_v2_64 */
+    { 25100, 25112, 0, 0, 2, 0 }, /* cublasSgemv */
+    { 25127, 0, 0, 0, 2, 0 }, /* cublasSgemvBatched */
+    { 25146, 0, 0, 0, 2, 0 }, /* cublasSgemvBatched_64 */
+    { 25168, 0, 0, 0, 2, 0 }, /* cublasSgemvStridedBatched */
+    { 25194, 0, 0, 0, 2, 0 }, /* cublasSgemvStridedBatched_64 */
+    { 25223, 25238, 0, 0, 2, 0 }, /* cublasSgemv_64 */
+    { 25238, 0, 0, 0, 2, 0 }, /* cublasSgemv_v2_64 */
+    { 25256, 0, 0, 0, 2, 0 }, /* cublasSgeqrfBatched */
+    { 25276, 25287, 0, 0, 2, 0 }, /* cublasSger */
+    { 25301, 25315, 0, 0, 2, 0 }, /* cublasSger_64 */
+    { 25315, 0, 0, 0, 2, 0 }, /* cublasSger_v2_64 */
+    { 25332, 0, 0, 0, 2, 0 }, /* cublasSgetrfBatched */
+    { 25352, 0, 0, 0, 2, 0 }, /* cublasSgetriBatched */
+    { 25372, 0, 0, 0, 2, 0 }, /* cublasSgetrsBatched */
+    { 25392, 0, 0, 0, 2, 0 }, /* cublasSmatinvBatched */
+    { 25413, 25425, 0, 0, 2, 0 }, /* cublasSnrm2 */
+    { 25440, 25455, 0, 0, 2, 0 }, /* cublasSnrm2_64 */
+    { 25455, 0, 0, 0, 2, 0 }, /* cublasSnrm2_v2_64 */
+    { 25473, 25484, 0, 0, 2, 0 }, /* cublasSrot */
+    { 25498, 25512, 0, 0, 2, 0 }, /* cublasSrot_64 */
+    { 25512, 0, 0, 0, 2, 0 }, /* cublasSrot_v2_64 */
+    { 25529, 25541, 0, 0, 2, 0 }, /* cublasSrotg */
+    { 25556, 25568, 0, 0, 2, 0 }, /* cublasSrotm */
+    { 25583, 25598, 0, 0, 2, 0 }, /* cublasSrotm_64 */
+    { 25598, 0, 0, 0, 2, 0 }, /* cublasSrotm_v2_64 */
+    { 25616, 25629, 0, 0, 2, 0 }, /* cublasSrotmg */
+    { 25645, 25657, 0, 0, 2, 0 }, /* cublasSsbmv */
+    { 25672, 25687, 0, 0, 2, 0 }, /* cublasSsbmv_64 */
+    { 25687, 0, 0, 0, 2, 0 }, /* cublasSsbmv_v2_64 */
+    { 25705, 25717, 0, 0, 2, 0 }, /* cublasSscal */
+    { 25732, 25747, 0, 0, 2, 0 }, /* cublasSscal_64 */
+    { 25747, 0, 0, 0, 2, 0 }, /* cublasSscal_v2_64 */
+    { 25765, 25777, 0, 0, 2, 0 }, /* cublasSspmv */
+    { 25792, 25807, 0, 0, 2, 0 }, /* cublasSspmv_64 */
+    { 25807, 0, 0, 0, 2, 0 }, /* cublasSspmv_v2_64 */
+    { 25825, 25836, 0, 0, 2, 0 }, /* cublasSspr */
+    { 25850, 25862, 0, 0, 2, 0 }, /* cublasSspr2 */
+    { 25877, 25892, 0, 0, 2, 0 }, /* cublasSspr2_64 */
+    { 25892, 0, 0, 0, 2, 0 }, /* cublasSspr2_v2_64 */
+    { 25910, 25924, 0, 0, 2, 0 }, /* cublasSspr_64 */
+    { 25924, 0, 0, 0, 2, 0 }, /* cublasSspr_v2_64 */
+    { 25941, 25953, 0, 0, 2, 0 }, /* cublasSswap */
+    { 25968, 25983, 0, 0, 2, 0 }, /* cublasSswap_64 */
+    { 25983, 0, 0, 0, 2, 0 }, /* cublasSswap_v2_64 */
+    { 26001, 26013, 0, 0, 2, 0 }, /* cublasSsymm */
+    { 26028, 26043, 0, 0, 2, 0 }, /* cublasSsymm_64 */
+    { 26043, 0, 0, 0, 2, 0 }, /* cublasSsymm_v2_64 */
+    { 26061, 26073, 0, 0, 2, 0 }, /* cublasSsymv */
+    { 26088, 26103, 0, 0, 2, 0 }, /* cublasSsymv_64 */
+    { 26103, 0, 0, 0, 2, 0 }, /* cublasSsymv_v2_64 */
+    { 26121, 26132, 0, 0, 2, 0 }, /* cublasSsyr */
+    { 26146, 26158, 0, 0, 2, 0 }, /* cublasSsyr2 */
+    { 26173, 26188, 0, 0, 2, 0 }, /* cublasSsyr2_64 */
+    { 26188, 0, 0, 0, 2, 0 }, /* cublasSsyr2_v2_64 */
+    { 26206, 26219, 0, 0, 2, 0 }, /* cublasSsyr2k */
+    { 26235, 26251, 0, 0, 2, 0 }, /* cublasSsyr2k_64 */
+    { 26251, 0, 0, 0, 2, 0 }, /* cublasSsyr2k_v2_64 */
+    { 26270, 26284, 0, 0, 2, 0 }, /* cublasSsyr_64 */
+    { 26284, 0, 0, 0, 2, 0 }, /* cublasSsyr_v2_64 */
+    { 26301, 26313, 0, 0, 2, 0 }, /* cublasSsyrk */
+    { 26328, 26343, 0, 0, 2, 0 }, /* cublasSsyrk_64 */
+    { 26343, 0, 0, 0, 2, 0 }, /* cublasSsyrk_v2_64 */
+    { 26361, 0, 0, 0, 2, 0 }, /* cublasSsyrkx */
+    { 26374, 0, 0, 0, 2, 0 }, /* cublasSsyrkx_64 */
+    { 26390, 26402, 0, 0, 2, 0 }, /* cublasStbmv */
+    { 26417, 26432, 0, 0, 2, 0 }, /* cublasStbmv_64 */
+    { 26432, 0, 0, 0, 2, 0 }, /* cublasStbmv_v2_64 */
+    { 26450, 26462, 0, 0, 2, 0 }, /* cublasStbsv */
+    { 26477, 26492, 0, 0, 2, 0 }, /* cublasStbsv_64 */
+    { 26492, 0, 0, 0, 2, 0 }, /* cublasStbsv_v2_64 */
+    { 26510, 26522, 0, 0, 2, 0 }, /* cublasStpmv */
+    { 26537, 26552, 0, 0, 2, 0 }, /* cublasStpmv_64 */
+    { 26552, 0, 0, 0, 2, 0 }, /* cublasStpmv_v2_64 */
+    { 26570, 26582, 0, 0, 2, 0 }, /* cublasStpsv */
+    { 26597, 26612, 0, 0, 2, 0 }, /* cublasStpsv_64 */
+    { 26612, 0, 0, 0, 2, 0 }, /* cublasStpsv_v2_64 */
+    { 26630, 0, 0, 0, 2, 0 }, /* cublasStpttr */
+    { 26643, 26655, 0, 0, 2, 0 }, /* cublasStrmm */
+    { 26670, 26685, 0, 0, 2, 0 }, /* cublasStrmm_64 */
+    { 26685, 0, 0, 0, 2, 0 }, /* cublasStrmm_v2_64 */
+    { 26703, 26715, 0, 0, 2, 0 }, /* cublasStrmv */
+    { 26730, 26745, 0, 0, 2, 0 }, /* cublasStrmv_64 */
+    { 26745, 0, 0, 0, 2, 0 }, /* cublasStrmv_v2_64 */
+    { 26763, 26775, 0, 0, 2, 0 }, /* cublasStrsm */
+    { 26790, 0, 0, 0, 2, 0 }, /* cublasStrsmBatched */
+    { 26809, 0, 0, 0, 2, 0 }, /* cublasStrsmBatched_64 */
+    { 26831, 26846, 0, 0, 2, 0 }, /* cublasStrsm_64 */
+    { 26846, 0, 0, 0, 2, 0 }, /* cublasStrsm_v2_64 */
+    { 26864, 26876, 0, 0, 2, 0 }, /* cublasStrsv */
+    { 26891, 26906, 0, 0, 2, 0 }, /* cublasStrsv_64 */
+    { 26906, 0, 0, 0, 2, 0 }, /* cublasStrsv_v2_64 */
+    { 26924, 0, 0, 0, 2, 0 }, /* cublasStrttp */
+    { 26937, 0, 0, 0, 2, 0 }, /* cublasSwapEx */
+    { 26950, 0, 0, 0, 2, 0 }, /* cublasSwapEx_64 */
+    { 26966, 0, 0, 0, 2, 0 }, /* cublasTSSgemvBatched */
+    { 26987, 0, 0, 0, 2, 0 }, /* cublasTSSgemvBatched_64 */
+    { 27011, 0, 0, 0, 2, 0 }, /* cublasTSSgemvStridedBatched */
+    { 27039, 0, 0, 0, 2, 0 }, /* cublasTSSgemvStridedBatched_64 */
+    { 27070, 0, 0, 0, 2, 0 }, /* cublasTSTgemvBatched */
+    { 27091, 0, 0, 0, 2, 0 }, /* cublasTSTgemvBatched_64 */
+    { 27115, 0, 0, 0, 2, 0 }, /* cublasTSTgemvStridedBatched */
+    { 27143, 0, 0, 0, 2, 0 }, /* cublasTSTgemvStridedBatched_64 */
+    { 27174, 0, 0, 0, 2, 0 }, /* cublasUint8gemmBias */
+    { 27194, 0, 0, 0, 2, 0 }, /* cublasXerbla */
+    { 27207, 27219, 0, 0, 2, 0 }, /* cublasZaxpy */
+    { 27234, 27249, 0, 0, 2, 0 }, /* cublasZaxpy_64 */
+    { 27249, 0, 0, 0, 2, 0 }, /* cublasZaxpy_v2_64 */
+    { 27267, 27279, 0, 0, 2, 0 }, /* cublasZcopy */
+    { 27294, 27309, 0, 0, 2, 0 }, /* cublasZcopy_64 */
+    { 27309, 0, 0, 0, 2, 0 }, /* cublasZcopy_v2_64 */
+    { 27327, 0, 0, 0, 2, 0 }, /* cublasZdgmm */
+    { 27339, 0, 0, 0, 2, 0 }, /* cublasZdgmm_64 */
+    { 27354, 27366, 0, 0, 2, 0 }, /* cublasZdotc */
+    { 27381, 27396, 0, 0, 2, 0 }, /* cublasZdotc_64 */
+    { 27396, 0, 0, 0, 2, 0 }, /* cublasZdotc_v2_64 */
+    { 27414, 27426, 0, 0, 2, 0 }, /* cublasZdotu */
+    { 27441, 27456, 0, 0, 2, 0 }, /* cublasZdotu_64 */
+    { 27456, 0, 0, 0, 2, 0 }, /* cublasZdotu_v2_64 */
+    { 27474, 27486, 0, 0, 2, 0 }, /* cublasZdrot */
+    { 27501, 27516, 0, 0, 2, 0 }, /* cublasZdrot_64 */
+    { 27516, 0, 0, 0, 2, 0 }, /* cublasZdrot_v2_64 */
+    { 27534, 27547, 0, 0, 2, 0 }, /* cublasZdscal */
+    { 27563, 27579, 0, 0, 2, 0 }, /* cublasZdscal_64 */
+    { 27579, 0, 0, 0, 2, 0 }, /* cublasZdscal_v2_64 */
+    { 27598, 27610, 0, 0, 2, 0 }, /* cublasZgbmv */
+    { 27625, 27640, 0, 0, 2, 0 }, /* cublasZgbmv_64 */
+    { 27640, 0, 0, 0, 2, 0 }, /* cublasZgbmv_v2_64 */
+    { 27658, 0, 0, 0, 2, 0 }, /* cublasZgeam */
+    { 27670, 0, 0, 0, 2, 0 }, /* cublasZgeam_64 */
+    { 27685, 0, 0, 0, 2, 0 }, /* cublasZgelsBatched */
+    { 27704, 27716, 0, 0, 2, 0 }, /* cublasZgemm */
+    { 27731, 0, 0, 0, 2, 0 }, /* cublasZgemm3m */
+    { 27745, 0, 0, 0, 2, 0 }, /* cublasZgemm3m_64 */
+    { 27762, 0, 0, 0, 2, 0 }, /* cublasZgemmBatched */
+    { 27781, 0, 0, 0, 2, 0 }, /* cublasZgemmBatched_64 */
+    { 27803, 0, 0, 0, 2, 0 }, /* cublasZgemmStridedBatched */
+    { 27829, 0, 0, 0, 2, 0 }, /* cublasZgemmStridedBatched_64 */
+    { 27858, 27873, 0, 0, 2, 0 }, /* cublasZgemm_64 */
+    { 27873, 0, 0, 0, 2, 0 }, /* cublasZgemm_v2_64 */
+    { 27891, 27903, 0, 0, 2, 0 }, /* cublasZgemv */
+    { 27918, 0, 0, 0, 2, 0 }, /* cublasZgemvBatched */
+    { 27937, 0, 0, 0, 2, 0 }, /* cublasZgemvBatched_64 */
+    { 27959, 0, 0, 0, 2, 0 }, /* cublasZgemvStridedBatched */
+    { 27985, 0, 0, 0, 2, 0 }, /* cublasZgemvStridedBatched_64 */
+    { 28014, 28029, 0, 0, 2, 0 }, /* cublasZgemv_64 */
+    { 28029, 0, 0, 0, 2, 0 }, /* cublasZgemv_v2_64 */
+    { 28047, 0, 0, 0, 2, 0 }, /* cublasZgeqrfBatched */
+    { 28067, 28079, 0, 0, 2, 0 }, /* cublasZgerc */
+    { 28094, 28109, 0, 0, 2, 0 }, /* cublasZgerc_64 */
+    { 28109, 0, 0, 0, 2, 0 }, /* cublasZgerc_v2_64 */
+    { 28127, 28139, 0, 0, 2, 0 }, /* cublasZgeru */
+    { 28154, 28169, 0, 0, 2, 0 }, /* cublasZgeru_64 */
+    { 28169, 0, 0, 0, 2, 0 }, /* cublasZgeru_v2_64 */
+    { 28187, 0, 0, 0, 2, 0 }, /* cublasZgetrfBatched */
+    { 28207, 0, 0, 0, 2, 0 }, /* cublasZgetriBatched */
+    { 28227, 0, 0, 0, 2, 0 }, /* cublasZgetrsBatched */
+    { 28247, 28259, 0, 0, 2, 0 }, /* cublasZhbmv */
+    { 28274, 28289, 0, 0, 2, 0 }, /* cublasZhbmv_64 */
+    { 28289, 0, 0, 0, 2, 0 }, /* cublasZhbmv_v2_64 */
+    { 28307, 28319, 0, 0, 2, 0 }, /* cublasZhemm */
+    { 28334, 28349, 0, 0, 2, 0 }, /* cublasZhemm_64 */
+    { 28349, 0, 0, 0, 2, 0 }, /* cublasZhemm_v2_64 */
+    { 28367, 28379, 0, 0, 2, 0 }, /* cublasZhemv */
+    { 28394, 28409, 0, 0, 2, 0 }, /* cublasZhemv_64 */
+    { 28409, 0, 0, 0, 2, 0 }, /* cublasZhemv_v2_64 */
+    { 28427, 28438, 0, 0, 2, 0 }, /* cublasZher */
+    { 28452, 28464, 0, 0, 2, 0 }, /* cublasZher2 */
+    { 28479, 28494, 0, 0, 2, 0 }, /* cublasZher2_64 */
+    { 28494, 0, 0, 0, 2, 0 }, /* cublasZher2_v2_64 */
+    { 28512, 28525, 0, 0, 2, 0 }, /* cublasZher2k */
+    { 28541, 28557, 0, 0, 2, 0 }, /* cublasZher2k_64 */
+    { 28557, 0, 0, 0, 2, 0 }, /* cublasZher2k_v2_64 */
+    { 28576, 28590, 0, 0, 2, 0 }, /* cublasZher_64 */
+    { 28590, 0, 0, 0, 2, 0 }, /* cublasZher_v2_64 */
+    { 28607, 28619, 0, 0, 2, 0 }, /* cublasZherk */
+    { 28634, 28649, 0, 0, 2, 0 }, /* cublasZherk_64 */
+    { 28649, 0, 0, 0, 2, 0 }, /* cublasZherk_v2_64 */
+    { 28667, 0, 0, 0, 2, 0 }, /* cublasZherkx */
+    { 28680, 0, 0, 0, 2, 0 }, /* cublasZherkx_64 */
+    { 28696, 28708, 0, 0, 2, 0 }, /* cublasZhpmv */
+    { 28723, 28738, 0, 0, 2, 0 }, /* cublasZhpmv_64 */
+    { 28738, 0, 0, 0, 2, 0 }, /* cublasZhpmv_v2_64 */
+    { 28756, 28767, 0, 0, 2, 0 }, /* cublasZhpr */
+    { 28781, 28793, 0, 0, 2, 0 }, /* cublasZhpr2 */
+    { 28808, 28823, 0, 0, 2, 0 }, /* cublasZhpr2_64 */
+    { 28823, 0, 0, 0, 2, 0 }, /* cublasZhpr2_v2_64 */
+    { 28841, 28855, 0, 0, 2, 0 }, /* cublasZhpr_64 */
+    { 28855, 0, 0, 0, 2, 0 }, /* cublasZhpr_v2_64 */
+    { 28872, 0, 0, 0, 2, 0 }, /* cublasZmatinvBatched */
+    { 28893, 28904, 0, 0, 2, 0 }, /* cublasZrot */
+    { 28918, 28932, 0, 0, 2, 0 }, /* cublasZrot_64 */
+    { 28932, 0, 0, 0, 2, 0 }, /* cublasZrot_v2_64 */
+    { 28949, 28961, 0, 0, 2, 0 }, /* cublasZrotg */
+    { 28976, 28988, 0, 0, 2, 0 }, /* cublasZscal */
+    { 29003, 29018, 0, 0, 2, 0 }, /* cublasZscal_64 */
+    { 29018, 0, 0, 0, 2, 0 }, /* cublasZscal_v2_64 */
+    { 29036, 29048, 0, 0, 2, 0 }, /* cublasZswap */
+    { 29063, 29078, 0, 0, 2, 0 }, /* cublasZswap_64 */
+    { 29078, 0, 0, 0, 2, 0 }, /* cublasZswap_v2_64 */
+    { 29096, 29108, 0, 0, 2, 0 }, /* cublasZsymm */
+    { 29123, 29138, 0, 0, 2, 0 }, /* cublasZsymm_64 */
+    { 29138, 0, 0, 0, 2, 0 }, /* cublasZsymm_v2_64 */
+    { 29156, 29168, 0, 0, 2, 0 }, /* cublasZsymv */
+    { 29183, 29198, 0, 0, 2, 0 }, /* cublasZsymv_64 */
+    { 29198, 0, 0, 0, 2, 0 }, /* cublasZsymv_v2_64 */
+    { 29216, 29227, 0, 0, 2, 0 }, /* cublasZsyr */
+    { 29241, 29253, 0, 0, 2, 0 }, /* cublasZsyr2 */
+    { 29268, 29283, 0, 0, 2, 0 }, /* cublasZsyr2_64 */
+    { 29283, 0, 0, 0, 2, 0 }, /* cublasZsyr2_v2_64 */
+    { 29301, 29314, 0, 0, 2, 0 }, /* cublasZsyr2k */
+    { 29330, 29346, 0, 0, 2, 0 }, /* cublasZsyr2k_64 */
+    { 29346, 0, 0, 0, 2, 0 }, /* cublasZsyr2k_v2_64 */
+    { 29365, 29379, 0, 0, 2, 0 }, /* cublasZsyr_64 */
+    { 29379, 0, 0, 0, 2, 0 }, /* cublasZsyr_v2_64 */
+    { 29396, 29408, 0, 0, 2, 0 }, /* cublasZsyrk */
+    { 29423, 29438, 0, 0, 2, 0 }, /* cublasZsyrk_64 */
+    { 29438, 0, 0, 0, 2, 0 }, /* cublasZsyrk_v2_64 */
+    { 29456, 0, 0, 0, 2, 0 }, /* cublasZsyrkx */
+    { 29469, 0, 0, 0, 2, 0 }, /* cublasZsyrkx_64 */
+    { 29485, 29497, 0, 0, 2, 0 }, /* cublasZtbmv */
+    { 29512, 29527, 0, 0, 2, 0 }, /* cublasZtbmv_64 */
+    { 29527, 0, 0, 0, 2, 0 }, /* cublasZtbmv_v2_64 */
+    { 29545, 29557, 0, 0, 2, 0 }, /* cublasZtbsv */
+    { 29572, 29587, 0, 0, 2, 0 }, /* cublasZtbsv_64 */
+    { 29587, 0, 0, 0, 2, 0 }, /* cublasZtbsv_v2_64 */
+    { 29605, 29617, 0, 0, 2, 0 }, /* cublasZtpmv */
+    { 29632, 29647, 0, 0, 2, 0 }, /* cublasZtpmv_64 */
+    { 29647, 0, 0, 0, 2, 0 }, /* cublasZtpmv_v2_64 */
+    { 29665, 29677, 0, 0, 2, 0 }, /* cublasZtpsv */
+    { 29692, 29707, 0, 0, 2, 0 }, /* cublasZtpsv_64 */
+    { 29707, 0, 0, 0, 2, 0 }, /* cublasZtpsv_v2_64 */
+    { 29725, 0, 0, 0, 2, 0 }, /* cublasZtpttr */
+    { 29738, 29750, 0, 0, 2, 0 }, /* cublasZtrmm */
+    { 29765, 29780, 0, 0, 2, 0 }, /* cublasZtrmm_64 */
+    { 29780, 0, 0, 0, 2, 0 }, /* cublasZtrmm_v2_64 */
+    { 29798, 29810, 0, 0, 2, 0 }, /* cublasZtrmv */
+    { 29825, 29840, 0, 0, 2, 0 }, /* cublasZtrmv_64 */
+    { 29840, 0, 0, 0, 2, 0 }, /* cublasZtrmv_v2_64 */
+    { 29858, 29870, 0, 0, 2, 0 }, /* cublasZtrsm */
+    { 29885, 0, 0, 0, 2, 0 }, /* cublasZtrsmBatched */
+    { 29904, 0, 0, 0, 2, 0 }, /* cublasZtrsmBatched_64 */
+    { 29926, 29941, 0, 0, 2, 0 }, /* cublasZtrsm_64 */
+    { 29941, 0, 0, 0, 2, 0 }, /* cublasZtrsm_v2_64 */
+    { 29959, 29971, 0, 0, 2, 0 }, /* cublasZtrsv */
+    { 29986, 30001, 0, 0, 2, 0 }, /* cublasZtrsv_64 */
+    { 30001, 0, 0, 0, 2, 0 }, /* cublasZtrsv_v2_64 */
+    { 30019, 0, 0, 0, 2, 0 }, /* cublasZtrttp */
+    { 30032, 0, 0, 0, 3, 0 }, /* curandCreateGenerator */
+    { 30054, 0, 0, 0, 3, 0 }, /* curandCreateGeneratorHost */
+    { 30080, 0, 0, 0, 3, 0 }, /* curandCreatePoissonDistribution */
+    { 30112, 0, 0, 0, 3, 0 }, /* curandDestroyDistribution */
+    { 30138, 0, 0, 0, 3, 0 }, /* curandDestroyGenerator */
+    { 30161, 0, 0, 0, 3, 0 }, /* curandGenerate */
+    { 30176, 0, 0, 0, 3, 0 }, /* curandGenerateBinomial */
+    { 30199, 0, 0, 0, 3, 0 }, /* curandGenerateBinomialMethod */
+    { 30228, 0, 0, 0, 3, 0 }, /* curandGenerateLogNormal */
+    { 30252, 0, 0, 0, 3, 0 }, /* curandGenerateLogNormalDouble */
+    { 30282, 0, 0, 0, 3, 0 }, /* curandGenerateLongLong */
+    { 30305, 0, 0, 0, 3, 0 }, /* curandGenerateNormal */
+    { 30326, 0, 0, 0, 3, 0 }, /* curandGenerateNormalDouble */
+    { 30353, 0, 0, 0, 3, 0 }, /* curandGeneratePoisson */
+    { 30375, 0, 0, 0, 3, 0 }, /* curandGeneratePoissonMethod */
+    { 30403, 0, 0, 0, 3, 0 }, /* curandGenerateSeeds */
+    { 30423, 0, 0, 0, 3, 0 }, /* curandGenerateUniform */
+    { 30445, 0, 0, 0, 3, 0 }, /* curandGenerateUniformDouble */
+    { 30473, 0, 0, 0, 3, 0 }, /* curandGetDirectionVectors32 */
+    { 30501, 0, 0, 0, 3, 0 }, /* curandGetDirectionVectors64 */
+    { 30529, 0, 0, 0, 3, 0 }, /* curandGetProperty */
+    { 30547, 0, 0, 0, 3, 0 }, /* curandGetScrambleConstants32 */
+    { 30576, 0, 0, 0, 3, 0 }, /* curandGetScrambleConstants64 */
+    { 30605, 0, 0, 0, 3, 0 }, /* curandGetVersion */
+    { 30622, 0, 0, 0, 3, 0 }, /* curandSetGeneratorOffset */
+    { 30647, 0, 0, 0, 3, 0 }, /* curandSetGeneratorOrdering */
+    { 30674, 0, 0, 0, 3, 0 }, /* curandSetPseudoRandomGeneratorSeed */
+    { 30709, 0, 0, 0, 3, 0 }, /* curandSetQuasiRandomGeneratorDimensions */
+    { 30749, 0, 0, 0, 3, 0 }, /* curandSetStream */
+    { 30765, 0, 0, 0, 8, 0 }, /* ncclAllGather */
+    { 30779, 0, 0, 0, 8, 0 }, /* ncclAllReduce */
+    { 30793, 0, 0, 0, 8, 0 }, /* ncclAlltoAll */
+    { 30806, 0, 0, 0, 8, 0 }, /* ncclBcast */
+    { 30816, 0, 0, 0, 8, 0 }, /* ncclBroadcast */
+    { 30830, 0, 0, 0, 8, 0 }, /* ncclCommAbort */
+    { 30844, 0, 0, 0, 8, 0 }, /* ncclCommCount */
+    { 30858, 0, 0, 0, 8, 0 }, /* ncclCommCuDevice */
+    { 30875, 0, 0, 0, 8, 0 }, /* ncclCommDeregister */
+    { 30894, 0, 0, 0, 8, 0 }, /* ncclCommDestroy */
+    { 30910, 0, 0, 0, 8, 0 }, /* ncclCommFinalize */
+    { 30927, 0, 0, 0, 8, 0 }, /* ncclCommGetAsyncError */
+    { 30949, 0, 0, 0, 8, 0 }, /* ncclCommInitAll */
+    { 30965, 0, 0, 0, 8, 0 }, /* ncclCommInitRank */
+    { 30982, 0, 0, 0, 8, 0 }, /* ncclCommInitRankConfig */
+    { 31005, 0, 0, 0, 8, 0 }, /* ncclCommInitRankScalable */
+    { 31030, 0, 0, 0, 8, 0 }, /* ncclCommRegister */
+    { 31047, 0, 0, 0, 8, 0 }, /* ncclCommRevoke */
+    { 31062, 0, 0, 0, 8, 0 }, /* ncclCommShrink */
+    { 31077, 0, 0, 0, 8, 0 }, /* ncclCommSplit */
+    { 31091, 0, 0, 0, 8, 0 }, /* ncclCommUserRank */
+    { 31108, 0, 0, 0, 8, 0 }, /* ncclCommWindowDeregister */
+    { 31133, 0, 0, 0, 8, 0 }, /* ncclCommWindowRegister */
+    { 31156, 0, 0, 0, 8, 0 }, /* ncclGather */
+    { 31167, 0, 0, 0, 8, 0 }, /* ncclGetErrorString */
+    { 31186, 0, 0, 0, 8, 0 }, /* ncclGetLastError */
+    { 31203, 0, 0, 0, 8, 0 }, /* ncclGetUniqueId */
+    { 31219, 0, 0, 0, 8, 0 }, /* ncclGetVersion */
+    { 31234, 0, 0, 0, 8, 0 }, /* ncclGroupEnd */
+    { 31247, 0, 0, 0, 8, 0 }, /* ncclGroupSimulateEnd */
+    { 31268, 0, 0, 0, 8, 0 }, /* ncclGroupStart */
+    { 31283, 0, 0, 0, 8, 0 }, /* ncclMemAlloc */
+    { 31296, 0, 0, 0, 8, 0 }, /* ncclMemFree */
+    { 31308, 0, 0, 0, 8, 0 }, /* ncclRecv */
+    { 31317, 0, 0, 0, 8, 0 }, /* ncclRedOpCreatePreMulSum */
+    { 31342, 0, 0, 0, 8, 0 }, /* ncclRedOpDestroy */
+    { 31359, 0, 0, 0, 8, 0 }, /* ncclReduce */
+    { 31370, 0, 0, 0, 8, 0 }, /* ncclReduceScatter */
+    { 31388, 0, 0, 0, 8, 0 }, /* ncclResetDebugInit */
+    { 31407, 0, 0, 0, 8, 0 }, /* ncclScatter */
+    { 31419, 0, 0, 0, 8, 0 }, /* ncclSend */
+    { 31428, 31445, 0, 0, 5, 0 }, /* nvJitLinkAddData */
+    { 31469, 31486, 0, 0, 5, 0 }, /* nvJitLinkAddFile */
+    { 31510, 31528, 0, 0, 5, 0 }, /* nvJitLinkComplete */
+    { 31553, 31569, 0, 0, 5, 0 }, /* nvJitLinkCreate */
+    { 31592, 31609, 0, 0, 5, 0 }, /* nvJitLinkDestroy */
+    { 31633, 31654, 0, 0, 5, 0 }, /* nvJitLinkGetErrorLog */
+    { 31682, 31707, 0, 0, 5, 0 }, /* nvJitLinkGetErrorLogSize */
+    { 31739, 31759, 0, 0, 5, 0 }, /* nvJitLinkGetInfoLog */
+    { 31786, 31810, 0, 0, 5, 0 }, /* nvJitLinkGetInfoLogSize */
+    { 31841, 31865, 0, 0, 5, 0 }, /* nvJitLinkGetLinkedCubin */
+    { 31896, 31924, 0, 0, 5, 0 }, /* nvJitLinkGetLinkedCubinSize */
+    { 31959, 31981, 0, 0, 5, 0 }, /* nvJitLinkGetLinkedPtx */
+    { 32010, 32036, 0, 0, 5, 0 }, /* nvJitLinkGetLinkedPtxSize */
+    { 32069, 0, 0, 0, 5, 0 }, /* nvJitLinkVersion */
+    { 32086, 0, 0, 0, 7, 0 }, /* nvmlComputeInstanceDestroy */
+    { 32113, 32140, 0, 0, 7, 0 }, /* nvmlComputeInstanceGetInfo */
+    { 32170, 0, 0, 0, 7, 0 }, /* nvmlDeviceClearAccountingPids */
+    { 32200, 0, 0, 0, 7, 0 }, /* nvmlDeviceClearCpuAffinity */
+    { 32227, 0, 0, 0, 7, 0 }, /* nvmlDeviceClearEccErrorCounts */
+    { 32257, 0, 0, 0, 7, 0 }, /* nvmlDeviceClearFieldValues */
+    { 32284, 0, 0, 0, 7, 0 }, /* nvmlDeviceCreateGpuInstance */
+    { 32312, 0, 0, 0, 7, 0 }, /* nvmlDeviceCreateGpuInstanceWithPlacement */
+    { 32353, 0, 0, 0, 7, 0 }, /* nvmlDeviceDiscoverGpus */
+    { 32376, 0, 0, 0, 7, 0 }, /* nvmlDeviceFreezeNvLinkUtilizationCounter */
+    { 32417, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetAPIRestriction */
+    { 32445, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetAccountingBufferSize */
+    { 32479, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetAccountingMode */
+    { 32507, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetAccountingPids */
+    { 32535, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetAccountingStats */
+    { 32564, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetActiveVgpus */
+    { 32589, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetAdaptiveClockInfoStatus */
+    { 32626, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetAddressingMode */
+    { 32654, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetApplicationsClock */
+    { 32685, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetArchitecture */
+    { 32711, 32735, 0, 0, 7, 0 }, /* nvmlDeviceGetAttributes */
+    { 32762, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetAutoBoostedClocksEnabled */
+    { 32800, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetBAR1MemoryInfo */
+    { 32828, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetBoardId */
+    { 32849, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetBoardPartNumber */
+    { 32878, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetBrand */
+    { 32897, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetBridgeChipInfo */
+    { 32925, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetBusType */
+    { 32946, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetC2cModeInfoV */
+    { 32972, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetCapabilities */
+    { 32998, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetClkMonStatus */
+    { 33024, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetClock */
+    { 33043, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetClockInfo */
+    { 33066, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetClockOffsets */
+    { 33092, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetComputeInstanceId */
+    { 33123, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetComputeMode */
+    { 33148, 33185, 0, 0, 7, 0 }, /* nvmlDeviceGetComputeRunningProcesses */
+    { 33225, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetConfComputeGpuAttestationReport */
+    { 33270, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetConfComputeGpuCertificate */
+    { 33309, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetConfComputeMemSizeInfo */
+    { 33345, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetConfComputeProtectedMemoryUsage */
+    { 33390, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetCoolerInfo */
+    { 33414, 33433, 0, 0, 7, 0 }, /* nvmlDeviceGetCount */
+    { 33455, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetCpuAffinity */
+    { 33480, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetCpuAffinityWithinScope */
+    { 33516, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetCreatableVgpus */
+    { 33544, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetCudaComputeCapability */
+    { 33579, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetCurrPcieLinkGeneration */
+    { 33615, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetCurrPcieLinkWidth */
+    { 33646, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetCurrentClockFreqs */
+    { 33677, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetCurrentClocksEventReasons */
+    { 33716, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetCurrentClocksThrottleReasons */
+    { 33758, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetDecoderUtilization */
+    { 33790, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetDefaultApplicationsClock */
+    { 33828, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetDefaultEccMode */
+    { 33856, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetDetailedEccErrors */
+    { 33887, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetDeviceHandleFromMigDeviceHandle */
+    { 33932, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetDisplayActive */
+    { 33959, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetDisplayMode */
+    { 33984, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetDramEncryptionMode */
+    { 34016, 34041, 0, 0, 7, 0 }, /* nvmlDeviceGetDriverModel */
+    { 34069, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetDynamicPstatesInfo */
+    { 34101, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetEccMode */
+    { 34122, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetEncoderCapacity */
+    { 34151, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetEncoderSessions */
+    { 34180, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetEncoderStats */
+    { 34206, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetEncoderUtilization */
+    { 34238, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetEnforcedPowerLimit */
+    { 34270, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetFBCSessions */
+    { 34295, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetFBCStats */
+    { 34317, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetFanControlPolicy_v2 */
+    { 34350, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetFanSpeed */
+    { 34372, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetFanSpeedRPM */
+    { 34397, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetFanSpeed_v2 */
+    { 34422, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetFieldValues */
+    { 34447, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGpcClkMinMaxVfOffset */
+    { 34481, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGpcClkVfOffset */
+    { 34509, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGpuFabricInfo */
+    { 34536, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGpuFabricInfoV */
+    { 34564, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGpuInstanceById */
+    { 34593, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGpuInstanceId */
+    { 34620, 34663, 0, 0, 7, 0 }, /* nvmlDeviceGetGpuInstancePossiblePlacements */
+    { 34709, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGpuInstanceProfileInfo */
+    { 34745, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGpuInstanceProfileInfoByIdV */
+    { 34786, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGpuInstanceProfileInfoV */
+    { 34823, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGpuInstanceRemainingCapacity */
+    { 34865, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGpuInstances */
+    { 34891, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGpuMaxPcieLinkGeneration */
+    { 34929, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGpuOperationMode */
+    { 34959, 34997, 0, 0, 7, 0 }, /* nvmlDeviceGetGraphicsRunningProcesses */
+    { 35038, 35074, 0, 0, 7, 0 }, /* nvmlDeviceGetGridLicensableFeatures */
+    { 35113, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGspFirmwareMode */
+    { 35142, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetGspFirmwareVersion */
+    { 35174, 35201, 0, 0, 7, 0 }, /* nvmlDeviceGetHandleByIndex */
+    { 35231, 35261, 0, 0, 7, 0 }, /* nvmlDeviceGetHandleByPciBusId */
+    { 35294, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetHandleBySerial */
+    { 35322, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetHandleByUUID */
+    { 35348, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetHandleByUUIDV */
+    { 35375, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetHostVgpuMode */
+    { 35401, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetHostname_v1 */
+    { 35426, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetIndex */
+    { 35445, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetInforomConfigurationChecksum */
+    { 35487, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetInforomImageVersion */
+    { 35520, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetInforomVersion */
+    { 35548, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetIrqNum */
+    { 35568, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetJpgUtilization */
+    { 35596, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetLastBBXFlushTime */
+    { 35626, 35666, 0, 0, 7, 0 }, /* nvmlDeviceGetMPSComputeRunningProcesses */
+    { 35709, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMarginTemperature */
+    { 35740, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMaxClockInfo */
+    { 35766, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMaxCustomerBoostClock */
+    { 35801, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMaxMigDeviceCount */
+    { 35832, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMaxPcieLinkGeneration */
+    { 35867, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMaxPcieLinkWidth */
+    { 35897, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMemClkMinMaxVfOffset */
+    { 35931, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMemClkVfOffset */
+    { 35959, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMemoryAffinity */
+    { 35987, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMemoryBusWidth */
+    { 36015, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMemoryErrorCounter */
+    { 36047, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMemoryInfo */
+    { 36071, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMemoryInfo_v2 */
+    { 36098, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMigDeviceHandleByIndex */
+    { 36134, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMigMode */
+    { 36155, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMinMaxClockOfPState */
+    { 36188, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMinMaxFanSpeed */
+    { 36216, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMinorNumber */
+    { 36241, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetModuleId */
+    { 36263, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetMultiGpuBoard */
+    { 36290, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetName */
+    { 36308, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetNumFans */
+    { 36329, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetNumGpuCores */
+    { 36354, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetNumaNodeId */
+    { 36378, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetNvLinkCapability */
+    { 36408, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetNvLinkErrorCounter */
+    { 36440, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetNvLinkInfo */
+    { 36464, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetNvLinkRemoteDeviceType */
+    { 36500, 36533, 0, 0, 7, 0 }, /* nvmlDeviceGetNvLinkRemotePciInfo */
+    { 36569, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetNvLinkState */
+    { 36594, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetNvLinkUtilizationControl */
+    { 36632, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetNvLinkUtilizationCounter */
+    { 36670, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetNvLinkVersion */
+    { 36697, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetNvlinkBwMode */
+    { 36723, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetNvlinkSupportedBwModes */
+    { 36759, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetOfaUtilization */
+    { 36787, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetP2PStatus */
+    { 36810, 36831, 0, 0, 7, 0 }, /* nvmlDeviceGetPciInfo */
+    { 36855, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPciInfoExt */
+    { 36879, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPcieLinkMaxSpeed */
+    { 36909, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPcieReplayCounter */
+    { 36940, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPcieSpeed */
+    { 36963, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPcieThroughput */
+    { 36991, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPdi */
+    { 37008, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPerformanceModes */
+    { 37038, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPerformanceState */
+    { 37068, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPersistenceMode */
+    { 37097, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPgpuMetadataString */
+    { 37129, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPlatformInfo */
+    { 37155, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPowerManagementDefaultLimit */
+    { 37196, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPowerManagementLimit */
+    { 37230, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPowerManagementLimitConstraints */
+    { 37275, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPowerManagementMode */
+    { 37308, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPowerMizerMode_v1 */
+    { 37339, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPowerSource */
+    { 37364, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPowerState */
+    { 37388, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetPowerUsage */
+    { 37412, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetProcessUtilization */
+    { 37444, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetProcessesUtilizationInfo */
+    { 37482, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetRemappedRows */
+    { 37508, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetRepairStatus */
+    { 37534, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetRetiredPages */
+    { 37560, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetRetiredPagesPendingStatus */
+    { 37599, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetRetiredPages_v2 */
+    { 37628, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetRowRemapperHistogram */
+    { 37662, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetRunningProcessDetailList */
+    { 37700, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetSamples */
+    { 37721, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetSerial */
+    { 37741, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetSramEccErrorStatus */
+    { 37773, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts */
+    { 37822, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetSupportedClocksEventReasons */
+    { 37863, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetSupportedClocksThrottleReasons */
+    { 37907, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetSupportedEventTypes */
+    { 37940, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetSupportedGraphicsClocks */
+    { 37977, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetSupportedMemoryClocks */
+    { 38012, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetSupportedPerformanceStates */
+    { 38052, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetSupportedVgpus */
+    { 38080, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetTargetFanSpeed */
+    { 38108, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetTemperature */
+    { 38133, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetTemperatureThreshold */
+    { 38167, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetTemperatureV */
+    { 38193, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetThermalSettings */
+    { 38222, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetTopologyCommonAncestor */
+    { 38258, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetTopologyNearestGpus */
+    { 38291, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetTotalEccErrors */
+    { 38319, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetTotalEnergyConsumption */
+    { 38355, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetUUID */
+    { 38373, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetUtilizationRates */
+    { 38403, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVbiosVersion */
+    { 38429, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVgpuCapabilities */
+    { 38459, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVgpuHeterogeneousMode */
+    { 38494, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVgpuInstancesUtilizationInfo */
+    { 38536, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVgpuMetadata */
+    { 38562, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVgpuProcessUtilization */
+    { 38598, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVgpuProcessesUtilizationInfo */
+    { 38640, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVgpuSchedulerCapabilities */
+    { 38679, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVgpuSchedulerLog */
+    { 38709, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVgpuSchedulerState */
+    { 38741, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVgpuTypeCreatablePlacements */
+    { 38782, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVgpuTypeSupportedPlacements */
+    { 38823, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVgpuUtilization */
+    { 38852, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetViolationStatus */
+    { 38881, 0, 0, 0, 7, 0 }, /* nvmlDeviceGetVirtualizationMode */
+    { 38913, 0, 0, 0, 7, 0 }, /* nvmlDeviceIsMigDeviceHandle */
+    { 38941, 0, 0, 0, 7, 0 }, /* nvmlDeviceModifyDrainState */
+    { 38968, 0, 0, 0, 7, 0 }, /* nvmlDeviceOnSameBoard */
+    { 38990, 0, 0, 0, 7, 0 }, /* nvmlDevicePowerSmoothingActivatePresetProfile */
+    { 39036, 0, 0, 0, 7, 0 }, /* nvmlDevicePowerSmoothingSetState */
+    { 39069, 0, 0, 0, 7, 0 }, /* nvmlDevicePowerSmoothingUpdatePresetProfileParam */
+    { 39118, 0, 0, 0, 7, 0 }, /* nvmlDeviceQueryDrainState */
+    { 39144, 0, 0, 0, 7, 0 }, /* nvmlDeviceReadWritePRM_v1 */
+    { 39170, 0, 0, 0, 7, 0 }, /* nvmlDeviceRegisterEvents */
+    { 39195, 39215, 0, 0, 7, 0 }, /* nvmlDeviceRemoveGpu */
+    { 39238, 0, 0, 0, 7, 0 }, /* nvmlDeviceResetApplicationsClocks */
+    { 39272, 0, 0, 0, 7, 0 }, /* nvmlDeviceResetGpuLockedClocks */
+    { 39303, 0, 0, 0, 7, 0 }, /* nvmlDeviceResetMemoryLockedClocks */
+    { 39337, 0, 0, 0, 7, 0 }, /* nvmlDeviceResetNvLinkErrorCounters */
+    { 39372, 0, 0, 0, 7, 0 }, /* nvmlDeviceResetNvLinkUtilizationCounter */
+    { 39412, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetAPIRestriction */
+    { 39440, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetAccountingMode */
+    { 39468, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetApplicationsClocks */
+    { 39500, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetAutoBoostedClocksEnabled */
+    { 39538, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetClockOffsets */
+    { 39564, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetComputeMode */
+    { 39589, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetConfComputeUnprotectedMemSize */
+    { 39632, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetCpuAffinity */
+    { 39657, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetDefaultAutoBoostedClocksEnabled */
+    { 39702, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetDefaultFanSpeed_v2 */
+    { 39734, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetDramEncryptionMode */
+    { 39766, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetDriverModel */
+    { 39791, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetEccMode */
+    { 39812, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetFanControlPolicy */
+    { 39842, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetFanSpeed_v2 */
+    { 39867, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetGpcClkVfOffset */
+    { 39895, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetGpuLockedClocks */
+    { 39924, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetGpuOperationMode */
+    { 39954, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetHostname_v1 */
+    { 39979, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetMemClkVfOffset */
+    { 40007, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetMemoryLockedClocks */
+    { 40039, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetMigMode */
+    { 40060, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetNvLinkDeviceLowPowerThreshold */
+    { 40103, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetNvLinkUtilizationControl */
+    { 40141, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetNvlinkBwMode */
+    { 40167, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetPersistenceMode */
+    { 40196, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetPowerManagementLimit */
+    { 40230, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetPowerManagementLimit_v2 */
+    { 40267, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetPowerMizerMode_v1 */
+    { 40298, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetTemperatureThreshold */
+    { 40332, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetVgpuCapabilities */
+    { 40362, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetVgpuHeterogeneousMode */
+    { 40397, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetVgpuSchedulerState */
+    { 40429, 0, 0, 0, 7, 0 }, /* nvmlDeviceSetVirtualizationMode */
+    { 40461, 0, 0, 0, 7, 0 }, /* nvmlDeviceValidateInforom */
+    { 40487, 0, 0, 0, 7, 0 }, /* nvmlDeviceWorkloadPowerProfileClearRequestedProfiles */
+    { 40540, 0, 0, 0, 7, 0 }, /* nvmlDeviceWorkloadPowerProfileGetCurrentProfiles */
+    { 40589, 0, 0, 0, 7, 0 }, /* nvmlDeviceWorkloadPowerProfileGetProfilesInfo */
+    { 40635, 0, 0, 0, 7, 0 }, /* nvmlDeviceWorkloadPowerProfileSetRequestedProfiles */
+    { 40686, 0, 0, 0, 7, 0 }, /* nvmlErrorString */
+    { 40702, 0, 0, 0, 7, 0 }, /* nvmlEventSetCreate */
+    { 40721, 0, 0, 0, 7, 0 }, /* nvmlEventSetFree */
+    { 40738, 40755, 0, 0, 7, 0 }, /* nvmlEventSetWait */
+    { 40775, 40803, 0, 0, 7, 0 }, /* nvmlGetBlacklistDeviceCount */
+    { 40830, 40864, 0, 0, 7, 0 }, /* nvmlGetBlacklistDeviceInfoByIndex */
+    { 40803, 0, 0, 0, 7, 0 }, /* nvmlGetExcludedDeviceCount */
+    { 40864, 0, 0, 0, 7, 0 }, /* nvmlGetExcludedDeviceInfoByIndex */
+    { 40897, 0, 0, 0, 7, 0 }, /* nvmlGetVgpuCompatibility */
+    { 40922, 0, 0, 0, 7, 0 }, /* nvmlGetVgpuDriverCapabilities */
+    { 40952, 0, 0, 0, 7, 0 }, /* nvmlGetVgpuVersion */
+    { 40971, 0, 0, 0, 7, 0 }, /* nvmlGpmMetricsGet */
+    { 40989, 0, 0, 0, 7, 0 }, /* nvmlGpmMigSampleGet */
+    { 41009, 0, 0, 0, 7, 0 }, /* nvmlGpmQueryDeviceSupport */
+    { 41035, 0, 0, 0, 7, 0 }, /* nvmlGpmQueryIfStreamingEnabled */
+    { 41066, 0, 0, 0, 7, 0 }, /* nvmlGpmSampleAlloc */
+    { 41085, 0, 0, 0, 7, 0 }, /* nvmlGpmSampleFree */
+    { 41103, 0, 0, 0, 7, 0 }, /* nvmlGpmSampleGet */
+    { 41120, 0, 0, 0, 7, 0 }, /* nvmlGpmSetStreamingEnabled */
+    { 41147, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceCreateComputeInstance */
+    { 41184, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceCreateComputeInstanceWithPlacement */
+    { 41234, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceDestroy */
+    { 41257, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceGetActiveVgpus */
+    { 41287, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceGetComputeInstanceById */
+    { 41325, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceGetComputeInstancePossiblePlacements */
+    { 41377, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceGetComputeInstanceProfileInfo */
+    { 41422, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceGetComputeInstanceProfileInfoV */
+    { 41468, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceGetComputeInstanceRemainingCapacity */
+    { 41519, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceGetComputeInstances */
+    { 41554, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceGetCreatableVgpus */
+    { 41587, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceGetInfo */
+    { 41610, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceGetVgpuHeterogeneousMode */
+    { 41650, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceGetVgpuSchedulerLog */
+    { 41685, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceGetVgpuSchedulerState */
+    { 41722, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceGetVgpuTypeCreatablePlacements */
+    { 41768, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceSetVgpuHeterogeneousMode */
+    { 41808, 0, 0, 0, 7, 0 }, /* nvmlGpuInstanceSetVgpuSchedulerState */
+    { 41845, 41854, 0, 0, 7, 0 }, /* nvmlInit */
+    { 41866, 0, 0, 0, 7, 0 }, /* nvmlInitWithFlags */
+    { 41884, 0, 0, 0, 7, 0 }, /* nvmlSetVgpuVersion */
+    { 41903, 0, 0, 0, 7, 0 }, /* nvmlShutdown */
+    { 41916, 0, 0, 0, 7, 0 }, /* nvmlSystemEventSetCreate */
+    { 41941, 0, 0, 0, 7, 0 }, /* nvmlSystemEventSetFree */
+    { 41964, 0, 0, 0, 7, 0 }, /* nvmlSystemEventSetWait */
+    { 41987, 0, 0, 0, 7, 0 }, /* nvmlSystemGetConfComputeCapabilities */
+    { 42024, 0, 0, 0, 7, 0 }, /* nvmlSystemGetConfComputeGpusReadyState */
+    { 42063, 0, 0, 0, 7, 0 }, /* nvmlSystemGetConfComputeKeyRotationThresholdInfo */
+    { 42112, 0, 0, 0, 7, 0 }, /* nvmlSystemGetConfComputeSettings */
+    { 42145, 0, 0, 0, 7, 0 }, /* nvmlSystemGetConfComputeState */
+    { 42175, 0, 0, 0, 7, 0 }, /* nvmlSystemGetCudaDriverVersion */
+    { 42206, 0, 0, 0, 7, 0 }, /* nvmlSystemGetCudaDriverVersion_v2 */
+    { 42240, 0, 0, 0, 7, 0 }, /* nvmlSystemGetDriverBranch */
+    { 42266, 0, 0, 0, 7, 0 }, /* nvmlSystemGetDriverVersion */
+    { 42293, 0, 0, 0, 7, 0 }, /* nvmlSystemGetHicVersion */
+    { 42317, 0, 0, 0, 7, 0 }, /* nvmlSystemGetNVMLVersion */
+    { 42342, 0, 0, 0, 7, 0 }, /* nvmlSystemGetNvlinkBwMode */
+    { 42368, 0, 0, 0, 7, 0 }, /* nvmlSystemGetProcessName */
+    { 42393, 0, 0, 0, 7, 0 }, /* nvmlSystemGetTopologyGpuSet */
+    { 42421, 0, 0, 0, 7, 0 }, /* nvmlSystemRegisterEvents */
+    { 42446, 0, 0, 0, 7, 0 }, /* nvmlSystemSetConfComputeGpusReadyState */
+    { 42485, 0, 0, 0, 7, 0 }, /* nvmlSystemSetConfComputeKeyRotationThresholdInfo */
+    { 42534, 0, 0, 0, 7, 0 }, /* nvmlSystemSetNvlinkBwMode */
+    { 42560, 0, 0, 0, 7, 0 }, /* nvmlUnitGetCount */
+    { 42577, 0, 0, 0, 7, 0 }, /* nvmlUnitGetDevices */
+    { 42596, 0, 0, 0, 7, 0 }, /* nvmlUnitGetFanSpeedInfo */
+    { 42620, 0, 0, 0, 7, 0 }, /* nvmlUnitGetHandleByIndex */
+    { 42645, 0, 0, 0, 7, 0 }, /* nvmlUnitGetLedState */
+    { 42665, 0, 0, 0, 7, 0 }, /* nvmlUnitGetPsuInfo */
+    { 42684, 0, 0, 0, 7, 0 }, /* nvmlUnitGetTemperature */
+    { 42707, 0, 0, 0, 7, 0 }, /* nvmlUnitGetUnitInfo */
+    { 42727, 0, 0, 0, 7, 0 }, /* nvmlUnitSetLedState */
+    { 42747, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceClearAccountingPids */
+    { 42783, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetAccountingMode */
+    { 42817, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetAccountingPids */
+    { 42851, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetAccountingStats */
+    { 42886, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetEccMode */
+    { 42913, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetEncoderCapacity */
+    { 42948, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetEncoderSessions */
+    { 42983, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetEncoderStats */
+    { 43015, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetFBCSessions */
+    { 43046, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetFBCStats */
+    { 43074, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetFbUsage */
+    { 43101, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetFrameRateLimit */
+    { 43135, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetGpuInstanceId */
+    { 43168, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetGpuPciId */
+    { 43196, 43227, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetLicenseInfo */
+    { 43261, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetLicenseStatus */
+    { 43294, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetMdevUUID */
+    { 43322, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetMetadata */
+    { 43350, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetPlacementId */
+    { 43381, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetRuntimeStateSize */
+    { 43417, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetType */
+    { 43441, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetUUID */
+    { 43465, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetVmDriverVersion */
+    { 43500, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceGetVmID */
+    { 43524, 0, 0, 0, 7, 0 }, /* nvmlVgpuInstanceSetEncoderCapacity */
+    { 43559, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetBAR1Info */
+    { 43583, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetCapabilities */
+    { 43611, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetClass */
+    { 43632, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetDeviceID */
+    { 43656, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetFbReservation */
+    { 43685, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetFrameRateLimit */
+    { 43715, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetFramebufferSize */
+    { 43746, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetGpuInstanceProfileId */
+    { 43782, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetGspHeapSize */
+    { 43809, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetLicense */
+    { 43832, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetMaxInstances */
+    { 43860, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetMaxInstancesPerGpuInstance */
+    { 43902, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetMaxInstancesPerVm */
+    { 43935, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetName */
+    { 43955, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetNumDisplayHeads */
+    { 43986, 0, 0, 0, 7, 0 }, /* nvmlVgpuTypeGetResolution */
+    { 44012, 0, 0, 0, 4, 0 }, /* nvrtcAddNameExpression */
+    { 44035, 0, 0, 0, 4, 0 }, /* nvrtcCompileProgram */
+    { 44055, 0, 0, 0, 4, 0 }, /* nvrtcCreateProgram */
+    { 44074, 0, 0, 0, 4, 0 }, /* nvrtcDestroyProgram */
+    { 44094, 0, 0, 0, 4, 0 }, /* nvrtcGetCUBIN */
+    { 44108, 0, 0, 0, 4, 0 }, /* nvrtcGetCUBINSize */
+    { 44126, 0, 0, 0, 4, 0 }, /* nvrtcGetErrorString */
+    { 44146, 0, 0, 0, 4, 0 }, /* nvrtcGetLTOIR */
+    { 44160, 0, 0, 0, 4, 0 }, /* nvrtcGetLTOIRSize */
+    { 44178, 0, 0, 0, 4, 0 }, /* nvrtcGetLoweredName */
+    { 44198, 0, 0, 0, 4, 0 }, /* nvrtcGetNumSupportedArchs */
+    { 44224, 0, 0, 0, 4, 0 }, /* nvrtcGetOptiXIR */
+    { 44240, 0, 0, 0, 4, 0 }, /* nvrtcGetOptiXIRSize */
+    { 44260, 0, 0, 0, 4, 0 }, /* nvrtcGetPCHCreateStatus */
+    { 44284, 0, 0, 0, 4, 0 }, /* nvrtcGetPCHHeapSize */
+    { 44304, 0, 0, 0, 4, 0 }, /* nvrtcGetPCHHeapSizeRequired */
+    { 44332, 0, 0, 0, 4, 0 }, /* nvrtcGetPTX */
+    { 44344, 0, 0, 0, 4, 0 }, /* nvrtcGetPTXSize */
+    { 44360, 0, 0, 0, 4, 0 }, /* nvrtcGetProgramLog */
+    { 44379, 0, 0, 0, 4, 0 }, /* nvrtcGetProgramLogSize */
+    { 44402, 0, 0, 0, 4, 0 }, /* nvrtcGetSupportedArchs */
+    { 44425, 0, 0, 0, 4, 0 }, /* nvrtcSetFlowCallback */
+    { 44446, 0, 0, 0, 4, 0 }, /* nvrtcSetPCHHeapSize */
+    { 44466, 0, 0, 0, 4, 0 }, /* nvrtcVersion */
 };
 
 _Atomic(void *) tc__slots[TC__NSYMS];

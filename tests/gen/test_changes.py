@@ -41,7 +41,7 @@ def test_a_new_release_regenerates_in_one_command_with_a_summary(tmp_path, capsy
     assert "- `cublasSetSmCountTarget(cublasHandle_t handle, int smCountTarget)`" in changes
     assert "Added: `CUDA_ERROR_NOT_READY`" in changes
     jitlink = open(os.path.join(out, "tc_nvjitlink.c")).read()
-    assert '"__nvJitLinkComplete_12_6"' in open(os.path.join(out, "tc_symbols.c")).read()
+    assert '"__nvJitLinkComplete_12_6\\0"' in open(os.path.join(out, "tc_symbols.c")).read()
     assert "tc_nvJitLinkComplete(nvJitLinkHandle handle)" in jitlink
     # nccl.h: the pnccl profiling names skipped, an unprototyped () declaration wrapped as
     # (void), the count of codes no status.
