@@ -223,6 +223,16 @@ void tc__load_row(tc_dtype dt, const void *row, int64_t n, float *out);
 bool tc__dequant_row(tc_dtype dt, const void *row, int64_t n, float *out);
 /* Element i of such a row (NaN for a dtype that is not a block type). */
 float tc__dequant_one(tc_dtype dt, const void *row, int64_t i);
+/* out[i][r] = x[r] . w_i for R (1 to 4) f32 rows x[r] of k elements and the W consecutive rows
+ * w_i from w of a float type (f32, bf16, f16) or a block type in the file layout (k whole
+ * blocks): the CPU products' inner loop (qdot.c). The same bits for a row whatever R is. False
+ * for another dtype, a partial block or R out of range. */
+bool tc__qdot(tc_dtype dt, const void *w, int W, const float *const *x, int R, int64_t k,
+              float (*out)[4]);
+/* The same from the baseline build, where tc__qdot may take the AVX2 one (for the tests: both
+ * give the same bits). */
+bool tc__qdot_baseline(tc_dtype dt, const void *w, int W, const float *const *x, int R, int64_t k,
+                       float (*out)[4]);
 
 /* Four lanes of f32 (GCC's and Clang's vector extension; SSE or NEON registers) for the CPU
  * paths' inner loops, which the compiler does not vectorise by itself at -O2. */

@@ -1,7 +1,7 @@
-/* Matrix products of a linear layer, out = x w^T. CPU: threads over weight rows, four rows
- * against two rows of x at a time, f32 accumulation. CUDA: the matrix-vector kernel for decode
- * (few rows, bandwidth bound), cuBLAS for prefill (compute bound), our own kernels where
- * cuBLAS is missing. */
+/* Matrix products of a linear layer, out = x w^T. CPU: threads over weight rows, read in
+ * place by tc__qdot (qdot.c) against four rows of x at a time, f32 accumulation. CUDA: the
+ * matrix-vector kernel for decode (few rows, bandwidth bound), cuBLAS for prefill (compute bound),
+ * our own kernels where cuBLAS is missing. */
 #include "ops/internal.h"
 
 /* What tc_linear_rope_store hands the one-row kernel (all zero: no rotation). */
@@ -212,144 +212,59 @@ static bool overlaps(const tc_tensor *a, const tc_tensor *b)
     return lo[0] < hi[1] && lo[1] < hi[0];
 }
 
-/* Weight rows (output columns) a CPU product takes at a time. */
-#define LINEAR_TILE 4
-
 typedef struct {
     tc_tensor *out;
     const tc_tensor *w;
     const float *x; /* [m, k] as f32 (normalised rows with rms_norm) */
     int64_t m, k, n;
     bool swiglu, accumulate;
-    atomic_bool oom;
 } linear_job;
 
-static inline float sum4(tc__f32x4 v)
+/* Rows r .. r + R - 1 of out's columns c0 .. c0 + nc - 1 from the products g (g[b][a]: weight
+ * row c0 + b by row r + a of x) and u (the up rows, with SwiGLU): the activation and the
+ * residual add. */
+static void put_cols(linear_job *j, int64_t r, int R, int64_t c0, int64_t nc, const float (*g)[4],
+                     const float (*u)[4])
 {
-    return (v[0] + v[2]) + (v[1] + v[3]);
-}
-
-/* out[a][b] = x[a] . w[b] for two rows of x and four rows of w, k long: each load feeds
- * several products, and the eight sums stay in registers (written out, since the compiler
- * keeps an array of them in memory). */
-static void dots_2x4(const float *const *x, const float *const *w, int64_t k,
-                     float out[2][LINEAR_TILE])
-{
-    const float *x0 = x[0], *x1 = x[1], *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
-    tc__f32x4 a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, a3 = { 0 }, b0 = { 0 }, b1 = { 0 }, b2 = { 0 },
-              b3 = { 0 };
-    int64_t i = 0;
-    for (; i + 4 <= k; i += 4) {
-        tc__f32x4 p = tc__load4(x0 + i), q = tc__load4(x1 + i), v;
-        v = tc__load4(w0 + i);
-        a0 += p * v;
-        b0 += q * v;
-        v = tc__load4(w1 + i);
-        a1 += p * v;
-        b1 += q * v;
-        v = tc__load4(w2 + i);
-        a2 += p * v;
-        b2 += q * v;
-        v = tc__load4(w3 + i);
-        a3 += p * v;
-        b3 += q * v;
-    }
-    tc__f32x4 acc[2][LINEAR_TILE] = { { a0, a1, a2, a3 }, { b0, b1, b2, b3 } };
-    for (int a = 0; a < 2; a++)
-        for (int b = 0; b < LINEAR_TILE; b++) {
-            float t = 0.0f;
-            for (int64_t e = i; e < k; e++)
-                t += x[a][e] * w[b][e];
-            out[a][b] = t + sum4(acc[a][b]);
+    for (int a = 0; a < R; a++) {
+        void *orow = tc__row(j->out, r + a);
+        for (int64_t b = 0; b < nc; b++) {
+            float v = g[b][a];
+            if (j->swiglu)
+                v = v / (1.0f + expf(-v)) * u[b][a];
+            if (j->accumulate)
+                v += tc__load(j->out->dtype, orow, c0 + b);
+            tc__store(j->out->dtype, orow, c0 + b, v);
         }
-}
-
-/* The same for one row of x. */
-static void dots_1x4(const float *x0, const float *const *w, int64_t k, float out[LINEAR_TILE])
-{
-    const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
-    tc__f32x4 a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, a3 = { 0 };
-    int64_t i = 0;
-    for (; i + 4 <= k; i += 4) {
-        tc__f32x4 p = tc__load4(x0 + i);
-        a0 += p * tc__load4(w0 + i);
-        a1 += p * tc__load4(w1 + i);
-        a2 += p * tc__load4(w2 + i);
-        a3 += p * tc__load4(w3 + i);
-    }
-    tc__f32x4 acc[LINEAR_TILE] = { a0, a1, a2, a3 };
-    for (int b = 0; b < LINEAR_TILE; b++) {
-        float t = 0.0f;
-        for (int64_t e = i; e < k; e++)
-            t += x0[e] * w[b][e];
-        out[b] = t + sum4(acc[b]);
     }
 }
 
-/* out[a][b] = x[a] . w[b] for R (1 or 2) rows of x and four rows of w. */
-static void dots(int R, const float *const *x, const float *const *w, int64_t k,
-                 float out[2][LINEAR_TILE])
-{
-    if (R == 2)
-        dots_2x4(x, w, k, out);
-    else
-        dots_1x4(x[0], w, k, out[0]);
-}
+/* Weight rows (output columns) a CPU product takes at a time. */
+#define LINEAR_TILE 16
 
-/* Columns [begin, end) of out, LINEAR_TILE weight rows at a time (widened once into a buffer
- * unless they are f32), against the rows of x two at a time. */
+/* Columns [begin, end) of out, the weights read in place by tc__qdot: LINEAR_TILE weight rows
+ * against the rows of x four at a time. */
 static void linear_cols(void *ctx, int64_t begin, int64_t end)
 {
     linear_job *j = ctx;
     int64_t k = j->k;
-    float *buf = tc_host_alloc((size_t)(2 * LINEAR_TILE * k) * sizeof(float));
-    if (!buf) {
-        atomic_store(&j->oom, true);
-        return;
-    }
     size_t row_bytes = tc_dtype_bytes(j->w->dtype, k);
-    bool f32 = j->w->dtype == TC_DTYPE_F32;
     for (int64_t c0 = begin; c0 < end; c0 += LINEAR_TILE) {
         int64_t nc = end - c0 < LINEAR_TILE ? end - c0 : LINEAR_TILE;
-        /* Gate rows in g, up rows (SwiGLU) in u; a short last tile repeats its last row. */
-        const float *g[LINEAR_TILE], *u[LINEAR_TILE];
-        for (int b = 0; b < LINEAR_TILE; b++) {
-            int64_t c = c0 + (b < nc ? b : nc - 1);
-            const char *gate = (const char *)j->w->data + (size_t)c * row_bytes,
-                       *up = j->swiglu ? gate + (size_t)j->n * row_bytes : gate;
-            if (f32) {
-                g[b] = (const float *)gate;
-                u[b] = (const float *)up;
-            } else {
-                float *gb = buf + (size_t)b * (size_t)k, *ub = gb + LINEAR_TILE * k;
-                tc__load_row(j->w->dtype, gate, k, gb);
-                if (j->swiglu)
-                    tc__load_row(j->w->dtype, up, k, ub);
-                g[b] = gb;
-                u[b] = ub;
-            }
-        }
-        for (int64_t r = 0; r < j->m; r += 2) {
-            int R = j->m - r >= 2 ? 2 : 1;
-            const float *x[2] = { j->x + r * k, j->x + (r + R - 1) * k };
-            float gv[2][LINEAR_TILE], uv[2][LINEAR_TILE];
-            dots(R, x, g, k, gv);
+        for (int64_t r = 0; r < j->m; r += 4) {
+            int R = j->m - r >= 4 ? 4 : (int)(j->m - r);
+            const float *x[4];
+            for (int a = 0; a < R; a++)
+                x[a] = j->x + (r + a) * k;
+            float g[LINEAR_TILE][4], u[LINEAR_TILE][4];
+            const char *gate = (const char *)j->w->data + (size_t)c0 * row_bytes;
+            /* (every weight dtype is one tc__qdot takes: check_product) */
+            tc__qdot(j->w->dtype, gate, (int)nc, x, R, k, g);
             if (j->swiglu)
-                dots(R, x, u, k, uv);
-            for (int a = 0; a < R; a++) {
-                void *orow = tc__row(j->out, r + a);
-                for (int64_t b = 0; b < nc; b++) {
-                    float v = gv[a][b];
-                    if (j->swiglu)
-                        v = v / (1.0f + expf(-v)) * uv[a][b];
-                    if (j->accumulate)
-                        v += tc__load(j->out->dtype, orow, c0 + b);
-                    tc__store(j->out->dtype, orow, c0 + b, v);
-                }
-            }
+                tc__qdot(j->w->dtype, gate + (size_t)j->n * row_bytes, (int)nc, x, R, k, u);
+            put_cols(j, r, R, c0, nc, (const float(*)[4])g, (const float(*)[4])u);
         }
     }
-    tc_host_free(buf);
 }
 
 static tc_status linear_cpu(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
@@ -374,11 +289,9 @@ static tc_status linear_cpu(tc_tensor *out, const tc_tensor *x, const tc_tensor 
                 xr[i] *= o->norm_weight ? scale * g[i] : scale;
         }
     }
-    linear_job j = { out, w, xf, m, k, out->shape[1], o->swiglu, o->accumulate, false };
+    linear_job j = { out, w, xf, m, k, out->shape[1], o->swiglu, o->accumulate };
     tc__parallel_for(out->backend, out->shape[1], 8, linear_cols, &j);
     tc_host_free(xf);
-    if (atomic_load(&j.oom))
-        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_linear", "no host memory for a weight row");
     return TC_OK;
 }
 

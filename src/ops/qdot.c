@@ -9,16 +9,18 @@
  *
  * On x86-64 meson compiles this file a second time with -mavx2 -mf16c (TC_QDOT_FN
  * tc__qdot_avx2), and tc__qdot takes that build where the CPU has both: the same operations,
- * so the same bits (no FMA to contract them into; f16 to f32 is exact either way). A function attribute (target_clones) would not
- * do: GCC lowers the vector code of the helpers for the baseline before inlining them. */
+ * so the same bits (no FMA to contract them into; f16 to f32 is exact either way). A function
+ * attribute (target_clones) would not do: GCC lowers the vector code of the helpers for the
+ * baseline before inlining them. */
 #include "ops/internal.h"
 #ifdef __F16C__
 #include <immintrin.h>
 #endif
 
+#if defined(TC_QDOT_VARIANT) || !TC_QDOT_AVX2
 /* (The 32-byte vectors below never cross a call that is not inlined: their passing convention
- * without AVX, of which GCC warns, is no interface of ours.) */
-#if defined(__GNUC__) && !defined(__clang__)
+ * without AVX, of which GCC and Clang warn, is no interface of ours.) */
+#if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
@@ -45,7 +47,16 @@ static inline u8x16 load16(const uint8_t *p)
     return v;
 }
 
-/* Elements 0-7 (hi8: 8-15) of a vector of integers as f32. */
+static inline f32x8 load8(const float *p)
+{
+    f32x8 v;
+    memcpy(&v, p, 32);
+    return v;
+}
+
+/* Elements 0-7 (hi8: 8-15) of a vector of integers as f32. (Element by element: GCC 12 makes
+ * one sign extension of it, where it takes a conversion of an 8-byte vector apart byte by
+ * byte.) */
 static inline f32x8 lo8(i8x16 v)
 {
     i32x8 r = { v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] };
@@ -54,29 +65,29 @@ static inline f32x8 lo8(i8x16 v)
 
 static inline f32x8 hi8(i8x16 v)
 {
+#if defined(__clang__) || __GNUC__ >= 12
     return lo8(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+#else
+    return lo8(
+        __builtin_shuffle(v, (i8x16){ 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7 }));
+#endif
 }
 
-static inline f32x8 load8(const float *p)
-{
-    f32x8 v;
-    memcpy(&v, p, 32);
-    return v;
-}
-
-/* The running sums of R rows. The integers of each group go straight from the block's bytes
- * (in registers) to the products. */
+/* The running sums of the rows of x (R: 1, or 4 where fewer are padded with copies of one, whose
+ * sums are thrown away: the operations a row gets are the same either way). */
 typedef struct {
-    const float *const *x;
+    const float *x[4];
     f32x8 acc[4];
+    float tail[4];
 } sums;
 
 #define INLINE static inline __attribute__((always_inline))
 
 /* A group of 16 (q1 NULL) or 32 integers at element e: the weights q d (+ m where the type has
- * offsets), rounded as the dequantisation rounds them, times each row of x, into acc. */
-INLINE void group(sums *s, int R, int64_t e, i8x16 q0, const i8x16 *q1, float d, float m,
-                  bool offsets)
+ * offsets), rounded as the dequantisation rounds them, times each row of x, into acc. The
+ * integers go from the block's bytes to the products in registers. */
+INLINE void group(f32x8 *acc, const float *const *x, int R, int64_t e, i8x16 q0, const i8x16 *q1,
+                  float d, float m, bool offsets)
 {
     f32x8 w0 = lo8(q0) * d, w1 = hi8(q0) * d, w2 = { 0 }, w3 = { 0 };
     if (q1)
@@ -84,39 +95,41 @@ INLINE void group(sums *s, int R, int64_t e, i8x16 q0, const i8x16 *q1, float d,
     if (offsets)
         w0 += m, w1 += m, w2 += m, w3 += m;
     for (int r = 0; r < R; r++) {
-        const float *xr = s->x[r] + e;
+        const float *xr = x[r] + e;
         f32x8 a = load8(xr) * w0 + load8(xr + 8) * w1;
         if (q1)
             a += load8(xr + 16) * w2 + load8(xr + 24) * w3;
-        s->acc[r] += a;
+        acc[r] += a;
     }
 }
 
+#define GROUP_ARGS f32x8 *acc, const float *const *x, int R, int64_t e
+#define GROUP_PASS acc, x, R, e
+
 /* 16 bytes of nibbles as a group of 32 (low nibbles first) less `bias`. */
-INLINE void nibbles(sums *s, int R, int64_t e, const uint8_t *qs, int bias, float d, float m,
-                    bool offsets)
+INLINE void nibbles(GROUP_ARGS, const uint8_t *qs, int bias, float d, float m, bool offsets)
 {
     u8x16 v = load16(qs);
     i8x16 q1 = (i8x16)(v >> 4) - (int8_t)bias;
-    group(s, R, e, (i8x16)(v & 15) - (int8_t)bias, &q1, d, m, offsets);
+    group(GROUP_PASS, (i8x16)(v & 15) - (int8_t)bias, &q1, d, m, offsets);
 }
 
 /* Q4_0 (q - 8) d; Q4_1 q d + m, and our groups of two and four Q4_1 blocks sharing d and m. */
-INLINE void b_q4_0(sums *s, int R, int64_t e, const uint8_t *b)
+INLINE void b_q4_0(GROUP_ARGS, const uint8_t *b)
 {
-    nibbles(s, R, e, b + 2, 8, half(b), 0.0f, false);
+    nibbles(GROUP_PASS, b + 2, 8, half(b), 0.0f, false);
 }
 
-INLINE void b_q4_1(sums *s, int R, int64_t e, const uint8_t *b, int blocks)
+INLINE void b_q4_1(GROUP_ARGS, const uint8_t *b, int groups)
 {
     float d = half(b), m = half(b + 2);
-    for (int i = 0; i < blocks; i++)
-        nibbles(s, R, e + 32 * i, b + 4 + 16 * i, 0, d, m, true);
+    for (int i = 0; i < groups; i++)
+        nibbles(acc, x, R, e + 32 * i, b + 4 + 16 * i, 0, d, m, true);
 }
 
 /* Q5_0 (q - 16) d and Q5_1 q d + m: the fifth bits (bit j: element j) in a 32-bit word before
  * the nibbles. */
-INLINE void b_q5(sums *s, int R, int64_t e, const uint8_t *b, bool offset)
+INLINE void b_q5(GROUP_ARGS, const uint8_t *b, bool offset)
 {
     const uint8_t *qs = b + (offset ? 8 : 6);
     uint32_t qh;
@@ -127,58 +140,56 @@ INLINE void b_q5(sums *s, int R, int64_t e, const uint8_t *b, bool offset)
         q0[j] = (int8_t)(((qs[j] & 15) | (int)(((qh >> j) & 1) << 4)) - bias);
         q1[j] = (int8_t)(((qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4)) - bias);
     }
-    group(s, R, e, q0, &q1, half(b), offset ? half(b + 2) : 0.0f, offset);
+    group(GROUP_PASS, q0, &q1, half(b), offset ? half(b + 2) : 0.0f, offset);
 }
 
-INLINE void b_q8_0(sums *s, int R, int64_t e, const uint8_t *b)
+INLINE void b_q8_0(GROUP_ARGS, const uint8_t *b)
 {
     i8x16 q0, q1;
     memcpy(&q0, b + 2, 16);
     memcpy(&q1, b + 18, 16);
-    group(s, R, e, q0, &q1, half(b), 0.0f, false);
+    group(GROUP_PASS, q0, &q1, half(b), 0.0f, false);
 }
 
 /* Q2_K: groups of 16, x = d sc q - dmin mn; element 32 g + l of half n is bits 2g, 2g + 1 of
  * quant byte 32 n + l. */
-INLINE void b_q2_k(sums *s, int R, int64_t e, const uint8_t *b)
+INLINE void b_q2_k(GROUP_ARGS, const uint8_t *b)
 {
     const uint8_t *sc = b, *qs = b + 16;
     float d = half(b + 80), dmin = half(b + 82);
     for (int n = 0; n < 2; n++)
-        for (int h = 0; h < 2; h++) {
-            u8x16 v = load16(qs + 32 * n + 16 * h);
-            for (int g = 0; g < 4; g++) {
+        for (int g = 0; g < 4; g++)
+            for (int h = 0; h < 2; h++) {
                 int at = 128 * n + 32 * g + 16 * h, c = sc[at / 16];
-                group(s, R, e + at, (i8x16)((v >> (2 * g)) & 3), NULL, d * (float)(c & 15),
+                u8x16 v = load16(qs + 32 * n + 16 * h);
+                group(acc, x, R, e + at, (i8x16)((v >> (2 * g)) & 3), NULL, d * (float)(c & 15),
                       -(dmin * (float)(c >> 4)), true);
             }
-        }
 }
 
 /* Q3_K: groups of 16, x = d (sc - 32) q, q less 4 where its high bit (bit 4n + g of byte l for
  * element 128 n + 32 g + l) is clear. */
-INLINE void b_q3_k(sums *s, int R, int64_t e, const uint8_t *b)
+INLINE void b_q3_k(GROUP_ARGS, const uint8_t *b)
 {
     const uint8_t *hm = b, *qs = b + 32, *sc = b + 96;
     float d = half(b + 108);
-    for (int h = 0; h < 2; h++) {
-        u8x16 m = load16(hm + 16 * h);
-        for (int n = 0; n < 2; n++) {
-            u8x16 v = load16(qs + 32 * n + 16 * h);
-            for (int g = 0; g < 4; g++) {
+    for (int n = 0; n < 2; n++)
+        for (int g = 0; g < 4; g++)
+            for (int h = 0; h < 2; h++) {
                 int at = 128 * n + 32 * g + 16 * h, t = at / 16;
-                int lo = t < 8 ? sc[t] & 15 : sc[t - 8] >> 4, hi = (sc[8 + (t & 3)] >> (2 * (t / 4))) & 3;
-                i8x16 q = (i8x16)((v >> (2 * g)) & 3) - (i8x16)((((m >> (4 * n + g)) & 1) ^ 1) << 2);
-                group(s, R, e + at, q, NULL, d * (float)((lo | (hi << 4)) - 32), 0.0f, false);
+                int lo = t < 8 ? sc[t] & 15 : sc[t - 8] >> 4,
+                    hi = (sc[8 + (t & 3)] >> (2 * (t / 4))) & 3;
+                u8x16 v = load16(qs + 32 * n + 16 * h), m = load16(hm + 16 * h);
+                i8x16 q =
+                    (i8x16)((v >> (2 * g)) & 3) - (i8x16)((((m >> (4 * n + g)) & 1) ^ 1) << 2);
+                group(acc, x, R, e + at, q, NULL, d * (float)((lo | (hi << 4)) - 32), 0.0f, false);
             }
-        }
-    }
 }
 
 /* Q4_K and Q5_K: groups of 32, x = d sc q - dmin mn (scales as qblock.c's k_scale_min); each
  * 32 quant bytes hold two groups (low nibbles, then high), Q5_K's fifth bit of element l of
  * group j is bit j of high byte l. */
-INLINE void b_k(sums *s, int R, int64_t e, const uint8_t *b, const uint8_t *hbits, const uint8_t *qs)
+INLINE void b_k(GROUP_ARGS, const uint8_t *b, const uint8_t *hbits, const uint8_t *qs)
 {
     const uint8_t *sm = b + 4;
     float d = half(b), dmin = half(b + 2);
@@ -193,14 +204,14 @@ INLINE void b_k(sums *s, int R, int64_t e, const uint8_t *b, const uint8_t *hbit
             v1 |= ((load16(hbits + 16) >> j) & 1) << 4;
         }
         i8x16 q1 = (i8x16)v1;
-        group(s, R, e + 32 * j, (i8x16)v0, &q1, d * (float)sc, -(dmin * (float)mn), true);
+        group(acc, x, R, e + 32 * j, (i8x16)v0, &q1, d * (float)sc, -(dmin * (float)mn), true);
     }
 }
 
-/* Q6_K: groups of 16, x = d sc (q - 32); q's low nibbles and high pairs as qblock.c's q6_k:
- * element 128 n + 32 g + l from low byte 64 n + 32 (g & 1) + l (its high nibble for g >= 2)
- * and bits 2g, 2g + 1 of high byte 32 n + l. */
-INLINE void b_q6_k(sums *s, int R, int64_t e, const uint8_t *b)
+/* Q6_K: groups of 16, x = d sc (q - 32); element 128 n + 32 g + l from low byte
+ * 64 n + 32 (g & 1) + l (its high nibble for g >= 2) and bits 2g, 2g + 1 of high byte
+ * 32 n + l (qblock.c's q6_k). */
+INLINE void b_q6_k(GROUP_ARGS, const uint8_t *b)
 {
     const uint8_t *ql = b, *qh = b + 128;
     const int8_t *sc = (const int8_t *)(b + 192);
@@ -212,61 +223,92 @@ INLINE void b_q6_k(sums *s, int R, int64_t e, const uint8_t *b)
                       hi = load16(qh + 32 * n + 16 * h);
                 int at = 128 * n + 32 * g + 16 * h;
                 i8x16 q = (i8x16)(((lo >> (4 * (g >> 1))) & 15) | ((hi >> (2 * g)) & 3) << 4) - 32;
-                group(s, R, e + at, q, NULL, d * (float)sc[at / 16], 0.0f, false);
+                group(acc, x, R, e + at, q, NULL, d * (float)sc[at / 16], 0.0f, false);
             }
 }
+
+/* Every block of a row of a block type (BE elements, BB bytes each) through `block`, the sums
+ * in registers (in memory they could be one of the rows of x as far as the compiler knows). */
+#define BLOCK_ROW(name, BLOCK, BE)                                           \
+    INLINE void name(sums *s, int R, const uint8_t *w, int64_t k, size_t bb) \
+    {                                                                        \
+        f32x8 acc[4];                                                        \
+        for (int r = 0; r < R; r++)                                          \
+            acc[r] = s->acc[r];                                              \
+        const int64_t be = (BE);                                             \
+        for (int64_t i = 0; i < k / be; i++)                                 \
+            BLOCK;                                                           \
+        for (int r = 0; r < R; r++)                                          \
+            s->acc[r] = acc[r];                                              \
+    }
+#define AT acc, s->x, R, i *be, w + (size_t)i *bb
+BLOCK_ROW(r_q4_0, b_q4_0(AT), 32)
+BLOCK_ROW(r_q4_1, b_q4_1(AT, 1), 32)
+BLOCK_ROW(r_g64, b_q4_1(AT, 2), 64)
+BLOCK_ROW(r_g128, b_q4_1(AT, 4), 128)
+BLOCK_ROW(r_q5_0, b_q5(AT, false), 32)
+BLOCK_ROW(r_q5_1, b_q5(AT, true), 32)
+BLOCK_ROW(r_q8_0, b_q8_0(AT), 32)
+BLOCK_ROW(r_q2_k, b_q2_k(AT), 256)
+BLOCK_ROW(r_q3_k, b_q3_k(AT), 256)
+BLOCK_ROW(r_q4_k, b_k(AT, NULL, w + (size_t)i * bb + 16), 256)
+BLOCK_ROW(r_q5_k, b_k(AT, w + (size_t)i * bb + 16, w + (size_t)i * bb + 48), 256)
+BLOCK_ROW(r_q6_k, b_q6_k(AT), 256)
+#undef AT
+#undef BLOCK_ROW
 
 /* Eight elements of a 16- or 32-bit float row from p, as f32 (exact). */
 INLINE f32x8 wide8(tc_dtype dt, const uint8_t *p)
 {
-    if (dt == TC_DTYPE_F32) {
-        f32x8 v;
-        memcpy(&v, p, 32);
-        return v;
-    }
+    if (dt == TC_DTYPE_F32)
+        return load8((const float *)(const void *)p);
     uint16_t h[8];
     memcpy(h, p, 16);
     if (dt == TC_DTYPE_BF16) {
         i32x8 v = { h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7] };
         return (f32x8)(v << 16);
     }
+    f32x8 v;
 #ifdef __F16C__
-    f32x8 v;
-    __m256 c = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    __m256 c = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
     memcpy(&v, &c, 32);
-    return v;
 #else
-    f32x8 v;
     for (int i = 0; i < 8; i++)
         v[i] = tc__f16_to_f32(h[i]);
-    return v;
 #endif
+    return v;
 }
 
 /* A row of a float type: 32 elements at a time as the block types' groups, then 8 at a time,
- * then one at a time into tail[r]. */
-INLINE void float_row(sums *s, int R, tc_dtype dt, const uint8_t *w, int64_t k, float *tail)
+ * then one at a time into tail. */
+INLINE void float_row(sums *s, int R, tc_dtype dt, const uint8_t *w, int64_t k)
 {
     const size_t es = dt == TC_DTYPE_F32 ? 4 : 2;
     int64_t e = 0;
+    f32x8 acc[4];
+    for (int r = 0; r < R; r++)
+        acc[r] = s->acc[r];
     for (; e + 32 <= k; e += 32) {
         const uint8_t *p = w + (size_t)e * es;
         f32x8 w0 = wide8(dt, p), w1 = wide8(dt, p + 8 * es), w2 = wide8(dt, p + 16 * es),
               w3 = wide8(dt, p + 24 * es);
         for (int r = 0; r < R; r++) {
             const float *xr = s->x[r] + e;
-            s->acc[r] += (load8(xr) * w0 + load8(xr + 8) * w1) + (load8(xr + 16) * w2 + load8(xr + 24) * w3);
+            acc[r] +=
+                (load8(xr) * w0 + load8(xr + 8) * w1) + (load8(xr + 16) * w2 + load8(xr + 24) * w3);
         }
     }
     for (; e + 8 <= k; e += 8) {
         f32x8 w0 = wide8(dt, w + (size_t)e * es);
         for (int r = 0; r < R; r++)
-            s->acc[r] += load8(s->x[r] + e) * w0;
+            acc[r] += load8(s->x[r] + e) * w0;
     }
+    for (int r = 0; r < R; r++)
+        s->acc[r] = acc[r];
     for (; e < k; e++) {
         float v = tc__load(dt, w, e);
         for (int r = 0; r < R; r++)
-            tail[r] += s->x[r][e] * v;
+            s->tail[r] += s->x[r][e] * v;
     }
 }
 
@@ -275,56 +317,41 @@ static inline float hsum8(f32x8 v)
     return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
 }
 
-/* Every block of a row of type dt (BE elements) through `block`. */
-#define ROWS(block, BE)                          \
-    for (int64_t i = 0; i < k / (BE); i++) {     \
-        block(&s, R, i * (BE), b + i * bb);      \
-    }                                            \
-    break
-#define Q4_1(s, R, e, b) b_q4_1(s, R, e, b, 1)
-#define G64(s, R, e, b) b_q4_1(s, R, e, b, 2)
-#define G128(s, R, e, b) b_q4_1(s, R, e, b, 4)
-#define Q5_0(s, R, e, b) b_q5(s, R, e, b, false)
-#define Q5_1(s, R, e, b) b_q5(s, R, e, b, true)
-#define Q4_K(s, R, e, b) b_k(s, R, e, b, NULL, (b) + 16)
-#define Q5_K(s, R, e, b) b_k(s, R, e, b, (b) + 16, (b) + 48)
-
-INLINE void qdot_rows(int R, tc_dtype dt, const void *w, const float *const *x, int64_t k,
-                      float *out)
+/* One row w of k elements of type dt against s's R rows (1 or 4), each kind of row once for
+ * one row of x and once for four. */
+INLINE void row_dot(sums *s, int R, tc_dtype dt, const uint8_t *w, int64_t k, size_t bb)
 {
-    sums s = { x, { { 0 } } };
-    const uint8_t *b = w;
-    float tail[4] = { 0 };
-    size_t bb = tc_dtype_block(dt) > 1 ? tc_dtype_bytes(dt, tc_dtype_block(dt)) : 0;
     switch (dt) {
     case TC_DTYPE_F32:
     case TC_DTYPE_BF16:
-    case TC_DTYPE_F16: float_row(&s, R, dt, b, k, tail); break;
-    case TC_DTYPE_Q4_0: ROWS(b_q4_0, 32);
-    case TC_DTYPE_Q4_1: ROWS(Q4_1, 32);
-    case TC_DTYPE_Q4_1_G64: ROWS(G64, 64);
-    case TC_DTYPE_Q4_1_G128: ROWS(G128, 128);
-    case TC_DTYPE_Q5_0: ROWS(Q5_0, 32);
-    case TC_DTYPE_Q5_1: ROWS(Q5_1, 32);
-    case TC_DTYPE_Q8_0: ROWS(b_q8_0, 32);
-    case TC_DTYPE_Q2_K: ROWS(b_q2_k, 256);
-    case TC_DTYPE_Q3_K: ROWS(b_q3_k, 256);
-    case TC_DTYPE_Q4_K: ROWS(Q4_K, 256);
-    case TC_DTYPE_Q5_K: ROWS(Q5_K, 256);
-    case TC_DTYPE_Q6_K: ROWS(b_q6_k, 256);
+    case TC_DTYPE_F16: float_row(s, R, dt, w, k); break;
+    case TC_DTYPE_Q4_0: r_q4_0(s, R, w, k, bb); break;
+    case TC_DTYPE_Q4_1: r_q4_1(s, R, w, k, bb); break;
+    case TC_DTYPE_Q4_1_G64: r_g64(s, R, w, k, bb); break;
+    case TC_DTYPE_Q4_1_G128: r_g128(s, R, w, k, bb); break;
+    case TC_DTYPE_Q5_0: r_q5_0(s, R, w, k, bb); break;
+    case TC_DTYPE_Q5_1: r_q5_1(s, R, w, k, bb); break;
+    case TC_DTYPE_Q8_0: r_q8_0(s, R, w, k, bb); break;
+    case TC_DTYPE_Q2_K: r_q2_k(s, R, w, k, bb); break;
+    case TC_DTYPE_Q3_K: r_q3_k(s, R, w, k, bb); break;
+    case TC_DTYPE_Q4_K: r_q4_k(s, R, w, k, bb); break;
+    case TC_DTYPE_Q5_K: r_q5_k(s, R, w, k, bb); break;
+    case TC_DTYPE_Q6_K: r_q6_k(s, R, w, k, bb); break;
     default: break;
     }
-    for (int r = 0; r < R; r++)
-        out[r] = hsum8(s.acc[r]) + tail[r];
 }
-#undef ROWS
-#undef Q4_1
-#undef G64
-#undef G128
-#undef Q5_0
-#undef Q5_1
-#undef Q4_K
-#undef Q5_K
+
+static __attribute__((noinline)) void rows1(sums *s, tc_dtype dt, const uint8_t *w, int64_t k,
+                                            size_t bb)
+{
+    row_dot(s, 1, dt, w, k, bb);
+}
+
+static __attribute__((noinline)) void rows4(sums *s, tc_dtype dt, const uint8_t *w, int64_t k,
+                                            size_t bb)
+{
+    row_dot(s, 4, dt, w, k, bb);
+}
 
 #ifndef TC_QDOT_FN
 #define TC_QDOT_FN tc__qdot_base
@@ -334,16 +361,65 @@ void TC_QDOT_FN(tc_dtype dt, const void *w, size_t row_bytes, int W, const float
 void TC_QDOT_FN(tc_dtype dt, const void *w, size_t row_bytes, int W, const float *const *x, int R,
                 int64_t k, float (*out)[4])
 {
+    size_t bb = tc_dtype_block(dt) > 1 ? tc_dtype_bytes(dt, tc_dtype_block(dt)) : 0;
+    for (int i = 0; i < W; i++) {
+        sums s = { { x[0], x[R > 1 ? 1 : 0], x[R > 2 ? 2 : 0], x[R > 3 ? 3 : 0] },
+                   { { 0 } },
+                   { 0 } };
+        (R == 1 ? rows1 : rows4)(&s, dt, (const uint8_t *)w + (size_t)i * row_bytes, k, bb);
+        for (int r = 0; r < R; r++)
+            out[i][r] = hsum8(s.acc[r]) + s.tail[r];
+    }
+}
+
+#else
+/* The baseline beside the AVX2 build: the same operations lane by lane (eight lanes, as the
+ * vectors' elements), on the weights as qblock.c's dequantisation makes them, which the vector
+ * code's rounding matches element for element (tests/ops compare the bits). Small, for the CPUs
+ * of before 2013 that lack AVX2; the vector code stays out of the release binary's baseline. */
+void tc__qdot_base(tc_dtype dt, const void *w, size_t row_bytes, int W, const float *const *x,
+                   int R, int64_t k, float (*out)[4]);
+void tc__qdot_base(tc_dtype dt, const void *w, size_t row_bytes, int W, const float *const *x,
+                   int R, int64_t k, float (*out)[4])
+{
+    bool block = tc_dtype_is_block(dt);
+    int64_t be = block ? tc_dtype_block(dt) : 1, per = be >= 256 ? be : 256 / be * be;
+    int G = dt == TC_DTYPE_Q2_K || dt == TC_DTYPE_Q3_K || dt == TC_DTYPE_Q6_K ? 16 : 32;
+    float wv[256];
     for (int i = 0; i < W; i++) {
         const uint8_t *row = (const uint8_t *)w + (size_t)i * row_bytes;
-        switch (R) {
-        case 1: qdot_rows(1, dt, row, x, k, out[i]); break;
-        case 2: qdot_rows(2, dt, row, x, k, out[i]); break;
-        case 3: qdot_rows(3, dt, row, x, k, out[i]); break;
-        default: qdot_rows(4, dt, row, x, k, out[i]); break;
+        float acc[4][8] = { { 0 } }, tail[4] = { 0 };
+        for (int64_t e0 = 0; e0 < k; e0 += per) {
+            int64_t n = k - e0 < per ? k - e0 : per, e = 0;
+            if (block)
+                tc__dequant_row(dt, row + tc_dtype_bytes(dt, e0), n, wv);
+            else
+                tc__load_row(dt, row + tc_dtype_bytes(dt, e0), n, wv);
+            for (; e + G <= n; e += G)
+                for (int r = 0; r < R; r++) {
+                    const float *xr = x[r] + e0 + e, *wr = wv + e;
+                    for (int l = 0; l < 8; l++) {
+                        float a = xr[l] * wr[l] + xr[l + 8] * wr[l + 8];
+                        if (G == 32)
+                            a += xr[l + 16] * wr[l + 16] + xr[l + 24] * wr[l + 24];
+                        acc[r][l] += a;
+                    }
+                }
+            for (; e + 8 <= n; e += 8)
+                for (int r = 0; r < R; r++)
+                    for (int l = 0; l < 8; l++)
+                        acc[r][l] += x[r][e0 + e + l] * wv[e + l];
+            for (; e < n; e++)
+                for (int r = 0; r < R; r++)
+                    tail[r] += x[r][e0 + e] * wv[e];
+        }
+        for (int r = 0; r < R; r++) {
+            const float *v = acc[r];
+            out[i][r] = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7])) + tail[r];
         }
     }
 }
+#endif
 
 #ifndef TC_QDOT_VARIANT
 #if TC_QDOT_AVX2

@@ -424,6 +424,58 @@ static void matmul_every_weight_dtype_and_odd_shapes(void **state)
             }
 }
 
+/* tc__qdot, the CPU products' inner loop: for every weight dtype, rows of random weights
+ * against 1 to 4 random rows of x give each row's dot product with the weights as dequantised
+ * (qblock.c) and summed in double, to within f32's rounding; the same bits for a row of x
+ * alone and among others (a sequence's tokens do not depend on its batch), and from the
+ * baseline build as from the one tc__qdot takes on this CPU (AVX2 where it has it). Rows of
+ * part of a block and R out of 1..4 are refused. */
+static void qdot_is_batch_invariant_and_the_same_on_every_build(void **state)
+{
+    (void)state;
+    rng_t r = { 71 };
+    const tc_dtype ws[] = { TC_DTYPE_F32,  TC_DTYPE_BF16,     TC_DTYPE_F16,      TC_DTYPE_Q8_0,
+                            TC_DTYPE_Q4_0, TC_DTYPE_Q4_1,     TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
+                            TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,     TC_DTYPE_Q4_K,     TC_DTYPE_Q5_K,
+                            TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
+    enum { W = 5 };
+    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
+        tc_dtype dt = ws[wi];
+        int64_t be = tc_dtype_block(dt), k = be > 1 ? 3 * be : 331; /* odd for the floats */
+        double *wv, *xv;
+        void *w = random_data(&r, dt, W * k, -1, 1, &wv);
+        float *x = random_data(&r, TC_DTYPE_F32, 4 * k, -1, 1, &xv);
+        const float *rows[4] = { x, x + k, x + 2 * k, x + 3 * k };
+        float got[W][4], base[W][4], one[W][4];
+        for (int R = 1; R <= 4; R++) {
+            assert_true(tc__qdot(dt, w, W, rows, R, k, got));
+            assert_true(tc__qdot_baseline(dt, w, W, rows, R, k, base));
+            for (int i = 0; i < W; i++)
+                for (int a = 0; a < R; a++) {
+                    double want = 0.0, mag = 0.0;
+                    for (int64_t e = 0; e < k; e++) {
+                        want += xv[a * k + e] * wv[i * k + e];
+                        mag += fabs(xv[a * k + e] * wv[i * k + e]);
+                    }
+                    if (!(fabs(got[i][a] - want) <= 1e-6 * mag))
+                        fail_msg("qdot %s row %d of %d: %.9g, want %.9g", tc_dtype_name(dt), a, R,
+                                 (double)got[i][a], want);
+                    const float *alone[1] = { rows[a] };
+                    assert_true(tc__qdot(dt, w, W, alone, 1, k, one));
+                    if (memcmp(&got[i][a], &base[i][a], 4) || memcmp(&got[i][a], &one[i][0], 4))
+                        fail_msg("qdot %s row %d of %d: %.9g, baseline build %.9g, alone %.9g",
+                                 tc_dtype_name(dt), a, R, (double)got[i][a], (double)base[i][a],
+                                 (double)one[i][0]);
+                }
+        }
+        assert_false(tc__qdot(dt, w, W, rows, 0, k, got));
+        assert_false(tc__qdot(dt, w, W, rows, 5, k, got));
+        if (be > 1)
+            assert_false(tc__qdot(dt, w, W, rows, 1, k - be / 2, got));
+        free(w), free(wv), free(x), free(xv);
+    }
+}
+
 static void matmul_is_the_same_on_one_and_many_threads(void **state)
 {
     (void)state;
@@ -1647,6 +1699,7 @@ int main(void)
         cmocka_unit_test(rmsnorm_with_and_without_residual),
         cmocka_unit_test(rope_plain_llama3_and_interleaved),
         cmocka_unit_test(matmul_every_weight_dtype_and_odd_shapes),
+        cmocka_unit_test(qdot_is_batch_invariant_and_the_same_on_every_build),
         cmocka_unit_test(matmul_is_the_same_on_one_and_many_threads),
         cmocka_unit_test(linear_fuses_norm_swiglu_and_residual),
         cmocka_unit_test(scale_columns_folds_a_norm),
