@@ -233,6 +233,11 @@ bool tc__qdot(tc_dtype dt, const void *w, int W, const float *const *x, int R, i
  * give the same bits). */
 bool tc__qdot_baseline(tc_dtype dt, const void *w, int W, const float *const *x, int R, int64_t k,
                        float (*out)[4]);
+/* out[r] = x[r] . w for the row w of block type dt dequantised (tc__dequant_row) to k floats:
+ * the same bits as tc__qdot on the row itself, for products of many rows of x, which dequantise
+ * each weight row once. */
+bool tc__qdot_dequantised(tc_dtype dt, const float *w, const float *const *x, int R, int64_t k,
+                          float out[4]);
 
 /* Four lanes of f32 (GCC's and Clang's vector extension; SSE or NEON registers) for the CPU
  * paths' inner loops, which the compiler does not vectorise by itself at -O2. */

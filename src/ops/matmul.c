@@ -218,6 +218,7 @@ typedef struct {
     const float *x; /* [m, k] as f32 (normalised rows with rms_norm) */
     int64_t m, k, n;
     bool swiglu, accumulate;
+    atomic_bool oom;
 } linear_job;
 
 /* Rows r .. r + R - 1 of out's columns c0 .. c0 + nc - 1 from the products g (g[b][a]: weight
@@ -226,15 +227,19 @@ typedef struct {
 static void put_cols(linear_job *j, int64_t r, int R, int64_t c0, int64_t nc, const float (*g)[4],
                      const float (*u)[4])
 {
+    bool f32 = j->out->dtype == TC_DTYPE_F32;
     for (int a = 0; a < R; a++) {
         void *orow = tc__row(j->out, r + a);
+        float *of = orow;
         for (int64_t b = 0; b < nc; b++) {
             float v = g[b][a];
             if (j->swiglu)
                 v = v / (1.0f + expf(-v)) * u[b][a];
-            if (j->accumulate)
-                v += tc__load(j->out->dtype, orow, c0 + b);
-            tc__store(j->out->dtype, orow, c0 + b, v);
+            if (f32) /* (the CPU backend's usual case, without a call per element) */
+                of[c0 + b] = j->accumulate ? v + of[c0 + b] : v;
+            else
+                tc__store(j->out->dtype, orow, c0 + b,
+                          j->accumulate ? v + tc__load(j->out->dtype, orow, c0 + b) : v);
         }
     }
 }
@@ -242,12 +247,54 @@ static void put_cols(linear_job *j, int64_t r, int R, int64_t c0, int64_t nc, co
 /* Weight rows (output columns) a CPU product takes at a time. */
 #define LINEAR_TILE 16
 
+/* Columns [begin, end) of out over block-type weights against more than four rows of x:
+ * LINEAR_TILE weight rows dequantised once (tc__qdot_dequantised gives the bits tc__qdot gives
+ * on the rows themselves), then against the rows of x four at a time. */
+static void linear_cols_dequantised(linear_job *j, int64_t begin, int64_t end)
+{
+    int64_t k = j->k;
+    size_t row_bytes = tc_dtype_bytes(j->w->dtype, k);
+    float *buf = tc_host_alloc((size_t)(2 * LINEAR_TILE * k) * sizeof(float)),
+          *ubuf = buf + LINEAR_TILE * k;
+    if (!buf) {
+        atomic_store(&j->oom, true);
+        return;
+    }
+    for (int64_t c0 = begin; c0 < end; c0 += LINEAR_TILE) {
+        int64_t nc = end - c0 < LINEAR_TILE ? end - c0 : LINEAR_TILE;
+        for (int64_t b = 0; b < nc; b++) {
+            const char *gate = (const char *)j->w->data + (size_t)(c0 + b) * row_bytes;
+            tc__dequant_row(j->w->dtype, gate, k, buf + b * k);
+            if (j->swiglu)
+                tc__dequant_row(j->w->dtype, gate + (size_t)j->n * row_bytes, k, ubuf + b * k);
+        }
+        for (int64_t r = 0; r < j->m; r += 4) {
+            int R = j->m - r >= 4 ? 4 : (int)(j->m - r);
+            const float *x[4];
+            for (int a = 0; a < R; a++)
+                x[a] = j->x + (r + a) * k;
+            float g[LINEAR_TILE][4], u[LINEAR_TILE][4];
+            for (int64_t b = 0; b < nc; b++) {
+                tc__qdot_dequantised(j->w->dtype, buf + b * k, x, R, k, g[b]);
+                if (j->swiglu)
+                    tc__qdot_dequantised(j->w->dtype, ubuf + b * k, x, R, k, u[b]);
+            }
+            put_cols(j, r, R, c0, nc, (const float(*)[4])g, (const float(*)[4])u);
+        }
+    }
+    tc_host_free(buf);
+}
+
 /* Columns [begin, end) of out, the weights read in place by tc__qdot: LINEAR_TILE weight rows
  * against the rows of x four at a time. */
 static void linear_cols(void *ctx, int64_t begin, int64_t end)
 {
     linear_job *j = ctx;
     int64_t k = j->k;
+    if (j->m > 4 && tc_dtype_is_block(j->w->dtype)) {
+        linear_cols_dequantised(j, begin, end);
+        return;
+    }
     size_t row_bytes = tc_dtype_bytes(j->w->dtype, k);
     for (int64_t c0 = begin; c0 < end; c0 += LINEAR_TILE) {
         int64_t nc = end - c0 < LINEAR_TILE ? end - c0 : LINEAR_TILE;
@@ -289,9 +336,11 @@ static tc_status linear_cpu(tc_tensor *out, const tc_tensor *x, const tc_tensor 
                 xr[i] *= o->norm_weight ? scale * g[i] : scale;
         }
     }
-    linear_job j = { out, w, xf, m, k, out->shape[1], o->swiglu, o->accumulate };
+    linear_job j = { out, w, xf, m, k, out->shape[1], o->swiglu, o->accumulate, false };
     tc__parallel_for(out->backend, out->shape[1], 8, linear_cols, &j);
     tc_host_free(xf);
+    if (atomic_load(&j.oom))
+        return tc_set_error(TC_ERR_OUT_OF_MEMORY, "tc_linear", "no host memory for a weight row");
     return TC_OK;
 }
 

@@ -280,14 +280,22 @@ INLINE f32x8 wide8(tc_dtype dt, const uint8_t *p)
 }
 
 /* A row of a float type: 32 elements at a time as the block types' groups, then 8 at a time,
- * then one at a time into tail. */
-INLINE void float_row(sums *s, int R, tc_dtype dt, const uint8_t *w, int64_t k)
+ * then one at a time into tail. A dequantised row of a block type takes the same operations
+ * as the block type's own row. */
+INLINE void float_row(sums *s, int R, tc_dtype dt, const uint8_t *w, int64_t k, bool g16)
 {
     const size_t es = dt == TC_DTYPE_F32 ? 4 : 2;
     int64_t e = 0;
     f32x8 acc[4];
     for (int r = 0; r < R; r++)
         acc[r] = s->acc[r];
+    /* (g16: a row of a type of groups of 16, dequantised: 16 at a time, as those groups go) */
+    for (; g16 && e + 16 <= k; e += 16) {
+        const float *p = (const float *)(const void *)w + e;
+        f32x8 w0 = load8(p), w1 = load8(p + 8);
+        for (int r = 0; r < R; r++)
+            acc[r] += load8(s->x[r] + e) * w0 + load8(s->x[r] + e + 8) * w1;
+    }
     for (; e + 32 <= k; e += 32) {
         const uint8_t *p = w + (size_t)e * es;
         f32x8 w0 = wide8(dt, p), w1 = wide8(dt, p + 8 * es), w2 = wide8(dt, p + 16 * es),
@@ -319,12 +327,12 @@ static inline float hsum8(f32x8 v)
 
 /* One row w of k elements of type dt against s's R rows (1 or 4), each kind of row once for
  * one row of x and once for four. */
-INLINE void row_dot(sums *s, int R, tc_dtype dt, const uint8_t *w, int64_t k, size_t bb)
+INLINE void row_dot(sums *s, int R, tc_dtype dt, const uint8_t *w, int64_t k, size_t bb, bool g16)
 {
     switch (dt) {
     case TC_DTYPE_F32:
     case TC_DTYPE_BF16:
-    case TC_DTYPE_F16: float_row(s, R, dt, w, k); break;
+    case TC_DTYPE_F16: float_row(s, R, dt, w, k, g16); break;
     case TC_DTYPE_Q4_0: r_q4_0(s, R, w, k, bb); break;
     case TC_DTYPE_Q4_1: r_q4_1(s, R, w, k, bb); break;
     case TC_DTYPE_Q4_1_G64: r_g64(s, R, w, k, bb); break;
@@ -342,31 +350,31 @@ INLINE void row_dot(sums *s, int R, tc_dtype dt, const uint8_t *w, int64_t k, si
 }
 
 static __attribute__((noinline)) void rows1(sums *s, tc_dtype dt, const uint8_t *w, int64_t k,
-                                            size_t bb)
+                                            size_t bb, bool g16)
 {
-    row_dot(s, 1, dt, w, k, bb);
+    row_dot(s, 1, dt, w, k, bb, g16);
 }
 
 static __attribute__((noinline)) void rows4(sums *s, tc_dtype dt, const uint8_t *w, int64_t k,
-                                            size_t bb)
+                                            size_t bb, bool g16)
 {
-    row_dot(s, 4, dt, w, k, bb);
+    row_dot(s, 4, dt, w, k, bb, g16);
 }
 
 #ifndef TC_QDOT_FN
 #define TC_QDOT_FN tc__qdot_base
 #endif
 void TC_QDOT_FN(tc_dtype dt, const void *w, size_t row_bytes, int W, const float *const *x, int R,
-                int64_t k, float (*out)[4]);
+                int64_t k, bool g16, float (*out)[4]);
 void TC_QDOT_FN(tc_dtype dt, const void *w, size_t row_bytes, int W, const float *const *x, int R,
-                int64_t k, float (*out)[4])
+                int64_t k, bool g16, float (*out)[4])
 {
     size_t bb = tc_dtype_block(dt) > 1 ? tc_dtype_bytes(dt, tc_dtype_block(dt)) : 0;
     for (int i = 0; i < W; i++) {
         sums s = { { x[0], x[R > 1 ? 1 : 0], x[R > 2 ? 2 : 0], x[R > 3 ? 3 : 0] },
                    { { 0 } },
                    { 0 } };
-        (R == 1 ? rows1 : rows4)(&s, dt, (const uint8_t *)w + (size_t)i * row_bytes, k, bb);
+        (R == 1 ? rows1 : rows4)(&s, dt, (const uint8_t *)w + (size_t)i * row_bytes, k, bb, g16);
         for (int r = 0; r < R; r++)
             out[i][r] = hsum8(s.acc[r]) + s.tail[r];
     }
@@ -378,13 +386,13 @@ void TC_QDOT_FN(tc_dtype dt, const void *w, size_t row_bytes, int W, const float
  * code's rounding matches element for element (tests/ops compare the bits). Small, for the CPUs
  * of before 2013 that lack AVX2; the vector code stays out of the release binary's baseline. */
 void tc__qdot_base(tc_dtype dt, const void *w, size_t row_bytes, int W, const float *const *x,
-                   int R, int64_t k, float (*out)[4]);
+                   int R, int64_t k, bool g16, float (*out)[4]);
 void tc__qdot_base(tc_dtype dt, const void *w, size_t row_bytes, int W, const float *const *x,
-                   int R, int64_t k, float (*out)[4])
+                   int R, int64_t k, bool g16, float (*out)[4])
 {
     bool block = tc_dtype_is_block(dt);
     int64_t be = block ? tc_dtype_block(dt) : 1, per = be >= 256 ? be : 256 / be * be;
-    int G = dt == TC_DTYPE_Q2_K || dt == TC_DTYPE_Q3_K || dt == TC_DTYPE_Q6_K ? 16 : 32;
+    int G = g16 || dt == TC_DTYPE_Q2_K || dt == TC_DTYPE_Q3_K || dt == TC_DTYPE_Q6_K ? 16 : 32;
     float wv[256];
     for (int i = 0; i < W; i++) {
         const uint8_t *row = (const uint8_t *)w + (size_t)i * row_bytes;
@@ -424,11 +432,11 @@ void tc__qdot_base(tc_dtype dt, const void *w, size_t row_bytes, int W, const fl
 #ifndef TC_QDOT_VARIANT
 #if TC_QDOT_AVX2
 void tc__qdot_avx2(tc_dtype dt, const void *w, size_t row_bytes, int W, const float *const *x,
-                   int R, int64_t k, float (*out)[4]);
+                   int R, int64_t k, bool g16, float (*out)[4]);
 #endif
 
 static bool qdot(tc_dtype dt, const void *w, int W, const float *const *x, int R, int64_t k,
-                 float (*out)[4], bool any)
+                 bool g16, float (*out)[4], bool any)
 {
     bool floats = dt == TC_DTYPE_F32 || dt == TC_DTYPE_BF16 || dt == TC_DTYPE_F16;
     if (!(floats || (tc_dtype_is_block(dt) && k % tc_dtype_block(dt) == 0)) || R < 1 || R > 4)
@@ -436,25 +444,34 @@ static bool qdot(tc_dtype dt, const void *w, int W, const float *const *x, int R
     size_t row_bytes = tc_dtype_bytes(dt, k);
 #if TC_QDOT_AVX2
     if (any && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
-        tc__qdot_avx2(dt, w, row_bytes, W, x, R, k, out);
+        tc__qdot_avx2(dt, w, row_bytes, W, x, R, k, g16, out);
         return true;
     }
 #else
     (void)any;
 #endif
-    tc__qdot_base(dt, w, row_bytes, W, x, R, k, out);
+    tc__qdot_base(dt, w, row_bytes, W, x, R, k, g16, out);
     return true;
 }
 
 bool tc__qdot(tc_dtype dt, const void *w, int W, const float *const *x, int R, int64_t k,
               float (*out)[4])
 {
-    return qdot(dt, w, W, x, R, k, out, true);
+    return qdot(dt, w, W, x, R, k, false, out, true);
 }
 
 bool tc__qdot_baseline(tc_dtype dt, const void *w, int W, const float *const *x, int R, int64_t k,
                        float (*out)[4])
 {
-    return qdot(dt, w, W, x, R, k, out, false);
+    return qdot(dt, w, W, x, R, k, false, out, false);
+}
+
+bool tc__qdot_dequantised(tc_dtype dt, const float *w, const float *const *x, int R, int64_t k,
+                          float out[4])
+{
+    if (!tc_dtype_is_block(dt) || k % tc_dtype_block(dt))
+        return false;
+    bool g16 = dt == TC_DTYPE_Q2_K || dt == TC_DTYPE_Q3_K || dt == TC_DTYPE_Q6_K;
+    return qdot(TC_DTYPE_F32, w, 1, x, R, k, g16, (float(*)[4])out, true);
 }
 #endif

@@ -476,6 +476,40 @@ static void qdot_is_batch_invariant_and_the_same_on_every_build(void **state)
     }
 }
 
+/* A product's rows are the same bits in a batch of 9 (block types: each weight row dequantised
+ * once for the batch) as each alone (one row: the weights read in place), for every weight
+ * dtype: a sequence's tokens do not depend on its batch. */
+static void matmul_rows_are_the_same_alone_and_in_a_batch(void **state)
+{
+    (void)state;
+    rng_t r = { 73 };
+    const tc_dtype ws[] = { TC_DTYPE_F32,  TC_DTYPE_BF16,     TC_DTYPE_F16,      TC_DTYPE_Q8_0,
+                            TC_DTYPE_Q4_0, TC_DTYPE_Q4_1,     TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
+                            TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,     TC_DTYPE_Q4_K,     TC_DTYPE_Q5_K,
+                            TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
+    const int64_t m = 9, n = 7;
+    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
+        int64_t be = tc_dtype_block(ws[wi]), k = be > 1 ? 2 * be : 75;
+        double *xv, *wv;
+        tc_tensor x, w, out, x1, o1;
+        assert_int_equal(random_tensor(&r, cpu, &x, TC_DTYPE_F32, TC_SHAPE(m, k), -1, 1, &xv),
+                         TC_OK);
+        assert_int_equal(random_tensor(&r, cpu, &w, ws[wi], TC_SHAPE(n, k), -1, 1, &wv), TC_OK);
+        assert_int_equal(tc_tensor_init(&out, cpu, TC_DTYPE_F32, TC_SHAPE(m, n)), TC_OK);
+        assert_int_equal(tc_tensor_init(&o1, cpu, TC_DTYPE_F32, TC_SHAPE(1, n)), TC_OK);
+        assert_int_equal(tc_matmul(&out, &x, &w), TC_OK);
+        for (int64_t i = 0; i < m; i++) {
+            assert_int_equal(tc_tensor_slice(&x, 0, i, 1, &x1), TC_OK);
+            assert_int_equal(tc_matmul(&o1, &x1, &w), TC_OK);
+            if (memcmp((const float *)out.data + i * n, o1.data, (size_t)n * sizeof(float)))
+                fail_msg("matmul %s: row %lld differs alone and in a batch of %lld",
+                         tc_dtype_name(ws[wi]), (long long)i, (long long)m);
+        }
+        free(xv), free(wv);
+        tc_tensor_deinit(&x), tc_tensor_deinit(&w), tc_tensor_deinit(&out), tc_tensor_deinit(&o1);
+    }
+}
+
 static void matmul_is_the_same_on_one_and_many_threads(void **state)
 {
     (void)state;
@@ -1700,6 +1734,7 @@ int main(void)
         cmocka_unit_test(rope_plain_llama3_and_interleaved),
         cmocka_unit_test(matmul_every_weight_dtype_and_odd_shapes),
         cmocka_unit_test(qdot_is_batch_invariant_and_the_same_on_every_build),
+        cmocka_unit_test(matmul_rows_are_the_same_alone_and_in_a_batch),
         cmocka_unit_test(matmul_is_the_same_on_one_and_many_threads),
         cmocka_unit_test(linear_fuses_norm_swiglu_and_residual),
         cmocka_unit_test(scale_columns_folds_a_norm),
