@@ -244,6 +244,15 @@ static void put_cols(linear_job *j, int64_t r, int R, int64_t c0, int64_t nc, co
     }
 }
 
+/* Rows r .. of x, up to four, into x; how many. */
+static int x_rows(const linear_job *j, int64_t r, const float *x[4])
+{
+    int R = j->m - r >= 4 ? 4 : (int)(j->m - r);
+    for (int a = 0; a < R; a++)
+        x[a] = j->x + (r + a) * j->k;
+    return R;
+}
+
 /* Weight rows (output columns) a CPU product takes at a time. */
 #define LINEAR_TILE 16
 
@@ -269,10 +278,8 @@ static void linear_cols_dequantised(linear_job *j, int64_t begin, int64_t end)
                 tc__dequant_row(j->w->dtype, gate + (size_t)j->n * row_bytes, k, ubuf + b * k);
         }
         for (int64_t r = 0; r < j->m; r += 4) {
-            int R = j->m - r >= 4 ? 4 : (int)(j->m - r);
             const float *x[4];
-            for (int a = 0; a < R; a++)
-                x[a] = j->x + (r + a) * k;
+            int R = x_rows(j, r, x);
             float g[LINEAR_TILE][4], u[LINEAR_TILE][4];
             for (int64_t b = 0; b < nc; b++) {
                 tc__qdot_dequantised(j->w->dtype, buf + b * k, x, R, k, g[b]);
@@ -299,10 +306,8 @@ static void linear_cols(void *ctx, int64_t begin, int64_t end)
     for (int64_t c0 = begin; c0 < end; c0 += LINEAR_TILE) {
         int64_t nc = end - c0 < LINEAR_TILE ? end - c0 : LINEAR_TILE;
         for (int64_t r = 0; r < j->m; r += 4) {
-            int R = j->m - r >= 4 ? 4 : (int)(j->m - r);
             const float *x[4];
-            for (int a = 0; a < R; a++)
-                x[a] = j->x + (r + a) * k;
+            int R = x_rows(j, r, x);
             float g[LINEAR_TILE][4], u[LINEAR_TILE][4];
             const char *gate = (const char *)j->w->data + (size_t)c0 * row_bytes;
             /* (every weight dtype is one tc__qdot takes: check_product) */

@@ -232,15 +232,20 @@ static void q4_1_g64_and_g128_are_q4_1_blocks_sharing_d_and_m(void **state)
     grouped_q4_1_is_q4_1_blocks(TC_DTYPE_Q4_1_G128, 4, 43);
 }
 
+/* Every dtype a product's or an embedding's weights may have. */
+static const tc_dtype weight_dtypes[] = { TC_DTYPE_F32,  TC_DTYPE_BF16,     TC_DTYPE_F16,
+                                          TC_DTYPE_Q8_0, TC_DTYPE_Q4_0,     TC_DTYPE_Q4_1,
+                                          TC_DTYPE_Q5_0, TC_DTYPE_Q5_1,     TC_DTYPE_Q2_K,
+                                          TC_DTYPE_Q3_K, TC_DTYPE_Q4_K,     TC_DTYPE_Q5_K,
+                                          TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
+#define N_WEIGHT_DTYPES (sizeof weight_dtypes / sizeof weight_dtypes[0])
+
 static void embedding_gathers_rows_of_every_dtype(void **state)
 {
     (void)state;
     rng_t r = { 3 };
-    const tc_dtype tables[] = { TC_DTYPE_F32,  TC_DTYPE_BF16,     TC_DTYPE_F16,      TC_DTYPE_Q8_0,
-                                TC_DTYPE_Q4_0, TC_DTYPE_Q4_1,     TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
-                                TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,     TC_DTYPE_Q4_K,     TC_DTYPE_Q5_K,
-                                TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
-    for (size_t ti = 0; ti < sizeof tables / sizeof tables[0]; ti++)
+    const tc_dtype *tables = weight_dtypes;
+    for (size_t ti = 0; ti < N_WEIGHT_DTYPES; ti++)
         for (size_t oi = 0; oi < 3; oi++) {
             int64_t vocab = 131,
                     dim = tc_dtype_is_block(tables[ti]) ? 3 * tc_dtype_block(tables[ti]) : 127,
@@ -392,14 +397,11 @@ static void matmul_every_weight_dtype_and_odd_shapes(void **state)
 {
     (void)state;
     rng_t r = { 6 };
-    const tc_dtype ws[] = { TC_DTYPE_F32,  TC_DTYPE_BF16,     TC_DTYPE_F16,      TC_DTYPE_Q8_0,
-                            TC_DTYPE_Q4_0, TC_DTYPE_Q4_1,     TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
-                            TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,     TC_DTYPE_Q4_K,     TC_DTYPE_Q5_K,
-                            TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
+    const tc_dtype *ws = weight_dtypes;
     const int64_t shapes[][3] = {
         { 1, 1, 1 }, { 3, 5, 3 }, { 127, 33, 127 }, { 2, 3, 4097 }, { 9, 127, 96 }
     };
-    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
+    for (size_t wi = 0; wi < N_WEIGHT_DTYPES; wi++)
         for (size_t xi = 0; xi < 3; xi++)
             for (size_t si = 0; si < 5; si++) {
                 int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2],
@@ -434,12 +436,9 @@ static void qdot_is_batch_invariant_and_the_same_on_every_build(void **state)
 {
     (void)state;
     rng_t r = { 71 };
-    const tc_dtype ws[] = { TC_DTYPE_F32,  TC_DTYPE_BF16,     TC_DTYPE_F16,      TC_DTYPE_Q8_0,
-                            TC_DTYPE_Q4_0, TC_DTYPE_Q4_1,     TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
-                            TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,     TC_DTYPE_Q4_K,     TC_DTYPE_Q5_K,
-                            TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
+    const tc_dtype *ws = weight_dtypes;
     enum { W = 5 };
-    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
+    for (size_t wi = 0; wi < N_WEIGHT_DTYPES; wi++) {
         tc_dtype dt = ws[wi];
         int64_t be = tc_dtype_block(dt), k = be > 1 ? 3 * be : 331; /* odd for the floats */
         double *wv, *xv;
@@ -483,12 +482,9 @@ static void matmul_rows_are_the_same_alone_and_in_a_batch(void **state)
 {
     (void)state;
     rng_t r = { 73 };
-    const tc_dtype ws[] = { TC_DTYPE_F32,  TC_DTYPE_BF16,     TC_DTYPE_F16,      TC_DTYPE_Q8_0,
-                            TC_DTYPE_Q4_0, TC_DTYPE_Q4_1,     TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
-                            TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,     TC_DTYPE_Q4_K,     TC_DTYPE_Q5_K,
-                            TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
+    const tc_dtype *ws = weight_dtypes;
     const int64_t m = 9, n = 7;
-    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
+    for (size_t wi = 0; wi < N_WEIGHT_DTYPES; wi++) {
         int64_t be = tc_dtype_block(ws[wi]), k = be > 1 ? 2 * be : 75;
         double *xv, *wv;
         tc_tensor x, w, out, x1, o1;
@@ -539,7 +535,7 @@ static void linear_fuses_norm_swiglu_and_residual(void **state)
                             TC_DTYPE_Q4_1,     TC_DTYPE_Q5_1,     TC_DTYPE_Q3_K, TC_DTYPE_Q6_K,
                             TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
     const int64_t shapes[][3] = { { 1, 1, 32 }, { 3, 5, 96 }, { 9, 33, 4097 }, { 2, 127, 64 } };
-    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
+    for (size_t wi = 0; wi < N_WEIGHT_DTYPES; wi++)
         for (size_t xi = 0; xi < 3; xi++)
             for (size_t si = 0; si < 4; si++)
                 for (int mode = 0; mode < 16; mode++) {
