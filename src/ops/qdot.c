@@ -371,9 +371,14 @@ void TC_QDOT_FN(tc_dtype dt, const void *w, size_t row_bytes, int W, const float
 {
     size_t bb = tc_dtype_block(dt) > 1 ? tc_dtype_bytes(dt, tc_dtype_block(dt)) : 0;
     for (int i = 0; i < W; i++) {
-        sums s = { { x[0], x[R > 1 ? 1 : 0], x[R > 2 ? 2 : 0], x[R > 3 ? 3 : 0] },
-                   { { 0 } },
-                   { 0 } };
+        /* (only the sums the kernel uses are zeroed: a row of 576 weights is short enough
+         * for zeroing all of them to show) */
+        sums s;
+        for (int r = 0; r < (R == 1 ? 1 : 4); r++) {
+            s.x[r] = x[r < R ? r : 0];
+            s.acc[r] = (f32x8){ 0 };
+            s.tail[r] = 0.0f;
+        }
         (R == 1 ? rows1 : rows4)(&s, dt, (const uint8_t *)w + (size_t)i * row_bytes, k, bb, g16);
         for (int r = 0; r < R; r++)
             out[i][r] = hsum8(s.acc[r]) + s.tail[r];

@@ -535,7 +535,7 @@ static void linear_fuses_norm_swiglu_and_residual(void **state)
                             TC_DTYPE_Q4_1,     TC_DTYPE_Q5_1,     TC_DTYPE_Q3_K, TC_DTYPE_Q6_K,
                             TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
     const int64_t shapes[][3] = { { 1, 1, 32 }, { 3, 5, 96 }, { 9, 33, 4097 }, { 2, 127, 64 } };
-    for (size_t wi = 0; wi < N_WEIGHT_DTYPES; wi++)
+    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
         for (size_t xi = 0; xi < 3; xi++)
             for (size_t si = 0; si < 4; si++)
                 for (int mode = 0; mode < 16; mode++) {
