@@ -17,6 +17,12 @@
 #include <immintrin.h>
 #endif
 
+/* The block types whose scales go by groups of 16 elements (the others': 32). */
+static inline bool groups_of_16(tc_dtype dt)
+{
+    return dt == TC_DTYPE_Q2_K || dt == TC_DTYPE_Q3_K || dt == TC_DTYPE_Q6_K;
+}
+
 #if defined(TC_QDOT_VARIANT) || !TC_QDOT_AVX2
 /* (The 32-byte vectors below never cross a call that is not inlined: their passing convention
  * without AVX, of which GCC and Clang warn, is no interface of ours.) */
@@ -397,7 +403,7 @@ void tc__qdot_base(tc_dtype dt, const void *w, size_t row_bytes, int W, const fl
 {
     bool block = tc_dtype_is_block(dt);
     int64_t be = block ? tc_dtype_block(dt) : 1, per = be >= 256 ? be : 256 / be * be;
-    int G = g16 || dt == TC_DTYPE_Q2_K || dt == TC_DTYPE_Q3_K || dt == TC_DTYPE_Q6_K ? 16 : 32;
+    int G = g16 || groups_of_16(dt) ? 16 : 32;
     float wv[256];
     for (int i = 0; i < W; i++) {
         const uint8_t *row = (const uint8_t *)w + (size_t)i * row_bytes;
@@ -476,7 +482,6 @@ bool tc__qdot_dequantised(tc_dtype dt, const float *w, const float *const *x, in
 {
     if (!tc_dtype_is_block(dt) || k % tc_dtype_block(dt))
         return false;
-    bool g16 = dt == TC_DTYPE_Q2_K || dt == TC_DTYPE_Q3_K || dt == TC_DTYPE_Q6_K;
-    return qdot(TC_DTYPE_F32, w, 1, x, R, k, g16, (float(*)[4])out, true);
+    return qdot(TC_DTYPE_F32, w, 1, x, R, k, groups_of_16(dt), (float(*)[4])out, true);
 }
 #endif
