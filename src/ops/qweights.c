@@ -556,11 +556,33 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
      * other's shared memory instead of through ws and a count in global memory, where its
      * clusters take no more waves than its blocks would alone (a cluster's blocks must fit on
      * one GPC together). ws stays: a kernel built for an older GPU (run as PTX) adds through
-     * it, cluster or not. */
-    const tc_dim3 before = tc_stream_cluster(b->stream), cluster = { 1, (uint32_t)shares, 1 };
+     * it, cluster or not.
+     * Where they do not fit, fewer shares whose clusters do are taken (one block an SM), if
+     * their waves of steps come to at most two steps more and the type is one of the 4- and
+     * 5-bit types that take x in its own order: there adding through ws costs about three steps
+     * (H200, bench_ops quant TYPE 64, 4096 x 4096, whose 32 clusters of 4 find 30 places, as 3
+     * shares in clusters of 3: Q4_K 15.1 -> 13.7 us, Q5_K 16.8 -> 16.1, q4_1_g128 14.3 ->
+     * 13.4, Q4_0 15.6 -> 15.4; 7B Q4_K_M at 64 sequences 6,580-6,732 -> 6,660-6,821 tokens/s,
+     * Llama-3.2-1B 33,126-33,339 -> 35,017-35,325). Measured and left out: the other types
+     * (Q8_0 19.2 -> 20.4, Q5_0 18.8 -> 19.7, Q6_K, Q3_K and Q2_K no faster), four more steps
+     * (Q4_K 4096 x 11008 as 3 shares, 26.0 -> 28.4), two waves (Q6_K 11008 x 4096 as 2 shares,
+     * 38.4 -> 45.4), two blocks an SM (Q4_K 11008 x 4096 as 2 shares, 26.1 -> 27.4). */
+    const tc_dim3 before = tc_stream_cluster(b->stream);
     bool clustered = false;
-    if (shares > 1 && shares <= 8 && b->ctx->cc_major >= 9) {
-        int *fits = &b->qmm_clusters[w->dtype][f16 ? 0 : 1][(m + 7) / 8 - 1][two][shares - 2];
+    const int64_t wave = (int64_t)per_sm * b->ctx->sm_count,
+                  waves = (tiles * shares + wave - 1) / wave,
+                  cost = waves * ((steps + shares - 1) / shares);
+    const bool cheap = w->dtype == TC_DTYPE_Q4_K || w->dtype == TC_DTYPE_Q5_K ||
+                       w->dtype == TC_DTYPE_Q4_0 || w->dtype == TC_DTYPE_Q4_1 ||
+                       w->dtype == TC_DTYPE_Q4_1_G64 || w->dtype == TC_DTYPE_Q4_1_G128;
+    for (int64_t s = shares; !clustered && s > 1 && b->ctx->cc_major >= 9; s--) {
+        if (s < shares && (two || !cheap || (steps + s - 1) / s > cost + 2))
+            break;
+        if (s > 8)
+            continue;
+        int *fits = &b->qmm_clusters[w->dtype][f16 ? 0 : 1][(m + 7) / 8 - 1][two][s - 2];
+        const tc_dim3 cluster = { 1, (uint32_t)s, 1 };
+        cfg.grid.y = (uint32_t)s;
         TC_TRY(tc_stream_set_cluster(b->stream, cluster));
         if (!*fits) {
             int n_clusters = 0;
@@ -569,11 +591,14 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
                         : -1;
             tc_clear_error();
         }
-        int64_t wave = (int64_t)per_sm * b->ctx->sm_count;
-        clustered = *fits > 0 && (tiles + *fits - 1) / *fits <= (tiles * shares + wave - 1) / wave;
+        int64_t cwaves = *fits > 0 ? (tiles + *fits - 1) / *fits : 0;
+        clustered = *fits > 0 &&
+                    (s == shares ? cwaves <= waves : cwaves * ((steps + s - 1) / s) <= cost + 2);
         if (!clustered)
             TC_TRY(tc_stream_set_cluster(b->stream, before));
     }
+    if (!clustered)
+        cfg.grid.y = (uint32_t)shares;
     tc_status st;
     if (f16)
         st = (narrow ? qmm[w->dtype].f16_32 : qmm[w->dtype].f16)(

@@ -681,6 +681,12 @@ static void quantised(rng_t *r)
                     false);
         matmul_case(r, TC_DTYPE_F16, q, 33, 999, 3072, TC_GEMM_AUTO, "batched, three shares",
                     false);
+        /* 4096 x 4096 at 64 rows (Llama-2-7B's q, k, v and o in batched decode): on an H200 the
+         * four shares' clusters of four do not all fit at once; Q4_K then takes three shares in
+         * clusters of three, Q6_K four shares added through ws (tc__quant_batch). */
+        if (q == TC_DTYPE_Q4_K || q == TC_DTYPE_Q6_K)
+            matmul_case(r, TC_DTYPE_BF16, q, 64, 4096, 4096, TC_GEMM_AUTO, "batched, 4096 x 4096",
+                        false);
         const int64_t bs[] = { 9, 16, 32, 33, 64 };
         for (int bi = 0; bi < 5; bi++)
             matmul_case(r, TC_DTYPE_BF16, q, bs[bi], 1000, k, TC_GEMM_AUTO, "batched", false);
