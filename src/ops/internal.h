@@ -129,6 +129,16 @@ bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w);
  * q4_1_g64 equal or slower in the batched kernels at 8 rows). */
 int tc__quant_batch_from(tc_dtype dt);
 tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w);
+/* How tc__quant_batch splits a product of `tiles` tiles of 128 weight rows and `steps` steps of
+ * 256 of k of block type dt, launched `wave` blocks at once (two: at two blocks an SM): into
+ * `shares` equal shares of k (grid.y), of which `cluster` (1: none) are one thread-block
+ * cluster that adds its sums in shared memory. fits(blocks, ctx) says how many clusters of
+ * that many blocks can be resident at once (<= 0: none); without it no clusters are taken. */
+typedef struct {
+    int64_t shares, cluster;
+} tc__qmm_split;
+tc__qmm_split tc__quant_batch_split(tc_dtype dt, int64_t tiles, int64_t steps, int64_t wave,
+                                    bool two, int (*fits)(int64_t blocks, void *ctx), void *ctx);
 /* Dequantise `bytes` of GGUF blocks of ggml type `ggml_type` (an IQ type, TQ1_0 or TQ2_0:
  * kernels/iq.cu) at src (host) into the contiguous CUDA tensor out (f32, f16 or bf16), whose
  * elements they must be exactly: the bytes go up as they are through the pinned staging and

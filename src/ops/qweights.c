@@ -486,6 +486,47 @@ static int64_t batch_shares(int64_t tiles, int64_t steps, int64_t wave)
     return shares;
 }
 
+tc__qmm_split tc__quant_batch_split(tc_dtype dt, int64_t tiles, int64_t steps, int64_t wave,
+                                    bool two, int (*fits)(int64_t blocks, void *ctx), void *ctx)
+{
+    const int64_t shares = batch_shares(tiles, steps, wave);
+    tc__qmm_split sp = { shares, 1 };
+    if (!fits)
+        return sp;
+    /* A tile's shares as one cluster, which add their sums in each other's shared memory
+     * instead of through ws and a count in global memory, where its clusters take no more
+     * waves than its blocks would alone (a cluster's blocks must fit on one GPC together).
+     * Where they do not fit, fewer shares whose clusters do are taken (one block an SM), if
+     * their waves of steps come to at most two steps more and the type is one of the 4- and
+     * 5-bit types that take x in its own order: there adding through ws costs about three steps
+     * (H200, bench_ops quant TYPE 64, 4096 x 4096, whose 32 clusters of 4 find 30 places, as 3
+     * shares in clusters of 3: Q4_K 15.1 -> 13.7 us, Q5_K 16.8 -> 16.1, q4_1_g128 14.3 ->
+     * 13.4, Q4_0 15.6 -> 15.4; 7B Q4_K_M at 64 sequences 6,580-6,732 -> 6,660-6,821 tokens/s,
+     * Llama-3.2-1B 33,126-33,339 -> 35,017-35,325). Measured and left out: the other types
+     * (Q8_0 19.2 -> 20.4, Q5_0 18.8 -> 19.7, Q6_K, Q3_K and Q2_K no faster), four more steps
+     * (Q4_K 4096 x 11008 as 3 shares, 26.0 -> 28.4), two waves (Q6_K 11008 x 4096 as 2 shares,
+     * 38.4 -> 45.4), two blocks an SM (Q4_K 11008 x 4096 as 2 shares, 26.1 -> 27.4). */
+    const int64_t waves = (tiles * shares + wave - 1) / wave,
+                  cost = waves * ((steps + shares - 1) / shares);
+    const bool cheap = dt == TC_DTYPE_Q4_K || dt == TC_DTYPE_Q5_K || dt == TC_DTYPE_Q4_0 ||
+                       dt == TC_DTYPE_Q4_1 || dt == TC_DTYPE_Q4_1_G64 || dt == TC_DTYPE_Q4_1_G128;
+    for (int64_t s = shares; s > 1; s--) {
+        if (s < shares && (two || !cheap || (steps + s - 1) / s > cost + 2))
+            break;
+        if (s > 8)
+            continue;
+        const int f = fits(s, ctx);
+        if (f <= 0)
+            continue;
+        const int64_t cwaves = (tiles + f - 1) / f;
+        if (s == shares ? cwaves <= waves : cwaves * ((steps + s - 1) / s) <= cost + 2) {
+            sp.shares = sp.cluster = s;
+            break;
+        }
+    }
+    return sp;
+}
+
 int tc__quant_batch_from(tc_dtype dt)
 {
     switch (dt) {
@@ -506,6 +547,36 @@ bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w)
            (x->dtype == TC_DTYPE_F16 || x->dtype == TC_DTYPE_BF16) &&
            2 * batch_stage_bytes(w->dtype, m <= 32 ? 32 : 64) + BATCH_ALIGN <=
                tc__backend_shared_room(x->backend);
+}
+
+/* tc__quant_batch_split's question to the device, cached per kernel, size of x, blocks an SM
+ * and cluster size: how many clusters of `blocks` blocks of cfg's launch can be resident at
+ * once (-1: none, or the query failed). The stream's cluster is set for the query and set back;
+ * failed holds an error from doing so. */
+typedef struct {
+    tc_backend *b;
+    const tc_launch_config *cfg;
+    int *known; /* [blocks - 2] */
+    tc_kernel_id id;
+    tc_dim3 before;
+    tc_status failed;
+} cluster_query;
+static int cluster_fits(int64_t blocks, void *ctx)
+{
+    cluster_query *q = ctx;
+    int *known = &q->known[blocks - 2];
+    if (!*known && !q->failed) {
+        tc_launch_config cfg = *q->cfg;
+        cfg.grid.y = (uint32_t)blocks;
+        int n = 0;
+        q->failed = tc_stream_set_cluster(q->b->stream, (tc_dim3){ 1, (uint32_t)blocks, 1 });
+        if (q->failed)
+            return -1;
+        *known = tc_launch_max_clusters(q->id, &cfg, &n) == TC_OK && n > 0 ? n : -1;
+        tc_clear_error();
+        q->failed = tc_stream_set_cluster(q->b->stream, q->before);
+    }
+    return q->failed ? -1 : *known;
 }
 
 tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
@@ -544,61 +615,27 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
             per_sm = 1;
         *known = per_sm;
     }
-    int64_t shares = batch_shares(tiles, steps, (int64_t)per_sm * b->ctx->sm_count);
+    tc_launch_config cfg = tc__cfg(b, (unsigned)tiles, 256, smem);
+    const tc_dim3 before = tc_stream_cluster(b->stream);
+    cluster_query q = {
+        b, &cfg, &b->qmm_clusters[w->dtype][f16 ? 0 : 1][(m + 7) / 8 - 1][two][0], id, before, TC_OK
+    };
+    /* Clusters on compute capability 9.0+. ws stays: a kernel built for an older GPU (run as
+     * PTX) adds through it, cluster or not. */
+    const tc__qmm_split sp =
+        tc__quant_batch_split(w->dtype, tiles, steps, (int64_t)per_sm * b->ctx->sm_count, two,
+                              b->ctx->cc_major >= 9 ? cluster_fits : NULL, &q);
+    if (q.failed)
+        return q.failed;
     CUdeviceptr ws = 0, counters = 0;
-    if (shares > 1) {
-        TC_TRY(tc__backend_workspace(b, (size_t)shares * (size_t)(m * n) * sizeof(float), &ws));
+    if (sp.shares > 1) {
+        TC_TRY(tc__backend_workspace(b, (size_t)sp.shares * (size_t)(m * n) * sizeof(float), &ws));
         TC_TRY(tc__backend_counters(b, (size_t)tiles, &counters));
     }
-    tc_launch_config cfg = tc__cfg(b, (unsigned)tiles, 256, smem);
-    cfg.grid.y = (uint32_t)shares;
-    /* A tile's shares as one cluster (compute capability 9.0+), which add their sums in each
-     * other's shared memory instead of through ws and a count in global memory, where its
-     * clusters take no more waves than its blocks would alone (a cluster's blocks must fit on
-     * one GPC together). ws stays: a kernel built for an older GPU (run as PTX) adds through
-     * it, cluster or not.
-     * Where they do not fit, fewer shares whose clusters do are taken (one block an SM), if
-     * their waves of steps come to at most two steps more and the type is one of the 4- and
-     * 5-bit types that take x in its own order: there adding through ws costs about three steps
-     * (H200, bench_ops quant TYPE 64, 4096 x 4096, whose 32 clusters of 4 find 30 places, as 3
-     * shares in clusters of 3: Q4_K 15.1 -> 13.7 us, Q5_K 16.8 -> 16.1, q4_1_g128 14.3 ->
-     * 13.4, Q4_0 15.6 -> 15.4; 7B Q4_K_M at 64 sequences 6,580-6,732 -> 6,660-6,821 tokens/s,
-     * Llama-3.2-1B 33,126-33,339 -> 35,017-35,325). Measured and left out: the other types
-     * (Q8_0 19.2 -> 20.4, Q5_0 18.8 -> 19.7, Q6_K, Q3_K and Q2_K no faster), four more steps
-     * (Q4_K 4096 x 11008 as 3 shares, 26.0 -> 28.4), two waves (Q6_K 11008 x 4096 as 2 shares,
-     * 38.4 -> 45.4), two blocks an SM (Q4_K 11008 x 4096 as 2 shares, 26.1 -> 27.4). */
-    const tc_dim3 before = tc_stream_cluster(b->stream);
-    bool clustered = false;
-    const int64_t wave = (int64_t)per_sm * b->ctx->sm_count,
-                  waves = (tiles * shares + wave - 1) / wave,
-                  cost = waves * ((steps + shares - 1) / shares);
-    const bool cheap = w->dtype == TC_DTYPE_Q4_K || w->dtype == TC_DTYPE_Q5_K ||
-                       w->dtype == TC_DTYPE_Q4_0 || w->dtype == TC_DTYPE_Q4_1 ||
-                       w->dtype == TC_DTYPE_Q4_1_G64 || w->dtype == TC_DTYPE_Q4_1_G128;
-    for (int64_t s = shares; !clustered && s > 1 && b->ctx->cc_major >= 9; s--) {
-        if (s < shares && (two || !cheap || (steps + s - 1) / s > cost + 2))
-            break;
-        if (s > 8)
-            continue;
-        int *fits = &b->qmm_clusters[w->dtype][f16 ? 0 : 1][(m + 7) / 8 - 1][two][s - 2];
-        const tc_dim3 cluster = { 1, (uint32_t)s, 1 };
-        cfg.grid.y = (uint32_t)s;
-        TC_TRY(tc_stream_set_cluster(b->stream, cluster));
-        if (!*fits) {
-            int n_clusters = 0;
-            *fits = tc_launch_max_clusters(id, &cfg, &n_clusters) == TC_OK && n_clusters > 0
-                        ? n_clusters
-                        : -1;
-            tc_clear_error();
-        }
-        int64_t cwaves = *fits > 0 ? (tiles + *fits - 1) / *fits : 0;
-        clustered = *fits > 0 &&
-                    (s == shares ? cwaves <= waves : cwaves * ((steps + s - 1) / s) <= cost + 2);
-        if (!clustered)
-            TC_TRY(tc_stream_set_cluster(b->stream, before));
-    }
-    if (!clustered)
-        cfg.grid.y = (uint32_t)shares;
+    cfg.grid.y = (uint32_t)sp.shares;
+    const bool clustered = sp.cluster > 1;
+    if (clustered)
+        TC_TRY(tc_stream_set_cluster(b->stream, (tc_dim3){ 1, (uint32_t)sp.cluster, 1 }));
     tc_status st;
     if (f16)
         st = (narrow ? qmm[w->dtype].f16_32 : qmm[w->dtype].f16)(

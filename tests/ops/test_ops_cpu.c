@@ -426,6 +426,71 @@ static void matmul_every_weight_dtype_and_odd_shapes(void **state)
             }
 }
 
+/* tc__quant_batch_split, the batched quantised products' shares of k and clusters, on a device
+ * shaped like the H200 (132 SMs) whose resident clusters of 2, 3, 4 and 8 blocks are those that
+ * cuOccupancyMaxActiveClusters reported there at one block an SM (66, 39, 30 and 15; those of
+ * 5, 6 and 7 are set in between, not measured): the cases the host's measurements decided
+ * (qweights.c). */
+static int h200_fits(int64_t blocks, void *ctx)
+{
+    int *asked = ctx;
+    assert_true(blocks >= 2 && blocks <= 8);
+    asked[blocks]++;
+    static const int n[9] = { 0, 0, 66, 39, 30, 24, 19, 16, 15 };
+    return n[blocks];
+}
+static int no_fits(int64_t blocks, void *ctx)
+{
+    (void)blocks, (void)ctx;
+    return -1;
+}
+static void batched_products_split_k_as_measured(void **state)
+{
+    (void)state;
+    int asked[9] = { 0 };
+    tc__qmm_split sp;
+    /* 4096 x 4096 at 64 rows: 4 shares fill the wave, whose 32 clusters of 4 find 30 places;
+     * Q4_K takes 3 shares in clusters of 3 (two steps more), Q8_0 keeps 4 through ws. */
+    sp = tc__quant_batch_split(TC_DTYPE_Q4_K, 32, 16, 132, false, h200_fits, asked);
+    assert_int_equal(sp.shares, 3);
+    assert_int_equal(sp.cluster, 3);
+    assert_true(asked[4] == 1 && asked[3] == 1 && asked[2] == 0);
+    sp = tc__quant_batch_split(TC_DTYPE_Q4_1_G128, 32, 16, 132, false, h200_fits, asked);
+    assert_true(sp.shares == 3 && sp.cluster == 3);
+    sp = tc__quant_batch_split(TC_DTYPE_Q8_0, 32, 16, 132, false, h200_fits, asked);
+    assert_true(sp.shares == 4 && sp.cluster == 1);
+    sp = tc__quant_batch_split(TC_DTYPE_Q6_K, 32, 16, 132, false, h200_fits, asked);
+    assert_true(sp.shares == 4 && sp.cluster == 1);
+    /* 4096 x 11008: 3 shares would be four steps more a block. */
+    sp = tc__quant_batch_split(TC_DTYPE_Q4_K, 32, 43, 132, false, h200_fits, asked);
+    assert_true(sp.shares == 4 && sp.cluster == 1);
+    /* 11008 x 4096 at two blocks an SM (a wave of 264): 3 shares, not fewer. */
+    sp = tc__quant_batch_split(TC_DTYPE_Q4_K, 86, 16, 264, true, h200_fits, asked);
+    assert_true(sp.shares == 3 && sp.cluster == 1);
+    /* The same at one block an SM: 3 shares in two waves; 2 shares' clusters would take two
+     * waves of 8 steps against two of 6 plus ws. */
+    sp = tc__quant_batch_split(TC_DTYPE_Q5_K, 86, 16, 132, false, h200_fits, asked);
+    assert_true(sp.shares == 3 && sp.cluster == 1);
+    /* Eight tiles (1000 rows): their 4 shares' 8 clusters of 4 fit at once. */
+    sp = tc__quant_batch_split(TC_DTYPE_Q6_K, 8, 16, 132, false, h200_fits, asked);
+    assert_true(sp.shares == 4 && sp.cluster == 4);
+    /* Llama-3.2-1B's down product (2048 x 8192): 8 shares, whose 16 clusters of 8 find 15
+     * places; 7 shares of 5 steps each (one more) in clusters of 7 fit. */
+    sp = tc__quant_batch_split(TC_DTYPE_Q4_K, 16, 32, 132, false, h200_fits, asked);
+    assert_true(sp.shares == 7 && sp.cluster == 7);
+    /* 120 tiles fill the wave in one share: no question asked. No clusters on the device, or
+     * none resident: the shares that fill the wave. */
+    memset(asked, 0, sizeof asked);
+    sp = tc__quant_batch_split(TC_DTYPE_Q4_K, 120, 16, 132, false, h200_fits, asked);
+    assert_true(sp.shares == 1 && sp.cluster == 1);
+    for (int i = 0; i < 9; i++)
+        assert_int_equal(asked[i], 0);
+    sp = tc__quant_batch_split(TC_DTYPE_Q4_K, 32, 16, 132, false, NULL, NULL);
+    assert_true(sp.shares == 4 && sp.cluster == 1);
+    sp = tc__quant_batch_split(TC_DTYPE_Q4_K, 32, 16, 132, false, no_fits, NULL);
+    assert_true(sp.shares == 4 && sp.cluster == 1);
+}
+
 /* tc__qdot, the CPU products' inner loop: for every weight dtype, rows of random weights
  * against 1 to 4 random rows of x give each row's dot product with the weights as dequantised
  * (qblock.c) and summed in double, to within f32's rounding; the same bits for a row of x
@@ -1729,6 +1794,7 @@ int main(void)
         cmocka_unit_test(rmsnorm_with_and_without_residual),
         cmocka_unit_test(rope_plain_llama3_and_interleaved),
         cmocka_unit_test(matmul_every_weight_dtype_and_odd_shapes),
+        cmocka_unit_test(batched_products_split_k_as_measured),
         cmocka_unit_test(qdot_is_batch_invariant_and_the_same_on_every_build),
         cmocka_unit_test(matmul_rows_are_the_same_alone_and_in_a_batch),
         cmocka_unit_test(matmul_is_the_same_on_one_and_many_threads),
