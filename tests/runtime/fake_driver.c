@@ -9,7 +9,16 @@
  *   FAKE_CUDA_DROP=<kernel>   the module lacks that kernel
  *   FAKE_CUDA_NO_BINARY=1     cuModuleLoadData finds no code for the GPU
  *   FAKE_CUDA_MEM=<bytes>     device memory size (default 1 GiB)
- * Events time nothing: every pair is 0.25 ms apart. Streams are never being captured. */
+ *   FAKE_CUDA_BACKED=1        device memory is host memory (zeroed), so that copies, sets and
+ *                             pinned host buffers work and an ops backend runs on the fake
+ *                             (kernels still compute nothing); otherwise allocations are bare
+ *                             handles and copies fail
+ *   FAKE_CUDA_CLUSTERS=<n>:<c>,...  at most c clusters of n blocks resident at once at one
+ *                             block an SM (c times the blocks an SM at more), as a GPU whose
+ *                             GPCs leave some SMs out of clusters of n
+ * Events time nothing: every pair is 0.25 ms apart. Streams are never being captured.
+ * Occupancy counts the 2048 threads and the 228 KiB of shared memory of an SM (1 KiB of it
+ * reserved for each block). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -377,7 +386,16 @@ static CUresult f_launch_ex(const CUlaunchConfig *c, CUfunction f, void **params
     return CUDA_SUCCESS;
 }
 
-/* Clusters resident at once: 8 GPCs of 16 SMs, 2048 threads an SM, a cluster within a GPC. */
+/* Blocks of `threads` threads and `shared` bytes of dynamic shared memory resident on an SM. */
+static int per_sm(unsigned threads, size_t shared)
+{
+    int by_threads = (int)(2048 / threads), by_shared = (int)(233472 / (shared + 1024));
+    int n = by_threads < by_shared ? by_threads : by_shared;
+    return n < 32 ? n : 32;
+}
+
+/* Clusters resident at once: 8 GPCs of 16 SMs, a cluster within a GPC (or FAKE_CUDA_CLUSTERS's
+ * count for that size). */
 static CUresult f_max_clusters(int *n, CUfunction f, const CUlaunchConfig *c)
 {
     if (kernel_of(f) < 0 || c->numAttrs != 1 ||
@@ -386,7 +404,19 @@ static CUresult f_max_clusters(int *n, CUfunction f, const CUlaunchConfig *c)
     unsigned threads = c->blockDimX * c->blockDimY * c->blockDimZ,
              blocks = c->attrs[0].value.clusterDim.x * c->attrs[0].value.clusterDim.y *
                       c->attrs[0].value.clusterDim.z;
-    *n = (int)(8 * (16 * (2048 / threads) / blocks));
+    int sm = per_sm(threads, c->sharedMemBytes);
+    *n = (int)(8 * (16 * sm / blocks));
+    const char *caps = getenv("FAKE_CUDA_CLUSTERS");
+    for (const char *at = caps; at && *at;) {
+        char *end;
+        unsigned long size = strtoul(at, &end, 10), count;
+        if (*end != ':')
+            break;
+        count = strtoul(end + 1, &end, 10);
+        if (size == blocks)
+            *n = (int)count * sm;
+        at = *end == ',' ? end + 1 : "";
+    }
     return CUDA_SUCCESS;
 }
 
@@ -401,14 +431,19 @@ static CUresult f_occupancy(int *min_grid, int *block, CUfunction f, CUoccupancy
     return CUDA_SUCCESS;
 }
 
-/* Resident blocks per multiprocessor: the 2048-thread limit only. */
+/* Resident blocks per multiprocessor. */
 static CUresult f_blocks_per_sm(int *blocks, CUfunction f, int block, size_t shared)
 {
-    (void)shared;
     if (kernel_of(f) < 0 || block <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    *blocks = 2048 / block < 32 ? 2048 / block : 32;
+    *blocks = per_sm((unsigned)block, shared);
     return CUDA_SUCCESS;
+}
+
+static bool backed(void)
+{
+    const char *b = getenv("FAKE_CUDA_BACKED");
+    return b && b[0] == '1';
 }
 
 static CUresult f_mem_alloc(CUdeviceptr *p, size_t bytes)
@@ -417,14 +452,78 @@ static CUresult f_mem_alloc(CUdeviceptr *p, size_t bytes)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (bytes > mem_total - mem_used)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    if (backed()) {
+        void *m = calloc(1, bytes ? bytes : 1);
+        if (!m)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        *p = (CUdeviceptr)(uintptr_t)m;
+    } else
+        *p = 0x7f0000000000ull + (next_handle += 0x100000);
     mem_used += bytes;
-    *p = 0x7f0000000000ull + (next_handle += 0x100000);
     return CUDA_SUCCESS;
 }
 
 static CUresult f_mem_free(CUdeviceptr p)
 {
-    (void)p;
+    if (backed())
+        free((void *)(uintptr_t)p);
+    return need_ctx();
+}
+
+static CUresult f_host_alloc(void **p, size_t bytes, unsigned flags)
+{
+    (void)flags;
+    if (!backed())
+        return CUDA_ERROR_NOT_SUPPORTED;
+    *p = calloc(1, bytes ? bytes : 1);
+    return *p ? need_ctx() : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult f_host_free(void *p)
+{
+    free(p);
+    return need_ctx();
+}
+
+static CUresult f_copy(void *to, const void *from, size_t bytes)
+{
+    if (!backed())
+        return CUDA_ERROR_NOT_SUPPORTED;
+    memmove(to, from, bytes);
+    return need_ctx();
+}
+static CUresult f_copy_htod(CUdeviceptr to, const void *from, size_t bytes, CUstream s)
+{
+    (void)s;
+    return f_copy((void *)(uintptr_t)to, from, bytes);
+}
+static CUresult f_copy_dtoh(void *to, CUdeviceptr from, size_t bytes, CUstream s)
+{
+    (void)s;
+    return f_copy(to, (const void *)(uintptr_t)from, bytes);
+}
+static CUresult f_copy_dtod(CUdeviceptr to, CUdeviceptr from, size_t bytes, CUstream s)
+{
+    (void)s;
+    return f_copy((void *)(uintptr_t)to, (const void *)(uintptr_t)from, bytes);
+}
+static CUresult f_set8(CUdeviceptr to, unsigned char v, size_t n, CUstream s)
+{
+    (void)s;
+    if (!backed())
+        return CUDA_ERROR_NOT_SUPPORTED;
+    memset((void *)(uintptr_t)to, v, n);
+    return need_ctx();
+}
+
+/* Streams, events and the context finish at once: nothing runs. */
+static CUresult f_done(void *h)
+{
+    (void)h;
+    return need_ctx();
+}
+static CUresult f_ctx_synchronize(void)
+{
     return need_ctx();
 }
 
@@ -479,6 +578,16 @@ static const struct {
     FN("cuOccupancyMaxActiveBlocksPerMultiprocessor", f_blocks_per_sm),
     FN("cuMemAlloc", f_mem_alloc),
     FN("cuMemFree", f_mem_free),
+    FN("cuMemHostAlloc", f_host_alloc),
+    FN("cuMemFreeHost", f_host_free),
+    FN("cuMemcpyHtoDAsync", f_copy_htod),
+    FN("cuMemcpyDtoHAsync", f_copy_dtoh),
+    FN("cuMemcpyDtoDAsync", f_copy_dtod),
+    FN("cuMemsetD8Async", f_set8),
+    FN("cuStreamSynchronize", f_done),
+    FN("cuStreamQuery", f_done),
+    FN("cuEventQuery", f_done),
+    FN("cuCtxSynchronize", f_ctx_synchronize),
     FN("cuMemGetInfo", f_mem_info),
 };
 
