@@ -15,23 +15,8 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "../runtime/fake_driver.h"
 #include "thincuda.h"
-
-typedef struct fake_launch {
-    int count;
-    char kernel[64];
-    unsigned grid[3], block[3], shared;
-    void *stream;
-    unsigned char params[256];
-    size_t params_bytes;
-    int set_attribute_calls;
-    int last_dyn_shared;
-    int last_carveout;
-    char carveout_kernel[64];
-    int ex;
-    int overlap;
-    unsigned cluster[3];
-} fake_launch;
 
 static fake_launch *last;
 static tc_backend *gpu;

@@ -27,26 +27,10 @@
 
 #include <cuda.h>
 
+#include "fake_driver.h"
 #include "tc_kernels.h"
 
 #define EXPORT __attribute__((visibility("default")))
-
-/* What the last launch looked like; tests read it through dlsym. */
-typedef struct fake_launch {
-    int count;
-    char kernel[64];
-    unsigned grid[3], block[3], shared;
-    void *stream;
-    unsigned char params[256]; /* the arguments laid out as the CUDA ABI does */
-    size_t params_bytes;
-    int set_attribute_calls;
-    int last_dyn_shared;
-    int last_carveout; /* and the kernel it was set for */
-    char carveout_kernel[64];
-    int ex;              /* through cuLaunchKernelEx */
-    int overlap;         /* with the programmatic-serialization attribute */
-    unsigned cluster[3]; /* the cluster-dimension attribute's extent (0: none) */
-} fake_launch;
 
 EXPORT fake_launch fake_launch_v;
 

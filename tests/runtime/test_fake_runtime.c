@@ -14,26 +14,11 @@
 
 #include <cmocka.h>
 
+#include "fake_driver.h"
 #include "runtime/runtime.h"
 
 /* Internal (runtime/internal.h): one timed launch added to the profile table. */
 void tc__profile_add(tc_kernel_id id, double ms, double occupancy);
-
-typedef struct fake_launch {
-    int count;
-    char kernel[64];
-    unsigned grid[3], block[3], shared;
-    void *stream;
-    unsigned char params[256];
-    size_t params_bytes;
-    int set_attribute_calls;
-    int last_dyn_shared;
-    int last_carveout; /* and the kernel it was set for */
-    char carveout_kernel[64];
-    int ex;
-    int overlap;
-    unsigned cluster[3];
-} fake_launch;
 
 static fake_launch *launches(void)
 {
