@@ -1,5 +1,5 @@
 /* Stand-ins for libnvidia-ml and libcublasLt in tests without a GPU: one GPU at PCI bus id
- * 0000:42:00.0 with fixed figures and two processes (this one and pid 4242), and a cuBLASLt
+ * 0000:42:00.0 with fixed figures and two processes (this one and pid 4194305), and a cuBLASLt
  * that records the matrix layout it was asked for. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -128,7 +128,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, un
     memset(infos, 0, 2 * sizeof *infos);
     infos[0].pid = (unsigned)getpid();
     infos[0].usedGpuMemory = 5 * GIB;
-    infos[1].pid = 4242;
+    infos[1].pid = 4194305; /* above Linux's largest pid_max: never this process's */
     infos[1].usedGpuMemory = (unsigned long long)NVML_VALUE_NOT_AVAILABLE;
     *count = 2;
     return NVML_SUCCESS;
@@ -136,7 +136,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, un
 
 EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length)
 {
-    if (pid != 4242)
+    if (pid != 4194305)
         return NVML_ERROR_NO_PERMISSION;
     snprintf(name, length, "python3");
     return NVML_SUCCESS;

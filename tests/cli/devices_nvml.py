@@ -30,7 +30,7 @@ check(r.returncode == 0, "devices exits 0 with NVML (%d: %s)" % (r.returncode, r
 for line in ("temperature                  61 C", "power                        123.5 W",
              "utilisation                  gpu 87%, memory 42%",
              "ecc                          on: 3 corrected, 0 uncorrected since boot",
-             "processes                    2", "pid 4242     python3"):
+             "processes                    2", "pid 4194305  python3"):
     check(line in r.stdout, "the table shows %r" % line)
 r = run(fake_nvml, "--json")
 nvml = json.loads(r.stdout)["devices"][0]["nvml"] if r.returncode == 0 else {}
