@@ -356,6 +356,16 @@ __device__ __forceinline__ void cluster_sync()
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
 }
+// As cluster_sync, without ordering any memory access: for a block that must not leave while
+// the cluster's other blocks may still read its shared memory, whose own reads of theirs have
+// completed (their values used). No fence, so the block's global stores before it are not
+// waited for here (a release at cluster scope is a fence of the whole GPU's scope on Hopper).
+__device__ __forceinline__ void cluster_sync_relaxed()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
+}
 // The four floats at shared-memory address `at` (16-byte aligned) of the cluster's block `rank`.
 __device__ __forceinline__ float4 ld_cluster_f4(uint32_t at, uint32_t rank)
 {

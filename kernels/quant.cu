@@ -1722,7 +1722,10 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
         // The shares' blocks are one cluster (launched so where the device has clusters; the
         // block's rank in it is blockIdx.y): once every block's sums are in its shared memory
         // (the cluster barrier), each block adds its part of the tile's quads from all of them,
-        // in share order (the same bits as through ws), and none leaves before all have read.
+        // in share order (the same bits as through ws), and none leaves before all have read
+        // (that last barrier without a fence, which would wait for the stores to out: H200,
+        // bench_ops quant at 64 rows, 4096 x 4096, q4_k 13.7 -> 13.4 us, q4_1_g128 13.4 ->
+        // 13.1).
         tc::cluster_sync();
         const uint32_t red_s = (uint32_t)__cvta_generic_to_shared(red);
         for (int q = threadIdx.x + 256 * blockIdx.y; q < quads; q += 256 * gridDim.y) {
@@ -1736,7 +1739,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
             }
             put(q, v);
         }
-        tc::cluster_sync();
+        tc::cluster_sync_relaxed();
         return;
     }
     const bool vec = (n & 3) == 0;
