@@ -2145,7 +2145,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
  *  Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256
  *  of k each. On Hopper under 128 registers (a few spilled), so that two blocks of two stages
  *  fit an SM where a product's blocks would take more than one wave at one an SM (the host's
- *  choice; tc_k_qmm32_* below take up to 32 rows that way always). The first stages' weights
+ *  choice, as for tc_k_qmm32_* below). The first stages' weights
  *  are requested before the kernel waits for the one before it. k a multiple of 32, x and its
  *  stride 16-byte aligned. */
 extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
@@ -2297,8 +2297,9 @@ extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
  *  workspace and stages) with room for four 8-row tiles of x instead of eight: under 128
  *  registers a thread, so that two blocks share an SM and hide each other's latency (H100,
  *  bench_ops quant, Q4_K 11008 x 4096: 16 rows 37.3 -> 24.2 us, 32 rows 44.0 -> 32.8 us;
- *  7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453).
- *  The launch gives each block at most half the SM's shared memory. */
+ *  7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453),
+ *  where a product's blocks would take more than one wave at one an SM; one block of up to
+ *  four stages otherwise (the host's choice). */
 extern "C" __global__ void __launch_bounds__(256, 2)
     tc_k_qmm32_q4_0_f16(void *out, int32_t out_f32, const __half *x, const void *w, int32_t m, int64_t n, int64_t k,
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)

@@ -424,7 +424,7 @@ typedef tc_status (*qmm_bf16_fn)(tc_launch_config, void *, int32_t, const tc_bf1
                        block,                      \
                        nf,                         \
                        { __VA_ARGS__ } }
-/* The kernels of up to 64 rows (one block an SM) and of up to 32 (two), with each type's plane
+/* The kernels of up to 64 rows and of up to 32 (room for fewer rows of x), with each type's plane
  * fields (kernels/quant.cu's layout(): elements a block, the fields' bytes a block), which size
  * the kernels' stages. */
 static const struct {
@@ -596,11 +596,16 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
     size_t room = tc__backend_shared_room(b), stage = batch_stage_bytes(w->dtype, narrow ? 32 : 64);
     /* As many stages as fit, up to 4, in one block an SM; two blocks an SM (two stages each,
      * and under 128 registers) where they fit and the products' blocks at one an SM would
-     * take more than one wave: up to 32 rows (tc_k_qmm32_*) always, at 64 rows only then
-     * (H200, bench_ops quant q4_k at 64 rows: 11008 x 4096 32.8 -> 28.4 us, where 4096 x
-     * 11008's 128 blocks, which fit in one, lost as 8 shares of two stages, 28.9 -> 31.8). */
+     * take more than one wave (H200, bench_ops quant q4_k at 64 rows: 11008 x 4096 32.8 ->
+     * 28.4 us, where 4096 x 11008's 128 blocks, which fit in one, lost as 8 shares of two
+     * stages, 28.9 -> 31.8). The same up to 32 rows (tc_k_qmm32_*), which had taken two
+     * always: 4096 x 11008 at 32 rows q4_k 20.8 -> 19.3 us, q6_k 25.1 -> 22.5, q4_1_g128
+     * 19.7 -> 18.8, at 16 q4_k 18.5 -> 17.4, q8_0 4096 x 4096 16.5 -> 13.7; 7B Q4_K_M at 16
+     * and 32 sequences 3,549-3,555 -> 3,583-3,588 and 5,062-5,081 -> 5,194-5,195 tokens/s (8:
+     * 1,717-1,718 -> 1,713-1,714), AWQ at 16 and 32 3,811-3,824 -> 3,852-3,864 and
+     * 5,529-5,559 -> 5,614-5,615. */
     bool two = 2 * (2 * stage + BATCH_ALIGN) <= room &&
-               (narrow || tiles * batch_shares(tiles, steps, b->ctx->sm_count) > b->ctx->sm_count);
+               tiles * batch_shares(tiles, steps, b->ctx->sm_count) > b->ctx->sm_count;
     room = room / (two ? 2 : 1) - BATCH_ALIGN;
     size_t stages = room / stage > 4 ? 4 : room / stage;
     unsigned smem = (unsigned)(stages * stage + BATCH_ALIGN);

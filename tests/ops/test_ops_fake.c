@@ -111,6 +111,23 @@ static void fewer_shares_where_the_clusters_of_more_do_not_fit(void **state)
     close_gpu();
 }
 
+static void two_blocks_an_sm_only_past_a_wave(void **state)
+{
+    (void)state;
+    open_gpu(h200);
+    /* 32 rows of 4096 x 11008: 32 tiles of 4 shares fill one wave at one block an SM (up to
+     * four stages, more than half the SM's shared memory); 30 clusters of 4 fit, so ws. */
+    product(TC_DTYPE_Q4_K, 32, 4096, 11008);
+    expect("tc_k_qmm32_q4_k_bf16", 32, 4, 0);
+    assert_true(last->shared * 2 > 233472);
+    /* 22016 x 4096 (gate and up): 172 tiles take more than a wave at one an SM, so two, and
+     * 3 shares fill two waves of those. */
+    product(TC_DTYPE_Q4_K, 32, 22016, 4096);
+    expect("tc_k_qmm32_q4_k_bf16", 172, 3, 0);
+    assert_true(last->shared * 2 <= 233472);
+    close_gpu();
+}
+
 static void a_cluster_is_the_products_alone(void **state)
 {
     (void)state;
@@ -136,6 +153,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(shares_of_k_are_one_cluster_where_they_fit),
         cmocka_unit_test(fewer_shares_where_the_clusters_of_more_do_not_fit),
+        cmocka_unit_test(two_blocks_an_sm_only_past_a_wave),
         cmocka_unit_test(a_cluster_is_the_products_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
