@@ -444,6 +444,15 @@ static int no_fits(int64_t blocks, void *ctx)
     (void)blocks, (void)ctx;
     return -1;
 }
+/* tc__quant_batch_split of a product of dt on the H200's clusters (asked counts the
+ * questions) takes `shares` shares of k in clusters of `cluster` (1: none). */
+static void expect_split(tc_dtype dt, int64_t tiles, int64_t steps, int64_t wave, bool two,
+                         int *asked, int64_t shares, int64_t cluster)
+{
+    tc__qmm_split sp = tc__quant_batch_split(dt, tiles, steps, wave, two, h200_fits, asked);
+    assert_int_equal(sp.shares, shares);
+    assert_int_equal(sp.cluster, cluster);
+}
 static void batched_products_split_k_as_measured(void **state)
 {
     (void)state;
@@ -451,38 +460,27 @@ static void batched_products_split_k_as_measured(void **state)
     tc__qmm_split sp;
     /* 4096 x 4096 at 64 rows: 4 shares fill the wave, whose 32 clusters of 4 find 30 places;
      * Q4_K takes 3 shares in clusters of 3 (two steps more), Q8_0 keeps 4 through ws. */
-    sp = tc__quant_batch_split(TC_DTYPE_Q4_K, 32, 16, 132, false, h200_fits, asked);
-    assert_int_equal(sp.shares, 3);
-    assert_int_equal(sp.cluster, 3);
+    expect_split(TC_DTYPE_Q4_K, 32, 16, 132, false, asked, 3, 3);
     assert_true(asked[4] == 1 && asked[3] == 1 && asked[2] == 0);
-    sp = tc__quant_batch_split(TC_DTYPE_Q4_1_G128, 32, 16, 132, false, h200_fits, asked);
-    assert_true(sp.shares == 3 && sp.cluster == 3);
-    sp = tc__quant_batch_split(TC_DTYPE_Q8_0, 32, 16, 132, false, h200_fits, asked);
-    assert_true(sp.shares == 4 && sp.cluster == 1);
-    sp = tc__quant_batch_split(TC_DTYPE_Q6_K, 32, 16, 132, false, h200_fits, asked);
-    assert_true(sp.shares == 4 && sp.cluster == 1);
+    expect_split(TC_DTYPE_Q4_1_G128, 32, 16, 132, false, asked, 3, 3);
+    expect_split(TC_DTYPE_Q8_0, 32, 16, 132, false, asked, 4, 1);
+    expect_split(TC_DTYPE_Q6_K, 32, 16, 132, false, asked, 4, 1);
     /* 4096 x 11008: 3 shares would be four steps more a block. */
-    sp = tc__quant_batch_split(TC_DTYPE_Q4_K, 32, 43, 132, false, h200_fits, asked);
-    assert_true(sp.shares == 4 && sp.cluster == 1);
+    expect_split(TC_DTYPE_Q4_K, 32, 43, 132, false, asked, 4, 1);
     /* 11008 x 4096 at two blocks an SM (a wave of 264): 3 shares, not fewer. */
-    sp = tc__quant_batch_split(TC_DTYPE_Q4_K, 86, 16, 264, true, h200_fits, asked);
-    assert_true(sp.shares == 3 && sp.cluster == 1);
+    expect_split(TC_DTYPE_Q4_K, 86, 16, 264, true, asked, 3, 1);
     /* The same at one block an SM: 3 shares in two waves; 2 shares' clusters would take two
      * waves of 8 steps against two of 6 plus ws. */
-    sp = tc__quant_batch_split(TC_DTYPE_Q5_K, 86, 16, 132, false, h200_fits, asked);
-    assert_true(sp.shares == 3 && sp.cluster == 1);
+    expect_split(TC_DTYPE_Q5_K, 86, 16, 132, false, asked, 3, 1);
     /* Eight tiles (1000 rows): their 4 shares' 8 clusters of 4 fit at once. */
-    sp = tc__quant_batch_split(TC_DTYPE_Q6_K, 8, 16, 132, false, h200_fits, asked);
-    assert_true(sp.shares == 4 && sp.cluster == 4);
+    expect_split(TC_DTYPE_Q6_K, 8, 16, 132, false, asked, 4, 4);
     /* Llama-3.2-1B's down product (2048 x 8192): 8 shares, whose 16 clusters of 8 find 15
      * places; 7 shares of 5 steps each (one more) in clusters of 7 fit. */
-    sp = tc__quant_batch_split(TC_DTYPE_Q4_K, 16, 32, 132, false, h200_fits, asked);
-    assert_true(sp.shares == 7 && sp.cluster == 7);
+    expect_split(TC_DTYPE_Q4_K, 16, 32, 132, false, asked, 7, 7);
     /* 120 tiles fill the wave in one share: no question asked. No clusters on the device, or
      * none resident: the shares that fill the wave. */
     memset(asked, 0, sizeof asked);
-    sp = tc__quant_batch_split(TC_DTYPE_Q4_K, 120, 16, 132, false, h200_fits, asked);
-    assert_true(sp.shares == 1 && sp.cluster == 1);
+    expect_split(TC_DTYPE_Q4_K, 120, 16, 132, false, asked, 1, 1);
     for (int i = 0; i < 9; i++)
         assert_int_equal(asked[i], 0);
     sp = tc__quant_batch_split(TC_DTYPE_Q4_K, 32, 16, 132, false, NULL, NULL);

@@ -104,7 +104,7 @@ static void fewer_shares_where_the_clusters_of_more_do_not_fit(void **state)
      * two waves, added through ws. */
     product(TC_DTYPE_Q4_K, 64, 11008, 4096);
     expect("tc_k_qmm_q4_k_bf16", 86, 3, 0);
-    assert_true(last->shared * 2 <= 233472);
+    assert_true(last->shared * 2 <= FAKE_SM_SHARED);
     /* A thousand rows: 8 tiles, whose 4 shares' clusters fit. */
     product(TC_DTYPE_Q4_K, 64, 1000, 4096);
     expect("tc_k_qmm_q4_k_bf16", 8, 4, 4);
@@ -119,12 +119,12 @@ static void two_blocks_an_sm_only_past_a_wave(void **state)
      * four stages, more than half the SM's shared memory); 30 clusters of 4 fit, so ws. */
     product(TC_DTYPE_Q4_K, 32, 4096, 11008);
     expect("tc_k_qmm32_q4_k_bf16", 32, 4, 0);
-    assert_true(last->shared * 2 > 233472);
+    assert_true(last->shared * 2 > FAKE_SM_SHARED);
     /* 22016 x 4096 (gate and up): 172 tiles take more than a wave at one an SM, so two, and
      * 3 shares fill two waves of those. */
     product(TC_DTYPE_Q4_K, 32, 22016, 4096);
     expect("tc_k_qmm32_q4_k_bf16", 172, 3, 0);
-    assert_true(last->shared * 2 <= 233472);
+    assert_true(last->shared * 2 <= FAKE_SM_SHARED);
     close_gpu();
 }
 

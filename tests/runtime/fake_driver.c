@@ -110,7 +110,7 @@ static CUresult f_attribute(int *v, CUdevice_attribute a, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 232448; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = 233472; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = FAKE_SM_SHARED; break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; break;
     default:
         /* An old driver: it knows the first 120 attributes only. */
@@ -373,7 +373,7 @@ static CUresult f_launch_ex(const CUlaunchConfig *c, CUfunction f, void **params
 /* Blocks of `threads` threads and `shared` bytes of dynamic shared memory resident on an SM. */
 static int per_sm(unsigned threads, size_t shared)
 {
-    int by_threads = (int)(2048 / threads), by_shared = (int)(233472 / (shared + 1024));
+    int by_threads = (int)(2048 / threads), by_shared = (int)(FAKE_SM_SHARED / (shared + 1024));
     int n = by_threads < by_shared ? by_threads : by_shared;
     return n < 32 ? n : 32;
 }

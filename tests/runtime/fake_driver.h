@@ -5,6 +5,9 @@
 
 #include <stddef.h>
 
+/* An SM's shared memory as the fake reports it (228 KiB, as Hopper's). */
+#define FAKE_SM_SHARED 233472
+
 typedef struct fake_launch {
     int count;
     char kernel[64];
