@@ -1595,6 +1595,9 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     uint32_t cs = 0, is = (nst - 1) * sbytes;
     const uint32_t last = (nst - 1) * sbytes;
     constexpr bool PF = WG && S == 1; // (see the chunk loop)
+    // Q4_1's grouped types on Hopper up to 16 rows (two tiles of x): a block's raw weights
+    // summed on the tensor cores, its scale and offset applied once (as mma_rows does).
+    constexpr bool GF = kQ41G<DT> && !WG && kBatchWg && NT == 4;
     for (uint32_t i = 0; i < my; i++) {
         wait_copies(nst - 2);
         if constexpr (WG) {
@@ -1664,6 +1667,9 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                 break;
             if constexpr (!PF) // (PF's steps are one block, whose scales came before the copies)
                 scales(bl);
+            // (GF: the block's sums of raw weights and of x, two tiles, as mma_rows' kQ41G path)
+            float tb[2][4] = {}, sb[2][4] = {};
+            Ints ga = {}, gb = {};
 #pragma unroll
             for (int cc = 0; cc < CPB; cc++) {
                 const int j = cc * 4 + p;
@@ -1692,6 +1698,11 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                         f[h] = frag_ints<T, DT>(q);
                     }
                     a = f[0], b = f[1];
+                } else if constexpr (GF) {
+                    ga = ints<DT>(cur[0], j);
+                    gb = ints<DT>(cur[1], j);
+                    a = pairs_raw<T>(ga.b);
+                    b = pairs_raw<T>(gb.b);
                 } else {
                     a = frag<T, DT>(cur[0], j);
                     b = frag<T, DT>(cur[1], j);
@@ -1710,7 +1721,16 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                     // stale rows whose sums are never stored.)
 #pragma unroll
                     for (int t = 0; t < NT; t++)
-                        if (t < 2 || t < nt) {
+                        if constexpr (GF) {
+                            if (t < 2) {
+                                const uint4 xx = *reinterpret_cast<const uint4 *>(xc + t * 8 * kBatchXRow);
+                                const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
+                                tc::mma16816<T>(tb[t], a.x, b.x, a.y, b.y, xx.x, xx.y);
+                                tc::mma16816<T>(tb[t], a.z, b.z, a.w, b.w, xx.z, xx.w);
+                                tc::mma16816<T>(sb[t], one, one, one, one, xx.x, xx.y);
+                                tc::mma16816<T>(sb[t], one, one, one, one, xx.z, xx.w);
+                            }
+                        } else if (t < 2 || t < nt) {
                             const uint4 xx = *reinterpret_cast<const uint4 *>(xc + t * 8 * kBatchXRow);
                             tc::mma16816<T>(acc[t], a.x, b.x, a.y, b.y, xx.x, xx.y);
                             tc::mma16816<T>(acc[t], a.z, b.z, a.w, b.w, xx.z, xx.w);
@@ -1719,6 +1739,16 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                 if (PF && cc + 1 < CPB) {
                     cur[0] = nxt[0];
                     cur[1] = nxt[1];
+                }
+            }
+            if constexpr (GF) {
+                const float oa = fmaf(-kMagic<T>, ga.s, ga.off), ob = fmaf(-kMagic<T>, gb.s, gb.off);
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    acc[t][0] = fmaf(ga.s, tb[t][0], fmaf(oa, sb[t][0], acc[t][0]));
+                    acc[t][1] = fmaf(ga.s, tb[t][1], fmaf(oa, sb[t][1], acc[t][1]));
+                    acc[t][2] = fmaf(gb.s, tb[t][2], fmaf(ob, sb[t][2], acc[t][2]));
+                    acc[t][3] = fmaf(gb.s, tb[t][3], fmaf(ob, sb[t][3], acc[t][3]));
                 }
             }
         }
