@@ -304,6 +304,34 @@ template <typename T> __device__ __forceinline__ uint4 pairs_raw(uint2 b)
     return { raw_pair<T>(b.x, 0x4140), raw_pair<T>(b.x, 0x4342), raw_pair<T>(b.y, 0x4140), raw_pair<T>(b.y, 0x4342) };
 }
 
+// Q4_1's grouped types (one scale and offset for a block's 2 or 4 chunks) in the mma16816 loops:
+// the weights go in raw (pairs_raw, not subtracted), each chunk adding to a block's sums of
+// weights times x (t) and of x (u, all-ones weights); at the block's end w = s (v - kMagic) +
+// off is applied once, s times t and off - kMagic s times u, into acc (mma16816's C: rows g and g
+// + 8 of a and b). The sums of the larger values round at 2^-24 of kMagic times x's, far under
+// the 16-bit x's own rounding. H200, bench_ops quant q4_1_g128 at 8 rows: 7.3 / 15.7 / 14.6 ->
+// 6.7 / 14.2 / 13.3 us; per chunk, for Q4_1, Q5_1, Q4_K and Q5_K (only the subtractions saved),
+// no faster.
+template <typename T>
+__device__ __forceinline__ void raw_mma(float (&t)[4], float (&u)[4], const uint4 &a, const uint4 &b, const uint4 &xx)
+{
+    const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
+    tc::mma16816<T>(t, a.x, b.x, a.y, b.y, xx.x, xx.y);
+    tc::mma16816<T>(t, a.z, b.z, a.w, b.w, xx.z, xx.w);
+    tc::mma16816<T>(u, one, one, one, one, xx.x, xx.y);
+    tc::mma16816<T>(u, one, one, one, one, xx.z, xx.w);
+}
+template <typename T>
+__device__ __forceinline__ void raw_fold(float (&acc)[4], const float (&t)[4], const float (&u)[4], const Ints &a,
+                                         const Ints &b)
+{
+    const float oa = fmaf(-kMagic<T>, a.s, a.off), ob = fmaf(-kMagic<T>, b.s, b.off);
+    acc[0] = fmaf(a.s, t[0], fmaf(oa, u[0], acc[0]));
+    acc[1] = fmaf(a.s, t[1], fmaf(oa, u[1], acc[1]));
+    acc[2] = fmaf(b.s, t[2], fmaf(ob, u[2], acc[2]));
+    acc[3] = fmaf(b.s, t[3], fmaf(ob, u[3], acc[3]));
+}
+
 // Types whose scale covers each chunk of 32 elements that a tensor-core step takes: their
 // integers go into the products as they are (exact in 16 bits), the scale and offset are
 // applied to each chunk's f32 sums. The others (scales per 16) take kHalfScale's path below in
@@ -1126,8 +1154,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                     for (int bl = 0; bl < S; bl++) {
                         if (bl >= cnt)
                             break;
-                        // (Q4_1's grouped types: a block's sums of its raw weights (tb) and of x
-                        // (sb), scaled into acc at the block's end.)
+                        // (Q4_1's grouped types: the block's sums for raw_fold)
                         float tb[4] = {}, sb[4] = {};
                         Ints ga = {}, gb = {};
 #pragma unroll
@@ -1159,22 +1186,9 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                                     acc[3] = fmaf(qb.off[1], u1[3], fmaf(qb.off[0], u0[3], acc[3]));
                                 }
                             } else if constexpr (kQ41G<DT>) {
-                                // One scale and offset for the block's chunks: the weights go
-                                // in as kMagic + the integers (not subtracted), the block's
-                                // sums summed on the tensor cores, then w = s (v - kMagic) +
-                                // off applied once: s times the weights' sums, off - kMagic s
-                                // times x's (H200, bench_ops quant q4_1_g128 at 8 rows 7.3 /
-                                // 15.7 / 14.6 -> 6.7 / 14.2 / 13.3 us; per chunk, for Q4_1,
-                                // Q5_1, Q4_K and Q5_K, no faster). The sums of the larger
-                                // values round at 2^-24 of kMagic times x's.
                                 ga = ints<DT>(fetch<DT, uint32_t>(Q[0], bl, j), j);
                                 gb = ints<DT>(fetch<DT, uint32_t>(Q[1], bl, j), j);
-                                const uint4 a = pairs_raw<T>(ga.b), b = pairs_raw<T>(gb.b);
-                                const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
-                                tc::mma16816<T>(tb, a.x, b.x, a.y, b.y, xx.x, xx.y);
-                                tc::mma16816<T>(tb, a.z, b.z, a.w, b.w, xx.z, xx.w);
-                                tc::mma16816<T>(sb, one, one, one, one, xx.x, xx.y);
-                                tc::mma16816<T>(sb, one, one, one, one, xx.z, xx.w);
+                                raw_mma<T>(tb, sb, pairs_raw<T>(ga.b), pairs_raw<T>(gb.b), xx);
                             } else {
                                 static_assert(kChunkScale<DT>, "every block type has an integer decode path");
                                 const Raw r0 = fetch<DT, uint32_t>(Q[0], bl, j), r1 = fetch<DT, uint32_t>(Q[1], bl, j);
@@ -1203,13 +1217,8 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                                 }
                             }
                         }
-                        if constexpr (kQ41G<DT>) {
-                            const float oa = fmaf(-kMagic<T>, ga.s, ga.off), ob = fmaf(-kMagic<T>, gb.s, gb.off);
-                            acc[0] = fmaf(ga.s, tb[0], fmaf(oa, sb[0], acc[0]));
-                            acc[1] = fmaf(ga.s, tb[1], fmaf(oa, sb[1], acc[1]));
-                            acc[2] = fmaf(gb.s, tb[2], fmaf(ob, sb[2], acc[2]));
-                            acc[3] = fmaf(gb.s, tb[3], fmaf(ob, sb[3], acc[3]));
-                        }
+                        if constexpr (kQ41G<DT>)
+                            raw_fold<T>(acc, tb, sb, ga, gb);
                     }
 #pragma unroll
                     for (int i = 0; i < CPS; i++)
@@ -1595,8 +1604,8 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     uint32_t cs = 0, is = (nst - 1) * sbytes;
     const uint32_t last = (nst - 1) * sbytes;
     constexpr bool PF = WG && S == 1; // (see the chunk loop)
-    // Q4_1's grouped types on Hopper up to 16 rows (two tiles of x): a block's raw weights
-    // summed on the tensor cores, its scale and offset applied once (as mma_rows does).
+    // Q4_1's grouped types on Hopper up to 16 rows (two tiles of x) take raw_mma and raw_fold
+    // (H200, bench_ops quant q4_1_g64 at 16 rows 10.5 / 16.3 / 18.6 -> 9.9 / 15.7 / 17.2 us).
     constexpr bool GF = kQ41G<DT> && !WG && kBatchWg && NT == 4;
     for (uint32_t i = 0; i < my; i++) {
         wait_copies(nst - 2);
@@ -1667,8 +1676,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                 break;
             if constexpr (!PF) // (PF's steps are one block, whose scales came before the copies)
                 scales(bl);
-            // (GF: the block's sums of raw weights and of x, two tiles, as mma_rows' kQ41G path)
-            float tb[2][4] = {}, sb[2][4] = {};
+            float tb[2][4] = {}, sb[2][4] = {}; // (GF: the block's sums for raw_fold)
             Ints ga = {}, gb = {};
 #pragma unroll
             for (int cc = 0; cc < CPB; cc++) {
@@ -1724,11 +1732,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                         if constexpr (GF) {
                             if (t < 2) {
                                 const uint4 xx = *reinterpret_cast<const uint4 *>(xc + t * 8 * kBatchXRow);
-                                const uint32_t one = tc::pack2<T>(1.0f, 1.0f);
-                                tc::mma16816<T>(tb[t], a.x, b.x, a.y, b.y, xx.x, xx.y);
-                                tc::mma16816<T>(tb[t], a.z, b.z, a.w, b.w, xx.z, xx.w);
-                                tc::mma16816<T>(sb[t], one, one, one, one, xx.x, xx.y);
-                                tc::mma16816<T>(sb[t], one, one, one, one, xx.z, xx.w);
+                                raw_mma<T>(tb[t], sb[t], a, b, xx);
                             }
                         } else if (t < 2 || t < nt) {
                             const uint4 xx = *reinterpret_cast<const uint4 *>(xc + t * 8 * kBatchXRow);
@@ -1741,16 +1745,10 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                     cur[1] = nxt[1];
                 }
             }
-            if constexpr (GF) {
-                const float oa = fmaf(-kMagic<T>, ga.s, ga.off), ob = fmaf(-kMagic<T>, gb.s, gb.off);
+            if constexpr (GF)
 #pragma unroll
-                for (int t = 0; t < 2; t++) {
-                    acc[t][0] = fmaf(ga.s, tb[t][0], fmaf(oa, sb[t][0], acc[t][0]));
-                    acc[t][1] = fmaf(ga.s, tb[t][1], fmaf(oa, sb[t][1], acc[t][1]));
-                    acc[t][2] = fmaf(gb.s, tb[t][2], fmaf(ob, sb[t][2], acc[t][2]));
-                    acc[t][3] = fmaf(gb.s, tb[t][3], fmaf(ob, sb[t][3], acc[t][3]));
-                }
-            }
+                for (int t = 0; t < 2; t++)
+                    raw_fold<T>(acc[t], tb[t], sb[t], ga, gb);
         }
     }
     if constexpr (WG)
