@@ -691,6 +691,9 @@ static void quantised(rng_t *r)
         for (int bi = 0; bi < 5; bi++)
             matmul_case(r, TC_DTYPE_BF16, q, bs[bi], 1000, k, TC_GEMM_AUTO, "batched", false);
         matmul_case(r, TC_DTYPE_F16, q, 24, 1000, k, TC_GEMM_AUTO, "batched", false);
+        /* (f16 x up to 16 rows: Hopper's mma16816 loop, Q4_1's grouped types' raw sums under
+         * f16's magic number) */
+        matmul_case(r, TC_DTYPE_F16, q, 12, 1000, k, TC_GEMM_AUTO, "batched", false);
         matmul_case(r, TC_DTYPE_F16, q, 40, 15360, k, TC_GEMM_AUTO, "batched, one share", false);
         matmul_case(r, TC_DTYPE_BF16, q, 17, 999, k, TC_GEMM_AUTO, "batched", false);
         quant_widen_case(r, q, 40, 700, k);
