@@ -1288,11 +1288,12 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
      * residual stream. More rows: separate ops, with the residual add of each sublayer's output
      * fused into the next norm. */
     bool fused = T <= TC_MATVEC_MAX_ROWS;
-    /* (On CUDA, 5 to 8 rows over K-quant weights run as more rows do: the batched kernels
+    /* (On CUDA, 2 to 8 rows over K-quant weights run as more rows do: the batched kernels
      * outrun the 2-8 row ones there by more than the separate SwiGLU and adds cost. H200, 7B
      * Q4_K_M, 512 + 128 tokens: 5 sequences 1,131-1,133 -> 1,136-1,139 tokens/s, 6 1,305 ->
-     * 1,337, 8 1,504 -> 1,613; AWQ's q4_1_g64 at 8 2,218 -> 2,007, so not for those. The
-     * batched kernels take 16-bit x only.) */
+     * 1,337, 8 1,504 -> 1,613; from 2 rows instead of 5, 2 / 3 / 4 sequences 572-578 / 806-808
+     * / 1,015-1,016 -> 587-588 / 818-823 / 1,045-1,046; AWQ's q4_1_g64 at 8 2,218 -> 2,007, so
+     * not for those. The batched kernels take 16-bit x only.) */
     const tc_tensor *ffn = m->layers[0].w_gu.data ? &m->layers[0].w_gu : &m->layers[0].w_gate;
     if (fused && tc_backend_get_kind(m->backend) == TC_BACKEND_CUDA && m->act != TC_DTYPE_F32 &&
         ffn->data && tc_dtype_is_block(ffn->dtype) && T >= tc__quant_batch_from(ffn->dtype))

@@ -123,10 +123,11 @@ tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *
  * memory); tc__quant_batch is TC_ERR_UNSUPPORTED where it does not. */
 #define TC__QUANT_BATCH_ROWS 64
 bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w);
-/* The rows of x from which products of weights of block type dt take the batched kernels: 5
- * for the K-quants, whose 2-8 row kernels are the slower from there (H200, bench_ops quant, 8
- * rows: Q4_K 11008 x 4096 23.4 -> 17.2 us, Q6_K 31.3 -> 18.1), 9 for the others (Q4_0, Q8_0,
- * q4_1_g64 equal or slower in the batched kernels at 8 rows). */
+/* The rows of x from which products of weights of block type dt take the batched kernels: 2
+ * for the K-quants, whose 2-8 row kernels are the slower (H200, bench_ops quant, 8 rows: Q4_K
+ * 11008 x 4096 23.4 -> 17.2 us, Q6_K 31.3 -> 18.1; 7B Q4_K_M at 2 / 3 / 4 sequences 572-578 /
+ * 806-808 / 1,015-1,016 -> 587-588 / 818-823 / 1,045-1,046 tokens/s with 2 instead of 5), 9
+ * for the others (Q4_0, Q8_0, q4_1_g64 equal or slower in the batched kernels at 8 rows). */
 int tc__quant_batch_from(tc_dtype dt);
 tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w);
 /* How tc__quant_batch splits a product of `tiles` tiles of 128 weight rows and `steps` steps of

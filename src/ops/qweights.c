@@ -534,7 +534,7 @@ int tc__quant_batch_from(tc_dtype dt)
     case TC_DTYPE_Q3_K:
     case TC_DTYPE_Q4_K:
     case TC_DTYPE_Q5_K:
-    case TC_DTYPE_Q6_K: return 5;
+    case TC_DTYPE_Q6_K: return 2;
     default: return TC_MATVEC_MAX_ROWS + 1;
     }
 }

@@ -637,7 +637,7 @@ static void quantised(rng_t *r)
                                             : be == 128 ? 2176
                                             : be == 64  ? 2112
                                                         : 2080;
-        /* (8 rows of 16-bit x over a K-quant: the batched kernel, tc__quant_batch_from) */
+        /* (2 and 8 rows of 16-bit x over a K-quant: the batched kernel, tc__quant_batch_from) */
         const int64_t ms[] = { 1, 2, 8 };
         for (int mi = 0; mi < 3; mi++) {
             matmul_case(r, TC_DTYPE_BF16, q, ms[mi], 1000, k, TC_GEMM_AUTO, "decode", false);
