@@ -239,16 +239,20 @@ template <int W> __device__ __forceinline__ void put_sums(float (&red)[W][16][8]
     red[warp][g + 8][2 * p] = acc[2];
     red[warp][g + 8][2 * p + 1] = acc[3];
 }
-template <typename T, int W>
+// (scale: a float for every column, or a callable giving column col's.)
+__device__ __forceinline__ float col_scale(float s, int) { return s; }
+template <typename F> __device__ __forceinline__ float col_scale(const F &f, int col) { return f(col); }
+template <typename T, int W, typename S = float>
 __device__ __forceinline__ void store_tile(void *out, const float (&red)[W][16][8], const float (&red2)[W][16][8],
                                            int64_t tile, int m, int64_t n, int64_t os, bool swiglu, bool accumulate,
-                                           float scale = 1.0f, bool out_f32 = false)
+                                           S scale_of = 1.0f, bool out_f32 = false)
 {
     if (threadIdx.x < 128) {
         const int row = threadIdx.x >> 3, col = threadIdx.x & 7;
         const int64_t r = tile * 16 + row;
         if (col < m && r < n) {
             float v = 0.0f, up = 0.0f;
+            const float scale = col_scale(scale_of, col);
 #pragma unroll
             for (int i = 0; i < W; i++) {
                 v += red[i][row][col];

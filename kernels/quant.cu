@@ -741,33 +741,39 @@ __device__ __forceinline__ void imma16832(int (&c)[4], uint32_t a0, uint32_t a1,
             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Chunks [c0, c1) of 32 elements of x's first row (k elements) as two 8-bit digits, q1 in
-// xq[0, k) and q2 in xq[k, 2k), with xs[i] = (dx of the 32 elements holding 16-element group i,
-// the sum of group i's elements). A warp's work (each warp rounds the part of x its share of k
+// Chunks [c0, c1) of 32 elements of x's NX rows (k elements, xstride apart) as two 8-bit
+// digits, row j's q1 in xq[2kj, 2kj + k) and q2 in xq[2kj + k, 2kj + 2k), with xs[k / 16 j + i]
+// = (dx of the 32 elements holding 16-element group i, the sum of group i's elements). A warp's work (each warp rounds the part of x its share of k
 // reads: no barrier between the warps). A NaN or infinity in a
 // chunk makes its dx NaN, so that it reaches every product that reads the chunk. The block's
 // threads take 8 elements each, a quad a chunk. With an RMSNorm's weight nw (k elements), x times
 // nw is what is rounded; the result is the lane's sum of squares of x itself (the norm's
 // 1 / rms scales the product's sums instead: the product is linear in x). The loads of R
 // rounds of 8 chunks are issued before the first is used, and after() is called once, when the
-// first R rounds' loads are on their way (the caller asks for more weights there). R = 4
-// covers a warp's share of 4096-element rows and most of 11008; the two-product kernels, whose
-// two types' code shares one register allocation, take R = 2 (their x is a layer's input: 4096
-// elements at 7B), which ptxas holds without spilling.
-template <int R, typename T, typename F>
-__device__ __forceinline__ float quantise_x(int8_t *xq, float2 *xs, const T *x, int64_t k, int c0, int c1, const T *nw,
-                                            F &&after)
+// first R rounds' loads are on their way (the caller asks for more weights there); ss[j] is
+// row j's. R = 4 covers a warp's share of 4096-element rows and most of 11008; the two-product
+// kernels, whose two types' code shares one register allocation, take R = 2 (their x is a
+// layer's input: 4096 elements at 7B), which ptxas holds without spilling, and so do two rows
+// (the same loads in flight as four rounds of one).
+template <int R, int NX = 1, typename T, typename F>
+__device__ __forceinline__ void quantise_x(int8_t *xq, float2 *xs, const T *x, int64_t xstride, int64_t k, int c0,
+                                           int c1, const T *nw, F &&after, float (&ss)[NX])
 {
     const int q = threadIdx.x & 3, cl = (int)((threadIdx.x & 31) >> 2);
-    float ss = 0.0f;
+#pragma unroll
+    for (int xr = 0; xr < NX; xr++)
+        ss[xr] = 0.0f;
     bool called = false;
     for (int b0 = c0; b0 < c1; b0 += 8 * R) {
-        uint4 xv[R], gvv[R];
+        uint4 xv[NX][R], gvv[R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const int c = b0 + 8 * r + cl;
             const bool in = c < c1;
-            xv[r] = in ? *reinterpret_cast<const uint4 *>(x + 32 * (int64_t)c + 8 * q) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int xr = 0; xr < NX; xr++)
+                xv[xr][r] = in ? *reinterpret_cast<const uint4 *>(x + xstride * xr + 32 * (int64_t)c + 8 * q)
+                               : make_uint4(0, 0, 0, 0);
             gvv[r] = in && nw ? *reinterpret_cast<const uint4 *>(nw + 32 * (int64_t)c + 8 * q) : make_uint4(0, 0, 0, 0);
         }
         if (!called) {
@@ -780,13 +786,15 @@ __device__ __forceinline__ float quantise_x(int8_t *xq, float2 *xs, const T *x, 
                 break;
             const int c = b0 + 8 * r + cl;
             const bool in = c < c1;
-            const uint4 v = xv[r], gv = gvv[r];
+#pragma unroll
+            for (int xr = 0; xr < NX; xr++) {
+            const uint4 v = xv[xr][r], gv = gvv[r];
             const T *e = reinterpret_cast<const T *>(&v), *ge = reinterpret_cast<const T *>(&gv);
             float f[8], amax = 0.0f, sum = 0.0f;
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 f[i] = tc::to_f32(e[i]);
-                ss = fmaf(f[i], f[i], ss);
+                ss[xr] = fmaf(f[i], f[i], ss[xr]);
                 if (nw)
                     f[i] *= tc::to_f32(ge[i]);
                 amax = fmaxf(amax, fabsf(f[i]));
@@ -817,16 +825,17 @@ __device__ __forceinline__ float quantise_x(int8_t *xq, float2 *xs, const T *x, 
                                     0x5410);
             }
             if (in) {
-                *reinterpret_cast<uint2 *>(xq + 32 * c + 8 * q) = make_uint2(d1[0], d1[1]);
-                *reinterpret_cast<uint2 *>(xq + k + 32 * c + 8 * q) = make_uint2(d2[0], d2[1]);
+                int8_t *xqr = xq + 2 * k * xr;
+                *reinterpret_cast<uint2 *>(xqr + 32 * c + 8 * q) = make_uint2(d1[0], d1[1]);
+                *reinterpret_cast<uint2 *>(xqr + k + 32 * c + 8 * q) = make_uint2(d2[0], d2[1]);
                 if (!(q & 1))
-                    xs[2 * c + (q >> 1)] = make_float2(amax * (1.0f / 127.0f) + 0.0f * s32, s16);
+                    xs[(k / 16) * xr + 2 * c + (q >> 1)] = make_float2(amax * (1.0f / 127.0f) + 0.0f * s32, s16);
+            }
             }
         }
     }
     if (!called)
         after();
-    return ss;
 }
 
 // Words of shared memory, four a 16-byte load.
@@ -839,13 +848,15 @@ template <int N> __device__ __forceinline__ void lds_words(uint32_t (&w)[N], con
     }
 }
 
-// One step of a warp's 16 rows (Q: rows g and g + 8 in the stage) against x's row: the step's
-// sets of 8 groups, each GS / 4 integer products, then each lane's two columns (2p, 2p + 1) of
-// its two rows scaled into acc. b0: the step's first block; cnt: its blocks.
-template <int DT>
+// One step of a warp's 16 rows (Q: rows g and g + 8 in the stage) against x's NX rows (row i's
+// digits at xq + 2 k i, its scales and sums at xs + k / 16 i): the step's sets of 8 groups, each
+// GS / 4 integer products a row of x over the same weight registers, then each lane's two
+// columns (2p, 2p + 1) of its two rows scaled into acc[i]. b0: the step's first block; cnt: its
+// blocks.
+template <int DT, int NX = 1>
 __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint32_t cnt, const int8_t *xq,
                                         uint32_t k, const float2 *xs, int g, int p,
-                                        float (&acc)[2])
+                                        float (&acc)[NX][2])
 {
     constexpr Layout L = layout(DT);
     constexpr int GS = kGS<DT>, PARTS = GS / 4, SETS = Step<DT>::S * L.block / (8 * GS);
@@ -862,18 +873,7 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
         // loaded from one place by the other lanes had shared banks with the real columns'
         // (H200 ncu: 42% more shared-memory wavefronts than the accesses needed; 7B Q4_0
         // decode 497 -> 526 tokens/s, AWQ 481-487 -> 503-505).
-        uint32_t x0[PARTS], x1[PARTS], y0[PARTS], y1[PARTS], xw[PARTS], yw[PARTS];
         const bool in = valid(t, g), ina = in && g == p, inb = in && g == p + 4;
-        const uint8_t *xc = reinterpret_cast<const uint8_t *>(xq + es + xoff<DT>(g));
-        lds_words(xw, xc);
-        lds_words(yw, xc + k);
-#pragma unroll
-        for (int i = 0; i < PARTS; i++) {
-            x0[i] = ina ? xw[i] : 0u;
-            x1[i] = inb ? xw[i] : 0u;
-            y0[i] = ina ? yw[i] : 0u;
-            y1[i] = inb ? yw[i] : 0u;
-        }
         uint32_t wa[2][PARTS], wb[2][PARTS];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -932,11 +932,25 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
                 }
             }
         }
-        int d[4] = { 0, 0, 0, 0 }, e[4] = { 0, 0, 0, 0 };
+        int d[NX][4] = {}, e[NX][4] = {};
 #pragma unroll
-        for (int i = 0; i < PARTS; i++) {
-            imma16832<DT == Q8_0>(d, wa[0][i], wa[1][i], wb[0][i], wb[1][i], x0[i], x1[i]);
-            imma16832<DT == Q8_0>(e, wa[0][i], wa[1][i], wb[0][i], wb[1][i], y0[i], y1[i]);
+        for (int xr = 0; xr < NX; xr++) {
+            uint32_t x0[PARTS], x1[PARTS], y0[PARTS], y1[PARTS], xw[PARTS], yw[PARTS];
+            const uint8_t *xc = reinterpret_cast<const uint8_t *>(xq + 2 * k * xr + es + xoff<DT>(g));
+            lds_words(xw, xc);
+            lds_words(yw, xc + k);
+#pragma unroll
+            for (int i = 0; i < PARTS; i++) {
+                x0[i] = ina ? xw[i] : 0u;
+                x1[i] = inb ? xw[i] : 0u;
+                y0[i] = ina ? yw[i] : 0u;
+                y1[i] = inb ? yw[i] : 0u;
+            }
+#pragma unroll
+            for (int i = 0; i < PARTS; i++) {
+                imma16832<DT == Q8_0>(d[xr], wa[0][i], wa[1][i], wb[0][i], wb[1][i], x0[i], x1[i]);
+                imma16832<DT == Q8_0>(e[xr], wa[0][i], wa[1][i], wb[0][i], wb[1][i], y0[i], y1[i]);
+            }
         }
         // Q4_K's and Q5_K's packed scales and (d, dmin) of each row, read once for both columns.
         uint32_t kw[2][4] = {};
@@ -953,43 +967,52 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
             const int c = 2 * p + cc, j = c & 3, hi = c >> 2;
             if (!valid(t, c))
                 continue;
-            const float2 xg = xs[(es + xoff<DT>(c)) / 16];
+            float2 xgs[NX];
+#pragma unroll
+            for (int xr = 0; xr < NX; xr++)
+                xgs[xr] = xs[(k / 16) * xr + (es + xoff<DT>(c)) / 16];
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                const float isum = (float)d[2 * r + cc] + (float)e[2 * r + cc] * (1.0f / 254.0f);
-                if constexpr (DT == Q4_K || DT == Q5_K) {
-                    const uint2 sm = k_scale_min(kw[r][0], kw[r][1], kw[r][2], 2 * j + hi);
-                    const float sx = xg.y + xs[(es + xoff<DT>(c)) / 16 + 1].y;
-                    const float hs = DT == Q4_K && hi ? 0.0625f : 1.0f;
-                    acc[r] += half_lo(kw[r][3]) * small_float(sm.x) * (xg.x * isum * hs) -
-                              half_hi(kw[r][3]) * small_float(sm.y) * sx;
-                } else if constexpr (DT == Q4_0) {
-                    const float db = half_lo(ld2(Q[r].p[1] + 2 * (4 * t + j)));
-                    acc[r] += db * (xg.x * isum * (hi ? 0.0625f : 1.0f) - 8.0f * xg.y);
-                } else if constexpr (DT == Q4_1 || kQ41G<DT>) {
-                    const uint32_t dm = ld4(Q[r].p[1] + 4 * ((uint32_t)(4 * t + j) / (L.block / 32)));
-                    acc[r] += half_lo(dm) * xg.x * isum * (hi ? 0.0625f : 1.0f) + half_hi(dm) * xg.y;
-                } else if constexpr (DT == Q5_0) {
-                    acc[r] += half_lo(ld2(Q[r].p[2] + 2 * (4 * t + j))) * (xg.x * isum - 16.0f * xg.y);
-                } else if constexpr (DT == Q5_1) {
-                    const uint32_t dm = ld4(Q[r].p[2] + 4 * (4 * t + j));
-                    acc[r] += half_lo(dm) * xg.x * isum + half_hi(dm) * xg.y;
-                } else if constexpr (DT == Q8_0) {
-                    acc[r] += half_lo(ld2(Q[r].p[1] + 2 * j)) * xg.x * isum;
-                } else {
-                    const int is = 8 * t + 2 * ((j >> 1) + 2 * hi) + (j & 1);
-                    const float s = (float)(int8_t)Q[r].p[2][is];
-                    acc[r] += half_lo(ld2(Q[r].p[3])) * s * (xg.x * isum - 32.0f * xg.y);
+#pragma unroll
+                for (int xr = 0; xr < NX; xr++) {
+                    const float2 *xsr = xs + (k / 16) * xr;
+                    const float2 xg = xgs[xr];
+                    const float isum = (float)d[xr][2 * r + cc] + (float)e[xr][2 * r + cc] * (1.0f / 254.0f);
+                    float &a = acc[xr][r];
+                    if constexpr (DT == Q4_K || DT == Q5_K) {
+                        const uint2 sm = k_scale_min(kw[r][0], kw[r][1], kw[r][2], 2 * j + hi);
+                        const float sx = xg.y + xsr[(es + xoff<DT>(c)) / 16 + 1].y;
+                        const float hs = DT == Q4_K && hi ? 0.0625f : 1.0f;
+                        a += half_lo(kw[r][3]) * small_float(sm.x) * (xg.x * isum * hs) -
+                             half_hi(kw[r][3]) * small_float(sm.y) * sx;
+                    } else if constexpr (DT == Q4_0) {
+                        const float db = half_lo(ld2(Q[r].p[1] + 2 * (4 * t + j)));
+                        a += db * (xg.x * isum * (hi ? 0.0625f : 1.0f) - 8.0f * xg.y);
+                    } else if constexpr (DT == Q4_1 || kQ41G<DT>) {
+                        const uint32_t dm = ld4(Q[r].p[1] + 4 * ((uint32_t)(4 * t + j) / (L.block / 32)));
+                        a += half_lo(dm) * xg.x * isum * (hi ? 0.0625f : 1.0f) + half_hi(dm) * xg.y;
+                    } else if constexpr (DT == Q5_0) {
+                        a += half_lo(ld2(Q[r].p[2] + 2 * (4 * t + j))) * (xg.x * isum - 16.0f * xg.y);
+                    } else if constexpr (DT == Q5_1) {
+                        const uint32_t dm = ld4(Q[r].p[2] + 4 * (4 * t + j));
+                        a += half_lo(dm) * xg.x * isum + half_hi(dm) * xg.y;
+                    } else if constexpr (DT == Q8_0) {
+                        a += half_lo(ld2(Q[r].p[1] + 2 * j)) * xg.x * isum;
+                    } else {
+                        const int is = 8 * t + 2 * ((j >> 1) + 2 * hi) + (j & 1);
+                        const float s = (float)(int8_t)Q[r].p[2][is];
+                        a += half_lo(ld2(Q[r].p[3])) * s * (xg.x * isum - 32.0f * xg.y);
+                    }
                 }
             }
         }
     }
 }
 
-template <typename T, int DT, bool Q8 = false, int XR = 4>
+template <typename T, int DT, bool Q8 = false, int XR = 4, int NX = 1>
 __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs, int64_t os,
                          int flags, float (*red)[kWarps][16][8], uint8_t *sm, int nst, int8_t *xq,
-                         float2 *xq_s, const T *nw, float eps, float *nss, uint32_t bid, uint32_t nblk)
+                         float2 *xq_s, const T *nw, float eps, float (*nss)[kWarps], uint32_t bid, uint32_t nblk)
 {
     using G = Step<DT>;
     constexpr Layout L = G::L;
@@ -1083,16 +1106,24 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
         issue();
     tc::await_inputs();
     if constexpr (Q8) {
-        // x's row in two 8-bit digits, each warp its share.
-        float ss = quantise_x<XR>(xq, xq_s, x, k, s0 * S * CPB, min((s0 + my) * S * CPB, (int)(nb * CPB)), nw, [&]() {
-            for (int q = pre; q < nst - 1; q++)
-                issue();
-        });
+        // x's rows in two 8-bit digits, each warp its share (the later weights asked for once the
+        // first row's first rounds are on their way).
+        float ss[NX];
+        quantise_x<(NX > 1 ? 2 : XR), NX>(xq, xq_s, x, xs, k, s0 * S * CPB, min((s0 + my) * S * CPB, (int)(nb * CPB)),
+                                        nw,
+                                        [&]() {
+                                            for (int q = pre; q < nst - 1; q++)
+                                                issue();
+                                        },
+                                        ss);
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0)
-            nss[warp] = ss;
+        for (int xr = 0; xr < NX; xr++) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                ss[xr] += __shfl_xor_sync(0xffffffffu, ss[xr], o);
+            if (lane == 0)
+                nss[xr][warp] = ss[xr];
+        }
         __syncwarp();
     }
 
@@ -1126,7 +1157,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
             // The rows' first blocks (rows past n read row 0 and are never written).
             const uint32_t rblk[2] = { (uint32_t)((h ? n : 0) + (ra < n ? ra : 0)) * nb,
                                        (uint32_t)((h ? n : 0) + (rb < n ? rb : 0)) * nb };
-            float acc[4] = {}, acc1[2] = {};
+            float acc[4] = {}, acc1[NX][2] = {};
             for (int s = 0; s < my; s++) {
                 uint4 xb[CPS];
                 if constexpr (!Q8)
@@ -1148,7 +1179,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                         Q[i].p[f] = st + (g + 8 * i) * RB + 16 * G::first(f) + skip;
                     });
                 if constexpr (Q8) {
-                    q8_step<DT>(Q, b0, cnt, xq, (uint32_t)k, xq_s, g, p, acc1);
+                    q8_step<DT, NX>(Q, b0, cnt, xq, (uint32_t)k, xq_s, g, p, acc1);
                 } else {
 #pragma unroll
                     for (int bl = 0; bl < S; bl++) {
@@ -1226,28 +1257,36 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                 }
             }
             if constexpr (Q8) {
-                // The quad's columns added (a fixed order), the sums of x's one row in column 0.
+                // The quad's columns added (a fixed order), the sums of x's row i in column i
+                // (written by the quad's lane 0, whose columns are 0 and 1).
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    acc1[r] += __shfl_xor_sync(0xffffffffu, acc1[r], 1);
-                    acc1[r] += __shfl_xor_sync(0xffffffffu, acc1[r], 2);
-                }
-                acc[0] = acc1[0], acc[2] = acc1[1];
+                for (int xr = 0; xr < NX; xr++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc1[xr][r] += __shfl_xor_sync(0xffffffffu, acc1[xr][r], 1);
+                        acc1[xr][r] += __shfl_xor_sync(0xffffffffu, acc1[xr][r], 2);
+                    }
+                acc[0] = acc1[0][0], acc[2] = acc1[0][1];
+                if constexpr (NX > 1)
+                    acc[1] = acc1[1][0], acc[3] = acc1[1][1];
             }
             tc::put_sums(red[h], warp, acc);
         }
         __syncthreads();
-        // Under flags & 4 (one row: the integer kernel), the RMSNorm's 1 / rms from the warps'
-        // sums of squares, added in warp order; flags & 8: out is f32.
-        float scale = 1.0f;
-        if constexpr (Q8)
-            if (flags & 4) {
-                float t = 0.0f;
+        // Under flags & 4 (the integer kernel), the RMSNorm's 1 / rms of each row of x from the
+        // warps' sums of squares, added in warp order; flags & 8: out is f32.
+        auto scale = [&](int col) {
+            float sc = 1.0f;
+            if constexpr (Q8)
+                if (flags & 4) {
+                    float t = 0.0f;
 #pragma unroll
-                for (int i = 0; i < kWarps; i++)
-                    t += nss[i];
-                scale = rsqrtf(t / (float)k + eps);
-            }
+                    for (int i = 0; i < kWarps; i++)
+                        t += nss[NX > 1 ? col : 0][i];
+                    sc = rsqrtf(t / (float)k + eps);
+                }
+            return sc;
+        };
         tc::store_tile<T>(out, red[0], red[1], tile, m, n, os, swiglu, flags & 2, scale, Q8 && (flags & 8));
         __syncthreads();
     }
@@ -1295,27 +1334,41 @@ constexpr int kXRounds = 4;
 #else
 constexpr int kXRounds = 2;
 #endif
-template <typename T, int DT, int XR = kXRounds>
+template <typename T, int DT, int XR = kXRounds, int NX = 1>
 __device__ __forceinline__ void q8_rows(void *out, const T *x, const void *w, int64_t n, int64_t k, int64_t os,
-                                        int flags, const T *nw, float eps, uint32_t bid, uint32_t nblk)
+                                        int flags, const T *nw, float eps, uint32_t bid, uint32_t nblk, int64_t xs = 0)
 {
-    __shared__ float red[2][kWarps][16][8], nss[kWarps];
+    __shared__ float red[2][kWarps][16][8], nss[NX][kWarps];
     extern __shared__ __align__(128) uint8_t ring[];
     uint32_t bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
-    const uint32_t xb = q8_x_bytes<DT>(k);
+    const uint32_t xb = NX * q8_x_bytes<DT>(k);
     const int nst = bytes > xb ? min(6, (int)((bytes - xb) / (kWarps * Step<DT>::bytes))) : 0;
     if (nst < 1)
         __trap();
-    mma_rows<T, DT, true, XR>(static_cast<T *>(out), x, w, 1, n, k, 0, os, flags, red, ring + xb, nst,
-                          reinterpret_cast<int8_t *>(ring), reinterpret_cast<float2 *>(ring + 2 * k), nw, eps, nss,
-                          bid, nblk);
+    mma_rows<T, DT, true, XR, NX>(static_cast<T *>(out), x, w, NX, n, k, xs, os, flags, red, ring + xb, nst,
+                                  reinterpret_cast<int8_t *>(ring), reinterpret_cast<float2 *>(ring + 2 * NX * k), nw,
+                                  eps, nss, bid, nblk);
 }
 template <typename T, int DT>
 __device__ __forceinline__ void q8_kernel(void *out, const T *x, const void *w, int64_t n, int64_t k, int64_t os,
                                           int flags, const T *nw, float eps)
 {
     q8_rows<T, DT>(out, x, w, n, k, os, flags, nw, eps, blockIdx.x, gridDim.x);
+}
+
+// Two rows of x (x_stride apart) on the integer products, in sm_90a code only (the host takes
+// them on compute capability 9.x: the other builds, and the PTX, keep the release binary
+// small without them).
+template <typename T, int DT>
+__device__ __forceinline__ void q8_kernel2(void *out, const T *x, const void *w, int64_t n, int64_t k, int64_t xs,
+                                           int64_t os, int flags, const T *nw, float eps)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    q8_rows<T, DT, kXRounds, 2>(out, x, w, n, k, os, flags, nw, eps, blockIdx.x, gridDim.x, xs);
+#else
+    __trap();
+#endif
 }
 
 // Two products of one row of x in one launch (a layer's q and k of one block type, v of
@@ -2179,6 +2232,30 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                          const __nv_bfloat16 *norm, float eps)
 {
     quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, n, k, out_stride, flags, norm, eps);
+}
+/** Two rows of bf16 x (decode of two sequences) over K-quant weights on the integer tensor cores
+ *  (tc_k_qmv2_<type>_bf16, in sm_90a code only; elsewhere they trap): out[2, n] =
+ *  x[2, k] w[n, k]^T as tc_k_qmv1_* computes each row, the weights read once for both; x's rows
+ *  x_stride elements apart, out's out_stride; flags as tc_k_qmv1_* (4: each row normalised by its
+ *  own rms). Dynamic shared memory: 2 (2k + k / 2) bytes for x, then the weights' pipeline, at
+ *  least 8 x 3584 bytes. Two blocks an SM. */
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv2_q4_k_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t x_stride,
+                         int64_t out_stride, int32_t flags, const __nv_bfloat16 *norm, float eps)
+{
+    quant_cu::q8_kernel2<__nv_bfloat16, quant_cu::Q4_K>(out, x, w, n, k, x_stride, out_stride, flags, norm, eps);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv2_q5_k_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t x_stride,
+                         int64_t out_stride, int32_t flags, const __nv_bfloat16 *norm, float eps)
+{
+    quant_cu::q8_kernel2<__nv_bfloat16, quant_cu::Q5_K>(out, x, w, n, k, x_stride, out_stride, flags, norm, eps);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv2_q6_k_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t x_stride,
+                         int64_t out_stride, int32_t flags, const __nv_bfloat16 *norm, float eps)
+{
+    quant_cu::q8_kernel2<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, n, k, x_stride, out_stride, flags, norm, eps);
 }
 /** Two one-row products in one launch (tc_k_qmv1_<a>_<b>_bf16): blocks [0, split) take
  *  out_a[1, n_a] = x w_a^T (w_a of the first type), blocks [split, grid) out_b[1, n_b] = x w_b^T

@@ -4,7 +4,7 @@
  * figure is the median of 7 timings (CUDA events) of several repetitions after a warm-up.
  * Usage: bench_ops [all|norm|matvec|gemm|attention [HEAD_DIM]|quant [TYPE [ROWS]]|iq], or
  * bench_ops decode H KV BATCH LEN [fp8] (attention: head_dim 128 unless given: 64 and 128 have
- * kernels of their own, the other even sizes up to 256 the generic ones; quant: ROWS one of 1,
+ * kernels of their own, the other even sizes up to 256 the generic ones; quant: ROWS one of 1, 2,
  * 8, 16, 32, 64, 512). */
 #include <math.h>
 #include <stdio.h>
@@ -265,7 +265,7 @@ static tc_status run_qmm(void *c, int s)
  * 512-row prefill product (dequantised tiles and cuBLAS) in TFLOP/s. `bench_ops quant [type
  * [rows]]`: one type, one row count of x. */
 /* The rows of x each quantised product is timed at. */
-static const int64_t quant_rows[] = { 1, 8, 16, 32, 64, 512 };
+static const int64_t quant_rows[] = { 1, 2, 8, 16, 32, 64, 512 };
 #define N_QUANT_ROWS (sizeof quant_rows / sizeof quant_rows[0])
 
 static void bench_quant(rng_t *r, const char *only, int64_t only_m)
@@ -510,7 +510,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < N_QUANT_ROWS; i++)
             known |= quant_rows[i] == rows;
         if (!known) {
-            fprintf(stderr, "bench_ops quant: ROWS is one of 1, 8, 16, 32, 64, 512 (got %s)\n",
+            fprintf(stderr, "bench_ops quant: ROWS is one of 1, 2, 8, 16, 32, 64, 512 (got %s)\n",
                     argv[3]);
             return 2;
         }

@@ -1293,10 +1293,13 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
      * Q4_K_M, 512 + 128 tokens: 5 sequences 1,131-1,133 -> 1,136-1,139 tokens/s, 6 1,305 ->
      * 1,337, 8 1,504 -> 1,613; from 2 rows instead of 5, 2 / 3 / 4 sequences 572-578 / 806-808
      * / 1,015-1,016 -> 587-588 / 818-823 / 1,045-1,046; AWQ's q4_1_g64 at 8 2,218 -> 2,007, so
-     * not for those. The batched kernels take 16-bit x only.) */
+     * not for those. The batched kernels take 16-bit x only. Two rows over K-quants on Hopper
+     * take the two-row integer kernels with everything fused, as one row does: 585-590 ->
+     * 721-722 at 2 sequences.) */
     const tc_tensor *ffn = m->layers[0].w_gu.data ? &m->layers[0].w_gu : &m->layers[0].w_gate;
     if (fused && tc_backend_get_kind(m->backend) == TC_BACKEND_CUDA && m->act != TC_DTYPE_F32 &&
-        ffn->data && tc_dtype_is_block(ffn->dtype) && T >= tc__quant_batch_from(ffn->dtype))
+        ffn->data && tc_dtype_is_block(ffn->dtype) &&
+        T >= tc__quant_batch_from(m->backend, ffn->dtype, m->act))
         fused = false;
     const tc_linear_opts add = { .accumulate = true }, swiglu = { .swiglu = true },
                          normed = { .rms_norm = true, .norm_eps = c->norm_eps },

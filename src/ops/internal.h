@@ -62,8 +62,10 @@ struct tc_backend {
     int64_t qwave[1]; /* the same for the quantised f32 kernel (qweights.c; 0: not yet known) */
     int64_t qwave_mma[TC_DTYPE_COUNT][2]; /* and its tensor-core ones, f16 and bf16 x */
     int64_t qwave_q8[TC_DTYPE_COUNT];     /* and the integer batch-1 ones' (bf16 x; 0: none) */
+    int64_t qwave_q8x2[TC_DTYPE_COUNT];   /* and the integer two-row ones' (0: none) */
     int64_t qwave_pair[4];                /* and the two-product ones' (tc__quant_pair) */
-    unsigned qmv_shared; /* the tensor-core ones' dynamic shared memory (their weight pipeline) */
+    unsigned qmv_shared;  /* the tensor-core ones' dynamic shared memory (their weight pipeline) */
+    unsigned qmv2_shared; /* the two-row integer ones' (x's two rows of digits, the pipeline) */
     /* Blocks an SM of the batched quantised kernels (qweights.c), by type, f16/bf16 x, x's
      * 8-row tiles (their shared memory grows with them) and the stages' sizing (for one block
      * an SM or two); 0: not yet known. */
@@ -108,6 +110,10 @@ tc_status tc__quant_embedding(tc_tensor *out, const tc_tensor *table, const tc_t
  * (x RMS-normalised first, times norm [k] of x's dtype where norm is not NULL, with eps) and 8
  * (out f32 for 16-bit x); tc__quant_matvec refuses those flags elsewhere. */
 bool tc__quant_one_row(const tc_tensor *x, const tc_tensor *w, int64_t rows);
+/* Whether `rows` rows of x run on an integer kernel (one row, or two where the type has a
+ * two-row kernel on this GPU and x's digits fit its shared memory), which takes flags 4 and 8
+ * (each row normalised by its own rms). */
+bool tc__quant_int_rows(const tc_tensor *x, const tc_tensor *w, int64_t rows);
 /* Two one-row products of the same x (flags 0 or 4, norm and eps as tc__quant_matvec) in one
  * launch, where the two weights' types have a kernel for it: tc__quant_pair gives its index
  * (-1: none, or x is not one row of bf16 for both). */
@@ -123,12 +129,14 @@ tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *
  * memory); tc__quant_batch is TC_ERR_UNSUPPORTED where it does not. */
 #define TC__QUANT_BATCH_ROWS 64
 bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w);
-/* The rows of x from which products of weights of block type dt take the batched kernels: 2
- * for the K-quants, whose 2-8 row kernels are the slower (H200, bench_ops quant, 8 rows: Q4_K
- * 11008 x 4096 23.4 -> 17.2 us, Q6_K 31.3 -> 18.1; 7B Q4_K_M at 2 / 3 / 4 sequences 572-578 /
- * 806-808 / 1,015-1,016 -> 587-588 / 818-823 / 1,045-1,046 tokens/s with 2 instead of 5), 9
- * for the others (Q4_0, Q8_0, q4_1_g64 equal or slower in the batched kernels at 8 rows). */
-int tc__quant_batch_from(tc_dtype dt);
+/* The rows of x of x_dtype from which products of weights of block type dt take the batched
+ * kernels on b: 2 for the K-quants, whose 2-8 row kernels are the slower (H200, bench_ops quant,
+ * 8 rows: Q4_K 11008 x 4096 23.4 -> 17.2 us, Q6_K 31.3 -> 18.1; 7B Q4_K_M at 2 / 3 / 4
+ * sequences 572-578 / 806-808 / 1,015-1,016 -> 587-588 / 818-823 / 1,045-1,046 tokens/s with 2
+ * instead of 5), or 3 where a K-quant has a two-row integer kernel for such x on b (Hopper,
+ * bf16 x: qweights.c); 9 for the others (Q4_0, Q8_0, q4_1_g64 equal or slower in the batched
+ * kernels at 8 rows). */
+int tc__quant_batch_from(tc_backend *b, tc_dtype dt, tc_dtype x_dtype);
 tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w);
 /* How tc__quant_batch splits a product of `tiles` tiles of 128 weight rows and `steps` steps of
  * 256 of k of block type dt, launched `wave` blocks at once (two: at two blocks an SM): into

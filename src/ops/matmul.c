@@ -392,8 +392,8 @@ tc_status tc__matmul_widen(tc_tensor *out, const tc_tensor *x, const tc_tensor *
             return tc_set_error(TC_ERR_UNSUPPORTED, op,
                                 "a product of %s weights widens to f32 for one row of bf16 x or "
                                 "%d to %d rows of 16-bit x on CUDA only",
-                                tc_dtype_name(w->dtype), tc__quant_batch_from(w->dtype),
-                                TC__QUANT_BATCH_ROWS);
+                                tc_dtype_name(w->dtype),
+                                tc__quant_batch_from(b, w->dtype, x->dtype), TC__QUANT_BATCH_ROWS);
         return w->shape[0] == 0 ? TC_OK : tc__quant_batch(out, x, w);
     }
     void *handle = NULL;
@@ -503,7 +503,7 @@ tc_status tc_linear(tc_tensor *out, const tc_tensor *x, const tc_tensor *w,
     tc_linear_opts plain = *o;
     const tc_tensor *nw = o->norm_weight;
     bool in_quant =
-        tc_dtype_is_block(w->dtype) && tc__quant_one_row(x, w, m) && quant_norm_fits(nw, x);
+        tc_dtype_is_block(w->dtype) && tc__quant_int_rows(x, w, m) && quant_norm_fits(nw, x);
     if (o->rms_norm && !in_quant && (nw || !one_row_vectors(x, w))) {
         CUdeviceptr scratch;
         TC_TRY(tc__backend_workspace(out->backend, tc_dtype_bytes(x->dtype, m * x->shape[1]),

@@ -259,6 +259,25 @@ static const struct {
     { TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, tc_launch_qmv1_q5_k_q6_k_bf16, TC_KERNEL_QMV1_Q5_K_Q6_K_BF16 }
 };
 #define N_QMV1_PAIRS (sizeof qmv1_pairs / sizeof qmv1_pairs[0])
+
+/* The two-row integer kernels of the K-quants (sm_90a code only): two sequences' decode reads
+ * the weights once, each row's sums bit for bit those of the one-row kernel. H200, bench_ops
+ * quant at 2 rows, 4096 x 4096 / 11008 x 4096 / 4096 x 11008, us, against the batched kernels
+ * they replace there: Q4_K 9.5 / 15.7 / 16.7 -> 6.9 / 13.6 / 15.5, Q5_K 10.7 / 17.8 / 18.8 ->
+ * 8.0 / 16.5 / 18.7, Q6_K 10.0 / 17.4 / 19.2 -> 8.6 / 17.0 (its 4096 x 11008 on the 2-8 row
+ * kernel: 16.3). 7B Q4_K_M at 2 sequences 585-590 -> 721-722 tokens/s, Q5_K_M 541-542 ->
+ * 633-634. The other types' 2-8 row kernels are as quick at two rows as these would be
+ * (q4_1_g128 5.7 / 11.4 / 11.2 against 7.6 / 14.5 on a two-row kernel, Q4_0 6.0 / 12.0 against
+ * 7.4 / 14.0). */
+typedef tc_status (*qmv2_fn)(tc_launch_config, void *, const tc_bf16 *, const void *, int64_t,
+                             int64_t, int64_t, int64_t, int32_t, const tc_bf16 *, float);
+#define QMV2(T, t) [TC_DTYPE_##T] = { tc_launch_qmv2_##t##_bf16, TC_KERNEL_QMV2_##T##_BF16 }
+static const struct {
+    qmv2_fn bf16;
+    tc_kernel_id id;
+} qmv2[TC_DTYPE_COUNT] = { QMV2(Q4_K, q4_k), QMV2(Q5_K, q5_k), QMV2(Q6_K, q6_k) };
+#undef QMV2
+
 _Static_assert(N_QMV1_PAIRS <= sizeof((tc_backend *)0)->qwave_pair / sizeof(int64_t),
                "tc_backend.qwave_pair holds every pair kernel");
 
@@ -289,6 +308,10 @@ static tc_status prepare(tc_backend *b)
     if (shared < QMV_SHARED_MIN)
         shared = QMV_SHARED_MIN;
     b->qmv_shared = shared;
+    /* The two-row kernels take nearly all that two blocks an SM leave (their static 8.1 KiB
+     * is a little over the 8 counted): x's two rows of 11,008 digits (55 KB) then leave two
+     * stages of Q5_K beside them, as 96 KiB do only for Q4_K's. */
+    b->qmv2_shared = half - 1024 > (long)shared ? (unsigned)(half - 1024) & ~255u : shared;
     for (int dt = 0; dt < TC_DTYPE_COUNT; dt++)
         for (int h = 0; h < 2 && qmv[dt].f16; h++) {
             tc_kernel_id id = h ? qmv[dt].id_bf16 : qmv[dt].id_f16;
@@ -304,6 +327,15 @@ static tc_status prepare(tc_backend *b)
                 per_sm < 1)
                 per_sm = 1;
             b->qwave_q8[dt] = (int64_t)per_sm * b->ctx->sm_count;
+        }
+    for (int dt = 0; dt < TC_DTYPE_COUNT && b->ctx->cc_major == 9; dt++)
+        if (qmv2[dt].bf16) {
+            TC_TRY(tc_launch_set_carveout(b->ctx, qmv2[dt].id, 100));
+            if (tc_launch_blocks_per_sm(b->ctx, qmv2[dt].id, 256, b->qmv2_shared, &per_sm) !=
+                    TC_OK ||
+                per_sm < 1)
+                per_sm = 1;
+            b->qwave_q8x2[dt] = (int64_t)per_sm * b->ctx->sm_count;
         }
     for (size_t i = 0; i < N_QMV1_PAIRS; i++) {
         TC_TRY(tc_launch_set_carveout(b->ctx, qmv1_pairs[i].id, 100));
@@ -325,6 +357,28 @@ bool tc__quant_one_row(const tc_tensor *x, const tc_tensor *w, int64_t rows)
     return b->kind == TC_BACKEND_CUDA && tc_dtype_is_block(w->dtype) && x->dtype == TC_DTYPE_BF16 &&
            rows == 1 && qmv1[w->dtype].bf16 && prepare(b) == TC_OK && b->qwave_q8[w->dtype] &&
            2 * k + k / 2 + 2 * QMV_SHARED_MIN <= b->qmv_shared;
+}
+
+/* (A stage of 128 weight rows' 256 elements with room for x_rows rows of x: the batched kernels'
+ * stage, and with none the tensor-core decode kernels' stage of 8 warps.) */
+static size_t batch_stage_bytes(tc_dtype dt, int64_t x_rows);
+
+/* Whether block type dt has a two-row integer kernel on b for x of x_dtype. */
+static bool two_row_kernel(tc_backend *b, tc_dtype dt, tc_dtype x_dtype)
+{
+    return b->kind == TC_BACKEND_CUDA && x_dtype == TC_DTYPE_BF16 && dt >= 0 &&
+           dt < TC_DTYPE_COUNT && qmv2[dt].bf16 && prepare(b) == TC_OK &&
+           b->qwave_q8x2[dt];
+}
+
+bool tc__quant_int_rows(const tc_tensor *x, const tc_tensor *w, int64_t rows)
+{
+    if (rows != 2)
+        return tc__quant_one_row(x, w, rows);
+    tc_backend *b = x->backend;
+    int64_t k = w->shape[1];
+    return tc_dtype_is_block(w->dtype) && two_row_kernel(b, w->dtype, x->dtype) &&
+           (size_t)(2 * (2 * k + k / 2)) + 2 * batch_stage_bytes(w->dtype, 0) <= b->qmv2_shared;
 }
 
 int tc__quant_pair(const tc_tensor *x, const tc_tensor *w_a, const tc_tensor *w_b)
@@ -387,6 +441,14 @@ tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *
     }
     bool f16 = x->dtype == TC_DTYPE_F16;
     int64_t tiles = (n + 15) / 16, wave = b->qwave_mma[w->dtype][f16 ? 0 : 1];
+    if (rows == 2 && tc__quant_int_rows(x, w, rows)) {
+        int64_t wave2 = b->qwave_q8x2[w->dtype];
+        size_t os = tc_dtype_bytes(out->dtype, 1);
+        return qmv2[w->dtype].bf16(
+            tc__cfg(b, (unsigned)(tiles < wave2 ? tiles : wave2), 256, b->qmv2_shared),
+            (char *)out->data + (size_t)oo * os, TC__DEV(const tc_bf16, x) + xo, w->data, n, k,
+            x->stride[0], out->stride[0], flags, norm ? TC__DEV(const tc_bf16, norm) : NULL, eps);
+    }
     if (tc__quant_one_row(x, w, rows)) {
         int64_t wave1 = b->qwave_q8[w->dtype];
         size_t os = tc_dtype_bytes(out->dtype, 1);
@@ -527,14 +589,14 @@ tc__qmm_split tc__quant_batch_split(tc_dtype dt, int64_t tiles, int64_t steps, i
     return sp;
 }
 
-int tc__quant_batch_from(tc_dtype dt)
+int tc__quant_batch_from(tc_backend *b, tc_dtype dt, tc_dtype x_dtype)
 {
     switch (dt) {
     case TC_DTYPE_Q2_K:
     case TC_DTYPE_Q3_K:
     case TC_DTYPE_Q4_K:
     case TC_DTYPE_Q5_K:
-    case TC_DTYPE_Q6_K: return 2;
+    case TC_DTYPE_Q6_K: return two_row_kernel(b, dt, x_dtype) ? 3 : 2;
     default: return TC_MATVEC_MAX_ROWS + 1;
     }
 }
@@ -543,8 +605,8 @@ bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w)
 {
     int64_t m = x->shape[0];
     return x->backend->kind == TC_BACKEND_CUDA && tc_dtype_is_block(w->dtype) &&
-           qmm[w->dtype].f16 && m >= tc__quant_batch_from(w->dtype) && m <= TC__QUANT_BATCH_ROWS &&
-           (x->dtype == TC_DTYPE_F16 || x->dtype == TC_DTYPE_BF16) &&
+           qmm[w->dtype].f16 && m >= tc__quant_batch_from(x->backend, w->dtype, x->dtype) &&
+           m <= TC__QUANT_BATCH_ROWS && (x->dtype == TC_DTYPE_F16 || x->dtype == TC_DTYPE_BF16) &&
            2 * batch_stage_bytes(w->dtype, m <= 32 ? 32 : 64) + BATCH_ALIGN <=
                tc__backend_shared_room(x->backend);
 }

@@ -106,7 +106,8 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     kernels, whose shared bodies (matvec_cu::by_rows and, on the tensor cores, mma_rows; the
     quantised ones' quant_cu::mma_rows, which requests its first weight steps, and the batch-1
     ones' quant_cu::q8_kernel, which also zeroes 32 bytes of its shared memory, or q8_pair, which
-    hands each block to the body of q8_kernel (q8_rows) for one of its two products; the batched
+    hands each block to the body of q8_kernel (q8_rows) for one of its two products, or q8_kernel2,
+    the same body for two rows of x; the batched
     ones' quant_cu::batch_kernel, which requests its first stages' weights) read only
     weights before calling it, and the decode attention kernels, whose body
     (attention_cu::decode) waits at once unless the
@@ -132,6 +133,9 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
                 continue
             if name.startswith("tc_k_qmv1_"):
                 assert first.startswith(("quant_cu::q8_kernel<", "quant_cu::q8_pair<")), name
+                continue
+            if name.startswith("tc_k_qmv2_"):
+                assert first.startswith("quant_cu::q8_kernel2<"), name
                 continue
             if name.startswith("tc_k_qmm"):
                 assert first.startswith("quant_cu::batch_kernel<"), name

@@ -619,6 +619,64 @@ static void quant_widen_case(rng_t *r, tc_dtype q, int64_t m, int64_t n, int64_t
     tc_tensor_deinit(&go), tc_tensor_deinit(&co), tc_tensor_deinit(&cxf);
 }
 
+/* Two rows of bf16 x on the two-row integer kernel (where the GPU and type have one) give each
+ * row's outputs bit for bit as that row alone on the one-row kernel does: the same digits, the
+ * same products and the same order of sums, the RMSNorm in the product (mode as linear_case's
+ * bits 1-8). */
+static void two_rows_exact(rng_t *r, tc_dtype q, int64_t n, int64_t k, int mode)
+{
+    tc_tensor gx, cx, gw, cw, gg, cg, two, one[2], xr;
+    double *xv = twin(r, TC_DTYPE_BF16, TC_SHAPE(2, k), -1, 1, &gx, &cx);
+    bool swiglu = mode & 1;
+    double *wv = twin(r, q, TC_SHAPE(swiglu ? 2 * n : n, k), -0.05, 0.05, &gw, &cw);
+    double *gv = twin(r, TC_DTYPE_BF16, TC_SHAPE(k), 0.5, 1.5, &gg, &cg);
+    char what[96];
+    snprintf(what, sizeof what, "linear bf16 x %s [2 x %lld x %lld] mode %d: rows alone",
+             tc_dtype_name(q), (long long)n, (long long)k, mode);
+    if (!tc__quant_int_rows(&gx, &gw, 2)) {
+        printf("%-58s skipped: no two-row kernel here\n", what);
+    } else {
+        tc_linear_opts o = { .swiglu = swiglu,
+                             .accumulate = (mode & 2) != 0,
+                             .rms_norm = (mode & 4) != 0,
+                             .norm_eps = 1e-5f,
+                             .norm_weight = mode & 8 ? &gg : NULL };
+        size_t bytes = (size_t)n * 2 * sizeof(uint16_t);
+        uint16_t *a = malloc(bytes), *b = malloc(bytes);
+        tc_tensor *outs[3] = { &two, &one[0], &one[1] };
+        for (int i = 0; i < 3; i++) {
+            CHECK(tc_tensor_init(outs[i], gpu, TC_DTYPE_BF16, TC_SHAPE(i ? 1 : 2, n)));
+            /* (the same start under accumulate: ones) */
+            CHECK(tc_stream_memset(tc_backend_stream(gpu), (CUdeviceptr)(uintptr_t)outs[i]->data,
+                                   o.accumulate ? 0x3F : 0xFF, tc_tensor_bytes(outs[i])));
+        }
+        CHECK(tc_linear(&two, &gx, &gw, &o));
+        for (int i = 0; i < 2; i++) {
+            CHECK(tc_tensor_slice(&gx, 0, i, 1, &xr));
+            CHECK(tc_linear(&one[i], &xr, &gw, &o));
+        }
+        CHECK(tc_tensor_copy_to_host(&two, a, bytes));
+        CHECK(tc_tensor_copy_to_host(&one[0], b, bytes / 2));
+        CHECK(tc_tensor_copy_to_host(&one[1], b + n, bytes / 2));
+        int64_t diff = 0, nan = 0;
+        for (int64_t i = 0; i < 2 * n; i++) {
+            diff += a[i] != b[i];
+            nan += (a[i] & 0x7F80) == 0x7F80;
+        }
+        bool ok = diff == 0 && nan == 0;
+        printf("%-58s %lld of %lld differ, %lld not finite  %s\n", what, (long long)diff,
+               (long long)(2 * n), (long long)nan, ok ? "ok" : "FAIL");
+        failures += !ok;
+        cases++;
+        free(a), free(b);
+        for (int i = 0; i < 3; i++)
+            tc_tensor_deinit(outs[i]);
+    }
+    free(xv), free(wv), free(gv);
+    tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&gw), tc_tensor_deinit(&cw);
+    tc_tensor_deinit(&gg), tc_tensor_deinit(&cg);
+}
+
 /* Every block-quantised type on CUDA (held as planes) against the reference over its
  * dequantised values and the CPU's product on the same blocks: the decode kernels of 1 to 8
  * rows (tensor cores for 16-bit x, f32 arithmetic for f32 x; partial tiles of 16 rows; K
@@ -637,7 +695,8 @@ static void quantised(rng_t *r)
                                             : be == 128 ? 2176
                                             : be == 64  ? 2112
                                                         : 2080;
-        /* (2 and 8 rows of 16-bit x over a K-quant: the batched kernel, tc__quant_batch_from) */
+        /* (2 rows of bf16 x over a K-quant: the two-row integer kernel on Hopper, the batched
+         * one elsewhere; 8 rows: the batched kernel, tc__quant_batch_from) */
         const int64_t ms[] = { 1, 2, 8 };
         for (int mi = 0; mi < 3; mi++) {
             matmul_case(r, TC_DTYPE_BF16, q, ms[mi], 1000, k, TC_GEMM_AUTO, "decode", false);
@@ -649,6 +708,16 @@ static void quantised(rng_t *r)
          * Q6_K), over a Llama-2-7B row (11008: x's copy takes 16.5 KiB of the pipeline's
          * shared memory). */
         matmul_case(r, TC_DTYPE_BF16, q, 1, 700, 11008, TC_GEMM_AUTO, "decode, long rows", false);
+        /* Two rows over those (on Hopper Q4_K's two-row kernel with two stages of the pipeline
+         * beside x's 55 KB of digits; Q5_K and Q6_K, whose two stages do not fit, the 2-8 row
+         * kernel) and over several tiles a block, the norm in the product, the sums added. */
+        matmul_case(r, TC_DTYPE_BF16, q, 2, 700, 11008, TC_GEMM_AUTO, "decode, long rows", false);
+        linear_case(r, TC_DTYPE_BF16, q, 2, 5000, k, 6, false);
+        if (q == TC_DTYPE_Q4_K || q == TC_DTYPE_Q5_K || q == TC_DTYPE_Q6_K) {
+            two_rows_exact(r, q, 1000, k, 4);
+            two_rows_exact(r, q, 5000, 4096, 13);
+            two_rows_exact(r, q, 700, 11008, 2);
+        }
         for (int mode = 2; mode < 4; mode++)
             linear_case(r, TC_DTYPE_BF16, q, 1, 600, k, mode, false);
         /* The RMSNorm in the product (one row), times its weight or not; two rows normalise
