@@ -1287,7 +1287,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
                 }
             return sc;
         };
-        tc::store_tile<T>(out, red[0], red[1], tile, m, n, os, swiglu, flags & 2, scale, Q8 && (flags & 8));
+        tc::store_tile<T>(out, red[0], red[1], tile, m, n, os, swiglu, flags & 2, scale, flags & 8);
         __syncthreads();
     }
 }
@@ -1300,7 +1300,7 @@ __device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, in
 // fatbin of their own, the same SASS but for the region's start ran 7B Q4_K_M decode 3-4%
 // slower on the H200.)
 template <typename T, int DT>
-__device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, int m, int64_t n, int64_t k,
+__device__ __forceinline__ void mma_kernel(void *out, const T *x, const void *w, int m, int64_t n, int64_t k,
                                            int64_t xs, int64_t os, int flags)
 {
     __shared__ float red[2][kWarps][16][8];
@@ -1310,7 +1310,7 @@ __device__ __forceinline__ void mma_kernel(T *out, const T *x, const void *w, in
     const int nst = min(6, (int)(bytes / (kWarps * Step<DT>::bytes)));
     if (nst < 1)
         __trap();
-    mma_rows<T, DT>(out, x, w, m, n, k, xs, os, flags, red, ring, nst, nullptr, nullptr, nullptr, 0.0f, nullptr,
+    mma_rows<T, DT>(static_cast<T *>(out), x, w, m, n, k, xs, os, flags, red, ring, nst, nullptr, nullptr, nullptr, 0.0f, nullptr,
                     blockIdx.x, gridDim.x);
 }
 
@@ -2017,150 +2017,150 @@ extern "C" __global__ void tc_k_qmatvec_f32(float *out, const float *x, const vo
 }
 
 /** The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16|
- *  bf16>): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a
- *  multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights'
+ *  bf16>), out of x's dtype, or f32 under flags bit 3 (8): blocks of 256 threads, each taking 16
+ *  rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights'
  *  pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives
  *  deeper pipelines (up to 6 steps). Two blocks an SM. */
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q4_0_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q4_0_f16(void *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__half, quant_cu::Q4_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q4_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q4_0_bf16(void *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q4_1_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q4_1_f16(void *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__half, quant_cu::Q4_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q4_1_g64_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q4_1_g64_f16(void *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                          int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__half, quant_cu::Q4_1G>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q4_1_g128_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q4_1_g128_f16(void *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                          int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__half, quant_cu::Q4_1G128>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q4_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q4_1_bf16(void *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q4_1_g64_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q4_1_g64_bf16(void *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                           int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_1G>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q4_1_g128_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q4_1_g128_bf16(void *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                           int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_1G128>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q5_0_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q5_0_f16(void *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__half, quant_cu::Q5_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q5_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q5_0_bf16(void *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q5_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q5_1_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q5_1_f16(void *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__half, quant_cu::Q5_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q5_1_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q5_1_bf16(void *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q5_1>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q8_0_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q8_0_f16(void *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__half, quant_cu::Q8_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q8_0_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q8_0_bf16(void *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q8_0>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q2_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q2_k_f16(void *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__half, quant_cu::Q2_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q2_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q2_k_bf16(void *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q2_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q3_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q3_k_f16(void *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__half, quant_cu::Q3_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q3_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q3_k_bf16(void *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q3_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q4_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q4_k_f16(void *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__half, quant_cu::Q4_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q4_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q4_k_bf16(void *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q4_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q5_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q5_k_f16(void *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__half, quant_cu::Q5_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q5_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q5_k_bf16(void *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q5_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q6_k_f16(__half *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q6_k_f16(void *out, const __half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                      int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__half, quant_cu::Q6_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    tc_k_qmv_q6_k_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
+    tc_k_qmv_q6_k_bf16(void *out, const __nv_bfloat16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride,
                       int64_t out_stride, int32_t flags)
 {
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, m, n, k, x_stride, out_stride, flags);

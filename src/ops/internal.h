@@ -105,10 +105,10 @@ typedef struct tc__quant_pack_desc {
 tc_status tc__quant_pack(tc_tensor *t, int64_t row0, const tc__quant_pack_desc *d);
 tc_status tc__quant_download(const tc_tensor *t, void *dst);
 tc_status tc__quant_embedding(tc_tensor *out, const tc_tensor *table, const tc_tensor *ids);
-/* Products of up to TC_MATVEC_MAX_ROWS rows of x from row r0 (flags: 1 SwiGLU, 2 accumulate).
- * tc__quant_one_row says whether one row runs on the integer kernel, which also takes flags 4
- * (x RMS-normalised first, times norm [k] of x's dtype where norm is not NULL, with eps) and 8
- * (out f32 for 16-bit x); tc__quant_matvec refuses those flags elsewhere. */
+/* Products of up to TC_MATVEC_MAX_ROWS rows of x from row r0 (flags: 1 SwiGLU, 2 accumulate,
+ * 8 out f32 for 16-bit x). tc__quant_one_row says whether one row runs on the integer kernel,
+ * which also takes flags 4 (x RMS-normalised first, times norm [k] of x's dtype where norm is
+ * not NULL, with eps); tc__quant_matvec refuses flag 4 elsewhere. */
 bool tc__quant_one_row(const tc_tensor *x, const tc_tensor *w, int64_t rows);
 /* Whether `rows` rows of x run on an integer kernel (one row, or two where the type has a
  * two-row kernel on this GPU and x's digits fit its shared memory), which takes flags 4 and 8

@@ -386,15 +386,18 @@ tc_status tc__matmul_widen(tc_tensor *out, const tc_tensor *x, const tc_tensor *
     TC_TRY(check_product(op, out, x, w, false, true));
     tc_backend *b = out->backend;
     if (tc_dtype_is_block(w->dtype)) {
-        if (tc__quant_one_row(x, w, x->shape[0]))
-            return w->shape[0] == 0 ? TC_OK : tc__quant_matvec(out, x, w, 0, 1, 8, NULL, 0.0f);
-        if (!tc__quant_batch_fits(x, w))
+        /* Up to TC_MATVEC_MAX_ROWS rows on the decode kernels, more on the batched ones (from
+         * fewer where the batched kernels take them), with f32 out. */
+        int64_t m = x->shape[0];
+        if (tc__quant_batch_fits(x, w))
+            return w->shape[0] == 0 ? TC_OK : tc__quant_batch(out, x, w);
+        if (b->kind != TC_BACKEND_CUDA || m > TC_MATVEC_MAX_ROWS)
             return tc_set_error(TC_ERR_UNSUPPORTED, op,
-                                "a product of %s weights widens to f32 for one row of bf16 x or "
-                                "%d to %d rows of 16-bit x on CUDA only",
-                                tc_dtype_name(w->dtype),
-                                tc__quant_batch_from(b, w->dtype, x->dtype), TC__QUANT_BATCH_ROWS);
-        return w->shape[0] == 0 ? TC_OK : tc__quant_batch(out, x, w);
+                                "a product of %s weights widens to f32 for up to %d rows of "
+                                "16-bit x on CUDA only",
+                                tc_dtype_name(w->dtype), TC__QUANT_BATCH_ROWS);
+        return m == 0 || w->shape[0] == 0 ? TC_OK
+                                          : tc__quant_matvec(out, x, w, 0, m, 8, NULL, 0.0f);
     }
     void *handle = NULL;
     if (b->kind != TC_BACKEND_CUDA || x->shape[0] <= TC_MATVEC_MAX_ROWS || b->gemm == TC_GEMM_OWN ||

@@ -214,10 +214,10 @@ tc_status tc__quant_embedding(tc_tensor *out, const tc_tensor *table, const tc_t
 }
 
 /* The tensor-core kernels of each type, for f16 and bf16 x. */
-typedef tc_status (*qmv_f16_fn)(tc_launch_config, tc_half *, const tc_half *, const void *, int32_t,
+typedef tc_status (*qmv_f16_fn)(tc_launch_config, void *, const tc_half *, const void *, int32_t,
                                 int64_t, int64_t, int64_t, int64_t, int32_t);
-typedef tc_status (*qmv_bf16_fn)(tc_launch_config, tc_bf16 *, const tc_bf16 *, const void *,
-                                 int32_t, int64_t, int64_t, int64_t, int64_t, int32_t);
+typedef tc_status (*qmv_bf16_fn)(tc_launch_config, void *, const tc_bf16 *, const void *, int32_t,
+                                 int64_t, int64_t, int64_t, int64_t, int32_t);
 #define QMV(T, t)                                                                                  \
     [TC_DTYPE_##T] = { tc_launch_qmv_##t##_f16, tc_launch_qmv_##t##_bf16, TC_KERNEL_QMV_##T##_F16, \
                        TC_KERNEL_QMV_##T##_BF16 }
@@ -367,8 +367,7 @@ static size_t batch_stage_bytes(tc_dtype dt, int64_t x_rows);
 static bool two_row_kernel(tc_backend *b, tc_dtype dt, tc_dtype x_dtype)
 {
     return b->kind == TC_BACKEND_CUDA && x_dtype == TC_DTYPE_BF16 && dt >= 0 &&
-           dt < TC_DTYPE_COUNT && qmv2[dt].bf16 && prepare(b) == TC_OK &&
-           b->qwave_q8x2[dt];
+           dt < TC_DTYPE_COUNT && qmv2[dt].bf16 && prepare(b) == TC_OK && b->qwave_q8x2[dt];
 }
 
 bool tc__quant_int_rows(const tc_tensor *x, const tc_tensor *w, int64_t rows)
@@ -457,16 +456,16 @@ tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *
             (char *)out->data + (size_t)oo * os, TC__DEV(const tc_bf16, x) + xo, w->data, n, k,
             out->stride[0], flags, norm ? TC__DEV(const tc_bf16, norm) : NULL, eps);
     }
-    if (flags & ~3)
-        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_matmul",
-                            "a fused RMSNorm or f32 out takes one row of bf16 x");
+    if (flags & 4)
+        return tc_set_error(
+            TC_ERR_UNSUPPORTED, "tc_matmul",
+            "a fused RMSNorm takes one row of bf16 x (two over K-quants on Hopper)");
     tc_launch_config cfg = tc__cfg(b, (unsigned)(tiles < wave ? tiles : wave), 256, b->qmv_shared);
-    return f16 ? qmv[w->dtype].f16(cfg, TC__DEV(tc_half, out) + oo, TC__DEV(const tc_half, x) + xo,
-                                   w->data, (int32_t)rows, n, k, x->stride[0], out->stride[0],
-                                   flags)
-               : qmv[w->dtype].bf16(cfg, TC__DEV(tc_bf16, out) + oo, TC__DEV(const tc_bf16, x) + xo,
-                                    w->data, (int32_t)rows, n, k, x->stride[0], out->stride[0],
-                                    flags);
+    void *o = (char *)out->data + (size_t)oo * tc_dtype_bytes(out->dtype, 1);
+    return f16 ? qmv[w->dtype].f16(cfg, o, TC__DEV(const tc_half, x) + xo, w->data, (int32_t)rows,
+                                   n, k, x->stride[0], out->stride[0], flags)
+               : qmv[w->dtype].bf16(cfg, o, TC__DEV(const tc_bf16, x) + xo, w->data, (int32_t)rows,
+                                    n, k, x->stride[0], out->stride[0], flags);
 }
 
 /* The batched products' kernels (tc_k_qmm_*), f16 and bf16 x. */

@@ -586,16 +586,17 @@ static void linear_pair(rng_t *r)
     linear_pair_case(r, TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, 2, 500, 300, 1024, true, true);
 }
 
-/* A batched product of quantised weights with f32 out (the logits of 9 to 64 rows:
- * tc__matmul_widen) against the reference and the CPU's product of x widened to f32. */
+/* A product of quantised weights with f32 out (the logits: tc__matmul_widen; one row of bf16
+ * x on the integer kernel, two over K-quants on the two-row one, up to 8 on the 2-8 row ones,
+ * more on the batched ones) against the reference and the CPU's product of x widened to f32. */
 static void linear_rope_case(rng_t *r, tc_dtype dt, tc_dtype wt, int64_t m, int64_t H, int64_t KV,
                              int hd, bool interleaved, bool norm, bool nwt, int32_t first_slot,
                              bool plain);
 
-static void quant_widen_case(rng_t *r, tc_dtype q, int64_t m, int64_t n, int64_t k)
+static void quant_widen_case(rng_t *r, tc_dtype xt, tc_dtype q, int64_t m, int64_t n, int64_t k)
 {
     tc_tensor gx, cx, gw, cw, go, co, cxf;
-    double *xv = twin(r, TC_DTYPE_BF16, TC_SHAPE(m, k), -1, 1, &gx, &cx);
+    double *xv = twin(r, xt, TC_SHAPE(m, k), -1, 1, &gx, &cx);
     double *wv = twin(r, q, TC_SHAPE(n, k), -1, 1, &gw, &cw);
     poisoned(&go, gpu, TC_DTYPE_F32, TC_SHAPE(m, n));
     poisoned(&co, cpu, TC_DTYPE_F32, TC_SHAPE(m, n));
@@ -606,13 +607,13 @@ static void quant_widen_case(rng_t *r, tc_dtype q, int64_t m, int64_t n, int64_t
     double *want = malloc(sizeof(double) * (size_t)(m * n));
     ref_matmul(want, xv, wv, m, n, k);
     char what[96];
-    snprintf(what, sizeof what, "matmul bf16 x %s -> f32 [%lld x %lld x %lld] %s", tc_dtype_name(q),
-             (long long)m, (long long)n, (long long)k, m > 1 ? "batched" : "one row");
+    snprintf(what, sizeof what, "matmul %s x %s -> f32 [%lld x %lld x %lld]", tc_dtype_name(xt),
+             tc_dtype_name(q), (long long)m, (long long)n, (long long)k);
     if (st != TC_OK) {
         printf("%-58s %s  FAIL\n", what, tc_last_error());
         failures++, cases++;
     } else {
-        expect_close(what, &go, want, &co, tolerance(TC_DTYPE_BF16));
+        expect_close(what, &go, want, &co, tolerance(xt));
     }
     free(xv), free(wv), free(want);
     tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&gw), tc_tensor_deinit(&cw);
@@ -729,8 +730,12 @@ static void quantised(rng_t *r)
         for (int mode = 0; q != TC_DTYPE_Q2_K && q != TC_DTYPE_Q3_K && mode < 2; mode++)
             linear_rope_case(r, TC_DTYPE_BF16, q, 1, 8, 2, mode ? 64 : 128, !mode, true, true,
                              mode ? -1 : 3, false);
-        if (q != TC_DTYPE_Q2_K && q != TC_DTYPE_Q3_K) /* (no integer kernel) */
-            quant_widen_case(r, q, 1, 700, k);
+        /* The logits' product with f32 out (Q2_K's and Q3_K's one row on the 2-8 row kernel:
+         * they have no integer one) */
+        quant_widen_case(r, TC_DTYPE_BF16, q, 1, 700, k);
+        quant_widen_case(r, TC_DTYPE_BF16, q, 2, 700, k);
+        quant_widen_case(r, TC_DTYPE_BF16, q, 5, 700, k);
+        quant_widen_case(r, TC_DTYPE_F16, q, 3, 700, k);
         /* More 16-row tiles than blocks (264 on the H100): blocks that take several, their
          * copies running ahead from one tile into the next. */
         matmul_case(r, TC_DTYPE_BF16, q, 1, 5000, k, TC_GEMM_AUTO, "decode, tiles a block", false);
@@ -765,8 +770,8 @@ static void quantised(rng_t *r)
         matmul_case(r, TC_DTYPE_F16, q, 12, 1000, k, TC_GEMM_AUTO, "batched", false);
         matmul_case(r, TC_DTYPE_F16, q, 40, 15360, k, TC_GEMM_AUTO, "batched, one share", false);
         matmul_case(r, TC_DTYPE_BF16, q, 17, 999, k, TC_GEMM_AUTO, "batched", false);
-        quant_widen_case(r, q, 40, 700, k);
-        quant_widen_case(r, q, 12, 702, k);
+        quant_widen_case(r, TC_DTYPE_BF16, q, 40, 700, k);
+        quant_widen_case(r, TC_DTYPE_BF16, q, 12, 702, k);
         for (int mode = 1; mode < 4; mode++) {
             linear_case(r, TC_DTYPE_BF16, q, 1 + 3 * (mode - 1), 600, k, mode, false);
             linear_case(r, TC_DTYPE_F32, q, 3, 200, k, mode, false);
