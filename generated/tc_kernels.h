@@ -894,7 +894,7 @@ static inline tc_status tc_launch_logits_mask_f32(tc_launch_config cfg, float *x
     tc_launch_logits_mask_f32((cfg), TC__KARG(float *, x), TC__KARG(int64_t, cols), TC__KARG(int64_t, x_stride), TC__KARG_CONST(const int32_t *, int32_t *, desc), TC__KARG_CONST(const uint32_t *, uint32_t *, words), TC__KARG_CONST(const int32_t *, int32_t *, bias_ids), TC__KARG_CONST(const float *, float *, bias), TC__KARG(int64_t, chunk))
 #endif
 
-/* kernels/matvec.cu:439 tc_k_matvec_f32: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8, w of run-time dtype w_dtype (tc_dtype); one warp per output row, grid-stride over rows. Fused options (tc_linear): flags bit 0: SwiGLU, w holds 2n rows (gate, then up) and out = silu(gate) * up; bit 1: out += the result. The one-row kernel also takes bit 2: x RMS-normalised first, x / sqrt(mean(x^2) + norm_eps), for weights of x's dtype with k, x and w 16-byte aligned. */
+/* kernels/matvec.cu:440 tc_k_matvec_f32: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8, w of run-time dtype w_dtype (tc_dtype); one warp per output row, grid-stride over rows. Fused options (tc_linear): flags bit 0: SwiGLU, w holds 2n rows (gate, then up) and out = silu(gate) * up; bit 1: out += the result. The one-row kernel also takes bit 2: x RMS-normalised first, x / sqrt(mean(x^2) + norm_eps), for weights of x's dtype with k, x and w 16-byte aligned. */
 static inline tc_status tc_launch_matvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps};
@@ -905,7 +905,7 @@ static inline tc_status tc_launch_matvec_f32(tc_launch_config cfg, float *out, c
     tc_launch_matvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps))
 #endif
 
-/* kernels/matvec.cu:445 tc_k_matvec_f16 */
+/* kernels/matvec.cu:446 tc_k_matvec_f16 */
 static inline tc_status tc_launch_matvec_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps};
@@ -916,7 +916,7 @@ static inline tc_status tc_launch_matvec_f16(tc_launch_config cfg, tc_half *out,
     tc_launch_matvec_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps))
 #endif
 
-/* kernels/matvec.cu:451 tc_k_matvec_bf16 */
+/* kernels/matvec.cu:452 tc_k_matvec_bf16 */
 static inline tc_status tc_launch_matvec_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps};
@@ -927,7 +927,7 @@ static inline tc_status tc_launch_matvec_bf16(tc_launch_config cfg, tc_bf16 *out
     tc_launch_matvec_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps))
 #endif
 
-/* kernels/matvec.cu:465 tc_k_matvec1_f32: The same for one row of x (m must be 1), which also takes bit 3: rotate and store a layer's q/k/v product (out holds n_heads q heads, then n_kv_heads k and v heads of head_dim; weights of x's dtype, k, x and w 16-byte aligned): q and k heads rotated by pos[0] as tc_k_rope_* does (theta, scaling 1: Llama 3's, with its factors), and k and v heads also written to cache slot slots[0] of k_cache and v_cache ([slots, n_kv_heads, head_dim]; a negative slot writes none). Without bit 3 those arguments are not read. The launch bounds (64 threads, 8 blocks per SM) let ptxas spend registers on keeping a row's sixteen weight loads in flight: by itself it chose 43 registers and issued each load just before its use. */
+/* kernels/matvec.cu:466 tc_k_matvec1_f32: The same for one row of x (m must be 1), which also takes bit 3: rotate and store a layer's q/k/v product (out holds n_heads q heads, then n_kv_heads k and v heads of head_dim; weights of x's dtype, k, x and w 16-byte aligned): q and k heads rotated by pos[0] as tc_k_rope_* does (theta, scaling 1: Llama 3's, with its factors), and k and v heads also written to cache slot slots[0] of k_cache and v_cache ([slots, n_kv_heads, head_dim]; a negative slot writes none). Without bit 3 those arguments are not read. The launch bounds (64 threads, 8 blocks per SM) let ptxas spend registers on keeping a row's sixteen weight loads in flight: by itself it chose 43 registers and issued each load just before its use. */
 static inline tc_status tc_launch_matvec1_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps, const int32_t *pos, const int32_t *slots, void *k_cache, void *v_cache, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps, &pos, &slots, &k_cache, &v_cache, &n_heads, &n_kv_heads, &head_dim, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -938,7 +938,7 @@ static inline tc_status tc_launch_matvec1_f32(tc_launch_config cfg, float *out, 
     tc_launch_matvec1_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(void *, k_cache), TC__KARG(void *, v_cache), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/matvec.cu:476 tc_k_matvec1_f16 */
+/* kernels/matvec.cu:477 tc_k_matvec1_f16 */
 static inline tc_status tc_launch_matvec1_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps, const int32_t *pos, const int32_t *slots, void *k_cache, void *v_cache, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps, &pos, &slots, &k_cache, &v_cache, &n_heads, &n_kv_heads, &head_dim, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -949,7 +949,7 @@ static inline tc_status tc_launch_matvec1_f16(tc_launch_config cfg, tc_half *out
     tc_launch_matvec1_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(void *, k_cache), TC__KARG(void *, v_cache), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/matvec.cu:487 tc_k_matvec1_bf16 */
+/* kernels/matvec.cu:488 tc_k_matvec1_bf16 */
 static inline tc_status tc_launch_matvec1_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, float norm_eps, const int32_t *pos, const int32_t *slots, void *k_cache, void *v_cache, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int32_t interleaved, double theta, int32_t scaling, double factor, double low_freq_factor, double high_freq_factor, double original_max_position)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags, &norm_eps, &pos, &slots, &k_cache, &v_cache, &n_heads, &n_kv_heads, &head_dim, &interleaved, &theta, &scaling, &factor, &low_freq_factor, &high_freq_factor, &original_max_position};
@@ -960,26 +960,26 @@ static inline tc_status tc_launch_matvec1_bf16(tc_launch_config cfg, tc_bf16 *ou
     tc_launch_matvec1_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG(float, norm_eps), TC__KARG_CONST(const int32_t *, int32_t *, pos), TC__KARG_CONST(const int32_t *, int32_t *, slots), TC__KARG(void *, k_cache), TC__KARG(void *, v_cache), TC__KARG(int32_t, n_heads), TC__KARG(int32_t, n_kv_heads), TC__KARG(int32_t, head_dim), TC__KARG(int32_t, interleaved), TC__KARG(double, theta), TC__KARG(int32_t, scaling), TC__KARG(double, factor), TC__KARG(double, low_freq_factor), TC__KARG(double, high_freq_factor), TC__KARG(double, original_max_position))
 #endif
 
-/* kernels/matvec.cu:504 tc_k_matvec_mma_f16: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8 on the tensor cores, w of x's dtype, k a multiple of 32, x, w and the x stride 16-byte aligned; blocks of 256 threads, each taking 16 rows of out at a time (grid-stride). flags: bit 0 SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up), bit 1: out += the result. The launch bounds (two blocks per SM) give ptxas the 126 registers that hold eight chunks' loads: left to itself it chose 64 and spilled. */
-static inline tc_status tc_launch_matvec_mma_f16(tc_launch_config cfg, tc_half *out, const tc_half *x, const tc_half *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+/* kernels/matvec.cu:506 tc_k_matvec_mma_f16: out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8 on the tensor cores, w of x's dtype, k a multiple of 32, x, w and the x stride 16-byte aligned; blocks of 256 threads, each taking 16 rows of out at a time (grid-stride). flags: bit 0 SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up), bit 1: out += the result, bit 4 (16): out is f32 (else of x's dtype: the logits of a few rows). The launch bounds (two blocks per SM) give ptxas the 126 registers that hold eight chunks' loads: left to itself it chose 64 and spilled. */
+static inline tc_status tc_launch_matvec_mma_f16(tc_launch_config cfg, void *out, const tc_half *x, const tc_half *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
     return tc_launch_kernel(TC_KERNEL_MATVEC_MMA_F16, &cfg, args);
 }
 #ifndef __cplusplus
 #define tc_launch_matvec_mma_f16(cfg, out, x, w, m, n, k, x_stride, out_stride, flags) \
-    tc_launch_matvec_mma_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+    tc_launch_matvec_mma_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const tc_half *, tc_half *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/matvec.cu:513 tc_k_matvec_mma_bf16 */
-static inline tc_status tc_launch_matvec_mma_bf16(tc_launch_config cfg, tc_bf16 *out, const tc_bf16 *x, const tc_bf16 *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
+/* kernels/matvec.cu:515 tc_k_matvec_mma_bf16 */
+static inline tc_status tc_launch_matvec_mma_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const tc_bf16 *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
     return tc_launch_kernel(TC_KERNEL_MATVEC_MMA_BF16, &cfg, args);
 }
 #ifndef __cplusplus
 #define tc_launch_matvec_mma_bf16(cfg, out, x, w, m, n, k, x_stride, out_stride, flags) \
-    tc_launch_matvec_mma_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
+    tc_launch_matvec_mma_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
 /* kernels/quant.cu:1955 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */

@@ -46,7 +46,7 @@ template <typename TX, int N> __device__ __forceinline__ void load_x(const TX *p
 // x, weights of its dtype) x is RMS-normalised first, the norm's weight folded into w: the
 // lanes sum its squares beside the product, from the values they load for it anyway, and the
 // sums are scaled at the end.
-enum : int { kSwiglu = 1, kAccumulate = 2, kNorm = 4, kRope = 8 };
+enum : int { kSwiglu = 1, kAccumulate = 2, kNorm = 4, kRope = 8, kOutF32 = 16 };
 
 // Reduce the lanes' partial sums and write row `row` of out (lane 0): scaled by the row's RMS
 // norm (NORM: ss holds the sums of squares), SwiGLU of the gate and up sums, and added to
@@ -375,7 +375,7 @@ __device__ __forceinline__ uint4 load16_if(const void *p, bool in)
 // in shared memory, in a fixed order. With SWIGLU the block also takes the 16 up rows (n on).
 constexpr int kMmaWarps = 8;
 template <typename T, bool SWIGLU>
-__device__ void mma_rows(T *out, const T *x, const T *w, int m, int64_t n, int64_t k, int64_t xs, int64_t os,
+__device__ void mma_rows(void *out, const T *x, const T *w, int m, int64_t n, int64_t k, int64_t xs, int64_t os,
                          int flags)
 {
     constexpr int U = SWIGLU ? 4 : 8, NW = SWIGLU ? 4 : 2;
@@ -424,7 +424,8 @@ __device__ void mma_rows(T *out, const T *x, const T *w, int m, int64_t n, int64
         for (int h = 0; h < NW / 2; h++)
             tc::put_sums(red[h], warp, acc[h]);
         __syncthreads();
-        tc::store_tile<T>(out, red[0], red[NW / 2 - 1], tile, m, n, os, SWIGLU, flags & kAccumulate);
+        tc::store_tile<T>(out, red[0], red[NW / 2 - 1], tile, m, n, os, SWIGLU, flags & kAccumulate, 1.0f,
+                          flags & kOutF32);
         __syncthreads();
     }
 }
@@ -498,10 +499,11 @@ extern "C" __global__ void __launch_bounds__(64, 8) tc_k_matvec1_bf16(__nv_bfloa
 /** out[m, n] = x[m, k] w[n, k]^T for 2 <= m <= 8 on the tensor cores, w of x's dtype, k a
  *  multiple of 32, x, w and the x stride 16-byte aligned; blocks of 256 threads, each taking
  *  16 rows of out at a time (grid-stride). flags: bit 0 SwiGLU (w holds 2n rows, gate then up;
- *  out = silu(gate) * up), bit 1: out += the result. The launch bounds (two blocks per SM) give
+ *  out = silu(gate) * up), bit 1: out += the result, bit 4 (16): out is f32 (else of x's dtype: the
+ *  logits of a few rows). The launch bounds (two blocks per SM) give
  *  ptxas the 126 registers that hold eight chunks' loads: left to itself it chose 64 and
  *  spilled. */
-extern "C" __global__ void __launch_bounds__(256, 2) tc_k_matvec_mma_f16(__half *out, const __half *x, const __half *w,
+extern "C" __global__ void __launch_bounds__(256, 2) tc_k_matvec_mma_f16(void *out, const __half *x, const __half *w,
                                                                       int32_t m, int64_t n, int64_t k, int64_t x_stride,
                                                                       int64_t out_stride, int32_t flags)
 {
@@ -510,7 +512,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) tc_k_matvec_mma_f16(__half 
     else
         matvec_cu::mma_rows<__half, false>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
-extern "C" __global__ void __launch_bounds__(256, 2) tc_k_matvec_mma_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *x,
+extern "C" __global__ void __launch_bounds__(256, 2) tc_k_matvec_mma_bf16(void *out, const __nv_bfloat16 *x,
                                                                        const __nv_bfloat16 *w, int32_t m, int64_t n,
                                                                        int64_t k, int64_t x_stride, int64_t out_stride,
                                                                        int32_t flags)

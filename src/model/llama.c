@@ -1506,17 +1506,20 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
     /* Only each sequence's last row needs logits: gather those rows (the embedding op over the
      * hidden states as a table; a decode step's rows are all last rows), project to f32
      * logits: more than TC_MATVEC_MAX_ROWS 16-bit rows in one cuBLAS product with f32 output
-     * (over quantised weights every count of 16-bit rows in their kernels with f32 output),
-     * else widened to f32 first (the matrix-vector kernel reads the output projection once per
-     * TC_MATVEC_MAX_ROWS rows: at 256 rows of Llama-2-7B's shape that took 9.2 of a 21 ms
-     * decode step on the H100; 2-8 rows over quantised weights on the f32 kernel took 214 us
-     * of a 7B Q4_K_M step, its Q6_K output matrix read at 0.5 TB/s). */
+     * (over quantised weights every count of 16-bit rows in their kernels with f32 output,
+     * over 16-bit ones 2 or more rows), else widened to f32 first (the matrix-vector kernel
+     * reads the output projection once per TC_MATVEC_MAX_ROWS rows: at 256 rows of
+     * Llama-2-7B's shape that took 9.2 of a 21 ms decode step on the H100; 2-8 rows on the f32
+     * kernel took 214 us of a 7B Q4_K_M step, its Q6_K output matrix read at 0.5 TB/s, and 306
+     * us of a Llama-3.2-1B bf16 step at 4 rows). */
     tc_tensor lst = rows(&s->last, S), lstf = rows(&s->lastf, S), logits = rows(&s->logits, S);
     if (decode)
         lst = h;
     else
         TC_CHECK(st, tc_embedding(&lst, &h, &last_rows));
-    if (m->act != TC_DTYPE_F32 && (S > TC_MATVEC_MAX_ROWS || tc_dtype_is_block(m->lm_head.dtype)) &&
+    if (m->act != TC_DTYPE_F32 &&
+        (S > TC_MATVEC_MAX_ROWS || tc_dtype_is_block(m->lm_head.dtype) ||
+         (S >= 2 && m->lm_head.dtype == m->act)) &&
         tc__matmul_widen(&logits, &lst, &m->lm_head) == TC_OK)
         return TC_OK;
     if (m->act != TC_DTYPE_F32)

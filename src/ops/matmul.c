@@ -26,6 +26,10 @@ static tc_status matvec_cuda(tc_tensor *out, const tc_tensor *x, const tc_tensor
     const tc_rope_config *rc = &ra->cfg;
     if (rope)
         flags |= 8;
+    /* (f32 out for 16-bit x: the tensor-core kernel's flag 16, the logits of a few rows) */
+    bool widen = out->dtype == TC_DTYPE_F32 && x->dtype != TC_DTYPE_F32;
+    if (widen)
+        flags |= 16;
     float eps = o ? o->norm_eps : 0.0f;
     /* The kernels use no shared memory: they ask for the largest L1 split. Left to the driver,
      * the decode step after attention (about 100 KB of shared memory a block) ran 3% slower on
@@ -69,15 +73,19 @@ static tc_status matvec_cuda(tc_tensor *out, const tc_tensor *x, const tc_tensor
         int64_t tiles = (n + 15) / 16, wave = b->matvec_wave[f16 ? 6 : 7];
         tc_launch_config mc = tc__cfg(b, (unsigned)(tiles < wave ? tiles : wave), 256, 0);
         int64_t xo = r0 * x->stride[0], oo = r0 * out->stride[0];
-        return f16 ? tc_launch_matvec_mma_f16(mc, TC__DEV(tc_half, out) + oo,
-                                              TC__DEV(const tc_half, x) + xo,
+        void *od = (char *)out->data + (size_t)oo * tc_dtype_bytes(out->dtype, 1);
+        return f16 ? tc_launch_matvec_mma_f16(mc, od, TC__DEV(const tc_half, x) + xo,
                                               TC__DEV(const tc_half, w), (int32_t)rows, n, k,
                                               x->stride[0], out->stride[0], flags)
-                   : tc_launch_matvec_mma_bf16(mc, TC__DEV(tc_bf16, out) + oo,
-                                               TC__DEV(const tc_bf16, x) + xo,
+                   : tc_launch_matvec_mma_bf16(mc, od, TC__DEV(const tc_bf16, x) + xo,
                                                TC__DEV(const tc_bf16, w), (int32_t)rows, n, k,
                                                x->stride[0], out->stride[0], flags);
     }
+    if (widen)
+        return tc_set_error(TC_ERR_UNSUPPORTED, "tc_matmul (f32 out)",
+                            "a product widening to f32 takes 2 to %d rows of 16-bit x and weights "
+                            "of its dtype, 16-byte aligned, k a multiple of 32",
+                            TC_MATVEC_MAX_ROWS);
     /* One warp per weight row, two per block: small blocks spread the rows evenly over the
      * SMs (with 8-warp blocks a 4096-row matrix gave some SMs 4 blocks and others 3). Rows of
      * 1,024 weights or more: at most one wave of blocks, each warp then taking every grid-th
@@ -399,11 +407,17 @@ tc_status tc__matmul_widen(tc_tensor *out, const tc_tensor *x, const tc_tensor *
         return m == 0 || w->shape[0] == 0 ? TC_OK
                                           : tc__quant_matvec(out, x, w, 0, m, 8, NULL, 0.0f);
     }
+    /* 2 to TC_MATVEC_MAX_ROWS rows: the tensor-core decode kernel with f32 out (H200,
+     * Llama-3.2-1B bf16's 128,256-row output product had taken 306 us a step at 4 rows through
+     * x widened to f32 and the f32 kernel). */
+    if (b->kind == TC_BACKEND_CUDA && x->shape[0] >= 2 && x->shape[0] <= TC_MATVEC_MAX_ROWS)
+        return w->shape[0] == 0 ? TC_OK : matvec_cuda(out, x, w, 0, x->shape[0], NULL, NULL);
     void *handle = NULL;
     if (b->kind != TC_BACKEND_CUDA || x->shape[0] <= TC_MATVEC_MAX_ROWS || b->gemm == TC_GEMM_OWN ||
         b->gemm == TC_GEMM_OWN_PORTABLE || tc__backend_cublas(b, &handle) != TC_OK)
         return tc_set_error(TC_ERR_UNSUPPORTED, op,
-                            "a product widening to f32 runs on cuBLAS only, for more than %d rows",
+                            "a product widening to f32 runs on CUDA only, on 2 or more rows (more "
+                            "than %d on cuBLAS)",
                             TC_MATVEC_MAX_ROWS);
     if (w->shape[0] == 0)
         return TC_OK;

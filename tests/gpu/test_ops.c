@@ -382,8 +382,9 @@ static void matmul_case(rng_t *r, tc_dtype xt, tc_dtype wt, int64_t m, int64_t n
     tc_backend_set_gemm(gpu, TC_GEMM_AUTO);
 }
 
-/* The logits' product of many rows: 16-bit x and w, f32 out through cuBLAS (tc__matmul_widen),
- * against the reference and the CPU's product of x widened to f32; refused for 8 rows. */
+/* The logits' product of several rows: 16-bit x and w, f32 out (tc__matmul_widen) through
+ * cuBLAS, and for 2 and 8 rows of it through the tensor-core decode kernel, against the reference
+ * and the CPU's product of x widened to f32; refused for one row. */
 static void matmul_widen(rng_t *r, tc_dtype dt, int64_t m, int64_t n, int64_t k)
 {
     tc_tensor gx, cx, gw, cw, go, co, cxf;
@@ -406,12 +407,28 @@ static void matmul_widen(rng_t *r, tc_dtype dt, int64_t m, int64_t n, int64_t k)
     } else {
         expect_close(what, &go, want, &co, 1e-4);
     }
-    tc_tensor eight;
-    CHECK(tc_tensor_slice(&gx, 0, 0, 8, &eight));
-    tc_tensor go8;
-    CHECK(tc_tensor_slice(&go, 0, 0, 8, &go8));
-    bool refused = tc__matmul_widen(&go8, &eight, &gw) == TC_ERR_UNSUPPORTED;
-    printf("%-58s %s\n", "  8 rows: refused (the caller widens x)", refused ? "ok" : "FAIL");
+    /* (the first rows again, their part of out poisoned first: the decode kernel) */
+    const int64_t few[] = { 2, 8 };
+    for (int i = 0; i < 2; i++) {
+        tc_tensor xs, os;
+        CHECK(tc_tensor_slice(&gx, 0, 0, few[i], &xs));
+        CHECK(tc_tensor_slice(&go, 0, 0, few[i], &os));
+        CHECK(tc_stream_memset(tc_backend_stream(gpu), (CUdeviceptr)(uintptr_t)os.data, 0xFF,
+                               tc_tensor_bytes(&os)));
+        snprintf(what, sizeof what, "  %lld rows: the tensor-core decode kernel",
+                 (long long)few[i]);
+        if ((st = tc__matmul_widen(&os, &xs, &gw)) != TC_OK) {
+            printf("%-58s %s  FAIL\n", what, tc_last_error());
+            failures++, cases++;
+        } else {
+            expect_close(what, &os, want, NULL, 1e-4);
+        }
+    }
+    tc_tensor one, go1;
+    CHECK(tc_tensor_slice(&gx, 0, 0, 1, &one));
+    CHECK(tc_tensor_slice(&go, 0, 0, 1, &go1));
+    bool refused = tc__matmul_widen(&go1, &one, &gw) == TC_ERR_UNSUPPORTED;
+    printf("%-58s %s\n", "  one row: refused (the caller widens x)", refused ? "ok" : "FAIL");
     failures += !refused;
     cases++;
     free(xv), free(wv), free(want);
@@ -1951,12 +1968,14 @@ int main(void)
         }
     }
     rng_t r = { 2024 };
-    /* TC_OPS_ONLY=quantised, rope or attention: only those kernels' checks (a quicker run
-     * while working on them). */
+    /* TC_OPS_ONLY=quantised, rope, attention or matmul: only those kernels' checks (a quicker
+     * run while working on them). */
     const char *only = getenv("TC_OPS_ONLY");
-    if (only &&
-        (!strcmp(only, "quantised") || !strcmp(only, "rope") || !strcmp(only, "attention"))) {
-        if (!strcmp(only, "quantised")) {
+    if (only && (!strcmp(only, "quantised") || !strcmp(only, "rope") ||
+                 !strcmp(only, "attention") || !strcmp(only, "matmul"))) {
+        if (!strcmp(only, "matmul")) {
+            matmul(&r);
+        } else if (!strcmp(only, "quantised")) {
             gather_columns(&r);
             quantised(&r);
             linear_pair(&r);
