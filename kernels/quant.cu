@@ -743,9 +743,10 @@ __device__ __forceinline__ void imma16832(int (&c)[4], uint32_t a0, uint32_t a1,
 
 // Chunks [c0, c1) of 32 elements of x's NX rows (k elements, xstride apart) as two 8-bit
 // digits, row j's q1 in xq[2kj, 2kj + k) and q2 in xq[2kj + k, 2kj + 2k), with xs[k / 16 j + i]
-// = (dx of the 32 elements holding 16-element group i, the sum of group i's elements). A warp's work (each warp rounds the part of x its share of k
-// reads: no barrier between the warps). A NaN or infinity in a
-// chunk makes its dx NaN, so that it reaches every product that reads the chunk. The block's
+// = (dx of the 32 elements holding 16-element group i, the sum of group i's elements). A warp's
+// work (each warp rounds the part of x its share of k reads: no barrier between the warps). A
+// NaN or infinity in a chunk makes its dx NaN, so that it reaches every product that reads the
+// chunk. The block's
 // threads take 8 elements each, a quad a chunk. With an RMSNorm's weight nw (k elements), x times
 // nw is what is rounded; the result is the lane's sum of squares of x itself (the norm's
 // 1 / rms scales the product's sums instead: the product is linear in x). The loads of R
@@ -788,49 +789,49 @@ __device__ __forceinline__ void quantise_x(int8_t *xq, float2 *xs, const T *x, i
             const bool in = c < c1;
 #pragma unroll
             for (int xr = 0; xr < NX; xr++) {
-            const uint4 v = xv[xr][r], gv = gvv[r];
-            const T *e = reinterpret_cast<const T *>(&v), *ge = reinterpret_cast<const T *>(&gv);
-            float f[8], amax = 0.0f, sum = 0.0f;
+                const uint4 v = xv[xr][r], gv = gvv[r];
+                const T *e = reinterpret_cast<const T *>(&v), *ge = reinterpret_cast<const T *>(&gv);
+                float f[8], amax = 0.0f, sum = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                f[i] = tc::to_f32(e[i]);
-                ss[xr] = fmaf(f[i], f[i], ss[xr]);
-                if (nw)
-                    f[i] *= tc::to_f32(ge[i]);
-                amax = fmaxf(amax, fabsf(f[i]));
-                sum += f[i];
-            }
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-            const float s16 = sum + __shfl_xor_sync(0xffffffffu, sum, 1), s32 = s16 + __shfl_xor_sync(0xffffffffu, s16, 2);
-            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-            // The digits rounded to integers by adding 1.5 * 2^23 (to nearest, ties to even, as
-            // __float2int_rn), whose sum's low byte is the digit in two's complement (both lie in
-            // [-127, 127]) and which, subtracted again, gives q1 as a float: the same digits
-            // without three conversions an element on the slower conversion pipe.
-            constexpr float kRound = 12582912.0f;
-            uint32_t t[8], u[8];
+                for (int i = 0; i < 8; i++) {
+                    f[i] = tc::to_f32(e[i]);
+                    ss[xr] = fmaf(f[i], f[i], ss[xr]);
+                    if (nw)
+                        f[i] *= tc::to_f32(ge[i]);
+                    amax = fmaxf(amax, fabsf(f[i]));
+                    sum += f[i];
+                }
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+                const float s16 = sum + __shfl_xor_sync(0xffffffffu, sum, 1), s32 = s16 + __shfl_xor_sync(0xffffffffu, s16, 2);
+                const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+                // The digits rounded to integers by adding 1.5 * 2^23 (to nearest, ties to even, as
+                // __float2int_rn), whose sum's low byte is the digit in two's complement (both lie in
+                // [-127, 127]) and which, subtracted again, gives q1 as a float: the same digits
+                // without three conversions an element on the slower conversion pipe.
+                constexpr float kRound = 12582912.0f;
+                uint32_t t[8], u[8];
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const float v = f[i] * inv, tv = __fadd_rn(v, kRound), q1 = tv - kRound;
-                t[i] = __float_as_uint(tv);
-                u[i] = __float_as_uint(__fadd_rn(__fmul_rn(v - q1, 254.0f), kRound));
-            }
-            uint32_t d1[2], d2[2];
+                for (int i = 0; i < 8; i++) {
+                    const float v = f[i] * inv, tv = __fadd_rn(v, kRound), q1 = tv - kRound;
+                    t[i] = __float_as_uint(tv);
+                    u[i] = __float_as_uint(__fadd_rn(__fmul_rn(v - q1, 254.0f), kRound));
+                }
+                uint32_t d1[2], d2[2];
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                d1[h] = __byte_perm(__byte_perm(t[4 * h], t[4 * h + 1], 0x0040), __byte_perm(t[4 * h + 2], t[4 * h + 3], 0x0040),
-                                    0x5410);
-                d2[h] = __byte_perm(__byte_perm(u[4 * h], u[4 * h + 1], 0x0040), __byte_perm(u[4 * h + 2], u[4 * h + 3], 0x0040),
-                                    0x5410);
-            }
-            if (in) {
-                int8_t *xqr = xq + 2 * k * xr;
-                *reinterpret_cast<uint2 *>(xqr + 32 * c + 8 * q) = make_uint2(d1[0], d1[1]);
-                *reinterpret_cast<uint2 *>(xqr + k + 32 * c + 8 * q) = make_uint2(d2[0], d2[1]);
-                if (!(q & 1))
-                    xs[(k / 16) * xr + 2 * c + (q >> 1)] = make_float2(amax * (1.0f / 127.0f) + 0.0f * s32, s16);
-            }
+                for (int h = 0; h < 2; h++) {
+                    d1[h] = __byte_perm(__byte_perm(t[4 * h], t[4 * h + 1], 0x0040), __byte_perm(t[4 * h + 2], t[4 * h + 3], 0x0040),
+                                        0x5410);
+                    d2[h] = __byte_perm(__byte_perm(u[4 * h], u[4 * h + 1], 0x0040), __byte_perm(u[4 * h + 2], u[4 * h + 3], 0x0040),
+                                        0x5410);
+                }
+                if (in) {
+                    int8_t *xqr = xq + 2 * k * xr;
+                    *reinterpret_cast<uint2 *>(xqr + 32 * c + 8 * q) = make_uint2(d1[0], d1[1]);
+                    *reinterpret_cast<uint2 *>(xqr + k + 32 * c + 8 * q) = make_uint2(d2[0], d2[1]);
+                    if (!(q & 1))
+                        xs[(k / 16) * xr + 2 * c + (q >> 1)] = make_float2(amax * (1.0f / 127.0f) + 0.0f * s32, s16);
+                }
             }
         }
     }
