@@ -1011,7 +1011,7 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
 }
 
 template <typename T, int DT, bool Q8 = false, int XR = 4, int NX = 1>
-__device__ void mma_rows(T *out, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs, int64_t os,
+__device__ void mma_rows(void *out, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs, int64_t os,
                          int flags, float (*red)[kWarps][16][8], uint8_t *sm, int nst, int8_t *xq,
                          float2 *xq_s, const T *nw, float eps, float (*nss)[kWarps], uint32_t bid, uint32_t nblk)
 {
@@ -1311,7 +1311,7 @@ __device__ __forceinline__ void mma_kernel(void *out, const T *x, const void *w,
     const int nst = min(6, (int)(bytes / (kWarps * Step<DT>::bytes)));
     if (nst < 1)
         __trap();
-    mma_rows<T, DT>(static_cast<T *>(out), x, w, m, n, k, xs, os, flags, red, ring, nst, nullptr, nullptr, nullptr, 0.0f, nullptr,
+    mma_rows<T, DT>(out, x, w, m, n, k, xs, os, flags, red, ring, nst, nullptr, nullptr, nullptr, 0.0f, nullptr,
                     blockIdx.x, gridDim.x);
 }
 
@@ -1347,7 +1347,7 @@ __device__ __forceinline__ void q8_rows(void *out, const T *x, const void *w, in
     const int nst = bytes > xb ? min(6, (int)((bytes - xb) / (kWarps * Step<DT>::bytes))) : 0;
     if (nst < 1)
         __trap();
-    mma_rows<T, DT, true, XR, NX>(static_cast<T *>(out), x, w, NX, n, k, xs, os, flags, red, ring + xb, nst,
+    mma_rows<T, DT, true, XR, NX>(out, x, w, NX, n, k, xs, os, flags, red, ring + xb, nst,
                                   reinterpret_cast<int8_t *>(ring), reinterpret_cast<float2 *>(ring + 2 * NX * k), nw,
                                   eps, nss, bid, nblk);
 }

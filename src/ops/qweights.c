@@ -366,8 +366,8 @@ static size_t batch_stage_bytes(tc_dtype dt, int64_t x_rows);
 /* Whether block type dt has a two-row integer kernel on b for x of x_dtype. */
 static bool two_row_kernel(tc_backend *b, tc_dtype dt, tc_dtype x_dtype)
 {
-    return b->kind == TC_BACKEND_CUDA && x_dtype == TC_DTYPE_BF16 && dt >= 0 &&
-           dt < TC_DTYPE_COUNT && qmv2[dt].bf16 && prepare(b) == TC_OK && b->qwave_q8x2[dt];
+    return b->kind == TC_BACKEND_CUDA && x_dtype == TC_DTYPE_BF16 && qmv2[dt].bf16 &&
+           prepare(b) == TC_OK && b->qwave_q8x2[dt];
 }
 
 bool tc__quant_int_rows(const tc_tensor *x, const tc_tensor *w, int64_t rows)
@@ -440,28 +440,23 @@ tc_status tc__quant_matvec(tc_tensor *out, const tc_tensor *x, const tc_tensor *
     }
     bool f16 = x->dtype == TC_DTYPE_F16;
     int64_t tiles = (n + 15) / 16, wave = b->qwave_mma[w->dtype][f16 ? 0 : 1];
-    if (rows == 2 && tc__quant_int_rows(x, w, rows)) {
-        int64_t wave2 = b->qwave_q8x2[w->dtype];
-        size_t os = tc_dtype_bytes(out->dtype, 1);
-        return qmv2[w->dtype].bf16(
-            tc__cfg(b, (unsigned)(tiles < wave2 ? tiles : wave2), 256, b->qmv2_shared),
-            (char *)out->data + (size_t)oo * os, TC__DEV(const tc_bf16, x) + xo, w->data, n, k,
-            x->stride[0], out->stride[0], flags, norm ? TC__DEV(const tc_bf16, norm) : NULL, eps);
-    }
-    if (tc__quant_one_row(x, w, rows)) {
-        int64_t wave1 = b->qwave_q8[w->dtype];
-        size_t os = tc_dtype_bytes(out->dtype, 1);
-        return qmv1[w->dtype].bf16(
-            tc__cfg(b, (unsigned)(tiles < wave1 ? tiles : wave1), 256, b->qmv_shared),
-            (char *)out->data + (size_t)oo * os, TC__DEV(const tc_bf16, x) + xo, w->data, n, k,
-            out->stride[0], flags, norm ? TC__DEV(const tc_bf16, norm) : NULL, eps);
+    void *o = (char *)out->data + (size_t)oo * tc_dtype_bytes(out->dtype, 1);
+    if (tc__quant_int_rows(x, w, rows)) {
+        const tc_bf16 *xb = TC__DEV(const tc_bf16, x) + xo,
+                      *nb = norm ? TC__DEV(const tc_bf16, norm) : NULL;
+        int64_t wave1 = rows == 2 ? b->qwave_q8x2[w->dtype] : b->qwave_q8[w->dtype];
+        tc_launch_config cfg = tc__cfg(b, (unsigned)(tiles < wave1 ? tiles : wave1), 256,
+                                       rows == 2 ? b->qmv2_shared : b->qmv_shared);
+        return rows == 2
+                   ? qmv2[w->dtype].bf16(cfg, o, xb, w->data, n, k, x->stride[0], out->stride[0],
+                                         flags, nb, eps)
+                   : qmv1[w->dtype].bf16(cfg, o, xb, w->data, n, k, out->stride[0], flags, nb, eps);
     }
     if (flags & 4)
         return tc_set_error(
             TC_ERR_UNSUPPORTED, "tc_matmul",
             "a fused RMSNorm takes one row of bf16 x (two over K-quants on Hopper)");
     tc_launch_config cfg = tc__cfg(b, (unsigned)(tiles < wave ? tiles : wave), 256, b->qmv_shared);
-    void *o = (char *)out->data + (size_t)oo * tc_dtype_bytes(out->dtype, 1);
     return f16 ? qmv[w->dtype].f16(cfg, o, TC__DEV(const tc_half, x) + xo, w->data, (int32_t)rows,
                                    n, k, x->stride[0], out->stride[0], flags)
                : qmv[w->dtype].bf16(cfg, o, TC__DEV(const tc_bf16, x) + xo, w->data, (int32_t)rows,
