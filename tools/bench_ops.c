@@ -5,7 +5,9 @@
  * Usage: bench_ops [all|norm|matvec|gemm|attention [HEAD_DIM]|quant [TYPE [ROWS]]|iq], or
  * bench_ops decode H KV BATCH LEN [fp8] (attention: head_dim 128 unless given: 64 and 128 have
  * kernels of their own, the other even sizes up to 256 the generic ones; quant: ROWS one of 1, 2,
- * 8, 16, 32, 64, 512). */
+ * 8, 16, 32, 64, 512). Where nvcc built tools/floor.cu, each quantised product's weights are
+ * first read by kernels that only read (the "read floor": the least time any kernel takes for
+ * those bytes, launched the same way), and each product's time is given as a multiple of it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,6 +270,95 @@ static tc_status run_qmm(void *c, int s)
 static const int64_t quant_rows[] = { 1, 2, 8, 16, 32, 64, 512 };
 #define N_QUANT_ROWS (sizeof quant_rows / sizeof quant_rows[0])
 
+#ifdef TC_BENCH_FLOOR
+#include "fl_kernels.h"
+
+/* Read floors (tools/floor.cu): the least time in which a kernel that only reads reads a
+ * product's weight bytes, timed as the products are (a graph of overlapped launches, QSETS
+ * buffers in rotation), as the best of several ways: 16-byte loads at 1-8 blocks of 256
+ * threads an SM, and on Hopper bulk copies into rings of 8-32 KiB chunks at 1-4 blocks an SM. */
+typedef struct {
+    tc_kmodule *mod;
+    tc_tensor buf[QSETS], sink;
+    size_t bytes;
+    int bulk, next;
+    unsigned grid;
+    int32_t chunk, stages;
+} floor_ctx;
+static floor_ctx floors;
+
+static tc_status run_floor(void *c, int s)
+{
+    floor_ctx *f = c;
+    (void)s;
+    const tc_tensor *b = &f->buf[f->next++ % QSETS];
+    tc_launch_config cfg = { tc_dim1(f->grid), tc_dim1(f->bulk ? 32 : 256),
+                             f->bulk ? (uint32_t)(f->chunk * f->stages) : 0,
+                             tc_backend_stream(gpu) };
+    if (f->bulk)
+        return fl_launch_floor_bulk(f->mod, cfg, (const uint8_t *)b->data,
+                                    (int64_t)(f->bytes / (size_t)f->chunk), f->chunk, f->stages,
+                                    0x9e3779b9u, (uint32_t *)f->sink.data);
+    return fl_launch_floor_read(f->mod, cfg, (const uint32_t *)b->data, (int64_t)(f->bytes / 16),
+                                0x9e3779b9u, (uint32_t *)f->sink.data);
+}
+
+/* The least milliseconds reading `bytes` (a multiple of 32 KiB, at most `most`) takes, and in
+ * how[] which way gave it. The buffers are made on the first call, `most` bytes each. */
+static double read_floor(size_t bytes, size_t most, char *how, size_t how_size)
+{
+    floor_ctx *f = &floors;
+    tc_device_info info;
+    CHECK(tc_device_info_get(0, &info));
+    if (!f->mod) {
+        CHECK(tc_kmodule_create(tc_backend_context(gpu), &fl_kernels, &f->mod));
+        for (int s = 0; s < QSETS; s++) {
+            CHECK(tc_tensor_init(&f->buf[s], gpu, TC_DTYPE_I32, TC_SHAPE((int64_t)(most / 4))));
+            CHECK(tc_stream_memset(tc_backend_stream(gpu), (CUdeviceptr)(uintptr_t)f->buf[s].data,
+                                   0x5a, most));
+        }
+        CHECK(tc_tensor_init(&f->sink, gpu, TC_DTYPE_I32, TC_SHAPE(1)));
+    }
+    static const int32_t rings[][3] = { /* chunk KiB, stages, blocks an SM */
+                                        { 16, 4, 1 }, { 16, 4, 2 }, { 16, 4, 3 }, { 32, 4, 1 },
+                                        { 32, 3, 2 }, { 8, 8, 2 },  { 8, 4, 4 },  { 8, 8, 3 }
+    };
+    const int n_read = 4, n_bulk = info.cc_major >= 9 ? (int)(sizeof rings / sizeof rings[0]) : 0;
+    double best = 1e30;
+    f->bytes = bytes;
+    for (int i = 0; i < n_read + n_bulk; i++) {
+        f->bulk = i >= n_read;
+        if (f->bulk) {
+            f->chunk = rings[i - n_read][0] * 1024;
+            f->stages = rings[i - n_read][1];
+            f->grid = (unsigned)(rings[i - n_read][2] * info.sm_count);
+        } else
+            f->grid = (unsigned)((1 << i) * info.sm_count);
+        double ms = time_graph_ms(run_floor, f, 32);
+        if (ms < best) {
+            best = ms;
+            if (f->bulk)
+                snprintf(how, how_size, "bulk %d KiB x %d, %d/SM", f->chunk / 1024, f->stages,
+                         rings[i - n_read][2]);
+            else
+                snprintf(how, how_size, "loads, %d/SM", 1 << i);
+        }
+    }
+    return best;
+}
+
+static void floors_free(void)
+{
+    if (!floors.mod)
+        return;
+    for (int s = 0; s < QSETS; s++)
+        tc_tensor_deinit(&floors.buf[s]);
+    tc_tensor_deinit(&floors.sink);
+    tc_kmodule_destroy(floors.mod);
+    floors.mod = NULL;
+}
+#endif
+
 static void bench_quant(rng_t *r, const char *only, int64_t only_m)
 {
     const tc_dtype qs[] = { TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
@@ -283,6 +374,15 @@ static void bench_quant(rng_t *r, const char *only, int64_t only_m)
             for (int s = 0; s < QSETS; s++)
                 random_quant(r, &c.w[s], qs[qi], n, k);
             double wbytes = (double)tc_dtype_bytes(qs[qi], n * k);
+#ifdef TC_BENCH_FLOOR
+            /* The largest weights: Q8_0's 11008 x 4096 (8.5 bits a weight). */
+            char how[48];
+            size_t fb = (size_t)wbytes / 32768 * 32768;
+            double floor_ms = read_floor(fb, (size_t)11008 * 4096 * 17 / 16, how, sizeof how);
+            char fshape[96];
+            snprintf(fshape, sizeof fshape, "%zu bytes (%s)", fb, how);
+            report_bw("read floor", fshape, floor_ms, (double)fb);
+#endif
             for (size_t mi = 0; mi < N_QUANT_ROWS; mi++) {
                 int64_t m = quant_rows[mi];
                 if (only_m > 0 && m != only_m)
@@ -295,9 +395,12 @@ static void bench_quant(rng_t *r, const char *only, int64_t only_m)
                 char name[32], shape[48];
                 snprintf(name, sizeof name, "%s m=%lld", tc_dtype_name(qs[qi]), (long long)m);
                 snprintf(shape, sizeof shape, "w [%lld x %lld]", (long long)n, (long long)k);
-                if (m <= 64)
+                if (m <= 64) {
                     report_bw(name, shape, ms_, wbytes + 2.0 * m * (n + k));
-                else
+#ifdef TC_BENCH_FLOOR
+                    printf("%-22s %-28s %9.2fx the read floor\n", "", "", ms_ / floor_ms);
+#endif
+                } else
                     printf("%-22s %-28s %9.4f ms %8.1f TFLOP/s\n", name, shape, ms_,
                            2.0 * m * n * k / ms_ / 1e9);
                 tc_tensor_deinit(&c.x), tc_tensor_deinit(&c.out);
@@ -542,6 +645,9 @@ int main(int argc, char **argv)
         bench_quant(&r, !strcmp(what, "quant") && argc > 2 ? argv[2] : NULL, rows);
     if (!strcmp(what, "iq"))
         bench_iq(&r);
+#ifdef TC_BENCH_FLOOR
+    floors_free();
+#endif
     tc_event_destroy(ev0);
     tc_event_destroy(ev1);
     tc_backend_destroy(gpu);

@@ -54,6 +54,16 @@ struct tc_event {
 /* Make ctx current on this thread if it is not already. */
 tc_status tc__context_enter(tc_context *ctx);
 
+/* Launch f with cfg on cfg's stream (whose context is current), with the stream's launch
+ * attributes: programmatic serialization where it overlaps, its cluster extent where that is
+ * more than one block (launch.c). Every launcher goes through here: thincuda's kernels, the
+ * user's modules (kmodule.c) and NVRTC's programs (rtc.c). */
+tc_status tc__launch_function(CUfunction f, const tc_launch_config *cfg, void **args);
+
+/* Whether cfg's stream has a cluster extent that does not divide cfg's grid; if so, why (in
+ * why[0..size)). */
+bool tc__cluster_misfit(const tc_launch_config *cfg, char *why, size_t size);
+
 /* Load the embedded fatbin into ctx once (module.c); later calls return the first result. */
 tc_status tc__module_ensure(tc_context *ctx);
 

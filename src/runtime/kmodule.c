@@ -163,6 +163,8 @@ tc_status tc_kmodule_launch(tc_kmodule *m, unsigned id, const tc_launch_config *
             return bad_launch(m, id, cfg, TC_ERR_LAUNCH, why);
         }
     }
+    if (tc__cluster_misfit(cfg, why, sizeof why))
+        return bad_launch(m, id, cfg, TC_ERR_LAUNCH, why);
     uint64_t threads = (uint64_t)b[0] * b[1] * b[2];
     if (threads > (uint64_t)m->max_threads[id]) {
         snprintf(why, sizeof why, "%llu threads per block; this kernel can run at most %d here",
@@ -182,8 +184,7 @@ tc_status tc_kmodule_launch(tc_kmodule *m, unsigned id, const tc_launch_config *
                                      (int)cfg->shared_bytes));
     }
     TC_TRY(tc__context_enter(c));
-    tc_status st = tc_cuLaunchKernel(m->funcs[id], g[0], g[1], g[2], b[0], b[1], b[2],
-                                     cfg->shared_bytes, cfg->stream->cu, args, NULL);
+    tc_status st = tc__launch_function(m->funcs[id], cfg, args);
     if (st != TC_OK)
         return bad_launch(m, id, cfg, st, tc_status_string(st));
     return TC_OK;

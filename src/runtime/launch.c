@@ -37,6 +37,22 @@ static uint64_t cluster_blocks(const tc_launch_config *cfg)
     return (uint64_t)cfg->stream->cluster.x * cfg->stream->cluster.y * cfg->stream->cluster.z;
 }
 
+bool tc__cluster_misfit(const tc_launch_config *cfg, char *why, size_t size)
+{
+    if (cluster_blocks(cfg) <= 1)
+        return false;
+    const tc_dim3 cl = cfg->stream->cluster;
+    const uint32_t g[3] = { cfg->grid.x, cfg->grid.y, cfg->grid.z }, q[3] = { cl.x, cl.y, cl.z };
+    for (int i = 0; i < 3; i++)
+        if (g[i] % q[i]) {
+            snprintf(why, size,
+                     "the stream's cluster extent %c is %u, which does not divide the grid's %u",
+                     "xyz"[i], q[i], g[i]);
+            return true;
+        }
+    return false;
+}
+
 /* Check the configuration against the device's and the kernel's limits. */
 static tc_status check_config(tc_context *c, tc_kernel_id id, const tc_launch_config *cfg)
 {
@@ -57,18 +73,8 @@ static tc_status check_config(tc_context *c, tc_kernel_id id, const tc_launch_co
             return bad_launch(id, cfg, TC_ERR_LAUNCH, why);
         }
     }
-    if (cluster_blocks(cfg) > 1) {
-        const tc_dim3 cl = cfg->stream->cluster;
-        const uint32_t q[3] = { cl.x, cl.y, cl.z };
-        for (int i = 0; i < 3; i++)
-            if (g[i] % q[i]) {
-                snprintf(
-                    why, sizeof why,
-                    "the stream's cluster extent %c is %u, which does not divide the grid's %u",
-                    "xyz"[i], q[i], g[i]);
-                return bad_launch(id, cfg, TC_ERR_LAUNCH, why);
-            }
-    }
+    if (tc__cluster_misfit(cfg, why, sizeof why))
+        return bad_launch(id, cfg, TC_ERR_LAUNCH, why);
     uint64_t threads = (uint64_t)b[0] * b[1] * b[2];
     if (threads > (uint64_t)c->func_max_threads[id]) {
         snprintf(why, sizeof why, "%llu threads per block; this kernel can run at most %d here",
@@ -132,6 +138,25 @@ static CUlaunchConfig driver_config(const tc_launch_config *cfg, CUlaunchAttribu
     return lc;
 }
 
+tc_status tc__launch_function(CUfunction f, const tc_launch_config *cfg, void **args)
+{
+    bool cluster = cluster_blocks(cfg) > 1;
+    if (!cfg->stream->overlap && !cluster)
+        return tc_cuLaunchKernel(f, cfg->grid.x, cfg->grid.y, cfg->grid.z, cfg->block.x,
+                                 cfg->block.y, cfg->block.z, cfg->shared_bytes, cfg->stream->cu,
+                                 args, NULL);
+    CUlaunchAttribute attr[2] = { { 0 } };
+    unsigned n = 0;
+    if (cfg->stream->overlap) {
+        attr[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr[n++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster)
+        attr[n++] = cluster_attr(cfg);
+    CUlaunchConfig lc = driver_config(cfg, attr, n);
+    return tc_cuLaunchKernelEx(&lc, f, args, NULL);
+}
+
 tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **args)
 {
     tc_context *c;
@@ -140,23 +165,7 @@ tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **
     tc__profile_token prof = { 0 };
     if (tc_profile_enabled())
         TC_TRY(tc__profile_begin(c, id, cfg, &prof));
-    bool cluster = cluster_blocks(cfg) > 1;
-    if (cfg->stream->overlap || cluster) {
-        CUlaunchAttribute attr[2] = { { 0 } };
-        unsigned n = 0;
-        if (cfg->stream->overlap) {
-            attr[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-            attr[n++].value.programmaticStreamSerializationAllowed = 1;
-        }
-        if (cluster)
-            attr[n++] = cluster_attr(cfg);
-        CUlaunchConfig lc = driver_config(cfg, attr, n);
-        st = tc_cuLaunchKernelEx(&lc, c->funcs[id], args, NULL);
-    } else {
-        st = tc_cuLaunchKernel(c->funcs[id], cfg->grid.x, cfg->grid.y, cfg->grid.z, cfg->block.x,
-                               cfg->block.y, cfg->block.z, cfg->shared_bytes, cfg->stream->cu, args,
-                               NULL);
-    }
+    st = tc__launch_function(c->funcs[id], cfg, args);
     if (prof.active)
         tc__profile_end(&prof, st == TC_OK);
     if (st != TC_OK)

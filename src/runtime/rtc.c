@@ -261,7 +261,9 @@ tc_status tc_rtc_launch(tc_rtc *p, const char *kernel, const tc_launch_config *c
         !cfg->block.z)
         return tc_set_error(TC_ERR_LAUNCH, kernel, "launching %s: a grid or block extent is 0",
                             kernel);
+    char why[160];
+    if (tc__cluster_misfit(cfg, why, sizeof why))
+        return tc_set_error(TC_ERR_LAUNCH, kernel, "launching %s: %s", kernel, why);
     TC_TRY(tc__context_enter(p->ctx));
-    return tc_cuLaunchKernel(f, cfg->grid.x, cfg->grid.y, cfg->grid.z, cfg->block.x, cfg->block.y,
-                             cfg->block.z, cfg->shared_bytes, cfg->stream->cu, args, NULL);
+    return tc__launch_function(f, cfg, args);
 }

@@ -13,16 +13,8 @@
 
 #include <cmocka.h>
 
+#include "fake_driver.h"
 #include "runtime/runtime.h"
-
-typedef struct fake_launch {
-    int count;
-    char kernel[64];
-    unsigned grid[3], block[3], shared;
-    CUstream stream;
-    unsigned char params[256];
-    size_t params_bytes;
-} fake_launch;
 
 static fake_launch *launches(void)
 {
@@ -98,6 +90,45 @@ static void a_matching_module_loads_and_launches_with_arguments_in_place(void **
     tc_kmodule_destroy(NULL);
 }
 
+/* The stream's launch attributes reach the user's kernels as they do thincuda's: programmatic
+ * serialization where the stream overlaps, its cluster extent (which must divide the grid). */
+static void launches_carry_the_streams_overlap_and_cluster(void **state)
+{
+    (void)state;
+    const tc_kmodule_spec spec = { "my", image, sizeof image, "sm_80", 1, good };
+    tc_kmodule *m = NULL;
+    assert_int_equal(tc_kmodule_create(ctx, &spec, &m), TC_OK);
+    float *out = (float *)(uintptr_t)0x7000;
+    float value = 2.5f;
+    size_t n = 1000;
+    void *args[] = { &out, &value, &n };
+    tc_launch_config cfg = { { 8, 3, 1 }, tc_dim1(128), 0, stream };
+    fake_launch *l = launches();
+    assert_int_equal(tc_kmodule_launch(m, 0, &cfg, args), TC_OK);
+    assert_int_equal(l->ex, 0);
+    assert_int_equal(tc_stream_set_overlap(stream, true), TC_OK);
+    assert_int_equal(tc_stream_set_cluster(stream, (tc_dim3){ 4, 1, 1 }), TC_OK);
+    assert_int_equal(tc_kmodule_launch(m, 0, &cfg, args), TC_OK);
+    assert_int_equal(l->ex, 1);
+    assert_int_equal(l->overlap, 1);
+    assert_int_equal(l->cluster[0], 4);
+    assert_int_equal(l->cluster[1], 1);
+    assert_int_equal(l->grid[1], 3);
+    assert_memory_equal(l->params + 16, &n, 8);
+    /* A cluster extent that does not divide the grid: no launch, the kernel named. */
+    int before = l->count;
+    assert_int_equal(tc_stream_set_cluster(stream, (tc_dim3){ 1, 2, 1 }), TC_OK);
+    assert_int_equal(tc_kmodule_launch(m, 0, &cfg, args), TC_ERR_LAUNCH);
+    assert_non_null(strstr(tc_last_error(), "tc_k_fill_f32 (mine.cu:3)"));
+    assert_non_null(strstr(tc_last_error(), "cluster extent y is 2"));
+    assert_int_equal(l->count, before);
+    assert_int_equal(tc_stream_set_cluster(stream, (tc_dim3){ 0, 0, 0 }), TC_OK);
+    assert_int_equal(tc_stream_set_overlap(stream, false), TC_OK);
+    assert_int_equal(tc_kmodule_launch(m, 0, &cfg, args), TC_OK);
+    assert_int_equal(l->ex, 0);
+    tc_kmodule_destroy(m);
+}
+
 static void disagreeing_modules_fail_naming_the_kernel(void **state)
 {
     (void)state;
@@ -129,6 +160,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_matching_module_loads_and_launches_with_arguments_in_place),
+        cmocka_unit_test(launches_carry_the_streams_overlap_and_cluster),
         cmocka_unit_test(disagreeing_modules_fail_naming_the_kernel),
         cmocka_unit_test(an_image_without_code_for_the_gpu_says_what_it_was_built_for),
     };

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "fake_driver.h"
 #include "runtime/runtime.h"
 
 typedef struct fake_nvrtc_stats {
@@ -23,11 +24,6 @@ typedef struct fake_nvrtc_stats {
     char last_options[256];
     const char *last_source;
 } fake_nvrtc_stats;
-
-typedef struct fake_launch {
-    int count;
-    char kernel[64];
-} fake_launch;
 
 static void *sym(const char *env, const char *name)
 {
@@ -119,6 +115,21 @@ static void launches_check_the_argument_sizes(void **state)
                      TC_ERR_KERNEL_MISMATCH);
     assert_int_equal(l->count, before + 1);
     assert_int_equal(tc_rtc_launch(p, "no_such_kernel", &cfg, args, right, 3), TC_ERR_NOT_FOUND);
+    /* The stream's overlap and cluster extent reach the launch; an extent that does not
+     * divide the grid stops it. */
+    assert_int_equal(tc_stream_set_overlap(stream, true), TC_OK);
+    assert_int_equal(tc_stream_set_cluster(stream, (tc_dim3){ 2, 1, 1 }), TC_OK);
+    cfg.grid = tc_dim1(6);
+    assert_int_equal(tc_rtc_launch(p, "tc_k_fill_f32", &cfg, args, right, 3), TC_OK);
+    assert_int_equal(l->ex, 1);
+    assert_int_equal(l->overlap, 1);
+    assert_int_equal(l->cluster[0], 2);
+    cfg.grid = tc_dim1(5);
+    assert_int_equal(tc_rtc_launch(p, "tc_k_fill_f32", &cfg, args, right, 3), TC_ERR_LAUNCH);
+    assert_non_null(strstr(tc_last_error(), "cluster extent x is 2"));
+    assert_int_equal(l->count, before + 2);
+    assert_int_equal(tc_stream_set_cluster(stream, (tc_dim3){ 0, 0, 0 }), TC_OK);
+    assert_int_equal(tc_stream_set_overlap(stream, false), TC_OK);
     tc_rtc_destroy(p);
 }
 
