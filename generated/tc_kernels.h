@@ -148,79 +148,81 @@ typedef enum tc_kernel_id {
     TC_KERNEL_QMV1_Q8_0_BF16 = 103,
     TC_KERNEL_QMV1_Q4_K_BF16 = 104,
     TC_KERNEL_QMV1_Q6_K_BF16 = 105,
-    TC_KERNEL_QMV2_Q4_K_BF16 = 106,
-    TC_KERNEL_QMV2_Q5_K_BF16 = 107,
-    TC_KERNEL_QMV2_Q6_K_BF16 = 108,
-    TC_KERNEL_QMV1_Q4_K_Q6_K_BF16 = 109,
-    TC_KERNEL_QMV1_Q5_K_Q6_K_BF16 = 110,
-    TC_KERNEL_QMM_Q4_0_F16 = 111,
-    TC_KERNEL_QMM_Q4_0_BF16 = 112,
-    TC_KERNEL_QMM_Q4_1_F16 = 113,
-    TC_KERNEL_QMM_Q4_1_G64_F16 = 114,
-    TC_KERNEL_QMM_Q4_1_G128_F16 = 115,
-    TC_KERNEL_QMM_Q4_1_BF16 = 116,
-    TC_KERNEL_QMM_Q4_1_G64_BF16 = 117,
-    TC_KERNEL_QMM_Q4_1_G128_BF16 = 118,
-    TC_KERNEL_QMM_Q5_0_F16 = 119,
-    TC_KERNEL_QMM_Q5_0_BF16 = 120,
-    TC_KERNEL_QMM_Q5_1_F16 = 121,
-    TC_KERNEL_QMM_Q5_1_BF16 = 122,
-    TC_KERNEL_QMM_Q8_0_F16 = 123,
-    TC_KERNEL_QMM_Q8_0_BF16 = 124,
-    TC_KERNEL_QMM_Q2_K_F16 = 125,
-    TC_KERNEL_QMM_Q2_K_BF16 = 126,
-    TC_KERNEL_QMM_Q3_K_F16 = 127,
-    TC_KERNEL_QMM_Q3_K_BF16 = 128,
-    TC_KERNEL_QMM_Q4_K_F16 = 129,
-    TC_KERNEL_QMM_Q4_K_BF16 = 130,
-    TC_KERNEL_QMM_Q5_K_F16 = 131,
-    TC_KERNEL_QMM_Q5_K_BF16 = 132,
-    TC_KERNEL_QMM_Q6_K_F16 = 133,
-    TC_KERNEL_QMM_Q6_K_BF16 = 134,
-    TC_KERNEL_QMM32_Q4_0_F16 = 135,
-    TC_KERNEL_QMM32_Q4_0_BF16 = 136,
-    TC_KERNEL_QMM32_Q4_1_F16 = 137,
-    TC_KERNEL_QMM32_Q4_1_G64_F16 = 138,
-    TC_KERNEL_QMM32_Q4_1_G128_F16 = 139,
-    TC_KERNEL_QMM32_Q4_1_BF16 = 140,
-    TC_KERNEL_QMM32_Q4_1_G64_BF16 = 141,
-    TC_KERNEL_QMM32_Q4_1_G128_BF16 = 142,
-    TC_KERNEL_QMM32_Q5_0_F16 = 143,
-    TC_KERNEL_QMM32_Q5_0_BF16 = 144,
-    TC_KERNEL_QMM32_Q5_1_F16 = 145,
-    TC_KERNEL_QMM32_Q5_1_BF16 = 146,
-    TC_KERNEL_QMM32_Q8_0_F16 = 147,
-    TC_KERNEL_QMM32_Q8_0_BF16 = 148,
-    TC_KERNEL_QMM32_Q2_K_F16 = 149,
-    TC_KERNEL_QMM32_Q2_K_BF16 = 150,
-    TC_KERNEL_QMM32_Q3_K_F16 = 151,
-    TC_KERNEL_QMM32_Q3_K_BF16 = 152,
-    TC_KERNEL_QMM32_Q4_K_F16 = 153,
-    TC_KERNEL_QMM32_Q4_K_BF16 = 154,
-    TC_KERNEL_QMM32_Q5_K_F16 = 155,
-    TC_KERNEL_QMM32_Q5_K_BF16 = 156,
-    TC_KERNEL_QMM32_Q6_K_F16 = 157,
-    TC_KERNEL_QMM32_Q6_K_BF16 = 158,
-    TC_KERNEL_FILL_RANDOM_F32 = 159,
-    TC_KERNEL_FILL_RANDOM_F16 = 160,
-    TC_KERNEL_FILL_RANDOM_BF16 = 161,
-    TC_KERNEL_RMSNORM_F32 = 162,
-    TC_KERNEL_RMSNORM_F16 = 163,
-    TC_KERNEL_RMSNORM_BF16 = 164,
-    TC_KERNEL_ROPE_F32 = 165,
-    TC_KERNEL_ROPE_F16 = 166,
-    TC_KERNEL_ROPE_BF16 = 167,
-    TC_KERNEL_ROPE_F16_F8 = 168,
-    TC_KERNEL_ROPE_BF16_F8 = 169,
-    TC_KERNEL_SELFTEST_PARAMS = 170,
-    TC_KERNEL_SELFTEST_DELAY_STORE = 171,
-    TC_KERNEL_SOFTMAX_F32 = 172,
-    TC_KERNEL_SOFTMAX_F16 = 173,
-    TC_KERNEL_SOFTMAX_BF16 = 174,
-    TC_KERNEL_SWIGLU_F32 = 175,
-    TC_KERNEL_SWIGLU_F16 = 176,
-    TC_KERNEL_SWIGLU_BF16 = 177,
-    TC_KERNEL_COUNT = 178
+    TC_KERNEL_QMV1_Q2_K_BF16 = 106,
+    TC_KERNEL_QMV1_Q3_K_BF16 = 107,
+    TC_KERNEL_QMV2_Q4_K_BF16 = 108,
+    TC_KERNEL_QMV2_Q5_K_BF16 = 109,
+    TC_KERNEL_QMV2_Q6_K_BF16 = 110,
+    TC_KERNEL_QMV1_Q4_K_Q6_K_BF16 = 111,
+    TC_KERNEL_QMV1_Q5_K_Q6_K_BF16 = 112,
+    TC_KERNEL_QMM_Q4_0_F16 = 113,
+    TC_KERNEL_QMM_Q4_0_BF16 = 114,
+    TC_KERNEL_QMM_Q4_1_F16 = 115,
+    TC_KERNEL_QMM_Q4_1_G64_F16 = 116,
+    TC_KERNEL_QMM_Q4_1_G128_F16 = 117,
+    TC_KERNEL_QMM_Q4_1_BF16 = 118,
+    TC_KERNEL_QMM_Q4_1_G64_BF16 = 119,
+    TC_KERNEL_QMM_Q4_1_G128_BF16 = 120,
+    TC_KERNEL_QMM_Q5_0_F16 = 121,
+    TC_KERNEL_QMM_Q5_0_BF16 = 122,
+    TC_KERNEL_QMM_Q5_1_F16 = 123,
+    TC_KERNEL_QMM_Q5_1_BF16 = 124,
+    TC_KERNEL_QMM_Q8_0_F16 = 125,
+    TC_KERNEL_QMM_Q8_0_BF16 = 126,
+    TC_KERNEL_QMM_Q2_K_F16 = 127,
+    TC_KERNEL_QMM_Q2_K_BF16 = 128,
+    TC_KERNEL_QMM_Q3_K_F16 = 129,
+    TC_KERNEL_QMM_Q3_K_BF16 = 130,
+    TC_KERNEL_QMM_Q4_K_F16 = 131,
+    TC_KERNEL_QMM_Q4_K_BF16 = 132,
+    TC_KERNEL_QMM_Q5_K_F16 = 133,
+    TC_KERNEL_QMM_Q5_K_BF16 = 134,
+    TC_KERNEL_QMM_Q6_K_F16 = 135,
+    TC_KERNEL_QMM_Q6_K_BF16 = 136,
+    TC_KERNEL_QMM32_Q4_0_F16 = 137,
+    TC_KERNEL_QMM32_Q4_0_BF16 = 138,
+    TC_KERNEL_QMM32_Q4_1_F16 = 139,
+    TC_KERNEL_QMM32_Q4_1_G64_F16 = 140,
+    TC_KERNEL_QMM32_Q4_1_G128_F16 = 141,
+    TC_KERNEL_QMM32_Q4_1_BF16 = 142,
+    TC_KERNEL_QMM32_Q4_1_G64_BF16 = 143,
+    TC_KERNEL_QMM32_Q4_1_G128_BF16 = 144,
+    TC_KERNEL_QMM32_Q5_0_F16 = 145,
+    TC_KERNEL_QMM32_Q5_0_BF16 = 146,
+    TC_KERNEL_QMM32_Q5_1_F16 = 147,
+    TC_KERNEL_QMM32_Q5_1_BF16 = 148,
+    TC_KERNEL_QMM32_Q8_0_F16 = 149,
+    TC_KERNEL_QMM32_Q8_0_BF16 = 150,
+    TC_KERNEL_QMM32_Q2_K_F16 = 151,
+    TC_KERNEL_QMM32_Q2_K_BF16 = 152,
+    TC_KERNEL_QMM32_Q3_K_F16 = 153,
+    TC_KERNEL_QMM32_Q3_K_BF16 = 154,
+    TC_KERNEL_QMM32_Q4_K_F16 = 155,
+    TC_KERNEL_QMM32_Q4_K_BF16 = 156,
+    TC_KERNEL_QMM32_Q5_K_F16 = 157,
+    TC_KERNEL_QMM32_Q5_K_BF16 = 158,
+    TC_KERNEL_QMM32_Q6_K_F16 = 159,
+    TC_KERNEL_QMM32_Q6_K_BF16 = 160,
+    TC_KERNEL_FILL_RANDOM_F32 = 161,
+    TC_KERNEL_FILL_RANDOM_F16 = 162,
+    TC_KERNEL_FILL_RANDOM_BF16 = 163,
+    TC_KERNEL_RMSNORM_F32 = 164,
+    TC_KERNEL_RMSNORM_F16 = 165,
+    TC_KERNEL_RMSNORM_BF16 = 166,
+    TC_KERNEL_ROPE_F32 = 167,
+    TC_KERNEL_ROPE_F16 = 168,
+    TC_KERNEL_ROPE_BF16 = 169,
+    TC_KERNEL_ROPE_F16_F8 = 170,
+    TC_KERNEL_ROPE_BF16_F8 = 171,
+    TC_KERNEL_SELFTEST_PARAMS = 172,
+    TC_KERNEL_SELFTEST_DELAY_STORE = 173,
+    TC_KERNEL_SOFTMAX_F32 = 174,
+    TC_KERNEL_SOFTMAX_F16 = 175,
+    TC_KERNEL_SOFTMAX_BF16 = 176,
+    TC_KERNEL_SWIGLU_F32 = 177,
+    TC_KERNEL_SWIGLU_F16 = 178,
+    TC_KERNEL_SWIGLU_BF16 = 179,
+    TC_KERNEL_COUNT = 180
 } tc_kernel_id;
 
 /* What the generator saw of a kernel: the load-time check compares it with the fatbin. */
@@ -982,7 +984,7 @@ static inline tc_status tc_launch_matvec_mma_bf16(tc_launch_config cfg, void *ou
     tc_launch_matvec_mma_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:1956 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
+/* kernels/quant.cu:2009 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
 static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes, uint8_t *blocks, int32_t dtype, int64_t total, int64_t first, int64_t n, int32_t to_planes)
 {
     void *args[] = {&planes, &blocks, &dtype, &total, &first, &n, &to_planes};
@@ -993,7 +995,7 @@ static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes,
     tc_launch_qrepack((cfg), TC__KARG(uint8_t *, planes), TC__KARG(uint8_t *, blocks), TC__KARG(int32_t, dtype), TC__KARG(int64_t, total), TC__KARG(int64_t, first), TC__KARG(int64_t, n), TC__KARG(int32_t, to_planes))
 #endif
 
-/* kernels/quant.cu:1988 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
+/* kernels/quant.cu:2041 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
 static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -1004,7 +1006,7 @@ static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out,
     tc_launch_qdequant_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:1994 tc_k_qdequant_f16 */
+/* kernels/quant.cu:2047 tc_k_qdequant_f16 */
 static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -1015,7 +1017,7 @@ static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qdequant_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:2000 tc_k_qdequant_bf16 */
+/* kernels/quant.cu:2053 tc_k_qdequant_bf16 */
 static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -1026,7 +1028,7 @@ static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qdequant_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:2011 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
+/* kernels/quant.cu:2064 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
 static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1037,7 +1039,7 @@ static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, 
     tc_launch_qmatvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2026 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>), out of x's dtype, or f32 under flags bit 3 (8): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
+/* kernels/quant.cu:2079 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>), out of x's dtype, or f32 under flags bit 3 (8): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
 static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1048,7 +1050,7 @@ static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q4_0_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2032 tc_k_qmv_q4_0_bf16 */
+/* kernels/quant.cu:2085 tc_k_qmv_q4_0_bf16 */
 static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1059,7 +1061,7 @@ static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2038 tc_k_qmv_q4_1_f16 */
+/* kernels/quant.cu:2091 tc_k_qmv_q4_1_f16 */
 static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1070,7 +1072,7 @@ static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q4_1_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2044 tc_k_qmv_q4_1_g64_f16 */
+/* kernels/quant.cu:2097 tc_k_qmv_q4_1_g64_f16 */
 static inline tc_status tc_launch_qmv_q4_1_g64_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1081,7 +1083,7 @@ static inline tc_status tc_launch_qmv_q4_1_g64_f16(tc_launch_config cfg, void *o
     tc_launch_qmv_q4_1_g64_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2050 tc_k_qmv_q4_1_g128_f16 */
+/* kernels/quant.cu:2103 tc_k_qmv_q4_1_g128_f16 */
 static inline tc_status tc_launch_qmv_q4_1_g128_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1092,7 +1094,7 @@ static inline tc_status tc_launch_qmv_q4_1_g128_f16(tc_launch_config cfg, void *
     tc_launch_qmv_q4_1_g128_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2056 tc_k_qmv_q4_1_bf16 */
+/* kernels/quant.cu:2109 tc_k_qmv_q4_1_bf16 */
 static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1103,7 +1105,7 @@ static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2062 tc_k_qmv_q4_1_g64_bf16 */
+/* kernels/quant.cu:2115 tc_k_qmv_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmv_q4_1_g64_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1114,7 +1116,7 @@ static inline tc_status tc_launch_qmv_q4_1_g64_bf16(tc_launch_config cfg, void *
     tc_launch_qmv_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2068 tc_k_qmv_q4_1_g128_bf16 */
+/* kernels/quant.cu:2121 tc_k_qmv_q4_1_g128_bf16 */
 static inline tc_status tc_launch_qmv_q4_1_g128_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1125,7 +1127,7 @@ static inline tc_status tc_launch_qmv_q4_1_g128_bf16(tc_launch_config cfg, void 
     tc_launch_qmv_q4_1_g128_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2074 tc_k_qmv_q5_0_f16 */
+/* kernels/quant.cu:2127 tc_k_qmv_q5_0_f16 */
 static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1136,7 +1138,7 @@ static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q5_0_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2080 tc_k_qmv_q5_0_bf16 */
+/* kernels/quant.cu:2133 tc_k_qmv_q5_0_bf16 */
 static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1147,7 +1149,7 @@ static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2086 tc_k_qmv_q5_1_f16 */
+/* kernels/quant.cu:2139 tc_k_qmv_q5_1_f16 */
 static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1158,7 +1160,7 @@ static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q5_1_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2092 tc_k_qmv_q5_1_bf16 */
+/* kernels/quant.cu:2145 tc_k_qmv_q5_1_bf16 */
 static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1169,7 +1171,7 @@ static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2098 tc_k_qmv_q8_0_f16 */
+/* kernels/quant.cu:2151 tc_k_qmv_q8_0_f16 */
 static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1180,7 +1182,7 @@ static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q8_0_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2104 tc_k_qmv_q8_0_bf16 */
+/* kernels/quant.cu:2157 tc_k_qmv_q8_0_bf16 */
 static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1191,7 +1193,7 @@ static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2110 tc_k_qmv_q2_k_f16 */
+/* kernels/quant.cu:2163 tc_k_qmv_q2_k_f16 */
 static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1202,7 +1204,7 @@ static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q2_k_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2116 tc_k_qmv_q2_k_bf16 */
+/* kernels/quant.cu:2169 tc_k_qmv_q2_k_bf16 */
 static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1213,7 +1215,7 @@ static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2122 tc_k_qmv_q3_k_f16 */
+/* kernels/quant.cu:2175 tc_k_qmv_q3_k_f16 */
 static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1224,7 +1226,7 @@ static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q3_k_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2128 tc_k_qmv_q3_k_bf16 */
+/* kernels/quant.cu:2181 tc_k_qmv_q3_k_bf16 */
 static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1235,7 +1237,7 @@ static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2134 tc_k_qmv_q4_k_f16 */
+/* kernels/quant.cu:2187 tc_k_qmv_q4_k_f16 */
 static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1246,7 +1248,7 @@ static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q4_k_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2140 tc_k_qmv_q4_k_bf16 */
+/* kernels/quant.cu:2193 tc_k_qmv_q4_k_bf16 */
 static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1257,7 +1259,7 @@ static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2146 tc_k_qmv_q5_k_f16 */
+/* kernels/quant.cu:2199 tc_k_qmv_q5_k_f16 */
 static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1268,7 +1270,7 @@ static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q5_k_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2152 tc_k_qmv_q5_k_bf16 */
+/* kernels/quant.cu:2205 tc_k_qmv_q5_k_bf16 */
 static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1279,7 +1281,7 @@ static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2158 tc_k_qmv_q6_k_f16 */
+/* kernels/quant.cu:2211 tc_k_qmv_q6_k_f16 */
 static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1290,7 +1292,7 @@ static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q6_k_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2164 tc_k_qmv_q6_k_bf16 */
+/* kernels/quant.cu:2217 tc_k_qmv_q6_k_bf16 */
 static inline tc_status tc_launch_qmv_q6_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1301,7 +1303,7 @@ static inline tc_status tc_launch_qmv_q6_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2178 tc_k_qmv1_q4_0_bf16: One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but Q2_K and Q3_K (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*, and 4: x RMS-normalised first, x / sqrt(mean(x^2) + eps) times norm [k] when norm is not null; 8: out is f32, else bf16). Blocks of 256 threads; k a multiple of 32, x and norm 16-byte aligned. Dynamic shared memory: 2k + k / 2 bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
+/* kernels/quant.cu:2230 tc_k_qmv1_q4_0_bf16: One row of bf16 x (batch-1 decode) on the integer tensor cores (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*, and 4: x RMS-normalised first, x / sqrt(mean(x^2) + eps) times norm [k] when norm is not null; 8: out is f32, else bf16). Blocks of 256 threads; k a multiple of 32, x and norm 16-byte aligned. Dynamic shared memory: 2k + k / 2 bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
 static inline tc_status tc_launch_qmv1_q4_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1312,7 +1314,7 @@ static inline tc_status tc_launch_qmv1_q4_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2184 tc_k_qmv1_q4_1_bf16 */
+/* kernels/quant.cu:2236 tc_k_qmv1_q4_1_bf16 */
 static inline tc_status tc_launch_qmv1_q4_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1323,7 +1325,7 @@ static inline tc_status tc_launch_qmv1_q4_1_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2190 tc_k_qmv1_q4_1_g64_bf16 */
+/* kernels/quant.cu:2242 tc_k_qmv1_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmv1_q4_1_g64_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1334,7 +1336,7 @@ static inline tc_status tc_launch_qmv1_q4_1_g64_bf16(tc_launch_config cfg, void 
     tc_launch_qmv1_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2196 tc_k_qmv1_q4_1_g128_bf16 */
+/* kernels/quant.cu:2248 tc_k_qmv1_q4_1_g128_bf16 */
 static inline tc_status tc_launch_qmv1_q4_1_g128_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1345,7 +1347,7 @@ static inline tc_status tc_launch_qmv1_q4_1_g128_bf16(tc_launch_config cfg, void
     tc_launch_qmv1_q4_1_g128_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2202 tc_k_qmv1_q5_0_bf16 */
+/* kernels/quant.cu:2254 tc_k_qmv1_q5_0_bf16 */
 static inline tc_status tc_launch_qmv1_q5_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1356,7 +1358,7 @@ static inline tc_status tc_launch_qmv1_q5_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2208 tc_k_qmv1_q5_1_bf16 */
+/* kernels/quant.cu:2260 tc_k_qmv1_q5_1_bf16 */
 static inline tc_status tc_launch_qmv1_q5_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1367,7 +1369,7 @@ static inline tc_status tc_launch_qmv1_q5_1_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2214 tc_k_qmv1_q5_k_bf16 */
+/* kernels/quant.cu:2266 tc_k_qmv1_q5_k_bf16 */
 static inline tc_status tc_launch_qmv1_q5_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1378,7 +1380,7 @@ static inline tc_status tc_launch_qmv1_q5_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2220 tc_k_qmv1_q8_0_bf16 */
+/* kernels/quant.cu:2272 tc_k_qmv1_q8_0_bf16 */
 static inline tc_status tc_launch_qmv1_q8_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1389,7 +1391,7 @@ static inline tc_status tc_launch_qmv1_q8_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2226 tc_k_qmv1_q4_k_bf16 */
+/* kernels/quant.cu:2278 tc_k_qmv1_q4_k_bf16 */
 static inline tc_status tc_launch_qmv1_q4_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1400,7 +1402,7 @@ static inline tc_status tc_launch_qmv1_q4_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2232 tc_k_qmv1_q6_k_bf16 */
+/* kernels/quant.cu:2284 tc_k_qmv1_q6_k_bf16 */
 static inline tc_status tc_launch_qmv1_q6_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1411,7 +1413,29 @@ static inline tc_status tc_launch_qmv1_q6_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2244 tc_k_qmv2_q4_k_bf16: Two rows of bf16 x (decode of two sequences) over K-quant weights on the integer tensor cores (tc_k_qmv2_<type>_bf16, in sm_90a code only; elsewhere they trap): out[2, n] = x[2, k] w[n, k]^T as tc_k_qmv1_* computes each row, the weights read once for both; x's rows x_stride elements apart, out's out_stride; flags as tc_k_qmv1_* (4: each row normalised by its own rms). Dynamic shared memory: 2 (2k + k / 2) bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
+/* kernels/quant.cu:2291 tc_k_qmv1_q2_k_bf16: The same for Q2_K and Q3_K, in sm_90a code only (elsewhere they trap). */
+static inline tc_status tc_launch_qmv1_q2_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
+{
+    void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
+    return tc_launch_kernel(TC_KERNEL_QMV1_Q2_K_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv1_q2_k_bf16(cfg, out, x, w, n, k, out_stride, flags, norm, eps) \
+    tc_launch_qmv1_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
+#endif
+
+/* kernels/quant.cu:2297 tc_k_qmv1_q3_k_bf16 */
+static inline tc_status tc_launch_qmv1_q3_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
+{
+    void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
+    return tc_launch_kernel(TC_KERNEL_QMV1_Q3_K_BF16, &cfg, args);
+}
+#ifndef __cplusplus
+#define tc_launch_qmv1_q3_k_bf16(cfg, out, x, w, n, k, out_stride, flags, norm, eps) \
+    tc_launch_qmv1_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
+#endif
+
+/* kernels/quant.cu:2309 tc_k_qmv2_q4_k_bf16: Two rows of bf16 x (decode of two sequences) over K-quant weights on the integer tensor cores (tc_k_qmv2_<type>_bf16, in sm_90a code only; elsewhere they trap): out[2, n] = x[2, k] w[n, k]^T as tc_k_qmv1_* computes each row, the weights read once for both; x's rows x_stride elements apart, out's out_stride; flags as tc_k_qmv1_* (4: each row normalised by its own rms). Dynamic shared memory: 2 (2k + k / 2) bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
 static inline tc_status tc_launch_qmv2_q4_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &x_stride, &out_stride, &flags, &norm, &eps};
@@ -1422,7 +1446,7 @@ static inline tc_status tc_launch_qmv2_q4_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv2_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2250 tc_k_qmv2_q5_k_bf16 */
+/* kernels/quant.cu:2315 tc_k_qmv2_q5_k_bf16 */
 static inline tc_status tc_launch_qmv2_q5_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &x_stride, &out_stride, &flags, &norm, &eps};
@@ -1433,7 +1457,7 @@ static inline tc_status tc_launch_qmv2_q5_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv2_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2256 tc_k_qmv2_q6_k_bf16 */
+/* kernels/quant.cu:2321 tc_k_qmv2_q6_k_bf16 */
 static inline tc_status tc_launch_qmv2_q6_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &x_stride, &out_stride, &flags, &norm, &eps};
@@ -1444,7 +1468,7 @@ static inline tc_status tc_launch_qmv2_q6_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv2_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2267 tc_k_qmv1_q4_k_q6_k_bf16: Two one-row products in one launch (tc_k_qmv1_<a>_<b>_bf16): blocks [0, split) take out_a[1, n_a] = x w_a^T (w_a of the first type), blocks [split, grid) out_b[1, n_b] = x w_b^T (the second type), each as tc_k_qmv1_* does with flags 4 (the same x, norm and eps; flags 1, 2 and 8 are not taken). Dynamic shared memory as tc_k_qmv1_*, at least the larger type's least. */
+/* kernels/quant.cu:2332 tc_k_qmv1_q4_k_q6_k_bf16: Two one-row products in one launch (tc_k_qmv1_<a>_<b>_bf16): blocks [0, split) take out_a[1, n_a] = x w_a^T (w_a of the first type), blocks [split, grid) out_b[1, n_b] = x w_b^T (the second type), each as tc_k_qmv1_* does with flags 4 (the same x, norm and eps; flags 1, 2 and 8 are not taken). Dynamic shared memory as tc_k_qmv1_*, at least the larger type's least. */
 static inline tc_status tc_launch_qmv1_q4_k_q6_k_bf16(tc_launch_config cfg, tc_bf16 *out_a, tc_bf16 *out_b, const tc_bf16 *x, const void *w_a, const void *w_b, int64_t n_a, int64_t n_b, int64_t k, int32_t flags, const tc_bf16 *norm, float eps, int32_t split)
 {
     void *args[] = {&out_a, &out_b, &x, &w_a, &w_b, &n_a, &n_b, &k, &flags, &norm, &eps, &split};
@@ -1455,7 +1479,7 @@ static inline tc_status tc_launch_qmv1_q4_k_q6_k_bf16(tc_launch_config cfg, tc_b
     tc_launch_qmv1_q4_k_q6_k_bf16((cfg), TC__KARG(tc_bf16 *, out_a), TC__KARG(tc_bf16 *, out_b), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w_a), TC__KARG_CONST(const void *, void *, w_b), TC__KARG(int64_t, n_a), TC__KARG(int64_t, n_b), TC__KARG(int64_t, k), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps), TC__KARG(int32_t, split))
 #endif
 
-/* kernels/quant.cu:2275 tc_k_qmv1_q5_k_q6_k_bf16 */
+/* kernels/quant.cu:2340 tc_k_qmv1_q5_k_q6_k_bf16 */
 static inline tc_status tc_launch_qmv1_q5_k_q6_k_bf16(tc_launch_config cfg, tc_bf16 *out_a, tc_bf16 *out_b, const tc_bf16 *x, const void *w_a, const void *w_b, int64_t n_a, int64_t n_b, int64_t k, int32_t flags, const tc_bf16 *norm, float eps, int32_t split)
 {
     void *args[] = {&out_a, &out_b, &x, &w_a, &w_b, &n_a, &n_b, &k, &flags, &norm, &eps, &split};
@@ -1466,7 +1490,7 @@ static inline tc_status tc_launch_qmv1_q5_k_q6_k_bf16(tc_launch_config cfg, tc_b
     tc_launch_qmv1_q5_k_q6_k_bf16((cfg), TC__KARG(tc_bf16 *, out_a), TC__KARG(tc_bf16 *, out_b), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w_a), TC__KARG_CONST(const void *, void *, w_b), TC__KARG(int64_t, n_a), TC__KARG(int64_t, n_b), TC__KARG(int64_t, k), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps), TC__KARG(int32_t, split))
 #endif
 
-/* kernels/quant.cu:2296 tc_k_qmm_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 (5 for the K-quants) <= m <= 64 rows of 16-bit x and w of a block type held as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32 1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and counts grid.x zeroed counters (left at zero), unless (Hopper) the launch makes a tile's grid.y blocks one cluster (at most 8), whose shares add in shared memory. Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256 of k each. On Hopper under 128 registers (a few spilled), so that two blocks of two stages fit an SM where a product's blocks would take more than one wave at one an SM (the host's choice, as for tc_k_qmm32_* below). The first stages' weights are requested before the kernel waits for the one before it. k a multiple of 32, x and its stride 16-byte aligned. */
+/* kernels/quant.cu:2361 tc_k_qmm_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 (5 for the K-quants) <= m <= 64 rows of 16-bit x and w of a block type held as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32 1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and counts grid.x zeroed counters (left at zero), unless (Hopper) the launch makes a tile's grid.y blocks one cluster (at most 8), whose shares add in shared memory. Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256 of k each. On Hopper under 128 registers (a few spilled), so that two blocks of two stages fit an SM where a product's blocks would take more than one wave at one an SM (the host's choice, as for tc_k_qmm32_* below). The first stages' weights are requested before the kernel waits for the one before it. k a multiple of 32, x and its stride 16-byte aligned. */
 static inline tc_status tc_launch_qmm_q4_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1477,7 +1501,7 @@ static inline tc_status tc_launch_qmm_q4_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2302 tc_k_qmm_q4_0_bf16 */
+/* kernels/quant.cu:2367 tc_k_qmm_q4_0_bf16 */
 static inline tc_status tc_launch_qmm_q4_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1488,7 +1512,7 @@ static inline tc_status tc_launch_qmm_q4_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2308 tc_k_qmm_q4_1_f16 */
+/* kernels/quant.cu:2373 tc_k_qmm_q4_1_f16 */
 static inline tc_status tc_launch_qmm_q4_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1499,7 +1523,7 @@ static inline tc_status tc_launch_qmm_q4_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2314 tc_k_qmm_q4_1_g64_f16 */
+/* kernels/quant.cu:2379 tc_k_qmm_q4_1_g64_f16 */
 static inline tc_status tc_launch_qmm_q4_1_g64_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1510,7 +1534,7 @@ static inline tc_status tc_launch_qmm_q4_1_g64_f16(tc_launch_config cfg, void *o
     tc_launch_qmm_q4_1_g64_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2320 tc_k_qmm_q4_1_g128_f16 */
+/* kernels/quant.cu:2385 tc_k_qmm_q4_1_g128_f16 */
 static inline tc_status tc_launch_qmm_q4_1_g128_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1521,7 +1545,7 @@ static inline tc_status tc_launch_qmm_q4_1_g128_f16(tc_launch_config cfg, void *
     tc_launch_qmm_q4_1_g128_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2326 tc_k_qmm_q4_1_bf16 */
+/* kernels/quant.cu:2391 tc_k_qmm_q4_1_bf16 */
 static inline tc_status tc_launch_qmm_q4_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1532,7 +1556,7 @@ static inline tc_status tc_launch_qmm_q4_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2332 tc_k_qmm_q4_1_g64_bf16 */
+/* kernels/quant.cu:2397 tc_k_qmm_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmm_q4_1_g64_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1543,7 +1567,7 @@ static inline tc_status tc_launch_qmm_q4_1_g64_bf16(tc_launch_config cfg, void *
     tc_launch_qmm_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2338 tc_k_qmm_q4_1_g128_bf16 */
+/* kernels/quant.cu:2403 tc_k_qmm_q4_1_g128_bf16 */
 static inline tc_status tc_launch_qmm_q4_1_g128_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1554,7 +1578,7 @@ static inline tc_status tc_launch_qmm_q4_1_g128_bf16(tc_launch_config cfg, void 
     tc_launch_qmm_q4_1_g128_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2344 tc_k_qmm_q5_0_f16 */
+/* kernels/quant.cu:2409 tc_k_qmm_q5_0_f16 */
 static inline tc_status tc_launch_qmm_q5_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1565,7 +1589,7 @@ static inline tc_status tc_launch_qmm_q5_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2350 tc_k_qmm_q5_0_bf16 */
+/* kernels/quant.cu:2415 tc_k_qmm_q5_0_bf16 */
 static inline tc_status tc_launch_qmm_q5_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1576,7 +1600,7 @@ static inline tc_status tc_launch_qmm_q5_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2356 tc_k_qmm_q5_1_f16 */
+/* kernels/quant.cu:2421 tc_k_qmm_q5_1_f16 */
 static inline tc_status tc_launch_qmm_q5_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1587,7 +1611,7 @@ static inline tc_status tc_launch_qmm_q5_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2362 tc_k_qmm_q5_1_bf16 */
+/* kernels/quant.cu:2427 tc_k_qmm_q5_1_bf16 */
 static inline tc_status tc_launch_qmm_q5_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1598,7 +1622,7 @@ static inline tc_status tc_launch_qmm_q5_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2368 tc_k_qmm_q8_0_f16 */
+/* kernels/quant.cu:2433 tc_k_qmm_q8_0_f16 */
 static inline tc_status tc_launch_qmm_q8_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1609,7 +1633,7 @@ static inline tc_status tc_launch_qmm_q8_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q8_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2374 tc_k_qmm_q8_0_bf16 */
+/* kernels/quant.cu:2439 tc_k_qmm_q8_0_bf16 */
 static inline tc_status tc_launch_qmm_q8_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1620,7 +1644,7 @@ static inline tc_status tc_launch_qmm_q8_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2380 tc_k_qmm_q2_k_f16 */
+/* kernels/quant.cu:2445 tc_k_qmm_q2_k_f16 */
 static inline tc_status tc_launch_qmm_q2_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1631,7 +1655,7 @@ static inline tc_status tc_launch_qmm_q2_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q2_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2386 tc_k_qmm_q2_k_bf16 */
+/* kernels/quant.cu:2451 tc_k_qmm_q2_k_bf16 */
 static inline tc_status tc_launch_qmm_q2_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1642,7 +1666,7 @@ static inline tc_status tc_launch_qmm_q2_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2392 tc_k_qmm_q3_k_f16 */
+/* kernels/quant.cu:2457 tc_k_qmm_q3_k_f16 */
 static inline tc_status tc_launch_qmm_q3_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1653,7 +1677,7 @@ static inline tc_status tc_launch_qmm_q3_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q3_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2398 tc_k_qmm_q3_k_bf16 */
+/* kernels/quant.cu:2463 tc_k_qmm_q3_k_bf16 */
 static inline tc_status tc_launch_qmm_q3_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1664,7 +1688,7 @@ static inline tc_status tc_launch_qmm_q3_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2404 tc_k_qmm_q4_k_f16 */
+/* kernels/quant.cu:2469 tc_k_qmm_q4_k_f16 */
 static inline tc_status tc_launch_qmm_q4_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1675,7 +1699,7 @@ static inline tc_status tc_launch_qmm_q4_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2410 tc_k_qmm_q4_k_bf16 */
+/* kernels/quant.cu:2475 tc_k_qmm_q4_k_bf16 */
 static inline tc_status tc_launch_qmm_q4_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1686,7 +1710,7 @@ static inline tc_status tc_launch_qmm_q4_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2416 tc_k_qmm_q5_k_f16 */
+/* kernels/quant.cu:2481 tc_k_qmm_q5_k_f16 */
 static inline tc_status tc_launch_qmm_q5_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1697,7 +1721,7 @@ static inline tc_status tc_launch_qmm_q5_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2422 tc_k_qmm_q5_k_bf16 */
+/* kernels/quant.cu:2487 tc_k_qmm_q5_k_bf16 */
 static inline tc_status tc_launch_qmm_q5_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1708,7 +1732,7 @@ static inline tc_status tc_launch_qmm_q5_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2428 tc_k_qmm_q6_k_f16 */
+/* kernels/quant.cu:2493 tc_k_qmm_q6_k_f16 */
 static inline tc_status tc_launch_qmm_q6_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1719,7 +1743,7 @@ static inline tc_status tc_launch_qmm_q6_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q6_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2434 tc_k_qmm_q6_k_bf16 */
+/* kernels/quant.cu:2499 tc_k_qmm_q6_k_bf16 */
 static inline tc_status tc_launch_qmm_q6_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1730,7 +1754,7 @@ static inline tc_status tc_launch_qmm_q6_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2448 tc_k_qmm32_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 32 rows, as tc_k_qmm_* (the same arguments, workspace and stages) with room for four 8-row tiles of x instead of eight: under 128 registers a thread, so that two blocks share an SM and hide each other's latency (H100, bench_ops quant, Q4_K 11008 x 4096: 16 rows 37.3 -> 24.2 us, 32 rows 44.0 -> 32.8 us; 7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453), where a product's blocks would take more than one wave at one an SM; one block of up to four stages otherwise (the host's choice). */
+/* kernels/quant.cu:2513 tc_k_qmm32_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 32 rows, as tc_k_qmm_* (the same arguments, workspace and stages) with room for four 8-row tiles of x instead of eight: under 128 registers a thread, so that two blocks share an SM and hide each other's latency (H100, bench_ops quant, Q4_K 11008 x 4096: 16 rows 37.3 -> 24.2 us, 32 rows 44.0 -> 32.8 us; 7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453), where a product's blocks would take more than one wave at one an SM; one block of up to four stages otherwise (the host's choice). */
 static inline tc_status tc_launch_qmm32_q4_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1741,7 +1765,7 @@ static inline tc_status tc_launch_qmm32_q4_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2454 tc_k_qmm32_q4_0_bf16 */
+/* kernels/quant.cu:2519 tc_k_qmm32_q4_0_bf16 */
 static inline tc_status tc_launch_qmm32_q4_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1752,7 +1776,7 @@ static inline tc_status tc_launch_qmm32_q4_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2460 tc_k_qmm32_q4_1_f16 */
+/* kernels/quant.cu:2525 tc_k_qmm32_q4_1_f16 */
 static inline tc_status tc_launch_qmm32_q4_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1763,7 +1787,7 @@ static inline tc_status tc_launch_qmm32_q4_1_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2466 tc_k_qmm32_q4_1_g64_f16 */
+/* kernels/quant.cu:2531 tc_k_qmm32_q4_1_g64_f16 */
 static inline tc_status tc_launch_qmm32_q4_1_g64_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1774,7 +1798,7 @@ static inline tc_status tc_launch_qmm32_q4_1_g64_f16(tc_launch_config cfg, void 
     tc_launch_qmm32_q4_1_g64_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2472 tc_k_qmm32_q4_1_g128_f16 */
+/* kernels/quant.cu:2537 tc_k_qmm32_q4_1_g128_f16 */
 static inline tc_status tc_launch_qmm32_q4_1_g128_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1785,7 +1809,7 @@ static inline tc_status tc_launch_qmm32_q4_1_g128_f16(tc_launch_config cfg, void
     tc_launch_qmm32_q4_1_g128_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2478 tc_k_qmm32_q4_1_bf16 */
+/* kernels/quant.cu:2543 tc_k_qmm32_q4_1_bf16 */
 static inline tc_status tc_launch_qmm32_q4_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1796,7 +1820,7 @@ static inline tc_status tc_launch_qmm32_q4_1_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2484 tc_k_qmm32_q4_1_g64_bf16 */
+/* kernels/quant.cu:2549 tc_k_qmm32_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmm32_q4_1_g64_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1807,7 +1831,7 @@ static inline tc_status tc_launch_qmm32_q4_1_g64_bf16(tc_launch_config cfg, void
     tc_launch_qmm32_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2490 tc_k_qmm32_q4_1_g128_bf16 */
+/* kernels/quant.cu:2555 tc_k_qmm32_q4_1_g128_bf16 */
 static inline tc_status tc_launch_qmm32_q4_1_g128_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1818,7 +1842,7 @@ static inline tc_status tc_launch_qmm32_q4_1_g128_bf16(tc_launch_config cfg, voi
     tc_launch_qmm32_q4_1_g128_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2496 tc_k_qmm32_q5_0_f16 */
+/* kernels/quant.cu:2561 tc_k_qmm32_q5_0_f16 */
 static inline tc_status tc_launch_qmm32_q5_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1829,7 +1853,7 @@ static inline tc_status tc_launch_qmm32_q5_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2502 tc_k_qmm32_q5_0_bf16 */
+/* kernels/quant.cu:2567 tc_k_qmm32_q5_0_bf16 */
 static inline tc_status tc_launch_qmm32_q5_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1840,7 +1864,7 @@ static inline tc_status tc_launch_qmm32_q5_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2508 tc_k_qmm32_q5_1_f16 */
+/* kernels/quant.cu:2573 tc_k_qmm32_q5_1_f16 */
 static inline tc_status tc_launch_qmm32_q5_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1851,7 +1875,7 @@ static inline tc_status tc_launch_qmm32_q5_1_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2514 tc_k_qmm32_q5_1_bf16 */
+/* kernels/quant.cu:2579 tc_k_qmm32_q5_1_bf16 */
 static inline tc_status tc_launch_qmm32_q5_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1862,7 +1886,7 @@ static inline tc_status tc_launch_qmm32_q5_1_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2520 tc_k_qmm32_q8_0_f16 */
+/* kernels/quant.cu:2585 tc_k_qmm32_q8_0_f16 */
 static inline tc_status tc_launch_qmm32_q8_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1873,7 +1897,7 @@ static inline tc_status tc_launch_qmm32_q8_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q8_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2526 tc_k_qmm32_q8_0_bf16 */
+/* kernels/quant.cu:2591 tc_k_qmm32_q8_0_bf16 */
 static inline tc_status tc_launch_qmm32_q8_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1884,7 +1908,7 @@ static inline tc_status tc_launch_qmm32_q8_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2532 tc_k_qmm32_q2_k_f16 */
+/* kernels/quant.cu:2597 tc_k_qmm32_q2_k_f16 */
 static inline tc_status tc_launch_qmm32_q2_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1895,7 +1919,7 @@ static inline tc_status tc_launch_qmm32_q2_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q2_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2538 tc_k_qmm32_q2_k_bf16 */
+/* kernels/quant.cu:2603 tc_k_qmm32_q2_k_bf16 */
 static inline tc_status tc_launch_qmm32_q2_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1906,7 +1930,7 @@ static inline tc_status tc_launch_qmm32_q2_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2544 tc_k_qmm32_q3_k_f16 */
+/* kernels/quant.cu:2609 tc_k_qmm32_q3_k_f16 */
 static inline tc_status tc_launch_qmm32_q3_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1917,7 +1941,7 @@ static inline tc_status tc_launch_qmm32_q3_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q3_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2550 tc_k_qmm32_q3_k_bf16 */
+/* kernels/quant.cu:2615 tc_k_qmm32_q3_k_bf16 */
 static inline tc_status tc_launch_qmm32_q3_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1928,7 +1952,7 @@ static inline tc_status tc_launch_qmm32_q3_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2556 tc_k_qmm32_q4_k_f16 */
+/* kernels/quant.cu:2621 tc_k_qmm32_q4_k_f16 */
 static inline tc_status tc_launch_qmm32_q4_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1939,7 +1963,7 @@ static inline tc_status tc_launch_qmm32_q4_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2562 tc_k_qmm32_q4_k_bf16 */
+/* kernels/quant.cu:2627 tc_k_qmm32_q4_k_bf16 */
 static inline tc_status tc_launch_qmm32_q4_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1950,7 +1974,7 @@ static inline tc_status tc_launch_qmm32_q4_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2568 tc_k_qmm32_q5_k_f16 */
+/* kernels/quant.cu:2633 tc_k_qmm32_q5_k_f16 */
 static inline tc_status tc_launch_qmm32_q5_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1961,7 +1985,7 @@ static inline tc_status tc_launch_qmm32_q5_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2574 tc_k_qmm32_q5_k_bf16 */
+/* kernels/quant.cu:2639 tc_k_qmm32_q5_k_bf16 */
 static inline tc_status tc_launch_qmm32_q5_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1972,7 +1996,7 @@ static inline tc_status tc_launch_qmm32_q5_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2580 tc_k_qmm32_q6_k_f16 */
+/* kernels/quant.cu:2645 tc_k_qmm32_q6_k_f16 */
 static inline tc_status tc_launch_qmm32_q6_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1983,7 +2007,7 @@ static inline tc_status tc_launch_qmm32_q6_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q6_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2586 tc_k_qmm32_q6_k_bf16 */
+/* kernels/quant.cu:2651 tc_k_qmm32_q6_k_bf16 */
 static inline tc_status tc_launch_qmm32_q6_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};

@@ -687,8 +687,8 @@ __device__ __forceinline__ void wait_copies(int n)
     }
 }
 
-// One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but
-// Q2_K and Q3_K (whose 2- and 3-bit planes take the kernel above). The kernel of 1 to 8 rows above spends most of its issue slots
+// One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type (Q2_K's
+// and Q3_K's on Hopper alone). The kernel of 1 to 8 rows above spends most of its issue slots
 // per weight on dequantising to 16 bits and on scales: each lane decodes the scale of every
 // row and chunk it touches, four lanes the same one, and for one row of x seven of the eight
 // columns of each product are empty (H100, 7B Q4_K 11008 x 4096: 4.8 weights an instruction,
@@ -710,12 +710,12 @@ template <int DT> constexpr int kGS = DT == Q4_K || DT == Q5_K ? 32 : 16;
 // Where column c's group starts in a set of 8 groups (the step's elements in order): Q4_K's
 // column j < 4 is sub-block 2j, whose quants are the low nibbles of bytes that hold sub-block
 // 2j + 1's (column j + 4) in their high ones; Q4_0's and Q8_0's columns j and j + 4 are block
-// j's two halves; Q6_K's eight groups of a half-block in order.
+// j's two halves; Q2_K's, Q3_K's and Q6_K's eight groups of a half-block in order.
 template <int DT> __device__ __forceinline__ int xoff(int c)
 {
     if constexpr (DT == Q4_K || DT == Q5_K)
         return 64 * (c & 3) + 32 * (c >> 2);
-    else if constexpr (DT == Q6_K)
+    else if constexpr (kHalfScale<DT>)
         return 16 * c;
     else
         return 32 * (c & 3) + 16 * (c >> 2);
@@ -918,6 +918,26 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
 #pragma unroll
                 for (int i = 0; i < 4; i++)
                     wa[r][i] = w[i], wb[r][i] = w[4 + i];
+            } else if constexpr (DT == Q2_K || DT == Q3_K) {
+                // Half-block t: column p is its elements 16p .. 16p + 15, bits 2jj (jj = p / 2)
+                // of qs[32t + 16h ..] (h = p % 2) with Q3_K's high bit 4t + jj of hmask[16h ..];
+                // column p + 4 is elements 16p + 64 .., the same bytes' bits 2jj + 4 and high
+                // bit 4t + jj + 2 (Q3_K's quants as q + 4, 0 .. 7).
+                const int jj = p >> 1, h = p & 1;
+                uint32_t qs[4], hm[4] = {};
+                lds_words(qs, Q[r].p[0] + 32 * t + 16 * h);
+                if constexpr (DT == Q3_K)
+                    lds_words(hm, Q[r].p[1] + 16 * h);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    wa[r][i] = (qs[i] >> (2 * jj)) & 0x03030303u;
+                    wb[r][i] = (qs[i] >> (2 * jj + 4)) & 0x03030303u;
+                    if constexpr (DT == Q3_K) {
+                        // (the high bits moved to bit 2 of their bytes)
+                        wa[r][i] |= (t ? hm[i] >> (2 + jj) : hm[i] << (2 - jj)) & 0x04040404u;
+                        wb[r][i] |= (hm[i] >> (4 * t + jj)) & 0x04040404u;
+                    }
+                }
             } else {
                 // Q6_K, half-block t: column p is sub-row jj = p / 2's elements 16h .. 16h + 15
                 // (h = p % 2), the low nibbles of ql[32 jj + 16h ..] with bits 2jj of qh[16h ..];
@@ -953,56 +973,102 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
                 imma16832<DT == Q8_0>(e[xr], wa[0][i], wa[1][i], wb[0][i], wb[1][i], y0[i], y1[i]);
             }
         }
-        // Q4_K's and Q5_K's packed scales and (d, dmin) of each row, read once for both columns.
-        uint32_t kw[2][4] = {};
+        // Q4_K's and Q5_K's packed scales and (d, dmin) of each row, read once for both columns;
+        // Q2_K's (d, dmin) and Q3_K's d (their scale bytes are read where used: indexing words
+        // held in registers by the lane's column would put them in local memory).
+        uint32_t kw[2][4] = {}, kd[2] = {};
         if constexpr (DT == Q4_K || DT == Q5_K) {
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const uint4 m = k_meta<DT>(Q[r], 0u);
                 kw[r][0] = m.x, kw[r][1] = m.y, kw[r][2] = m.z, kw[r][3] = m.w;
             }
+        } else if constexpr (DT == Q2_K || DT == Q3_K) {
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                kd[r] = DT == Q2_K ? ld4(Q[r].p[2]) : ld2(Q[r].p[3]);
         }
         // Lane (g, p) holds columns 2p and 2p + 1 of rows g (d[0], d[1]) and g + 8 (d[2], d[3]).
-#pragma unroll
-        for (int cc = 0; cc < 2; cc++) {
-            const int c = 2 * p + cc, j = c & 3, hi = c >> 2;
-            if (!valid(t, c))
-                continue;
-            float2 xgs[NX];
-#pragma unroll
-            for (int xr = 0; xr < NX; xr++)
-                xgs[xr] = xs[(k / 16) * xr + (es + xoff<DT>(c)) / 16];
+        if constexpr (kHalfScale<DT>) {
+            // Columns 2p and 2p + 1 are the two 16-element groups of x's chunk p (one dx): their
+            // integer sums times their integer scales are added in int32 (at most 2 x 16 x 63 x
+            // 127 x 128), then scaled once; the offsets (Q3_K's and Q6_K's bias, Q2_K's min)
+            // times each group's sum of x. Scale bytes: Q2_K's 8t + c (d times the low nibble,
+            // dmin the high one), Q6_K's 8t + c (signed), Q3_K's 6 bits less 32, the low four in
+            // nibble t of byte c and the high two at bit 2 (2t + c / 4) of byte 8 + c % 4.
+            const int c = 2 * p;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
+                int s0, s1;
+                float dd, o0, o1;
+                if constexpr (DT == Q2_K) {
+                    const uint32_t sc = ld2(Q[r].p[1] + 8 * t + c);
+                    s0 = (int)(sc & 15u), s1 = (int)((sc >> 8) & 15u);
+                    dd = half_lo(kd[r]);
+                    o0 = -half_hi(kd[r]) * small_float((sc >> 4) & 15u);
+                    o1 = -half_hi(kd[r]) * small_float(sc >> 12);
+                } else {
+                    if constexpr (DT == Q3_K) {
+                        const uint32_t lo = ld2(Q[r].p[2] + c) >> (4 * t),
+                                       hi = ld2(Q[r].p[2] + 8 + 2 * (p & 1)) >> (2 * (2 * t + (p >> 1)));
+                        s0 = (int)((lo & 15u) | ((hi & 3u) << 4)) - 32;
+                        s1 = (int)(((lo >> 8) & 15u) | (((hi >> 8) & 3u) << 4)) - 32;
+                        dd = half_lo(kd[r]);
+                    } else {
+                        const uint32_t sc = ld2(Q[r].p[2] + 8 * t + c);
+                        s0 = (int)(int8_t)(sc & 0xffu), s1 = (int)(int8_t)(sc >> 8);
+                        dd = half_lo(ld2(Q[r].p[3]));
+                    }
+                    const float bias = DT == Q3_K ? -4.0f : -32.0f;
+                    o0 = bias * dd * (float)s0, o1 = bias * dd * (float)s1;
+                }
 #pragma unroll
                 for (int xr = 0; xr < NX; xr++) {
-                    const float2 *xsr = xs + (k / 16) * xr;
-                    const float2 xg = xgs[xr];
-                    const float isum = (float)d[xr][2 * r + cc] + (float)e[xr][2 * r + cc] * (1.0f / 254.0f);
-                    float &a = acc[xr][r];
-                    if constexpr (DT == Q4_K || DT == Q5_K) {
-                        const uint2 sm = k_scale_min(kw[r][0], kw[r][1], kw[r][2], 2 * j + hi);
-                        const float sx = xg.y + xsr[(es + xoff<DT>(c)) / 16 + 1].y;
-                        const float hs = DT == Q4_K && hi ? 0.0625f : 1.0f;
-                        a += half_lo(kw[r][3]) * small_float(sm.x) * (xg.x * isum * hs) -
-                             half_hi(kw[r][3]) * small_float(sm.y) * sx;
-                    } else if constexpr (DT == Q4_0) {
-                        const float db = half_lo(ld2(Q[r].p[1] + 2 * (4 * t + j)));
-                        a += db * (xg.x * isum * (hi ? 0.0625f : 1.0f) - 8.0f * xg.y);
-                    } else if constexpr (DT == Q4_1 || kQ41G<DT>) {
-                        const uint32_t dm = ld4(Q[r].p[1] + 4 * ((uint32_t)(4 * t + j) / (L.block / 32)));
-                        a += half_lo(dm) * xg.x * isum * (hi ? 0.0625f : 1.0f) + half_hi(dm) * xg.y;
-                    } else if constexpr (DT == Q5_0) {
-                        a += half_lo(ld2(Q[r].p[2] + 2 * (4 * t + j))) * (xg.x * isum - 16.0f * xg.y);
-                    } else if constexpr (DT == Q5_1) {
-                        const uint32_t dm = ld4(Q[r].p[2] + 4 * (4 * t + j));
-                        a += half_lo(dm) * xg.x * isum + half_hi(dm) * xg.y;
-                    } else if constexpr (DT == Q8_0) {
-                        a += half_lo(ld2(Q[r].p[1] + 2 * j)) * xg.x * isum;
-                    } else {
-                        const int is = 8 * t + 2 * ((j >> 1) + 2 * hi) + (j & 1);
-                        const float s = (float)(int8_t)Q[r].p[2][is];
-                        a += half_lo(ld2(Q[r].p[3])) * s * (xg.x * isum - 32.0f * xg.y);
+                    const float2 xa = xs[(k / 16) * xr + (es + 16 * c) / 16], xb = xs[(k / 16) * xr + (es + 16 * c) / 16 + 1];
+                    const int id = s0 * d[xr][2 * r] + s1 * d[xr][2 * r + 1],
+                              ie = s0 * e[xr][2 * r] + s1 * e[xr][2 * r + 1];
+                    acc[xr][r] += dd * (xa.x * ((float)id + (float)ie * (1.0f / 254.0f))) + (o0 * xa.y + o1 * xb.y);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int cc = 0; cc < 2; cc++) {
+                const int c = 2 * p + cc, j = c & 3, hi = c >> 2;
+                if (!valid(t, c))
+                    continue;
+                float2 xgs[NX];
+#pragma unroll
+                for (int xr = 0; xr < NX; xr++)
+                    xgs[xr] = xs[(k / 16) * xr + (es + xoff<DT>(c)) / 16];
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+#pragma unroll
+                    for (int xr = 0; xr < NX; xr++) {
+                        const float2 *xsr = xs + (k / 16) * xr;
+                        const float2 xg = xgs[xr];
+                        const float isum = (float)d[xr][2 * r + cc] + (float)e[xr][2 * r + cc] * (1.0f / 254.0f);
+                        float &a = acc[xr][r];
+                        if constexpr (DT == Q4_K || DT == Q5_K) {
+                            const uint2 sm = k_scale_min(kw[r][0], kw[r][1], kw[r][2], 2 * j + hi);
+                            const float sx = xg.y + xsr[(es + xoff<DT>(c)) / 16 + 1].y;
+                            const float hs = DT == Q4_K && hi ? 0.0625f : 1.0f;
+                            a += half_lo(kw[r][3]) * small_float(sm.x) * (xg.x * isum * hs) -
+                                 half_hi(kw[r][3]) * small_float(sm.y) * sx;
+                        } else if constexpr (DT == Q4_0) {
+                            const float db = half_lo(ld2(Q[r].p[1] + 2 * (4 * t + j)));
+                            a += db * (xg.x * isum * (hi ? 0.0625f : 1.0f) - 8.0f * xg.y);
+                        } else if constexpr (DT == Q4_1 || kQ41G<DT>) {
+                            const uint32_t dm = ld4(Q[r].p[1] + 4 * ((uint32_t)(4 * t + j) / (L.block / 32)));
+                            a += half_lo(dm) * xg.x * isum * (hi ? 0.0625f : 1.0f) + half_hi(dm) * xg.y;
+                        } else if constexpr (DT == Q5_0) {
+                            a += half_lo(ld2(Q[r].p[2] + 2 * (4 * t + j))) * (xg.x * isum - 16.0f * xg.y);
+                        } else if constexpr (DT == Q5_1) {
+                            const uint32_t dm = ld4(Q[r].p[2] + 4 * (4 * t + j));
+                            a += half_lo(dm) * xg.x * isum + half_hi(dm) * xg.y;
+                        } else {
+                            static_assert(DT == Q8_0, "every block type has its scales");
+                            a += half_lo(ld2(Q[r].p[1] + 2 * j)) * xg.x * isum;
+                        }
                     }
                 }
             }
@@ -1351,11 +1417,21 @@ __device__ __forceinline__ void q8_rows(void *out, const T *x, const void *w, in
                                   reinterpret_cast<int8_t *>(ring), reinterpret_cast<float2 *>(ring + 2 * NX * k), nw,
                                   eps, nss, bid, nblk);
 }
+// (Q2_K's and Q3_K's in sm_90a code only, as the two-row kernels below: the host takes them on
+// compute capability 9.x.)
 template <typename T, int DT>
 __device__ __forceinline__ void q8_kernel(void *out, const T *x, const void *w, int64_t n, int64_t k, int64_t os,
                                           int flags, const T *nw, float eps)
 {
-    q8_rows<T, DT>(out, x, w, n, k, os, flags, nw, eps, blockIdx.x, gridDim.x);
+    if constexpr (DT == Q2_K || DT == Q3_K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        q8_rows<T, DT>(out, x, w, n, k, os, flags, nw, eps, blockIdx.x, gridDim.x);
+#else
+        __trap();
+#endif
+    } else {
+        q8_rows<T, DT>(out, x, w, n, k, os, flags, nw, eps, blockIdx.x, gridDim.x);
+    }
 }
 
 // Two rows of x (x_stride apart) on the integer products, in sm_90a code only (the host takes
@@ -2167,8 +2243,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     quant_cu::mma_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, m, n, k, x_stride, out_stride, flags);
 }
 
-/** One row of bf16 x (batch-1 decode) on the integer tensor cores, for every block type but
- *  Q2_K and Q3_K (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory
+/** One row of bf16 x (batch-1 decode) on the integer tensor cores (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory
  *  as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*, and 4: x
  *  RMS-normalised first, x / sqrt(mean(x^2) + eps) times norm [k] when norm is not null; 8: out is
  *  f32, else bf16). Blocks of 256 threads;
@@ -2233,6 +2308,19 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                          const __nv_bfloat16 *norm, float eps)
 {
     quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, x, w, n, k, out_stride, flags, norm, eps);
+}
+/** The same for Q2_K and Q3_K, in sm_90a code only (elsewhere they trap). */
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q2_k_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
+                         const __nv_bfloat16 *norm, float eps)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q2_K>(out, x, w, n, k, out_stride, flags, norm, eps);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    tc_k_qmv1_q3_k_bf16(void *out, const __nv_bfloat16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags,
+                         const __nv_bfloat16 *norm, float eps)
+{
+    quant_cu::q8_kernel<__nv_bfloat16, quant_cu::Q3_K>(out, x, w, n, k, out_stride, flags, norm, eps);
 }
 /** Two rows of bf16 x (decode of two sequences) over K-quant weights on the integer tensor cores
  *  (tc_k_qmv2_<type>_bf16, in sm_90a code only; elsewhere they trap): out[2, n] =

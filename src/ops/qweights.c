@@ -232,17 +232,21 @@ static const struct {
 #undef QMV
 
 /* The batch-1 kernels on the integer tensor cores (bf16 x written as two 8-bit digits per element
- * in shared memory first), for every block type but Q2_K and Q3_K. */
+ * in shared memory first), for every block type; Q2_K's and Q3_K's are sm_90a code only
+ * (hopper), taken on compute capability 9.x, elsewhere their 2-8 row kernels take one row. */
 typedef tc_status (*qmv1_fn)(tc_launch_config, void *, const tc_bf16 *, const void *, int64_t,
                              int64_t, int64_t, int32_t, const tc_bf16 *, float);
-#define QMV1(T, t) [TC_DTYPE_##T] = { tc_launch_qmv1_##t##_bf16, TC_KERNEL_QMV1_##T##_BF16 }
+#define QMV1(T, t, h) [TC_DTYPE_##T] = { tc_launch_qmv1_##t##_bf16, TC_KERNEL_QMV1_##T##_BF16, h }
 static const struct {
     qmv1_fn bf16;
     tc_kernel_id id;
-} qmv1[TC_DTYPE_COUNT] = { QMV1(Q4_0, q4_0),          QMV1(Q4_1, q4_1), QMV1(Q5_0, q5_0),
-                           QMV1(Q5_1, q5_1),          QMV1(Q8_0, q8_0), QMV1(Q4_K, q4_k),
-                           QMV1(Q5_K, q5_k),          QMV1(Q6_K, q6_k), QMV1(Q4_1_G64, q4_1_g64),
-                           QMV1(Q4_1_G128, q4_1_g128) };
+    bool hopper;
+} qmv1[TC_DTYPE_COUNT] = { QMV1(Q4_0, q4_0, false),         QMV1(Q4_1, q4_1, false),
+                           QMV1(Q5_0, q5_0, false),         QMV1(Q5_1, q5_1, false),
+                           QMV1(Q8_0, q8_0, false),         QMV1(Q2_K, q2_k, true),
+                           QMV1(Q3_K, q3_k, true),          QMV1(Q4_K, q4_k, false),
+                           QMV1(Q5_K, q5_k, false),         QMV1(Q6_K, q6_k, false),
+                           QMV1(Q4_1_G64, q4_1_g64, false), QMV1(Q4_1_G128, q4_1_g128, false) };
 #undef QMV1
 
 /* The pairs of types with a two-product kernel of their own (tc_k_qmv1_<a>_<b>_bf16): Q4_K_M's
@@ -321,7 +325,7 @@ static tc_status prepare(tc_backend *b)
             b->qwave_mma[dt][h] = (int64_t)per_sm * b->ctx->sm_count;
         }
     for (int dt = 0; dt < TC_DTYPE_COUNT; dt++)
-        if (qmv1[dt].bf16) {
+        if (qmv1[dt].bf16 && (!qmv1[dt].hopper || b->ctx->cc_major == 9)) {
             TC_TRY(tc_launch_set_carveout(b->ctx, qmv1[dt].id, 100));
             if (tc_launch_blocks_per_sm(b->ctx, qmv1[dt].id, 256, shared, &per_sm) != TC_OK ||
                 per_sm < 1)

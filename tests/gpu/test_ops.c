@@ -695,6 +695,28 @@ static void two_rows_exact(rng_t *r, tc_dtype q, int64_t n, int64_t k, int mode)
     tc_tensor_deinit(&gg), tc_tensor_deinit(&cg);
 }
 
+/* Whether one row of bf16 x over type q (k columns) takes the integer kernel: every type on
+ * Hopper, all but Q2_K and Q3_K elsewhere (a case of its own: a type that lost its kernel would
+ * pass the other cases on another one). */
+static bool one_row_integer(tc_dtype q, int64_t k)
+{
+    tc_tensor x, w;
+    CHECK(tc_tensor_init(&x, gpu, TC_DTYPE_BF16, TC_SHAPE(1, k)));
+    CHECK(tc_tensor_init(&w, gpu, q, TC_SHAPE(16, k)));
+    tc_device_info info;
+    CHECK(tc_device_info_get(0, &info));
+    bool on = tc__quant_int_rows(&x, &w, 1),
+         want = info.cc_major == 9 || (q != TC_DTYPE_Q2_K && q != TC_DTYPE_Q3_K);
+    char what[96];
+    snprintf(what, sizeof what, "one row of bf16 x over %s [%lld]: integer kernel %s",
+             tc_dtype_name(q), (long long)k, want ? "taken" : "not here");
+    printf("%-58s %s\n", what, on == want ? "ok" : "FAIL");
+    failures += on != want;
+    cases++;
+    tc_tensor_deinit(&x), tc_tensor_deinit(&w);
+    return on;
+}
+
 /* Every block-quantised type on CUDA (held as planes) against the reference over its
  * dequantised values and the CPU's product on the same blocks: the decode kernels of 1 to 8
  * rows (tensor cores for 16-bit x, f32 arithmetic for f32 x; partial tiles of 16 rows; K
@@ -722,9 +744,8 @@ static void quantised(rng_t *r)
         }
         matmul_case(r, TC_DTYPE_F16, q, 5, 333, k, TC_GEMM_AUTO, "decode", false);
         matmul_case(r, TC_DTYPE_F16, q, 1, 333, k, TC_GEMM_AUTO, "decode", false);
-        /* One row of bf16 x, rounded to 8 bits for the integer products (Q4_0, Q8_0, Q4_K,
-         * Q6_K), over a Llama-2-7B row (11008: x's copy takes 16.5 KiB of the pipeline's
-         * shared memory). */
+        /* One row of bf16 x, rounded to 8 bits for the integer products, over a Llama-2-7B row
+         * (11008: x's copy takes 16.5 KiB of the pipeline's shared memory). */
         matmul_case(r, TC_DTYPE_BF16, q, 1, 700, 11008, TC_GEMM_AUTO, "decode, long rows", false);
         /* Two rows over those (on Hopper Q4_K's two-row kernel with two stages of the pipeline
          * beside x's 55 KB of digits; Q5_K and Q6_K, whose two stages do not fit, the 2-8 row
@@ -744,11 +765,12 @@ static void quantised(rng_t *r)
             linear_case(r, TC_DTYPE_BF16, q, mode == 13 ? 2 : 1, 600, k, mode, false);
         /* A layer's q/k/v of one row: the norm and its weight in the integer kernel, then the
          * rotation and store (both orders of pairs). */
-        for (int mode = 0; q != TC_DTYPE_Q2_K && q != TC_DTYPE_Q3_K && mode < 2; mode++)
+        const bool integer = one_row_integer(q, k);
+        for (int mode = 0; integer && mode < 2; mode++)
             linear_rope_case(r, TC_DTYPE_BF16, q, 1, 8, 2, mode ? 64 : 128, !mode, true, true,
                              mode ? -1 : 3, false);
-        /* The logits' product with f32 out (Q2_K's and Q3_K's one row on the 2-8 row kernel:
-         * they have no integer one) */
+        /* The logits' product with f32 out (one row on the integer kernel: Q2_K's and Q3_K's
+         * on the 2-8 row kernel before Hopper) */
         quant_widen_case(r, TC_DTYPE_BF16, q, 1, 700, k);
         quant_widen_case(r, TC_DTYPE_BF16, q, 2, 700, k);
         quant_widen_case(r, TC_DTYPE_BF16, q, 5, 700, k);
