@@ -312,6 +312,7 @@ static double read_floor(size_t bytes, size_t most, char *how, size_t how_size)
     CHECK(tc_device_info_get(0, &info));
     if (!f->mod) {
         CHECK(tc_kmodule_create(tc_backend_context(gpu), &fl_kernels, &f->mod));
+        tc_kmodule_set_overlap(f->mod, true); /* (they wait before their one store) */
         for (int s = 0; s < QSETS; s++) {
             CHECK(tc_tensor_init(&f->buf[s], gpu, TC_DTYPE_I32, TC_SHAPE((int64_t)(most / 4))));
             CHECK(tc_stream_memset(tc_backend_stream(gpu), (CUdeviceptr)(uintptr_t)f->buf[s].data,

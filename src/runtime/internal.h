@@ -55,10 +55,11 @@ struct tc_event {
 tc_status tc__context_enter(tc_context *ctx);
 
 /* Launch f with cfg on cfg's stream (whose context is current), with the stream's launch
- * attributes: programmatic serialization where it overlaps, its cluster extent where that is
- * more than one block (launch.c). Every launcher goes through here: thincuda's kernels, the
- * user's modules (kmodule.c) and NVRTC's programs (rtc.c). */
-tc_status tc__launch_function(CUfunction f, const tc_launch_config *cfg, void **args);
+ * attributes: its cluster extent where that is more than one block, and programmatic
+ * serialization where it overlaps and f waits for its predecessor (`awaits`: thincuda's
+ * kernels, and the user's modules that say so) (launch.c). Every launcher goes through here:
+ * thincuda's kernels, the user's modules (kmodule.c) and NVRTC's programs (rtc.c). */
+tc_status tc__launch_function(CUfunction f, const tc_launch_config *cfg, void **args, bool awaits);
 
 /* Whether cfg's stream has a cluster extent that does not divide cfg's grid; if so, why (in
  * why[0..size)). */

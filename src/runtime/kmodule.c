@@ -15,6 +15,7 @@ struct tc_kmodule {
     CUfunction *funcs;  /* [spec->count] */
     int *max_threads;   /* [spec->count] threads per block this kernel can run with */
     int *static_shared; /* [spec->count] bytes */
+    bool overlap;       /* its kernels may launch overlapped (tc_kmodule_set_overlap) */
 };
 
 /* Compare the image's parameter sizes of kernel i with the table's; TC_OK or a mismatch. */
@@ -123,6 +124,12 @@ void tc_kmodule_destroy(tc_kmodule *m)
     tc_host_free(m);
 }
 
+void tc_kmodule_set_overlap(tc_kmodule *m, bool on)
+{
+    if (m)
+        m->overlap = on;
+}
+
 tc_status tc_kmodule_function(tc_kmodule *m, unsigned id, CUfunction *out)
 {
     *out = NULL;
@@ -184,7 +191,7 @@ tc_status tc_kmodule_launch(tc_kmodule *m, unsigned id, const tc_launch_config *
                                      (int)cfg->shared_bytes));
     }
     TC_TRY(tc__context_enter(c));
-    tc_status st = tc__launch_function(m->funcs[id], cfg, args);
+    tc_status st = tc__launch_function(m->funcs[id], cfg, args, m->overlap);
     if (st != TC_OK)
         return bad_launch(m, id, cfg, st, tc_status_string(st));
     return TC_OK;

@@ -5,6 +5,7 @@
 #ifndef TC_KMODULE_H
 #define TC_KMODULE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "runtime/context.h"
@@ -41,9 +42,17 @@ TC_API tc_status tc_kmodule_function(tc_kmodule *m, unsigned id, CUfunction *out
 
 /* Launch kernel `id` with args[i] pointing at parameter i, after checking the configuration
  * against the device and the kernel (the generated launchers call this). cfg->stream must
- * belong to the module's context. */
+ * belong to the module's context. The stream's cluster extent applies (tc_stream_set_cluster);
+ * its overlap (tc_stream_set_overlap) only where the module allows it (below): otherwise the
+ * kernel starts once the one before it on the stream has finished, as a plain launch does. */
 TC_API tc_status tc_kmodule_launch(tc_kmodule *m, unsigned id, const tc_launch_config *cfg,
                                    void **args);
+
+/* Let the module's kernels start while the kernel before them on an overlapped stream finishes
+ * (programmatic dependent launch, compute capability 9.0 and up): only for kernels that execute
+ * `griddepcontrol.wait` (cudaGridDependencySynchronize) before they read anything an earlier
+ * kernel wrote or write anything it reads, as thincuda's own do. Off by default. */
+TC_API void tc_kmodule_set_overlap(tc_kmodule *m, bool on);
 
 #ifdef __cplusplus
 }

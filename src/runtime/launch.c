@@ -138,16 +138,16 @@ static CUlaunchConfig driver_config(const tc_launch_config *cfg, CUlaunchAttribu
     return lc;
 }
 
-tc_status tc__launch_function(CUfunction f, const tc_launch_config *cfg, void **args)
+tc_status tc__launch_function(CUfunction f, const tc_launch_config *cfg, void **args, bool awaits)
 {
-    bool cluster = cluster_blocks(cfg) > 1;
-    if (!cfg->stream->overlap && !cluster)
+    bool cluster = cluster_blocks(cfg) > 1, overlap = awaits && cfg->stream->overlap;
+    if (!overlap && !cluster)
         return tc_cuLaunchKernel(f, cfg->grid.x, cfg->grid.y, cfg->grid.z, cfg->block.x,
                                  cfg->block.y, cfg->block.z, cfg->shared_bytes, cfg->stream->cu,
                                  args, NULL);
     CUlaunchAttribute attr[2] = { { 0 } };
     unsigned n = 0;
-    if (cfg->stream->overlap) {
+    if (overlap) {
         attr[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr[n++].value.programmaticStreamSerializationAllowed = 1;
     }
@@ -165,7 +165,7 @@ tc_status tc_launch_kernel(tc_kernel_id id, const tc_launch_config *cfg, void **
     tc__profile_token prof = { 0 };
     if (tc_profile_enabled())
         TC_TRY(tc__profile_begin(c, id, cfg, &prof));
-    st = tc__launch_function(c->funcs[id], cfg, args);
+    st = tc__launch_function(c->funcs[id], cfg, args, true);
     if (prof.active)
         tc__profile_end(&prof, st == TC_OK);
     if (st != TC_OK)

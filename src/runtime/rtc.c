@@ -265,5 +265,5 @@ tc_status tc_rtc_launch(tc_rtc *p, const char *kernel, const tc_launch_config *c
     if (tc__cluster_misfit(cfg, why, sizeof why))
         return tc_set_error(TC_ERR_LAUNCH, kernel, "launching %s: %s", kernel, why);
     TC_TRY(tc__context_enter(p->ctx));
-    return tc__launch_function(f, cfg, args);
+    return tc__launch_function(f, cfg, args, false);
 }

@@ -39,7 +39,9 @@ TC_API tc_status tc_rtc_function(tc_rtc *p, const char *kernel, CUfunction *out)
 
 /* Launch `kernel` with args[i] pointing at an argument of sizes[i] bytes (n_args of them).
  * Where the driver has cuFuncGetParamInfo the count and every size are checked against the
- * compiled kernel first: a mismatch is TC_ERR_KERNEL_MISMATCH naming the parameter. */
+ * compiled kernel first: a mismatch is TC_ERR_KERNEL_MISMATCH naming the parameter. The
+ * stream's cluster extent applies (it must divide the grid); its overlap does not: the kernel
+ * starts once the one before it has finished. */
 TC_API tc_status tc_rtc_launch(tc_rtc *p, const char *kernel, const tc_launch_config *cfg,
                                void **args, const size_t *sizes, unsigned n_args);
 

@@ -48,9 +48,10 @@ TC_API tc_status tc_stream_copy_d2d(tc_stream *s, CUdeviceptr dst, CUdeviceptr s
 TC_API tc_status tc_stream_memset(tc_stream *s, CUdeviceptr dst, unsigned char value, size_t bytes);
 
 /* Overlapped launches (programmatic dependent launch, compute capability 9.0 and up): when on,
- * each kernel launched on s may start while the previous one finishes; our kernels wait for
+ * each of our kernels launched on s may start while the previous one finishes; they wait for
  * their predecessor (tc::await_inputs in kernels/common.cuh) before reading anything it wrote
- * or writing anything it reads, so results are unchanged. Two exceptions, read before the wait:
+ * or writing anything it reads, so results are unchanged (the user's kernels overlap only
+ * where their module allows it: tc_kmodule_set_overlap). Two exceptions, read before the wait:
  * weights, and the rotary kernels' pos and slots (tc_rope_store, tc_linear_rope_store): on an
  * overlapped stream those must come from the host or a copy (as the engine's index upload
  * does), not from a kernel. Returns TC_ERR_UNSUPPORTED on older devices when on is true. Off

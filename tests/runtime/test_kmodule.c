@@ -90,8 +90,9 @@ static void a_matching_module_loads_and_launches_with_arguments_in_place(void **
     tc_kmodule_destroy(NULL);
 }
 
-/* The stream's launch attributes reach the user's kernels as they do thincuda's: programmatic
- * serialization where the stream overlaps, its cluster extent (which must divide the grid). */
+/* The stream's launch attributes reach the user's kernels: its cluster extent (which must
+ * divide the grid) always, programmatic serialization where the stream overlaps only for a
+ * module that allows it (its kernels wait for their predecessor). */
 static void launches_carry_the_streams_overlap_and_cluster(void **state)
 {
     (void)state;
@@ -107,7 +108,14 @@ static void launches_carry_the_streams_overlap_and_cluster(void **state)
     assert_int_equal(tc_kmodule_launch(m, 0, &cfg, args), TC_OK);
     assert_int_equal(l->ex, 0);
     assert_int_equal(tc_stream_set_overlap(stream, true), TC_OK);
+    assert_int_equal(tc_kmodule_launch(m, 0, &cfg, args), TC_OK);
+    assert_int_equal(l->ex, 0);
     assert_int_equal(tc_stream_set_cluster(stream, (tc_dim3){ 4, 1, 1 }), TC_OK);
+    assert_int_equal(tc_kmodule_launch(m, 0, &cfg, args), TC_OK);
+    assert_int_equal(l->ex, 1);
+    assert_int_equal(l->overlap, 0);
+    assert_int_equal(l->cluster[0], 4);
+    tc_kmodule_set_overlap(m, true);
     assert_int_equal(tc_kmodule_launch(m, 0, &cfg, args), TC_OK);
     assert_int_equal(l->ex, 1);
     assert_int_equal(l->overlap, 1);

@@ -115,14 +115,14 @@ static void launches_check_the_argument_sizes(void **state)
                      TC_ERR_KERNEL_MISMATCH);
     assert_int_equal(l->count, before + 1);
     assert_int_equal(tc_rtc_launch(p, "no_such_kernel", &cfg, args, right, 3), TC_ERR_NOT_FOUND);
-    /* The stream's overlap and cluster extent reach the launch; an extent that does not
-     * divide the grid stops it. */
+    /* The stream's cluster extent reaches the launch, its overlap does not (the kernel need
+     * not wait for its predecessor); an extent that does not divide the grid stops it. */
     assert_int_equal(tc_stream_set_overlap(stream, true), TC_OK);
     assert_int_equal(tc_stream_set_cluster(stream, (tc_dim3){ 2, 1, 1 }), TC_OK);
     cfg.grid = tc_dim1(6);
     assert_int_equal(tc_rtc_launch(p, "tc_k_fill_f32", &cfg, args, right, 3), TC_OK);
     assert_int_equal(l->ex, 1);
-    assert_int_equal(l->overlap, 1);
+    assert_int_equal(l->overlap, 0);
     assert_int_equal(l->cluster[0], 2);
     cfg.grid = tc_dim1(5);
     assert_int_equal(tc_rtc_launch(p, "tc_k_fill_f32", &cfg, args, right, 3), TC_ERR_LAUNCH);
