@@ -5,22 +5,11 @@
 // buffer; and, on Hopper, the bulk copy engine filling a ring of shared memory, one thread a
 // block issuing copies and waiting on an mbarrier a stage. Both read before waiting for the
 // previous grid (as the products read their weights), and let the next one start at once. A
-// module of its own (thincuda_gen.py kernels --prefix fl_), linked into bench_ops alone.
+// module of its own (thincuda_gen.py kernels --prefix fl_), linked into bench_ops alone; the
+// programmatic-launch calls are kernels/common.cuh's.
 #include <stdint.h>
 
-__device__ __forceinline__ void launch_next()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void await_grids()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
+#include "../kernels/common.cuh"
 
 __device__ __forceinline__ uint32_t load_xor(const uint4 *p)
 {
@@ -36,7 +25,7 @@ __device__ __forceinline__ uint32_t load_xor(const uint4 *p)
 extern "C" __global__ void floor_read(const uint32_t *data, int64_t n16, uint32_t never, uint32_t *out)
 {
     const uint4 *words = reinterpret_cast<const uint4 *>(data);
-    launch_next();
+    tc::launch_next();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     uint32_t acc = 0;
@@ -51,7 +40,7 @@ extern "C" __global__ void floor_read(const uint32_t *data, int64_t n16, uint32_
     }
     for (; i < n16; i += stride)
         acc ^= load_xor(words + i);
-    await_grids();
+    tc::await_grids();
     if (acc == never)
         *out = acc;
 }
@@ -63,7 +52,7 @@ extern "C" __global__ void floor_read(const uint32_t *data, int64_t n16, uint32_
 extern "C" __global__ void floor_bulk(const uint8_t *chunks, int64_t n_chunks, int32_t chunk_bytes,
                                    int32_t stages, uint32_t never, uint32_t *out)
 {
-    launch_next();
+    tc::launch_next();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t ring[];
     __shared__ __align__(8) uint64_t full[16];
@@ -100,7 +89,7 @@ extern "C" __global__ void floor_bulk(const uint8_t *chunks, int64_t n_chunks, i
                 issue(s, next);
         }
     }
-    await_grids();
+    tc::await_grids();
     if (threadIdx.x == 0 && acc == never)
         *out = acc;
 #endif
