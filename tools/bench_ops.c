@@ -304,15 +304,16 @@ static tc_status run_floor(void *c, int s)
 }
 
 /* The least milliseconds reading `bytes` (a multiple of 32 KiB, at most `most`) takes, and in
- * how[] which way gave it. The buffers are made on the first call, `most` bytes each. */
-static double read_floor(size_t bytes, size_t most, char *how, size_t how_size)
+ * how[] which way gave it; overlapped (each launch starting as the one before it ends: they
+ * wait before their one store) or each starting once the one before has finished. The buffers
+ * are made on the first call, `most` bytes each. */
+static double read_floor(size_t bytes, size_t most, bool overlap, char *how, size_t how_size)
 {
     floor_ctx *f = &floors;
     tc_device_info info;
     CHECK(tc_device_info_get(0, &info));
     if (!f->mod) {
         CHECK(tc_kmodule_create(tc_backend_context(gpu), &fl_kernels, &f->mod));
-        tc_kmodule_set_overlap(f->mod, true); /* (they wait before their one store) */
         for (int s = 0; s < QSETS; s++) {
             CHECK(tc_tensor_init(&f->buf[s], gpu, TC_DTYPE_I32, TC_SHAPE((int64_t)(most / 4))));
             CHECK(tc_stream_memset(tc_backend_stream(gpu), (CUdeviceptr)(uintptr_t)f->buf[s].data,
@@ -327,6 +328,7 @@ static double read_floor(size_t bytes, size_t most, char *how, size_t how_size)
     const int n_read = 4, n_bulk = info.cc_major >= 9 ? (int)(sizeof rings / sizeof rings[0]) : 0;
     double best = 1e30;
     f->bytes = bytes;
+    tc_kmodule_set_overlap(f->mod, overlap);
     for (int i = 0; i < n_read + n_bulk; i++) {
         f->bulk = i >= n_read;
         if (f->bulk) {
@@ -377,10 +379,14 @@ static void bench_quant(rng_t *r, const char *only, int64_t only_m)
             double wbytes = (double)tc_dtype_bytes(qs[qi], n * k);
 #ifdef TC_BENCH_FLOOR
             /* The largest weights: Q8_0's 11008 x 4096 (8.5 bits a weight). */
-            char how[48];
-            size_t fb = (size_t)wbytes / 32768 * 32768;
-            double floor_ms = read_floor(fb, (size_t)11008 * 4096 * 17 / 16, how, sizeof how);
-            char fshape[96];
+            /* (and the same with each launch waiting for the one before: what a kernel whose
+             * successor cannot start beside it, as the products' register use keeps it, pays) */
+            char how[48], fshape[96];
+            size_t fb = (size_t)wbytes / 32768 * 32768, most = (size_t)11008 * 4096 * 17 / 16;
+            double serial_ms = read_floor(fb, most, false, how, sizeof how);
+            snprintf(fshape, sizeof fshape, "%zu bytes (%s)", fb, how);
+            report_bw("read floor, serial", fshape, serial_ms, (double)fb);
+            double floor_ms = read_floor(fb, most, true, how, sizeof how);
             snprintf(fshape, sizeof fshape, "%zu bytes (%s)", fb, how);
             report_bw("read floor", fshape, floor_ms, (double)fb);
 #endif
