@@ -973,20 +973,14 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
                 imma16832<DT == Q8_0>(e[xr], wa[0][i], wa[1][i], wb[0][i], wb[1][i], y0[i], y1[i]);
             }
         }
-        // Q4_K's and Q5_K's packed scales and (d, dmin) of each row, read once for both columns;
-        // Q2_K's (d, dmin) and Q3_K's d (their scale bytes are read where used: indexing words
-        // held in registers by the lane's column would put them in local memory).
-        uint32_t kw[2][4] = {}, kd[2] = {};
+        // Q4_K's and Q5_K's packed scales and (d, dmin) of each row, read once for both columns.
+        uint32_t kw[2][4] = {};
         if constexpr (DT == Q4_K || DT == Q5_K) {
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const uint4 m = k_meta<DT>(Q[r], 0u);
                 kw[r][0] = m.x, kw[r][1] = m.y, kw[r][2] = m.z, kw[r][3] = m.w;
             }
-        } else if constexpr (DT == Q2_K || DT == Q3_K) {
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-                kd[r] = DT == Q2_K ? ld4(Q[r].p[2]) : ld2(Q[r].p[3]);
         }
         // Lane (g, p) holds columns 2p and 2p + 1 of rows g (d[0], d[1]) and g + 8 (d[2], d[3]).
         if constexpr (kHalfScale<DT>) {
@@ -995,25 +989,27 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
             // 127 x 128), then scaled once; the offsets (Q3_K's and Q6_K's bias, Q2_K's min)
             // times each group's sum of x. Scale bytes: Q2_K's 8t + c (d times the low nibble,
             // dmin the high one), Q6_K's 8t + c (signed), Q3_K's 6 bits less 32, the low four in
-            // nibble t of byte c and the high two at bit 2 (2t + c / 4) of byte 8 + c % 4.
+            // nibble t of byte c and the high two at bit 2 (2t + c / 4) of byte 8 + c % 4. (The
+            // lane's two bytes are read from the stage: indexing words held in registers by the
+            // lane's column would put them in local memory.)
             const int c = 2 * p;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 int s0, s1;
                 float dd, o0, o1;
                 if constexpr (DT == Q2_K) {
-                    const uint32_t sc = ld2(Q[r].p[1] + 8 * t + c);
+                    const uint32_t sc = ld2(Q[r].p[1] + 8 * t + c), dm = ld4(Q[r].p[2]);
                     s0 = (int)(sc & 15u), s1 = (int)((sc >> 8) & 15u);
-                    dd = half_lo(kd[r]);
-                    o0 = -half_hi(kd[r]) * small_float((sc >> 4) & 15u);
-                    o1 = -half_hi(kd[r]) * small_float(sc >> 12);
+                    dd = half_lo(dm);
+                    o0 = -half_hi(dm) * small_float((sc >> 4) & 15u);
+                    o1 = -half_hi(dm) * small_float(sc >> 12);
                 } else {
                     if constexpr (DT == Q3_K) {
                         const uint32_t lo = ld2(Q[r].p[2] + c) >> (4 * t),
                                        hi = ld2(Q[r].p[2] + 8 + 2 * (p & 1)) >> (2 * (2 * t + (p >> 1)));
                         s0 = (int)((lo & 15u) | ((hi & 3u) << 4)) - 32;
                         s1 = (int)(((lo >> 8) & 15u) | (((hi >> 8) & 3u) << 4)) - 32;
-                        dd = half_lo(kd[r]);
+                        dd = half_lo(ld2(Q[r].p[3]));
                     } else {
                         const uint32_t sc = ld2(Q[r].p[2] + 8 * t + c);
                         s0 = (int)(int8_t)(sc & 0xffu), s1 = (int)(int8_t)(sc >> 8);
@@ -1024,7 +1020,8 @@ __device__ __forceinline__ void q8_step(const Planes (&Q)[2], uint32_t b0, uint3
                 }
 #pragma unroll
                 for (int xr = 0; xr < NX; xr++) {
-                    const float2 xa = xs[(k / 16) * xr + (es + 16 * c) / 16], xb = xs[(k / 16) * xr + (es + 16 * c) / 16 + 1];
+                    const float2 *xg = xs + (k / 16) * xr + (es + 16 * c) / 16;
+                    const float2 xa = xg[0], xb = xg[1];
                     const int id = s0 * d[xr][2 * r] + s1 * d[xr][2 * r + 1],
                               ie = s0 * e[xr][2 * r] + s1 * e[xr][2 * r + 1];
                     acc[xr][r] += dd * (xa.x * ((float)id + (float)ie * (1.0f / 254.0f))) + (o0 * xa.y + o1 * xb.y);
@@ -1423,15 +1420,12 @@ template <typename T, int DT>
 __device__ __forceinline__ void q8_kernel(void *out, const T *x, const void *w, int64_t n, int64_t k, int64_t os,
                                           int flags, const T *nw, float eps)
 {
-    if constexpr (DT == Q2_K || DT == Q3_K) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        q8_rows<T, DT>(out, x, w, n, k, os, flags, nw, eps, blockIdx.x, gridDim.x);
-#else
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (DT == Q2_K || DT == Q3_K)
         __trap();
+    else
 #endif
-    } else {
         q8_rows<T, DT>(out, x, w, n, k, os, flags, nw, eps, blockIdx.x, gridDim.x);
-    }
 }
 
 // Two rows of x (x_stride apart) on the integer products, in sm_90a code only (the host takes
