@@ -7,8 +7,12 @@ under 5e-2, or, for a model that amplifies rounding more (the f32 rows show how 
 random model does), under twice the error of the CPU backend's own bf16 run of the same file:
 CUDA may add no more than bf16 arithmetic itself costs. Where llama-quantize could not split a row into K blocks (SmolLM2's 576-wide
 rows) the file holds Q8_0 there, as llama-quantize does. The IQ and TQ mixes (types that
-CUDA dequantises at load, kernels/iq.cu) run the same way.
-Usage: quant_model_check.py LOGITS_BINARY WORKDIR [--layers N] [--shapes a,b] [--mixes a,b]"""
+CUDA dequantises at load, kernels/iq.cu) run the same way. With --llama-quantize, the files are
+instead llama.cpp's own: each shape is written in F16 and llama-quantize (built beside the
+project, never committed) makes every mix from it (preset names such as Q4_K_M, Q5_0, IQ4_XS,
+TQ2_0), so that the check covers the files exactly as llama.cpp writes them.
+Usage: quant_model_check.py LOGITS_BINARY WORKDIR [--layers N] [--shapes a,b] [--mixes a,b]
+                            [--llama-quantize PATH]"""
 import os
 import subprocess
 import sys
@@ -29,6 +33,7 @@ def main():
     layers = int(opt("--layers", "4"))
     shapes = opt("--shapes", "smollm2-135m,llama3.2-1b").split(",")
     mixes = opt("--mixes", ",".join(MIXES)).split(",")
+    quantize = opt("--llama-quantize", None)
     os.makedirs(work, exist_ok=True)
     failed = total = 0
     rows = []
@@ -37,9 +42,21 @@ def main():
         ids = np.random.default_rng(2).integers(0, vocab, PROMPT + STEPS).astype(np.int32)
         ids_path = os.path.join(work, "quant.ids")
         ids.tofile(ids_path)
+        f16 = os.path.join(work, f"{shape}.F16.gguf")
+        if quantize:
+            Q.write(f16, shape, "F16", layers=layers, vocab=vocab, tokenizer=True)
         for mix in mixes:
             path = os.path.join(work, f"{shape}.{mix}.gguf")
-            Q.write(path, shape, mix, layers=layers, vocab=vocab)
+            if not quantize:
+                Q.write(path, shape, mix, layers=layers, vocab=vocab)
+            else:
+                r = subprocess.run([quantize, f16, path, mix], capture_output=True, text=True)
+                if r.returncode:
+                    print(f"{shape} {mix}: llama-quantize failed\n{r.stdout[-2000:]}{r.stderr[-2000:]}", flush=True)
+                    total += 2
+                    failed += 2
+                    rows.append((shape, mix, "-", float("nan"), float("nan"), 0, 0, "FAIL"))
+                    continue
             out = {}
             for dev, act in (("cpu", "f32"), ("cpu", "bf16"), ("cuda", "f32"), ("cuda", "bf16")):
                 o = os.path.join(work, f"{shape}.{mix}.{dev}.{act}.logits")
@@ -65,6 +82,8 @@ def main():
                 failed += not ok
                 rows.append((shape, mix, key[1], rel, bar if key[1] == "bf16" else float("nan"), same, len(ref), "ok" if ok else "FAIL"))
             os.remove(path)
+        if quantize:
+            os.remove(f16)
     print(f"\n{'shape':14} {'mix':8} {'act':5} {'max rel err vs cpu':>19} {'bar':>9} {'same argmax':>12}  result")
     for shape, mix, act, rel, bar, same, n, res in rows:
         print(f"{shape:14} {mix:8} {act:5} {rel:19.2e} {bar:9.2e} {same:>8}/{n:<3}  {res}")
