@@ -649,10 +649,13 @@ template <int DT, int SS = 0> struct Step {
     static constexpr int row_bytes = 16 * first(L.nf), bytes = 16 * row_bytes;
 };
 
-// A 16-byte cp.async to a shared-memory address.
+// A 16-byte cp.async to a shared-memory address, asking L2 for the whole 128-byte line around
+// it (.L2::128B), so that a row's next units are on their way with its first (H200, 7B batch 1:
+// Q4_K_M 510-514 -> 520-524 tokens/s, Q6_K 431-436 -> 439-442, Q4_0 unchanged; 256 bytes was
+// slower: Q4_K_M 496-497).
 __device__ __forceinline__ void cp_async16_s(uint32_t to, const void *from)
 {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(from));
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(to), "l"(from));
 }
 
 // Unit u of a row's copy of one field (`size` bytes a block) for a step of S blocks, cnt of them
