@@ -378,9 +378,10 @@ static void bench_quant(rng_t *r, const char *only, int64_t only_m)
                 random_quant(r, &c.w[s], qs[qi], n, k);
             double wbytes = (double)tc_dtype_bytes(qs[qi], n * k);
 #ifdef TC_BENCH_FLOOR
-            /* The largest weights: Q8_0's 11008 x 4096 (8.5 bits a weight). */
-            /* (and the same with each launch waiting for the one before: what a kernel whose
-             * successor cannot start beside it, as the products' register use keeps it, pays) */
+            /* The floor of these bytes overlapped, and serial (each launch waiting for the one
+             * before: what a kernel pays whose successor cannot start beside it, as the
+             * products' register use keeps theirs from doing); the buffers hold the largest
+             * weights, Q8_0's 11008 x 4096 (8.5 bits a weight). */
             char how[48], fshape[96];
             size_t fb = (size_t)wbytes / 32768 * 32768, most = (size_t)11008 * 4096 * 17 / 16;
             double serial_ms = read_floor(fb, most, false, how, sizeof how);
