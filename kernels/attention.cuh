@@ -82,14 +82,15 @@ __device__ __forceinline__ void load_kv_rows(T *ks, T *vs, const T *k_cache, con
 // wide; the columns from head_dim to hp are zeroed once and never written by the copies.
 constexpr int kMaxHD = 256;
 
-// Copy G bytes (16, 8 or 4) global -> shared asynchronously (cp.async.ca), or fill them with
-// zeros (nothing read) when !pred; 2 bytes synchronously (cp.async copies 4 or more).
+// Copy G bytes (16, 8 or 4) global -> shared asynchronously (cp.async.ca; 16 bytes with
+// tc::cp_async16's L2 hint), or fill them with zeros (nothing read) when !pred; 2 bytes
+// synchronously (cp.async copies 4 or more).
 __device__ __forceinline__ void copy_piece(void *smem, const void *gmem, bool pred, int G)
 {
     unsigned d = (unsigned)__cvta_generic_to_shared(smem);
     int n = pred ? G : 0;
     if (G == 16)
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(gmem), "r"(n));
+        asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(d), "l"(gmem), "r"(n));
     else if (G == 8)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(gmem), "r"(n));
     else if (G == 4)
