@@ -1588,6 +1588,15 @@ __device__ __forceinline__ void cp_async4_s(uint32_t to, const void *from)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to), "l"(from));
 }
+// cp_async16_s and cp_async4_s that write zeros (reading nothing) where !in.
+__device__ __forceinline__ void cp_async16_z(uint32_t to, const void *from, bool in)
+{
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(in ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4_z(uint32_t to, const void *from, bool in)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(from), "r"(in ? 4 : 0));
+}
 
 template <typename T, int DT, int NT, bool WG>
 __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs,
@@ -1597,6 +1606,13 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     constexpr Layout L = G::L;
     constexpr int S = G::S, CPB = G::CPB, RB = G::row_bytes;
     constexpr bool NAT = WG && kBatchNat<DT>;
+    // ZB: under wgmma the types of 32-element blocks (eight a step) multiply a short last
+    // step's absent blocks too, as zero fragments against x's zeros past k, instead of leaving
+    // the step's loop: that branch, products in flight, had ptxas serialise every one of their
+    // wgmma (C7513; H200, bench_ops quant q4_0 at 64 rows 15.3 / 25.6 / 29.5 -> 13.0 / 25.0 /
+    // 24.7 us). The grouped types (two or four blocks a step) were not serialised, and lost 2-4%
+    // at 32 rows with it.
+    constexpr bool ZB = WG && layout(DT).block == 32;
     const int lane = threadIdx.x & 31, g = lane >> 2, p = lane & 3, warp = threadIdx.x >> 5;
     const int nt = (m + 7) >> 3;
     // A stage: the weights, then x's rows (room for two tiles at least: the loop multiplies
@@ -1686,23 +1702,35 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                     }
                 });
             }
+            // (ZB: x past k is zeros, which the products of a short last step's absent blocks
+            // multiply; see the chunk loop.)
             if constexpr (NAT) {
                 // Row warp + 8 it, unit lane: at unit lane % 8 ^ warp of atom lane / 8.
-                if (wx && b0 * L.block + 8 * lane < k) {
-                    const T *src = xsrc + b0 * L.block;
+                const bool in = b0 * L.block + 8 * lane < k;
+                if (wx && (in || ZB)) {
+                    const T *src = xsrc + (!ZB || in ? b0 * L.block : 0);
                     const uint32_t to = base + xat + (lane >> 3) * XR * 128 + warp * 128 + (((lane & 7) ^ warp) << 4);
 #pragma unroll
                     for (int it = 0; it < NT; it++)
-                        if (warp + 8 * it < m)
-                            cp_async16_s(to + it * 1024, src + it * 8 * xs);
+                        if (warp + 8 * it < m) {
+                            if constexpr (ZB)
+                                cp_async16_z(to + it * 1024, src + it * 8 * xs, in);
+                            else
+                                cp_async16_s(to + it * 1024, src + it * 8 * xs);
+                        }
                 }
             } else if constexpr (WG) {
-                if (wx && b0 * L.block + 2 * xq < k) {
-                    const char *src = xwsrc + (size_t)b0 * L.block * sizeof(T);
+                const bool in = b0 * L.block + 2 * xq < k;
+                if (wx && (in || ZB)) {
+                    const char *src = xwsrc + (!ZB || in ? (size_t)b0 * L.block * sizeof(T) : 0);
 #pragma unroll
                     for (int it = 0; it < (int)XR / 2; it++, src += xwstep)
-                        if (it < xrows)
-                            cp_async4_s(base + xwto[it & 3] + (it >> 2) * 1024, src);
+                        if (it < xrows) {
+                            if constexpr (ZB)
+                                cp_async4_z(base + xwto[it & 3] + (it >> 2) * 1024, src, in);
+                            else
+                                cp_async4_s(base + xwto[it & 3] + (it >> 2) * 1024, src);
+                        }
                 }
             } else if (wx && b0 * L.block + 8 * lane < k) {
                 const T *src = xsrc + b0 * L.block;
@@ -1799,8 +1827,9 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
         }
 #pragma unroll
         for (int bl = 0; bl < S; bl++) {
-            if (bl >= cnt)
+            if (!ZB && bl >= cnt)
                 break;
+            const bool on = !ZB || bl < cnt;
             if constexpr (!PF) // (PF's steps are one block, whose scales came before the copies)
                 scales(bl);
             float tb[2][4] = {}, sb[2][4] = {}; // (GF: the block's sums for raw_fold)
@@ -1844,6 +1873,8 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                 }
                 const int c = bl * CPB + cc;
                 if constexpr (WG) {
+                    if (ZB && !on) // (the stale bytes' scales may be NaN)
+                        a = b = make_uint4(0u, 0u, 0u, 0u);
                     // (Every row of x: those past m are stale and their sums never stored.)
                     const uint64_t bd = xd + (c >> 1) * (XR * 128 >> 4) + (c & 1) * 4;
                     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
