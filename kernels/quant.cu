@@ -1610,7 +1610,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     // step's absent blocks too, as zero fragments against x's zeros past k, instead of leaving
     // the step's loop: that branch, products in flight, had ptxas serialise every one of their
     // wgmma (C7513; H200, bench_ops quant q4_0 at 64 rows 15.3 / 25.6 / 29.5 -> 13.0 / 25.0 /
-    // 24.7 us). The grouped types (two or four blocks a step) were not serialised, and lost 2-4%
+    // 24.7 us). The grouped types (two or four blocks a step) were not serialised, and lost 3-5%
     // at 32 rows with it.
     constexpr bool ZB = WG && layout(DT).block == 32;
     const int lane = threadIdx.x & 31, g = lane >> 2, p = lane & 3, warp = threadIdx.x >> 5;
