@@ -82,11 +82,15 @@ __device__ __forceinline__ void store_f32(T *p, const float (&in)[N])
 // wait until at most N groups are still in flight. A copy asks L2 for its whole 128-byte line
 // (.L2::128B), as the quantised products' do: decode attention over 16 and 64 sequences of 576
 // tokens read at 3.73 and 3.88 TB/s against 3.68 and 3.83 without (H200, `bench_ops decode`).
+// (cp_async16_at: to a shared-memory address, as cp.async takes it.)
+__device__ __forceinline__ void cp_async16_at(uint32_t to, const void *gmem, bool pred)
+{
+    int bytes = pred ? 16 : 0; // 0: fill the 16 bytes with zeros, read nothing
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(to), "l"(gmem), "r"(bytes));
+}
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred)
 {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    int bytes = pred ? 16 : 0; // 0: fill the 16 bytes with zeros, read nothing
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+    cp_async16_at((uint32_t)__cvta_generic_to_shared(smem), gmem, pred);
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }

@@ -1588,11 +1588,7 @@ __device__ __forceinline__ void cp_async4_s(uint32_t to, const void *from)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to), "l"(from));
 }
-// cp_async16_s and cp_async4_s that write zeros (reading nothing) where !in.
-__device__ __forceinline__ void cp_async16_z(uint32_t to, const void *from, bool in)
-{
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(in ? 16 : 0));
-}
+// cp_async4_s that writes zeros (reading nothing) where !in (16 bytes: tc::cp_async16_at).
 __device__ __forceinline__ void cp_async4_z(uint32_t to, const void *from, bool in)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(from), "r"(in ? 4 : 0));
@@ -1714,7 +1710,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                     for (int it = 0; it < NT; it++)
                         if (warp + 8 * it < m) {
                             if constexpr (ZB)
-                                cp_async16_z(to + it * 1024, src + it * 8 * xs, in);
+                                tc::cp_async16_at(to + it * 1024, src + it * 8 * xs, in);
                             else
                                 cp_async16_s(to + it * 1024, src + it * 8 * xs);
                         }
