@@ -9,8 +9,9 @@
 #include "tc_kernels.h"
 
 enum { TC__MODULE_NONE = 0, TC__MODULE_READY = 1, TC__MODULE_FAILED = 2 };
-/* The fatbins the build embeds (kernels/meson.build: quant.cu's apart from the rest). */
-#define TC__FATBIN_PARTS 2
+/* The fatbins the build embeds (kernels/meson.build: quant.cu's and attention_decode.cu's apart
+ * from the rest). */
+#define TC__FATBIN_PARTS 3
 
 struct tc_context {
     int ordinal;

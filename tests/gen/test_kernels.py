@@ -78,15 +78,15 @@ def test_kernel_names_are_unique_across_files(tmp_path):
 
 
 def test_meson_compiles_every_kernel_file():
-    # The two fatbins' lists (main_sources, split_sources) name every kernel file once.
+    # The fatbins' lists (main_sources, fp8_sources, split_sources) name every kernel file once.
     text = open(os.path.join(ROOT, "kernels", "meson.build")).read()
     listed = []
-    for part in ("main_sources", "split_sources"):
+    for part in ("main_sources", "fp8_sources", "split_sources"):
         files_call = re.search(part + r" = files\(([^)]*)\)", text).group(1)
         listed += re.findall(r"'([\w.]+\.cu)'", files_call)
     present = {f for f in os.listdir(os.path.join(ROOT, "kernels")) if f.endswith(".cu")}
     assert sorted(listed) == sorted(present)
-    assert "kernel_sources = main_sources + split_sources" in text
+    assert "kernel_sources = main_sources + fp8_sources + split_sources" in text
 
 
 def test_launchers_check_types_and_table_matches(rendered):

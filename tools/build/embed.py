@@ -20,7 +20,7 @@ def c_string(s):
 
 hidden = '__attribute__((visibility("hidden")))'
 lines = ["/* Written by tools/build/embed.py at build time from nvcc's fatbins. */",
-         "#include <stddef.h>", ""]
+         "#include <stddef.h>", "#include \"runtime/internal.h\"", ""]
 sizes = []
 for i, (path, _, _) in enumerate(a.part):
     data = open(path, "rb").read()
@@ -43,7 +43,9 @@ def table(ctype, name, items):
     return "%s const %s tc__fatbin_%s[%d] = { %s };" % (hidden, ctype, name, max(n, 1), body)
 
 
-lines += ["%s const int tc__fatbin_count = %d;" % (hidden, n),
+lines += ["_Static_assert(%d <= TC__FATBIN_PARTS, \"kernels/meson.build embeds more fatbins than "
+          "TC__FATBIN_PARTS (src/runtime/internal.h) holds\");" % n,
+          "%s const int tc__fatbin_count = %d;" % (hidden, n),
           table("unsigned char *const", "images", ["part%d" % i for i in range(n)]),
           table("size_t", "sizes", [str(s) for s in sizes]),
           table("char *const", "part_files", [c_string(f) for _, _, f in a.part]),
