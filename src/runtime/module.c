@@ -113,9 +113,6 @@ static tc_status load(tc_context *c)
     if (tc_module_fatbin_size() == 0)
         return fail_load(c, TC_ERR_NO_KERNEL_IMAGE,
                          "thincuda was built without nvcc, so it has no kernels (%s)", arch);
-    if (tc__fatbin_count > TC__FATBIN_PARTS)
-        return fail_load(c, TC_ERR_INTERNAL, "%d fatbin parts, room for %d", tc__fatbin_count,
-                         TC__FATBIN_PARTS);
     TC_TRY(tc__context_enter(c));
     tc_status st = TC_OK;
     for (int p = 0; p < tc__fatbin_count; p++) {
