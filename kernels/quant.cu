@@ -1751,6 +1751,15 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     const int r_a = warp * 16 + g;
     const uint32_t rblk[2] = { (row0 + r_a < n32 ? row0 + r_a : 0) * nb, (row0 + r_a + 8 < n32 ? row0 + r_a + 8 : 0) * nb };
     float acc[NT][4] = {};
+    // A2: Q4_K's and Q5_K's mma16816 loop on Hopper (up to 16 rows) takes the odd chunks'
+    // products into a second set of sums, added at the end: two chains of dependent products,
+    // each half as long (H200, bench_ops quant q4_k at 8 rows 9.7 / 16.0 / 17.0 -> 9.4 / 15.6 /
+    // 16.6 us, at 16 rows 10.0 / 16.5 / 17.5 -> 9.7 / 16.1 / 17.2; 7B Q4_K_M at 4, 8 and 16
+    // sequences 1,163 / 2,158-2,165 / 3,562-3,597 -> 1,175-1,194 / 2,177-2,189 / 3,612-3,618
+    // tokens/s). The other types lost so (q4_1_g128 at 16 rows 9.8 / 15.7 / 17.3 -> 10.5 / 16.5 /
+    // 18.4, q4_0 and q6_k 1-4%); before Hopper the registers it takes spill.
+    constexpr bool A2 = !WG && kBatchWg && (DT == Q4_K || DT == Q5_K);
+    float acc2[NT][4] = {};
     // The stage computed (cs) and the one the step's copies fill (is): the stage before cs.
     uint32_t cs = 0, is = (nst - 1) * sbytes;
     const uint32_t last = (nst - 1) * sbytes;
@@ -1890,8 +1899,9 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
                             }
                         } else if (t < 2 || t < nt) {
                             const uint4 xx = *reinterpret_cast<const uint4 *>(xc + t * 8 * kBatchXRow);
-                            tc::mma16816<T>(acc[t], a.x, b.x, a.y, b.y, xx.x, xx.y);
-                            tc::mma16816<T>(acc[t], a.z, b.z, a.w, b.w, xx.z, xx.w);
+                            float(&d)[4] = A2 && (c & 1) ? acc2[t] : acc[t];
+                            tc::mma16816<T>(d, a.x, b.x, a.y, b.y, xx.x, xx.y);
+                            tc::mma16816<T>(d, a.z, b.z, a.w, b.w, xx.z, xx.w);
                         }
                 }
                 if (PF && cc + 1 < CPB) {
@@ -1907,6 +1917,12 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     }
     if constexpr (WG)
         tc::wg_wait_all<NT * 4>(&acc[0][0]);
+    if constexpr (A2)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[t][e] += acc2[t][e];
 
     // The warps' sums meet in shared memory (column c of x's rows, then the tile's row; rows
     // padded so that a warp's stores meet no bank twice), from where the block writes them
