@@ -2,10 +2,11 @@
  * against the ceilings of GPU.md (3.0 TB/s measured copy bandwidth; cuBLAS for products).
  * Inputs rotate through copies larger than L2 so the cache is not what is measured; each
  * figure is the median of 7 timings (CUDA events) of several repetitions after a warm-up.
- * Usage: bench_ops [all|norm|matvec|gemm|attention [HEAD_DIM]|quant [TYPE [ROWS]]|iq], or
+ * Usage: bench_ops [all|norm|matvec|gemm|attention [HEAD_DIM]|quant [TYPE [ROWS [N K]]]|iq], or
  * bench_ops decode H KV BATCH LEN [fp8] (attention: head_dim 128 unless given: 64 and 128 have
  * kernels of their own, the other even sizes up to 256 the generic ones; quant: ROWS one of 1, 2,
- * 8, 16, 32, 64, 512). Where nvcc built tools/floor.cu, each quantised product's weights are
+ * 8, 16, 32, 64, 512, and weights [N x K] instead of Llama-2-7B's three shapes, K a multiple of
+ * 256). Where nvcc built tools/floor.cu, each quantised product's weights are
  * first read by kernels that only read (the "read floor": the least time any kernel takes for
  * those bytes, launched the same way), and each product's time is given as a multiple of it. */
 #include <math.h>
@@ -362,16 +363,18 @@ static void floors_free(void)
 }
 #endif
 
-static void bench_quant(rng_t *r, const char *only, int64_t only_m)
+static void bench_quant(rng_t *r, const char *only, int64_t only_m, int64_t only_n, int64_t only_k)
 {
     const tc_dtype qs[] = { TC_DTYPE_Q4_0, TC_DTYPE_Q4_1, TC_DTYPE_Q5_0,     TC_DTYPE_Q5_1,
                             TC_DTYPE_Q8_0, TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,     TC_DTYPE_Q4_K,
                             TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
-    const int64_t shapes[][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 } };
+    int64_t shapes[][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 } };
+    if (only_n > 0)
+        shapes[0][0] = only_n, shapes[0][1] = only_k;
     for (size_t qi = 0; qi < sizeof qs / sizeof qs[0]; qi++) {
         if (only && strcmp(only, tc_dtype_name(qs[qi])))
             continue;
-        for (int si = 0; si < 3; si++) {
+        for (int si = 0; si < (only_n > 0 ? 1 : 3); si++) {
             int64_t n = shapes[si][0], k = shapes[si][1];
             qmm_ctx c = { .next = 0 };
             for (int s = 0; s < QSETS; s++)
@@ -614,7 +617,18 @@ static void bench_iq(rng_t *r)
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "all";
-    int64_t rows = 0;
+    int64_t rows = 0, qn = 0, qk = 0;
+    if (!strcmp(what, "quant") && argc > 4) {
+        char *end_n, *end_k;
+        qn = strtoll(argv[4], &end_n, 10);
+        qk = argc > 5 ? strtoll(argv[5], &end_k, 10) : 0;
+        if (argc != 6 || *end_n || *end_k || qn < 1 || qn > (1 << 20) || qk < 256 ||
+            qk > (1 << 20) || qk % 256) {
+            fprintf(stderr, "bench_ops quant TYPE ROWS N K: N from 1 to 1048576, K a multiple of "
+                            "256 up to 1048576\n");
+            return 2;
+        }
+    }
     if (!strcmp(what, "quant") && argc > 3) {
         rows = atoll(argv[3]);
         bool known = false;
@@ -650,7 +664,7 @@ int main(int argc, char **argv)
     if (!strcmp(what, "decode"))
         bench_decode_case(&r, argc, argv);
     if (!strcmp(what, "all") || !strcmp(what, "quant"))
-        bench_quant(&r, !strcmp(what, "quant") && argc > 2 ? argv[2] : NULL, rows);
+        bench_quant(&r, !strcmp(what, "quant") && argc > 2 ? argv[2] : NULL, rows, qn, qk);
     if (!strcmp(what, "iq"))
         bench_iq(&r);
 #ifdef TC_BENCH_FLOOR
