@@ -383,10 +383,14 @@ static void bench_quant(rng_t *r, const char *only, int64_t only_m, int64_t only
 #ifdef TC_BENCH_FLOOR
             /* The floor of these bytes overlapped, and serial (each launch waiting for the one
              * before: what a kernel pays whose successor cannot start beside it, as the
-             * products' register use keeps theirs from doing); the buffers hold the largest
-             * weights, Q8_0's 11008 x 4096 (8.5 bits a weight). */
+             * products' register use keeps theirs from doing); the buffers (made at the first
+             * floor) hold the largest weights of the shapes, as Q8_0 (8.5 bits a weight). */
             char how[48], fshape[96];
-            size_t fb = (size_t)wbytes / 32768 * 32768, most = (size_t)11008 * 4096 * 17 / 16;
+            size_t fb = (size_t)wbytes / 32768 * 32768, most = 0;
+            for (int sj = 0; sj < (only_n > 0 ? 1 : 3); sj++) {
+                size_t b = (size_t)shapes[sj][0] * (size_t)shapes[sj][1] * 17 / 16;
+                most = b > most ? b : most;
+            }
             double serial_ms = read_floor(fb, most, false, how, sizeof how);
             snprintf(fshape, sizeof fshape, "%zu bytes (%s)", fb, how);
             report_bw("read floor, serial", fshape, serial_ms, (double)fb);
