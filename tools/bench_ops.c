@@ -6,7 +6,7 @@
  * bench_ops decode H KV BATCH LEN [fp8] (attention: head_dim 128 unless given: 64 and 128 have
  * kernels of their own, the other even sizes up to 256 the generic ones; quant: ROWS one of 1, 2,
  * 8, 16, 32, 64, 512, and weights [N x K] instead of Llama-2-7B's three shapes, K a multiple of
- * 256). Where nvcc built tools/floor.cu, each quantised product's weights are
+ * 256, N x K at most 2^30). Where nvcc built tools/floor.cu, each quantised product's weights are
  * first read by kernels that only read (the "read floor": the least time any kernel takes for
  * those bytes, launched the same way), and each product's time is given as a multiple of it. */
 #include <math.h>
@@ -626,10 +626,11 @@ int main(int argc, char **argv)
         char *end_n, *end_k;
         qn = strtoll(argv[4], &end_n, 10);
         qk = argc > 5 ? strtoll(argv[5], &end_k, 10) : 0;
+        /* (16 copies of the weights and as many of the floor's: 2^30 weights take 34 GiB) */
         if (argc != 6 || *end_n || *end_k || qn < 1 || qn > (1 << 20) || qk < 256 ||
-            qk > (1 << 20) || qk % 256) {
+            qk > (1 << 20) || qk % 256 || qn * qk > (1LL << 30)) {
             fprintf(stderr, "bench_ops quant TYPE ROWS N K: N from 1 to 1048576, K a multiple of "
-                            "256 up to 1048576\n");
+                            "256 up to 1048576, N x K at most 2^30\n");
             return 2;
         }
     }
