@@ -369,12 +369,22 @@ static void bench_quant(rng_t *r, const char *only, int64_t only_m, int64_t only
                             TC_DTYPE_Q8_0, TC_DTYPE_Q2_K, TC_DTYPE_Q3_K,     TC_DTYPE_Q4_K,
                             TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, TC_DTYPE_Q4_1_G64, TC_DTYPE_Q4_1_G128 };
     int64_t shapes[][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 } };
+    int n_shapes = 3;
     if (only_n > 0)
-        shapes[0][0] = only_n, shapes[0][1] = only_k;
+        shapes[0][0] = only_n, shapes[0][1] = only_k, n_shapes = 1;
+#ifdef TC_BENCH_FLOOR
+    /* The floor's buffers (made at its first use) hold the largest weights of the shapes, as
+     * Q8_0 (8.5 bits a weight). */
+    size_t most = 0;
+    for (int si = 0; si < n_shapes; si++) {
+        size_t b = (size_t)shapes[si][0] * (size_t)shapes[si][1] * 17 / 16;
+        most = b > most ? b : most;
+    }
+#endif
     for (size_t qi = 0; qi < sizeof qs / sizeof qs[0]; qi++) {
         if (only && strcmp(only, tc_dtype_name(qs[qi])))
             continue;
-        for (int si = 0; si < (only_n > 0 ? 1 : 3); si++) {
+        for (int si = 0; si < n_shapes; si++) {
             int64_t n = shapes[si][0], k = shapes[si][1];
             qmm_ctx c = { .next = 0 };
             for (int s = 0; s < QSETS; s++)
@@ -383,14 +393,9 @@ static void bench_quant(rng_t *r, const char *only, int64_t only_m, int64_t only
 #ifdef TC_BENCH_FLOOR
             /* The floor of these bytes overlapped, and serial (each launch waiting for the one
              * before: what a kernel pays whose successor cannot start beside it, as the
-             * products' register use keeps theirs from doing); the buffers (made at the first
-             * floor) hold the largest weights of the shapes, as Q8_0 (8.5 bits a weight). */
+             * products' register use keeps theirs from doing). */
             char how[48], fshape[96];
-            size_t fb = (size_t)wbytes / 32768 * 32768, most = 0;
-            for (int sj = 0; sj < (only_n > 0 ? 1 : 3); sj++) {
-                size_t b = (size_t)shapes[sj][0] * (size_t)shapes[sj][1] * 17 / 16;
-                most = b > most ? b : most;
-            }
+            size_t fb = (size_t)wbytes / 32768 * 32768;
             double serial_ms = read_floor(fb, most, false, how, sizeof how);
             snprintf(fshape, sizeof fshape, "%zu bytes (%s)", fb, how);
             report_bw("read floor, serial", fshape, serial_ms, (double)fb);
