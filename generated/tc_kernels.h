@@ -984,7 +984,7 @@ static inline tc_status tc_launch_matvec_mma_bf16(tc_launch_config cfg, void *ou
     tc_launch_matvec_mma_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2072 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
+/* kernels/quant.cu:2119 tc_k_qrepack: Convert between a block type's file layout and its GPU planes: blocks [first, first + n) of a tensor of `total` blocks of type `dtype` (tc_dtype) held as planes at `planes`, from (to_planes 1) or to (0) n file blocks at `blocks`. A thread per 2 bytes. */
 static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes, uint8_t *blocks, int32_t dtype, int64_t total, int64_t first, int64_t n, int32_t to_planes)
 {
     void *args[] = {&planes, &blocks, &dtype, &total, &first, &n, &to_planes};
@@ -995,7 +995,7 @@ static inline tc_status tc_launch_qrepack(tc_launch_config cfg, uint8_t *planes,
     tc_launch_qrepack((cfg), TC__KARG(uint8_t *, planes), TC__KARG(uint8_t *, blocks), TC__KARG(int32_t, dtype), TC__KARG(int64_t, total), TC__KARG(int64_t, first), TC__KARG(int64_t, n), TC__KARG(int32_t, to_planes))
 #endif
 
-/* kernels/quant.cu:2104 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
+/* kernels/quant.cu:2151 tc_k_qdequant_f32: out[r, :] (row stride out_stride) = rows r0 + r of w, a [n_rows, k] tensor of block type w_dtype held as planes, dequantised, for r < rows; with ids (not NULL) rows ids[r] instead (an id outside [0, n_rows) gives a NaN row). A block per row (grid-stride), a thread per 8 elements. */
 static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -1006,7 +1006,7 @@ static inline tc_status tc_launch_qdequant_f32(tc_launch_config cfg, float *out,
     tc_launch_qdequant_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:2110 tc_k_qdequant_f16 */
+/* kernels/quant.cu:2157 tc_k_qdequant_f16 */
 static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -1017,7 +1017,7 @@ static inline tc_status tc_launch_qdequant_f16(tc_launch_config cfg, tc_half *ou
     tc_launch_qdequant_f16((cfg), TC__KARG(tc_half *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:2116 tc_k_qdequant_bf16 */
+/* kernels/quant.cu:2163 tc_k_qdequant_bf16 */
 static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *out, const void *w, int32_t w_dtype, int64_t n_rows, int64_t k, int64_t r0, int64_t rows, const int32_t *ids, int64_t out_stride)
 {
     void *args[] = {&out, &w, &w_dtype, &n_rows, &k, &r0, &rows, &ids, &out_stride};
@@ -1028,7 +1028,7 @@ static inline tc_status tc_launch_qdequant_bf16(tc_launch_config cfg, tc_bf16 *o
     tc_launch_qdequant_bf16((cfg), TC__KARG(tc_bf16 *, out), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int64_t, n_rows), TC__KARG(int64_t, k), TC__KARG(int64_t, r0), TC__KARG(int64_t, rows), TC__KARG_CONST(const int32_t *, int32_t *, ids), TC__KARG(int64_t, out_stride))
 #endif
 
-/* kernels/quant.cu:2127 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
+/* kernels/quant.cu:2174 tc_k_qmatvec_f32: out[m, n] = x[m, k] w[n, k]^T for 1 <= m <= 8 with f32 x and w of block type w_dtype (held as planes), a warp per output row, grid-stride. flags bit 0: SwiGLU (w holds 2n rows, gate then up; out = silu(gate) * up); bit 1: out += the result. x 16-byte aligned. */
 static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, const float *x, const void *w, int32_t w_dtype, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &w_dtype, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1039,7 +1039,7 @@ static inline tc_status tc_launch_qmatvec_f32(tc_launch_config cfg, float *out, 
     tc_launch_qmatvec_f32((cfg), TC__KARG(float *, out), TC__KARG_CONST(const float *, float *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, w_dtype), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2142 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>), out of x's dtype, or f32 under flags bit 3 (8): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
+/* kernels/quant.cu:2189 tc_k_qmv_q4_0_f16: The same for 16-bit x on the tensor cores, one kernel per block type (tc_k_qmv_<type>_<f16| bf16>), out of x's dtype, or f32 under flags bit 3 (8): blocks of 256 threads, each taking 16 rows of out at a time (grid-stride); k a multiple of 32, x and its stride 16-byte aligned. Dynamic shared memory: the weights' pipeline, at least 8 x 3584 bytes (one step of the largest type for each warp); more gives deeper pipelines (up to 6 steps). Two blocks an SM. */
 static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1050,7 +1050,7 @@ static inline tc_status tc_launch_qmv_q4_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q4_0_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2148 tc_k_qmv_q4_0_bf16 */
+/* kernels/quant.cu:2195 tc_k_qmv_q4_0_bf16 */
 static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1061,7 +1061,7 @@ static inline tc_status tc_launch_qmv_q4_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2154 tc_k_qmv_q4_1_f16 */
+/* kernels/quant.cu:2201 tc_k_qmv_q4_1_f16 */
 static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1072,7 +1072,7 @@ static inline tc_status tc_launch_qmv_q4_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q4_1_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2160 tc_k_qmv_q4_1_g64_f16 */
+/* kernels/quant.cu:2207 tc_k_qmv_q4_1_g64_f16 */
 static inline tc_status tc_launch_qmv_q4_1_g64_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1083,7 +1083,7 @@ static inline tc_status tc_launch_qmv_q4_1_g64_f16(tc_launch_config cfg, void *o
     tc_launch_qmv_q4_1_g64_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2166 tc_k_qmv_q4_1_g128_f16 */
+/* kernels/quant.cu:2213 tc_k_qmv_q4_1_g128_f16 */
 static inline tc_status tc_launch_qmv_q4_1_g128_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1094,7 +1094,7 @@ static inline tc_status tc_launch_qmv_q4_1_g128_f16(tc_launch_config cfg, void *
     tc_launch_qmv_q4_1_g128_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2172 tc_k_qmv_q4_1_bf16 */
+/* kernels/quant.cu:2219 tc_k_qmv_q4_1_bf16 */
 static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1105,7 +1105,7 @@ static inline tc_status tc_launch_qmv_q4_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2178 tc_k_qmv_q4_1_g64_bf16 */
+/* kernels/quant.cu:2225 tc_k_qmv_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmv_q4_1_g64_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1116,7 +1116,7 @@ static inline tc_status tc_launch_qmv_q4_1_g64_bf16(tc_launch_config cfg, void *
     tc_launch_qmv_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2184 tc_k_qmv_q4_1_g128_bf16 */
+/* kernels/quant.cu:2231 tc_k_qmv_q4_1_g128_bf16 */
 static inline tc_status tc_launch_qmv_q4_1_g128_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1127,7 +1127,7 @@ static inline tc_status tc_launch_qmv_q4_1_g128_bf16(tc_launch_config cfg, void 
     tc_launch_qmv_q4_1_g128_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2190 tc_k_qmv_q5_0_f16 */
+/* kernels/quant.cu:2237 tc_k_qmv_q5_0_f16 */
 static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1138,7 +1138,7 @@ static inline tc_status tc_launch_qmv_q5_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q5_0_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2196 tc_k_qmv_q5_0_bf16 */
+/* kernels/quant.cu:2243 tc_k_qmv_q5_0_bf16 */
 static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1149,7 +1149,7 @@ static inline tc_status tc_launch_qmv_q5_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2202 tc_k_qmv_q5_1_f16 */
+/* kernels/quant.cu:2249 tc_k_qmv_q5_1_f16 */
 static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1160,7 +1160,7 @@ static inline tc_status tc_launch_qmv_q5_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q5_1_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2208 tc_k_qmv_q5_1_bf16 */
+/* kernels/quant.cu:2255 tc_k_qmv_q5_1_bf16 */
 static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1171,7 +1171,7 @@ static inline tc_status tc_launch_qmv_q5_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2214 tc_k_qmv_q8_0_f16 */
+/* kernels/quant.cu:2261 tc_k_qmv_q8_0_f16 */
 static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1182,7 +1182,7 @@ static inline tc_status tc_launch_qmv_q8_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q8_0_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2220 tc_k_qmv_q8_0_bf16 */
+/* kernels/quant.cu:2267 tc_k_qmv_q8_0_bf16 */
 static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1193,7 +1193,7 @@ static inline tc_status tc_launch_qmv_q8_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2226 tc_k_qmv_q2_k_f16 */
+/* kernels/quant.cu:2273 tc_k_qmv_q2_k_f16 */
 static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1204,7 +1204,7 @@ static inline tc_status tc_launch_qmv_q2_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q2_k_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2232 tc_k_qmv_q2_k_bf16 */
+/* kernels/quant.cu:2279 tc_k_qmv_q2_k_bf16 */
 static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1215,7 +1215,7 @@ static inline tc_status tc_launch_qmv_q2_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2238 tc_k_qmv_q3_k_f16 */
+/* kernels/quant.cu:2285 tc_k_qmv_q3_k_f16 */
 static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1226,7 +1226,7 @@ static inline tc_status tc_launch_qmv_q3_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q3_k_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2244 tc_k_qmv_q3_k_bf16 */
+/* kernels/quant.cu:2291 tc_k_qmv_q3_k_bf16 */
 static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1237,7 +1237,7 @@ static inline tc_status tc_launch_qmv_q3_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2250 tc_k_qmv_q4_k_f16 */
+/* kernels/quant.cu:2297 tc_k_qmv_q4_k_f16 */
 static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1248,7 +1248,7 @@ static inline tc_status tc_launch_qmv_q4_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q4_k_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2256 tc_k_qmv_q4_k_bf16 */
+/* kernels/quant.cu:2303 tc_k_qmv_q4_k_bf16 */
 static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1259,7 +1259,7 @@ static inline tc_status tc_launch_qmv_q4_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2262 tc_k_qmv_q5_k_f16 */
+/* kernels/quant.cu:2309 tc_k_qmv_q5_k_f16 */
 static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1270,7 +1270,7 @@ static inline tc_status tc_launch_qmv_q5_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q5_k_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2268 tc_k_qmv_q5_k_bf16 */
+/* kernels/quant.cu:2315 tc_k_qmv_q5_k_bf16 */
 static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1281,7 +1281,7 @@ static inline tc_status tc_launch_qmv_q5_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2274 tc_k_qmv_q6_k_f16 */
+/* kernels/quant.cu:2321 tc_k_qmv_q6_k_f16 */
 static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, void *out, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1292,7 +1292,7 @@ static inline tc_status tc_launch_qmv_q6_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmv_q6_k_f16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2280 tc_k_qmv_q6_k_bf16 */
+/* kernels/quant.cu:2327 tc_k_qmv_q6_k_bf16 */
 static inline tc_status tc_launch_qmv_q6_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags)
 {
     void *args[] = {&out, &x, &w, &m, &n, &k, &x_stride, &out_stride, &flags};
@@ -1303,7 +1303,7 @@ static inline tc_status tc_launch_qmv_q6_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmv_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags))
 #endif
 
-/* kernels/quant.cu:2293 tc_k_qmv1_q4_0_bf16: One row of bf16 x (batch-1 decode) on the integer tensor cores (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*, and 4: x RMS-normalised first, x / sqrt(mean(x^2) + eps) times norm [k] when norm is not null; 8: out is f32, else bf16). Blocks of 256 threads; k a multiple of 32, x and norm 16-byte aligned. Dynamic shared memory: 2k + k / 2 bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
+/* kernels/quant.cu:2340 tc_k_qmv1_q4_0_bf16: One row of bf16 x (batch-1 decode) on the integer tensor cores (tc_k_qmv1_<type>_bf16): out[1, n] = x[1, k] w[n, k]^T with x written to shared memory as two 8-bit integer digits per element and a scale per 32 first (flags as tc_k_qmv_*, and 4: x RMS-normalised first, x / sqrt(mean(x^2) + eps) times norm [k] when norm is not null; 8: out is f32, else bf16). Blocks of 256 threads; k a multiple of 32, x and norm 16-byte aligned. Dynamic shared memory: 2k + k / 2 bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
 static inline tc_status tc_launch_qmv1_q4_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1314,7 +1314,7 @@ static inline tc_status tc_launch_qmv1_q4_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2299 tc_k_qmv1_q4_1_bf16 */
+/* kernels/quant.cu:2346 tc_k_qmv1_q4_1_bf16 */
 static inline tc_status tc_launch_qmv1_q4_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1325,7 +1325,7 @@ static inline tc_status tc_launch_qmv1_q4_1_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2305 tc_k_qmv1_q4_1_g64_bf16 */
+/* kernels/quant.cu:2352 tc_k_qmv1_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmv1_q4_1_g64_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1336,7 +1336,7 @@ static inline tc_status tc_launch_qmv1_q4_1_g64_bf16(tc_launch_config cfg, void 
     tc_launch_qmv1_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2311 tc_k_qmv1_q4_1_g128_bf16 */
+/* kernels/quant.cu:2358 tc_k_qmv1_q4_1_g128_bf16 */
 static inline tc_status tc_launch_qmv1_q4_1_g128_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1347,7 +1347,7 @@ static inline tc_status tc_launch_qmv1_q4_1_g128_bf16(tc_launch_config cfg, void
     tc_launch_qmv1_q4_1_g128_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2317 tc_k_qmv1_q5_0_bf16 */
+/* kernels/quant.cu:2364 tc_k_qmv1_q5_0_bf16 */
 static inline tc_status tc_launch_qmv1_q5_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1358,7 +1358,7 @@ static inline tc_status tc_launch_qmv1_q5_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2323 tc_k_qmv1_q5_1_bf16 */
+/* kernels/quant.cu:2370 tc_k_qmv1_q5_1_bf16 */
 static inline tc_status tc_launch_qmv1_q5_1_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1369,7 +1369,7 @@ static inline tc_status tc_launch_qmv1_q5_1_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2329 tc_k_qmv1_q5_k_bf16 */
+/* kernels/quant.cu:2376 tc_k_qmv1_q5_k_bf16 */
 static inline tc_status tc_launch_qmv1_q5_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1380,7 +1380,7 @@ static inline tc_status tc_launch_qmv1_q5_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2335 tc_k_qmv1_q8_0_bf16 */
+/* kernels/quant.cu:2382 tc_k_qmv1_q8_0_bf16 */
 static inline tc_status tc_launch_qmv1_q8_0_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1391,7 +1391,7 @@ static inline tc_status tc_launch_qmv1_q8_0_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2341 tc_k_qmv1_q4_k_bf16 */
+/* kernels/quant.cu:2388 tc_k_qmv1_q4_k_bf16 */
 static inline tc_status tc_launch_qmv1_q4_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1402,7 +1402,7 @@ static inline tc_status tc_launch_qmv1_q4_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2347 tc_k_qmv1_q6_k_bf16 */
+/* kernels/quant.cu:2394 tc_k_qmv1_q6_k_bf16 */
 static inline tc_status tc_launch_qmv1_q6_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1413,7 +1413,7 @@ static inline tc_status tc_launch_qmv1_q6_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2354 tc_k_qmv1_q2_k_bf16: The same for Q2_K and Q3_K, in sm_90a code only (elsewhere they trap). */
+/* kernels/quant.cu:2401 tc_k_qmv1_q2_k_bf16: The same for Q2_K and Q3_K, in sm_90a code only (elsewhere they trap). */
 static inline tc_status tc_launch_qmv1_q2_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1424,7 +1424,7 @@ static inline tc_status tc_launch_qmv1_q2_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2360 tc_k_qmv1_q3_k_bf16 */
+/* kernels/quant.cu:2407 tc_k_qmv1_q3_k_bf16 */
 static inline tc_status tc_launch_qmv1_q3_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &out_stride, &flags, &norm, &eps};
@@ -1435,7 +1435,7 @@ static inline tc_status tc_launch_qmv1_q3_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv1_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2372 tc_k_qmv2_q4_k_bf16: Two rows of bf16 x (decode of two sequences) over K-quant weights on the integer tensor cores (tc_k_qmv2_<type>_bf16, in sm_90a code only; elsewhere they trap): out[2, n] = x[2, k] w[n, k]^T as tc_k_qmv1_* computes each row, the weights read once for both; x's rows x_stride elements apart, out's out_stride; flags as tc_k_qmv1_* (4: each row normalised by its own rms). Dynamic shared memory: 2 (2k + k / 2) bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
+/* kernels/quant.cu:2419 tc_k_qmv2_q4_k_bf16: Two rows of bf16 x (decode of two sequences) over K-quant weights on the integer tensor cores (tc_k_qmv2_<type>_bf16, in sm_90a code only; elsewhere they trap): out[2, n] = x[2, k] w[n, k]^T as tc_k_qmv1_* computes each row, the weights read once for both; x's rows x_stride elements apart, out's out_stride; flags as tc_k_qmv1_* (4: each row normalised by its own rms). Dynamic shared memory: 2 (2k + k / 2) bytes for x, then the weights' pipeline, at least 8 x 3584 bytes. Two blocks an SM. */
 static inline tc_status tc_launch_qmv2_q4_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &x_stride, &out_stride, &flags, &norm, &eps};
@@ -1446,7 +1446,7 @@ static inline tc_status tc_launch_qmv2_q4_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv2_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2378 tc_k_qmv2_q5_k_bf16 */
+/* kernels/quant.cu:2425 tc_k_qmv2_q5_k_bf16 */
 static inline tc_status tc_launch_qmv2_q5_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &x_stride, &out_stride, &flags, &norm, &eps};
@@ -1457,7 +1457,7 @@ static inline tc_status tc_launch_qmv2_q5_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv2_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2384 tc_k_qmv2_q6_k_bf16 */
+/* kernels/quant.cu:2431 tc_k_qmv2_q6_k_bf16 */
 static inline tc_status tc_launch_qmv2_q6_k_bf16(tc_launch_config cfg, void *out, const tc_bf16 *x, const void *w, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, int32_t flags, const tc_bf16 *norm, float eps)
 {
     void *args[] = {&out, &x, &w, &n, &k, &x_stride, &out_stride, &flags, &norm, &eps};
@@ -1468,7 +1468,7 @@ static inline tc_status tc_launch_qmv2_q6_k_bf16(tc_launch_config cfg, void *out
     tc_launch_qmv2_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps))
 #endif
 
-/* kernels/quant.cu:2395 tc_k_qmv1_q4_k_q6_k_bf16: Two one-row products in one launch (tc_k_qmv1_<a>_<b>_bf16): blocks [0, split) take out_a[1, n_a] = x w_a^T (w_a of the first type), blocks [split, grid) out_b[1, n_b] = x w_b^T (the second type), each as tc_k_qmv1_* does with flags 4 (the same x, norm and eps; flags 1, 2 and 8 are not taken). Dynamic shared memory as tc_k_qmv1_*, at least the larger type's least. */
+/* kernels/quant.cu:2442 tc_k_qmv1_q4_k_q6_k_bf16: Two one-row products in one launch (tc_k_qmv1_<a>_<b>_bf16): blocks [0, split) take out_a[1, n_a] = x w_a^T (w_a of the first type), blocks [split, grid) out_b[1, n_b] = x w_b^T (the second type), each as tc_k_qmv1_* does with flags 4 (the same x, norm and eps; flags 1, 2 and 8 are not taken). Dynamic shared memory as tc_k_qmv1_*, at least the larger type's least. */
 static inline tc_status tc_launch_qmv1_q4_k_q6_k_bf16(tc_launch_config cfg, tc_bf16 *out_a, tc_bf16 *out_b, const tc_bf16 *x, const void *w_a, const void *w_b, int64_t n_a, int64_t n_b, int64_t k, int32_t flags, const tc_bf16 *norm, float eps, int32_t split)
 {
     void *args[] = {&out_a, &out_b, &x, &w_a, &w_b, &n_a, &n_b, &k, &flags, &norm, &eps, &split};
@@ -1479,7 +1479,7 @@ static inline tc_status tc_launch_qmv1_q4_k_q6_k_bf16(tc_launch_config cfg, tc_b
     tc_launch_qmv1_q4_k_q6_k_bf16((cfg), TC__KARG(tc_bf16 *, out_a), TC__KARG(tc_bf16 *, out_b), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w_a), TC__KARG_CONST(const void *, void *, w_b), TC__KARG(int64_t, n_a), TC__KARG(int64_t, n_b), TC__KARG(int64_t, k), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps), TC__KARG(int32_t, split))
 #endif
 
-/* kernels/quant.cu:2403 tc_k_qmv1_q5_k_q6_k_bf16 */
+/* kernels/quant.cu:2450 tc_k_qmv1_q5_k_q6_k_bf16 */
 static inline tc_status tc_launch_qmv1_q5_k_q6_k_bf16(tc_launch_config cfg, tc_bf16 *out_a, tc_bf16 *out_b, const tc_bf16 *x, const void *w_a, const void *w_b, int64_t n_a, int64_t n_b, int64_t k, int32_t flags, const tc_bf16 *norm, float eps, int32_t split)
 {
     void *args[] = {&out_a, &out_b, &x, &w_a, &w_b, &n_a, &n_b, &k, &flags, &norm, &eps, &split};
@@ -1490,7 +1490,7 @@ static inline tc_status tc_launch_qmv1_q5_k_q6_k_bf16(tc_launch_config cfg, tc_b
     tc_launch_qmv1_q5_k_q6_k_bf16((cfg), TC__KARG(tc_bf16 *, out_a), TC__KARG(tc_bf16 *, out_b), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w_a), TC__KARG_CONST(const void *, void *, w_b), TC__KARG(int64_t, n_a), TC__KARG(int64_t, n_b), TC__KARG(int64_t, k), TC__KARG(int32_t, flags), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, norm), TC__KARG(float, eps), TC__KARG(int32_t, split))
 #endif
 
-/* kernels/quant.cu:2424 tc_k_qmm_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 (5 for the K-quants) <= m <= 64 rows of 16-bit x and w of a block type held as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32 1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and counts grid.x zeroed counters (left at zero), unless (Hopper) the launch makes a tile's grid.y blocks one cluster (at most 8), whose shares add in shared memory. Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256 of k each. On Hopper under 128 registers (a few spilled), so that two blocks of two stages fit an SM where a product's blocks would take more than one wave at one an SM (the host's choice, as for tc_k_qmm32_* below). The first stages' weights are requested before the kernel waits for the one before it. k a multiple of 32, x and its stride 16-byte aligned. */
+/* kernels/quant.cu:2471 tc_k_qmm_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 (5 for the K-quants) <= m <= 64 rows of 16-bit x and w of a block type held as planes, one kernel per type (tc_k_qmm_<type>_<f16|bf16>), out in x's dtype or (out_f32 1) f32; batched decode. Blocks of 256 threads take 128 rows of w each (grid.x) over one of grid.y equal shares of k; with more than one share, ws holds grid.y x m x n floats and counts grid.x zeroed counters (left at zero), unless (Hopper) the launch makes a tile's grid.y blocks one cluster (at most 8), whose shares add in shared memory. Dynamic shared memory: 2 to 4 stages of 128 weight rows and 8 ceil(m / 8) rows of x, 256 of k each. On Hopper under 128 registers (a few spilled), so that two blocks of two stages fit an SM where a product's blocks would take more than one wave at one an SM (the host's choice, as for tc_k_qmm32_* below). The first stages' weights are requested before the kernel waits for the one before it. k a multiple of 32, x and its stride 16-byte aligned. */
 static inline tc_status tc_launch_qmm_q4_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1501,7 +1501,7 @@ static inline tc_status tc_launch_qmm_q4_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2430 tc_k_qmm_q4_0_bf16 */
+/* kernels/quant.cu:2477 tc_k_qmm_q4_0_bf16 */
 static inline tc_status tc_launch_qmm_q4_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1512,7 +1512,7 @@ static inline tc_status tc_launch_qmm_q4_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2436 tc_k_qmm_q4_1_f16 */
+/* kernels/quant.cu:2483 tc_k_qmm_q4_1_f16 */
 static inline tc_status tc_launch_qmm_q4_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1523,7 +1523,7 @@ static inline tc_status tc_launch_qmm_q4_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2442 tc_k_qmm_q4_1_g64_f16 */
+/* kernels/quant.cu:2489 tc_k_qmm_q4_1_g64_f16 */
 static inline tc_status tc_launch_qmm_q4_1_g64_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1534,7 +1534,7 @@ static inline tc_status tc_launch_qmm_q4_1_g64_f16(tc_launch_config cfg, void *o
     tc_launch_qmm_q4_1_g64_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2448 tc_k_qmm_q4_1_g128_f16 */
+/* kernels/quant.cu:2495 tc_k_qmm_q4_1_g128_f16 */
 static inline tc_status tc_launch_qmm_q4_1_g128_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1545,7 +1545,7 @@ static inline tc_status tc_launch_qmm_q4_1_g128_f16(tc_launch_config cfg, void *
     tc_launch_qmm_q4_1_g128_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2454 tc_k_qmm_q4_1_bf16 */
+/* kernels/quant.cu:2501 tc_k_qmm_q4_1_bf16 */
 static inline tc_status tc_launch_qmm_q4_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1556,7 +1556,7 @@ static inline tc_status tc_launch_qmm_q4_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2460 tc_k_qmm_q4_1_g64_bf16 */
+/* kernels/quant.cu:2507 tc_k_qmm_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmm_q4_1_g64_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1567,7 +1567,7 @@ static inline tc_status tc_launch_qmm_q4_1_g64_bf16(tc_launch_config cfg, void *
     tc_launch_qmm_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2466 tc_k_qmm_q4_1_g128_bf16 */
+/* kernels/quant.cu:2513 tc_k_qmm_q4_1_g128_bf16 */
 static inline tc_status tc_launch_qmm_q4_1_g128_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1578,7 +1578,7 @@ static inline tc_status tc_launch_qmm_q4_1_g128_bf16(tc_launch_config cfg, void 
     tc_launch_qmm_q4_1_g128_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2472 tc_k_qmm_q5_0_f16 */
+/* kernels/quant.cu:2519 tc_k_qmm_q5_0_f16 */
 static inline tc_status tc_launch_qmm_q5_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1589,7 +1589,7 @@ static inline tc_status tc_launch_qmm_q5_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2478 tc_k_qmm_q5_0_bf16 */
+/* kernels/quant.cu:2525 tc_k_qmm_q5_0_bf16 */
 static inline tc_status tc_launch_qmm_q5_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1600,7 +1600,7 @@ static inline tc_status tc_launch_qmm_q5_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2484 tc_k_qmm_q5_1_f16 */
+/* kernels/quant.cu:2531 tc_k_qmm_q5_1_f16 */
 static inline tc_status tc_launch_qmm_q5_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1611,7 +1611,7 @@ static inline tc_status tc_launch_qmm_q5_1_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2490 tc_k_qmm_q5_1_bf16 */
+/* kernels/quant.cu:2537 tc_k_qmm_q5_1_bf16 */
 static inline tc_status tc_launch_qmm_q5_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1622,7 +1622,7 @@ static inline tc_status tc_launch_qmm_q5_1_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2496 tc_k_qmm_q8_0_f16 */
+/* kernels/quant.cu:2543 tc_k_qmm_q8_0_f16 */
 static inline tc_status tc_launch_qmm_q8_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1633,7 +1633,7 @@ static inline tc_status tc_launch_qmm_q8_0_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q8_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2502 tc_k_qmm_q8_0_bf16 */
+/* kernels/quant.cu:2549 tc_k_qmm_q8_0_bf16 */
 static inline tc_status tc_launch_qmm_q8_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1644,7 +1644,7 @@ static inline tc_status tc_launch_qmm_q8_0_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2508 tc_k_qmm_q2_k_f16 */
+/* kernels/quant.cu:2555 tc_k_qmm_q2_k_f16 */
 static inline tc_status tc_launch_qmm_q2_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1655,7 +1655,7 @@ static inline tc_status tc_launch_qmm_q2_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q2_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2514 tc_k_qmm_q2_k_bf16 */
+/* kernels/quant.cu:2561 tc_k_qmm_q2_k_bf16 */
 static inline tc_status tc_launch_qmm_q2_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1666,7 +1666,7 @@ static inline tc_status tc_launch_qmm_q2_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2520 tc_k_qmm_q3_k_f16 */
+/* kernels/quant.cu:2567 tc_k_qmm_q3_k_f16 */
 static inline tc_status tc_launch_qmm_q3_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1677,7 +1677,7 @@ static inline tc_status tc_launch_qmm_q3_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q3_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2526 tc_k_qmm_q3_k_bf16 */
+/* kernels/quant.cu:2573 tc_k_qmm_q3_k_bf16 */
 static inline tc_status tc_launch_qmm_q3_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1688,7 +1688,7 @@ static inline tc_status tc_launch_qmm_q3_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2532 tc_k_qmm_q4_k_f16 */
+/* kernels/quant.cu:2579 tc_k_qmm_q4_k_f16 */
 static inline tc_status tc_launch_qmm_q4_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1699,7 +1699,7 @@ static inline tc_status tc_launch_qmm_q4_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q4_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2538 tc_k_qmm_q4_k_bf16 */
+/* kernels/quant.cu:2585 tc_k_qmm_q4_k_bf16 */
 static inline tc_status tc_launch_qmm_q4_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1710,7 +1710,7 @@ static inline tc_status tc_launch_qmm_q4_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2544 tc_k_qmm_q5_k_f16 */
+/* kernels/quant.cu:2591 tc_k_qmm_q5_k_f16 */
 static inline tc_status tc_launch_qmm_q5_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1721,7 +1721,7 @@ static inline tc_status tc_launch_qmm_q5_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q5_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2550 tc_k_qmm_q5_k_bf16 */
+/* kernels/quant.cu:2597 tc_k_qmm_q5_k_bf16 */
 static inline tc_status tc_launch_qmm_q5_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1732,7 +1732,7 @@ static inline tc_status tc_launch_qmm_q5_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2556 tc_k_qmm_q6_k_f16 */
+/* kernels/quant.cu:2603 tc_k_qmm_q6_k_f16 */
 static inline tc_status tc_launch_qmm_q6_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1743,7 +1743,7 @@ static inline tc_status tc_launch_qmm_q6_k_f16(tc_launch_config cfg, void *out, 
     tc_launch_qmm_q6_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2562 tc_k_qmm_q6_k_bf16 */
+/* kernels/quant.cu:2609 tc_k_qmm_q6_k_bf16 */
 static inline tc_status tc_launch_qmm_q6_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1754,7 +1754,7 @@ static inline tc_status tc_launch_qmm_q6_k_bf16(tc_launch_config cfg, void *out,
     tc_launch_qmm_q6_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2576 tc_k_qmm32_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 32 rows, as tc_k_qmm_* (the same arguments, workspace and stages) with room for four 8-row tiles of x instead of eight: under 128 registers a thread, so that two blocks share an SM and hide each other's latency (H100, bench_ops quant, Q4_K 11008 x 4096: 16 rows 37.3 -> 24.2 us, 32 rows 44.0 -> 32.8 us; 7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453), where a product's blocks would take more than one wave at one an SM; one block of up to four stages otherwise (the host's choice). */
+/* kernels/quant.cu:2623 tc_k_qmm32_q4_0_f16: out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 32 rows, as tc_k_qmm_* (the same arguments, workspace and stages) with room for four 8-row tiles of x instead of eight: under 128 registers a thread, so that two blocks share an SM and hide each other's latency (H100, bench_ops quant, Q4_K 11008 x 4096: 16 rows 37.3 -> 24.2 us, 32 rows 44.0 -> 32.8 us; 7B Q4_K_M decode of 16 sequences 2,183 -> 2,587 tokens/s, 32 sequences 3,157 -> 3,453), where a product's blocks would take more than one wave at one an SM; one block of up to four stages otherwise (the host's choice). */
 static inline tc_status tc_launch_qmm32_q4_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1765,7 +1765,7 @@ static inline tc_status tc_launch_qmm32_q4_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2582 tc_k_qmm32_q4_0_bf16 */
+/* kernels/quant.cu:2629 tc_k_qmm32_q4_0_bf16 */
 static inline tc_status tc_launch_qmm32_q4_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1776,7 +1776,7 @@ static inline tc_status tc_launch_qmm32_q4_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2588 tc_k_qmm32_q4_1_f16 */
+/* kernels/quant.cu:2635 tc_k_qmm32_q4_1_f16 */
 static inline tc_status tc_launch_qmm32_q4_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1787,7 +1787,7 @@ static inline tc_status tc_launch_qmm32_q4_1_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2594 tc_k_qmm32_q4_1_g64_f16 */
+/* kernels/quant.cu:2641 tc_k_qmm32_q4_1_g64_f16 */
 static inline tc_status tc_launch_qmm32_q4_1_g64_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1798,7 +1798,7 @@ static inline tc_status tc_launch_qmm32_q4_1_g64_f16(tc_launch_config cfg, void 
     tc_launch_qmm32_q4_1_g64_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2600 tc_k_qmm32_q4_1_g128_f16 */
+/* kernels/quant.cu:2647 tc_k_qmm32_q4_1_g128_f16 */
 static inline tc_status tc_launch_qmm32_q4_1_g128_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1809,7 +1809,7 @@ static inline tc_status tc_launch_qmm32_q4_1_g128_f16(tc_launch_config cfg, void
     tc_launch_qmm32_q4_1_g128_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2606 tc_k_qmm32_q4_1_bf16 */
+/* kernels/quant.cu:2653 tc_k_qmm32_q4_1_bf16 */
 static inline tc_status tc_launch_qmm32_q4_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1820,7 +1820,7 @@ static inline tc_status tc_launch_qmm32_q4_1_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2612 tc_k_qmm32_q4_1_g64_bf16 */
+/* kernels/quant.cu:2659 tc_k_qmm32_q4_1_g64_bf16 */
 static inline tc_status tc_launch_qmm32_q4_1_g64_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1831,7 +1831,7 @@ static inline tc_status tc_launch_qmm32_q4_1_g64_bf16(tc_launch_config cfg, void
     tc_launch_qmm32_q4_1_g64_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2618 tc_k_qmm32_q4_1_g128_bf16 */
+/* kernels/quant.cu:2665 tc_k_qmm32_q4_1_g128_bf16 */
 static inline tc_status tc_launch_qmm32_q4_1_g128_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1842,7 +1842,7 @@ static inline tc_status tc_launch_qmm32_q4_1_g128_bf16(tc_launch_config cfg, voi
     tc_launch_qmm32_q4_1_g128_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2624 tc_k_qmm32_q5_0_f16 */
+/* kernels/quant.cu:2671 tc_k_qmm32_q5_0_f16 */
 static inline tc_status tc_launch_qmm32_q5_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1853,7 +1853,7 @@ static inline tc_status tc_launch_qmm32_q5_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2630 tc_k_qmm32_q5_0_bf16 */
+/* kernels/quant.cu:2677 tc_k_qmm32_q5_0_bf16 */
 static inline tc_status tc_launch_qmm32_q5_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1864,7 +1864,7 @@ static inline tc_status tc_launch_qmm32_q5_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2636 tc_k_qmm32_q5_1_f16 */
+/* kernels/quant.cu:2683 tc_k_qmm32_q5_1_f16 */
 static inline tc_status tc_launch_qmm32_q5_1_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1875,7 +1875,7 @@ static inline tc_status tc_launch_qmm32_q5_1_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_1_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2642 tc_k_qmm32_q5_1_bf16 */
+/* kernels/quant.cu:2689 tc_k_qmm32_q5_1_bf16 */
 static inline tc_status tc_launch_qmm32_q5_1_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1886,7 +1886,7 @@ static inline tc_status tc_launch_qmm32_q5_1_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_1_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2648 tc_k_qmm32_q8_0_f16 */
+/* kernels/quant.cu:2695 tc_k_qmm32_q8_0_f16 */
 static inline tc_status tc_launch_qmm32_q8_0_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1897,7 +1897,7 @@ static inline tc_status tc_launch_qmm32_q8_0_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q8_0_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2654 tc_k_qmm32_q8_0_bf16 */
+/* kernels/quant.cu:2701 tc_k_qmm32_q8_0_bf16 */
 static inline tc_status tc_launch_qmm32_q8_0_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1908,7 +1908,7 @@ static inline tc_status tc_launch_qmm32_q8_0_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q8_0_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2660 tc_k_qmm32_q2_k_f16 */
+/* kernels/quant.cu:2707 tc_k_qmm32_q2_k_f16 */
 static inline tc_status tc_launch_qmm32_q2_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1919,7 +1919,7 @@ static inline tc_status tc_launch_qmm32_q2_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q2_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2666 tc_k_qmm32_q2_k_bf16 */
+/* kernels/quant.cu:2713 tc_k_qmm32_q2_k_bf16 */
 static inline tc_status tc_launch_qmm32_q2_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1930,7 +1930,7 @@ static inline tc_status tc_launch_qmm32_q2_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q2_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2672 tc_k_qmm32_q3_k_f16 */
+/* kernels/quant.cu:2719 tc_k_qmm32_q3_k_f16 */
 static inline tc_status tc_launch_qmm32_q3_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1941,7 +1941,7 @@ static inline tc_status tc_launch_qmm32_q3_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q3_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2678 tc_k_qmm32_q3_k_bf16 */
+/* kernels/quant.cu:2725 tc_k_qmm32_q3_k_bf16 */
 static inline tc_status tc_launch_qmm32_q3_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1952,7 +1952,7 @@ static inline tc_status tc_launch_qmm32_q3_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q3_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2684 tc_k_qmm32_q4_k_f16 */
+/* kernels/quant.cu:2731 tc_k_qmm32_q4_k_f16 */
 static inline tc_status tc_launch_qmm32_q4_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1963,7 +1963,7 @@ static inline tc_status tc_launch_qmm32_q4_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q4_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2690 tc_k_qmm32_q4_k_bf16 */
+/* kernels/quant.cu:2737 tc_k_qmm32_q4_k_bf16 */
 static inline tc_status tc_launch_qmm32_q4_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1974,7 +1974,7 @@ static inline tc_status tc_launch_qmm32_q4_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q4_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2696 tc_k_qmm32_q5_k_f16 */
+/* kernels/quant.cu:2743 tc_k_qmm32_q5_k_f16 */
 static inline tc_status tc_launch_qmm32_q5_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1985,7 +1985,7 @@ static inline tc_status tc_launch_qmm32_q5_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q5_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2702 tc_k_qmm32_q5_k_bf16 */
+/* kernels/quant.cu:2749 tc_k_qmm32_q5_k_bf16 */
 static inline tc_status tc_launch_qmm32_q5_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -1996,7 +1996,7 @@ static inline tc_status tc_launch_qmm32_q5_k_bf16(tc_launch_config cfg, void *ou
     tc_launch_qmm32_q5_k_bf16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_bf16 *, tc_bf16 *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2708 tc_k_qmm32_q6_k_f16 */
+/* kernels/quant.cu:2755 tc_k_qmm32_q6_k_f16 */
 static inline tc_status tc_launch_qmm32_q6_k_f16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_half *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};
@@ -2007,7 +2007,7 @@ static inline tc_status tc_launch_qmm32_q6_k_f16(tc_launch_config cfg, void *out
     tc_launch_qmm32_q6_k_f16((cfg), TC__KARG(void *, out), TC__KARG(int32_t, out_f32), TC__KARG_CONST(const tc_half *, tc_half *, x), TC__KARG_CONST(const void *, void *, w), TC__KARG(int32_t, m), TC__KARG(int64_t, n), TC__KARG(int64_t, k), TC__KARG(int64_t, x_stride), TC__KARG(int64_t, out_stride), TC__KARG(float *, ws), TC__KARG(int32_t *, counts))
 #endif
 
-/* kernels/quant.cu:2714 tc_k_qmm32_q6_k_bf16 */
+/* kernels/quant.cu:2761 tc_k_qmm32_q6_k_bf16 */
 static inline tc_status tc_launch_qmm32_q6_k_bf16(tc_launch_config cfg, void *out, int32_t out_f32, const tc_bf16 *x, const void *w, int32_t m, int64_t n, int64_t k, int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     void *args[] = {&out, &out_f32, &x, &w, &m, &n, &k, &x_stride, &out_stride, &ws, &counts};

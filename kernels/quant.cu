@@ -115,6 +115,16 @@ template <int DT, typename I> __device__ __forceinline__ uint4 k_meta(const Plan
     return make_uint4(v.y, v.z, v.w, v.x);
 }
 
+// Group j's quant bits of Q6_K block blk: the low four in r.q, the high two in r.e[0], r.e[1].
+template <typename I> __device__ __forceinline__ void q6_bits(Raw &r, const Planes &P, I blk, int j)
+{
+    const int n = j >> 4, q4 = (j >> 2) & 3;
+    r.q = ld8(P.p[0] + (uint64_t)blk * 128 + n * 64 + (q4 & 1) * 32 + (j & 3) * 8);
+    const uint2 h = ld8(P.p[1] + (uint64_t)blk * 64 + n * 32 + (j & 3) * 8);
+    r.e[0] = h.x;
+    r.e[1] = h.y;
+}
+
 // Group j (elements 8j .. 8j + 7) of block blk.
 template <int DT, typename I = int64_t> __device__ __forceinline__ Raw fetch(const Planes &P, I blk, int j)
 {
@@ -160,11 +170,7 @@ template <int DT, typename I = int64_t> __device__ __forceinline__ Raw fetch(con
             r.e[5] = h.y;
         }
     } else if constexpr (DT == Q6_K) {
-        const int n = j >> 4, q4 = (j >> 2) & 3;
-        r.q = ld8(P.p[0] + (uint64_t)blk * 128 + n * 64 + (q4 & 1) * 32 + (j & 3) * 8);
-        uint2 h = ld8(P.p[1] + (uint64_t)blk * 64 + n * 32 + (j & 3) * 8);
-        r.e[0] = h.x;
-        r.e[1] = h.y;
+        q6_bits(r, P, blk, j);
         r.e[2] = ld1(P.p[2] + (uint64_t)blk * 16 + (j >> 1));
         r.e[3] = ld2(P.p[3] + (uint64_t)blk * 2);
     }
@@ -1600,7 +1606,13 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
 {
     using G = BatchStep<DT>;
     constexpr Layout L = G::L;
-    constexpr int S = G::S, CPB = G::CPB, RB = G::row_bytes;
+    // MO: Q6_K's products of 33 to 64 rows keep each block's scales and d out of the stage (NF:
+    // the fields the stage holds): lane p of a quad loads word p of the 16 scale bytes of its
+    // two rows, and their d, a step ahead into registers, and the quad hands the words round at
+    // the step's start. Their two 16-byte units a row took the stage from 56 to 60 KiB at 64
+    // rows, where two blocks an SM need at most 56 (two stages each).
+    constexpr bool MO = DT == Q6_K && NT == 8;
+    constexpr int S = G::S, CPB = G::CPB, NF = MO ? 2 : L.nf, RB = 16 * G::first(NF);
     constexpr bool NAT = WG && kBatchNat<DT>;
     // ZB: under wgmma the types of 32-element blocks (eight a step) multiply a short last
     // step's absent blocks too, as zero fragments against x's zeros past k, instead of leaving
@@ -1640,7 +1652,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     const uint8_t *fsrc[4];
     uint32_t fto[4];
     int frows[4];
-    each<0, L.nf>([&](auto F) {
+    each<0, NF>([&](auto F) {
         constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
         if constexpr (256 % U == 0) {
             const int r = threadIdx.x / U, u = threadIdx.x % U;
@@ -1671,7 +1683,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
         if (i < my) {
             const uint32_t b0 = (s0 + i) * S, cnt = min((uint32_t)S, nb - b0);
             if (wq) {
-                each<0, L.nf>([&](auto F) {
+                each<0, NF>([&](auto F) {
                     constexpr int f = decltype(F)::value, size = L.f[f].size, U = G::units(f);
                     if constexpr (256 % U == 0) {
                         constexpr int R = (kBatchRows * U + 255) / 256, RS = 256 / U;
@@ -1742,14 +1754,26 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     // The first stages' weights are requested before the kernel waits for the one before it
     // (weights are written by no kernel), their rows of x after; stage q's group then holds
     // at least its own copies.
+    const int r_a = warp * 16 + g;
+    const uint32_t rblk[2] = { (row0 + r_a < n32 ? row0 + r_a : 0) * nb, (row0 + r_a + 8 < n32 ? row0 + r_a + 8 : 0) * nb };
+    // (MO) Step i's scale word p and d of rows r_a and r_a + 8, loaded a step ahead (S is 1).
+    uint32_t mw[2] = {}, md[2] = {};
+    auto meta = [&](uint32_t i) {
+        if (MO && i < my)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t blk = rblk[h] + s0 + i;
+                mw[h] = ld4(P.p[2] + (uint64_t)blk * 16 + 4 * p);
+                md[h] = ld2(P.p[3] + (uint64_t)blk * 2);
+            }
+    };
     for (int q = 0; q < nst - 1; q++)
         issue(q, sm_s + q * sbytes, true, false);
+    meta(0);
     tc::await_inputs();
     for (int q = 0; q < nst - 1; q++)
         issue(q, sm_s + q * sbytes, false, true);
 
-    const int r_a = warp * 16 + g;
-    const uint32_t rblk[2] = { (row0 + r_a < n32 ? row0 + r_a : 0) * nb, (row0 + r_a + 8 < n32 ? row0 + r_a + 8 : 0) * nb };
     float acc[NT][4] = {};
     // A2: Q4_K's and Q5_K's mma16816 loop on Hopper (up to 16 rows) takes the odd chunks'
     // products into a second set of sums, added at the end: two chains of dependent products,
@@ -1784,10 +1808,27 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
         const uint64_t xd = tc::wg_desc128(sm_s + cs + xat);
         cs = cs == last ? 0 : cs + sbytes;
         const uint32_t b0 = (s0 + i) * S, cnt = min((uint32_t)S, nb - b0);
+        // (MO) Chunk cc's scale byte of each row for this lane, 2 cc + p / 2 of the block's 16
+        // (word cc / 2), at byte cc % 4 of sc[h][cc / 4]; then the next step's loads.
+        uint32_t sc[2][2] = {}, dd[2] = {};
+        if constexpr (MO) {
+            const uint32_t sel = p >> 1 ? 0x7531u : 0x6420u;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                uint32_t wd[4];
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    wd[q] = __shfl_sync(0xffffffffu, mw[h], (lane & ~3) | q);
+                sc[h][0] = __byte_perm(wd[0], wd[1], sel);
+                sc[h][1] = __byte_perm(wd[2], wd[3], sel);
+                dd[h] = md[h];
+            }
+            meta(i + 1);
+        }
         Planes Q[2];
 #pragma unroll
         for (int h = 0; h < 2; h++)
-            each<0, L.nf>([&](auto F) {
+            each<0, NF>([&](auto F) {
                 constexpr int f = decltype(F)::value, size = L.f[f].size;
                 const uint32_t skip = size % 16 ? ((rblk[h] + b0) * size) & 15 : 0;
                 Q[h].p[f] = st + wat + (r_a + 8 * h) * RB + 16 * G::first(f) + skip;
@@ -1808,7 +1849,11 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
             for (int h = 0; h < 2; h++) {
                 if constexpr (KS)
                     r[h] = k_load<DT, NAT>(Q[h], bl, j);
-                else {
+                else if constexpr (MO) {
+                    q6_bits(r[h], Q[h], bl, j);
+                    r[h].e[2] = sc[h][cc >> 2] >> (8 * (cc & 3));
+                    r[h].e[3] = dd[h];
+                } else {
                     r[h] = fetch<DT, uint32_t>(Q[h], bl, j);
                     if constexpr (NAT && DT == Q8_0)
                         r[h].q = nat8(Q[h].p[0] + bl * 32, p);
@@ -1980,7 +2025,9 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     }
     const bool vec = (n & 3) == 0;
     if (gridDim.y > 1) {
-        __shared__ bool last;
+        // (The flag after the sums, not a static __shared__ variable: that took 128 bytes, the
+        // dynamic memory's alignment, which two blocks of Q6_K's 64 rows lacked.)
+        volatile int &last = *reinterpret_cast<int *>(red + XR * RP);
         float *mine = ws + (int64_t)blockIdx.y * m * n;
         for (int q = threadIdx.x; q < quads; q += blockDim.x) {
             const int c = q / (kBatchRows / 4), r = 4 * (q % (kBatchRows / 4));
@@ -1997,7 +2044,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
         // the block's sums, the last block's acquire sees every share's.
         __syncthreads();
         if (threadIdx.x == 0) {
-            last = tc::atomic_add_acq_rel(counts + blockIdx.x, 1) == (int)gridDim.y - 1;
+            last = tc::atomic_add_acq_rel(counts + blockIdx.x, 1) == (int)gridDim.y - 1 ? 1 : 0;
             if (last)
                 counts[blockIdx.x] = 0;
         }

@@ -507,12 +507,14 @@ static const struct {
 /* Shared memory one stage of a batched product takes (kernels/quant.cu's mma_batch): 128
  * weight rows of 256 elements, each field's bytes in the 16-byte units that cover them from
  * an aligned start, and the kernel's rows of x (32 or 64) of 256 elements, in whole KiB (the
- * Hopper kernels' x lies in 1024-byte-aligned atoms; BATCH_ALIGN more aligns the first). */
+ * Hopper kernels' x lies in 1024-byte-aligned atoms; BATCH_ALIGN more aligns the first).
+ * Q6_K's kernels of 64 rows keep its scales and d (its last two fields) out of the stage: 56
+ * KiB, where two blocks an SM fit on Hopper, instead of 60. */
 #define BATCH_ALIGN 1024u
 static size_t batch_stage_bytes(tc_dtype dt, int64_t x_rows)
 {
-    int s = 256 / qmm[dt].block, units = 0;
-    for (int f = 0; f < qmm[dt].nf; f++) {
+    int s = 256 / qmm[dt].block, units = 0, nf = dt == TC_DTYPE_Q6_K && x_rows > 32 ? 2 : qmm[dt].nf;
+    for (int f = 0; f < nf; f++) {
         int size = qmm[dt].size[f], a = size % 16 == 0  ? 16
                                         : size % 8 == 0 ? 8
                                         : size % 4 == 0 ? 4
