@@ -1602,7 +1602,7 @@ __device__ __forceinline__ void cp_async4_z(uint32_t to, const void *from, bool 
 
 template <typename T, int DT, int NT, bool WG>
 __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, int m, int64_t n, int64_t k, int64_t xs,
-                          int64_t os, float *ws, int32_t *counts, uint8_t *sm, uint32_t smem)
+                          int64_t os, float *ws, int32_t *counts, uint32_t tile, uint8_t *sm, uint32_t smem)
 {
     using G = BatchStep<DT>;
     constexpr Layout L = G::L;
@@ -1641,7 +1641,7 @@ __device__ void mma_batch(void *out, bool out_f32, const T *x, const void *w, in
     const Planes P = planes<DT>(w, n * (k / L.block));
     const uint32_t nb = (uint32_t)(k / L.block), steps = (nb + S - 1) / S, per = (steps + gridDim.y - 1) / gridDim.y,
                    s0 = min(steps, blockIdx.y * per), my = min(steps, s0 + per) - s0, n32 = (uint32_t)n;
-    const uint32_t row0 = blockIdx.x * kBatchRows, sm_s = (uint32_t)__cvta_generic_to_shared(sm);
+    const uint32_t row0 = tile * kBatchRows, sm_s = (uint32_t)__cvta_generic_to_shared(sm);
 
     // Each thread's copies of a stage, fixed but for the stage's place in k: field f's units go
     // 256 a round, slot threadIdx.x + 256 it being unit slot % U of the tile's row slot / U.
@@ -2099,9 +2099,35 @@ __device__ __forceinline__ void batch_kernel(void *out, int out_f32, const T *x,
     // (Up to 16 rows of x the products of mma16816 are quicker than a wgmma of 32 columns: H200,
     // 7B Q4_K_M decode of 16 sequences 3,148-3,159 tokens/s with wgmma, 3,383-3,385 without.)
     if (kBatchWg && (NT == 8 || m > 16))
-        mma_batch<T, DT, NT, kBatchWg>(out, out_f32 != 0, x, w, m, n, k, xs, os, ws, counts, stages, bytes);
+        mma_batch<T, DT, NT, kBatchWg>(out, out_f32 != 0, x, w, m, n, k, xs, os, ws, counts, blockIdx.x, stages,
+                                       bytes);
     else
-        mma_batch<T, DT, NT, false>(out, out_f32 != 0, x, w, m, n, k, xs, os, ws, counts, stages, bytes);
+        mma_batch<T, DT, NT, false>(out, out_f32 != 0, x, w, m, n, k, xs, os, ws, counts, blockIdx.x, stages, bytes);
+}
+
+// Two products of one x in one launch (tc_k_qmm_pair_*): blocks [0, tiles of w_a) take w_a's
+// tiles, the rest w_b's, each as batch_kernel's 64-row wgmma kernel (Hopper only; elsewhere it
+// traps); w_b's shares of k in ws after w_a's, its counters those of its blocks.
+template <typename T, int DA, int DB>
+__device__ __forceinline__ void batch_pair(T *out_a, T *out_b, const T *x, const void *w_a, const void *w_b, int m,
+                                           int64_t n_a, int64_t n_b, int64_t k, int64_t xs, int64_t os_a,
+                                           int64_t os_b, float *ws, int32_t *counts)
+{
+    if constexpr (!kBatchWg) {
+        __trap();
+    } else {
+        extern __shared__ __align__(128) uint8_t stages[];
+        uint32_t bytes;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+        const uint32_t ta = (uint32_t)((n_a + kBatchRows - 1) / kBatchRows);
+        if (blockIdx.x < ta)
+            mma_batch<T, DA, 8, true>(out_a, false, x, w_a, m, n_a, k, xs, os_a, ws, counts, blockIdx.x, stages,
+                                      bytes);
+        else
+            mma_batch<T, DB, 8, true>(out_b, false, x, w_b, m, n_b, k, xs, os_b,
+                                      ws ? ws + (int64_t)gridDim.y * m * n_a : ws, counts, blockIdx.x - ta, stages,
+                                      bytes);
+    }
 }
 
 template <typename T>
@@ -2610,6 +2636,29 @@ extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
                       int64_t x_stride, int64_t out_stride, float *ws, int32_t *counts)
 {
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
+}
+
+/** out_a = x w_a^T and out_b = x w_b^T for 33 <= m <= 64 rows of bf16 x (a layer's q and k beside
+ *  its v where their types differ, as Q4_K_M's more-bits layers have them), in one launch of
+ *  tc_k_qmm_*'s blocks (tc_k_qmm_pair_<a>_<b>_bf16, Hopper only; elsewhere they trap): grid.x
+ *  the tiles of w_a then those of w_b, grid.y the shares of k of both; ws holds grid.y x m x
+ *  (n_a + n_b) floats with more than one share (unless a cluster), counts grid.x counters.
+ *  Dynamic shared memory as tc_k_qmm_*, enough for two stages of either type. */
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
+    tc_k_qmm_pair_q4_k_q6_k_bf16(__nv_bfloat16 *out_a, __nv_bfloat16 *out_b, const __nv_bfloat16 *x,
+                                 const void *w_a, const void *w_b, int32_t m, int64_t n_a, int64_t n_b, int64_t k,
+                                 int64_t x_stride, int64_t os_a, int64_t os_b, float *ws, int32_t *counts)
+{
+    quant_cu::batch_pair<__nv_bfloat16, quant_cu::Q4_K, quant_cu::Q6_K>(out_a, out_b, x, w_a, w_b, m, n_a, n_b, k,
+                                                                       x_stride, os_a, os_b, ws, counts);
+}
+extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
+    tc_k_qmm_pair_q5_k_q6_k_bf16(__nv_bfloat16 *out_a, __nv_bfloat16 *out_b, const __nv_bfloat16 *x,
+                                 const void *w_a, const void *w_b, int32_t m, int64_t n_a, int64_t n_b, int64_t k,
+                                 int64_t x_stride, int64_t os_a, int64_t os_b, float *ws, int32_t *counts)
+{
+    quant_cu::batch_pair<__nv_bfloat16, quant_cu::Q5_K, quant_cu::Q6_K>(out_a, out_b, x, w_a, w_b, m, n_a, n_b, k,
+                                                                       x_stride, os_a, os_b, ws, counts);
 }
 
 /** out[m, n] = x[m, k] w[n, k]^T for 9 <= m <= 32 rows, as tc_k_qmm_* (the same arguments,

@@ -1396,7 +1396,15 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
         } else {
             /* (q, k and v of different types: in a decode step each product normalises x; q
              * and k in one where they share a type) */
-            if (y->wqk.data) {
+            /* (33-64 rows on Hopper: q/k's product and v's in one launch where a kernel takes
+             * their types, Q4_K_M's and Q5_K_M's more-bits layers) */
+            bool paired = !in_product && y->wqk.data && !y->in_q.data && !y->in_v.data &&
+                          tc__quant_batch_pair_fits(&h, &y->wqk, &y->wv);
+            if (paired) {
+                TC_CHECK(st, tc__quant_batch_pair(&qk, &v, &h, &y->wqk, &y->wv));
+                lq = &gq3;
+                lk = &gk3;
+            } else if (y->wqk.data) {
                 if (in_product) {
                     TC_CHECK(st, tc_linear(&qk, &x, &y->wqk, &normed_l));
                 } else {
@@ -1416,7 +1424,7 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             }
             if (in_product) {
                 TC_CHECK(st, tc_linear(&v, &x, &y->wv, &normed_l));
-            } else {
+            } else if (!paired) {
                 TC_CHECK(st, ordered(m, &h, &y->in_v, &xp));
                 TC_CHECK(st, tc_matmul(&v, &xp, &y->wv));
             }

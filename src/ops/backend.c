@@ -406,6 +406,7 @@ void tc_backend_set_shared_limit(tc_backend *b, size_t bytes)
 {
     b->shared_limit = bytes;
     memset(b->qmm_per_sm, 0, sizeof b->qmm_per_sm); /* their shared memory follows the limit */
+    memset(b->qmm_pair_per_sm, 0, sizeof b->qmm_pair_per_sm);
 }
 
 size_t tc__backend_shared_room(const tc_backend *b)

@@ -73,6 +73,9 @@ struct tc_backend {
     /* And their clusters of 2 to 8 blocks (the shares of k) resident at once, GPU-wide; 0: not
      * yet known, -1: none (no clusters on the device, or the query failed). */
     int qmm_clusters[TC_DTYPE_COUNT][2][8][2][7];
+    /* The same for the pair kernels (tc__quant_batch_pair), by pair. */
+    int qmm_pair_per_sm[2][8][2];
+    int qmm_pair_clusters[2][8][2][7];
 };
 
 /* Block-quantised tensors on CUDA (qweights.c): device bytes of n elements held as planes;
@@ -138,6 +141,12 @@ bool tc__quant_batch_fits(const tc_tensor *x, const tc_tensor *w);
  * kernels at 8 rows). */
 int tc__quant_batch_from(tc_backend *b, tc_dtype dt, tc_dtype x_dtype);
 tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w);
+/* x w_a^T into out_a and x w_b^T into out_b in one launch (tc_k_qmm_pair_*: 33-64 rows of bf16
+ * x on Hopper, w_a Q4_K or Q5_K and w_b Q6_K, as a Q4_K_M or Q5_K_M layer's q/k and v): whether
+ * it takes them, and the products (TC_ERR_UNSUPPORTED where it does not). */
+bool tc__quant_batch_pair_fits(const tc_tensor *x, const tc_tensor *w_a, const tc_tensor *w_b);
+tc_status tc__quant_batch_pair(tc_tensor *out_a, tc_tensor *out_b, const tc_tensor *x,
+                               const tc_tensor *w_a, const tc_tensor *w_b);
 /* How tc__quant_batch splits a product of `tiles` tiles of 128 weight rows and `steps` steps of
  * 256 of k of block type dt, launched `wave` blocks at once (two: at two blocks an SM): into
  * `shares` equal shares of k (grid.y), of which `cluster` (1: none) are one thread-block

@@ -717,6 +717,83 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
     return st;
 }
 
+/* The pair kernels: Q4_K or Q5_K beside Q6_K (0, 1), or -1. */
+static int pair_index(tc_dtype a, tc_dtype b)
+{
+    if (b != TC_DTYPE_Q6_K)
+        return -1;
+    return a == TC_DTYPE_Q4_K ? 0 : a == TC_DTYPE_Q5_K ? 1 : -1;
+}
+
+bool tc__quant_batch_pair_fits(const tc_tensor *x, const tc_tensor *w_a, const tc_tensor *w_b)
+{
+    int64_t m = x->shape[0];
+    return x->backend->kind == TC_BACKEND_CUDA && x->backend->ctx->cc_major >= 9 &&
+           x->dtype == TC_DTYPE_BF16 && m > 32 && m <= TC__QUANT_BATCH_ROWS &&
+           pair_index(w_a->dtype, w_b->dtype) >= 0 && w_a->shape[1] == x->shape[1] &&
+           w_b->shape[1] == x->shape[1] && tc__quant_batch_fits(x, w_a) &&
+           tc__quant_batch_fits(x, w_b);
+}
+
+tc_status tc__quant_batch_pair(tc_tensor *out_a, tc_tensor *out_b, const tc_tensor *x,
+                               const tc_tensor *w_a, const tc_tensor *w_b)
+{
+    const char *op = "tc_matmul (pair)";
+    tc_backend *b = out_a->backend;
+    if (!tc__quant_batch_pair_fits(x, w_a, w_b) || out_a->dtype != x->dtype ||
+        out_b->dtype != x->dtype)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op, "no batched pair kernel for these products");
+    if ((uintptr_t)x->data % 16 || ((size_t)x->stride[0] * 2) % 16)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "quantised weights take 16-byte aligned rows of x");
+    const int pi = pair_index(w_a->dtype, w_b->dtype);
+    int64_t m = x->shape[0], na = w_a->shape[0], nb = w_b->shape[0], k = x->shape[1];
+    int64_t tiles = (na + 127) / 128 + (nb + 127) / 128, steps = (k + 255) / 256;
+    size_t room = tc__backend_shared_room(b), sa = batch_stage_bytes(w_a->dtype, 64),
+           sb = batch_stage_bytes(w_b->dtype, 64), stage = sa > sb ? sa : sb;
+    /* (as tc__quant_batch: two blocks an SM where they fit and one would take more than a
+     * wave) */
+    bool two = 2 * (2 * stage + BATCH_ALIGN) <= room &&
+               tiles * batch_shares(tiles, steps, b->ctx->sm_count) > b->ctx->sm_count;
+    room = room / (two ? 2 : 1) - BATCH_ALIGN;
+    size_t stages = room / stage > 4 ? 4 : room / stage;
+    unsigned smem = (unsigned)(stages * stage + BATCH_ALIGN);
+    tc_kernel_id id = pi ? TC_KERNEL_QMM_PAIR_Q5_K_Q6_K_BF16 : TC_KERNEL_QMM_PAIR_Q4_K_Q6_K_BF16;
+    int *known = &b->qmm_pair_per_sm[pi][(m + 7) / 8 - 1][two], per_sm = *known;
+    if (!per_sm) {
+        TC_TRY(tc_launch_set_carveout(b->ctx, id, 100));
+        if (tc_launch_blocks_per_sm(b->ctx, id, 256, smem, &per_sm) != TC_OK || per_sm < 1)
+            per_sm = 1;
+        *known = per_sm;
+    }
+    tc_launch_config cfg = tc__cfg(b, (unsigned)tiles, 256, smem);
+    const tc_dim3 before = tc_stream_cluster(b->stream);
+    cluster_query q = { b, &cfg, &b->qmm_pair_clusters[pi][(m + 7) / 8 - 1][two][0], id, before,
+                        TC_OK };
+    const tc__qmm_split sp = tc__quant_batch_split(
+        w_b->dtype, tiles, steps, (int64_t)per_sm * b->ctx->sm_count, two, cluster_fits, &q);
+    if (q.failed)
+        return q.failed;
+    CUdeviceptr ws = 0, counters = 0;
+    if (sp.shares > 1) {
+        TC_TRY(tc__backend_workspace(b, (size_t)sp.shares * (size_t)(m * (na + nb)) * sizeof(float),
+                                     &ws));
+        TC_TRY(tc__backend_counters(b, (size_t)tiles, &counters));
+    }
+    cfg.grid.y = (uint32_t)sp.shares;
+    const bool clustered = sp.cluster > 1;
+    if (clustered)
+        TC_TRY(tc_stream_set_cluster(b->stream, (tc_dim3){ 1, (uint32_t)sp.cluster, 1 }));
+    tc_status st =
+        (pi ? tc_launch_qmm_pair_q5_k_q6_k_bf16 : tc_launch_qmm_pair_q4_k_q6_k_bf16)(
+            cfg, out_a->data, out_b->data, TC__DEV(const tc_bf16, x), w_a->data, w_b->data,
+            (int32_t)m, na, nb, k, x->stride[0], out_a->stride[0], out_b->stride[0],
+            (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
+    if (clustered)
+        tc_stream_set_cluster(b->stream, before);
+    return st;
+}
+
 size_t tc__quant_gemm_workspace(int64_t k, tc_dtype act)
 {
     size_t row = tc_dtype_bytes(act, k), rows = TC__QUANT_TILE_BYTES / (row ? row : 1);

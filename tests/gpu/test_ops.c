@@ -589,6 +589,50 @@ static void linear_pair_case(rng_t *r, tc_dtype wa, tc_dtype wb, int64_t m, int6
     tc_tensor_deinit(&gob), tc_tensor_deinit(&cob);
 }
 
+/* The batched pair kernel (tc__quant_batch_pair: 33-64 rows of bf16 x, Q4_K or Q5_K beside
+ * Q6_K, one launch): each product against the reference and the CPU's, outputs poisoned; where
+ * the GPU has no such kernel, refused. */
+static void batch_pair_case(rng_t *r, tc_dtype wa, tc_dtype wb, int64_t m, int64_t na, int64_t nb,
+                            int64_t k)
+{
+    tc_tensor gx, cx, gwa, cwa, gwb, cwb, goa, coa, gob, cob;
+    double *xv = twin(r, TC_DTYPE_BF16, TC_SHAPE(m, k), -1, 1, &gx, &cx);
+    double *wav = twin(r, wa, TC_SHAPE(na, k), -0.05, 0.05, &gwa, &cwa);
+    double *wbv = twin(r, wb, TC_SHAPE(nb, k), -0.05, 0.05, &gwb, &cwb);
+    poisoned(&goa, gpu, TC_DTYPE_BF16, TC_SHAPE(m, na));
+    poisoned(&coa, cpu, TC_DTYPE_BF16, TC_SHAPE(m, na));
+    poisoned(&gob, gpu, TC_DTYPE_BF16, TC_SHAPE(m, nb));
+    poisoned(&cob, cpu, TC_DTYPE_BF16, TC_SHAPE(m, nb));
+    char what[112];
+    snprintf(what, sizeof what, "batched pair bf16 x %s, %s [%lld x %lld, %lld x %lld]",
+             tc_dtype_name(wa), tc_dtype_name(wb), (long long)m, (long long)na, (long long)nb,
+             (long long)k);
+    tc_device_info info;
+    CHECK(tc_device_info_get(0, &info));
+    if (!tc__quant_batch_pair_fits(&gx, &gwa, &gwb)) {
+        tc_status st = tc__quant_batch_pair(&goa, &gob, &gx, &gwa, &gwb);
+        bool ok = info.cc_major < 9 && st == TC_ERR_UNSUPPORTED;
+        printf("%-58s %s\n", what, ok ? "not on this GPU: refused  ok" : "FAIL (not taken)");
+        failures += !ok;
+        cases++;
+    } else {
+        CHECK(tc__quant_batch_pair(&goa, &gob, &gx, &gwa, &gwb));
+        CHECK(tc_matmul(&coa, &cx, &cwa));
+        CHECK(tc_matmul(&cob, &cx, &cwb));
+        double *wanta = malloc(sizeof(double) * (size_t)(m * na)),
+               *wantb = malloc(sizeof(double) * (size_t)(m * nb));
+        ref_matmul(wanta, xv, wav, m, na, k);
+        ref_matmul(wantb, xv, wbv, m, nb, k);
+        expect_close(what, &goa, wanta, &coa, tolerance(TC_DTYPE_BF16));
+        expect_close("  the second product", &gob, wantb, &cob, tolerance(TC_DTYPE_BF16));
+        free(wanta), free(wantb);
+    }
+    free(xv), free(wav), free(wbv);
+    tc_tensor_deinit(&gx), tc_tensor_deinit(&cx), tc_tensor_deinit(&gwa), tc_tensor_deinit(&cwa);
+    tc_tensor_deinit(&gwb), tc_tensor_deinit(&cwb), tc_tensor_deinit(&goa), tc_tensor_deinit(&coa);
+    tc_tensor_deinit(&gob), tc_tensor_deinit(&cob);
+}
+
 static void linear_pair(rng_t *r)
 {
     /* The kernel: tiles not a multiple of 16 rows, several tiles a block (more tiles than the
@@ -601,6 +645,11 @@ static void linear_pair(rng_t *r)
     linear_pair_case(r, TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, 1, 8192, 4096, 4096, true, false);
     linear_pair_case(r, TC_DTYPE_Q4_0, TC_DTYPE_Q8_0, 1, 500, 300, 1024, true, true);
     linear_pair_case(r, TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, 2, 500, 300, 1024, true, true);
+    /* The batched pair: one share and several (clusters or ws), partial tiles, 33-64 rows. */
+    batch_pair_case(r, TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, 64, 8192, 4096, 4096);
+    batch_pair_case(r, TC_DTYPE_Q4_K, TC_DTYPE_Q6_K, 40, 1000, 600, 7 * 256);
+    batch_pair_case(r, TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, 64, 4096, 4096, 11008);
+    batch_pair_case(r, TC_DTYPE_Q5_K, TC_DTYPE_Q6_K, 33, 300, 1000, 512);
 }
 
 /* A product of quantised weights with f32 out (the logits: tc__matmul_widen; one row of bf16
