@@ -2106,8 +2106,9 @@ __device__ __forceinline__ void batch_kernel(void *out, int out_f32, const T *x,
 }
 
 // Two products of one x in one launch (tc_k_qmm_pair_*): blocks [0, tiles of w_a) take w_a's
-// tiles, the rest w_b's, each as batch_kernel's 64-row wgmma kernel (Hopper only; elsewhere it
-// traps); w_b's shares of k in ws after w_a's, its counters those of its blocks.
+// tiles, the rest w_b's, each as batch_kernel's 64-row wgmma kernel (sm_90a code only: the host
+// takes it on compute capability 9.x; elsewhere it traps); w_b's shares of k in ws after w_a's,
+// its counters those of its blocks.
 template <typename T, int DA, int DB>
 __device__ __forceinline__ void batch_pair(T *out_a, T *out_b, const T *x, const void *w_a, const void *w_b, int m,
                                            int64_t n_a, int64_t n_b, int64_t k, int64_t xs, int64_t os_a,
@@ -2638,12 +2639,12 @@ extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     quant_cu::batch_kernel<__nv_bfloat16, quant_cu::Q6_K>(out, out_f32, x, w, m, n, k, x_stride, out_stride, ws, counts);
 }
 
-/** out_a = x w_a^T and out_b = x w_b^T for 33 <= m <= 64 rows of bf16 x (a layer's q and k beside
- *  its v where their types differ, as Q4_K_M's more-bits layers have them), in one launch of
- *  tc_k_qmm_*'s blocks (tc_k_qmm_pair_<a>_<b>_bf16, Hopper only; elsewhere they trap): grid.x
- *  the tiles of w_a then those of w_b, grid.y the shares of k of both; ws holds grid.y x m x
- *  (n_a + n_b) floats with more than one share (unless a cluster), counts grid.x counters.
- *  Dynamic shared memory as tc_k_qmm_*, enough for two stages of either type. */
+/** out_a = x w_a^T and out_b = x w_b^T for 33 <= m <= 64 rows of bf16 x (a layer's q and k
+ *  beside its v where their types differ, as Q4_K_M's more-bits layers have them), in one
+ *  launch of tc_k_qmm_*'s blocks (tc_k_qmm_pair_<a>_<b>_bf16, sm_90a code only: elsewhere they
+ *  trap): grid.x the tiles of w_a then those of w_b, grid.y the shares of k of both; ws holds
+ *  grid.y x m x (n_a + n_b) floats with more than one share (unless a cluster), counts grid.x
+ *  counters. Dynamic shared memory as tc_k_qmm_*, enough for two stages of either type. */
 extern "C" __global__ void __launch_bounds__(256, quant_cu::kBatchBlocks)
     tc_k_qmm_pair_q4_k_q6_k_bf16(__nv_bfloat16 *out_a, __nv_bfloat16 *out_b, const __nv_bfloat16 *x,
                                  const void *w_a, const void *w_b, int32_t m, int64_t n_a, int64_t n_b, int64_t k,

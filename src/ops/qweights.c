@@ -728,7 +728,7 @@ static int pair_index(tc_dtype a, tc_dtype b)
 bool tc__quant_batch_pair_fits(const tc_tensor *x, const tc_tensor *w_a, const tc_tensor *w_b)
 {
     int64_t m = x->shape[0];
-    return x->backend->kind == TC_BACKEND_CUDA && x->backend->ctx->cc_major >= 9 &&
+    return x->backend->kind == TC_BACKEND_CUDA && x->backend->ctx->cc_major == 9 &&
            x->dtype == TC_DTYPE_BF16 && m > 32 && m <= TC__QUANT_BATCH_ROWS &&
            pair_index(w_a->dtype, w_b->dtype) >= 0 && w_a->shape[1] == x->shape[1] &&
            w_b->shape[1] == x->shape[1] && tc__quant_batch_fits(x, w_a) &&
