@@ -513,7 +513,8 @@ static const struct {
 #define BATCH_ALIGN 1024u
 static size_t batch_stage_bytes(tc_dtype dt, int64_t x_rows)
 {
-    int s = 256 / qmm[dt].block, units = 0, nf = dt == TC_DTYPE_Q6_K && x_rows > 32 ? 2 : qmm[dt].nf;
+    int s = 256 / qmm[dt].block, units = 0,
+        nf = dt == TC_DTYPE_Q6_K && x_rows > 32 ? 2 : qmm[dt].nf;
     for (int f = 0; f < nf; f++) {
         int size = qmm[dt].size[f], a = size % 16 == 0  ? 16
                                         : size % 8 == 0 ? 8
@@ -641,21 +642,25 @@ static int cluster_fits(int64_t blocks, void *ctx)
     return q->failed ? -1 : *known;
 }
 
-tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
+/* A batched launch's plan (tc__quant_batch, tc__quant_batch_pair): its grid, shared memory
+ * and shares of k, their workspace and counters, and the stream's cluster set for it (set
+ * back by batch_done). */
+typedef struct {
+    tc_launch_config cfg;
+    tc_dim3 before;
+    bool clustered;
+    CUdeviceptr ws, counters;
+} batch_plan;
+
+/* The plan of a launch of kernel id over `tiles` tiles of 128 weight rows and `steps` steps of
+ * 256 of k, its stages `stage` bytes, `outs` floats of output (m x n, all products) for each
+ * share's sums; dt names the split's type (tc__quant_batch_split). per_sm and clusters cache
+ * the device's answers for this kernel and size of x, by blocks an SM. */
+static tc_status batch_plan_make(tc_backend *b, tc_kernel_id id, tc_dtype dt, size_t stage,
+                                 int64_t tiles, int64_t steps, size_t outs, int per_sm_known[2],
+                                 int clusters_known[2][7], batch_plan *p)
 {
-    const char *op = "tc_matmul";
-    tc_backend *b = out->backend;
-    if (!tc__quant_batch_fits(x, w))
-        return tc_set_error(TC_ERR_UNSUPPORTED, op, "no batched quantised kernel for this product");
-    int64_t m = x->shape[0], n = w->shape[0], k = w->shape[1];
-    size_t es = tc_dtype_bytes(x->dtype, 1);
-    if ((uintptr_t)x->data % 16 || ((size_t)x->stride[0] * es) % 16)
-        return tc_set_error(TC_ERR_UNSUPPORTED, op,
-                            "quantised weights take 16-byte aligned rows of x");
-    bool f16 = x->dtype == TC_DTYPE_F16, f32_out = out->dtype == TC_DTYPE_F32;
-    bool narrow = m <= 32;
-    int64_t tiles = (n + 127) / 128, steps = (k + 255) / 256;
-    size_t room = tc__backend_shared_room(b), stage = batch_stage_bytes(w->dtype, narrow ? 32 : 64);
+    size_t room = tc__backend_shared_room(b);
     /* As many stages as fit, up to 4, in one block an SM; two blocks an SM (two stages each,
      * and under 128 registers) where they fit and the products' blocks at one an SM would
      * take more than one wave (H200, bench_ops quant q4_k at 64 rows: 11008 x 4096 32.8 ->
@@ -673,48 +678,75 @@ tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w
     unsigned smem = (unsigned)(stages * stage + BATCH_ALIGN);
     /* The carveout and occupancy once for each kernel and size of x (and blocks an SM), not at
      * every product. */
-    int *known = &b->qmm_per_sm[w->dtype][f16 ? 0 : 1][(m + 7) / 8 - 1][two], per_sm = *known;
-    tc_kernel_id id = f16 ? (narrow ? qmm[w->dtype].id_f16_32 : qmm[w->dtype].id_f16)
-                          : (narrow ? qmm[w->dtype].id_bf16_32 : qmm[w->dtype].id_bf16);
+    int per_sm = per_sm_known[two];
     if (!per_sm) {
         TC_TRY(tc_launch_set_carveout(b->ctx, id, 100));
         if (tc_launch_blocks_per_sm(b->ctx, id, 256, smem, &per_sm) != TC_OK || per_sm < 1)
             per_sm = 1;
-        *known = per_sm;
+        per_sm_known[two] = per_sm;
     }
-    tc_launch_config cfg = tc__cfg(b, (unsigned)tiles, 256, smem);
-    const tc_dim3 before = tc_stream_cluster(b->stream);
-    cluster_query q = {
-        b, &cfg, &b->qmm_clusters[w->dtype][f16 ? 0 : 1][(m + 7) / 8 - 1][two][0], id, before, TC_OK
-    };
+    p->cfg = tc__cfg(b, (unsigned)tiles, 256, smem);
+    p->before = tc_stream_cluster(b->stream);
+    cluster_query q = { b, &p->cfg, clusters_known[two], id, p->before, TC_OK };
     /* Clusters on compute capability 9.0+. ws stays: a kernel built for an older GPU (run as
      * PTX) adds through it, cluster or not. */
     const tc__qmm_split sp =
-        tc__quant_batch_split(w->dtype, tiles, steps, (int64_t)per_sm * b->ctx->sm_count, two,
+        tc__quant_batch_split(dt, tiles, steps, (int64_t)per_sm * b->ctx->sm_count, two,
                               b->ctx->cc_major >= 9 ? cluster_fits : NULL, &q);
     if (q.failed)
         return q.failed;
-    CUdeviceptr ws = 0, counters = 0;
+    p->ws = p->counters = 0;
     if (sp.shares > 1) {
-        TC_TRY(tc__backend_workspace(b, (size_t)sp.shares * (size_t)(m * n) * sizeof(float), &ws));
-        TC_TRY(tc__backend_counters(b, (size_t)tiles, &counters));
+        TC_TRY(tc__backend_workspace(b, (size_t)sp.shares * outs * sizeof(float), &p->ws));
+        TC_TRY(tc__backend_counters(b, (size_t)tiles, &p->counters));
     }
-    cfg.grid.y = (uint32_t)sp.shares;
-    const bool clustered = sp.cluster > 1;
-    if (clustered)
+    p->cfg.grid.y = (uint32_t)sp.shares;
+    p->clustered = sp.cluster > 1;
+    if (p->clustered)
         TC_TRY(tc_stream_set_cluster(b->stream, (tc_dim3){ 1, (uint32_t)sp.cluster, 1 }));
+    return TC_OK;
+}
+
+/* The launch's status, the stream's cluster set back. */
+static tc_status batch_done(tc_backend *b, const batch_plan *p, tc_status st)
+{
+    if (p->clustered)
+        tc_stream_set_cluster(b->stream, p->before);
+    return st;
+}
+
+tc_status tc__quant_batch(tc_tensor *out, const tc_tensor *x, const tc_tensor *w)
+{
+    const char *op = "tc_matmul";
+    tc_backend *b = out->backend;
+    if (!tc__quant_batch_fits(x, w))
+        return tc_set_error(TC_ERR_UNSUPPORTED, op, "no batched quantised kernel for this product");
+    int64_t m = x->shape[0], n = w->shape[0], k = w->shape[1];
+    size_t es = tc_dtype_bytes(x->dtype, 1);
+    if ((uintptr_t)x->data % 16 || ((size_t)x->stride[0] * es) % 16)
+        return tc_set_error(TC_ERR_UNSUPPORTED, op,
+                            "quantised weights take 16-byte aligned rows of x");
+    bool f16 = x->dtype == TC_DTYPE_F16, f32_out = out->dtype == TC_DTYPE_F32;
+    bool narrow = m <= 32;
+    tc_kernel_id id = f16 ? (narrow ? qmm[w->dtype].id_f16_32 : qmm[w->dtype].id_f16)
+                          : (narrow ? qmm[w->dtype].id_bf16_32 : qmm[w->dtype].id_bf16);
+    int xi = f16 ? 0 : 1, mi = (int)((m + 7) / 8 - 1);
+    batch_plan p;
+    TC_TRY(batch_plan_make(b, id, w->dtype, batch_stage_bytes(w->dtype, narrow ? 32 : 64),
+                           (n + 127) / 128, (k + 255) / 256, (size_t)(m * n),
+                           b->qmm_per_sm[w->dtype][xi][mi], b->qmm_clusters[w->dtype][xi][mi], &p));
+    float *ws = (float *)(uintptr_t)p.ws;
+    int32_t *counters = (int32_t *)(uintptr_t)p.counters;
     tc_status st;
     if (f16)
         st = (narrow ? qmm[w->dtype].f16_32 : qmm[w->dtype].f16)(
-            cfg, out->data, f32_out, TC__DEV(const tc_half, x), w->data, (int32_t)m, n, k,
-            x->stride[0], out->stride[0], (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
+            p.cfg, out->data, f32_out, TC__DEV(const tc_half, x), w->data, (int32_t)m, n, k,
+            x->stride[0], out->stride[0], ws, counters);
     else
         st = (narrow ? qmm[w->dtype].bf16_32 : qmm[w->dtype].bf16)(
-            cfg, out->data, f32_out, TC__DEV(const tc_bf16, x), w->data, (int32_t)m, n, k,
-            x->stride[0], out->stride[0], (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
-    if (clustered)
-        tc_stream_set_cluster(b->stream, before);
-    return st;
+            p.cfg, out->data, f32_out, TC__DEV(const tc_bf16, x), w->data, (int32_t)m, n, k,
+            x->stride[0], out->stride[0], ws, counters);
+    return batch_done(b, &p, st);
 }
 
 /* The pair kernels: Q4_K or Q5_K beside Q6_K (0, 1), or -1. */
@@ -746,52 +778,19 @@ tc_status tc__quant_batch_pair(tc_tensor *out_a, tc_tensor *out_b, const tc_tens
     if ((uintptr_t)x->data % 16 || ((size_t)x->stride[0] * 2) % 16)
         return tc_set_error(TC_ERR_UNSUPPORTED, op,
                             "quantised weights take 16-byte aligned rows of x");
-    const int pi = pair_index(w_a->dtype, w_b->dtype);
+    const int pi = pair_index(w_a->dtype, w_b->dtype), mi = (int)((x->shape[0] + 7) / 8 - 1);
     int64_t m = x->shape[0], na = w_a->shape[0], nb = w_b->shape[0], k = x->shape[1];
-    int64_t tiles = (na + 127) / 128 + (nb + 127) / 128, steps = (k + 255) / 256;
-    size_t room = tc__backend_shared_room(b), sa = batch_stage_bytes(w_a->dtype, 64),
-           sb = batch_stage_bytes(w_b->dtype, 64), stage = sa > sb ? sa : sb;
-    /* (as tc__quant_batch: two blocks an SM where they fit and one would take more than a
-     * wave) */
-    bool two = 2 * (2 * stage + BATCH_ALIGN) <= room &&
-               tiles * batch_shares(tiles, steps, b->ctx->sm_count) > b->ctx->sm_count;
-    room = room / (two ? 2 : 1) - BATCH_ALIGN;
-    size_t stages = room / stage > 4 ? 4 : room / stage;
-    unsigned smem = (unsigned)(stages * stage + BATCH_ALIGN);
-    tc_kernel_id id = pi ? TC_KERNEL_QMM_PAIR_Q5_K_Q6_K_BF16 : TC_KERNEL_QMM_PAIR_Q4_K_Q6_K_BF16;
-    int *known = &b->qmm_pair_per_sm[pi][(m + 7) / 8 - 1][two], per_sm = *known;
-    if (!per_sm) {
-        TC_TRY(tc_launch_set_carveout(b->ctx, id, 100));
-        if (tc_launch_blocks_per_sm(b->ctx, id, 256, smem, &per_sm) != TC_OK || per_sm < 1)
-            per_sm = 1;
-        *known = per_sm;
-    }
-    tc_launch_config cfg = tc__cfg(b, (unsigned)tiles, 256, smem);
-    const tc_dim3 before = tc_stream_cluster(b->stream);
-    cluster_query q = { b, &cfg, &b->qmm_pair_clusters[pi][(m + 7) / 8 - 1][two][0], id, before,
-                        TC_OK };
-    const tc__qmm_split sp = tc__quant_batch_split(
-        w_b->dtype, tiles, steps, (int64_t)per_sm * b->ctx->sm_count, two, cluster_fits, &q);
-    if (q.failed)
-        return q.failed;
-    CUdeviceptr ws = 0, counters = 0;
-    if (sp.shares > 1) {
-        TC_TRY(tc__backend_workspace(b, (size_t)sp.shares * (size_t)(m * (na + nb)) * sizeof(float),
-                                     &ws));
-        TC_TRY(tc__backend_counters(b, (size_t)tiles, &counters));
-    }
-    cfg.grid.y = (uint32_t)sp.shares;
-    const bool clustered = sp.cluster > 1;
-    if (clustered)
-        TC_TRY(tc_stream_set_cluster(b->stream, (tc_dim3){ 1, (uint32_t)sp.cluster, 1 }));
-    tc_status st =
-        (pi ? tc_launch_qmm_pair_q5_k_q6_k_bf16 : tc_launch_qmm_pair_q4_k_q6_k_bf16)(
-            cfg, out_a->data, out_b->data, TC__DEV(const tc_bf16, x), w_a->data, w_b->data,
-            (int32_t)m, na, nb, k, x->stride[0], out_a->stride[0], out_b->stride[0],
-            (float *)(uintptr_t)ws, (int32_t *)(uintptr_t)counters);
-    if (clustered)
-        tc_stream_set_cluster(b->stream, before);
-    return st;
+    size_t sa = batch_stage_bytes(w_a->dtype, 64), sb = batch_stage_bytes(w_b->dtype, 64);
+    batch_plan p;
+    TC_TRY(batch_plan_make(
+        b, pi ? TC_KERNEL_QMM_PAIR_Q5_K_Q6_K_BF16 : TC_KERNEL_QMM_PAIR_Q4_K_Q6_K_BF16, w_b->dtype,
+        sa > sb ? sa : sb, (na + 127) / 128 + (nb + 127) / 128, (k + 255) / 256,
+        (size_t)(m * (na + nb)), b->qmm_pair_per_sm[pi][mi], b->qmm_pair_clusters[pi][mi], &p));
+    tc_status st = (pi ? tc_launch_qmm_pair_q5_k_q6_k_bf16 : tc_launch_qmm_pair_q4_k_q6_k_bf16)(
+        p.cfg, out_a->data, out_b->data, TC__DEV(const tc_bf16, x), w_a->data, w_b->data,
+        (int32_t)m, na, nb, k, x->stride[0], out_a->stride[0], out_b->stride[0],
+        (float *)(uintptr_t)p.ws, (int32_t *)(uintptr_t)p.counters);
+    return batch_done(b, &p, st);
 }
 
 size_t tc__quant_gemm_workspace(int64_t k, tc_dtype act)
