@@ -1395,9 +1395,9 @@ static tc_status run_layers(tc_llama *m, tc_kv_cache *kv, int64_t T, int64_t S, 
             lk = &gk3;
         } else {
             /* (q, k and v of different types: in a decode step each product normalises x; q
-             * and k in one where they share a type) */
-            /* (33-64 rows on Hopper: q/k's product and v's in one launch where a kernel takes
-             * their types, Q4_K_M's and Q5_K_M's more-bits layers) */
+             * and k in one where they share a type; over 33-64 rows on Hopper q/k's product and
+             * v's in one launch where a kernel takes their types, as in Q4_K_M's and Q5_K_M's
+             * more-bits layers) */
             bool paired = !in_product && y->wqk.data && !y->in_q.data && !y->in_v.data &&
                           tc__quant_batch_pair_fits(&h, &y->wqk, &y->wv);
             if (paired) {
