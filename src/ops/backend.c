@@ -405,8 +405,12 @@ tc_status tc__backend_workspace(tc_backend *b, size_t bytes, CUdeviceptr *out)
 void tc_backend_set_shared_limit(tc_backend *b, size_t bytes)
 {
     b->shared_limit = bytes;
-    memset(b->qmm_per_sm, 0, sizeof b->qmm_per_sm); /* their shared memory follows the limit */
+    /* The batched kernels' shared memory follows the limit, and with it their occupancy and
+     * the clusters that fit. */
+    memset(b->qmm_per_sm, 0, sizeof b->qmm_per_sm);
+    memset(b->qmm_clusters, 0, sizeof b->qmm_clusters);
     memset(b->qmm_pair_per_sm, 0, sizeof b->qmm_pair_per_sm);
+    memset(b->qmm_pair_clusters, 0, sizeof b->qmm_pair_clusters);
 }
 
 size_t tc__backend_shared_room(const tc_backend *b)
