@@ -108,7 +108,8 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     ones' quant_cu::q8_kernel, which also zeroes 32 bytes of its shared memory, or q8_pair, which
     hands each block to the body of q8_kernel (q8_rows) for one of its two products, or q8_kernel2,
     the same body for two rows of x; the batched
-    ones' quant_cu::batch_kernel, which requests its first stages' weights) read only
+    ones' quant_cu::batch_kernel, which requests its first stages' weights, or batch_pair, which
+    hands each block to batch_kernel's body for one of its two products) read only
     weights before calling it, and the decode attention kernels, whose body
     (attention_cu::decode) waits at once unless the
     caller allows early reads (fresh_rows), and then reads only the lengths, the table and the
@@ -137,6 +138,9 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
             if name.startswith("tc_k_qmv2_"):
                 assert first.startswith("quant_cu::q8_kernel2<"), name
                 continue
+            if name.startswith("tc_k_qmm_pair_"):
+                assert first.startswith("quant_cu::batch_pair<"), name
+                continue
             if name.startswith("tc_k_qmm"):
                 assert first.startswith("quant_cu::batch_kernel<"), name
                 continue
@@ -161,6 +165,19 @@ def test_every_kernel_waits_for_its_inputs_before_touching_memory():
     assert len(statements) == 2 and statements[0].startswith("if (blockIdx.x < split)"), statements
     assert statements[1].startswith("else") and all(
         c.startswith("q8_rows<") and "=" not in c and c.count("(") == c.count(")") for c in calls), statements
+    # batch_pair touches nothing itself either: it reads its shared memory's size, works out
+    # where w_a's tiles end, and hands each block to mma_batch (batch_kernel's body) for one of
+    # its two products.
+    bpair = quant[quant.index("__device__ __forceinline__ void batch_pair("):]
+    bbody = re.sub(r"//[^\n]*", "", bpair[bpair.index("{") + 1:bpair.index("\n}")])
+    size = 'asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes))'
+    assert bbody.count(size) == 1
+    stmts = [t.strip() for t in re.split(r"[;{}]", bbody.replace(size, "asm(size)")) if t.strip()]
+    allowed = ("if constexpr (!kBatchWg)", "__trap()", "extern __shared__", "uint32_t bytes", "asm(size)",
+               "const uint32_t ta = (uint32_t)((n_a + kBatchRows - 1) / kBatchRows)", "if (blockIdx.x < ta)", "else")
+    products = [t for t in stmts if not t.startswith(allowed) or "mma_batch<" in t]
+    assert len(products) == 2 and all(
+        re.sub(r"^(if \(blockIdx\.x < ta\)|else)\s*", "", t).startswith("mma_batch<") for t in products), stmts
     # The rotary kernels' body lets the next kernel start, then reads only pos and slots (index
     # arrays that no kernel writes) and works out the angles into shared memory before it
     # waits: never q, k, v or the caches.
